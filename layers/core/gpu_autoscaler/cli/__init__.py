@@ -1,0 +1,1 @@
+"""The `gpu-autoscaler` command line."""

@@ -1,0 +1,45 @@
+"""Typed domain errors: they drive control flow, and adapters raise them `from` the cloud's own errors."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClaimExists",
+    "GpuAutoscalerError",
+    "InsufficientCapacity",
+    "NotOwned",
+    "QuotaExceeded",
+    "RequestThrottled",
+    "StaleClaim",
+]
+
+
+class GpuAutoscalerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ClaimExists(GpuAutoscalerError):
+    """A NodeClaim with this id is already stored (a retried or duplicated message)."""
+
+
+class StaleClaim(GpuAutoscalerError):
+    """A conditional lifecycle write lost: the claim moved on since it was read."""
+
+
+class InsufficientCapacity(GpuAutoscalerError):
+    """EC2 has no capacity for these offerings now; they are marked unavailable for a while."""
+
+    def __init__(self, message: str, offerings: list[tuple[str, str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.offerings = offerings or []
+
+
+class QuotaExceeded(GpuAutoscalerError):
+    """A vCPU service quota would be exceeded."""
+
+
+class RequestThrottled(GpuAutoscalerError):
+    """The EC2 API asked us to slow down (RequestLimitExceeded); retry with backoff and jitter."""
+
+
+class NotOwned(GpuAutoscalerError):
+    """The instance does not carry this cluster's ownership tag; we never act on it."""

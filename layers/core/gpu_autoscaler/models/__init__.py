@@ -1,0 +1,1 @@
+"""Plain data shared by the domain, the adapters and the handlers."""

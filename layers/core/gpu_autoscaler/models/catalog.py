@@ -1,0 +1,85 @@
+"""What can be launched: instance types and their offerings (type × zone × capacity type, with a price)."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpu_autoscaler.config import CapacityType
+from gpu_autoscaler.models import labels as L
+
+__all__ = ["InstanceType", "Offering"]
+
+_NAME = re.compile(r"^(?P<family>(?P<category>[a-z]+?)(?P<generation>\d+)[a-z0-9-]*)\.(?P<size>.+)$")
+
+
+class InstanceType(BaseModel):
+    """An EC2 instance type as the packer needs it; GPU numbers already corrected by the override table."""
+
+    model_config = ConfigDict(frozen=True, ignored_types=(cached_property,))
+
+    name: str
+    vcpu: int
+    memory_mib: int
+    architecture: str = "x86_64"
+    gpus: float = 0
+    """Physical GPUs; a fraction for partitioned types (g6f.large: 0.125 of an L4)."""
+    gpu_devices: int = 0
+    """GPU devices the node advertises as `nvidia.com/gpu` (a partition counts as one device)."""
+    gpu_model: str | None = None
+    gpu_manufacturer: str | None = None
+    gpu_memory_mib: int = 0
+    """Total GPU memory of the instance."""
+    efa: bool = False
+    max_pods: int = 110
+    capacity_types: tuple[CapacityType, ...] = ("on-demand", "spot")
+
+    @cached_property
+    def family(self) -> str:
+        m = _NAME.match(self.name)
+        return m.group("family") if m else self.name.split(".")[0]
+
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        """The well-known labels a node of this type carries, for requirement matching."""
+        m = _NAME.match(self.name)
+        out = {L.INSTANCE_TYPE: self.name, L.ARCH: "arm64" if self.architecture == "arm64" else "amd64",
+               L.INSTANCE_FAMILY: self.family}
+        if m:
+            out[L.INSTANCE_CATEGORY] = m.group("category")
+            out[L.INSTANCE_GENERATION] = m.group("generation")
+            out[L.INSTANCE_SIZE] = m.group("size")
+        if self.gpu_model:
+            out[L.INSTANCE_GPU_NAME] = self.gpu_model.lower()
+            out[L.INSTANCE_GPU_COUNT] = str(self.gpu_devices)
+            out[L.INSTANCE_GPU_MEMORY] = str(self.gpu_memory_mib)
+        if self.gpu_manufacturer:
+            out[L.INSTANCE_GPU_MANUFACTURER] = self.gpu_manufacturer.lower()
+        return out
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu_devices > 0
+
+
+class Offering(BaseModel):
+    """One place an instance type can be bought, and what it costs now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    price_per_hour: float = Field(ge=0)
+    interruption_band: int | None = None
+    """Spot Advisor frequency band 0–4 (<5% … >20%); None for on-demand and reserved."""
+    reservation_id: str | None = None
+    reservation_type: str | None = None
+    available_count: int | None = None
+    """Instances left in the reservation; None where it is not a reservation."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.instance_type, self.zone, self.capacity_type)

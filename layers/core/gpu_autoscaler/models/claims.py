@@ -1,0 +1,75 @@
+"""NodeClaims: the capacity we decided to have, and where each one is in its life."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpu_autoscaler.config import CapacityType
+
+__all__ = ["ALLOWED_TRANSITIONS", "ClaimState", "NodeClaim", "StateTransition"]
+
+
+class ClaimState(StrEnum):
+    PENDING = "Pending"
+    LAUNCHED = "Launched"
+    REGISTERED = "Registered"
+    DRAINING = "Draining"
+    TERMINATED = "Terminated"
+
+
+ALLOWED_TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
+    ClaimState.PENDING: frozenset({ClaimState.LAUNCHED, ClaimState.TERMINATED}),
+    ClaimState.LAUNCHED: frozenset({ClaimState.REGISTERED, ClaimState.DRAINING, ClaimState.TERMINATED}),
+    ClaimState.REGISTERED: frozenset({ClaimState.DRAINING, ClaimState.TERMINATED}),
+    ClaimState.DRAINING: frozenset({ClaimState.TERMINATED}),
+    ClaimState.TERMINATED: frozenset(),
+}
+
+
+class StateTransition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    state: ClaimState
+    at: datetime
+    reason: str = ""
+
+
+class NodeClaim(BaseModel):
+    """One node we asked for. Candidates are ranked, cheapest first; every one fits all its pods."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster: str
+    id: str
+    pool: str
+    capacity_type: CapacityType
+    zones: tuple[str, ...]
+    instance_types: tuple[str, ...]
+    """Ranked candidates (≤ 60), cheapest first."""
+    price_per_hour: float
+    """Price of the first candidate in its cheapest zone: what the plan expects to pay."""
+    pods: tuple[str, ...] = ()
+    """Pod uids the claim was made for."""
+    gang: str | None = None
+    state: ClaimState = ClaimState.PENDING
+    created_at: datetime
+    updated_at: datetime | None = None
+    history: tuple[StateTransition, ...] = ()
+    instance_id: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    launched_price_per_hour: float | None = None
+    reservation_id: str | None = None
+    node_name: str | None = None
+    reason: str = ""
+    """Why the claim exists (pending pods, replacement for i-…, warm for a window) or why it ended."""
+    warm: str | None = None
+    """Set for warm capacity: `window:<name>` or `forecast`; consolidation leaves it alone while held."""
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.state not in (ClaimState.TERMINATED, ClaimState.DRAINING)

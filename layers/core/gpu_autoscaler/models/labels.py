@@ -1,0 +1,52 @@
+"""Label keys shared with Karpenter, so NodePools and pod selectors port over unchanged."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARCH",
+    "CAPACITY_TYPE",
+    "INSTANCE_CATEGORY",
+    "INSTANCE_FAMILY",
+    "INSTANCE_GENERATION",
+    "INSTANCE_GPU_COUNT",
+    "INSTANCE_GPU_MANUFACTURER",
+    "INSTANCE_GPU_MEMORY",
+    "INSTANCE_GPU_NAME",
+    "INSTANCE_SIZE",
+    "INSTANCE_TYPE",
+    "NODE_POOL",
+    "WELL_KNOWN",
+    "ZONE",
+    "CLAIM_LABEL",
+    "DO_NOT_DISRUPT",
+    "TAG_CLAIM",
+    "TAG_CLUSTER",
+    "TAG_NODE_POOL",
+]
+
+INSTANCE_CATEGORY = "karpenter.k8s.aws/instance-category"
+INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
+INSTANCE_GENERATION = "karpenter.k8s.aws/instance-generation"
+INSTANCE_SIZE = "karpenter.k8s.aws/instance-size"
+INSTANCE_GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
+INSTANCE_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
+INSTANCE_GPU_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
+INSTANCE_GPU_MANUFACTURER = "karpenter.k8s.aws/instance-gpu-manufacturer"
+CAPACITY_TYPE = "karpenter.sh/capacity-type"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+ZONE = "topology.kubernetes.io/zone"
+ARCH = "kubernetes.io/arch"
+NODE_POOL = "karpenter.sh/nodepool"
+
+WELL_KNOWN = frozenset({
+    INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_GPU_NAME,
+    INSTANCE_GPU_COUNT, INSTANCE_GPU_MEMORY, INSTANCE_GPU_MANUFACTURER, CAPACITY_TYPE,
+    INSTANCE_TYPE, ZONE, ARCH, NODE_POOL,
+})
+
+CLAIM_LABEL = "gpu-autoscaler/claim"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+TAG_CLUSTER = "gpu-autoscaler/cluster"
+TAG_NODE_POOL = "gpu-autoscaler/node-pool"
+TAG_CLAIM = "gpu-autoscaler/claim"

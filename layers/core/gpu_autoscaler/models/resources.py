@@ -1,0 +1,139 @@
+"""Kubernetes resource quantities and resource vectors.
+
+Quantities arrive as the strings Kubernetes uses (`500m`, `64Gi`, `1e3`), because the agent
+copies them straight from the Pod. Inside, every resource is an integer in a canonical unit
+(millicores for cpu, bytes for memory and storage, a count for everything else), so fits
+and sums are exact and fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from decimal import Decimal, InvalidOperation
+
+__all__ = [
+    "CPU",
+    "EPHEMERAL_STORAGE",
+    "GPU",
+    "MEMORY",
+    "PODS",
+    "Resources",
+    "is_gpu_resource",
+    "parse_quantity",
+]
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+            "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+            "P": Decimal(10**15), "E": Decimal(10**18)}
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity string into its exact decimal value."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return Decimal(str(text))
+    if not isinstance(text, str):
+        raise ValueError(f"quantity must be a string, got {text!r}")
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty quantity")
+    for suffix, factor in _BINARY.items():
+        if raw.endswith(suffix):
+            return _number(raw[: -len(suffix)], text) * factor
+    if raw[-1] in _DECIMAL and raw[-1] != "" and not raw[-1].isdigit():
+        return _number(raw[:-1], text) * _DECIMAL[raw[-1]]
+    return _number(raw, text)
+
+
+def _number(digits: str, original: str) -> Decimal:
+    try:
+        value = Decimal(digits)
+    except InvalidOperation:
+        raise ValueError(f"'{original}' is not a Kubernetes quantity") from None
+    if not value.is_finite() or value < 0:
+        raise ValueError(f"'{original}' is not a non-negative Kubernetes quantity")
+    return value
+
+
+def is_gpu_resource(name: str) -> bool:
+    """GPU devices the autoscaler provisions for: whole GPUs and MIG slices."""
+    return name == GPU or name.startswith(MIG_PREFIX)
+
+
+def _canonical(name: str, value: Decimal) -> int:
+    """Millicores for cpu, whole units (rounded up) for everything else."""
+    if name == CPU:
+        return math.ceil(value * 1000)
+    return math.ceil(value)
+
+
+class Resources(Mapping[str, int]):
+    """An immutable vector of resources in canonical integer units; missing means zero."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, int] | None = None) -> None:
+        self._values: dict[str, int] = {k: int(v) for k, v in (values or {}).items() if v}
+
+    @classmethod
+    def from_quantities(cls, quantities: Mapping[str, str | int | float]) -> Resources:
+        """From a Pod's `requests` map of quantity strings."""
+        return cls({name: _canonical(name, parse_quantity(q)) for name, q in quantities.items()})
+
+    def __getitem__(self, key: str) -> int:
+        return self._values.get(key, 0)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __add__(self, other: Mapping[str, int]) -> Resources:
+        out = dict(self._values)
+        for k, v in other.items():
+            out[k] = out.get(k, 0) + v
+        return Resources(out)
+
+    def __sub__(self, other: Mapping[str, int]) -> Resources:
+        out = dict(self._values)
+        for k, v in other.items():
+            out[k] = out.get(k, 0) - v
+        return Resources(out)
+
+    def __mul__(self, factor: int) -> Resources:
+        return Resources({k: v * factor for k, v in self._values.items()})
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._values == {k: v for k, v in other.items() if v}
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._values.items()))
+
+    def __repr__(self) -> str:
+        return f"Resources({self._values!r})"
+
+    def fits_in(self, capacity: Mapping[str, int]) -> bool:
+        """Every requested resource is within capacity (a resource absent from capacity is zero)."""
+        return all(v <= capacity.get(k, 0) for k, v in self._values.items())
+
+    def shortfall(self, capacity: Mapping[str, int]) -> list[str]:
+        """The names of the resources that do not fit, for reasons a person reads."""
+        return [k for k, v in self._values.items() if v > capacity.get(k, 0)]
+
+    @property
+    def gpus(self) -> int:
+        return self[GPU]
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self._values)

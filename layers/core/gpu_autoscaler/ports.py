@@ -1,0 +1,77 @@
+"""The ports the domain talks to. Adapters implement them for AWS, the emulator and the simulator.
+
+Each is a Protocol over plain models, so the domain never imports boto3 or the Kubernetes client
+and a test can hand it an in-memory fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.catalog import InstanceType, Offering
+    from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.taints import Taint
+
+__all__ = ["CatalogSource", "ClusterAPI", "StateStore"]
+
+
+class CatalogSource(Protocol):
+    """Instance types and offerings with current prices for one region."""
+
+    def instance_types(self) -> Sequence[InstanceType]: ...
+
+    def offerings(self) -> Sequence[Offering]: ...
+
+
+class ClusterAPI(Protocol):
+    """The few Kubernetes operations capacity management needs."""
+
+    def list_nodes(self) -> list[ClusterNode]: ...
+
+    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]: ...
+
+    def cordon(self, node_name: str, taint: Taint) -> None: ...
+
+    def evict(self, pod: ClusterPod) -> EvictionOutcome: ...
+
+    def delete_pod(self, pod: ClusterPod) -> None: ...
+
+    def delete_node(self, node_name: str) -> None: ...
+
+
+class StateStore(Protocol):
+    """NodeClaims, pod assignments, unavailable offerings and demand history (one DynamoDB table in AWS)."""
+
+    def create_claim(self, claim: NodeClaim) -> None:
+        """Fails with `ClaimExists` if a claim with that id is already stored."""
+        ...
+
+    def get_claim(self, claim_id: str) -> NodeClaim | None: ...
+
+    def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]: ...
+
+    def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
+        """Conditional on the stored state still being `claim.state`; raises `StaleClaim` otherwise."""
+        ...
+
+    def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
+        """Assign each pod not already covered by a live claim; returns the uids newly assigned."""
+        ...
+
+    def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
+        """pod uid → claim id, for the pods covered by a live assignment."""
+        ...
+
+    def release_pods(self, pod_uids: Sequence[str]) -> None: ...
+
+    def mark_unavailable(self, offering: tuple[str, str, str], ttl: timedelta, reason: str) -> None: ...
+
+    def unavailable_offerings(self) -> set[tuple[str, str, str]]: ...
+
+    def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None: ...
+
+    def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]: ...

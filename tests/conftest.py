@@ -1,0 +1,40 @@
+"""Shared fixtures: the example configuration and small data builders with keyword overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.config import Config, parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach real AWS: fake credentials and a fixed region for every boto3 client."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+def example_config_data() -> dict[str, Any]:
+    """The full example configuration from cdk.json, as a fresh mutable dict."""
+    data: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]["gpu-autoscaler"]
+    return data
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    return example_config_data()
+
+
+@pytest.fixture
+def config() -> Config:
+    return parse_config(example_config_data())

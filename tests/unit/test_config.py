@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.config import ConfigError, load_config, parse_config
+from tests.conftest import ROOT
+
+
+def test_cdk_json_holds_the_full_example() -> None:
+    config = load_config(ROOT / "cdk.json")
+    assert config.cluster_name == "ml-prod"
+    assert [p.name for p in config.node_pools] == ["gpu-reserved", "gpu-burst", "gpu-shared"]
+    assert config.pool("gpu-shared").gpu_sharing.replicas == 4
+    assert config.scaling_windows[0].duration == timedelta(hours=9)
+    assert config.predictive.lead_time == timedelta(minutes=8)
+    assert config.zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+
+def test_round_trips_through_json(config_data: dict[str, Any]) -> None:
+    config = parse_config(config_data)
+    import json
+
+    assert parse_config(json.loads(config.to_json())) == config
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["nodePools"][1]["requirements"].__setitem__(0, {"key": "k", "operator": "Gt", "values": ["x"]}),
+         "nodePools[1].requirements[0].operator: 'Gt' needs exactly one integer value"),
+        (lambda d: d["nodePools"][0]["requirements"].__setitem__(0, {"key": "k", "operator": "In"}),
+         "nodePools[0].requirements[0].operator: 'In' needs at least one value"),
+        (lambda d: d["scalingWindows"][0].__setitem__("timezone", "Mars/Olympus"),
+         "scalingWindows[0].timezone: 'Mars/Olympus' is not an IANA time zone"),
+        (lambda d: d["scalingWindows"][0].__setitem__("nodePool", "nope"),
+         "scaling window 'weekday-inference-peak' names unknown node pool 'nope'"),
+        (lambda d: d["nodePools"][1]["disruption"].__setitem__("consolidateAfter", "soon"),
+         "nodePools[1].disruption.consolidateAfter: 'soon' is not a duration"),
+        (lambda d: d["nodePools"][0].__setitem__("capacityTypes", ["reserved", "dedicated"]),
+         "nodePools[0].capacityTypes[1]: Input should be 'reserved', 'spot' or 'on-demand'"),
+        (lambda d: d.__setitem__("surprise", 1), "surprise: Extra inputs are not permitted"),
+        (lambda d: d["nodePools"][2]["gpuSharing"].__setitem__("mode", "mig"),
+         "nodePools[2].gpuSharing: replicas only applies to mode 'time-slicing'"),
+        (lambda d: d["nodePools"].append(dict(d["nodePools"][0])),
+         "node pool names must be unique; repeated: gpu-reserved"),
+    ],
+)
+def test_invalid_configuration_names_field_and_reason(config_data: dict[str, Any], mutate: Any, message: str) -> None:
+    mutate(config_data)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_data)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("invalid gpu-autoscaler configuration: ")
+
+
+def test_missing_file_says_what_to_do(tmp_path: Any) -> None:
+    with pytest.raises(ConfigError, match="give --config FILE"):
+        load_config(tmp_path / "cdk.json")

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.resources import Resources, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("8", Decimal(8)), ("500m", Decimal("0.5")), ("64Gi", Decimal(64 * 2**30)), ("1.5", Decimal("1.5")),
+     ("1e3", Decimal(1000)), ("100M", Decimal(10**8)), ("2Ki", Decimal(2048))],
+)
+def test_parse_quantity(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-1", "1Xi", "Gi"])
+def test_parse_quantity_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(text)
+
+
+def test_canonical_units_and_fit() -> None:
+    pod = Resources.from_quantities({"cpu": "250m", "memory": "1Gi", "nvidia.com/gpu": "1"})
+    assert pod["cpu"] == 250 and pod["memory"] == 2**30 and pod.gpus == 1
+    node = Resources({"cpu": 4000, "memory": 16 * 2**30, "nvidia.com/gpu": 1})
+    assert pod.fits_in(node)
+    assert not (pod * 2).fits_in(node)
+    assert (pod * 2).shortfall(node) == ["nvidia.com/gpu"]
+    assert (node - pod)["cpu"] == 3750
+
+
+@pytest.mark.parametrize(
+    ("op", "values", "labels", "expected"),
+    [("In", ("a", "b"), {"k": "a"}, True), ("In", ("a",), {}, False), ("NotIn", ("a",), {}, True),
+     ("NotIn", ("a",), {"k": "a"}, False), ("Exists", (), {"k": ""}, True), ("DoesNotExist", (), {"k": "x"}, False),
+     ("Gt", ("4",), {"k": "5"}, True), ("Gt", ("4",), {"k": "4"}, False), ("Lt", ("4",), {"k": "3"}, True),
+     ("Lt", ("4",), {"k": "x"}, False)],
+)
+def test_requirement_operators(op: str, values: tuple[str, ...], labels: dict[str, str], expected: bool) -> None:
+    assert Requirement(key="k", operator=op, values=values).matches(labels) is expected  # type: ignore[arg-type]
