@@ -1,0 +1,39 @@
+"""boto3 clients, made on demand so a test or the emulator can point them anywhere first.
+
+boto3 honours `AWS_ENDPOINT_URL`, which the emulator sets for every handler it drives; an
+explicit `endpoint_url` (the CLI's `--endpoint-url`) wins over it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+
+__all__ = ["AwsClients"]
+
+_RETRIES = BotoConfig(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+
+class AwsClients:
+    """One session, one client per service, all against the same endpoint and region."""
+
+    def __init__(self, region: str, endpoint_url: str | None = None, session: Session | None = None) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self._session = session or boto3.session.Session(region_name=region)
+        self._clients: dict[str, Any] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self._session.client(
+                service, region_name=self.region, endpoint_url=self.endpoint_url, config=_RETRIES
+            )
+        return self._clients[service]
+
+    def resource(self, service: str) -> Any:
+        return self._session.resource(service, region_name=self.region, endpoint_url=self.endpoint_url)

@@ -1,0 +1,29 @@
+"""The Lambdas' environment, validated once at cold start; logic never reads os.environ."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FunctionSettings", "load_settings"]
+
+
+class FunctionSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    table_name: str = Field(alias="TABLE_NAME")
+    config_parameter: str = Field(alias="CONFIG_PARAMETER")
+    """SSM parameter holding the configuration JSON (advanced tier: it can exceed 4 KB)."""
+    launch_queue_url: str | None = Field(default=None, alias="LAUNCH_QUEUE_URL")
+    drain_queue_url: str | None = Field(default=None, alias="DRAIN_QUEUE_URL")
+    region: str = Field(default="us-east-1", alias="AWS_REGION")
+    endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
+
+
+def load_settings(environ: dict[str, str] | None = None) -> FunctionSettings:
+    env = dict(os.environ if environ is None else environ)
+    return FunctionSettings.model_validate({k: v for k, v in env.items() if k in _NAMES})
+
+
+_NAMES = {f.alias for f in FunctionSettings.model_fields.values() if f.alias}
