@@ -1,0 +1,67 @@
+"""Names of the deployed resources, derived from the cluster name.
+
+The stack, the emulator and `invoke` all derive them here, so a command can find a deployment's
+queues, table and parameter from the configuration alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FUNCTIONS", "ResourceNames"]
+
+FUNCTIONS = ("packer", "fleet", "interruption", "drain", "prewarm", "consolidate")
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    cluster: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.cluster}-gpu-autoscaler"
+
+    @property
+    def table(self) -> str:
+        return self.prefix
+
+    @property
+    def config_parameter(self) -> str:
+        return f"/gpu-autoscaler/{self.cluster}/config"
+
+    @property
+    def pending_pods_queue(self) -> str:
+        return f"{self.prefix}-pending-pods.fifo"
+
+    @property
+    def pending_pods_dlq(self) -> str:
+        return f"{self.prefix}-pending-pods-dlq.fifo"
+
+    @property
+    def interruption_queue(self) -> str:
+        return f"{self.prefix}-interruption"
+
+    @property
+    def launch_queue(self) -> str:
+        return f"{self.prefix}-launch"
+
+    @property
+    def drain_queue(self) -> str:
+        return f"{self.prefix}-drain"
+
+    @property
+    def scheduler_dlq(self) -> str:
+        return f"{self.prefix}-scheduler-dlq"
+
+    def dlq(self, queue: str) -> str:
+        """The dead-letter queue of a standard queue."""
+        return f"{queue}-dlq"
+
+    def function(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    def schedule_group(self) -> str:
+        return self.prefix
+
+    def event_bus(self) -> str:
+        return "default"
