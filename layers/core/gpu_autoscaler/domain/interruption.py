@@ -1,0 +1,158 @@
+"""What AWS says about our capacity, and what to do about it.
+
+Parsing turns the five EventBridge event kinds into one `Notice`; `decide` turns a notice about an
+instance we own into one `Response`. Both are pure, so the same logic serves the Lambda, the
+emulator and the simulator.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import NodePool
+    from gpu_autoscaler.models.claims import NodeClaim
+
+__all__ = ["NoticeKind", "Notice", "Response", "UnknownEvent", "decide", "parse_notice"]
+
+SPOT_WARNING = timedelta(minutes=2)
+DRAIN_MARGIN = timedelta(seconds=30)
+"""Drains aim to finish this long before AWS acts, so a last eviction is not cut off mid-flight."""
+STOPPED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+
+
+class UnknownEvent(ValueError):
+    """An event this function does not handle; the message is acknowledged, never retried."""
+
+
+class NoticeKind(StrEnum):
+    SPOT_INTERRUPTION = "spot-interruption"
+    REBALANCE = "rebalance"
+    STATE_CHANGE = "state-change"
+    RESERVATION_INTERRUPTION = "reservation-interruption"
+    SCHEDULED_CHANGE = "scheduled-change"
+
+
+class Notice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str
+    kind: NoticeKind
+    instance_ids: tuple[str, ...]
+    time: datetime
+    deadline: datetime | None = None
+    """When AWS acts: termination for a warning, the start of a scheduled change."""
+    state: str | None = None
+
+    @property
+    def dedup_keys(self) -> list[str]:
+        """The same instance and kind act once, whatever event id AWS gave a repeated notice."""
+        return [f"{self.kind}#{instance}" for instance in self.instance_ids]
+
+
+def parse_notice(event: dict[str, Any]) -> Notice:
+    """Raise `UnknownEvent` for shapes we do not act on, `ValueError` for broken ones."""
+    detail_type = event.get("detail-type")
+    detail = event.get("detail") or {}
+    try:
+        time = _iso(event["time"])
+        event_id = str(event["id"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not an EventBridge event: missing {exc}") from None
+    common = {"event_id": event_id, "time": time}
+    if detail_type == "EC2 Spot Instance Interruption Warning":
+        action_time = detail.get("instance-action-time")
+        deadline = _iso(action_time) if action_time else time + SPOT_WARNING
+        return Notice(kind=NoticeKind.SPOT_INTERRUPTION, instance_ids=(_instance(detail),), deadline=deadline, **common)
+    if detail_type == "EC2 Instance Rebalance Recommendation":
+        return Notice(kind=NoticeKind.REBALANCE, instance_ids=(_instance(detail),), **common)
+    if detail_type == "EC2 Instance State-change Notification":
+        state = detail.get("state")
+        if state not in STOPPED_STATES:
+            raise UnknownEvent(f"instance state '{state}' needs no action")
+        return Notice(kind=NoticeKind.STATE_CHANGE, instance_ids=(_instance(detail),), state=state, **common)
+    if detail_type == "EC2 Capacity Reservation Instance Interruption Warning":
+        when = detail.get("instance-termination-time")
+        deadline = _iso(when) if when else time + SPOT_WARNING
+        return Notice(kind=NoticeKind.RESERVATION_INTERRUPTION, instance_ids=(_instance(detail),), deadline=deadline,
+                      **common)
+    if detail_type == "AWS Health Event":
+        if detail.get("service") != "EC2" or detail.get("eventTypeCategory") != "scheduledChange":
+            raise UnknownEvent("AWS Health event is not an EC2 scheduled change")
+        instances = tuple(
+            e["entityValue"] for e in detail.get("affectedEntities", [])
+            if str(e.get("entityValue", "")).startswith("i-")
+        ) or tuple(r for r in event.get("resources", []) if str(r).startswith("i-"))
+        if not instances:
+            raise UnknownEvent("AWS Health scheduled change names no instance")
+        start = detail.get("startTime")
+        return Notice(kind=NoticeKind.SCHEDULED_CHANGE, instance_ids=instances,
+                      deadline=_health_time(start) if start else None, **common)
+    raise UnknownEvent(f"detail-type '{detail_type}' is not handled")
+
+
+class Response(BaseModel):
+    """What to do for one instance we own."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    claim_id: str
+    cordon_now: bool = False
+    replace: bool = False
+    """Launch capacity for the node's pods now, through the packer's path."""
+    mark_unavailable: bool = False
+    """Spot took the capacity back: do not pick this offering again for a while."""
+    drain: bool = False
+    involuntary: bool = False
+    drain_deadline: datetime | None = None
+    wait_for_replacement: bool = False
+    """Drain only once the replacement is Ready (or at the deadline)."""
+    close: bool = False
+    """The instance is gone or going: end the claim, release its pods, delete the Node."""
+    reason: str = ""
+
+
+def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | None, now: datetime) -> Response:
+    base = {"instance_id": instance_id, "claim_id": claim.id}
+    if notice.kind is NoticeKind.STATE_CHANGE:
+        return Response(close=True, reason=f"instance {notice.state}", **base)
+    if notice.kind is NoticeKind.SPOT_INTERRUPTION:
+        deadline = (notice.deadline or now + SPOT_WARNING) - DRAIN_MARGIN
+        return Response(cordon_now=True, replace=True, mark_unavailable=True, drain=True, involuntary=True,
+                        drain_deadline=max(deadline, now), reason="spot interruption warning", **base)
+    if notice.kind is NoticeKind.REBALANCE:
+        if pool is not None and pool.disruption.rebalance == "ignore":
+            return Response(reason="rebalance recommendation ignored by pool setting", **base)
+        after = pool.disruption.rebalance_drain_after if pool else timedelta(minutes=10)
+        return Response(replace=True, drain=True, wait_for_replacement=True, drain_deadline=now + after,
+                        reason="rebalance recommendation", **base)
+    deadline = (notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10)
+    involuntary = notice.kind is NoticeKind.RESERVATION_INTERRUPTION
+    return Response(replace=True, drain=True, involuntary=involuntary, wait_for_replacement=True,
+                    cordon_now=involuntary, drain_deadline=max(deadline, now),
+                    reason=str(notice.kind).replace("-", " "), **base)
+
+
+def _instance(detail: dict[str, Any]) -> str:
+    instance = detail.get("instance-id")
+    if not isinstance(instance, str) or not instance.startswith("i-"):
+        raise ValueError(f"event detail has no instance-id: {detail!r}")
+    return instance
+
+
+def _iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _health_time(text: str) -> datetime:
+    """AWS Health writes RFC 1123 dates (`Sat, 05 Jun 2016 15:10:09 GMT`); accept ISO too."""
+    try:
+        return parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return _iso(text)

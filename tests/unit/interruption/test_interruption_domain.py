@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.config import Config
+from gpu_autoscaler.domain.interruption import NoticeKind, UnknownEvent, decide, parse_notice
+from gpu_autoscaler.models.claims import NodeClaim
+from tests.conftest import SHARED_DATA
+
+NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+
+
+def real_event(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SHARED_DATA / "aws-events" / name).read_text())
+    return data
+
+
+def make_claim(**overrides: Any) -> NodeClaim:
+    values: dict[str, Any] = {"cluster": "ml-prod", "id": "c-1", "pool": "gpu-burst", "capacity_type": "spot",
+                              "zones": ("us-east-1b",), "instance_types": ("g6.xlarge",), "price_per_hour": 0.3,
+                              "created_at": NOW, "instance_id": "i-0b662ef9931388ba0"}
+    values.update(overrides)
+    return NodeClaim(**values)
+
+
+def test_real_spot_warning_gives_two_minute_deadline() -> None:
+    notice = parse_notice(real_event("spot_interruption_warning.json"))
+    assert notice.kind is NoticeKind.SPOT_INTERRUPTION
+    assert notice.instance_ids == ("i-0b662ef9931388ba0",)
+    assert notice.deadline == notice.time + timedelta(minutes=2)
+
+
+def test_real_health_event_parses_rfc1123_start() -> None:
+    notice = parse_notice(real_event("aws_health_scheduled_change.json"))
+    assert notice.kind is NoticeKind.SCHEDULED_CHANGE
+    assert notice.instance_ids == ("i-12345678",)
+    assert notice.deadline == datetime(2016, 6, 5, 15, 10, 9, tzinfo=UTC)
+
+
+def test_pending_state_is_not_acted_on() -> None:
+    with pytest.raises(UnknownEvent, match="pending"):
+        parse_notice(real_event("ec2_state_change.json"))
+
+
+def test_broken_event_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="not an EventBridge event"):
+        parse_notice({"detail-type": "EC2 Spot Instance Interruption Warning"})
+
+
+def test_spot_warning_is_involuntary_replace_and_drain(config: Config) -> None:
+    notice = parse_notice(real_event("spot_interruption_warning.json"))
+    now = notice.time
+    response = decide(notice, "i-0b662ef9931388ba0", make_claim(), config.pool("gpu-burst"), now)
+    assert response.cordon_now and response.replace and response.mark_unavailable and response.involuntary
+    assert not response.wait_for_replacement
+    assert response.drain_deadline is not None and now < response.drain_deadline < now + timedelta(minutes=2)
+
+
+def test_rebalance_replaces_first_or_is_ignored(config: Config) -> None:
+    notice = parse_notice(real_event("rebalance_recommendation.json"))
+    pool = config.pool("gpu-burst")
+    response = decide(notice, "i-0b662ef9931388ba0", make_claim(), pool, NOW)
+    assert response.replace and response.wait_for_replacement and not response.involuntary
+    assert response.drain_deadline == NOW + pool.disruption.rebalance_drain_after
+    ignoring = pool.model_copy(update={"disruption": pool.disruption.model_copy(update={"rebalance": "ignore"})})
+    assert not decide(notice, "i-0b662ef9931388ba0", make_claim(), ignoring, NOW).drain
+
+
+def test_state_change_closes_the_claim(config: Config) -> None:
+    event = real_event("ec2_state_change.json")
+    event["detail"]["state"] = "terminated"
+    response = decide(parse_notice(event), "i-abcd1111", make_claim(), config.pool("gpu-burst"), NOW)
+    assert response.close and not response.drain
+
+
+def test_reservation_interruption_uses_termination_time(config: Config) -> None:
+    event = {"version": "0", "id": "e-1", "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",
+             "source": "aws.ec2", "time": "2026-11-22T10:00:00Z",
+             "detail": {"instance-id": "i-0abc", "instance-action": "terminate",
+                        "instance-termination-time": "2026-11-22T10:02:00Z", "azId": "use1-az1"}}
+    notice = parse_notice(event)
+    assert notice.deadline == datetime(2026, 11, 22, 10, 2, tzinfo=UTC)
+    response = decide(notice, "i-0abc", make_claim(instance_id="i-0abc"), config.pool("gpu-reserved"), NOW)
+    assert response.involuntary and response.cordon_now and response.replace
