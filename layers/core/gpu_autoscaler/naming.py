@@ -53,6 +53,20 @@ class ResourceNames:
     def scheduler_dlq(self) -> str:
         return f"{self.prefix}-scheduler-dlq"
 
+    @property
+    def launch_template(self) -> str:
+        """The nodes' launch template (pinned AMI, instance profile, security groups, IMDSv2)."""
+        return f"{self.prefix}-node"
+
+    @property
+    def instance_profile(self) -> str:
+        """The instance profile wrapping the configured node role."""
+        return f"{self.prefix}-node"
+
+    @property
+    def metrics_namespace(self) -> str:
+        return "GpuAutoscaler"
+
     def dlq(self, queue: str) -> str:
         """The dead-letter queue of a standard queue."""
         return f"{queue}-dlq"

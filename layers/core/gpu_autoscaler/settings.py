@@ -17,6 +17,8 @@ class FunctionSettings(BaseModel):
     """SSM parameter holding the configuration JSON (advanced tier: it can exceed 4 KB)."""
     launch_queue_url: str | None = Field(default=None, alias="LAUNCH_QUEUE_URL")
     drain_queue_url: str | None = Field(default=None, alias="DRAIN_QUEUE_URL")
+    launch_template_id: str | None = Field(default=None, alias="LAUNCH_TEMPLATE_ID")
+    """The stack's node launch template (pinned AMI, IMDSv2, encrypted EBS); given to the fleet function."""
     region: str = Field(default="us-east-1", alias="AWS_REGION")
     endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
 

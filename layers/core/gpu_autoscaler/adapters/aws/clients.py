@@ -35,5 +35,9 @@ class AwsClients:
             )
         return self._clients[service]
 
+    def for_region(self, region: str) -> AwsClients:
+        """Clients of another region on the same session and endpoint (the Pricing API lives in us-east-1)."""
+        return AwsClients(region, self.endpoint_url, self._session)
+
     def resource(self, service: str) -> Any:
         return self._session.resource(service, region_name=self.region, endpoint_url=self.endpoint_url)

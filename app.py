@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""The CDK app: configuration from cdk.json's `gpu-autoscaler` context, one stack, cdk-nag AwsSolutions checks.
+
+An invalid configuration stops synth with one line naming each field and its reason. Nothing here calls AWS:
+synth needs no credentials.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import aws_cdk as cdk
+
+from gpu_autoscaler.config import ConfigError
+from infra.application import build
+
+
+def main() -> None:
+    app = cdk.App()
+    try:
+        build(app)
+    except ConfigError as error:
+        sys.exit(str(error))
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The six Lambda functions, made in one loop from a small table of what differs between them.
+
+Each gets its own role holding only the capabilities its spec lists, its own log group with a retention,
+active tracing, the shared layer and the same environment contract (`gpu_autoscaler.settings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from cdk_nag import NagSuppressions, RegexAppliesTo
+from constructs import Construct
+
+from gpu_autoscaler.naming import FUNCTIONS
+from infra.permissions import Capability, Ec2Permissions, Wildcard
+from infra.queues import WorkQueue
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_dynamodb as dynamodb
+    from aws_cdk import aws_ssm as ssm
+
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.naming import ResourceNames
+    from infra.queues import WorkQueues
+
+__all__ = [
+    "ARCHITECTURE",
+    "FUNCTION_SPECS",
+    "HANDLER",
+    "LOG_RETENTION",
+    "RUNTIME",
+    "FunctionSpec",
+    "Functions",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_DIR = ROOT / "functions"
+
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+"""The newest Python runtime aws-cdk-lib offers; the layer's wheels are installed for the same version."""
+ARCHITECTURE = lambda_.Architecture.ARM_64
+"""Graviton: cheaper per GB-second than x86, and every dependency ships manylinux aarch64 wheels."""
+HANDLER = "handler.handler"
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+
+_ALWAYS = frozenset({Capability.READ_EC2})
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    timeout_seconds: int
+    memory_mb: int
+    trigger: WorkQueue | None
+    """The queue feeding it, or None for the two functions EventBridge Scheduler invokes."""
+    capabilities: frozenset[Capability]
+    reserved_concurrency: int | None = None
+    """Only where runs must not overlap; a new account's concurrency is small, so nothing is reserved lightly."""
+    batch_size: int = 10
+    max_concurrency: int | None = None
+    """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API."""
+    recursive: bool = False
+    """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
+    description: str = ""
+
+
+FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
+    FunctionSpec(
+        "packer", timeout_seconds=60, memory_mb=1024, trigger=WorkQueue.PENDING_PODS,
+        # One at a time: the FIFO group of the cluster is packed in order, and two packers never claim
+        # capacity for the same pods.
+        reserved_concurrency=1,
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES}),
+        description="Pack pending GPU pods onto in-flight claims and new NodeClaims",
+    ),
+    FunctionSpec(
+        "fleet", timeout_seconds=120, memory_mb=512, trigger=WorkQueue.LAUNCH, batch_size=5, max_concurrency=5,
+        recursive=True,
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.LAUNCH,
+                                Capability.OWNED_INSTANCES}),
+        description="Launch NodeClaims with EC2 CreateFleet (instant) and terminate owned instances",
+    ),
+    FunctionSpec(
+        "interruption", timeout_seconds=60, memory_mb=512, trigger=WorkQueue.INTERRUPTION,
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.SEND_DRAIN, Capability.READ_PRICES,
+                                Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
+        description="Act on Spot warnings, rebalance, state changes and scheduled events",
+    ),
+    FunctionSpec(
+        "drain", timeout_seconds=300, memory_mb=512, trigger=WorkQueue.DRAIN, batch_size=1, max_concurrency=10,
+        recursive=True,
+        capabilities=frozenset({Capability.SEND_DRAIN, Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
+        description="Cordon and evict, continue across invocations, terminate when empty",
+    ),
+    FunctionSpec(
+        "prewarm", timeout_seconds=120, memory_mb=1024, trigger=None, reserved_concurrency=1,
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.KUBERNETES}),
+        description="Warm capacity for scaling windows and the demand forecast",
+    ),
+    FunctionSpec(
+        "consolidate", timeout_seconds=120, memory_mb=1024, trigger=None, reserved_concurrency=1,
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.SEND_DRAIN, Capability.READ_PRICES,
+                                Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
+        description="Reconcile registrations; drain empty and underused nodes within budgets",
+    ),
+)  # fmt: skip
+
+if tuple(spec.name for spec in FUNCTION_SPECS) != FUNCTIONS:
+    raise RuntimeError("FUNCTION_SPECS must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
+
+
+class Functions(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        names: ResourceNames,
+        layer: lambda_.ILayerVersion,
+        queues: WorkQueues,
+        table: dynamodb.ITable,
+        parameter: ssm.IStringParameter,
+        launch_template_id: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._names = names
+        self._layer = layer
+        self._queues = queues
+        self._table = table
+        self._parameter = parameter
+        self._launch_template_id = launch_template_id
+        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_id=launch_template_id)
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        for spec in FUNCTION_SPECS:
+            self._create(spec)
+
+    def environment(self, spec: FunctionSpec) -> dict[str, str]:
+        """The variables `gpu_autoscaler.settings.FunctionSettings` reads, plus Powertools' own."""
+        env = {
+            "CONFIG_PARAMETER": self._parameter.parameter_name,
+            "TABLE_NAME": self._table.table_name,
+            "LAUNCH_QUEUE_URL": self._queues.queues[WorkQueue.LAUNCH].queue_url,
+            "DRAIN_QUEUE_URL": self._queues.queues[WorkQueue.DRAIN].queue_url,
+            "POWERTOOLS_SERVICE_NAME": spec.name,
+            "POWERTOOLS_METRICS_NAMESPACE": self._names.metrics_namespace,
+        }
+        if Capability.LAUNCH in spec.capabilities:
+            env["LAUNCH_TEMPLATE_ID"] = self._launch_template_id
+        return env
+
+    def _create(self, spec: FunctionSpec) -> None:
+        construct = spec.name.title()
+        function_name = self._names.function(spec.name)
+        code_dir = FUNCTIONS_DIR / spec.name
+        if not code_dir.is_dir():
+            raise FileNotFoundError(f"{code_dir} is missing: each function's code lives in functions/<name>/")
+        log_group = logs.LogGroup(
+            self,
+            f"{construct}Logs",
+            log_group_name=f"/aws/lambda/{function_name}",
+            retention=LOG_RETENTION,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            self,
+            f"{construct}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"gpu-autoscaler {spec.name} function: only what {spec.name} calls",
+        )
+        log_group.grant_write(role)
+        self._table.grant_read_write_data(role)
+        self._parameter.grant_read(role)
+        scheduled = spec.trigger is None
+        function = lambda_.Function(
+            self,
+            construct,
+            function_name=function_name,
+            description=spec.description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            code=lambda_.Code.from_asset(str(code_dir), exclude=["__pycache__", "*.pyc", ".gitkeep"]),
+            handler=HANDLER,
+            layers=[self._layer],
+            role=role,
+            timeout=Duration.seconds(spec.timeout_seconds),
+            memory_size=spec.memory_mb,
+            reserved_concurrent_executions=spec.reserved_concurrency,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment=self.environment(spec),
+            log_group=log_group,
+            recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.recursive else lambda_.RecursiveLoop.TERMINATE,
+            # Scheduler invokes asynchronously: a tick that still fails goes to the scheduler DLQ, and a stale
+            # tick is dropped rather than retried past the next one.
+            on_failure=destinations.SqsDestination(self._queues.scheduler_dlq) if scheduled else None,
+            retry_attempts=1 if scheduled else None,
+            max_event_age=Duration.minutes(5) if scheduled else None,
+        )
+        if spec.trigger is not None:
+            function.add_event_source(
+                sources.SqsEventSource(
+                    self._queues.queues[spec.trigger],
+                    batch_size=spec.batch_size,
+                    report_batch_item_failures=True,
+                    max_concurrency=spec.max_concurrency,
+                )
+            )
+        wildcards: list[Wildcard] = []
+        for capability in sorted(spec.capabilities | _ALWAYS):
+            if capability is Capability.SEND_LAUNCH:
+                self._queues.queues[WorkQueue.LAUNCH].grant_send_messages(role)
+            elif capability is Capability.SEND_DRAIN:
+                self._queues.queues[WorkQueue.DRAIN].grant_send_messages(role)
+            else:
+                grant = self._ec2.grant(capability)
+                for statement in grant.statements:
+                    role.add_to_policy(statement)
+                wildcards.extend(grant.wildcards)
+        self._suppress(role, spec, wildcards)
+        self.functions[spec.name] = function
+        self.roles[spec.name] = role
+
+    @staticmethod
+    def _suppress(role: iam.Role, spec: FunctionSpec, wildcards: list[Wildcard]) -> None:
+        star = ["xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing)"]
+        star.append("the EC2 Describe* calls, restricted to the configured region by aws:RequestedRegion")
+        if Capability.READ_PRICES in spec.capabilities:
+            star.append("pricing:GetProducts")
+        suppressions: list[dict[str, Any]] = [
+            {
+                "id": "AwsSolutions-IAM5",
+                "reason": "Resource '*' only for actions that have no resource-level permissions: "
+                + "; ".join(star)
+                + ".",
+                "appliesTo": ["Resource::*"],
+            }
+        ]
+        for wildcard in wildcards:
+            suppressions.append(
+                {
+                    "id": "AwsSolutions-IAM5",
+                    "reason": wildcard.reason,
+                    "appliesTo": [RegexAppliesTo(regex=wildcard.pattern)],
+                }
+            )
+        NagSuppressions.add_resource_suppressions(role, suppressions, apply_to_children=True)

@@ -1,0 +1,220 @@
+"""IAM statements per capability, so each function's role holds exactly the capabilities its spec lists.
+
+Anything that can change or create EC2 capacity is bound to the ownership tag `gpu-autoscaler/cluster =
+<clusterName>`: on existing resources through `aws:ResourceTag`, on launches through `aws:RequestTag` (the
+launch template tags every launched resource, see `infra.nodes`). Each wildcard left carries the reason
+cdk-nag is told, next to the statement that needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from aws_cdk import aws_iam as iam
+
+from gpu_autoscaler.models.labels import TAG_CLUSTER
+
+if TYPE_CHECKING:
+    from aws_cdk import Stack
+
+    from gpu_autoscaler.config import Config
+
+__all__ = ["EC2_READ_ACTIONS", "Capability", "Ec2Permissions", "PolicyGrant", "Wildcard"]
+
+EC2_READ_ACTIONS = (
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeFleets",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceStatus",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeSubnets",
+)
+
+_CREATED_BY_LAUNCH = ("fleet", "instance", "volume", "network-interface", "spot-instances-request")
+
+
+class Capability(StrEnum):
+    SEND_LAUNCH = "send-launch"
+    """Send LaunchRequests to the launch queue."""
+    SEND_DRAIN = "send-drain"
+    """Send DrainRequests to the drain queue (the drain function re-enqueues its own progress)."""
+    READ_EC2 = "read-ec2"
+    """EC2 Describe* calls in the configured region: instance types, offerings, spot prices, reservations."""
+    READ_PRICES = "read-prices"
+    """The Pricing API and the EC2 service quotas."""
+    LAUNCH = "launch"
+    """CreateFleet / RunInstances with the ownership tag, pass the node role, version the launch template."""
+    OWNED_INSTANCES = "owned-instances"
+    """Terminate and re-tag instances that carry this cluster's ownership tag, and no others."""
+    KUBERNETES = "kubernetes"
+    """eks:DescribeCluster for the endpoint and CA; the bearer token is a presigned sts:GetCallerIdentity."""
+
+
+@dataclass(frozen=True)
+class Wildcard:
+    """A cdk-nag AwsSolutions-IAM5 finding this grant causes on purpose, matched by regex, with its reason."""
+
+    pattern: str
+    reason: str
+
+
+@dataclass
+class PolicyGrant:
+    statements: list[iam.PolicyStatement] = field(default_factory=list)
+    wildcards: list[Wildcard] = field(default_factory=list)
+
+
+class Ec2Permissions:
+    """Builds the statements of the AWS-facing capabilities for one stack and configuration."""
+
+    def __init__(self, stack: Stack, config: Config, *, launch_template_id: str) -> None:
+        self.stack = stack
+        self.config = config
+        self.launch_template_id = launch_template_id
+        self.owner = {TAG_CLUSTER: config.cluster_name}
+
+    def grant(self, capability: Capability) -> PolicyGrant:
+        builders = {
+            Capability.READ_EC2: self.read_ec2,
+            Capability.READ_PRICES: self.read_prices,
+            Capability.LAUNCH: self.launch,
+            Capability.OWNED_INSTANCES: self.owned_instances,
+            Capability.KUBERNETES: self.kubernetes,
+        }
+        return builders[capability]()
+
+    def _ec2_arn(self, resource: str, name: str, *, account: bool = True) -> str:
+        return self.stack.format_arn(
+            service="ec2", resource=resource, resource_name=name, account=None if account else ""
+        )
+
+    def read_ec2(self) -> PolicyGrant:
+        statement = iam.PolicyStatement(
+            sid="DescribeEc2",
+            actions=list(EC2_READ_ACTIONS),
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": self.config.region}},
+        )
+        return PolicyGrant([statement])
+
+    def read_prices(self) -> PolicyGrant:
+        return PolicyGrant(
+            [
+                iam.PolicyStatement(sid="ReadPrices", actions=["pricing:GetProducts"], resources=["*"]),
+                iam.PolicyStatement(
+                    sid="ReadEc2Quotas",
+                    actions=["servicequotas:GetServiceQuota"],
+                    resources=[self.stack.format_arn(service="servicequotas", resource="ec2", resource_name="*")],
+                ),
+            ],
+            [
+                Wildcard(
+                    r"/^Resource::arn:<AWS::Partition>:servicequotas:.*:ec2\/\*$/g",
+                    "Only the EC2 service's quotas (vCPU limits per instance family and capacity type); the quota "
+                    "codes depend on the families the pools select.",
+                )
+            ],
+        )
+
+    def kubernetes(self) -> PolicyGrant:
+        cluster = self.stack.format_arn(service="eks", resource="cluster", resource_name=self.config.cluster_name)
+        return PolicyGrant(
+            [iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[cluster])]
+        )
+
+    def owned_instances(self) -> PolicyGrant:
+        statement = iam.PolicyStatement(
+            sid="ActOnOwnedInstances",
+            actions=["ec2:TerminateInstances", "ec2:CreateTags"],
+            resources=[self._ec2_arn("instance", "*")],
+            conditions={"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": self.config.cluster_name}},
+        )
+        return PolicyGrant(
+            [statement],
+            [
+                Wildcard(
+                    r"/^Resource::arn:<AWS::Partition>:ec2:.*:instance\/\*$/g",
+                    "Instance ids are not known in advance; the statement only applies to instances tagged "
+                    f"{TAG_CLUSTER}={self.config.cluster_name} (aws:ResourceTag condition).",
+                )
+            ],
+        )
+
+    def launch(self) -> PolicyGrant:
+        created = [self._ec2_arn(kind, "*") for kind in _CREATED_BY_LAUNCH]
+        launch_template = self._ec2_arn("launch-template", self.launch_template_id)
+        used = [
+            launch_template,
+            *(self._ec2_arn("subnet", subnet) for subnet in sorted(self.config.network.subnets.values())),
+            *(self._ec2_arn("security-group", group) for group in self.config.network.security_groups),
+            *(self._ec2_arn("image", ami, account=False) for ami in self._amis()),
+            *(self._ec2_arn("capacity-reservation", cr) for cr in self._reservations()),
+            self._ec2_arn("snapshot", "*", account=False),
+        ]
+        statements = [
+            iam.PolicyStatement(
+                sid="LaunchTaggedCapacity",
+                actions=["ec2:CreateFleet", "ec2:RunInstances"],
+                resources=created,
+                conditions={"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": self.config.cluster_name}},
+            ),
+            iam.PolicyStatement(
+                sid="LaunchFromConfiguredResources",
+                actions=["ec2:CreateFleet", "ec2:RunInstances"],
+                resources=used,
+            ),
+            iam.PolicyStatement(
+                sid="TagOnLaunch",
+                actions=["ec2:CreateTags"],
+                resources=created,
+                conditions={
+                    "StringEquals": {
+                        "ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                        f"aws:RequestTag/{TAG_CLUSTER}": self.config.cluster_name,
+                    }
+                },
+            ),
+            iam.PolicyStatement(
+                sid="VersionNodeLaunchTemplate",
+                actions=["ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"],
+                resources=[launch_template],
+            ),
+            iam.PolicyStatement(
+                sid="PassNodeRole",
+                actions=["iam:PassRole"],
+                resources=[self.config.node_role],
+                conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            ),
+        ]
+        wildcards = [
+            Wildcard(
+                r"/^Resource::arn:<AWS::Partition>:ec2:.*:(fleet|instance|volume|network-interface|"
+                r"spot-instances-request)\/\*$/g",
+                "These resources are created by the call itself, so their ids cannot be named; CreateFleet, "
+                f"RunInstances and CreateTags on them require the request to carry {TAG_CLUSTER}="
+                f"{self.config.cluster_name} (aws:RequestTag), and tagging only as part of the launch "
+                "(ec2:CreateAction).",
+            ),
+            Wildcard(
+                r"/^Resource::arn:<AWS::Partition>:ec2:.*::snapshot\/\*$/g",
+                "RunInstances authorizes the EBS snapshots behind the pinned AMIs; they belong to the AMI "
+                "publisher and their ids are not in the configuration. The AMIs themselves are named.",
+            ),
+        ]
+        return PolicyGrant(statements, wildcards)
+
+    def _amis(self) -> list[str]:
+        ami = self.config.ami
+        return [image for image in (ami.x86_64, ami.arm64) if image]
+
+    def _reservations(self) -> list[str]:
+        return sorted({cr.id for pool in self.config.node_pools for cr in pool.capacity_reservations})

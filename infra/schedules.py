@@ -1,0 +1,157 @@
+"""EventBridge Scheduler: a schedule per scaling window, and the rate ticks of pre-warm and consolidation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_scheduler as scheduler
+from constructs import Construct
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk import aws_sqs as sqs
+
+    from gpu_autoscaler.config import ScalingWindow
+    from gpu_autoscaler.naming import ResourceNames
+
+__all__ = ["SCHEDULED_TIME", "RateSchedule", "Schedules", "schedule_name", "tick_input", "RATE_SCHEDULES"]
+
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
+"""Scheduler's context attribute: replaced by the time the schedule was due, so a late retry knows its tick."""
+
+
+@dataclass(frozen=True)
+class RateSchedule:
+    function: str
+    expression: str
+    max_retries: int
+    max_event_age_seconds: int
+    """A tick older than its period is superseded by the next one: no point retrying it longer."""
+
+
+RATE_SCHEDULES = (
+    RateSchedule("prewarm", "rate(5 minutes)", max_retries=2, max_event_age_seconds=300),
+    RateSchedule("consolidate", "rate(1 minute)", max_retries=1, max_event_age_seconds=60),
+)
+
+WINDOW_RETRIES = 5
+WINDOW_MAX_EVENT_AGE_SECONDS = 900
+"""A window's start matters more than a rate tick: retry longer; the 5-minute pre-warm tick backs it up."""
+
+
+def tick_input(window: str | None) -> str:
+    """The target input: `gpu_autoscaler.models.messages.ScheduleTick` as JSON."""
+    tick: dict[str, str] = {"trigger": "window", "window": window} if window else {"trigger": "rate"}
+    tick["scheduledTime"] = SCHEDULED_TIME
+    return json.dumps(tick, separators=(",", ":"))
+
+
+def schedule_name(window: str) -> str:
+    """`window-<name>`, shortened with a digest when the 64-character limit would cut it."""
+    name = f"window-{window}"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(window.encode()).hexdigest()[:8]
+    return f"window-{window[:47]}-{digest}"
+
+
+class Schedules(Construct):
+    """The schedules, their group, and the role Scheduler assumes to invoke the two scheduled functions."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ResourceNames,
+        windows: list[ScalingWindow],
+        functions: dict[str, lambda_.IFunction],
+        dead_letter_queue: sqs.IQueue,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.group = scheduler.CfnScheduleGroup(self, "Group", name=names.schedule_group())
+        targets = {"prewarm": functions["prewarm"], "consolidate": functions["consolidate"]}
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}}
+            ),
+            description="EventBridge Scheduler: invoke the prewarm and consolidate functions, nothing else",
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[fn.function_arn for fn in targets.values()]
+            )
+        )
+        # Scheduler delivers dead-letter events with the schedule's execution role.
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letter_queue.queue_arn])
+        )
+        self._dlq_arn = dead_letter_queue.queue_arn
+        self.schedules: dict[str, scheduler.CfnSchedule] = {}
+        for window in windows:
+            self._schedule(
+                f"Window{len(self.schedules)}",
+                name=schedule_name(window.name),
+                expression=window.schedule,
+                timezone=window.timezone,
+                target=targets["prewarm"],
+                payload=tick_input(window.name),
+                retries=WINDOW_RETRIES,
+                max_age=WINDOW_MAX_EVENT_AGE_SECONDS,
+                description=f"scaling window {window.name}: warm pool {window.node_pool} for "
+                f"{int(window.duration.total_seconds() // 60)} min",
+            )
+        for rate in RATE_SCHEDULES:
+            self._schedule(
+                f"{rate.function.title()}Rate",
+                name=f"{rate.function}-rate",
+                expression=rate.expression,
+                timezone=None,
+                target=targets[rate.function],
+                payload=tick_input(None),
+                retries=rate.max_retries,
+                max_age=rate.max_event_age_seconds,
+                description=f"{rate.function} tick",
+            )
+
+    def _schedule(
+        self,
+        construct_id: str,
+        *,
+        name: str,
+        expression: str,
+        timezone: str | None,
+        target: lambda_.IFunction,
+        payload: str,
+        retries: int,
+        max_age: int,
+        description: str,
+    ) -> None:
+        schedule = scheduler.CfnSchedule(
+            self,
+            construct_id,
+            name=name,
+            group_name=self.group.name,
+            description=description,
+            schedule_expression=expression,
+            schedule_expression_timezone=timezone,
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=target.function_arn,
+                role_arn=self.role.role_arn,
+                input=payload,
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_retry_attempts=retries, maximum_event_age_in_seconds=max_age
+                ),
+                dead_letter_config=scheduler.CfnSchedule.DeadLetterConfigProperty(arn=self._dlq_arn),
+            ),
+        )
+        schedule.node.add_dependency(self.group)
+        self.schedules[name] = schedule

@@ -1,0 +1,126 @@
+"""The stack: composes one construct per capability and exports what users and the agent need."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import CfnOutput, Duration, Environment, Stack, Tags
+
+from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.naming import ResourceNames
+from infra.agent import AgentAccess
+from infra.configuration import ConfigParameter
+from infra.events import InterruptionRules
+from infra.functions import ARCHITECTURE, FUNCTION_SPECS, RUNTIME, Functions
+from infra.layer import CoreLayer
+from infra.monitoring import Monitoring
+from infra.nodes import NodeLaunchTemplate
+from infra.permissions import Capability
+from infra.queues import WorkQueue, WorkQueues
+from infra.schedules import Schedules
+from infra.table import StateTable
+
+if TYPE_CHECKING:
+    from constructs import Construct
+
+    from gpu_autoscaler.config import Config
+
+__all__ = ["GpuAutoscalerStack", "stack_id"]
+
+
+def stack_id(cluster_name: str) -> str:
+    return "GpuAutoscaler-" + cluster_name.replace("_", "-")
+
+
+class GpuAutoscalerStack(Stack):
+    """Everything of one cluster's gpu-autoscaler. Account-agnostic: synth needs no credentials; the region is
+    the configuration's, so a deploy lands next to the cluster whatever the caller's default region."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        layer_dependencies: bool | None = None,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            env=Environment(region=config.region),
+            description=f"gpu-autoscaler for Kubernetes cluster {config.cluster_name}",
+        )
+        self.config = config
+        names = ResourceNames(config.cluster_name)
+        Tags.of(self).add(TAG_CLUSTER, config.cluster_name)
+
+        self.table = StateTable(self, "State", names=names).table
+        self.parameter = ConfigParameter(self, "Config", config=config, names=names).parameter
+        timeouts = {
+            spec.trigger: Duration.seconds(spec.timeout_seconds) for spec in FUNCTION_SPECS if spec.trigger is not None
+        }
+        self.queues = WorkQueues(self, "Queues", names=names, consumer_timeouts=timeouts)
+        self.nodes = NodeLaunchTemplate(self, "Nodes", config=config, names=names)
+        self.layer = CoreLayer(
+            self, "Core", runtime=RUNTIME, architecture=ARCHITECTURE, install_dependencies=layer_dependencies
+        )
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            names=names,
+            layer=self.layer.layer,
+            queues=self.queues,
+            table=self.table,
+            parameter=self.parameter,
+            launch_template_id=self.nodes.launch_template_id,
+        )
+        self.interruption_rules = InterruptionRules(
+            self,
+            "InterruptionRules",
+            cluster_name=config.cluster_name,
+            queue=self.queues.queues[WorkQueue.INTERRUPTION],
+            dead_letter_queue=self.queues.dead_letter_queues[WorkQueue.INTERRUPTION],
+        )
+        self.schedules = Schedules(
+            self,
+            "Schedules",
+            names=names,
+            windows=list(config.scaling_windows),
+            functions=dict(self.functions.functions),
+            dead_letter_queue=self.queues.scheduler_dlq,
+        )
+        self.agent = AgentAccess(
+            self, "Agent", queue=self.queues.queues[WorkQueue.PENDING_PODS], cluster_name=config.cluster_name
+        )
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            names=names,
+            functions=self.functions.functions,
+            queues={kind.value: queue for kind, queue in self.queues.queues.items()},
+            dead_letter_queues=self.queues.all_dead_letter_queues,
+        )
+        self._outputs()
+
+    def _outputs(self) -> None:
+        for kind, queue in self.queues.queues.items():
+            label = "".join(part.title() for part in kind.value.split("-"))
+            CfnOutput(self, f"{label}QueueUrl", value=queue.queue_url, description=f"the {kind.value} queue")
+        CfnOutput(self, "TableName", value=self.table.table_name)
+        CfnOutput(self, "ConfigParameterName", value=self.parameter.parameter_name)
+        CfnOutput(
+            self,
+            "AgentPolicyArn",
+            value=self.agent.policy.managed_policy_arn,
+            description="attach to the agent's role: send to the pending-pods queue only",
+        )
+        CfnOutput(self, "LaunchTemplateId", value=self.nodes.launch_template_id)
+        for spec in FUNCTION_SPECS:
+            if Capability.KUBERNETES in spec.capabilities:
+                CfnOutput(
+                    self,
+                    f"{spec.name.title()}RoleArn",
+                    value=self.functions.roles[spec.name].role_arn,
+                    description=f"grant this role Kubernetes access (EKS access entry / RBAC) for {spec.name}",
+                )

@@ -1,0 +1,40 @@
+"""The single DynamoDB table: claims, pod assignments, unavailable offerings, demand, idempotency records."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.naming import ResourceNames
+
+__all__ = ["PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "StateTable"]
+
+PARTITION_KEY = "PK"
+SORT_KEY = "SK"
+TTL_ATTRIBUTE = "expiresAt"
+
+
+class StateTable(Construct):
+    """On-demand (the load follows the pending pods, idle most of the time) and retained on stack deletion:
+    it holds the record of what we launched, which outlives any deployment of the functions."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, names: ResourceNames) -> None:
+        super().__init__(scope, construct_id)
+        self.table = dynamodb.Table(
+            self,
+            "Table",
+            table_name=names.table,
+            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=SORT_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=TTL_ATTRIBUTE,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            removal_policy=RemovalPolicy.RETAIN,
+        )

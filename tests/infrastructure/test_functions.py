@@ -1,0 +1,117 @@
+"""The six functions: one loop, same runtime and layer, own role and log group, the settings contract."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import aws_cdk.aws_lambda as lambda_
+
+from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
+from gpu_autoscaler.settings import FunctionSettings
+from infra.functions import FUNCTION_SPECS
+from infra.queues import WorkQueue
+
+if TYPE_CHECKING:
+    from tests.infrastructure.conftest import Synthesized
+
+COMMON_ENV = {"CONFIG_PARAMETER", "TABLE_NAME", "LAUNCH_QUEUE_URL", "DRAIN_QUEUE_URL", "POWERTOOLS_SERVICE_NAME",
+              "POWERTOOLS_METRICS_NAMESPACE"}  # fmt: skip
+
+
+def _function(synthesized: Synthesized, name: str) -> dict[str, Any]:
+    props: dict[str, Any] = synthesized.resources[synthesized.logical_id(synthesized.stack.functions.functions[name])][
+        "Properties"
+    ]
+    return props
+
+
+def _newest_python() -> str:
+    versions = [getattr(lambda_.Runtime, n).name for n in dir(lambda_.Runtime) if n.startswith("PYTHON_3_")]
+    return max(versions, key=lambda v: tuple(int(p) for p in v.removeprefix("python").split(".")))
+
+
+def test_six_functions_named_and_built_alike(synthesized: Synthesized) -> None:
+    names = ResourceNames(synthesized.config.cluster_name)
+    layer_id = synthesized.logical_id(synthesized.stack.layer.layer)
+    assert len(synthesized.of_type("AWS::Lambda::Function")) == len(FUNCTIONS) == 6
+    for name in FUNCTIONS:
+        props = _function(synthesized, name)
+        assert props["FunctionName"] == names.function(name)
+        assert props["Runtime"] == _newest_python()
+        assert props["Architectures"] == ["arm64"]
+        assert props["Handler"] == "handler.handler"
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert props["Layers"] == [{"Ref": layer_id}]
+
+
+def test_one_layer_for_the_same_runtime_and_architecture(synthesized: Synthesized) -> None:
+    [layer] = synthesized.of_type("AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["CompatibleRuntimes"] == [_newest_python()]
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+
+
+def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    launch_template = synthesized.logical_id(stack.nodes.launch_template)
+    for spec in FUNCTION_SPECS:
+        env = _function(synthesized, spec.name)["Environment"]["Variables"]
+        expected = COMMON_ENV | ({"LAUNCH_TEMPLATE_ID"} if spec.name == "fleet" else set())
+        assert set(env) == expected, spec.name
+        assert env["CONFIG_PARAMETER"] == {"Ref": synthesized.logical_id(stack.parameter)}
+        assert env["TABLE_NAME"] == {"Ref": synthesized.logical_id(stack.table)}
+        assert env["LAUNCH_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.LAUNCH])}
+        assert env["DRAIN_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.DRAIN])}
+        assert env["POWERTOOLS_SERVICE_NAME"] == spec.name
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "GpuAutoscaler"
+        if spec.name == "fleet":
+            assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": launch_template}
+        settings_names = {f.alias for f in FunctionSettings.model_fields.values()}
+        assert set(env) - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"} <= settings_names
+
+
+def test_each_function_has_its_own_role_and_a_log_group_with_retention(synthesized: Synthesized) -> None:
+    roles = {_function(synthesized, name)["Role"]["Fn::GetAtt"][0] for name in FUNCTIONS}
+    assert len(roles) == 6
+    groups = synthesized.of_type("AWS::Logs::LogGroup")
+    for name in FUNCTIONS:
+        props = _function(synthesized, name)
+        group = groups[props["LoggingConfig"]["LogGroup"]["Ref"]]["Properties"]
+        assert group["LogGroupName"] == f"/aws/lambda/{props['FunctionName']}"
+        assert group["RetentionInDays"] == 30
+
+
+def test_queue_triggers_report_partial_batch_failures(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    mappings = {m["Properties"]["FunctionName"]["Ref"]: m["Properties"]
+                for m in synthesized.of_type("AWS::Lambda::EventSourceMapping").values()}  # fmt: skip
+    triggers = {"packer": WorkQueue.PENDING_PODS, "interruption": WorkQueue.INTERRUPTION,
+                "fleet": WorkQueue.LAUNCH, "drain": WorkQueue.DRAIN}  # fmt: skip
+    assert len(mappings) == len(triggers)
+    for name, queue in triggers.items():
+        mapping = mappings[synthesized.logical_id(stack.functions.functions[name])]
+        assert mapping["EventSourceArn"] == {"Fn::GetAtt": [synthesized.logical_id(stack.queues.queues[queue]), "Arn"]}
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mappings[synthesized.logical_id(stack.functions.functions["packer"])]["BatchSize"] == 10
+
+
+def test_packer_runs_one_at_a_time_so_the_fifo_group_stays_in_order(synthesized: Synthesized) -> None:
+    assert _function(synthesized, "packer")["ReservedConcurrentExecutions"] == 1
+    for name in ("prewarm", "consolidate"):
+        assert _function(synthesized, name)["ReservedConcurrentExecutions"] == 1
+    for name in ("interruption", "fleet", "drain"):
+        assert "ReservedConcurrentExecutions" not in _function(synthesized, name)
+
+
+def test_drain_may_re_enqueue_itself(synthesized: Synthesized) -> None:
+    assert _function(synthesized, "drain")["RecursiveLoop"] == "Allow"
+    assert _function(synthesized, "packer")["RecursiveLoop"] == "Terminate"
+
+
+def test_scheduled_functions_send_failed_ticks_to_the_scheduler_dlq(synthesized: Synthesized) -> None:
+    dlq_id = synthesized.logical_id(synthesized.stack.queues.scheduler_dlq)
+    configs = {c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
+               for c in synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()}  # fmt: skip
+    expected = {synthesized.logical_id(synthesized.stack.functions.functions[n]) for n in ("prewarm", "consolidate")}
+    assert set(configs) == expected
+    for config in configs.values():
+        assert config["DestinationConfig"] == {"OnFailure": {"Destination": {"Fn::GetAtt": [dlq_id, "Arn"]}}}

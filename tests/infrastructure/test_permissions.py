@@ -1,0 +1,185 @@
+"""Least privilege: every mutation of EC2 capacity bound to the ownership tag, nothing broader than needed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.naming import FUNCTIONS
+from infra.queues import WorkQueue
+
+if TYPE_CHECKING:
+    from tests.infrastructure.conftest import Synthesized
+
+ACCOUNT = "111122223333"
+STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts"}
+"""Actions without resource-level permissions (plus ec2:Describe*, checked by prefix)."""
+LAUNCHED = ("fleet", "instance", "volume", "network-interface", "spot-instances-request")
+
+
+def flat(value: Any) -> Any:
+    """An ARN as a string: pseudo parameters filled in, other references as ${LogicalId}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(flat(part) for part in parts)
+    if isinstance(value, dict) and "Ref" in value:
+        return {"AWS::Partition": "aws", "AWS::AccountId": ACCOUNT}.get(value["Ref"], "${" + value["Ref"] + "}")
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "${" + ".".join(value["Fn::GetAtt"]) + "}"
+    raise AssertionError(f"unexpected ARN shape {value!r}")
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def statements_of(synthesized: Synthesized, function: str) -> list[dict[str, Any]]:
+    role_id = synthesized.logical_id(synthesized.stack.functions.roles[function])
+    found = []
+    for policy in synthesized.of_type("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            found.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    assert found, function
+    return found
+
+
+def allowed(synthesized: Synthesized, function: str, action: str) -> list[dict[str, Any]]:
+    return [s for s in statements_of(synthesized, function) if action in _listed(s["Action"])]
+
+
+def _all_statements(synthesized: Synthesized) -> list[dict[str, Any]]:
+    statements = []
+    for resource in synthesized.resources.values():
+        props = resource.get("Properties", {})
+        for document in [props.get("PolicyDocument")] + [p["PolicyDocument"] for p in props.get("Policies", [])]:
+            if document:
+                statements.extend(document["Statement"])
+    return statements
+
+
+def test_no_action_star_and_resource_star_only_where_unavoidable(synthesized: Synthesized) -> None:
+    for statement in _all_statements(synthesized):
+        actions = _listed(statement["Action"])
+        assert "*" not in actions
+        if statement["Effect"] == "Allow" and "*" in _listed(statement.get("Resource", [])):
+            assert all(a in STAR_ALLOWED or a.startswith("ec2:Describe") for a in actions), actions
+
+
+def test_describe_calls_are_held_to_the_configured_region(synthesized: Synthesized) -> None:
+    for name in FUNCTIONS:
+        [statement] = [s for s in statements_of(synthesized, name) if s.get("Sid") == "DescribeEc2"]
+        assert statement["Condition"] == {"StringEquals": {"aws:RequestedRegion": synthesized.config.region}}
+
+
+def test_terminate_only_instances_tagged_with_this_cluster(synthesized: Synthesized) -> None:
+    cluster = synthesized.config.cluster_name
+    holders = [name for name in FUNCTIONS if allowed(synthesized, name, "ec2:TerminateInstances")]
+    assert sorted(holders) == ["consolidate", "drain", "fleet", "interruption"]
+    for name in holders:
+        for statement in allowed(synthesized, name, "ec2:TerminateInstances"):
+            assert statement["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}}
+            assert flat(statement["Resource"]) == f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*"
+
+
+def test_create_tags_needs_the_tag_on_the_instance_or_the_launch(synthesized: Synthesized) -> None:
+    cluster = synthesized.config.cluster_name
+    for name in FUNCTIONS:
+        for statement in allowed(synthesized, name, "ec2:CreateTags"):
+            condition = statement["Condition"]["StringEquals"]
+            if f"aws:ResourceTag/{TAG_CLUSTER}" in condition:
+                assert condition == {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}
+            else:
+                assert condition == {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                                     f"aws:RequestTag/{TAG_CLUSTER}": cluster}  # fmt: skip
+                assert name == "fleet"
+
+
+def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None:
+    config = synthesized.config
+    holders = [
+        n
+        for n in FUNCTIONS
+        if allowed(synthesized, n, "ec2:CreateFleet") or allowed(synthesized, n, "ec2:RunInstances")
+    ]
+    assert holders == ["fleet"]
+    statements = allowed(synthesized, "fleet", "ec2:CreateFleet")
+    assert all(_listed(s["Action"]) == ["ec2:CreateFleet", "ec2:RunInstances"] for s in statements)
+    tagged = [s for s in statements if "Condition" in s]
+    untagged = [s for s in statements if "Condition" not in s]
+    assert len(tagged) == 1 and len(untagged) == 1
+    assert tagged[0]["Condition"] == {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": config.cluster_name}}
+    assert sorted(flat(r) for r in tagged[0]["Resource"]) == sorted(
+        f"arn:aws:ec2:us-east-1:{ACCOUNT}:{kind}/*" for kind in LAUNCHED
+    )
+    # What a launch only uses is named: the configured subnets, groups, AMIs, reservations, our template.
+    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    expected = {
+        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{s}" for s in config.network.subnets.values()),
+        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/{g}" for g in config.network.security_groups),
+        f"arn:aws:ec2:us-east-1::image/{config.ami.x86_64}",
+        f"arn:aws:ec2:us-east-1::image/{config.ami.arm64}",
+        f"arn:aws:ec2:us-east-1:{ACCOUNT}:capacity-reservation/cr-0123456789abcdef0",
+        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}",
+        "arn:aws:ec2:us-east-1::snapshot/*",
+    }
+    assert {flat(r) for r in untagged[0]["Resource"]} == expected
+
+
+def test_the_only_launch_template_the_fleet_may_version_is_ours(synthesized: Synthesized) -> None:
+    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    [statement] = allowed(synthesized, "fleet", "ec2:CreateLaunchTemplateVersion")
+    assert flat(statement["Resource"]) == f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}"
+    assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
+
+
+def test_pass_role_only_for_the_node_role_to_ec2(synthesized: Synthesized) -> None:
+    holders = [name for name in FUNCTIONS if allowed(synthesized, name, "iam:PassRole")]
+    assert holders == ["fleet"]
+    [statement] = allowed(synthesized, "fleet", "iam:PassRole")
+    assert statement["Resource"] == synthesized.config.node_role
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+
+def test_queue_sends_follow_each_function_s_job(synthesized: Synthesized) -> None:
+    queues = synthesized.stack.queues.queues
+
+    def senders(kind: WorkQueue) -> list[str]:
+        arn = {"Fn::GetAtt": [synthesized.logical_id(queues[kind]), "Arn"]}
+        return [n for n in FUNCTIONS if any(s["Resource"] == arn for s in allowed(synthesized, n, "sqs:SendMessage"))]
+
+    assert senders(WorkQueue.LAUNCH) == ["packer", "fleet", "interruption", "prewarm", "consolidate"]
+    assert senders(WorkQueue.DRAIN) == ["interruption", "drain", "consolidate"]
+    assert senders(WorkQueue.PENDING_PODS) == []
+
+
+def test_every_function_reads_the_config_and_uses_the_table(synthesized: Synthesized) -> None:
+    table = {"Fn::GetAtt": [synthesized.logical_id(synthesized.stack.table), "Arn"]}
+    parameter_ref = "${" + synthesized.logical_id(synthesized.stack.parameter) + "}"
+    for name in FUNCTIONS:
+        [read] = allowed(synthesized, name, "ssm:GetParameter")
+        assert flat(read["Resource"]) == f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter{parameter_ref}"
+        [write] = allowed(synthesized, name, "dynamodb:PutItem")
+        assert write["Resource"] == [table]
+
+
+def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synthesized) -> None:
+    cluster = synthesized.config.cluster_name
+    holders = [name for name in FUNCTIONS if allowed(synthesized, name, "eks:DescribeCluster")]
+    assert holders == ["interruption", "drain", "prewarm", "consolidate"]
+    for name in holders:
+        [statement] = allowed(synthesized, name, "eks:DescribeCluster")
+        assert flat(statement["Resource"]) == f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/{cluster}"
+        assert f"{name.title()}RoleArn" in synthesized.outputs
+
+
+def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:
+    for statement in allowed(synthesized, "packer", "servicequotas:GetServiceQuota"):
+        assert flat(statement["Resource"]) == f"arn:aws:servicequotas:us-east-1:{ACCOUNT}:ec2/*"
+    assert not allowed(synthesized, "drain", "pricing:GetProducts")
+
+
+def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:
+    for role in synthesized.of_type("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]
