@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from gpu_autoscaler.models.durations import Duration
 from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.resources import parse_quantity
 from gpu_autoscaler.models.taints import Taint
 
 __all__ = [
@@ -100,6 +101,11 @@ class CapacityReservation(_Model):
     id: str = Field(pattern=r"^cr-[0-9a-f]+$")
     type: Literal["default", "capacity-block"] = "default"
     """`capacity-block` for EC2 Capacity Blocks for ML, which launch with market type capacity-block."""
+    instance_type: str | None = None
+    availability_zone: str | None = None
+    instance_count: int | None = Field(default=None, ge=0)
+    """Optional: what the reservation holds, used only where DescribeCapacityReservations cannot be called
+    (the emulator); on AWS the API's answer wins."""
 
 
 class PoolLimits(_Model):
@@ -172,6 +178,15 @@ class NodePool(_Model):
     """Gangs in this pool need EFA: one instance type per gang, EFA-capable types only."""
     lead_time: Duration = timedelta(minutes=8)
     """Node boot plus image pull: how early warm capacity must be asked for."""
+    ephemeral_storage: str = "100Gi"
+    """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
+
+    @field_validator("ephemeral_storage")
+    @classmethod
+    def _storage_quantity(cls, value: str) -> str:
+        if parse_quantity(value) <= 0:
+            raise ValueError(f"'{value}' must be a positive quantity such as '100Gi'")
+        return value
 
     @model_validator(mode="after")
     def _reserved_needs_reservations(self) -> NodePool:

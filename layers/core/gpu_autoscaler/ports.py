@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.messages import LaunchRequest
     from gpu_autoscaler.models.taints import Taint
 
-__all__ = ["CatalogSource", "ClusterAPI", "StateStore"]
+__all__ = ["CatalogSource", "ClusterAPI", "LaunchQueue", "QuotaSource", "StateStore"]
 
 
 class CatalogSource(Protocol):
@@ -59,6 +60,11 @@ class StateStore(Protocol):
         """Conditional on the stored state still being `claim.state`; raises `StaleClaim` otherwise."""
         ...
 
+    def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
+        """Change fields of a claim, not its state: conditional on the stored state still being `claim.state`,
+        raises `StaleClaim` otherwise. The packer adds pods (and their requests) to claims in flight this way."""
+        ...
+
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
         """Assign each pod not already covered by a live claim; returns the uids newly assigned."""
         ...
@@ -76,3 +82,15 @@ class StateStore(Protocol):
     def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None: ...
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]: ...
+
+
+class LaunchQueue(Protocol):
+    """Where launch requests go: the launch SQS queue in AWS, read by the fleet function."""
+
+    def send(self, request: LaunchRequest) -> None: ...
+
+
+class QuotaSource(Protocol):
+    """vCPU service quotas by `<group>/<capacity type>` (`g/spot`, `p/on-demand`), as far as they are known."""
+
+    def vcpu_quotas(self) -> Mapping[str, int]: ...

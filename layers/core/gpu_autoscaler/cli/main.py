@@ -12,3 +12,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    # A callback keeps `app` a group of subcommands even while only one command is registered.
+    pass
+
+
+# Each command module registers itself on `app` when imported: one line per command.
+# isort: off
+from gpu_autoscaler.cli import catalog  # noqa: E402, F401
+from gpu_autoscaler.cli import invoke  # noqa: E402, F401
+from gpu_autoscaler.cli import plan  # noqa: E402, F401
+# isort: on

@@ -1,0 +1,297 @@
+"""The AWS `CatalogSource`: GPU instance types, where each is offered, and what each offering costs.
+
+- Instance types: `DescribeInstanceTypes`, restricted by name to the GPU families (g*, p*: every EC2
+  type with a GPU is in one of them), GPU data corrected by the override table.
+- Where: `DescribeInstanceTypeOfferings` by availability zone, restricted to the configured zones.
+- Prices: see `pricing` (Pricing API / spot price history, with bundled snapshots as fallback).
+- Reserved: the node pools' capacity reservations, read with `DescribeCapacityReservations`. Where that
+  API does not answer (moto lacks it), the reservations' `instanceType`/`availabilityZone` from the
+  configuration stand in, logged once. A reservation is already paid for, so using it costs nothing
+  extra; its offering is priced like Karpenter's, on-demand / 10,000,000: near zero, so it is always
+  preferred, yet two reservations still rank by what their instances are worth.
+
+Instance types are read once per source; offerings are re-priced when older than `price_ttl`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+
+from gpu_autoscaler.adapters.aws.instance_types import instance_type_from_api, load_gpu_overrides
+from gpu_autoscaler.adapters.aws.pricing import (
+    PRICING_REGION,
+    OnDemandPrices,
+    PriceSnapshot,
+    SpotPrices,
+    WarnOnce,
+    describe_error,
+)
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.models.catalog import Offering
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.instance_types import GpuFacts
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import CapacityReservation, Config
+    from gpu_autoscaler.models.catalog import InstanceType
+
+__all__ = [
+    "GPU_NAME_PATTERNS",
+    "RESERVED_PRICE_DIVISOR",
+    "Ec2CatalogSource",
+    "Reservation",
+    "describe_reservations",
+]
+
+logger = logging.getLogger(__name__)
+
+GPU_NAME_PATTERNS = ("g*", "p*")
+RESERVED_PRICE_DIVISOR = 10_000_000
+_TYPES_BATCH = 100
+
+_UNAVAILABLE = (ClientError, BotoCoreError, ResponseParserError, NotImplementedError)
+"""How an API that is not there shows itself: AWS errors, and moto, which raises NotImplementedError
+in-process and answers an unparseable HTML 500 in server mode."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    id: str
+    instance_type: str
+    zone: str
+    type: str
+    """`default` (an On-Demand Capacity Reservation) or `capacity-block`."""
+    available: int | None
+
+
+def describe_reservations(
+    ec2: Any, wanted: Sequence[CapacityReservation], warn: WarnOnce | None = None
+) -> list[Reservation]:
+    """The active reservations among `wanted`, from the API, or from the configuration when the API fails."""
+    warn = warn or WarnOnce(logger)
+    if not wanted:
+        return []
+    ids = sorted({r.id for r in wanted})
+    try:
+        found: list[Reservation] = []
+        paginator = ec2.get_paginator("describe_capacity_reservations")
+        for page in paginator.paginate(CapacityReservationIds=ids):
+            for item in page.get("CapacityReservations", []):
+                if item.get("State") != "active":
+                    continue
+                found.append(Reservation(
+                    id=item["CapacityReservationId"],
+                    instance_type=item["InstanceType"],
+                    zone=item["AvailabilityZone"],
+                    type=item.get("ReservationType", "default"),
+                    available=item.get("AvailableInstanceCount"),
+                ))
+        return found
+    except _UNAVAILABLE as error:
+        usable = [r for r in wanted if r.instance_type and r.availability_zone]
+        skipped = sorted(r.id for r in wanted if not (r.instance_type and r.availability_zone))
+        note = f"; skipped {', '.join(skipped)} (no instanceType/availabilityZone configured)" if skipped else ""
+        warn(
+            "reservations-from-config",
+            "DescribeCapacityReservations unavailable (%s): using %d reservation(s) as configured%s",
+            describe_error(error), len(usable), note,
+        )
+        return [
+            Reservation(r.id, r.instance_type or "", r.availability_zone or "", r.type, r.instance_count)
+            for r in usable
+        ]
+
+
+class Ec2CatalogSource:
+    """`CatalogSource` over EC2 (real or moto): GPU instance types and their offerings in one region."""
+
+    def __init__(
+        self,
+        ec2_client: Any,
+        region: str,
+        *,
+        zones: Sequence[str] | None = None,
+        on_demand: OnDemandPrices | None = None,
+        spot: SpotPrices | None = None,
+        reservations: Sequence[CapacityReservation] = (),
+        prefix_delegation: bool = False,
+        overrides: dict[str, GpuFacts] | None = None,
+        clock: Clock | None = None,
+        price_ttl: timedelta = timedelta(minutes=10),
+        name_patterns: Sequence[str] = GPU_NAME_PATTERNS,
+    ) -> None:
+        self.region = region
+        self._ec2 = ec2_client
+        self._zones = tuple(sorted(zones)) if zones else None
+        self._warn = WarnOnce(logger)
+        self._clock = clock or SystemClock()
+        snapshot = None if on_demand and spot else PriceSnapshot.load()
+        self._on_demand = on_demand or OnDemandPrices(region, None, snapshot, self._warn, self._clock)
+        self._spot = spot or SpotPrices(region, ec2_client, snapshot, self._clock, self._warn)
+        self._reservations = tuple(reservations)
+        self._prefix_delegation = prefix_delegation
+        self._overrides = load_gpu_overrides() if overrides is None else overrides
+        self._price_ttl = price_ttl
+        self._patterns = tuple(name_patterns)
+        self._types: tuple[InstanceType, ...] | None = None
+        self._offered: dict[str, tuple[str, ...]] = {}
+        self._offerings: tuple[Offering, ...] | None = None
+        self._priced_at: datetime | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        clients: AwsClients,
+        config: Config | None = None,
+        *,
+        use_pricing_api: bool = True,
+        clock: Clock | None = None,
+    ) -> Ec2CatalogSource:
+        """The source a Lambda or command uses: zones, reservations and prefix delegation from `config`.
+
+        The Pricing API client points where `clients` point (moto answers it with an error, and the
+        snapshot takes over); `use_pricing_api=False` skips it altogether.
+        """
+        region = clients.region
+        ec2 = clients.client("ec2")
+        warn = WarnOnce(logger)
+        snapshot = PriceSnapshot.load()
+        pricing = clients.for_region(PRICING_REGION).client("pricing") if use_pricing_api else None
+        zones: list[str] | None = None
+        reservations: list[CapacityReservation] = []
+        if config is not None:
+            if config.region == region:
+                zones = config.zones
+                reservations = [r for pool in config.node_pools for r in pool.capacity_reservations]
+            else:
+                logger.warning(
+                    "configuration is for %s, catalog asked for %s: its zones and reservations are ignored",
+                    config.region, region,
+                )
+        return cls(
+            ec2,
+            region,
+            zones=zones,
+            on_demand=OnDemandPrices(region, pricing, snapshot, warn, clock),
+            spot=SpotPrices(region, ec2, snapshot, clock, warn),
+            reservations=reservations,
+            prefix_delegation=bool(config and config.prefix_delegation),
+            clock=clock,
+        )
+
+    # CatalogSource
+
+    def instance_types(self) -> list[InstanceType]:
+        if self._types is None:
+            self._load_types()
+        assert self._types is not None
+        return list(self._types)
+
+    def offerings(self) -> list[Offering]:
+        now = self._clock.now()
+        if self._offerings is None or self._priced_at is None or now - self._priced_at >= self._price_ttl:
+            self._offerings = tuple(self._price())
+            self._priced_at = now
+        return list(self._offerings)
+
+    def catalog(self) -> Catalog:
+        return Catalog(self.instance_types(), self.offerings())
+
+    @property
+    def on_demand_source(self) -> str:
+        return self._on_demand.source
+
+    # Loading
+
+    def _load_types(self) -> None:
+        offered: dict[str, set[str]] = {}
+        filters = [{"Name": "location", "Values": list(self._zones)}] if self._zones else []
+        paginator = self._ec2.get_paginator("describe_instance_type_offerings")
+        for page in paginator.paginate(LocationType="availability-zone", Filters=filters):
+            for item in page.get("InstanceTypeOfferings", []):
+                if self._zones is None or item["Location"] in self._zones:
+                    offered.setdefault(item["InstanceType"], set()).add(item["Location"])
+        types: list[InstanceType] = []
+        paginator = self._ec2.get_paginator("describe_instance_types")
+        pages = paginator.paginate(Filters=[{"Name": "instance-type", "Values": list(self._patterns)}])
+        for page in pages:
+            for raw in page.get("InstanceTypes", []):
+                if raw["InstanceType"] not in offered:
+                    continue
+                instance_type = instance_type_from_api(
+                    raw, self._overrides, self._prefix_delegation, self._disagreement
+                )
+                if instance_type.is_gpu:
+                    types.append(instance_type)
+        self._types = tuple(sorted(types, key=lambda t: t.name))
+        self._offered = {t.name: tuple(sorted(offered[t.name])) for t in self._types}
+
+    def _disagreement(self, name: str, api: GpuFacts, table: GpuFacts) -> None:
+        self._warn(
+            f"override:{name}",
+            "DescribeInstanceTypes now says %s has %s × %s (%d devices, %d MiB); the override table's %s × %s "
+            "(%d devices, %d MiB) is used: review data/gpu_overrides.json",
+            name, api.gpus, api.gpu_model, api.gpu_devices, api.gpu_memory_mib,
+            table.gpus, table.gpu_model, table.gpu_devices, table.gpu_memory_mib,
+        )
+
+    def _price(self) -> list[Offering]:
+        types = {t.name: t for t in self.instance_types()}
+        on_demand = self._on_demand.prices(list(types))
+        spot_places = [
+            (name, zone) for name, t in types.items() if "spot" in t.capacity_types for zone in self._offered[name]
+        ]
+        spot = self._spot.quotes(spot_places, on_demand)
+        offerings: list[Offering] = []
+        for name, instance_type in types.items():
+            for zone in self._offered[name]:
+                if "on-demand" in instance_type.capacity_types and name in on_demand:
+                    offerings.append(Offering(
+                        instance_type=name, zone=zone, capacity_type="on-demand", price_per_hour=on_demand[name]
+                    ))
+                quote = spot.get((name, zone))
+                if quote is not None:
+                    offerings.append(Offering(
+                        instance_type=name, zone=zone, capacity_type="spot", price_per_hour=quote.price_per_hour,
+                        interruption_band=quote.interruption_band,
+                    ))
+        offerings.extend(self._reserved(types, on_demand))
+        return offerings
+
+    def _reserved(self, types: dict[str, InstanceType], on_demand: dict[str, float]) -> list[Offering]:
+        offerings: list[Offering] = []
+        for reservation in describe_reservations(self._ec2, self._reservations, self._warn):
+            if reservation.instance_type not in types:
+                self._warn(
+                    f"reservation-type:{reservation.id}",
+                    "capacity reservation %s holds %s, which is not a GPU type offered here: ignored",
+                    reservation.id, reservation.instance_type,
+                )
+                continue
+            if self._zones is not None and reservation.zone not in self._zones:
+                self._warn(
+                    f"reservation-zone:{reservation.id}",
+                    "capacity reservation %s is in %s, where no subnet is configured: ignored",
+                    reservation.id, reservation.zone,
+                )
+                continue
+            offerings.append(Offering(
+                instance_type=reservation.instance_type,
+                zone=reservation.zone,
+                capacity_type="reserved",
+                price_per_hour=on_demand.get(reservation.instance_type, 0.0) / RESERVED_PRICE_DIVISOR,
+                reservation_id=reservation.id,
+                reservation_type=reservation.type,
+                available_count=reservation.available,
+            ))
+        return offerings

@@ -1,0 +1,126 @@
+"""The domain `Catalog`: indexing and the queries the packer asks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_autoscaler.domain.catalog import Catalog, UnknownInstanceType
+from gpu_autoscaler.models.requirements import Requirement
+from tests.unit.catalog.builders import make_instance_type, make_offering
+
+
+def small_catalog() -> Catalog:
+    types = [
+        make_instance_type(name="g6.xlarge"),
+        make_instance_type(name="g6.12xlarge", vcpu=48, gpus=4, gpu_devices=4, gpu_memory_mib=91552),
+        make_instance_type(name="g6f.large", vcpu=2, gpus=0.125, gpu_devices=1, gpu_memory_mib=2861),
+        make_instance_type(name="m5.large", vcpu=2, gpus=0, gpu_devices=0, gpu_model=None, gpu_memory_mib=0),
+    ]
+    offerings = [
+        make_offering(instance_type="g6.xlarge", zone="us-east-1a", capacity_type="on-demand", price_per_hour=0.8048),
+        make_offering(instance_type="g6.xlarge", zone="us-east-1b", capacity_type="on-demand", price_per_hour=0.8048),
+        make_offering(instance_type="g6.xlarge", zone="us-east-1a", capacity_type="spot", price_per_hour=0.41,
+                      interruption_band=4),
+        make_offering(instance_type="g6.xlarge", zone="us-east-1b", capacity_type="spot", price_per_hour=0.39,
+                      interruption_band=4),
+        make_offering(instance_type="g6.12xlarge", zone="us-east-1a", capacity_type="on-demand", price_per_hour=4.6016),
+        make_offering(instance_type="g6.12xlarge", zone="us-east-1a", capacity_type="reserved",
+                      price_per_hour=4.6016e-7, reservation_id="cr-1", available_count=2),
+        make_offering(instance_type="g6f.large", zone="us-east-1c", capacity_type="on-demand", price_per_hour=0.202),
+        make_offering(instance_type="m5.large", zone="us-east-1a", capacity_type="on-demand", price_per_hour=0.096),
+    ]
+    return Catalog(types, offerings)
+
+
+def test_types_are_indexed_by_name() -> None:
+    catalog = small_catalog()
+    assert [t.name for t in catalog.instance_types()] == ["g6.12xlarge", "g6.xlarge", "g6f.large", "m5.large"]
+    assert [t.name for t in catalog.gpu_types()] == ["g6.12xlarge", "g6.xlarge", "g6f.large"]
+    assert catalog.instance_type("g6f.large").gpus == 0.125
+    assert catalog.get("p5.48xlarge") is None
+    assert "g6.xlarge" in catalog and "p5.48xlarge" not in catalog
+    assert catalog.zones() == ("us-east-1a", "us-east-1b", "us-east-1c")
+
+
+def test_unknown_types_are_a_typed_error() -> None:
+    catalog = small_catalog()
+    with pytest.raises(UnknownInstanceType, match="p5.48xlarge"):
+        catalog.instance_type("p5.48xlarge")
+    with pytest.raises(UnknownInstanceType):
+        catalog.offerings_for("p5.48xlarge")
+    with pytest.raises(UnknownInstanceType):
+        catalog.offerings(instance_types=["p5.48xlarge"])
+
+
+def test_an_offering_of_an_unknown_type_is_refused_at_build() -> None:
+    with pytest.raises(UnknownInstanceType, match="p5.48xlarge"):
+        Catalog([make_instance_type()], [make_offering(instance_type="p5.48xlarge")])
+
+
+def test_offerings_for_one_type_are_cheapest_first() -> None:
+    prices = [(o.zone, o.capacity_type, o.price_per_hour) for o in small_catalog().offerings_for("g6.xlarge")]
+    assert prices == [("us-east-1b", "spot", 0.39), ("us-east-1a", "spot", 0.41),
+                      ("us-east-1a", "on-demand", 0.8048), ("us-east-1b", "on-demand", 0.8048)]
+
+
+def test_offerings_filter_by_zone_capacity_type_and_exclusions() -> None:
+    catalog = small_catalog()
+    found = catalog.offerings(zones={"us-east-1a"}, capacity_types={"spot", "on-demand"},
+                              exclude={("g6.xlarge", "us-east-1a", "spot")})
+    assert [o.key for o in found] == [("m5.large", "us-east-1a", "on-demand"),
+                                      ("g6.xlarge", "us-east-1a", "on-demand"),
+                                      ("g6.12xlarge", "us-east-1a", "on-demand")]
+    assert {o.instance_type for o in catalog.offerings(gpu_only=True)} == {"g6.xlarge", "g6.12xlarge", "g6f.large"}
+    assert [o.key for o in catalog.offerings(instance_types=["g6f.large", "g6.12xlarge"], capacity_types=["on-demand"])
+            ] == [("g6f.large", "us-east-1c", "on-demand"), ("g6.12xlarge", "us-east-1a", "on-demand")]
+
+
+def test_cheapest_offering() -> None:
+    catalog = small_catalog()
+    cheapest = catalog.cheapest()
+    assert cheapest is not None and cheapest.reservation_id == "cr-1"  # a reservation is already paid for
+    assert catalog.cheapest(capacity_types=["on-demand", "spot"]).instance_type == "m5.large"
+    assert catalog.cheapest("g6.xlarge", zones=["us-east-1a"], capacity_types=["spot"]).price_per_hour == 0.41
+    assert catalog.cheapest("g6.xlarge", zones=["us-east-1c"]) is None
+
+
+def test_offering_lookup_and_price_by_key() -> None:
+    catalog = small_catalog()
+    assert catalog.price(("g6.xlarge", "us-east-1b", "spot")) == 0.39
+    assert catalog.offering(("g6.12xlarge", "us-east-1a", "reserved")).reservation_id == "cr-1"
+    assert catalog.price(("g6.xlarge", "us-east-1c", "spot")) is None
+
+
+def test_without_drops_unavailable_offerings_and_keeps_types() -> None:
+    catalog = small_catalog()
+    smaller = catalog.without({("g6.xlarge", "us-east-1b", "spot"), ("g6.12xlarge", "us-east-1a", "reserved")})
+    assert len(smaller.all_offerings()) == len(catalog.all_offerings()) - 2
+    assert smaller.instance_types() == catalog.instance_types()
+    assert smaller.cheapest("g6.xlarge").price_per_hour == 0.41
+    assert catalog.without(set()) is catalog
+
+
+def test_requirements_match_type_zone_and_capacity_labels() -> None:
+    catalog = small_catalog()
+    requirements = [
+        Requirement(key="karpenter.k8s.aws/instance-family", operator="In", values=("g6", "g6f")),
+        Requirement(key="karpenter.sh/capacity-type", operator="NotIn", values=("spot",)),
+        Requirement(key="karpenter.k8s.aws/instance-gpu-count", operator="Lt", values=("4",)),
+    ]
+    assert [o.key for o in catalog.matching(requirements)] == [("g6f.large", "us-east-1c", "on-demand"),
+                                                               ("g6.xlarge", "us-east-1a", "on-demand"),
+                                                               ("g6.xlarge", "us-east-1b", "on-demand")]
+    labels = catalog.labels(catalog.offerings_for("g6f.large")[0])
+    assert labels["topology.kubernetes.io/zone"] == "us-east-1c"
+    assert labels["karpenter.k8s.aws/instance-gpu-name"] == "l4"
+
+
+def test_building_from_a_source() -> None:
+    class Source:
+        def instance_types(self) -> list:
+            return [make_instance_type()]
+
+        def offerings(self) -> list:
+            return [make_offering()]
+
+    assert [o.key for o in Catalog.from_source(Source()).all_offerings()] == [("g6.xlarge", "us-east-1a", "on-demand")]

@@ -1,0 +1,146 @@
+"""`Ec2CatalogSource` over a fake EC2 client: offerings per zone, prices, reservations, re-pricing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from botocore.parsers import ResponseParserError
+
+from gpu_autoscaler.adapters.aws.catalog import RESERVED_PRICE_DIVISOR, Ec2CatalogSource
+from gpu_autoscaler.adapters.aws.pricing import OnDemandPrices, PriceSnapshot, SpotAdvice, SpotPrices
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import CapacityReservation
+from tests.unit.catalog.builders import make_gpu, raw_instance_type
+from tests.unit.catalog.fakes import FakeClient
+
+NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+
+
+def fake_ec2(**answers: Any) -> FakeClient:
+    defaults: dict[str, Any] = {
+        "describe_instance_type_offerings": [{"InstanceTypeOfferings": [
+            {"InstanceType": name, "Location": zone, "LocationType": "availability-zone"}
+            for name, zones in {"g6.xlarge": ZONES, "g6f.large": ZONES[:2], "m5.large": ZONES,
+                                "p5.48xlarge": ("us-east-1d",)}.items()
+            for zone in zones
+        ]}],
+        "describe_instance_types": [{"InstanceTypes": [
+            raw_instance_type("g6.xlarge"),
+            raw_instance_type("g6f.large", vcpus=2, gpus=[make_gpu(Count=0, LogicalGpuCount=1, GpuPartitionSize=0.125,
+                                                                   MemoryInfo={"SizeInMiB": 2861})]),
+            raw_instance_type("p5.48xlarge", vcpus=192, gpus=[make_gpu(Name="H100", Count=8)]),
+        ]}, {"InstanceTypes": [raw_instance_type("m5.large", gpus=[])]}],
+        "describe_spot_price_history": [],
+    }
+    defaults.update(answers)
+    return FakeClient(**defaults)
+
+
+def snapshot() -> PriceSnapshot:
+    return PriceSnapshot({"us-east-1": {"g6.xlarge": 0.8048, "g6f.large": 0.202, "p5.48xlarge": 55.04}},
+                         {"us-east-1": {"g6.xlarge": SpotAdvice(50, 4)}}, "2026-07-20", "2026-11-22")
+
+
+def make_source(ec2: FakeClient, clock: FixedClock | None = None, **overrides: Any) -> Ec2CatalogSource:
+    clock = clock or FixedClock(NOW)
+    values: dict[str, Any] = {
+        "zones": ZONES,
+        "on_demand": OnDemandPrices("us-east-1", None, snapshot()),
+        "spot": SpotPrices("us-east-1", ec2, snapshot(), clock),
+        "clock": clock,
+        "overrides": {},
+    }
+    values.update(overrides)
+    return Ec2CatalogSource(ec2, "us-east-1", **values)
+
+
+def test_gpu_types_offered_in_the_configured_zones_only() -> None:
+    ec2 = fake_ec2()
+    source = make_source(ec2)
+    assert [t.name for t in source.instance_types()] == ["g6.xlarge", "g6f.large"]
+    offering_calls = [kw for op, kw in ec2.calls if op == "describe_instance_type_offerings"]
+    assert offering_calls == [{"LocationType": "availability-zone",
+                               "Filters": [{"Name": "location", "Values": list(ZONES)}]}]
+    type_calls = [kw for op, kw in ec2.calls if op == "describe_instance_types"]
+    assert type_calls == [{"Filters": [{"Name": "instance-type", "Values": ["g*", "p*"]}]}]
+
+
+def test_offerings_per_zone_and_capacity_type() -> None:
+    catalog = make_source(fake_ec2()).catalog()
+    keys = {o.key: o for o in catalog.all_offerings()}
+    assert set(keys) == {
+        ("g6.xlarge", z, ct) for z in ZONES for ct in ("on-demand", "spot")
+    } | {("g6f.large", z, "on-demand") for z in ZONES[:2]}
+    spot = keys[("g6.xlarge", "us-east-1b", "spot")]
+    assert spot.price_per_hour == pytest.approx(0.4024) and spot.interruption_band == 4
+    assert keys[("g6f.large", "us-east-1a", "on-demand")].price_per_hour == 0.202
+    assert catalog.instance_type("g6f.large").gpus == 0.125
+
+
+def test_without_zones_every_zone_counts() -> None:
+    source = make_source(fake_ec2(), zones=None)
+    assert "p5.48xlarge" in {t.name for t in source.instance_types()}
+    assert {o.zone for o in source.offerings() if o.instance_type == "p5.48xlarge"} == {"us-east-1d"}
+
+
+def test_reservations_from_the_api_are_near_free_reserved_offerings() -> None:
+    ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
+        {"CapacityReservationId": "cr-0aaa", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
+         "State": "active", "ReservationType": "default", "AvailableInstanceCount": 3, "TotalInstanceCount": 4},
+        {"CapacityReservationId": "cr-0bbb", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1b",
+         "State": "expired", "AvailableInstanceCount": 0},
+    ]}])
+    source = make_source(ec2, reservations=[CapacityReservation(id="cr-0aaa"), CapacityReservation(id="cr-0bbb")])
+    reserved = [o for o in source.offerings() if o.capacity_type == "reserved"]
+    assert [(o.key, o.reservation_id, o.reservation_type, o.available_count) for o in reserved] == [
+        (("g6.xlarge", "us-east-1a", "reserved"), "cr-0aaa", "default", 3)]
+    assert reserved[0].price_per_hour == pytest.approx(0.8048 / RESERVED_PRICE_DIVISOR)
+    call = next(kw for op, kw in ec2.calls if op == "describe_capacity_reservations")
+    assert call == {"CapacityReservationIds": ["cr-0aaa", "cr-0bbb"]}
+
+
+def test_reservations_fall_back_to_the_configuration(caplog: pytest.LogCaptureFixture) -> None:
+    ec2 = fake_ec2()
+    ec2.fail("describe_capacity_reservations", ResponseParserError("<!doctype html> 500"))
+    configured = [
+        CapacityReservation(id="cr-0aaa", instance_type="g6.xlarge", availability_zone="us-east-1c", instance_count=2),
+        CapacityReservation(id="cr-0ccc", type="capacity-block"),
+    ]
+    source = make_source(ec2, reservations=configured)
+    with caplog.at_level(logging.WARNING):
+        reserved = [o for o in source.offerings() if o.capacity_type == "reserved"]
+    assert [(o.key, o.available_count) for o in reserved] == [(("g6.xlarge", "us-east-1c", "reserved"), 2)]
+    assert any("skipped cr-0ccc" in r.getMessage() for r in caplog.records)
+
+
+def test_reservations_outside_the_zones_or_types_are_ignored() -> None:
+    ec2 = fake_ec2()
+    ec2.fail("describe_capacity_reservations", NotImplementedError("moto"))
+    source = make_source(ec2, reservations=[
+        CapacityReservation(id="cr-01", instance_type="g6.xlarge", availability_zone="us-east-1f"),
+        CapacityReservation(id="cr-02", instance_type="m5.large", availability_zone="us-east-1a"),
+    ])
+    assert [o for o in source.offerings() if o.capacity_type == "reserved"] == []
+
+
+def test_prices_are_refreshed_after_the_ttl_and_types_are_not() -> None:
+    clock = FixedClock(NOW)
+    ec2 = fake_ec2()
+    source = make_source(ec2, clock, price_ttl=timedelta(minutes=10))
+    source.offerings()
+    source.offerings()
+    clock.advance(timedelta(minutes=11))
+    source.offerings()
+    count = {op: sum(1 for o, _ in ec2.calls if o == op) for op, _ in ec2.calls}
+    assert count["describe_spot_price_history"] == 2
+    assert count["describe_instance_types"] == 1
+
+
+def test_prefix_delegation_changes_max_pods() -> None:
+    plain = make_source(fake_ec2()).catalog().instance_type("g6.xlarge").max_pods
+    delegated = make_source(fake_ec2(), prefix_delegation=True).catalog().instance_type("g6.xlarge").max_pods
+    assert (plain, delegated) == (58, 110)

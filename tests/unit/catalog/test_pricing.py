@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpu_autoscaler.adapters.aws.pricing import (
+    OnDemandPrices,
+    PriceSnapshot,
+    PricesUnavailable,
+    SpotAdvice,
+    SpotPrices,
+    parse_price_list_item,
+)
+from gpu_autoscaler.clock import FixedClock
+from tests.unit.catalog.fakes import FakeClient, client_error
+
+NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+
+
+def make_snapshot(**overrides: object) -> PriceSnapshot:
+    values: dict[str, object] = {
+        "on_demand": {"us-east-1": {"g5.xlarge": 1.006, "g6.xlarge": 0.8048, "g6f.large": 0.202}},
+        "advice": {"us-east-1": {"g5.xlarge": SpotAdvice(59, 4), "g6.xlarge": SpotAdvice(49, 4)},
+                   "ca-central-1": {"p5.48xlarge": SpotAdvice(-62, 0)}},
+        "on_demand_date": "2026-07-20",
+        "advice_date": "2026-11-22",
+    }
+    values.update(overrides)
+    return PriceSnapshot(**values)  # type: ignore[arg-type]
+
+
+def price_list_item(instance_type: str, usd: str) -> str:
+    return json.dumps({
+        "product": {"attributes": {"instanceType": instance_type, "regionCode": "us-east-1"}},
+        "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}},
+    })
+
+
+def spot_entry(instance_type: str, zone: str, price: str, hour: int = 9,
+               product: str = "Linux/UNIX") -> dict[str, object]:
+    return {"InstanceType": instance_type, "AvailabilityZone": zone, "SpotPrice": price,
+            "ProductDescription": product, "Timestamp": NOW.replace(hour=hour)}
+
+
+# The bundled snapshots
+
+
+def test_bundled_snapshot_states_its_date_and_covers_us_east_1_gpu_types() -> None:
+    snapshot = PriceSnapshot.load()
+    assert snapshot.on_demand_date == "2026-07-20"
+    assert snapshot.on_demand_regions == ("us-east-1",)
+    prices = snapshot.on_demand("us-east-1")
+    assert prices["g6f.large"] == 0.202
+    assert prices["p5.48xlarge"] == 55.04
+    assert all(name[0] in "gp" for name in prices)
+    advice = snapshot.spot_advice("us-west-2")
+    assert advice and all(0 <= a.interruption_band <= 4 for a in advice.values())
+    assert snapshot.spot_advice("us-east-1")["g4dn.xlarge"] == SpotAdvice(64, 3)
+
+
+def test_snapshot_refuses_a_region_it_does_not_cover() -> None:
+    with pytest.raises(PricesUnavailable, match="eu-west-1.*covers only us-east-1"):
+        PriceSnapshot.load().on_demand("eu-west-1")
+
+
+# On-demand
+
+
+def test_without_a_pricing_client_the_snapshot_is_used_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    prices = OnDemandPrices("us-east-1", None, make_snapshot())
+    with caplog.at_level(logging.WARNING):
+        first = prices.prices(["g5.xlarge", "g6f.large"])
+        prices.prices(["g5.xlarge"])
+    assert first == {"g5.xlarge": 1.006, "g6f.large": 0.202}
+    assert prices.source == "snapshot 2026-07-20"
+    assert [r.getMessage() for r in caplog.records if "Pricing API" in r.getMessage()] == [
+        "no Pricing API client: on-demand prices for us-east-1 come from the bundled snapshot dated 2026-07-20"]
+
+
+def test_pricing_api_answer_is_preferred_and_asked_for_with_filters() -> None:
+    client = FakeClient(get_products=[{"PriceList": [price_list_item("g5.xlarge", "1.1000000000")]},
+                                      {"PriceList": [price_list_item("g6.xlarge", "0.9")]}])
+    prices = OnDemandPrices("us-east-1", client, make_snapshot()).prices(["g5.xlarge", "g6.xlarge"])
+    assert prices == {"g5.xlarge": 1.1, "g6.xlarge": 0.9}
+    (operation, call), = client.calls
+    filters = {f["Field"]: (f["Type"], f["Value"]) for f in call["Filters"]}
+    assert operation == "get_products" and call["ServiceCode"] == "AmazonEC2"
+    assert filters["regionCode"] == ("TERM_MATCH", "us-east-1")
+    assert filters["operatingSystem"] == ("TERM_MATCH", "Linux")
+    assert filters["instanceType"] == ("ANY_OF", "g5.xlarge,g6.xlarge")
+
+
+def test_types_the_api_does_not_price_come_from_the_snapshot() -> None:
+    client = FakeClient(get_products=[{"PriceList": [price_list_item("g5.xlarge", "1.1")]}])
+    source = OnDemandPrices("us-east-1", client, make_snapshot())
+    assert source.prices(["g5.xlarge", "g6f.large", "p9.huge"]) == {"g5.xlarge": 1.1, "g6f.large": 0.202}
+    assert source.source == "pricing-api + snapshot 2026-07-20"
+
+
+def test_failing_pricing_api_falls_back_to_the_snapshot(caplog: pytest.LogCaptureFixture) -> None:
+    client = FakeClient()
+    client.fail("get_products", client_error())
+    source = OnDemandPrices("us-east-1", client, make_snapshot())
+    with caplog.at_level(logging.WARNING):
+        assert source.prices(["g6.xlarge"]) == {"g6.xlarge": 0.8048}
+        assert source.prices(["g6.xlarge"]) == {"g6.xlarge": 0.8048}
+    assert len([r for r in caplog.records if "Pricing API unavailable" in r.getMessage()]) == 1
+
+
+def test_a_region_without_api_or_snapshot_is_an_error_not_a_guess() -> None:
+    client = FakeClient()
+    client.fail("get_products", client_error())
+    with pytest.raises(PricesUnavailable, match="no on-demand prices for eu-west-1"):
+        OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g6.xlarge"])
+
+
+def test_a_region_the_api_prices_fully_needs_no_snapshot() -> None:
+    client = FakeClient(get_products=[{"PriceList": [price_list_item("g6.xlarge", "0.95")]}])
+    assert OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g6.xlarge"]) == {"g6.xlarge": 0.95}
+
+
+def test_long_type_lists_are_split_under_the_filter_value_limit() -> None:
+    names = [f"g{n}.{size}xlarge" for n in range(4, 10) for size in range(1, 30)]
+    client = FakeClient(get_products=lambda **kw: [{"PriceList": [
+        price_list_item(n, "1.0") for n in next(f["Value"] for f in kw["Filters"] if f["Field"] == "instanceType")
+        .split(",")]}])
+    prices = OnDemandPrices("us-east-1", client, make_snapshot()).prices(names)
+    assert set(prices) == set(names)
+    values = [next(f["Value"] for f in call["Filters"] if f["Field"] == "instanceType") for _, call in client.calls]
+    assert len(values) > 1 and all(len(v) <= 1024 for v in values)
+
+
+def test_price_list_items_without_a_positive_price_are_skipped() -> None:
+    assert parse_price_list_item(price_list_item("g6.xlarge", "0.0000000000")) is None
+    assert parse_price_list_item(json.dumps({"product": {"attributes": {}}})) is None
+    assert parse_price_list_item(price_list_item("g6.xlarge", "0.8048")) == ("g6.xlarge", 0.8048)
+
+
+# Spot
+
+
+def test_latest_linux_spot_price_per_type_and_zone_is_used() -> None:
+    ec2 = FakeClient(describe_spot_price_history=[{"SpotPriceHistory": [
+        spot_entry("g5.xlarge", "us-east-1a", "0.41", hour=8),
+        spot_entry("g5.xlarge", "us-east-1a", "0.40", hour=9),
+        spot_entry("g5.xlarge", "us-east-1a", "0.10", hour=9, product="Windows"),
+        spot_entry("g5.xlarge", "us-east-1b", "0.43"),
+    ]}])
+    spot = SpotPrices("us-east-1", ec2, make_snapshot(), FixedClock(NOW))
+    quotes = spot.quotes([("g5.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1b")], {"g5.xlarge": 1.006})
+    assert {k: (q.price_per_hour, q.interruption_band, q.estimated) for k, q in quotes.items()} == {
+        ("g5.xlarge", "us-east-1a"): (0.40, 4, False),
+        ("g5.xlarge", "us-east-1b"): (0.43, 4, False),
+    }
+    (_, call), = ec2.calls
+    assert call["ProductDescriptions"] == ["Linux/UNIX"] and call["InstanceTypes"] == ["g5.xlarge"]
+
+
+def test_without_history_spot_is_estimated_from_the_advisor() -> None:
+    spot = SpotPrices("us-east-1", FakeClient(), make_snapshot(), FixedClock(NOW))
+    quote = spot.quotes([("g6.xlarge", "us-east-1a")], {"g6.xlarge": 0.8048})[("g6.xlarge", "us-east-1a")]
+    assert quote.estimated and quote.interruption_band == 4
+    assert quote.price_per_hour == pytest.approx(0.8048 * (1 - 0.49))
+
+
+def test_placeholder_spot_prices_are_discarded(caplog: pytest.LogCaptureFixture) -> None:
+    # moto answers every type and zone with $0.00001.
+    ec2 = FakeClient(describe_spot_price_history=[{"SpotPriceHistory": [
+        spot_entry("g6.xlarge", "us-east-1a", "0.00001", product="Linux/UNIX (Amazon VPC)")]}])
+    spot = SpotPrices("us-east-1", ec2, make_snapshot(), FixedClock(NOW))
+    with caplog.at_level(logging.WARNING):
+        quote = spot.quotes([("g6.xlarge", "us-east-1a")], {"g6.xlarge": 0.8048})[("g6.xlarge", "us-east-1a")]
+    assert quote.estimated and quote.price_per_hour == pytest.approx(0.410448)
+    assert any("below 5% of on-demand" in r.getMessage() for r in caplog.records)
+
+
+def test_failing_history_falls_back_to_estimates() -> None:
+    ec2 = FakeClient()
+    ec2.fail("describe_spot_price_history", client_error("UnauthorizedOperation", "DescribeSpotPriceHistory"))
+    spot = SpotPrices("us-east-1", ec2, make_snapshot(), FixedClock(NOW))
+    quotes = spot.quotes([("g5.xlarge", "us-east-1a")], {"g5.xlarge": 1.006})
+    assert quotes[("g5.xlarge", "us-east-1a")].estimated
+
+
+def test_a_type_with_neither_history_nor_advice_gets_no_spot_quote() -> None:
+    spot = SpotPrices("us-east-1", None, make_snapshot(), FixedClock(NOW))
+    assert spot.quotes([("g6f.large", "us-east-1a")], {"g6f.large": 0.202}) == {}
+
+
+def test_negative_advisor_savings_never_price_spot_above_on_demand() -> None:
+    spot = SpotPrices("ca-central-1", None, make_snapshot(), FixedClock(NOW))
+    quote = spot.quotes([("p5.48xlarge", "ca-central-1a")], {"p5.48xlarge": 60.0})[("p5.48xlarge", "ca-central-1a")]
+    assert quote.price_per_hour == 60.0 and quote.interruption_band == 0
+
+
+def test_on_demand_answers_are_reused_until_the_ttl() -> None:
+    clock = FixedClock(NOW)
+    client = FakeClient(get_products=[{"PriceList": [price_list_item("g6.xlarge", "0.9")]}])
+    source = OnDemandPrices("us-east-1", client, make_snapshot(), clock=clock, ttl=timedelta(hours=12))
+    source.prices(["g6.xlarge"])
+    clock.advance(timedelta(hours=11))
+    assert source.prices(["g6.xlarge"]) == {"g6.xlarge": 0.9}
+    assert len(client.calls) == 1
+    source.prices(["g6.xlarge", "g5.xlarge"])  # a type not asked before: fetch again
+    clock.advance(timedelta(hours=13))
+    source.prices(["g6.xlarge"])
+    assert len(client.calls) == 3
+
+
+def test_a_failed_pricing_call_is_retried_next_time() -> None:
+    client = FakeClient()
+    client.fail("get_products", client_error())
+    source = OnDemandPrices("us-east-1", client, make_snapshot(), clock=FixedClock(NOW))
+    source.prices(["g6.xlarge"])
+    source.prices(["g6.xlarge"])
+    assert len(client.calls) == 2
+
+
+def test_a_partial_api_answer_outside_the_snapshot_regions_is_kept() -> None:
+    client = FakeClient(get_products=[{"PriceList": [price_list_item("g6.xlarge", "0.95")]}])
+    prices = OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g6.xlarge", "g6f.large"])
+    assert prices == {"g6.xlarge": 0.95}
