@@ -1,0 +1,54 @@
+"""prewarm: an EventBridge Scheduler tick (a scaling window's cron, or rate(5 minutes)) → warm capacity.
+
+The event is the schedule's input, a `ScheduleTick`; anything else fails with an `InvalidTick` naming the
+problem (Scheduler retries, then dead-letters it). One call into the service; the response is its summary:
+warm targets per pool, claims launched and released, and the forecast status (`disabled`, `ok`,
+`insufficient-history` when a pool has under 24 h of demand history, or `partial`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.services.prewarm import InvalidTick, PrewarmService, aws_prewarm_service, parse_tick
+from gpu_autoscaler.settings import load_settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger(service="prewarm")
+tracer = Tracer(service="prewarm")
+metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="prewarm")
+_service: PrewarmService | None = None
+
+
+def service() -> PrewarmService:
+    """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
+    global _service
+    if _service is None:
+        _service = aws_prewarm_service(load_settings())
+    return _service
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        tick = parse_tick(event)
+    except InvalidTick as error:
+        logger.error("not a ScheduleTick", extra={"error": str(error), "event": event})
+        raise
+    outcome = service().run(tick)
+    summary = outcome.summary()
+    metrics.add_metric(name="WarmClaimsLaunched", unit=MetricUnit.Count, value=len(outcome.launched))
+    metrics.add_metric(name="WarmClaimsReleased", unit=MetricUnit.Count, value=len(outcome.released))
+    metrics.add_metric(name="WarmTargetGpus", unit=MetricUnit.Count,
+                       value=sum(p.target for p in outcome.decision.pools))
+    if outcome.forecast_status not in ("ok", "disabled"):
+        logger.warning("forecast not available for every pool", extra={"forecastStatus": outcome.forecast_status})
+    return summary

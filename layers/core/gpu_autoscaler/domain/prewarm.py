@@ -1,0 +1,525 @@
+"""The pre-warm decision: which warm capacity each pool should hold now, what to launch, what to let go.
+
+Pure: configuration, the clock's instant, the live NodeClaims, GPU counts and forecasts in; a
+`PrewarmDecision` out. The prewarm service acts on it (plans and stores claims, sends launch requests,
+ends warm holds).
+
+Warm capacity is NodeClaims whose `warm` says who holds them: `window:<name>` or `forecast`.
+Consolidation leaves a claim alone while `warm` is set; ending the hold (`StateStore.update_claim` with
+`warm=None`) hands the node to consolidation, which removes it once empty or underused. A warm node's GPUs
+count for the hold whether or not real pods have landed on it, so pods using warm capacity never make
+the pool buy more.
+
+Per pool:
+
+- Windows: each window holding capacity now (open, or opening within the pool's lead time plus the
+  time to the next decision — see `windows`) wants its `warm` capacity held by claims tagged for it: a
+  GPU total, or a count per instance type. The shortfall is launched; claims beyond the target, of a
+  window that no longer holds (closed, removed from the configuration, moved to another pool) are
+  released.
+- Forecast: the pool should have `min(forecast, current demand + predictive.maxWarmGpus)` GPUs of
+  capacity (registered plus in flight) at now + lead time: `maxWarmGpus` bounds the idle GPUs held ahead
+  of demand, not the warm claims real pods have since filled (those are the capacity the pods would
+  have needed anyway). Window claims being released are adopted first (re-tagged `forecast`, so a
+  closing window hands over instead of churning nodes), then the remaining shortfall is launched within
+  the GPU room and the USD/h room (`maxWarmPricePerHour` less the idle share of what forecast claims
+  cost). Forecast claims the target no longer needs are released, largest first, once older than
+  `FORECAST_MIN_HOLD` (no flapping on a noisy bucket). Without a forecast (prediction off, or under 24 h
+  of history) no forecast claim is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.domain.packing.mig import MIG_GPUS
+from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.pods import PendingPod
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
+from gpu_autoscaler.models.resources import GPU, MIG_PREFIX
+from gpu_autoscaler.models.taints import Toleration
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from datetime import datetime
+
+    from gpu_autoscaler.config import Config, NodePool, Predictive, ScalingWindow
+    from gpu_autoscaler.domain.forecast import Forecast
+    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.claims import NodeClaim
+
+__all__ = [
+    "FORECAST_MIN_HOLD",
+    "FORECAST_WARM",
+    "WARM_GPUS_ATTRIBUTE",
+    "WARM_UNTIL_ATTRIBUTE",
+    "WINDOW_PREFIX",
+    "GpuCapacity",
+    "PoolWarmth",
+    "PrewarmDecision",
+    "WarmChange",
+    "WarmNeed",
+    "decide",
+    "largest_within_budget",
+    "placeholder_pods",
+    "window_warm",
+    "warm_window",
+]
+
+WINDOW_PREFIX = "window:"
+FORECAST_WARM = "forecast"
+WARM_GPUS_ATTRIBUTE = "warmGpus"
+"""NodeClaim attribute: the physical GPUs a warm claim holds (its smallest candidate's), as a decimal string."""
+WARM_UNTIL_ATTRIBUTE = "warmUntil"
+"""NodeClaim attribute: ISO instant a window's warm claim is held until (the window's end); informative."""
+FORECAST_MIN_HOLD = timedelta(minutes=15)
+
+
+def window_warm(name: str) -> str:
+    return f"{WINDOW_PREFIX}{name}"
+
+
+def warm_window(warm: str | None) -> str | None:
+    """The window name of a `window:<name>` hold, else None."""
+    return warm.removeprefix(WINDOW_PREFIX) if warm and warm.startswith(WINDOW_PREFIX) else None
+
+
+class GpuCapacity:
+    """Physical GPUs of instance types and of claims, from the catalog's instance types."""
+
+    def __init__(self, instance_types: Iterable[InstanceType]) -> None:
+        self._gpus = {t.name: float(t.gpus) for t in instance_types}
+
+    def of_type(self, name: str) -> float | None:
+        return self._gpus.get(name)
+
+    def of_claim(self, claim: NodeClaim) -> float:
+        """A launched claim's type's GPUs; before launch, the fewest any candidate has (what is certain);
+        a warm claim's own record when it has one."""
+        recorded = claim.attributes.get(WARM_GPUS_ATTRIBUTE)
+        if recorded and not claim.instance_type:
+            return float(recorded)
+        names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+        known = [g for n in names if (g := self._gpus.get(n)) is not None]
+        if known:
+            return min(known)
+        return float(recorded) if recorded else 0.0
+
+
+def _claim_type(claim: NodeClaim) -> str | None:
+    if claim.instance_type:
+        return claim.instance_type
+    return claim.instance_types[0] if len(claim.instance_types) == 1 else None
+
+
+@dataclass(frozen=True)
+class WarmNeed:
+    """Warm capacity to launch for one holder: `gpus` GPUs, or `nodes` nodes of `instance_type`."""
+
+    pool: str
+    warm: str
+    gpus: int = 0
+    instance_type: str | None = None
+    nodes: int = 0
+    gpu_room: float | None = None
+    """Budget: the new claims may hold at most this many GPUs (forecast; None = no cap)."""
+    price_room: float | None = None
+    """Budget: the new claims may cost at most this many USD/h (forecast; None = no cap)."""
+    until: datetime | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class WarmChange:
+    """End a claim's warm hold (`warm` None: released to consolidation) or hand it to another holder."""
+
+    claim: NodeClaim
+    warm: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PoolWarmth:
+    """What one pool wants warm now, and what it had: the decision's summary line for the pool."""
+
+    pool: str
+    windows: Mapping[str, float]
+    """Active window → its warm target in GPUs."""
+    forecast: Forecast | None
+    forecast_target: float
+    """GPUs the forecast wants held warm: its capacity target (after the maxWarmGpus cap) less the
+    capacity it does not hold itself."""
+    supply: float
+    """GPUs of the pool's live claims (registered and in flight), before this decision."""
+    held: Mapping[str, float]
+    """Holder → GPUs it held before this decision."""
+    launch: float
+    """GPUs asked for by this decision's needs (instance-type needs counted by their types)."""
+    released: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> float:
+        return sum(self.windows.values()) + self.forecast_target
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "warmTargetGpus": round(self.target, 3),
+            "windows": {k: round(v, 3) for k, v in self.windows.items()},
+            "forecastTargetGpus": round(self.forecast_target, 3),
+            "supplyGpus": round(self.supply, 3),
+            "heldGpus": {k: round(v, 3) for k, v in self.held.items()},
+            "launchGpus": round(self.launch, 3),
+            "releasedGpus": round(self.released, 3),
+        }
+        if self.forecast is not None:
+            out["forecast"] = self.forecast.to_json()
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class PrewarmDecision:
+    now: datetime
+    pools: tuple[PoolWarmth, ...] = ()
+    needs: tuple[WarmNeed, ...] = ()
+    changes: tuple[WarmChange, ...] = ()
+
+    @property
+    def releases(self) -> tuple[WarmChange, ...]:
+        return tuple(c for c in self.changes if c.warm is None)
+
+
+@dataclass
+class _Pool:
+    """One pool's working state during a decision."""
+
+    pool: NodePool
+    live: list[NodeClaim]
+    gpus: GpuCapacity
+    windows: dict[str, float] = field(default_factory=dict)
+    needs: list[WarmNeed] = field(default_factory=list)
+    changes: list[WarmChange] = field(default_factory=list)
+    closing: list[NodeClaim] = field(default_factory=list)
+    """Window claims whose hold ends now, unless the forecast adopts them."""
+    closing_reasons: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    forecast_target: float = 0.0
+
+    def held(self, warm: str) -> list[NodeClaim]:
+        return [c for c in self.live if c.warm == warm]
+
+
+def decide(
+    config: Config,
+    now: datetime,
+    claims: Sequence[NodeClaim],
+    gpus: GpuCapacity,
+    forecasts: Mapping[str, Forecast] | None = None,
+    *,
+    schedules: Sequence[WindowSchedule] | None = None,
+    period: timedelta = timedelta(0),
+) -> PrewarmDecision:
+    """The warm capacity every pool should hold at `now`.
+
+    `claims`: the cluster's claims (only live ones count); `forecasts`: pool → forecast, for pools to
+    forecast (empty or None when prediction is off); `schedules`: the windows' schedules, built once by a
+    caller that decides often (the backtest), else from `config`; `period`: how long until the next
+    decision — windows are warmed that much before start − lead time, so their capacity is up by the
+    start whenever the ticks fall.
+    """
+    schedules = list(schedules) if schedules is not None else window_schedules(config)
+    forecasts = forecasts or {}
+    pools = {p.name: _Pool(p, [c for c in claims if c.live and c.pool == p.name], gpus) for p in config.node_pools}
+    for schedule in schedules:
+        _window(pools[schedule.window.node_pool], schedule, now, period)
+    _orphans(pools, {s.name: s.window for s in schedules})
+    summaries = []
+    for state in pools.values():
+        held = _held_summary(state)
+        supply = sum(gpus.of_claim(c) for c in state.live)
+        _forecast(state, config.predictive, forecasts.get(state.pool.name), now)
+        summaries.append(_summary(state, forecasts.get(state.pool.name), supply, held))
+    return PrewarmDecision(
+        now,
+        tuple(summaries),
+        tuple(n for s in pools.values() for n in s.needs),
+        tuple(c for s in pools.values() for c in s.changes),
+    )
+
+
+# Windows
+
+
+def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timedelta) -> None:
+    window = schedule.window
+    warm = window_warm(window.name)
+    held = state.held(warm)
+    occurrence = schedule.holding(now, early=period)
+    if occurrence is None:
+        for claim in held:
+            state.closing.append(claim)
+            state.closing_reasons[claim.id] = f"window {window.name} is not open"
+        return
+    reason = f"window {window.name} {occurrence.start.isoformat()} – {occurrence.end.isoformat()}"
+    if window.warm.instance_types:
+        state.windows[window.name] = _by_types(state, window, warm, held, occurrence.end, reason)
+        return
+    target = float(window.warm.gpus or 0)
+    state.windows[window.name] = target
+    have = sum(state.gpus.of_claim(c) for c in held)
+    if have < target:
+        state.needs.append(WarmNeed(state.pool.name, warm, gpus=math.ceil(target - have),
+                                    until=occurrence.end, reason=reason))
+        return
+    # Beyond the target (the target was lowered): let go of what the target does not need, largest first.
+    for claim in sorted(held, key=lambda c: -state.gpus.of_claim(c)):
+        size = state.gpus.of_claim(claim)
+        if have - size >= target:
+            have -= size
+            state.changes.append(WarmChange(claim, None, f"window {window.name} holds more than its {target:g} GPUs"))
+
+
+def _by_types(
+    state: _Pool, window: ScalingWindow, warm: str, held: list[NodeClaim], until: datetime, reason: str
+) -> float:
+    wanted = dict(window.warm.instance_types or {})
+    by_type: dict[str | None, list[NodeClaim]] = {}
+    for claim in held:
+        by_type.setdefault(_claim_type(claim), []).append(claim)
+    target = 0.0
+    for name, count in wanted.items():
+        size = state.gpus.of_type(name)
+        if size is None:
+            state.notes.append(f"window {window.name}: instance type {name} is not in the catalog")
+            continue
+        target += size * count
+        have = by_type.pop(name, [])
+        if len(have) < count:
+            state.needs.append(WarmNeed(state.pool.name, warm, instance_type=name, nodes=count - len(have),
+                                        until=until, reason=reason))
+        for claim in have[count:]:
+            state.changes.append(WarmChange(claim, None, f"window {window.name} holds more than {count} × {name}"))
+    for claims in by_type.values():
+        for claim in claims:
+            state.changes.append(WarmChange(claim, None, f"window {window.name} no longer asks for this type"))
+    return target
+
+
+def _orphans(pools: Mapping[str, _Pool], windows: Mapping[str, ScalingWindow]) -> None:
+    """Window claims whose window is gone from the configuration or now belongs to another pool."""
+    for state in pools.values():
+        for claim in state.live:
+            name = warm_window(claim.warm)
+            if name is None:
+                continue
+            window = windows.get(name)
+            if window is None:
+                state.closing.append(claim)
+                state.closing_reasons[claim.id] = f"window {name} is no longer configured"
+            elif window.node_pool != state.pool.name:
+                state.closing.append(claim)
+                state.closing_reasons[claim.id] = f"window {name} now warms pool {window.node_pool}"
+
+
+# Forecast
+
+
+def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime) -> None:
+    gpus = state.gpus
+    own = state.held(FORECAST_WARM)
+    if not predictive.enabled or forecast is None or not forecast.ok or forecast.gpus is None:
+        why = ("prediction is off" if not predictive.enabled or forecast is None
+               else f"no forecast ({forecast.reason or forecast.status.value})")
+        for claim in own:
+            state.changes.append(WarmChange(claim, None, why))
+        _close(state, state.closing)
+        return
+    closing_ids = {c.id for c in state.closing}
+    supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
+    have = sum(gpus.of_claim(c) for c in own)
+    current = forecast.current if forecast.current is not None else 0.0
+    target = min(forecast.gpus, current + predictive.max_warm_gpus)
+    state.forecast_target = max(0.0, target - (supply - have))
+    if forecast.gpus > target + 1e-9:
+        state.notes.append(f"forecast {forecast.gpus:.1f} GPUs; maxWarmGpus {predictive.max_warm_gpus} over the "
+                           f"current {current:g} caps capacity at {target:.1f}")
+    if supply >= target:
+        _close(state, state.closing)
+        _shed(state, own, supply - target, now)
+        return
+    idle = min(have, max(0.0, supply - current))
+    price = sum(_price(c) for c in own) * (idle / have if have else 0.0)
+    cap_price = predictive.max_warm_price_per_hour
+    # Adopt closing window claims before launching anything new.
+    left = []
+    for claim in sorted(state.closing, key=lambda c: -gpus.of_claim(c)):
+        size = gpus.of_claim(claim)
+        affordable = cap_price is None or price + _price(claim) <= cap_price
+        if supply < target and idle + size <= predictive.max_warm_gpus and affordable:
+            supply += size
+            idle += size
+            price += _price(claim)
+            state.changes.append(WarmChange(claim, FORECAST_WARM, f"{state.closing_reasons[claim.id]}; "
+                                            f"the forecast ({forecast.gpus:.1f} GPUs) keeps it warm"))
+        else:
+            left.append(claim)
+    _close(state, left)
+    shortfall = math.ceil(target - supply - 1e-9)
+    if shortfall <= 0:
+        return
+    price_room = None if cap_price is None else cap_price - price
+    if price_room is not None and price_room <= 0:
+        state.notes.append(f"forecast shortfall of {shortfall} GPUs: maxWarmPricePerHour {cap_price:g} is spent")
+        return
+    state.needs.append(WarmNeed(
+        state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, current + predictive.max_warm_gpus - supply),
+        price_room=price_room,
+        reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
+    ))
+
+
+def _shed(state: _Pool, own: list[NodeClaim], surplus: float, now: datetime) -> None:
+    """Release forecast claims the target no longer needs, largest first, never below the target."""
+    for claim in sorted(own, key=lambda c: (-state.gpus.of_claim(c), c.created_at)):
+        size = state.gpus.of_claim(claim)
+        if size <= surplus + 1e-9 and now - claim.created_at >= FORECAST_MIN_HOLD:
+            surplus -= size
+            state.changes.append(WarmChange(claim, None, "the forecast no longer needs it"))
+
+
+def _close(state: _Pool, claims: Iterable[NodeClaim]) -> None:
+    for claim in claims:
+        state.changes.append(WarmChange(claim, None, state.closing_reasons.get(claim.id, "window closed")))
+
+
+def _price(claim: NodeClaim) -> float:
+    return claim.launched_price_per_hour if claim.launched_price_per_hour is not None else claim.price_per_hour
+
+
+# Summary
+
+
+def _held_summary(state: _Pool) -> dict[str, float]:
+    held: dict[str, float] = {}
+    for claim in state.live:
+        if claim.warm:
+            held[claim.warm] = held.get(claim.warm, 0.0) + state.gpus.of_claim(claim)
+    return held
+
+
+def _summary(state: _Pool, forecast: Forecast | None, supply: float, held: dict[str, float]) -> PoolWarmth:
+    launch = 0.0
+    for need in state.needs:
+        if need.instance_type:
+            launch += (state.gpus.of_type(need.instance_type) or 0.0) * need.nodes
+        else:
+            launch += need.gpus
+    released = sum(state.gpus.of_claim(c.claim) for c in state.changes if c.warm is None)
+    return PoolWarmth(state.pool.name, dict(state.windows), forecast, state.forecast_target, supply, held,
+                      launch, released, tuple(state.notes))
+
+
+# Asking the packer for warm capacity
+
+
+def placeholder_pods(
+    need: WarmNeed,
+    pool: NodePool,
+    stamp: str,
+    *,
+    devices: int | None = None,
+    exclude_types: Sequence[str] = (),
+    gpus: int | None = None,
+) -> list[PendingPod]:
+    """Synthetic pods standing for warm demand, so the packer finds the cheapest way to hold it.
+
+    Each GPU-count placeholder asks for one physical GPU in the pool's terms (`nvidia.com/gpu` 1, or
+    `replicas` time-sliced devices, or the MIG profile's slices of one GPU — the count from NVIDIA's table
+    for the first GPU that offers the profile), no CPU or memory: the packer then picks the types with the
+    lowest price per GPU. An instance-type placeholder asks for all `devices` devices of one node of that
+    type and selects it by name, so each becomes one node of it. Every placeholder selects the pool and
+    tolerates its taints; `exclude_types` keeps partitioned GPUs (less than one GPU per device) out, and
+    unless the pool itself says which architecture its nodes have, placeholders ask for amd64: warm
+    capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on it.
+    `stamp` makes the uids, hence the packer's claim ids, unique per decision.
+    """
+    count = need.gpus if gpus is None else gpus
+    tolerations = tuple(Toleration(key=t.key, operator="Exists", effect=t.effect) for t in pool.taints)
+    selector = {L.NODE_POOL: pool.name}
+    affinity: tuple[NodeSelectorTerm, ...] = ()
+    if need.instance_type:
+        selector[L.INSTANCE_TYPE] = need.instance_type
+        requests = {GPU: str(max(devices or 1, 1) * _replicas(pool))}
+        count = need.nodes
+    else:
+        requests = _one_gpu(pool)
+        expressions = []
+        if exclude_types:
+            expressions.append(Requirement(key=L.INSTANCE_TYPE, operator="NotIn", values=tuple(sorted(exclude_types))))
+        if not any(r.key == L.ARCH for r in pool.requirements):
+            expressions.append(Requirement(key=L.ARCH, operator="In", values=("amd64",)))
+        if expressions:
+            affinity = (NodeSelectorTerm(match_expressions=tuple(expressions)),)
+    holder = need.warm.replace(":", "-").replace("/", "-")
+    return [
+        PendingPod(
+            uid=f"warm-{pool.name}-{holder}-{stamp}-{i}",
+            namespace="gpu-autoscaler-warm",
+            name=f"{holder}-{i}",
+            requests=requests,
+            node_selector=selector,
+            required_node_affinity=affinity,
+            tolerations=tolerations,
+        )
+        for i in range(count)
+    ]
+
+
+def _replicas(pool: NodePool) -> int:
+    return pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else 1
+
+
+def _one_gpu(pool: NodePool) -> dict[str, str]:
+    sharing = pool.gpu_sharing
+    if sharing.mode == "mig" and sharing.mig_profile:
+        per_gpu = next((g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
+        return {MIG_PREFIX + sharing.mig_profile: str(per_gpu)}
+    return {GPU: str(_replicas(pool))}
+
+
+def largest_within_budget(
+    need: WarmNeed,
+    plan: Callable[[int], Sequence[NodeClaim]],
+    gpus: GpuCapacity,
+) -> list[NodeClaim]:
+    """The claims for the most GPUs, up to `need.gpus`, whose GPUs and price fit the need's budget.
+
+    `plan(n)` asks the packer for n GPUs. Claims are whole nodes, so n GPUs may come as more (an 8-GPU
+    type for 6); the budget judges what is really bought. More GPUs never cost less to hold, so the
+    largest n that fits is found by bisection: log2(n) packer calls at most beyond the first.
+    """
+    def fits(claims: Sequence[NodeClaim]) -> bool:
+        held = sum(gpus.of_claim(c) for c in claims)
+        price = sum(_price(c) for c in claims)
+        return (need.gpu_room is None or held <= need.gpu_room + 1e-9) and (
+            need.price_room is None or price <= need.price_room + 1e-9
+        )
+
+    claims = list(plan(need.gpus))
+    if fits(claims) or need.gpus <= 1:
+        return claims if fits(claims) else []
+    low, high, best = 0, need.gpus, []
+    while high - low > 1:
+        middle = (low + high) // 2
+        attempt = list(plan(middle))
+        if fits(attempt):
+            low, best = middle, attempt
+        else:
+            high = middle
+    return best

@@ -1,0 +1,370 @@
+"""The prewarm use case: one scheduler tick in; warm claims stored and launched, warm holds ended.
+
+Every tick does the whole job, whichever schedule fired it (a window's cron or the 5-minute rate), so a
+lost or late tick costs at most one period: the rate tick brings a window's capacity up by its lead time
+even if the window's own tick (which fires at the window's start) never arrives.
+
+1. Read the cluster's live claims; when prediction is on, each pool's demand history since
+   `predictive.history`, and forecast demand at now + lead time (`max(pool.leadTime,
+   predictive.leadTime)`). Under 24 h of history: no forecast, logged and reported per pool.
+2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end or change hands; windows
+   are warmed from start − lead time − `PERIOD`, so the capacity is up by the start whichever 5-minute
+   tick sees the window first.
+3. Holds that end: `StateStore.update_claim(claim, warm=None, ...)` — the claim is now consolidation's
+   to judge like any other; its former holder and the time are kept in its attributes
+   (`warmReleased`, `warmReleasedAt`). Holds handed over (a closing window's claim the forecast keeps):
+   `update_claim(claim, warm="forecast", ...)`. A claim that changed meanwhile (`StaleClaim`) is left for
+   the next tick.
+4. Launches: the need becomes placeholder pods, the injected `plan_capacity(pods) -> claims` (the
+   packer's solver) prices the cheapest nodes holding them, the budget trims them (GPUs and USD/h,
+   forecast only), and each claim is stored tagged with its holder — no pods, no recorded requests, so
+   the packer sees a warm claim in flight as free room for real pods — and named in a `LaunchRequest`.
+   Warm claims still Pending `RESEND_AFTER` after creation are named again (a crash between storing and
+   sending must not strand them; the fleet acts on a claim's state, so a repeat is harmless).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
+from gpu_autoscaler.domain.prewarm import (
+    WARM_GPUS_ATTRIBUTE,
+    WARM_UNTIL_ATTRIBUTE,
+    GpuCapacity,
+    PrewarmDecision,
+    WarmChange,
+    WarmNeed,
+    decide,
+    largest_within_budget,
+    placeholder_pods,
+)
+from gpu_autoscaler.domain.windows import window_schedules
+from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
+from gpu_autoscaler.models.resources import GPU
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from datetime import datetime
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.pods import PendingPod
+    from gpu_autoscaler.ports import LaunchQueue, QuotaSource, StateStore
+    from gpu_autoscaler.settings import FunctionSettings
+
+__all__ = [
+    "CHARGED_STATES",
+    "LIVE_STATES",
+    "RELEASED_AT_ATTRIBUTE",
+    "RELEASED_ATTRIBUTE",
+    "RESEND_AFTER",
+    "InvalidTick",
+    "PERIOD",
+    "PlanCapacity",
+    "PrewarmOutcome",
+    "PrewarmService",
+    "SolverPlanner",
+    "aws_prewarm_service",
+    "parse_tick",
+]
+
+logger = logging.getLogger(__name__)
+
+LIVE_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED)
+"""Claims that may hold warm capacity."""
+CHARGED_STATES = (*LIVE_STATES, ClaimState.DRAINING)
+"""Claims that count against pool limits and quotas when the packer plans (a draining node still costs)."""
+RELEASED_ATTRIBUTE = "warmReleased"
+"""NodeClaim attribute: the holder (`window:<name>` / `forecast`) whose warm hold ended."""
+RELEASED_AT_ATTRIBUTE = "warmReleasedAt"
+PERIOD = timedelta(minutes=5)
+"""The rate schedule's period (infra.schedules: rate(5 minutes)): windows are warmed this much earlier, so
+their capacity is up by the start whichever tick sees them first. (The forecast stays at now + lead
+time: its profile already spans ±10 minutes, and the backtest found a further 5 minutes only traded
+hits for idle GPUs along the same curve.)"""
+RESEND_AFTER = 180.0
+"""Seconds after which a warm claim still Pending is named in a launch request again."""
+
+
+class InvalidTick(GpuAutoscalerError, ValueError):
+    """The event is not a ScheduleTick the prewarm function can act on."""
+
+
+def parse_tick(event: Any) -> ScheduleTick:
+    """The scheduler's payload as a `ScheduleTick`; anything else is an `InvalidTick` naming the problem."""
+    from pydantic import ValidationError
+
+    if not isinstance(event, dict):
+        raise InvalidTick(f"a ScheduleTick is a JSON object, got {type(event).__name__}")
+    try:
+        tick = ScheduleTick.model_validate(event)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}" for e in error.errors(include_url=False)
+        )
+        raise InvalidTick(f"not a ScheduleTick: {problems}") from None
+    if tick.trigger == "window" and not tick.window:
+        raise InvalidTick("a 'window' tick must name its window")
+    return tick
+
+
+class PlanCapacity(Protocol):
+    """The packer, asked for the cheapest new claims that hold these (placeholder) pods."""
+
+    def __call__(self, pods: Sequence[PendingPod]) -> Sequence[NodeClaim]: ...
+
+
+class SolverPlanner:
+    """`PlanCapacity` over the packer's solver, against the store's live claims, offerings and quotas.
+
+    Claims in flight are shown to the solver as full: the decision already counted their GPUs as supply,
+    so placeholder pods must not be placed in their free room (they would buy nothing and be counted
+    twice). They still count against pool limits and quotas, as every live claim does.
+    """
+
+    def __init__(self, solver: Callable[[], Solver], store: StateStore, quotas: QuotaSource | None = None) -> None:
+        self._solver = solver
+        self._store = store
+        self._quotas = quotas
+
+    def __call__(self, pods: Sequence[PendingPod]) -> Sequence[NodeClaim]:
+        if not pods:
+            return []
+        live = [_without_room(c) for c in self._store.list_claims(CHARGED_STATES)]
+        quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
+        plan = self._solver().solve(
+            pods, claims=live, unavailable=self._store.unavailable_offerings(), source=pods[0].uid, quotas=quotas
+        )
+        for item in plan.unschedulable:
+            logger.info("warm placeholder %s not placed: %s", item.name, item.reason)
+        return plan.claims
+
+
+_FULL = requests_attribute({GPU: 10**9})
+
+
+def _without_room(claim: NodeClaim) -> NodeClaim:
+    if claim.state not in IN_FLIGHT_STATES:
+        return claim
+    return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: _FULL}})
+
+
+@dataclass(frozen=True)
+class PrewarmOutcome:
+    """What one tick did: the handler's response, logs and metrics."""
+
+    tick: ScheduleTick
+    decision: PrewarmDecision
+    forecasts: dict[str, Forecast]
+    launched: tuple[NodeClaim, ...] = ()
+    released: tuple[WarmChange, ...] = ()
+    handed_over: tuple[WarmChange, ...] = ()
+    resent: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def forecast_status(self) -> str:
+        """`disabled`, `ok`, `insufficient-history`, or `partial` when pools differ."""
+        statuses = {f.status for f in self.forecasts.values()}
+        if not statuses:
+            return ForecastStatus.DISABLED.value
+        return statuses.pop().value if len(statuses) == 1 else "partial"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "trigger": self.tick.trigger,
+            "window": self.tick.window,
+            "at": self.decision.now.isoformat(),
+            "forecastStatus": self.forecast_status,
+            "pools": {p.pool: p.to_json() for p in self.decision.pools},
+            "launched": [
+                {"claim": c.id, "pool": c.pool, "warm": c.warm, "capacityType": c.capacity_type,
+                 "instanceTypes": list(c.instance_types[:5]), "gpus": float(c.attributes.get(WARM_GPUS_ATTRIBUTE, 0)),
+                 "pricePerHour": round(c.price_per_hour, 6)}
+                for c in self.launched
+            ],
+            "released": [{"claim": c.claim.id, "pool": c.claim.pool, "warm": c.claim.warm, "reason": c.reason}
+                         for c in self.released],
+            "handedOver": [{"claim": c.claim.id, "from": c.claim.warm, "to": c.warm, "reason": c.reason}
+                           for c in self.handed_over],
+            "launchRequestsResent": list(self.resent),
+            "notes": list(self.notes),
+        }
+
+
+class PrewarmService:
+    """Holds each pool's warm capacity where windows and the forecast want it; safe to run on every tick."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        launches: LaunchQueue,
+        instance_types: Callable[[], Sequence[InstanceType]],
+        *,
+        plan_capacity: PlanCapacity,
+        clock: Clock,
+        forecaster: Forecaster | None = None,
+    ) -> None:
+        """`instance_types`: the catalog's types (GPU counts, partitions); `plan_capacity`: the packer."""
+        self.config = config
+        self.store = store
+        self.launches = launches
+        self.plan_capacity = plan_capacity
+        self.clock = clock
+        self.forecaster = forecaster or Forecaster(config.predictive.quantile)
+        self._instance_types = instance_types
+        self._schedules = window_schedules(config)
+
+    def run(self, tick: ScheduleTick) -> PrewarmOutcome:
+        now = self.clock.now()
+        notes: list[str] = []
+        if tick.window and tick.window not in {s.name for s in self._schedules}:
+            notes.append(f"tick for window '{tick.window}', which is not configured; reconciling the rest")
+            logger.warning(notes[-1])
+        types = list(self._instance_types())
+        gpus = GpuCapacity(types)
+        claims = self.store.list_claims(LIVE_STATES)
+        forecasts = self._forecasts(now)
+        decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._schedules, period=PERIOD)
+        released, handed = self._apply_changes(decision.changes, now)
+        partitioned = sorted(t.name for t in types if t.is_gpu and t.gpus < 1)
+        devices = {t.name: t.gpu_devices for t in types}
+        launched: list[NodeClaim] = []
+        for need in decision.needs:
+            launched.extend(self._launch(need, now, gpus, partitioned, devices))
+        for pool in decision.pools:
+            notes.extend(f"{pool.pool}: {note}" for note in pool.notes)
+        resent = self._resend(claims, now)
+        outcome = PrewarmOutcome(tick, decision, forecasts, tuple(launched), tuple(released), tuple(handed),
+                                 tuple(resent), tuple(notes))
+        logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
+        return outcome
+
+    # Forecasts
+
+    def _forecasts(self, now: datetime) -> dict[str, Forecast]:
+        predictive = self.config.predictive
+        if not predictive.enabled:
+            return {}
+        since = now - predictive.history
+        out = {}
+        for pool in self.config.node_pools:
+            records = self.store.demand_history(pool.name, since)
+            series = DemandSeries.from_records(records, since, now)
+            target = now + max(pool.lead_time, predictive.lead_time)
+            forecast = self.forecaster.forecast(series, now, target, pool.name)
+            if not forecast.ok:
+                logger.info("no forecast for pool %s: %s", pool.name, forecast.reason)
+            out[pool.name] = forecast
+        return out
+
+    # Acting
+
+    def _apply_changes(self, changes: Sequence[WarmChange], now: datetime) -> tuple[list[WarmChange], list[WarmChange]]:
+        released: list[WarmChange] = []
+        handed: list[WarmChange] = []
+        for change in changes:
+            claim = change.claim
+            attributes = dict(claim.attributes)
+            if change.warm is None:
+                attributes.update({RELEASED_ATTRIBUTE: claim.warm or "", RELEASED_AT_ATTRIBUTE: now.isoformat()})
+                attributes.pop(WARM_UNTIL_ATTRIBUTE, None)
+            try:
+                self.store.update_claim(claim, warm=change.warm, attributes=attributes,
+                                        reason=f"{claim.reason}; warm hold {claim.warm} ended: {change.reason}"
+                                        if change.warm is None else f"{claim.reason}; now held by {change.warm}")
+            except StaleClaim:
+                logger.info("claim %s changed meanwhile; its warm hold is looked at again next tick", claim.id)
+                continue
+            (released if change.warm is None else handed).append(change)
+            logger.info("warm claim %s: %s → %s (%s)", claim.id, claim.warm, change.warm or "released", change.reason)
+        return released, handed
+
+    def _launch(self, need: WarmNeed, now: datetime, gpus: GpuCapacity, partitioned: Sequence[str],
+                devices: dict[str, int]) -> list[NodeClaim]:
+        pool = self.config.pool(need.pool)
+        stamp = bucket_start(now).strftime("%Y%m%dT%H%M")
+        if need.instance_type:
+            if need.instance_type not in devices:
+                logger.warning("warm %s: instance type %s is not in the catalog", need.warm, need.instance_type)
+                return []
+            pods = placeholder_pods(need, pool, stamp, devices=devices[need.instance_type])
+            claims = list(self.plan_capacity(pods))
+        else:
+            claims = largest_within_budget(
+                need,
+                lambda n: self.plan_capacity(placeholder_pods(need, pool, f"{stamp}n{n}", gpus=n,
+                                                              exclude_types=partitioned)),
+                gpus,
+            )
+        if not claims:
+            logger.warning("warm %s in pool %s: nothing launched for %s (budget or no fitting offering)",
+                           need.warm, need.pool, need.reason)
+            return []
+        stored = []
+        for claim in claims:
+            warm = self._as_warm(claim, need, gpus)
+            try:
+                self.store.create_claim(warm)
+            except ClaimExists:
+                logger.info("warm claim %s exists already (a retried tick)", warm.id)
+                continue
+            self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=[warm.id]))
+            stored.append(warm)
+        return stored
+
+    def _as_warm(self, claim: NodeClaim, need: WarmNeed, gpus: GpuCapacity) -> NodeClaim:
+        attributes = {k: v for k, v in claim.attributes.items() if k != REQUESTS_ATTRIBUTE}
+        attributes[WARM_GPUS_ATTRIBUTE] = f"{gpus.of_claim(claim):g}"
+        if need.until is not None:
+            attributes[WARM_UNTIL_ATTRIBUTE] = need.until.isoformat()
+        return claim.model_copy(update={"warm": need.warm, "pods": (), "reason": f"warm: {need.reason}",
+                                        "attributes": attributes})
+
+    def _resend(self, claims: Sequence[NodeClaim], now: datetime) -> list[str]:
+        stuck = [c.id for c in claims if c.warm and c.state is ClaimState.PENDING
+                 and (now - c.created_at).total_seconds() >= RESEND_AFTER]
+        for claim_id in stuck:
+            self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=[claim_id]))
+        return stuck
+
+
+def aws_prewarm_service(settings: FunctionSettings, clock: Clock | None = None) -> PrewarmService:
+    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
+    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.config import parse_config
+    from gpu_autoscaler.services.packer import PackerService
+
+    clock = clock or SystemClock()
+    clients = AwsClients(settings.region, settings.endpoint_url)
+    raw = clients.client("ssm").get_parameter(Name=settings.config_parameter)["Parameter"]["Value"]
+    config = parse_config(json.loads(raw))
+    if not settings.launch_queue_url:
+        raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: prewarm has nowhere to send launch requests")
+    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
+    launches = SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url)
+    catalog = Ec2CatalogSource.from_config(clients, config, clock=clock)
+    quotas = ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock)
+    # The packer's own service builds and caches the solver over the current catalog: one copy of that logic.
+    packer = PackerService(config, store, catalog, launches, clock=clock, quotas=quotas)
+    return PrewarmService(
+        config, store, launches, catalog.instance_types,
+        plan_capacity=SolverPlanner(packer.solver, store, quotas), clock=clock,
+    )

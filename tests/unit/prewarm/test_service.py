@@ -1,0 +1,218 @@
+"""The prewarm service with the real packer solver over a small catalog, an in-memory store and queue."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE
+from gpu_autoscaler.domain.packing.solver import Solver
+from gpu_autoscaler.domain.prewarm import FORECAST_WARM, WARM_GPUS_ATTRIBUTE, window_warm
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.messages import ScheduleTick
+from gpu_autoscaler.services.prewarm import (
+    RELEASED_ATTRIBUTE,
+    InvalidTick,
+    PrewarmService,
+    SolverPlanner,
+    parse_tick,
+)
+
+from .builders import MONDAY, make_catalog, make_claim, make_config, make_window, office_hours_demand
+from .fakes import MemoryStore, RecordingQueue
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
+
+START = datetime(2026, 1, 5, 14, tzinfo=UTC)
+RATE = ScheduleTick(trigger="rate")
+PEAK = window_warm("peak")
+
+
+class Rig:
+    """A service wired as the Lambda wires it, on fakes: the test moves the clock and reads the store."""
+
+    def __init__(self, config: Config, now: datetime) -> None:
+        self.config = config
+        self.clock = FixedClock(now)
+        self.store = MemoryStore()
+        self.queue = RecordingQueue()
+        catalog = make_catalog()
+        solver = Solver(config, catalog, self.clock)
+        self.service = PrewarmService(config, self.store, self.queue, catalog.instance_types,
+                                      plan_capacity=SolverPlanner(lambda: solver, self.store), clock=self.clock)
+
+    def tick(self, at: datetime | None = None, tick: ScheduleTick = RATE) -> dict[str, Any]:
+        if at is not None:
+            self.clock.set(at)
+        return self.service.run(tick).summary()
+
+    def warm(self, holder: str | None = None) -> list[Any]:
+        return [c for c in self.store.claims.values() if c.warm and (holder is None or c.warm == holder)]
+
+    def gpus(self, holder: str) -> float:
+        return sum(float(c.attributes[WARM_GPUS_ATTRIBUTE]) for c in self.warm(holder))
+
+
+class TestWindow:
+    def test_nothing_before_the_lead_time_and_the_tick_period(self) -> None:
+        rig = Rig(make_config(), START - timedelta(minutes=13, seconds=1))
+        summary = rig.tick()
+        assert summary["launched"] == [] and rig.queue.sent == []
+        assert summary["pools"]["gpu"]["warmTargetGpus"] == 0
+
+    def test_warm_claims_for_the_target_a_lead_time_and_a_tick_period_ahead(self) -> None:
+        # 8 minutes of lead time, plus the 5 until the next tick: capacity is up by 09:00 however ticks fall.
+        rig = Rig(make_config(), START - timedelta(minutes=13))
+        summary = rig.tick()
+        claims = rig.warm(PEAK)
+        assert rig.gpus(PEAK) >= 8
+        assert {c.instance_types[0] for c in claims} <= {"g6.xlarge", "g6.12xlarge", "g6.48xlarge"}  # no g6f
+        assert all(c.state is ClaimState.PENDING and c.pods == () and REQUESTS_ATTRIBUTE not in c.attributes
+                   for c in claims)
+        assert sorted(rig.queue.claim_ids) == sorted(c.id for c in claims)
+        assert all(len(r.claim_ids) == 1 and r.cluster == "test" for r in rig.queue.sent)
+        assert summary["pools"]["gpu"]["warmTargetGpus"] == 8 and summary["pools"]["gpu"]["windows"] == {"peak": 8}
+        assert {item["claim"] for item in summary["launched"]} == {c.id for c in claims}
+
+    def test_a_second_tick_launches_nothing_more(self) -> None:
+        rig = Rig(make_config(), START - timedelta(minutes=8))
+        rig.tick()
+        before = set(rig.store.claims)
+        summary = rig.tick(START - timedelta(minutes=3), ScheduleTick(trigger="window", window="peak"))
+        assert set(rig.store.claims) == before and summary["launched"] == []
+
+    def test_warm_capacity_is_held_while_the_window_is_open_and_released_after(self) -> None:
+        rig = Rig(make_config(), START - timedelta(minutes=8))
+        rig.tick()
+        ids = {c.id for c in rig.warm(PEAK)}
+        for claim_id in ids:  # the fleet launched them and the nodes joined; a real pod landed on one
+            claim = rig.store.claims[claim_id]
+            rig.store.claims[claim_id] = claim.model_copy(update={"state": ClaimState.REGISTERED})
+        rig.tick(START + timedelta(hours=8, minutes=59))
+        assert {c.id for c in rig.warm(PEAK)} == ids  # still held: consolidation must leave them alone
+        summary = rig.tick(START + timedelta(hours=9))
+        assert rig.warm() == []
+        assert {r["claim"] for r in summary["released"]} == ids
+        for claim_id in ids:
+            claim = rig.store.claims[claim_id]
+            assert claim.warm is None and claim.attributes[RELEASED_ATTRIBUTE] == PEAK
+            assert "window peak is not open" in claim.reason
+
+    def test_instance_type_window(self) -> None:
+        config = make_config(windows=[make_window(warm={"instanceTypes": {"g6.12xlarge": 2}})])
+        rig = Rig(config, START)
+        rig.tick()
+        assert sorted(c.instance_types for c in rig.warm(PEAK)) == [("g6.12xlarge",), ("g6.12xlarge",)]
+        assert rig.gpus(PEAK) == 8
+
+    def test_a_stuck_pending_claim_is_named_again(self) -> None:
+        rig = Rig(make_config(), START - timedelta(minutes=8))
+        rig.tick()
+        sent = len(rig.queue.sent)
+        summary = rig.tick(START)
+        assert sorted(summary["launchRequestsResent"]) == sorted(c.id for c in rig.warm(PEAK))
+        assert len(rig.queue.sent) == sent + len(rig.warm(PEAK))
+
+    def test_a_tick_for_an_unknown_window_still_reconciles(self) -> None:
+        rig = Rig(make_config(), START)
+        summary = rig.tick(tick=ScheduleTick(trigger="window", window="gone"))
+        assert "window 'gone', which is not configured" in summary["notes"][0]
+        assert rig.gpus(PEAK) >= 8
+
+
+class TestForecast:
+    def rig(self, days: float, now: datetime, **predictive: Any) -> Rig:
+        config = make_config(windows=[], enabled=True, **predictive)
+        rig = Rig(config, now)
+        demand = office_hours_demand(21)
+        first = now - timedelta(days=days)
+        for i, gpus in enumerate(demand):
+            bucket = MONDAY + i * timedelta(minutes=5)
+            if first <= bucket < now:
+                rig.store.record_demand("gpu", bucket, float(gpus), timedelta(days=14))
+        return rig
+
+    def test_no_forecast_without_24_hours_of_history(self, caplog: pytest.LogCaptureFixture) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)
+        rig = self.rig(0.9, now)
+        with caplog.at_level(logging.INFO, logger="gpu_autoscaler.services.prewarm"):
+            summary = rig.tick()
+        assert summary["forecastStatus"] == "insufficient-history"
+        assert summary["pools"]["gpu"]["forecast"]["status"] == "insufficient-history"
+        assert "of demand history; forecasting needs at least 24.0 h" in summary["pools"]["gpu"]["forecast"]["reason"]
+        assert any("no forecast for pool gpu" in r.getMessage() for r in caplog.records)
+        assert rig.warm() == []
+
+    def test_prediction_off_is_reported(self) -> None:
+        rig = Rig(make_config(windows=[]), START)
+        assert rig.tick()["forecastStatus"] == "disabled"
+
+    def test_launches_ahead_of_the_morning_ramp(self) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)  # Monday, 8 minutes before 09:03
+        rig = self.rig(14, now)
+        summary = rig.tick()
+        assert summary["forecastStatus"] == "ok"
+        assert summary["pools"]["gpu"]["forecast"]["gpus"] == pytest.approx(12, abs=0.5)
+        assert rig.gpus(FORECAST_WARM) >= 12
+
+    def test_max_warm_gpus_caps_what_is_launched(self) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)
+        rig = self.rig(14, now, maxWarmGpus=5)
+        rig.store.create_claim(make_claim())  # a 4-GPU node serving the 2-GPU baseline
+        summary = rig.tick()
+        assert summary["pools"]["gpu"]["forecast"]["current"] == 2
+        assert rig.gpus(FORECAST_WARM) == 3  # capacity 7: the 2 GPUs asked for now plus 5 idle ahead of demand
+
+    def test_max_warm_price_per_hour_caps_what_is_launched(self) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)
+        rig = self.rig(14, now, maxWarmPricePerHour=5.0, maxWarmGpus=32)
+        rig.tick()
+        price = sum(c.price_per_hour for c in rig.warm(FORECAST_WARM))
+        assert 0 < price <= 5.0
+        # The cheapest GPU is a g6.xlarge at $0.8048/h: six fit in $5/h ($4.83), a seventh would not.
+        assert rig.gpus(FORECAST_WARM) == 6
+
+    def test_released_when_demand_falls_away(self) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)
+        rig = self.rig(14, now)
+        rig.store.create_claim(make_claim())  # a 4-GPU node serving the 2-GPU baseline
+        rig.tick()
+        assert 8 <= rig.gpus(FORECAST_WARM) < 12  # 12 forecast against the 4 already there
+        summary = rig.tick(MONDAY + timedelta(days=14, hours=17, minutes=30))
+        assert rig.warm(FORECAST_WARM) == []
+        assert all(r["warm"] == FORECAST_WARM for r in summary["released"])
+
+
+class TestTick:
+    def test_parses_scheduler_payloads(self) -> None:
+        tick = parse_tick({"trigger": "window", "window": "peak", "scheduledTime": "2026-11-23T14:00:00Z"})
+        assert tick.window == "peak" and tick.scheduled_time == datetime(2026, 11, 23, 14, tzinfo=UTC)
+        assert parse_tick({"trigger": "rate"}).trigger == "rate"
+
+    @pytest.mark.parametrize("event, message", [
+        ({"trigger": "cron"}, "trigger"),
+        ({"trigger": "window"}, "must name its window"),
+        ({"trigger": "rate", "scheduledTime": "<aws.scheduler.scheduled-time>"}, "scheduledTime"),
+        ([], "JSON object"),
+    ])
+    def test_bad_input_is_a_clear_error(self, event: Any, message: str) -> None:
+        with pytest.raises(InvalidTick, match=message):
+            parse_tick(event)
+
+
+def test_a_claim_changed_meanwhile_is_left_for_the_next_tick() -> None:
+    rig = Rig(make_config(), START + timedelta(hours=10))
+    claim = make_claim(warm=PEAK)
+    rig.store.create_claim(claim)
+
+    stale = claim.model_copy(update={"state": ClaimState.LAUNCHED})  # what the service read is not what is stored
+    original = rig.store.list_claims
+    rig.store.list_claims = lambda states=None: [stale]  # type: ignore[method-assign]
+    summary = rig.tick()
+    rig.store.list_claims = original  # type: ignore[method-assign]
+    assert summary["released"] == [] and rig.store.claims[claim.id].warm == PEAK
