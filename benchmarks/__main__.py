@@ -1,0 +1,38 @@
+"""`python -m benchmarks [NAME [ARGS...]]`: list the benchmarks, or run one (`all` runs each in turn)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    # name: (module with a `main(argv) -> int`, what it measures). Add one line per benchmark.
+    "packing-quality": ("benchmarks.packing.quality",
+                        "plan USD/h vs an exact MILP (HiGHS) and a Karpenter-like baseline, 24 seeded scenarios"),
+    "packing-speed": ("benchmarks.packing.speed",
+                      "planning time for 1,000 and 10,000 pods over us-east-1's whole GPU catalog"),
+    "prewarm-backtest": ("benchmarks.prewarm.backtest",
+                         "Alibaba GPU trace: warm hits, waits and idle GPU-hours for none / windows / predictive"),
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "list"):
+        print("benchmarks (python -m benchmarks NAME [ARGS]):")
+        for name, (_, about) in BENCHMARKS.items():
+            print(f"  {name:<18} {about}")
+        return 0
+    name, args = argv[0], argv[1:]
+    names = list(BENCHMARKS) if name == "all" else [name]
+    status = 0
+    for each in names:
+        if each not in BENCHMARKS:
+            print(f"unknown benchmark '{each}'; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+            return 2
+        print(f"== {each}")
+        status |= importlib.import_module(BENCHMARKS[each][0]).main(args if name != "all" else [])
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

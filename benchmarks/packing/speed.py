@@ -1,0 +1,74 @@
+"""Packing speed: 1,000 and 10,000 pending pods over a region's whole GPU catalog.
+
+    python -m benchmarks packing-speed [--repeat N]
+
+The catalog is every GPU instance type of us-east-1 in all six zones, on-demand and spot; the node pools
+are the benchmark's five (reserved-free; spot and on-demand; time-slicing; MIG; EFA training), so every
+pod class is matched against every offering. Printed: the planning time of `Solver.solve` (the solver
+built once, as a warm Lambda holds it), the time to build the solver (a cold start), and the plan's size.
+Targets: ≤ 50 ms for 1,000 pods and ≤ 500 ms for 10,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from datetime import UTC, datetime
+
+from benchmarks.packing.catalog import region_catalog
+from benchmarks.packing.scenarios import pools_config, speed_pods
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.packing import Solver
+from gpu_autoscaler.domain.packing.classes import classify
+from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = ["main"]
+
+TARGETS_MS = {1_000: 50.0, 10_000: 500.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="packing-speed")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(TARGETS_MS))
+    args = parser.parse_args(argv)
+    catalog = region_catalog("us-east-1")
+    zones = sorted({o.zone for o in catalog.all_offerings()})
+    config = pools_config(network={"subnets": {z: f"subnet-{i:04x}" for i, z in enumerate(zones)},
+                                   "securityGroups": ["sg-0001"]})
+    clock = FixedClock(datetime(2026, 11, 22, tzinfo=UTC))
+    print(f"catalog: {len(catalog.gpu_types())} GPU instance types, {len(catalog.all_offerings())} offerings "
+          f"({len(zones)} zones × spot/on-demand); {len(config.node_pools)} node pools")
+    started = time.perf_counter()
+    solver = Solver(config, catalog, clock)
+    build_ms = (time.perf_counter() - started) * 1000
+    print(f"solver build (index the catalog, once per cold start): {build_ms:.1f} ms")
+    ok = True
+    for size in args.sizes:
+        pods = speed_pods(size)
+        classes = len(classify(pods))
+        times = []
+        plan = None
+        for _ in range(args.repeat):
+            fresh = [PendingPod.model_validate(p.model_dump(by_alias=True)) for p in pods]  # as a new document
+            started = time.perf_counter()
+            plan = solver.solve(fresh)
+            times.append((time.perf_counter() - started) * 1000)
+        assert plan is not None
+        cold_started = time.perf_counter()
+        Solver(config, catalog, clock).solve(pods)
+        cold_ms = (time.perf_counter() - cold_started) * 1000
+        target = TARGETS_MS.get(size)
+        median = statistics.median(times)
+        verdict = "" if target is None else (" ✓" if median <= target else " ✗ over target")
+        ok &= target is None or median <= target
+        print(f"{size:>6} pods, {classes:>3} classes: plan median {median:7.1f} ms, best {min(times):7.1f} ms"
+              f"{f' (target {target:.0f} ms)' if target else ''}{verdict}; first solve on a new solver "
+              f"{cold_ms:.1f} ms; {len(plan.claims)} claims, {plan.total_price_per_hour:,.2f} USD/h, "
+              f"{len(plan.unschedulable)} unschedulable")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""packer: pending-pods documents (SQS FIFO, one per record) → NodeClaims stored and launch requests sent.
+
+Each record is handled on its own (Powertools `BatchProcessor`, partial batch failure): a record that is
+not a valid pending-pods document fails alone, its validation error logged, and SQS redrives it to the
+dead-letter queue after `maxReceiveCount`; the rest of the batch goes on. Documents are snapshots of what
+is pending and every step is idempotent per pod, so a later record never depends on an earlier one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from pydantic import ValidationError
+
+from gpu_autoscaler.models.pods import PendingPodsDocument
+from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.services.packer import PackerService, aws_packer_service
+from gpu_autoscaler.settings import load_settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger(service="packer")
+tracer = Tracer(service="packer")
+metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+_service: PackerService | None = None
+
+
+def service() -> PackerService:
+    """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
+    global _service
+    if _service is None:
+        _service = aws_packer_service(load_settings())
+    return _service
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    try:
+        document = PendingPodsDocument.model_validate_json(record.body)
+    except ValidationError as error:
+        logger.error("not a pending-pods document", extra={"messageId": record.message_id, "errors": error.errors(
+            include_url=False, include_context=False)})
+        raise
+    outcome = service().handle(document, source=record.message_id)
+    metrics.add_metric(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods)
+    metrics.add_metric(name="ClaimsCreated", unit=MetricUnit.Count, value=len(outcome.created))
+    metrics.add_metric(name="PodsUnschedulable", unit=MetricUnit.Count, value=len(outcome.unschedulable))
+    metrics.add_metric(name="PlannedPricePerHour", unit=MetricUnit.NoUnit, value=outcome.price_per_hour)
+    logger.info("document packed", extra=outcome.summary())
+    return outcome.summary()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,114 @@
+"""`gpu-autoscaler plan --pods FILE`: the packing decision as a dry run, with no AWS account.
+
+The catalog is the configuration's region as the Lambdas would see it, read through the same
+`Ec2CatalogSource` on moto in-process: instance types and zones from moto's bundled copy of the EC2 API
+data, prices from the bundled snapshots. Nothing is stored or launched; no claim is in flight, nothing is
+marked unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import StrEnum
+from pathlib import Path  # noqa: TC003 (Typer reads the annotations at run time)
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from gpu_autoscaler.cli.main import app
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.config import ConfigError, load_config
+from gpu_autoscaler.domain.packing.solver import Solver
+from gpu_autoscaler.models.pods import PendingPodsDocument
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.domain.packing.results import Plan
+
+__all__ = ["offline_catalog", "plan_command", "read_pods"]
+
+
+class Format(StrEnum):
+    json = "json"
+    table = "table"
+
+
+def offline_catalog(config: Config) -> Catalog:
+    """The configuration's region and zones, from moto's EC2 data and the bundled price snapshots."""
+    from moto import mock_aws
+
+    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+
+    with mock_aws():
+        source = Ec2CatalogSource.from_config(AwsClients(config.region), config, use_pricing_api=False)
+        return source.catalog()
+
+
+def read_pods(path: Path, config: Config) -> PendingPodsDocument:
+    """A pending-pods document; a bare JSON list of pods is accepted as the document's `pods`."""
+    data: Any = json.loads(path.read_text())
+    if isinstance(data, list):
+        data = {"schemaVersion": 1, "cluster": config.cluster_name, "sentAt": "1970-01-01T00:00:00Z", "pods": data}
+    return PendingPodsDocument.model_validate(data)
+
+
+def _print_table(plan: Plan, document: PendingPodsDocument) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = {p.uid: p.key for p in document.pods}
+    console = Console(width=160)
+    claims = Table(title=f"plan: {len(plan.claims)} new node claims, {plan.total_price_per_hour:.4f} USD/h")
+    for title in ("claim", "pool", "capacity", "zones", "instance types (cheapest first)", "USD/h", "pods"):
+        claims.add_column(title, justify="right" if title == "USD/h" else "left")
+    for claim in plan.claims:
+        types = ", ".join(claim.instance_types[:3]) + (f" +{len(claim.instance_types) - 3}"
+                                                       if len(claim.instance_types) > 3 else "")
+        pods = ", ".join(names.get(u, u) for u in claim.pods[:2]) + (f" +{len(claim.pods) - 2}"
+                                                                     if len(claim.pods) > 2 else "")
+        claims.add_row(claim.id + (f"\ngang {claim.gang}" if claim.gang else ""), claim.pool, claim.capacity_type,
+                       ", ".join(claim.zones), types, f"{claim.price_per_hour:.4f}", pods)
+    console.print(claims)
+    if plan.unschedulable:
+        table = Table(title=f"{len(plan.unschedulable)} pods cannot be placed")
+        table.add_column("pod")
+        table.add_column("reason")
+        for item in plan.unschedulable:
+            table.add_row(item.name, item.reason)
+        console.print(table)
+
+
+@app.command("plan")
+def plan_command(
+    pods: Annotated[Path, typer.Option("--pods", help="pending-pods document (JSON)", exists=True, dir_okay=False)],
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
+    ] = None,
+    output: Annotated[Format, typer.Option("--format", help="json or table")] = Format.table,
+) -> None:
+    """The packing decision for a pending-pods document, as a dry run: new claims and unschedulable pods."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        config = load_config(config_file)
+    except ConfigError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(2) from None
+    try:
+        document = read_pods(pods, config)
+    except (json.JSONDecodeError, ValidationError) as error:
+        typer.echo(f"{pods}: not a pending-pods document: {error}", err=True)
+        raise typer.Exit(2) from None
+    if document.cluster != config.cluster_name:
+        typer.echo(f"note: the document is for cluster '{document.cluster}', the configuration for "
+                   f"'{config.cluster_name}'; planning with the configuration", err=True)
+    plan = Solver(config, offline_catalog(config), SystemClock()).solve(document.pods)
+    if output is Format.json:
+        typer.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        _print_table(plan, document)

@@ -1,0 +1,88 @@
+"""Pod classes: pods that ask for the same thing in the same way are packed as one count.
+
+A burst of pending pods is mostly replicas: a Deployment's 200 identical inference pods, a job's 64
+workers. Everything the packer decides depends only on requests and placement constraints, so pods that
+share them are one class with a count, and the work per pass grows with the classes, not the pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.domain.packing.fit import pod_requests
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpu_autoscaler.models.pods import PendingPod
+    from gpu_autoscaler.models.requirements import NodeSelectorTerm
+    from gpu_autoscaler.models.resources import Resources
+    from gpu_autoscaler.models.taints import Toleration
+
+__all__ = ["PodClass", "classify"]
+
+
+@dataclass(eq=False)
+class PodClass:
+    """Pods with identical requests, node selector, affinity, tolerations, priority and gang."""
+
+    index: int
+    requests: Resources
+    """Canonical requests, including the one `pods` slot."""
+    node_selector: tuple[tuple[str, str], ...]
+    affinity: tuple[NodeSelectorTerm, ...]
+    tolerations: tuple[Toleration, ...]
+    priority: int
+    gang: str | None
+    pods: list[PendingPod] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.pods)
+
+    @property
+    def example(self) -> PendingPod:
+        return self.pods[0]
+
+    @property
+    def constraint_key(self) -> tuple[object, ...]:
+        """What decides where the class may go (not how much room it takes)."""
+        return (self.node_selector, self.affinity, self.tolerations)
+
+
+def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
+    """Group pods into classes, in order of first appearance (so plans are deterministic)."""
+    by_raw: dict[tuple[object, ...], PodClass] = {}
+    by_canonical: dict[tuple[object, ...], PodClass] = {}
+    classes: list[PodClass] = []
+    for pod in pods:
+        raw = (
+            tuple(pod.requests.items()),
+            tuple(pod.node_selector.items()),
+            pod.required_node_affinity,
+            pod.tolerations,
+            pod.priority,
+            pod.gang,
+        )
+        found = by_raw.get(raw)
+        if found is None:
+            requests = pod_requests(pod)
+            selector = tuple(sorted(pod.node_selector.items()))
+            canonical = (requests, selector, pod.required_node_affinity, pod.tolerations, pod.priority, pod.gang)
+            found = by_canonical.get(canonical)
+            if found is None:
+                found = PodClass(
+                    index=len(classes),
+                    requests=requests,
+                    node_selector=selector,
+                    affinity=pod.required_node_affinity,
+                    tolerations=pod.tolerations,
+                    priority=pod.priority,
+                    gang=pod.gang,
+                )
+                classes.append(found)
+                by_canonical[canonical] = found
+            by_raw[raw] = found
+        found.pods.append(pod)
+    return classes

@@ -1,0 +1,127 @@
+"""What a node of a pool can hold, and whether pods fit it: the one copy of the fit logic.
+
+The packer, its benchmarks and consolidation all ask these questions, so they are answered here and
+nowhere else. A node's allocatable is what kubelet would report for it:
+
+- cpu: the instance's vCPUs; memory: the instance's memory less the hypervisor's share (Karpenter's
+  default `vmMemoryOverheadPercent`, 7.5 %: a 16 GiB instance shows about 15.2 GiB to the kernel);
+- ephemeral-storage: the pool's root volume; pods: the type's max pods;
+- GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
+  time-slicing, or `nvidia.com/mig-<profile>` slices on MIG-capable GPUs with MIG (see `mig`);
+  a partitioned type (g6f) advertises its partition as one device;
+
+less the configured daemonset overhead and kube-reserved, and kubelet's default hard eviction thresholds
+(memory 100 Mi, node filesystem 10 %). Every pod also takes one of the node's `pods`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
+from gpu_autoscaler.models.resources import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    GPU,
+    MEMORY,
+    MIG_PREFIX,
+    PODS,
+    Resources,
+    parse_quantity,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gpu_autoscaler.config import NodePool, Overhead
+    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = [
+    "BASE_RESOURCES",
+    "EVICTION_MEMORY",
+    "EVICTION_NODEFS_SHARE",
+    "VM_MEMORY_OVERHEAD",
+    "allocatable",
+    "fits",
+    "gpu_equivalent",
+    "node_capacity",
+    "node_overhead",
+    "pod_requests",
+]
+
+VM_MEMORY_OVERHEAD = 0.075
+EVICTION_MEMORY = 100 * 2**20
+EVICTION_NODEFS_SHARE = 0.10
+BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS, GPU)
+"""Resources every node has a figure for; any other resource a pod asks for is zero unless the pool makes it."""
+
+
+def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
+    """What a node of this type in this pool has before any overhead."""
+    values = {
+        CPU: instance_type.vcpu * 1000,
+        MEMORY: math.floor(instance_type.memory_mib * 2**20 * (1 - VM_MEMORY_OVERHEAD)),
+        EPHEMERAL_STORAGE: math.floor(parse_quantity(pool.ephemeral_storage)),
+        PODS: instance_type.max_pods,
+    }
+    sharing = pool.gpu_sharing
+    if sharing.mode == "mig" and sharing.mig_profile:
+        slices = mig_slices(instance_type, sharing.mig_profile)
+        if slices:
+            values[MIG_PREFIX + sharing.mig_profile] = slices
+            return Resources(values)
+    replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
+    values[GPU] = instance_type.gpu_devices * replicas
+    return Resources(values)
+
+
+def node_overhead(overhead: Overhead, capacity: Mapping[str, int]) -> Resources:
+    """Daemonsets + kube-reserved from configuration, and kubelet's hard eviction thresholds."""
+    reserved = Resources.from_quantities(overhead.daemonsets) + Resources.from_quantities(overhead.kube_reserved)
+    eviction = {
+        MEMORY: EVICTION_MEMORY,
+        EPHEMERAL_STORAGE: math.ceil(capacity.get(EPHEMERAL_STORAGE, 0) * EVICTION_NODEFS_SHARE),
+    }
+    return reserved + eviction
+
+
+def allocatable(instance_type: InstanceType, pool: NodePool, overhead: Overhead) -> Resources:
+    """What pods may request on a node of this type in this pool (never below zero)."""
+    capacity = node_capacity(instance_type, pool)
+    left = capacity - node_overhead(overhead, capacity)
+    return Resources({name: max(value, 0) for name, value in left.items()})
+
+
+def pod_requests(pod: PendingPod) -> Resources:
+    """The pod's requests plus the one `pods` slot it takes."""
+    return pod.resources + {PODS: 1}
+
+
+def fits(requests: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
+    return all(value <= capacity.get(name, 0) for name, value in requests.items() if value)
+
+
+def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: InstanceType | None = None) -> float:
+    """Physical GPUs a pod's request stands for: what demand history and GPU limits count.
+
+    A time-sliced device is 1/replicas of a GPU; a MIG slice is its compute share (`3g.40gb` is 3/7 of an
+    A100, 2/4 of an A30 — the denominator from the node's GPU when known, else 7).
+    """
+    total = 0.0
+    replicas = pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else 1
+    total += requests.get(GPU, 0) / replicas
+    for name, count in requests.items():
+        if not name.startswith(MIG_PREFIX) or not count:
+            continue
+        profile = name.removeprefix(MIG_PREFIX)
+        compute = profile.split("g.", 1)[0]
+        share = int(compute) if compute.isdigit() else 1
+        full = 7
+        if instance_type is not None and instance_type.gpus >= 1:
+            gpu = mig_gpu(instance_type.gpu_model, instance_type.gpu_memory_mib / int(instance_type.gpus))
+            if gpu is not None:
+                full = max(int(p.split("g.", 1)[0]) for p in gpu.profiles if p.split("g.", 1)[0].isdigit())
+        total += count * share / full
+    return total

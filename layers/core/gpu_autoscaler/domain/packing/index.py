@@ -1,0 +1,135 @@
+"""The catalog as arrays: offerings, their node labels and prices, indexed once for many packing passes.
+
+Matching a pod's node selector against every offering one label dict at a time costs microseconds per
+offering and pod; here each label key is a column of integer codes over all offerings, so a requirement
+is one `np.isin` over the column, and the answer is cached for every pod class that repeats it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpu_autoscaler.config import CAPACITY_ORDER
+from gpu_autoscaler.models import labels as L
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from gpu_autoscaler.config import CapacityType
+    from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
+    from gpu_autoscaler.models.catalog import InstanceType, Offering
+    from gpu_autoscaler.models.requirements import Requirement
+
+__all__ = ["OS_LABEL", "CatalogIndex"]
+
+OS_LABEL = "kubernetes.io/os"
+_MISSING = -1
+
+
+class CatalogIndex:
+    """Offerings of a catalog (restricted to the configured zones) as parallel numpy arrays."""
+
+    def __init__(self, catalog: Catalog, zones: Collection[str] | None = None) -> None:
+        self.catalog = catalog
+        allowed = set(zones) if zones is not None else None
+        self.types: tuple[InstanceType, ...] = catalog.instance_types()
+        self.type_position = {t.name: i for i, t in enumerate(self.types)}
+        self.offerings: tuple[Offering, ...] = tuple(
+            o for o in catalog.all_offerings() if allowed is None or o.zone in allowed
+        )
+        self.zones: tuple[str, ...] = tuple(sorted({o.zone for o in self.offerings}))
+        zone_position = {z: i for i, z in enumerate(self.zones)}
+        capacity_position = {c: i for i, c in enumerate(CAPACITY_ORDER)}
+        n = len(self.offerings)
+        self.type_of = np.fromiter((self.type_position[o.instance_type] for o in self.offerings), np.int64, n)
+        self.zone_of = np.fromiter((zone_position[o.zone] for o in self.offerings), np.int64, n)
+        self.capacity_of = np.fromiter((capacity_position[o.capacity_type] for o in self.offerings), np.int64, n)
+        self.price = np.fromiter((o.price_per_hour for o in self.offerings), np.float64, n)
+        self.available = np.fromiter(
+            (o.available_count if o.available_count is not None else -1 for o in self.offerings), np.int64, n
+        )
+        self.positions: dict[OfferingKey, list[int]] = {}
+        for i, o in enumerate(self.offerings):
+            self.positions.setdefault(o.key, []).append(i)
+        self.type_gpus = np.array([t.gpus for t in self.types], np.float64)
+        self.type_vcpu = np.array([t.vcpu for t in self.types], np.int64)
+        self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._numbers: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.offerings)
+
+    def capacity_code(self, capacity_type: CapacityType) -> int:
+        return CAPACITY_ORDER.index(capacity_type)
+
+    def excluded(self, keys: Collection[OfferingKey]) -> np.ndarray:
+        """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity)."""
+        mask = np.zeros(len(self.offerings), bool)
+        for key in keys:
+            for i in self.positions.get(tuple(key), ()):  # type: ignore[arg-type]
+                mask[i] = True
+        return mask
+
+    def label(self, position: int, key: str) -> str | None:
+        offering = self.offerings[position]
+        if key == L.ZONE:
+            return offering.zone
+        if key == L.CAPACITY_TYPE:
+            return offering.capacity_type
+        if key == OS_LABEL:
+            return "linux"
+        return self.types[self.type_position[offering.instance_type]].labels.get(key)
+
+    def _column(self, key: str) -> tuple[np.ndarray, dict[str, int]]:
+        found = self._codes.get(key)
+        if found is None:
+            vocabulary: dict[str, int] = {}
+            codes = np.full(len(self.offerings), _MISSING, np.int64)
+            for i in range(len(self.offerings)):
+                value = self.label(i, key)
+                if value is not None:
+                    codes[i] = vocabulary.setdefault(value, len(vocabulary))
+            found = (codes, vocabulary)
+            self._codes[key] = found
+        return found
+
+    def _number(self, key: str) -> np.ndarray:
+        found = self._numbers.get(key)
+        if found is None:
+            codes, vocabulary = self._column(key)
+            values = np.full(len(vocabulary) + 1, np.nan)
+            for text, code in vocabulary.items():
+                try:
+                    values[code] = int(text)
+                except ValueError:
+                    pass
+            found = values[codes]  # code −1 picks the trailing NaN
+            self._numbers[key] = found
+        return found
+
+    def requirement_mask(self, requirement: Requirement, fixed: Mapping[str, str]) -> np.ndarray:
+        """Offerings whose node labels satisfy the requirement.
+
+        `fixed` holds labels every node of the pool carries (its name, its configured labels); they win
+        over the offering's own, as node labels from the pool do on a real node.
+        """
+        n = len(self.offerings)
+        if requirement.key in fixed:
+            return np.full(n, requirement.matches({requirement.key: fixed[requirement.key]}), bool)
+        op = requirement.operator
+        if op in ("Gt", "Lt"):
+            numbers = self._number(requirement.key)
+            bound = int(requirement.values[0])
+            with np.errstate(invalid="ignore"):
+                return numbers > bound if op == "Gt" else numbers < bound
+        codes, vocabulary = self._column(requirement.key)
+        present = codes != _MISSING
+        if op == "Exists":
+            return present
+        if op == "DoesNotExist":
+            return ~present
+        wanted = [vocabulary[v] for v in requirement.values if v in vocabulary]
+        hit = np.isin(codes, wanted) if wanted else np.zeros(n, bool)
+        return hit if op == "In" else ~hit

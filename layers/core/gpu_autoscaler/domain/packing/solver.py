@@ -1,0 +1,865 @@
+"""The packing decision: pending pods in, a `Plan` out. It decides; it never acts.
+
+`Solver(config, catalog, clock).solve(pods, claims=..., covered=..., unavailable=...)` — Karpenter's
+`Solve(pods) -> Results` with the instance types and offerings already fetched. The order of decisions
+is the order of the rules:
+
+1. Pods already covered by a live claim are left alone (idempotency: the agent reports a pod until it
+   runs, and each report must not buy another node).
+2. Pods go onto live claims with room first (claims not yet registered: their node is on its way).
+3. Node pools from the heaviest; within a pool its capacity types in order reserved → spot → on-demand.
+   A pod class goes to the first (pool, capacity type) with an offering that may hold it; there, gangs
+   are placed whole in one zone, then the rest is bin-packed for the lowest price (see `binpack`).
+   Pool limits and vCPU quotas admit nodes one by one; what they turn away tries the next tier.
+4. Each new node becomes a NodeClaim whose candidates are every type (cheapest first, at most 60, none
+   dearer than `CANDIDATE_PRICE_CEILING` × the first) that holds all its pods in all the claim's zones.
+5. Whatever is left gets a reason per pool, in words ("no offering in pool gpu-burst has 8 × H100 in
+   us-east-1a").
+
+Gang claims hold only their gang's pods (one launch, all or nothing) and share one zone; in a pool with
+`efa: true` they also share one candidate list of EFA-capable types, every one of which fits every gang
+node, so the fleet can launch them as one single-instance-type request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpu_autoscaler.config import CAPACITY_ORDER
+from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
+from gpu_autoscaler.domain.packing.classes import PodClass, classify
+from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable
+from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
+from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
+from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
+from gpu_autoscaler.domain.packing.results import (
+    REQUESTS_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+    Plan,
+    Unschedulable,
+    claim_requests,
+    requests_attribute,
+)
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX
+from gpu_autoscaler.models.taints import tolerates_all
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping, Sequence
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import CapacityType, Config, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
+    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = ["CANDIDATE_PRICE_CEILING", "IN_FLIGHT_STATES", "MAX_CANDIDATES", "Packer", "Solver", "claim_id"]
+
+Packer = Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]]
+"""(demand [C], requests [C, R], kinds) → opened nodes: the tier packing step."""
+
+MAX_CANDIDATES = 60
+CANDIDATE_PRICE_CEILING = 1.5
+"""A fleet choosing among candidates for capacity never pays more than this times what the plan expects."""
+IN_FLIGHT_STATES = frozenset({ClaimState.PENDING, ClaimState.LAUNCHED})
+"""Claims whose node has not joined yet: their free room is only known to us, not to kube-scheduler."""
+_SELECTOR_CACHE_LIMIT = 8192
+
+
+@dataclass
+class _PoolView:
+    """A node pool against the catalog: which offerings it may launch, and what its nodes hold."""
+
+    pool: NodePool
+    position: int
+    fixed_labels: dict[str, str]
+    base: np.ndarray
+    """[O] offerings the pool allows (capacity types, its reservations, its requirements)."""
+    allocatable: list[dict[str, int]]
+    """Per instance type (catalog order): what pods may request on a node of it in this pool."""
+    capacity_order: tuple[CapacityType, ...]
+    reservations: frozenset[str]
+
+
+@dataclass
+class _Candidates:
+    """The ranked candidate types of one new node, with what each would cost."""
+
+    types: list[int]
+    prices: list[float]
+    """Cheapest price of each candidate over the claim's zones."""
+    max_prices: list[float]
+    zones: tuple[str, ...]
+    reservation: str | None = None
+    reservation_position: int = -1
+
+
+@dataclass
+class _Node:
+    pool: int
+    capacity_type: CapacityType
+    candidates: _Candidates
+    counts: np.ndarray
+    gang: str | None = None
+    pods: list[PendingPod] = field(default_factory=list)
+
+
+@dataclass
+class _Gang:
+    name: str
+    classes: list[int]
+    min_member: int
+    zone_hint: str | None = None
+    placed: bool = False
+    failures: list[str] = field(default_factory=list)
+
+
+class Solver:
+    """Decides where pending pods go. Build once per configuration and catalog; `solve` many times."""
+
+    def __init__(
+        self,
+        config: Config,
+        catalog: Catalog | CatalogIndex,
+        clock: Clock,
+        *,
+        quotas: Mapping[str, int] | None = None,
+        packer: Packer = pack,
+    ) -> None:
+        """`quotas`: vCPU quotas by `<group>/<capacity type>` (default: the configuration's `vcpuQuotas`);
+        `packer`: how one tier's pods are packed into new nodes (`binpack.pack`, or the baseline's
+        `first_fit_decreasing` for comparison) — every other rule is the same whichever is used."""
+        self.config = config
+        self.packer = packer
+        self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
+        self.clock = clock
+        self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
+        ordered = sorted(config.node_pools, key=lambda p: (-p.weight, p.name))
+        self.pools = [self._view(pool, i) for i, pool in enumerate(ordered)]
+        self._pool_by_name = {v.pool.name: v for v in self.pools}
+        self._selectors: dict[tuple[str, tuple[object, ...]], np.ndarray] = {}
+        self._matrices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    # Static, per configuration and catalog
+
+    def _view(self, pool: NodePool, position: int) -> _PoolView:
+        idx = self.index
+        fixed = {**pool.labels, L.NODE_POOL: pool.name}
+        allowed = tuple(c for c in CAPACITY_ORDER if c in pool.capacity_types)
+        reservations = frozenset(r.id for r in pool.capacity_reservations)
+        base = np.isin(idx.capacity_of, [idx.capacity_code(c) for c in allowed])
+        reserved = idx.capacity_code("reserved")
+        for i, offering in enumerate(idx.offerings):
+            if base[i] and idx.capacity_of[i] == reserved and offering.reservation_id not in reservations:
+                base[i] = False
+        for requirement in pool.requirements:
+            base &= idx.requirement_mask(requirement, fixed)
+        alloc = [allocatable(t, pool, self.config.overhead).as_dict() for t in idx.types]
+        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations)
+
+    def matrix(self, pool: str, names: tuple[str, ...]) -> np.ndarray:
+        """[T, R] allocatable of every catalog type in the pool, on the given resource axes."""
+        key = (pool, names)
+        found = self._matrices.get(key)
+        if found is None:
+            view = self._pool_by_name[pool]
+            found = np.array([[a.get(n, 0) for n in names] for a in view.allocatable], np.int64).reshape(
+                len(view.allocatable), len(names)
+            )
+            self._matrices[key] = found
+        return found
+
+    def selector_mask(self, view: _PoolView, cls: PodClass) -> np.ndarray:
+        """[O] offerings whose node labels (in this pool) satisfy the class's selector and affinity."""
+        key = (view.pool.name, cls.constraint_key[:2])
+        found = self._selectors.get(key)
+        if found is None:
+            idx = self.index
+            mask = np.ones(len(idx), bool)
+            for label, value in cls.node_selector:
+                mask &= idx.requirement_mask(Requirement(key=label, operator="In", values=(value,)), view.fixed_labels)
+            if cls.affinity:
+                anyterm = np.zeros(len(idx), bool)
+                for term in cls.affinity:
+                    termmask = np.ones(len(idx), bool)
+                    for requirement in term.match_expressions:
+                        termmask &= idx.requirement_mask(requirement, view.fixed_labels)
+                    anyterm |= termmask
+                mask &= anyterm
+            if len(self._selectors) > _SELECTOR_CACHE_LIMIT:
+                self._selectors.clear()
+            self._selectors[key] = mask
+            found = mask
+        return found
+
+    def labels_of(self, view: _PoolView, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
+        labels = dict(instance_type.labels)
+        labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, OS_LABEL: "linux"})
+        labels.update(view.fixed_labels)
+        return labels
+
+    # The decision
+
+    def solve(
+        self,
+        pods: Sequence[PendingPod],
+        *,
+        claims: Sequence[NodeClaim] = (),
+        covered: Mapping[str, str] | None = None,
+        unavailable: Collection[OfferingKey] = (),
+        source: str = "",
+        quotas: Mapping[str, int] | None = None,
+    ) -> Plan:
+        """Plan capacity for `pods`.
+
+        `claims`: the cluster's live claims (room in flight, and what counts against limits and quotas);
+        `covered`: pod uid → claim id from the state store's assignments (it covers the pod only if that claim
+        is among `claims` and live); `unavailable`: offerings
+        marked unavailable after insufficient capacity; `source`: salts claim ids (the message id), so a
+        redelivered message plans the same ids and a later one new ones; `quotas`: this pass's vCPU quotas
+        (default: the solver's).
+        """
+        return _Pass(self, pods, claims, covered or {}, unavailable, source, quotas).run()
+
+
+class _Pass:
+    """One `solve` call's working state."""
+
+    def __init__(
+        self,
+        solver: Solver,
+        pods: Sequence[PendingPod],
+        claims: Sequence[NodeClaim],
+        covered: Mapping[str, str],
+        unavailable: Collection[OfferingKey],
+        source: str,
+        quotas: Mapping[str, int] | None = None,
+    ) -> None:
+        self.s = solver
+        self.idx = solver.index
+        self.source = source
+        self.now = solver.clock.now()
+        self.claims_in = [c for c in claims if c.state is not ClaimState.TERMINATED]
+        live_ids = {c.id for c in self.claims_in if c.live}
+        self.covered: dict[str, str] = {}
+        fresh: list[PendingPod] = []
+        seen: set[str] = set()
+        for pod in pods:
+            if pod.uid in seen:
+                continue
+            seen.add(pod.uid)
+            claim_id = covered.get(pod.uid)
+            # Only a live claim covers a pod: an assignment to one that is gone, draining or unknown does not.
+            if claim_id is not None and claim_id in live_ids:
+                self.covered[pod.uid] = claim_id
+            else:
+                fresh.append(pod)
+        self.classes = classify(fresh)
+        extra = sorted({n for c in self.classes for n in c.requests if n not in BASE_RESOURCES})
+        self.names: tuple[str, ...] = BASE_RESOURCES + tuple(extra)
+        self.req = np.array(
+            [[c.requests[n] for n in self.names] for c in self.classes], np.int64
+        ).reshape(len(self.classes), len(self.names))
+        self.rem = np.array([c.count for c in self.classes], np.int64)
+        self._taken = [0] * len(self.classes)
+        self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
+        self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
+        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
+        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+        self.limits = [LimitLedger(v.pool) for v in solver.pools]
+        self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
+        self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
+        self.failures: dict[tuple[int, int], str] = {}
+        self.nodes: list[_Node] = []
+        self.existing: dict[str, list[str]] = {}
+        self.unschedulable: list[Unschedulable] = []
+        self._charge_live_claims()
+
+    # Setup
+
+    def _class_masks(self, view: _PoolView) -> np.ndarray:
+        n_classes = len(self.classes)
+        if n_classes == 0:
+            return np.zeros((0, len(self.idx)), bool)
+        matrix = self.matrices[view.position]
+        fits_type = np.asarray((matrix[None, :, :] >= self.req[:, None, :]).all(axis=2))
+        tolerated = np.array([tolerates_all(c.tolerations, view.pool.taints) for c in self.classes], bool)
+        selectors: dict[tuple[object, ...], int] = {}
+        rows: list[np.ndarray] = []
+        for cls in self.classes:
+            key = cls.constraint_key[:2]
+            if key not in selectors:
+                selectors[key] = len(rows)
+                rows.append(self.s.selector_mask(view, cls))
+        which = np.array([selectors[c.constraint_key[:2]] for c in self.classes], np.int64)
+        selected = np.stack(rows)[which]
+        return selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
+
+    def _charge_live_claims(self) -> None:
+        """Pool limits and quotas count every live claim; pending reserved claims hold their reservation."""
+        idx = self.idx
+        reserved = idx.capacity_code("reserved")
+        for claim in self.claims_in:
+            view = self.s._pool_by_name.get(claim.pool)
+            types = self._claim_types(claim)
+            if not types:
+                continue
+            gpus = max(t.gpus for t in types)
+            if claim.launched_price_per_hour is not None:
+                price = claim.launched_price_per_hour
+            else:
+                price = max([claim.price_per_hour, *self._offering_prices(claim, types)])
+            if view is not None:
+                self.limits[view.position].charge(gpus, price)
+            self.vcpus.charge(self.vcpus.consumption(types, claim.capacity_type))
+            if claim.capacity_type == "reserved" and claim.instance_id is None:
+                for t in types:
+                    for zone in ([claim.zone] if claim.zone else claim.zones):
+                        for i in idx.positions.get((t.name, zone, "reserved"), ()):
+                            if idx.capacity_of[i] == reserved and (
+                                claim.reservation_id is None or idx.offerings[i].reservation_id == claim.reservation_id
+                            ) and self.reserved_left[i] > 0:
+                                self.reserved_left[i] -= 1
+                                break
+
+    def _claim_types(self, claim: NodeClaim) -> list[InstanceType]:
+        names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+        return [t for n in names if (t := self.s.index.catalog.get(n)) is not None]
+
+    def _offering_prices(self, claim: NodeClaim, types: Iterable[InstanceType]) -> list[float]:
+        prices = []
+        for t in types:
+            for zone in claim.zones:
+                for i in self.idx.positions.get((t.name, zone, claim.capacity_type), ()):
+                    prices.append(float(self.idx.price[i]))
+        return prices
+
+    # Run
+
+    def run(self) -> Plan:
+        self._place_in_flight()
+        gangs = self._gangs()
+        for view in self.s.pools:
+            for capacity_type in view.capacity_order:
+                tier = np.flatnonzero(
+                    view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type))
+                )
+                if tier.size == 0:
+                    continue
+                for gang in gangs:
+                    if not gang.placed:
+                        self._place_gang(view, capacity_type, tier, gang)
+                self._place_classes(view, capacity_type, tier)
+        self._explain(gangs)
+        return Plan(
+            claims=tuple(self._claims()),
+            existing={k: tuple(v) for k, v in self.existing.items()},
+            unschedulable=tuple(self.unschedulable),
+            covered=dict(self.covered),
+        )
+
+    def _take(self, c: int, n: int) -> list[PendingPod]:
+        start = self._taken[c]
+        self._taken[c] = start + n
+        self.rem[c] -= n
+        return self.classes[c].pods[start:start + n]
+
+    # Live claims first
+
+    def _place_in_flight(self) -> None:
+        targets = []
+        for claim in self.claims_in:
+            view = self.s._pool_by_name.get(claim.pool)
+            if claim.state not in IN_FLIGHT_STATES or claim.gang or view is None:
+                continue
+            types = self._claim_types(claim)
+            if not types:
+                continue
+            matrix = self.matrices[view.position]
+            cap = np.min(np.stack([matrix[self.idx.type_position[t.name]] for t in types]), axis=0)
+            used = claim_requests(claim)
+            free = cap - np.array([used[n] for n in self.names], np.int64)
+            if (free < 0).any():
+                # Recorded use beyond what its types hold now (the pool's sharing or overhead changed):
+                # offer no room on it rather than trust a figure that no longer adds up.
+                continue
+            targets.append((claim, view, types, free))
+        if not targets:
+            return
+        targets.sort(key=lambda item: (item[0].created_at, item[0].id))
+        gpu, cpu, memory = (self.names.index(n) for n in (GPU, CPU, MEMORY))
+        order = sorted(
+            (c for c, cls in enumerate(self.classes) if cls.gang is None),
+            key=lambda c: (-self.classes[c].priority, -self.req[c][gpu], -self.req[c][cpu], -self.req[c][memory]),
+        )
+        for c in order:
+            for claim, view, types, free in targets:
+                if self.rem[c] == 0:
+                    break
+                need = self.req[c]
+                positive = need > 0
+                room = int((free[positive] // need[positive]).min()) if positive.any() else int(self.rem[c])
+                if room <= 0 or not self._compatible(c, claim, view, types):
+                    continue
+                n = min(room, int(self.rem[c]))
+                free -= n * need
+                self.existing.setdefault(claim.id, []).extend(p.uid for p in self._take(c, n))
+
+    def _compatible(self, c: int, claim: NodeClaim, view: _PoolView, types: list[InstanceType]) -> bool:
+        cls = self.classes[c]
+        if not tolerates_all(cls.tolerations, view.pool.taints):
+            return False
+        if not cls.node_selector and not cls.affinity:
+            return True
+        mask = self.s.selector_mask(view, cls)
+        zones = [claim.zone] if claim.zone else list(claim.zones)
+        for t in types:
+            for zone in zones:
+                positions = self.idx.positions.get((t.name, zone, claim.capacity_type))
+                if positions:
+                    if not mask[positions[0]]:
+                        return False
+                elif not _matches(cls, self.s.labels_of(view, t, zone, claim.capacity_type)):
+                    return False
+        return True
+
+    # Gangs
+
+    def _gangs(self) -> list[_Gang]:
+        members: dict[str, list[int]] = {}
+        for c, cls in enumerate(self.classes):
+            if cls.gang is not None:
+                members.setdefault(cls.gang, []).append(c)
+        covered_members: dict[str, int] = {}
+        hints: dict[str, str] = {}
+        for claim in self.claims_in:
+            if claim.gang:
+                covered_members[claim.gang] = covered_members.get(claim.gang, 0) + len(claim.pods)
+                zone = claim.zone or (claim.zones[0] if len(claim.zones) == 1 else None)
+                if zone:
+                    hints[claim.gang] = zone
+        gangs = []
+        for name, classes in members.items():
+            pods = [p for c in classes for p in self.classes[c].pods]
+            min_member = max(p.pod_group.min_member for p in pods if p.pod_group)
+            present = len(pods) + covered_members.get(name, 0)
+            gang = _Gang(name, classes, min_member, hints.get(name))
+            if present < min_member:
+                reason = (
+                    f"gang {name} has {present} of its {min_member} members pending; "
+                    "nothing is provisioned until all of them are"
+                )
+                for c in classes:
+                    for pod in self._take(c, int(self.rem[c])):
+                        self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
+                gang.placed = True
+                continue
+            gangs.append(gang)
+        gangs.sort(key=lambda g: (-max(self.classes[c].priority for c in g.classes), g.name))
+        return gangs
+
+    def _place_gang(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang) -> None:
+        masks = self.ok[view.position]
+        if not masks[np.ix_(np.asarray(gang.classes, np.int64), tier)].any(axis=1).all():
+            return
+        best = self._gang_layout(view, capacity_type, tier, gang)
+        if best is None:
+            gang.failures.append(
+                f"pool {view.pool.name} ({capacity_type}): no single zone has "
+                + ("one EFA instance type with " if view.pool.efa else "")
+                + f"room for all {int(self.rem[gang.classes].sum())} members"
+            )
+            return
+        _, z, layout, types = best
+        nodes: list[_Node] = []
+        for counts, copies in layout:
+            full = np.zeros(len(self.classes), np.int64)
+            full[gang.classes] = counts
+            candidates = (
+                self._fixed_candidates(types, z)
+                if types is not None
+                else self._candidates(view, capacity_type, tier, full, zone=z)
+            )
+            if candidates is None:
+                gang.failures.append(f"pool {view.pool.name} ({capacity_type}): no candidate fits a gang node")
+                return
+            nodes.extend(_Node(view.position, capacity_type, candidates, full, gang.name) for _ in range(copies))
+        admitted = self._admit(nodes)
+        if isinstance(admitted, str):
+            gang.failures.append(admitted)
+            return
+        for node in admitted:
+            self._open(node)
+        gang.placed = True
+
+    def _gang_layout(
+        self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang
+    ) -> tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None:
+        """The cheapest way to hold the whole gang in one zone (and one EFA type where the pool asks)."""
+        if view.pool.efa and len(gang.classes) == 1 and capacity_type != "reserved":
+            return self._efa_single_layout(view, capacity_type, tier, gang)
+        idx = self.idx
+        masks = self.ok[view.position]
+        demand = self.rem[gang.classes].copy()
+        req = self.req[gang.classes]
+        best: tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None = None
+        for z, zone in enumerate(idx.zones):
+            if gang.zone_hint is not None and zone != gang.zone_hint:
+                continue
+            in_zone = tier[idx.zone_of[tier] == z]
+            if view.pool.efa:
+                in_zone = in_zone[[idx.types[t].efa for t in idx.type_of[in_zone]]]
+            feasible = masks[np.ix_(np.asarray(gang.classes, np.int64), in_zone)]
+            if in_zone.size == 0 or not feasible.any(axis=1).all():
+                continue
+            everyone = feasible.all(axis=0)
+            groups = (
+                [np.flatnonzero(everyone & (idx.type_of[in_zone] == t)) for t in np.unique(idx.type_of[in_zone])]
+                if view.pool.efa
+                else [np.arange(in_zone.size)]
+            )
+            for group in (g for g in groups if g.size):
+                pos = in_zone[group]
+                kinds = Kinds(self.matrices[view.position][idx.type_of[pos]], idx.price[pos], feasible[:, group],
+                              _reserved_limit(self, pos, capacity_type))
+                opened = self.s.packer(demand, req, kinds)
+                if not np.array_equal(sum((e.counts * e.copies for e in opened), np.zeros_like(demand)), demand):
+                    continue
+                cost = float(sum(kinds.price[e.kind] * e.copies for e in opened))
+                if best is None or cost < best[0] - 1e-9:
+                    best = (cost, z, [(e.counts, e.copies) for e in opened], None)
+        if best is not None and view.pool.efa:
+            # Every node of the layout fits its own (one) type, so the common list is never empty.
+            cost, z, layout, _ = best
+            best = (cost, z, layout, self._common_types(view, capacity_type, z, gang, layout))
+        return best
+
+    def _efa_single_layout(
+        self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang
+    ) -> tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None:
+        """Identical members, one EFA type: for every offering at once, ⌈members / fit⌉ nodes of it."""
+        idx = self.idx
+        c = gang.classes[0]
+        n = int(self.rem[c])
+        pos = tier[self.ok[view.position][c, tier] & np.array([idx.types[t].efa for t in idx.type_of[tier]], bool)]
+        if gang.zone_hint is not None:
+            pos = pos[[idx.zones[z] == gang.zone_hint for z in idx.zone_of[pos]]]
+        if pos.size == 0:
+            return None
+        need = self.req[c] > 0
+        fit = np.minimum((self.matrices[view.position][idx.type_of[pos]][:, need] // self.req[c, need]).min(axis=1), n)
+        cost = -(-n // fit) * idx.price[pos]
+        first = int(np.lexsort((idx.type_of[pos], idx.zone_of[pos], cost))[0])
+        per_node = int(fit[first])
+        full, rest = divmod(n, per_node)
+        layout = [(np.array([per_node]), full)] if full else []
+        if rest:
+            layout.append((np.array([rest]), 1))
+        z = int(idx.zone_of[pos[first]])
+        return float(cost[first]), z, layout, self._common_types(view, capacity_type, z, gang, layout)
+
+    def _common_types(self, view: _PoolView, capacity_type: CapacityType, zone: int, gang: _Gang,
+                      layout: list[tuple[np.ndarray, int]]) -> list[int]:
+        """EFA types in the gang's zone that hold every gang node's pods, cheapest first."""
+        idx = self.idx
+        zone_tier = np.flatnonzero(
+            view.base & self.available & (idx.capacity_of == idx.capacity_code(capacity_type)) & (idx.zone_of == zone)
+        )
+        good = np.ones(zone_tier.size, bool)
+        for c in gang.classes:
+            good &= self.ok[view.position][c][zone_tier]
+        good &= np.array([idx.types[t].efa for t in idx.type_of[zone_tier]], bool)
+        matrix = self.matrices[view.position]
+        for counts, _copies in layout:
+            used = counts @ self.req[gang.classes]
+            good &= (matrix[idx.type_of[zone_tier]] >= used).all(axis=1)
+        chosen = zone_tier[good]
+        order = sorted(chosen, key=lambda i: (idx.price[i], idx.types[idx.type_of[i]].name))
+        return [int(i) for i in order[:MAX_CANDIDATES]]
+
+    def _fixed_candidates(self, positions: list[int] | None, zone: int) -> _Candidates | None:
+        if not positions:
+            return None
+        idx = self.idx
+        first = float(idx.price[positions[0]])
+        chosen = [i for i in positions if idx.price[i] <= first * CANDIDATE_PRICE_CEILING + 1e-9]
+        prices = [float(idx.price[i]) for i in chosen]
+        return _Candidates([int(idx.type_of[i]) for i in chosen], prices, prices, (idx.zones[zone],))
+
+    # Classes
+
+    def _place_classes(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> None:
+        masks = self.ok[view.position]
+        rows = [
+            c for c, cls in enumerate(self.classes)
+            if cls.gang is None and self.rem[c] > 0 and masks[c, tier].any()
+        ]
+        if not rows:
+            return
+        row_index = np.asarray(rows, np.int64)
+        pos = tier[masks[np.ix_(row_index, tier)].any(axis=0)]
+        feasible = masks[np.ix_(row_index, pos)]
+        limit = _reserved_limit(self, pos, capacity_type)
+        if limit is None:
+            pos, feasible = self._dedupe(pos, feasible)
+        kinds = Kinds(self.matrices[view.position][self.idx.type_of[pos]], self.idx.price[pos], feasible, limit)
+        opened = self.s.packer(self.rem[rows].copy(), self.req[rows], kinds)
+        for entry in opened:
+            full = np.zeros(len(self.classes), np.int64)
+            full[rows] = entry.counts
+            candidates = self._candidates(view, capacity_type, tier, full)
+            for _ in range(entry.copies):
+                if candidates is None or (self.rem < full).any():
+                    break
+                admitted = self._admit([_Node(view.position, capacity_type, candidates, full)])
+                if isinstance(admitted, str):
+                    for c in np.flatnonzero(full):
+                        self.failures.setdefault((view.position, int(c)), admitted)
+                    break
+                self._open(admitted[0])
+                if capacity_type == "reserved":
+                    # The reservation just used may be exhausted: the next copy may need another one.
+                    candidates = self._candidates(view, capacity_type, tier, full)
+
+    def _dedupe(self, pos: np.ndarray, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keep, per instance type and set of classes it may hold, only the cheapest offering (zone)."""
+        order = np.lexsort((self.idx.price[pos], self.idx.type_of[pos]))
+        seen: set[tuple[int, bytes]] = set()
+        keep = []
+        for i in order:
+            key = (int(self.idx.type_of[pos[i]]), feasible[:, i].tobytes())
+            if key not in seen:
+                seen.add(key)
+                keep.append(i)
+        keep_arr = np.array(sorted(keep), np.int64)
+        return pos[keep_arr], feasible[:, keep_arr]
+
+    def _candidates(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, counts: np.ndarray,
+                    zone: int | None = None) -> _Candidates | None:
+        idx = self.idx
+        good = self.ok[view.position][np.ix_(np.flatnonzero(counts), tier)].all(axis=0)
+        used = counts @ self.req
+        good &= (self.matrices[view.position][idx.type_of[tier]] >= used).all(axis=1)
+        if zone is not None:
+            good &= idx.zone_of[tier] == zone
+        if capacity_type == "reserved":
+            good &= self.reserved_left[tier] > 0
+            if not good.any():
+                return None
+            first = int(tier[np.where(good, idx.price[tier], np.inf).argmin()])
+            price = float(idx.price[first])
+            return _Candidates([int(idx.type_of[first])], [price], [price], (idx.offerings[first].zone,),
+                               idx.offerings[first].reservation_id, first)
+        if not good.any():
+            return None
+        first = int(tier[np.where(good, idx.price[tier], np.inf).argmin()])
+        t0 = idx.type_of[first]
+        zones = np.unique(idx.zone_of[tier][good & (idx.type_of[tier] == t0)])
+        in_zones = np.isin(idx.zone_of[tier], zones)
+        n_types = len(idx.types)
+        bad = np.zeros(n_types, bool)
+        bad[idx.type_of[tier][in_zones & ~good]] = True
+        low = np.full(n_types, np.inf)
+        high = np.full(n_types, -np.inf)
+        sel = in_zones & good
+        np.minimum.at(low, idx.type_of[tier][sel], idx.price[tier][sel])
+        np.maximum.at(high, idx.type_of[tier][sel], idx.price[tier][sel])
+        ceiling = float(idx.price[first]) * CANDIDATE_PRICE_CEILING + 1e-9
+        chosen = np.flatnonzero(~bad & np.isfinite(low) & (low <= ceiling))
+        ranked = sorted(chosen, key=lambda t: (low[t], idx.types[t].name))[:MAX_CANDIDATES]
+        return _Candidates(
+            [int(t) for t in ranked],
+            [float(low[t]) for t in ranked],
+            [float(high[t]) for t in ranked],
+            tuple(idx.zones[z] for z in zones),
+        )
+
+    # Budgets
+
+    def _admit(self, nodes: list[_Node]) -> list[_Node] | str:
+        """Nodes within pool limits and quotas (candidates that would break them dropped), or why not."""
+        if not nodes:
+            return nodes
+        idx = self.idx
+        pool_ledger = self.limits[nodes[0].pool]
+        if not pool_ledger.bounded and not self.vcpus.quotas:
+            return nodes
+        out: list[_Node] = []
+        gpus_total = 0.0
+        price_total = 0.0
+        vcpu_total: dict[str, int] = {}
+        for node in nodes:
+            cand = node.candidates
+            keep = [
+                i for i, t in enumerate(cand.types)
+                if pool_ledger.admits(gpus_total + idx.types[t].gpus, price_total + cand.max_prices[i])
+                and self.vcpus.admits_type(idx.types[t], node.capacity_type)
+            ]
+            if not keep:
+                types = [idx.types[t] for t in cand.types]
+                quota = self.vcpus.blocking(types, node.capacity_type)
+                if not pool_ledger.admits(gpus_total + min(t.gpus for t in types), price_total + min(cand.prices)):
+                    return pool_ledger.describe()
+                if quota is not None:
+                    return (f"the vCPU quota {quota} ({self.vcpus.quotas[quota]} vCPUs, "
+                            f"{self.vcpus.used.get(quota, 0)} in use or planned) has no room for it")
+                return pool_ledger.describe()
+            trimmed = _Candidates(
+                [cand.types[i] for i in keep], [cand.prices[i] for i in keep], [cand.max_prices[i] for i in keep],
+                cand.zones, cand.reservation, cand.reservation_position,
+            )
+            gpus_total += max(idx.types[t].gpus for t in trimmed.types)
+            price_total += max(trimmed.max_prices)
+            consumption = self.vcpus.consumption([idx.types[t] for t in trimmed.types], node.capacity_type)
+            for key, v in consumption.items():
+                vcpu_total[key] = vcpu_total.get(key, 0) + v
+            out.append(_Node(node.pool, node.capacity_type, trimmed, node.counts, node.gang))
+        if not pool_ledger.admits(gpus_total, price_total):
+            return pool_ledger.describe()
+        if not self.vcpus.admits(vcpu_total):
+            key = next(k for k, v in vcpu_total.items() if v > self.vcpus.left(k))
+            return (f"the vCPU quota {key} ({self.vcpus.quotas[key]} vCPUs, "
+                    f"{self.vcpus.used.get(key, 0)} in use or planned) has no room for it")
+        pool_ledger.charge(gpus_total, price_total)
+        self.vcpus.charge(vcpu_total)
+        return out
+
+    def _open(self, node: _Node) -> None:
+        """Record an admitted node and take its pods out of the remaining demand."""
+        if node.candidates.reservation_position >= 0:
+            self.reserved_left[node.candidates.reservation_position] -= 1
+        node.pods = [p for c in np.flatnonzero(node.counts) for p in self._take(int(c), int(node.counts[c]))]
+        self.nodes.append(node)
+
+    # Output
+
+    def _claims(self) -> list[NodeClaim]:
+        cluster = self.s.config.cluster_name
+        claims = []
+        described: dict[tuple[int, bytes], tuple[tuple[str, ...], dict[str, str]]] = {}
+        for node in self.nodes:
+            pods = node.pods
+            uids = tuple(p.uid for p in pods)
+            cand = node.candidates
+            pool = self.s.pools[node.pool].pool.name
+            # Copies of one pattern share their candidates: describe them once.
+            key = (id(cand), node.counts.tobytes())
+            shared = described.get(key)
+            if shared is None:
+                used = node.counts @ self.req
+                attributes = {
+                    REQUESTS_ATTRIBUTE: requests_attribute(dict(zip(self.names, (int(v) for v in used), strict=True))),
+                }
+                if self.source:
+                    attributes[SOURCE_ATTRIBUTE] = self.source
+                shared = (tuple(self.idx.types[t].name for t in cand.types), attributes)
+                described[key] = shared
+            names, attributes = shared
+            claims.append(NodeClaim(
+                cluster=cluster,
+                id=claim_id(self.source, pool, node.capacity_type, uids),
+                pool=pool,
+                capacity_type=node.capacity_type,
+                zones=cand.zones,
+                instance_types=names,
+                price_per_hour=cand.prices[0],
+                pods=uids,
+                gang=node.gang,
+                created_at=self.now,
+                reservation_id=cand.reservation,
+                reason=_reason_text(pods),
+                attributes=attributes,
+            ))
+        return claims
+
+    def _explain(self, gangs: list[_Gang]) -> None:
+        for gang in gangs:
+            if gang.placed:
+                continue
+            parts = gang.failures or [self._class_reason(c) for c in gang.classes[:1]]
+            size = int(sum(self.rem[c] for c in gang.classes))
+            reason = f"gang {gang.name} ({size} pods) cannot be placed whole: " + "; ".join(parts)
+            for c in gang.classes:
+                for pod in self._take(c, int(self.rem[c])):
+                    self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
+        for c in range(len(self.classes)):
+            if self.rem[c] <= 0:
+                continue
+            reason = self._class_reason(c)
+            for pod in self._take(c, int(self.rem[c])):
+                self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
+
+    def _class_reason(self, c: int) -> str:
+        cls = self.classes[c]
+        idx = self.idx
+        parts = []
+        for view in self.s.pools:
+            name = view.pool.name
+            blocked = untolerated(cls.tolerations, view.pool.taints)
+            if blocked:
+                parts.append(f"pool {name}: taint {', '.join(blocked)} not tolerated")
+                continue
+            allowed = view.base & self.s.selector_mask(view, cls)
+            if not allowed.any():
+                parts.append(
+                    f"pool {name}: no offering matches the pod's node constraints "
+                    f"({describe_constraints(cls, view.fixed_labels)}) within the pool's requirements"
+                )
+                continue
+            matrix = self.matrices[view.position]
+            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
+            if not (allowed & fits).any():
+                types = np.unique(idx.type_of[allowed])
+                short = [n for r, n in enumerate(self.names) if self.req[c][r] > matrix[types, r].max()]
+                parts.append(f"no offering in pool {name} has {describe_need(cls, short)}{_sharing_hint(view, cls)}")
+                continue
+            if not (allowed & fits & self.available).any():
+                parts.append(
+                    f"pool {name}: every offering with {describe_need(cls)} is marked unavailable "
+                    "(insufficient capacity) for now"
+                )
+                continue
+            failure = self.failures.get((view.position, c))
+            parts.append(failure or f"pool {name}: no room left in its reservations")
+        return "; ".join(parts) if parts else "no node pools are configured"
+
+
+def _reserved_limit(p: _Pass, pos: np.ndarray, capacity_type: CapacityType) -> np.ndarray | None:
+    if capacity_type != "reserved":
+        return None
+    return p.reserved_left[pos].copy()
+
+
+def _matches(cls: PodClass, labels: Mapping[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in cls.node_selector):
+        return False
+    return not cls.affinity or any(t.matches(labels) for t in cls.affinity)
+
+
+def _sharing_hint(view: _PoolView, cls: PodClass) -> str:
+    sharing = view.pool.gpu_sharing
+    if sharing.mode == "mig" and cls.requests[GPU]:
+        return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
+    wants_mig = [n.removeprefix(MIG_PREFIX) for n in cls.requests if n.startswith(MIG_PREFIX)]
+    if wants_mig and (sharing.mode != "mig" or sharing.mig_profile not in wants_mig):
+        return f" (pool {view.pool.name} does not partition GPUs into MIG {', '.join(wants_mig)})"
+    return ""
+
+
+def _reason_text(pods: Sequence[PendingPod]) -> str:
+    first = pods[0]
+    more = f" and {len(pods) - 1} more" if len(pods) > 1 else ""
+    return f"pending pods: {first.namespace}/{first.name}{more}"
+
+
+def claim_id(source: str, pool: str, capacity_type: str, uids: Sequence[str]) -> str:
+    """Deterministic: the same message planning the same pods names the same claim (a retry finds it)."""
+    digest = hashlib.sha256("\x1f".join((source, pool, capacity_type, *uids)).encode()).hexdigest()
+    return f"nc-{digest[:20]}"

@@ -1,0 +1,325 @@
+"""The packer use case: one pending-pods document in; claims stored, pods assigned, launches requested.
+
+The solver decides (`domain.packing`); this module acts, in an order that makes every step safe to
+repeat: a redelivered message, a resent document or a crash halfway leave at most one claim per pod.
+
+1. Read the cluster's live claims, the assignments of the document's pods, the unavailable offerings
+   and the vCPU quotas, and plan.
+2. Pods placed on claims in flight: assign them (a conditional write per pod: a pod already assigned is
+   skipped) and add them, with their requests, to the claim.
+3. New claims: store each (a conditional create; ids are derived from the message and the pods, so a
+   redelivery finds the claims it made before), then assign their pods. A claim left with no pod of its
+   own (all taken by another claim meanwhile) is closed before it is ever launched.
+4. One `LaunchRequest` per claim, one per gang (all its claims, all or nothing), on the launch queue. On a
+   redelivery of the same message, claims it created that are still Pending are requested again, in
+   case the first attempt stopped before sending; the fleet acts on a claim's state, so a repeat is
+   harmless.
+5. Demand history for forecasting: the GPUs of the document's pods per pool, in the 5-minute bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
+from gpu_autoscaler.domain.packing.results import (
+    REQUESTS_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+    Unschedulable,
+    claim_requests,
+    requests_attribute,
+)
+from gpu_autoscaler.domain.packing.solver import Solver
+from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.messages import LaunchRequest
+from gpu_autoscaler.models.resources import Resources
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from datetime import datetime
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
+    from gpu_autoscaler.ports import CatalogSource, LaunchQueue, QuotaSource, StateStore
+    from gpu_autoscaler.settings import FunctionSettings
+
+__all__ = ["DEMAND_BUCKET", "LIVE_STATES", "PackOutcome", "PackerService", "WrongCluster", "aws_packer_service"]
+
+logger = logging.getLogger(__name__)
+
+DEMAND_BUCKET = timedelta(minutes=5)
+LIVE_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
+"""Claims that cost money or are about to: they count against pool limits and quotas."""
+
+
+class WrongCluster(GpuAutoscalerError):
+    """The document names another cluster than the configuration's: it was sent to the wrong queue."""
+
+
+@dataclass(frozen=True)
+class PackOutcome:
+    """What one document led to, for the handler's response, logs and metrics."""
+
+    cluster: str
+    pods: int
+    created: tuple[str, ...] = ()
+    """Ids of the claims created by this call."""
+    placed_in_flight: int = 0
+    covered: int = 0
+    """Pods already covered by a live claim (re-reported, or a duplicate document)."""
+    unschedulable: tuple[Unschedulable, ...] = ()
+    launch_requests: tuple[tuple[str, ...], ...] = ()
+    price_per_hour: float = 0.0
+    """USD/h of the claims created."""
+    demand: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "pods": self.pods,
+            "claimsCreated": list(self.created),
+            "podsPlacedInFlight": self.placed_in_flight,
+            "podsCovered": self.covered,
+            "unschedulable": [{"pod": u.pod, "name": u.name, "reason": u.reason} for u in self.unschedulable],
+            "launchRequests": [list(ids) for ids in self.launch_requests],
+            "pricePerHour": round(self.price_per_hour, 6),
+        }
+
+
+class PackerService:
+    """Plans a document's pods and records the plan; safe to call again with the same document."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        catalog: Catalog | CatalogSource,
+        launches: LaunchQueue,
+        *,
+        clock: Clock,
+        quotas: QuotaSource | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.launches = launches
+        self.clock = clock
+        self._catalog = catalog
+        self._quotas = quotas
+        self._solver: Solver | None = None
+        self._offerings: tuple[object, ...] | None = None
+
+    def solver(self) -> Solver:
+        """The solver over the current catalog; rebuilt only when the source's offerings (prices) change."""
+        if isinstance(self._catalog, Catalog):
+            if self._solver is None:
+                self._solver = Solver(self.config, self._catalog, self.clock)
+            return self._solver
+        offerings = tuple(self._catalog.offerings())
+        if self._solver is None or offerings != self._offerings:
+            self._solver = Solver(self.config, Catalog(self._catalog.instance_types(), offerings), self.clock)
+            self._offerings = offerings
+        return self._solver
+
+    def plan(self, document: PendingPodsDocument, source: str = "") -> tuple[Plan, list[NodeClaim]]:
+        """The decision alone, from the store's current state: (plan, live claims it was made against)."""
+        if document.cluster != self.config.cluster_name:
+            raise WrongCluster(
+                f"document for cluster '{document.cluster}' reached the packer of '{self.config.cluster_name}'"
+            )
+        live = self.store.list_claims(LIVE_STATES)
+        covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}
+        covered.update(_listed_on_claims_in_flight(live, document.pods, covered))
+        quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
+        plan = self.solver().solve(
+            document.pods,
+            claims=live,
+            covered=covered,
+            unavailable=self.store.unavailable_offerings(),
+            source=source,
+            quotas=quotas,
+        )
+        return plan, live
+
+    def handle(self, document: PendingPodsDocument, source: str = "") -> PackOutcome:
+        """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims."""
+        plan, live = self.plan(document, source)
+        pods = {p.uid: p for p in document.pods}
+        by_id = {c.id: c for c in live}
+        ttl = self.config.timeouts.pod_assignment_ttl
+        for claim_id, uids in _group(_listed_on_claims_in_flight(live, document.pods, {})).items():
+            self.store.assign_pods(claim_id, uids, ttl)  # restores what a crash left unwritten; no-op otherwise
+        placed = sum(self._add_to_claim(by_id[cid], uids, pods, ttl) for cid, uids in plan.existing.items())
+        created: list[NodeClaim] = []
+        groups: dict[str, list[str]] = {}
+        for claim in plan.claims:
+            stored = self._store_claim(claim, pods, ttl)
+            if stored is None:
+                continue
+            if stored.id not in {c.id for c in created}:
+                created.append(stored)
+            groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(stored.id)
+        if source:
+            self._resend_own_pending(live, source, {c.id for c in plan.claims}, groups)
+        requests = []
+        for key, ids in groups.items():
+            gang = key.removeprefix("gang:") if key.startswith("gang:") else None
+            request = LaunchRequest(cluster=self.config.cluster_name, claim_ids=ids, gang=gang)
+            self.launches.send(request)
+            requests.append(tuple(ids))
+        demand = self._record_demand(document.pods, plan, by_id)
+        for item in plan.unschedulable:
+            logger.warning("pod %s cannot be placed: %s", item.name, item.reason)
+        return PackOutcome(
+            cluster=self.config.cluster_name,
+            pods=len(document.pods),
+            created=tuple(c.id for c in created),
+            placed_in_flight=placed,
+            covered=len(plan.covered),
+            unschedulable=plan.unschedulable,
+            launch_requests=tuple(requests),
+            price_per_hour=sum(c.price_per_hour for c in created),
+            demand=demand,
+        )
+
+    # Acting on the plan
+
+    def _add_to_claim(self, claim: NodeClaim, uids: Sequence[str], pods: Mapping[str, PendingPod],
+                      ttl: timedelta) -> int:
+        """Assign pods to a claim in flight and record their requests on it; returns how many were new."""
+        newly = [u for u in self.store.assign_pods(claim.id, list(uids), ttl) if u not in claim.pods]
+        if not newly:
+            return 0
+        total = claim_requests(claim)
+        for uid in newly:
+            total = total + pod_requests(pods[uid])
+        attributes = {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+        try:
+            self.store.update_claim(claim, pods=tuple(claim.pods) + tuple(newly), attributes=attributes)
+        except StaleClaim:
+            # The claim moved on (launched or registered) meanwhile: the pods stay assigned to it and its
+            # node is the one they will run on; only the room bookkeeping of a claim in flight is skipped.
+            logger.info("claim %s changed while pods were added; its recorded room is left as it was", claim.id)
+        return len(newly)
+
+    def _store_claim(self, claim: NodeClaim, pods: Mapping[str, PendingPod], ttl: timedelta) -> NodeClaim | None:
+        """Create the claim (or find it again, on a redelivery) and assign its pods; None if it holds none."""
+        try:
+            self.store.create_claim(claim)
+            stored = claim
+        except ClaimExists:
+            found = self.store.get_claim(claim.id)
+            if found is None or not found.live:
+                logger.info("claim %s exists and is no longer live; not planned again", claim.id)
+                return None
+            stored = found
+        newly = set(self.store.assign_pods(claim.id, list(claim.pods), ttl))
+        if len(newly) < len(claim.pods):
+            already = self.store.assignments([u for u in claim.pods if u not in newly])
+            newly |= {uid for uid, owner in already.items() if owner == claim.id}
+        if not newly:
+            self.store.transition(stored, ClaimState.TERMINATED, "every pod it was made for is covered elsewhere")
+            return None
+        if len(newly) < len(claim.pods) and not claim.gang:
+            # Fewer pods than planned: every candidate still fits them; record what the claim really holds.
+            kept = tuple(u for u in claim.pods if u in newly)
+            total = Resources()
+            for uid in kept:
+                total = total + pod_requests(pods[uid])
+            try:
+                stored = self.store.update_claim(
+                    stored, pods=kept, attributes={**stored.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+                )
+            except StaleClaim:
+                logger.info("claim %s changed while its pods were trimmed", claim.id)
+        return stored
+
+    def _resend_own_pending(self, live: Iterable[NodeClaim], source: str, planned: set[str],
+                            groups: dict[str, list[str]]) -> None:
+        for claim in live:
+            if claim.state is not ClaimState.PENDING or claim.id in planned:
+                continue
+            if claim.attributes.get(SOURCE_ATTRIBUTE) != source:
+                continue
+            key = f"gang:{claim.gang}" if claim.gang else claim.id
+            if claim.id not in groups.setdefault(key, []):
+                groups[key].append(claim.id)
+
+    def _record_demand(self, pods: Sequence[PendingPod], plan: Plan, live: Mapping[str, NodeClaim]) -> dict[str, float]:
+        """Pending GPUs per pool seen in this document (placed, in flight or covered), in its 5-minute bucket."""
+        pool_of: dict[str, str] = {}
+        for claim in plan.claims:
+            pool_of.update(dict.fromkeys(claim.pods, claim.pool))
+        for claim_id, uids in plan.existing.items():
+            pool_of.update(dict.fromkeys(uids, live[claim_id].pool))
+        for uid, claim_id in plan.covered.items():
+            if claim_id in live:
+                pool_of[uid] = live[claim_id].pool
+        demand: dict[str, float] = {}
+        for pod in pods:
+            pool_name = pool_of.get(pod.uid)
+            if pool_name is None:
+                continue
+            pool = self.config.pool(pool_name)
+            demand[pool_name] = demand.get(pool_name, 0.0) + gpu_equivalent(pod.resources, pool)
+        bucket = _bucket(self.clock.now())
+        for pool_name, gpus in sorted(demand.items()):
+            self.store.record_demand(pool_name, bucket, gpus, self.config.predictive.history)
+        return demand
+
+
+def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod],
+                                covered: Mapping[str, str]) -> dict[str, str]:
+    """Pods a claim in flight was made for: theirs until its node comes, even if their assignment is missing
+    (a crash between storing the claim and assigning its pods)."""
+    wanted = {p.uid for p in pods} - set(covered)
+    out: dict[str, str] = {}
+    for claim in live:
+        if claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED):
+            out.update({uid: claim.id for uid in claim.pods if uid in wanted})
+    return out
+
+
+def _group(owners: Mapping[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for uid, claim_id in owners.items():
+        out.setdefault(claim_id, []).append(uid)
+    return out
+
+
+def _bucket(moment: datetime) -> datetime:
+    seconds = int(DEMAND_BUCKET.total_seconds())
+    return moment.replace(microsecond=0) - timedelta(seconds=int(moment.timestamp()) % seconds)
+
+
+def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None) -> PackerService:
+    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
+    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.config import parse_config
+
+    clock = clock or SystemClock()
+    clients = AwsClients(settings.region, settings.endpoint_url)
+    raw = clients.client("ssm").get_parameter(Name=settings.config_parameter)["Parameter"]["Value"]
+    config = parse_config(json.loads(raw))
+    if not settings.launch_queue_url:
+        raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: the packer has nowhere to send launch requests")
+    return PackerService(
+        config,
+        DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock),
+        Ec2CatalogSource.from_config(clients, config, clock=clock),
+        SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url),
+        clock=clock,
+        quotas=ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock),
+    )

@@ -1,0 +1,162 @@
+"""The packer Lambda on moto (server mode): real queues, table and parameter, events as Lambda delivers them.
+
+A batch with a valid document and a poison message: the poison fails alone (its validation error logged)
+and, received again and again, lands in the dead-letter queue; the document becomes claims in DynamoDB,
+pod assignments and launch requests. The same document delivered again, or the same message redelivered,
+provisions nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.config import Config, parse_config
+from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.emulator.resources import MAX_RECEIVE_COUNT
+from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
+from gpu_autoscaler.lambda_context import local_context
+from gpu_autoscaler.models.pods import PendingPodsDocument
+from tests.conftest import ROOT, example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
+
+DOCUMENT = (ROOT / "events" / "pending-pods-document.json").read_text()
+POISON = json.dumps({"schemaVersion": 1, "cluster": "ml-prod", "pods": [{"uid": "x", "requests": {"cpu": "lots"}}]})
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    return parse_config(example_config_data())
+
+
+@pytest.fixture(scope="module")
+def aws(config: Config) -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(config) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def packer(aws: EmbeddedAws) -> Iterator[ModuleType]:
+    """The handler module imported as Lambda would, with the function's environment; kept warm for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in aws.function_environment("packer").items():
+            patch.setenv(key, value)
+        patch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+        path = Path(ROOT / "functions" / "packer" / "handler.py")
+        spec = importlib.util.spec_from_file_location("packer_handler_under_test", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+        sys.modules.pop("packer_handler_under_test", None)
+
+
+@pytest.fixture(scope="module")
+def store(aws: EmbeddedAws, config: Config) -> DynamoStateStore:
+    from gpu_autoscaler.clock import SystemClock
+
+    return DynamoStateStore(aws.clients.client("dynamodb"), aws.resources.table_name, config.cluster_name,
+                            clock=SystemClock())
+
+
+def send(aws: EmbeddedAws, body: str, dedup: str) -> None:
+    aws.clients.client("sqs").send_message(QueueUrl=aws.queue_url("pending-pods"), MessageBody=body,
+                                           MessageGroupId="ml-prod", MessageDeduplicationId=dedup)
+
+
+def receive(aws: EmbeddedAws, logical: str = "pending-pods") -> list[dict[str, Any]]:
+    answer = aws.clients.client("sqs").receive_message(QueueUrl=aws.queue_url(logical), MaxNumberOfMessages=10,
+                                                       WaitTimeSeconds=0, **RECEIVE_ARGUMENTS)
+    return answer.get("Messages", [])
+
+
+def invoke(aws: EmbeddedAws, packer: ModuleType, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hand the handler an SQS event and, as the event source mapping does, delete what succeeded."""
+    event = sqs_event(messages, aws.resources.queue_arns["pending-pods"])
+    response = packer.handler(event, local_context("packer"))
+    failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+    sqs = aws.clients.client("sqs")
+    for message in messages:
+        if message["MessageId"] in failed:
+            sqs.change_message_visibility(QueueUrl=aws.queue_url("pending-pods"),
+                                          ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+        else:
+            sqs.delete_message(QueueUrl=aws.queue_url("pending-pods"), ReceiptHandle=message["ReceiptHandle"])
+    return response
+
+
+def launch_requests(aws: EmbeddedAws) -> list[dict[str, Any]]:
+    out = []
+    while messages := receive(aws, "launch"):
+        for message in messages:
+            out.append(json.loads(message["Body"]))
+            aws.clients.client("sqs").delete_message(QueueUrl=aws.queue_url("launch"),
+                                                     ReceiptHandle=message["ReceiptHandle"])
+    return out
+
+
+def test_a_batch_with_a_poison_message(aws: EmbeddedAws, packer: ModuleType, store: DynamoStateStore,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    send(aws, DOCUMENT, "doc-1")
+    send(aws, POISON, "poison-1")
+    messages = receive(aws)
+    poison_id = next(m["MessageId"] for m in messages if m["Body"] == POISON)
+    response = invoke(aws, packer, messages)
+    assert response == {"batchItemFailures": [{"itemIdentifier": poison_id}]}
+    assert "not a pending-pods document" in capsys.readouterr().out
+
+    pods = PendingPodsDocument.model_validate_json(DOCUMENT).pods
+    claims = store.list_claims()
+    assert len(claims) == 3
+    assert sorted(u for c in claims for u in c.pods) == sorted(p.uid for p in pods)
+    assert store.assignments([p.uid for p in pods]) == {u: c.id for c in claims for u in c.pods}
+    gang = [c for c in claims if c.gang == "training/train-42"]
+    assert len(gang) == 1 and gang[0].zones == ("us-east-1a",) and gang[0].instance_types[0] == "p5.48xlarge"
+
+    requests = launch_requests(aws)
+    assert sorted(tuple(r["claimIds"]) for r in requests) == sorted((c.id,) for c in claims)
+    assert {r.get("gang") for r in requests} == {None, "training/train-42"}
+
+
+def test_the_same_document_delivered_again_provisions_nothing_more(aws: EmbeddedAws, packer: ModuleType,
+                                                                    store: DynamoStateStore) -> None:
+    before = {c.id for c in store.list_claims()}
+    send(aws, DOCUMENT, "doc-2")  # the agent's resync: same pods, a new message
+    messages = [m for m in receive(aws) if m["Body"] == DOCUMENT]
+    assert len(messages) == 1
+    assert invoke(aws, packer, messages) == {"batchItemFailures": []}
+    assert {c.id for c in store.list_claims()} == before
+    assert launch_requests(aws) == []
+
+
+def test_a_redelivered_message_provisions_nothing_more(aws: EmbeddedAws, packer: ModuleType,
+                                                       store: DynamoStateStore) -> None:
+    before = {c.id for c in store.list_claims()}
+    send(aws, DOCUMENT, "doc-3")
+    messages = [m for m in receive(aws) if m["Body"] == DOCUMENT]
+    event = sqs_event(messages, aws.resources.queue_arns["pending-pods"])
+    packer.handler(event, local_context("packer"))
+    packer.handler(event, local_context("packer"))  # the same message id again (the first reply was lost)
+    assert {c.id for c in store.list_claims()} == before
+    aws.clients.client("sqs").delete_message(QueueUrl=aws.queue_url("pending-pods"),
+                                             ReceiptHandle=messages[0]["ReceiptHandle"])
+
+
+def test_the_poison_message_lands_in_the_dead_letter_queue(aws: EmbeddedAws, packer: ModuleType) -> None:
+    for _ in range(MAX_RECEIVE_COUNT + 1):
+        messages = receive(aws)
+        if not messages:
+            break
+        response = invoke(aws, packer, messages)
+        assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [m["MessageId"] for m in messages]
+    dead = receive(aws, "pending-pods-dlq")
+    assert [m["Body"] for m in dead] == [POISON]

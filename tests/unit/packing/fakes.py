@@ -1,0 +1,152 @@
+"""In-memory stand-ins for the ports the packer service uses: they record calls and can be told to fail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.claims import ALLOWED_TRANSITIONS, ClaimState, NodeClaim, StateTransition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from datetime import datetime, timedelta
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.messages import LaunchRequest
+
+
+class Boom(RuntimeError):
+    """A failure a test asked for (a crash halfway through)."""
+
+
+@dataclass
+class FakeStateStore:
+    """`StateStore` over dicts, with the conditional semantics of the DynamoDB one."""
+
+    clock: Clock
+    claims: dict[str, NodeClaim] = field(default_factory=dict)
+    pods: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    unavailable: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
+    demand: dict[tuple[str, datetime], float] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    fail_next: dict[str, Exception] = field(default_factory=dict)
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        error = self.fail_next.pop(name, None)
+        if error is not None:
+            raise error
+
+    def create_claim(self, claim: NodeClaim) -> None:
+        self._call("create_claim")
+        if claim.id in self.claims:
+            raise ClaimExists(claim.id)
+        self.claims[claim.id] = claim
+
+    def get_claim(self, claim_id: str) -> NodeClaim | None:
+        self._call("get_claim")
+        return self.claims.get(claim_id)
+
+    def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
+        self._call("list_claims")
+        wanted = set(states) if states is not None else None
+        return [c for c in self.claims.values() if wanted is None or c.state in wanted]
+
+    def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
+        self._call("transition")
+        stored = self.claims.get(claim.id)
+        if stored is None or stored.state != claim.state or to not in ALLOWED_TRANSITIONS[stored.state]:
+            raise StaleClaim(claim.id)
+        now = self.clock.now()
+        updated = stored.model_copy(update={
+            "state": to, "updated_at": now, "reason": reason or stored.reason,
+            "history": (*stored.history, StateTransition(state=to, at=now, reason=reason)), **changes})
+        self.claims[claim.id] = updated
+        return updated
+
+    def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
+        self._call("update_claim")
+        stored = self.claims.get(claim.id)
+        if stored is None or stored.state != claim.state:
+            raise StaleClaim(claim.id)
+        updated = stored.model_copy(update={"updated_at": self.clock.now(), **changes})
+        self.claims[claim.id] = updated
+        return updated
+
+    def _live_owner(self, uid: str) -> str | None:
+        found = self.pods.get(uid)
+        if found is None or found[1] <= self.clock.now():
+            return None
+        claim = self.claims.get(found[0])
+        return found[0] if claim is not None and claim.live else None
+
+    def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
+        self._call("assign_pods")
+        newly = []
+        for uid in pod_uids:
+            if self._live_owner(uid) is None:
+                self.pods[uid] = (claim_id, self.clock.now() + ttl)
+                newly.append(uid)
+        return newly
+
+    def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
+        self._call("assignments")
+        return {uid: owner for uid in pod_uids if (owner := self._live_owner(uid)) is not None}
+
+    def release_pods(self, pod_uids: Sequence[str]) -> None:
+        self._call("release_pods")
+        for uid in pod_uids:
+            self.pods.pop(uid, None)
+
+    def mark_unavailable(self, offering: tuple[str, str, str], ttl: timedelta, reason: str) -> None:
+        self._call("mark_unavailable")
+        self.unavailable[offering] = self.clock.now() + ttl
+
+    def unavailable_offerings(self) -> set[tuple[str, str, str]]:
+        self._call("unavailable_offerings")
+        return {key for key, until in self.unavailable.items() if until > self.clock.now()}
+
+    def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None:
+        self._call("record_demand")
+        self.demand[(pool, bucket)] = max(self.demand.get((pool, bucket), 0.0), gpus)
+
+    def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
+        return sorted((b, g) for (p, b), g in self.demand.items() if p == pool and b >= since)
+
+
+@dataclass
+class RecordingLaunchQueue:
+    sent: list[LaunchRequest] = field(default_factory=list)
+
+    def send(self, request: LaunchRequest) -> None:
+        self.sent.append(request)
+
+
+@dataclass
+class FixedQuotas:
+    values: Mapping[str, int]
+
+    def vcpu_quotas(self) -> Mapping[str, int]:
+        return self.values
+
+
+@dataclass
+class FakeServiceQuotasClient:
+    """`get_service_quota` answering from a table; codes missing raise NoSuchResource, `error` fails every call."""
+
+    values: dict[str, float]
+    error: Exception | None = None
+    calls: int = 0
+
+    def get_service_quota(self, **kwargs: Any) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        code = kwargs["QuotaCode"]
+        if code not in self.values:
+            raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "no such quota"}},
+                              "GetServiceQuota")
+        return {"Quota": {"QuotaCode": code, "Value": self.values[code]}}

@@ -1,0 +1,105 @@
+"""The tier packer on hand-made kinds: exactness where it is claimed, validity always, the known hard cases."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
+from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack, single_class
+
+
+def kinds(caps: list[list[int]], prices: list[float], classes: int, limit: list[int] | None = None) -> Kinds:
+    return Kinds(np.array(caps, np.int64), np.array(prices), np.ones((classes, len(prices)), bool),
+                 None if limit is None else np.array(limit, np.int64))
+
+
+def cost(opened: list[Opened], k: Kinds) -> float:
+    return float(sum(k.price[e.kind] * e.copies for e in opened))
+
+
+def assert_valid(opened: list[Opened], demand: np.ndarray, req: np.ndarray, k: Kinds) -> None:
+    placed = sum((e.counts * e.copies for e in opened), np.zeros_like(demand))
+    assert (placed == demand).all()
+    for e in opened:
+        assert e.copies > 0
+        assert ((e.counts @ req) <= k.cap[e.kind]).all()
+        assert k.feasible[e.counts > 0, e.kind].all()
+
+
+def brute_force_single(n: int, fit: list[int], prices: list[float]) -> float:
+    best = float("inf")
+    ranges = [range(0, -(-n // f) + 1) for f in fit]
+    for counts in itertools.product(*ranges):
+        if sum(c * f for c, f in zip(counts, fit, strict=True)) >= n:
+            best = min(best, sum(c * p for c, p in zip(counts, prices, strict=True)))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), fits=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+       prices=st.lists(st.floats(0.1, 10), min_size=3, max_size=3))
+def test_single_class_is_exact(n: int, fits: list[int], prices: list[float]) -> None:
+    req = np.array([[1]], np.int64)
+    k = kinds([[f] for f in fits], prices[:len(fits)], 1)
+    opened = single_class(0, n, req, k)
+    assert_valid(opened, np.array([n]), req, k)
+    assert cost(opened, k) == pytest.approx(brute_force_single(n, fits, prices[:len(fits)]))
+
+
+def test_few_small_nodes_are_absorbed_into_one_big_one() -> None:
+    # Time-sliced L4s: 4 slots per GPU. cpu, slots. Optimum: one 16-slot node + a 4-slot + a 3-slot node.
+    k = kinds([[7700, 4], [15700, 4], [47700, 16], [3700, 4]], [0.4106, 0.569, 1.8867, 0.4104], 2)
+    req = np.array([[1000, 1], [3000, 1]], np.int64)
+    demand = np.array([11, 12])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(1.8867 + 0.4106 + 0.4104, abs=1e-3)
+
+
+def test_bulky_pods_lead_a_fill_when_that_packs_tighter() -> None:
+    # memory GiB, GPUs: three 220 GiB pods and four 12 GiB pods fill a 709 GiB, 8-GPU node exactly.
+    k = kinds([[709, 8], [236, 1], [14, 1]], [4.1386, 1.2228, 0.2891], 2)
+    req = np.array([[220, 1], [12, 1]], np.int64)
+    demand = np.array([3, 4])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(4.1386)
+
+
+def test_infeasible_classes_stay_out_and_the_rest_is_packed() -> None:
+    k = Kinds(np.array([[8]], np.int64), np.array([1.0]), np.array([[True], [False]]))
+    req = np.array([[1], [1]], np.int64)
+    opened = pack(np.array([3, 5]), req, k)
+    assert sum(e.counts[1] * e.copies for e in opened) == 0
+    assert sum(e.counts[0] * e.copies for e in opened) == 3
+
+
+def test_limited_kinds_never_open_more_nodes_than_exist() -> None:
+    k = kinds([[4], [4]], [0.001, 1.0], 1, limit=[2, 1])
+    opened = pack(np.array([20]), np.array([[1]], np.int64), k)
+    used = {kind: sum(e.copies for e in opened if e.kind == kind) for kind in (0, 1)}
+    assert used[0] <= 2 and used[1] <= 1
+    assert sum(e.counts[0] * e.copies for e in opened) == 12
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_pack_and_baseline_are_always_valid(data: st.DataObject) -> None:
+    n_kinds = data.draw(st.integers(1, 4))
+    n_classes = data.draw(st.integers(1, 4))
+    caps = [[data.draw(st.integers(4, 64)), data.draw(st.integers(1, 8))] for _ in range(n_kinds)]
+    prices = [data.draw(st.floats(0.1, 20)) for _ in range(n_kinds)]
+    req = np.array([[data.draw(st.integers(1, 16)), data.draw(st.integers(0, 2))] for _ in range(n_classes)], np.int64)
+    feasible = np.array([[data.draw(st.booleans()) or k == 0 for k in range(n_kinds)] for _ in range(n_classes)])
+    k = Kinds(np.array(caps, np.int64), np.array(prices), feasible)
+    fits_somewhere = ((k.cap[None, :, :] >= req[:, None, :]).all(axis=2) & feasible).any(axis=1)
+    demand = np.where(fits_somewhere, np.array([data.draw(st.integers(0, 12)) for _ in range(n_classes)]), 0)
+    ours = pack(demand, req, k)
+    baseline = first_fit_decreasing(demand, req, k)
+    assert_valid(ours, demand, req, k)
+    assert_valid(baseline, demand, req, k)

@@ -1,0 +1,99 @@
+"""What a node of a pool holds: capacity, overhead, GPU sharing, MIG slices, fractional types."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_autoscaler.config import GpuSharing, NodePool, Overhead
+from gpu_autoscaler.domain.packing.fit import (
+    EVICTION_MEMORY,
+    VM_MEMORY_OVERHEAD,
+    allocatable,
+    fits,
+    gpu_equivalent,
+    node_capacity,
+    pod_requests,
+)
+from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
+from gpu_autoscaler.models.resources import Resources
+from tests.unit.packing.builders import make_pod, make_type
+
+GI = 2**30
+
+
+def pool(**sharing: object) -> NodePool:
+    return NodePool(name="p", gpu_sharing=GpuSharing(**sharing) if sharing else GpuSharing())
+
+
+def test_capacity_of_a_whole_gpu_node() -> None:
+    capacity = node_capacity(make_type("g5.12xlarge"), pool())
+    assert capacity["cpu"] == 48_000
+    assert capacity["memory"] == int(196608 * 2**20 * (1 - VM_MEMORY_OVERHEAD))
+    assert capacity["nvidia.com/gpu"] == 4
+    assert capacity["pods"] == 234
+    assert capacity["ephemeral-storage"] == 100 * GI
+
+
+def test_allocatable_subtracts_daemonsets_kube_reserved_and_eviction_thresholds() -> None:
+    overhead = Overhead(daemonsets={"cpu": "200m", "memory": "256Mi", "pods": "3"},
+                        kube_reserved={"cpu": "100m", "memory": "1Gi", "ephemeral-storage": "1Gi"})
+    t = make_type("g5.xlarge")
+    capacity = node_capacity(t, pool())
+    alloc = allocatable(t, pool(), overhead)
+    assert alloc["cpu"] == 4000 - 300
+    assert alloc["memory"] == capacity["memory"] - 256 * 2**20 - GI - EVICTION_MEMORY
+    assert alloc["pods"] == 58 - 3
+    assert alloc["ephemeral-storage"] == 100 * GI - GI - 10 * GI
+
+
+def test_time_slicing_multiplies_gpu_devices_by_replicas() -> None:
+    assert node_capacity(make_type("g5.12xlarge"), pool(mode="time-slicing", replicas=4))["nvidia.com/gpu"] == 16
+
+
+def test_fractional_type_advertises_its_partition_as_one_device() -> None:
+    g6f = make_type("g6f.large")
+    assert node_capacity(g6f, pool())["nvidia.com/gpu"] == 1
+    assert node_capacity(g6f, pool(mode="time-slicing", replicas=2))["nvidia.com/gpu"] == 2
+    assert node_capacity(g6f, pool(mode="mig", mig_profile="1g.10gb"))["nvidia.com/gpu"] == 1
+
+
+@pytest.mark.parametrize(("name", "profile", "slices"), [
+    ("p4d.24xlarge", "1g.5gb", 56),      # A100 40 GB: 7 per GPU
+    ("p4d.24xlarge", "3g.20gb", 16),
+    ("p4de.24xlarge", "1g.10gb", 56),    # A100 80 GB
+    ("p5.48xlarge", "2g.20gb", 24),      # H100 80 GB: 3 per GPU
+    ("p5.4xlarge", "7g.80gb", 1),
+    ("p4d.24xlarge", "1g.10gb", 32),     # A100 40 GB has 1g.10gb too: 4 per GPU
+    ("p5.48xlarge", "1g.5gb", 0),        # not an H100 profile
+])
+def test_mig_slices_by_gpu_model_and_profile(name: str, profile: str, slices: int) -> None:
+    assert mig_slices(make_type(name), profile) == slices
+
+
+def test_mig_pool_advertises_slices_not_whole_gpus_on_mig_capable_types() -> None:
+    mig = pool(mode="mig", mig_profile="1g.10gb")
+    capacity = node_capacity(make_type("p5.48xlarge"), mig)
+    assert capacity["nvidia.com/mig-1g.10gb"] == 56 and capacity["nvidia.com/gpu"] == 0
+    assert node_capacity(make_type("g5.xlarge"), mig)["nvidia.com/gpu"] == 1  # A10G: no MIG, whole GPU
+
+
+def test_mig_table_matches_models_by_memory() -> None:
+    assert mig_gpu("A100", 40960).memory_gib == 40  # type: ignore[union-attr]
+    assert mig_gpu("A100", 81920).memory_gib == 80  # type: ignore[union-attr]
+    assert mig_gpu("H200", 1155072 / 8).memory_gib == 141  # type: ignore[union-attr]
+    assert mig_gpu("B200", 1466872 / 8).memory_gib == 180  # type: ignore[union-attr]
+    assert mig_gpu("L4", 22888) is None
+    assert mig_gpu("A30", 24576).profiles["1g.6gb"] == 4  # type: ignore[union-attr]
+
+
+def test_a_pod_takes_one_pods_slot() -> None:
+    requests = pod_requests(make_pod(gpus=2, cpu="500m", memory="1Gi"))
+    assert requests == Resources({"cpu": 500, "memory": GI, "nvidia.com/gpu": 2, "pods": 1})
+    assert fits(requests, {"cpu": 500, "memory": GI, "nvidia.com/gpu": 2, "pods": 1})
+    assert not fits(requests, {"cpu": 500, "memory": GI, "nvidia.com/gpu": 2})
+
+
+def test_gpu_equivalent_counts_physical_gpus() -> None:
+    assert gpu_equivalent({"nvidia.com/gpu": 2}, pool()) == 2
+    assert gpu_equivalent({"nvidia.com/gpu": 2}, pool(mode="time-slicing", replicas=4)) == 0.5
+    assert gpu_equivalent({"nvidia.com/mig-3g.40gb": 2}, pool()) == pytest.approx(6 / 7)

@@ -1,0 +1,67 @@
+"""Node label matching over the catalog, vectorised: every operator, absent labels, pool labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_autoscaler.domain.packing.index import CatalogIndex
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.requirements import Requirement
+from tests.unit.packing.builders import make_catalog
+
+
+@pytest.fixture(scope="module")
+def index() -> CatalogIndex:
+    return CatalogIndex(make_catalog())
+
+
+def matched(index: CatalogIndex, requirement: Requirement, fixed: dict[str, str] | None = None) -> set[str]:
+    mask = index.requirement_mask(requirement, fixed or {})
+    return {index.offerings[i].instance_type for i in range(len(index)) if mask[i]}
+
+
+def labels_of(index: CatalogIndex, i: int) -> dict[str, str]:
+    o = index.offerings[i]
+    out = dict(index.catalog.instance_type(o.instance_type).labels)
+    out.update({L.ZONE: o.zone, L.CAPACITY_TYPE: o.capacity_type, "kubernetes.io/os": "linux"})
+    return out
+
+
+@pytest.mark.parametrize("requirement", [
+    Requirement(key=L.INSTANCE_GPU_NAME, operator="In", values=("h100", "a100")),
+    Requirement(key=L.INSTANCE_FAMILY, operator="NotIn", values=("g5",)),
+    Requirement(key=L.INSTANCE_GPU_COUNT, operator="Gt", values=("4",)),
+    Requirement(key=L.INSTANCE_GPU_MEMORY, operator="Lt", values=("30000",)),
+    Requirement(key=L.CAPACITY_TYPE, operator="In", values=("spot",)),
+    Requirement(key=L.ZONE, operator="NotIn", values=("us-east-1a",)),
+    Requirement(key=L.INSTANCE_GPU_NAME, operator="Exists"),
+    Requirement(key="example.com/absent", operator="DoesNotExist"),
+    Requirement(key="example.com/absent", operator="NotIn", values=("x",)),
+    Requirement(key="example.com/absent", operator="Exists"),
+    Requirement(key="example.com/absent", operator="Gt", values=("1",)),
+    Requirement(key=L.INSTANCE_GENERATION, operator="Gt", values=("4",)),
+])
+def test_masks_agree_with_requirement_matches(index: CatalogIndex, requirement: Requirement) -> None:
+    mask = index.requirement_mask(requirement, {})
+    for i in range(len(index)):
+        assert bool(mask[i]) == requirement.matches(labels_of(index, i)), index.offerings[i].key
+
+
+def test_operators_pick_the_expected_types(index: CatalogIndex) -> None:
+    assert matched(index, Requirement(key=L.INSTANCE_GPU_COUNT, operator="Gt", values=("4",))) == {
+        "g5.48xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"}
+    assert matched(index, Requirement(key="example.com/absent", operator="DoesNotExist")) == {
+        o.instance_type for o in index.offerings}
+    assert matched(index, Requirement(key="example.com/absent", operator="Exists")) == set()
+
+
+def test_pool_labels_override_and_answer_for_every_offering(index: CatalogIndex) -> None:
+    requirement = Requirement(key="team", operator="In", values=("ml",))
+    assert matched(index, requirement, {"team": "ml"}) == {o.instance_type for o in index.offerings}
+    assert matched(index, requirement, {"team": "web"}) == set()
+    assert matched(index, requirement) == set()
+
+
+def test_excluded_marks_unavailable_offerings(index: CatalogIndex) -> None:
+    mask = index.excluded([("p5.48xlarge", "us-east-1a", "spot"), ("nope", "us-east-1a", "spot")])
+    assert [index.offerings[i].key for i in range(len(index)) if mask[i]] == [("p5.48xlarge", "us-east-1a", "spot")]

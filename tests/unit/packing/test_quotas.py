@@ -1,0 +1,85 @@
+"""vCPU quota keys and ledger, and the Service Quotas source: cached, overridden, falling back with a log."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, VcpuLedger, quota_group, quota_keys
+from tests.unit.packing.builders import NOW, make_type
+from tests.unit.packing.fakes import FakeServiceQuotasClient
+
+
+def test_quota_keys_by_class_and_family() -> None:
+    assert quota_keys(make_type("g6f.large"), "spot") == ("g/spot", "g6f/spot")
+    assert quota_keys(make_type("p5.48xlarge"), "reserved") == ("p/on-demand", "p5/on-demand")
+    assert quota_group(make_type("g5.xlarge").model_copy(update={"name": "gr6.4xlarge"})) == "g"
+
+
+def test_ledger_charges_the_largest_candidate_per_key() -> None:
+    ledger = VcpuLedger({"g/spot": 100, "g5/spot": 10})
+    consumption = ledger.consumption([make_type("g5.xlarge"), make_type("g5.2xlarge"), make_type("g6.xlarge")], "spot")
+    assert consumption == {"g/spot": 8, "g5/spot": 8}
+    ledger.charge(consumption)
+    assert ledger.admits({"g/spot": 92}) and not ledger.admits({"g5/spot": 3})
+    assert not ledger.admits_type(make_type("g5.2xlarge"), "spot")
+    assert ledger.admits_type(make_type("g6.xlarge"), "spot")
+    assert ledger.blocking([make_type("g5.2xlarge")], "spot") == "g5/spot"
+
+
+def source(client: FakeServiceQuotasClient | None, overrides: dict[str, int] | None = None) -> tuple[
+        ServiceQuotasSource, FixedClock]:
+    clock = FixedClock(NOW)
+    return ServiceQuotasSource(client, overrides, clock=clock, ttl=timedelta(hours=1)), clock
+
+
+def test_values_from_service_quotas_with_configuration_overrides_winning() -> None:
+    client = FakeServiceQuotasClient({QUOTA_CODES["g/spot"]: 256.0, QUOTA_CODES["p/on-demand"]: 192.0})
+    quotas, _ = source(client, {"p/on-demand": 96})
+    assert quotas.vcpu_quotas() == {"g/spot": 256, "p/on-demand": 96}
+
+
+def test_answers_are_cached_for_the_ttl() -> None:
+    client = FakeServiceQuotasClient({QUOTA_CODES["g/spot"]: 256.0})
+    quotas, clock = source(client)
+    quotas.vcpu_quotas()
+    quotas.vcpu_quotas()
+    assert client.calls == len(QUOTA_CODES)
+    clock.advance(timedelta(hours=1))
+    quotas.vcpu_quotas()
+    assert client.calls == 2 * len(QUOTA_CODES)
+
+
+@pytest.mark.parametrize("error", [
+    ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "GetServiceQuota"),
+    EndpointConnectionError(endpoint_url="https://servicequotas.example"),
+])
+def test_without_the_api_the_configuration_stands_alone_and_says_so_once(
+        error: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    quotas, clock = source(FakeServiceQuotasClient({}, error=error), {"g/spot": 64})
+    with caplog.at_level(logging.WARNING):
+        assert quotas.vcpu_quotas() == {"g/spot": 64}
+        clock.advance(timedelta(hours=2))
+        assert quotas.vcpu_quotas() == {"g/spot": 64}
+    warnings = [r for r in caplog.records if "Service Quotas" in r.getMessage()]
+    assert len(warnings) == 1 and "g/spot=64" in warnings[0].getMessage()
+
+
+def test_no_client_means_configuration_only() -> None:
+    quotas, _ = source(None, {"p/spot": 8})
+    assert quotas.vcpu_quotas() == {"p/spot": 8}
+
+
+def test_moto_has_no_ec2_quotas_so_the_configuration_is_used() -> None:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("service-quotas", region_name="us-east-1")
+        quotas = ServiceQuotasSource(client, {"g/on-demand": 32}, clock=FixedClock(NOW))
+        assert quotas.vcpu_quotas() == {"g/on-demand": 32}

@@ -1,0 +1,391 @@
+"""One test (or a few) per rule the packer must honour; every plan is also checked by `check_plan`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.domain.packing import MAX_CANDIDATES, Plan, Solver
+from gpu_autoscaler.models.catalog import Offering
+from gpu_autoscaler.models.claims import ClaimState
+from tests.unit.packing.builders import (
+    TOLERATE_GPU,
+    make_catalog,
+    make_config,
+    make_gang,
+    make_pod,
+    make_pods,
+    make_pool,
+    make_solver,
+)
+from tests.unit.packing.validation import check_plan
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.pods import PendingPod
+
+
+def solve(pods: list[PendingPod], *pools: dict[str, Any], config_extra: dict[str, Any] | None = None,
+          catalog: Any = None, **kwargs: Any) -> Plan:
+    config = make_config(*pools, **(config_extra or {}))
+    catalog = catalog or make_catalog()
+    plan = Solver(config, catalog, make_solver().clock).solve(pods, **kwargs)
+    check_plan(plan, pods, config, catalog, kwargs.get("claims", ()), set(kwargs.get("unavailable", ())))
+    return plan
+
+
+def first_types(plan: Plan) -> list[str]:
+    return [c.instance_types[0] for c in plan.claims]
+
+
+def reason(plan: Plan) -> str:
+    assert plan.unschedulable
+    return plan.unschedulable[0].reason
+
+
+# Requests
+
+
+def test_identical_one_gpu_pods_each_get_the_cheapest_fitting_node() -> None:
+    plan = solve(make_pods(3, gpus=1, cpu="2", memory="8Gi"), make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g6.xlarge"] * 3
+    assert plan.total_price_per_hour == pytest.approx(3 * 0.8048)
+
+
+def test_cpu_memory_and_ephemeral_storage_requests_pick_a_bigger_type() -> None:
+    plan = solve([make_pod(gpus=1, cpu="6", memory="20Gi")], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.2xlarge"]
+    plan = solve([make_pod(gpus=1, requests={"nvidia.com/gpu": "1", "ephemeral-storage": "300Gi"})],
+                 make_pool(capacityTypes=["on-demand"], ephemeralStorage="500Gi"))
+    assert plan.claims
+    plan = solve([make_pod(gpus=1, requests={"nvidia.com/gpu": "1", "ephemeral-storage": "300Gi"})],
+                 make_pool(capacityTypes=["on-demand"]))
+    assert "ephemeral-storage 300Gi" in reason(plan)
+
+
+def test_overhead_from_configuration_counts() -> None:
+    # 4 vCPU less 300m overhead cannot hold a 4-CPU pod: the 8-vCPU type is needed.
+    plan = solve([make_pod(gpus=1, cpu="4", memory="4Gi")], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.2xlarge"]
+    heavy = {"daemonsets": {"cpu": "3", "memory": "1Gi"}, "kubeReserved": {"cpu": "100m", "memory": "1Gi"}}
+    plan = solve([make_pod(gpus=1, cpu="2", memory="4Gi")], make_pool(capacityTypes=["on-demand"]),
+                 config_extra={"overhead": heavy})
+    assert first_types(plan) == ["g5.2xlarge"]
+
+
+def test_max_pods_per_node_is_a_limit() -> None:
+    pods = make_pods(30, gpus=None, cpu="10m", memory="10Mi",
+                     requests={"cpu": "10m", "memory": "10Mi", "nvidia.com/gpu": "1"})
+    # 30 pods, 1 GPU each on a time-sliced g6f (1 device × 64 replicas) would fit by GPU, not by its 20 pods.
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 64},
+                                 requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                                "values": ["g6f.large"]}]))
+    assert [len(c.pods) for c in plan.claims] == [20, 10]
+
+
+def test_multi_gpu_pods_share_nodes_when_that_is_cheaper() -> None:
+    # Two per 4-GPU g5.12xlarge (2 × 5.672) beats four on one 8-GPU g5.48xlarge (16.288).
+    plan = solve(make_pods(4, gpus=2, cpu="8", memory="32Gi"), make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.12xlarge", "g5.12xlarge"]
+    assert [len(c.pods) for c in plan.claims] == [2, 2]
+
+
+# Node selection
+
+
+def test_node_selector_on_gpu_name_and_zone() -> None:
+    pod = make_pod(gpus=1, nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "h100",
+                                         "topology.kubernetes.io/zone": "us-east-1b"})
+    plan = solve([pod], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["p5.4xlarge"] and plan.claims[0].zones == ("us-east-1b",)
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ({"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g5"]}, "g5.xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["g6", "g6f", "g5"]}, "p5.4xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt", "values": ["90000"]}, "g5.12xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["3000"]}, "g6f.large"),
+    ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6f.large"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6f.large"),
+])
+def test_required_node_affinity_operators(expression: dict[str, Any], expected: str) -> None:
+    pod = make_pod(gpus=1, cpu="500m", memory="1Gi", requiredNodeAffinity=[{"matchExpressions": [expression]}])
+    plan = solve([pod], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == [expected]
+
+
+def test_affinity_terms_are_ored() -> None:
+    def gpu_name(name: str) -> dict[str, Any]:
+        expression = {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": [name]}
+        return {"matchExpressions": [expression]}
+
+    terms = [gpu_name("h100"), gpu_name("a10g")]
+    plan = solve([make_pod(gpus=1, requiredNodeAffinity=terms)], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.xlarge"]
+    assert set(plan.claims[0].instance_types) <= {"g5.xlarge", "g5.2xlarge", "p5.4xlarge"}
+
+
+def test_exists_on_an_unknown_label_leaves_the_pod_unschedulable_with_a_reason() -> None:
+    pod = make_pod(requiredNodeAffinity=[{"matchExpressions": [{"key": "example.com/x", "operator": "Exists"}]}])
+    plan = solve([pod], make_pool(capacityTypes=["on-demand"]))
+    assert "no offering matches the pod's node constraints" in reason(plan)
+
+
+def test_taints_must_be_tolerated() -> None:
+    plan = solve([make_pod(tolerate=False)], make_pool())
+    assert reason(plan) == "pool gpu: taint nvidia.com/gpu=true:NoSchedule not tolerated"
+    tolerate_all = make_pod(tolerate=False, tolerations=[{"operator": "Exists"}])
+    assert solve([tolerate_all], make_pool()).claims
+
+
+def test_pool_requirements_restrict_types() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], requirements=[
+        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["p"]}])
+    assert first_types(solve([make_pod()], pool)) == ["p5.4xlarge"]
+
+
+def test_pods_may_select_pool_labels() -> None:
+    pools = (make_pool("cheap", weight=50), make_pool("team", capacityTypes=["on-demand"], labels={"team": "ml"}))
+    plan = solve([make_pod(nodeSelector={"team": "ml"}), make_pod()], *pools)
+    assert {(c.pool, len(c.pods)) for c in plan.claims} == {("team", 1), ("cheap", 1)}
+
+
+# Pools: weight, capacity order, limits
+
+
+def test_heavier_pool_first_even_when_dearer() -> None:
+    plan = solve([make_pod()], make_pool("cheap", weight=1), make_pool("preferred", weight=90,
+                                                                       capacityTypes=["on-demand"]))
+    assert plan.claims[0].pool == "preferred" and plan.claims[0].capacity_type == "on-demand"
+
+
+def test_spot_before_on_demand_within_a_pool() -> None:
+    plan = solve([make_pod()], make_pool(capacityTypes=["on-demand", "spot"]))
+    assert plan.claims[0].capacity_type == "spot"
+    only_od = [make_pod(nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "h100"})]
+    assert solve(only_od, make_pool(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                                   "values": ["p5.4xlarge"]}])).claims[0].capacity_type == "on-demand"
+
+
+def reservation(count: int, rid: str = "cr-0aa", name: str = "g5.12xlarge") -> Offering:
+    return Offering(instance_type=name, zone="us-east-1a", capacity_type="reserved", price_per_hour=5.672e-7,
+                    reservation_id=rid, available_count=count)
+
+
+def test_reserved_first_only_with_reservations_and_within_their_count() -> None:
+    pool = make_pool(capacityTypes=["reserved", "spot", "on-demand"], capacityReservations=[{"id": "cr-0aa"}])
+    catalog = make_catalog(extra=[reservation(1)])
+    plan = solve(make_pods(6, gpus=1, cpu="8", memory="32Gi"), pool, catalog=catalog)
+    reserved = [c for c in plan.claims if c.capacity_type == "reserved"]
+    assert len(reserved) == 1 and len(reserved[0].pods) == 4 and reserved[0].reservation_id == "cr-0aa"
+    assert reserved[0].instance_types == ("g5.12xlarge",) and reserved[0].zones == ("us-east-1a",)
+    assert {c.capacity_type for c in plan.claims} == {"reserved", "spot"}
+    # A reservation the pool does not name is not used.
+    other = make_pool(capacityTypes=["reserved", "on-demand"], capacityReservations=[{"id": "cr-0bb"}])
+    assert {c.capacity_type for c in solve([make_pod()], other, catalog=catalog).claims} == {"on-demand"}
+
+
+def test_pending_reserved_claims_hold_their_reservation() -> None:
+    pool = make_pool(capacityTypes=["reserved", "on-demand"], capacityReservations=[{"id": "cr-0aa"}])
+    live = [make_claim_for("reserved", instance_types=("g5.12xlarge",), reservation_id="cr-0aa")]
+    plan = solve([make_pod(cpu="8", memory="32Gi")], pool, catalog=make_catalog(extra=[reservation(1)]), claims=live)
+    assert plan.claims[0].capacity_type == "on-demand"
+
+
+def make_claim_for(capacity_type: str, **overrides: Any) -> Any:
+    from tests.unit.packing.builders import make_claim
+
+    return make_claim(capacity_type=capacity_type, gang="other/placeholder", **overrides)
+
+
+def test_gpu_limit_counts_live_claims_and_spills_to_the_next_pool() -> None:
+    limited = make_pool("limited", weight=50, capacityTypes=["on-demand"], limits={"gpus": 3})
+    spill = make_pool("spill", capacityTypes=["on-demand"])
+    live = [make_claim_for("on-demand", pool="limited", instance_types=("g5.xlarge",), state=ClaimState.REGISTERED)]
+    whole_gpu = {"cpu": "2", "memory": "8Gi"}  # too big for a g6f slice: one whole GPU each
+    plan = solve(make_pods(4, **whole_gpu), limited, spill, claims=live)
+    assert sorted(c.pool for c in plan.claims) == ["limited", "limited", "spill", "spill"]
+    plan = solve(make_pods(4, **whole_gpu), limited, claims=live)
+    assert len(plan.unschedulable) == 2
+    assert reason(plan) == "pool limited is at its limit of 3 GPUs (3 in use or planned)"
+
+
+def test_price_limit() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], limits={"pricePerHour": 2.0})
+    plan = solve(make_pods(3, cpu="2", memory="8Gi"), pool)  # 0.8048 each
+    assert len(plan.claims) == 2 and len(plan.unschedulable) == 1
+    assert "2 USD/h" in reason(plan)
+
+
+def test_vcpu_quota_from_configuration() -> None:
+    plan = solve(make_pods(3, cpu="2"), make_pool(capacityTypes=["on-demand"]),
+                 config_extra={"vcpuQuotas": {"g/on-demand": 8}})
+    assert len(plan.claims) == 2 and len(plan.unschedulable) == 1
+    assert "vCPU quota g/on-demand (8 vCPUs" in reason(plan)
+
+
+def test_vcpu_quota_given_to_solve_wins_and_family_keys_narrow() -> None:
+    plan = solve(make_pods(2, cpu="2"), make_pool(capacityTypes=["on-demand"]), quotas={"g6/on-demand": 0})
+    assert {c.instance_types[0] for c in plan.claims} == {"g5.xlarge"}
+
+
+# GPU sharing
+
+
+def test_time_sliced_pods_share_a_gpu() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
+    plan = solve(make_pods(4, gpus=1, cpu="400m", memory="1Gi"), pool)
+    assert len(plan.claims) == 1 and first_types(plan) == ["g6f.large"]
+
+
+def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "mig", "migProfile": "1g.10gb"},
+                     requirements=[{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+                                    "values": ["a100", "h100"]}])
+    mig = make_pods(9, gpus=None, requests={"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb": "1"})
+    plan = solve(mig, pool)
+    assert [c.instance_types[0] for c in plan.claims] == ["p5.4xlarge", "p5.4xlarge"]
+    assert sorted(len(c.pods) for c in plan.claims) == [2, 7]
+    plan = solve([make_pod(gpus=1)], pool)
+    assert reason(plan) == ("no offering in pool gpu has 1 GPU (pool gpu partitions GPUs into MIG 1g.10gb slices)")
+
+
+# Gangs
+
+
+def test_gang_is_placed_whole_in_one_zone() -> None:
+    pods = make_gang("train", 6, gpus=8, cpu="90", memory="700Gi")
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"]))
+    assert len(plan.claims) == 6 and all(c.gang == "test/train" for c in plan.claims)
+    assert len({c.zones for c in plan.claims}) == 1
+
+
+def test_efa_gang_shares_one_type_list() -> None:
+    pods = make_gang("train", 3, gpus=4, cpu="40", memory="100Gi")
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"], efa=True))
+    assert len({c.instance_types for c in plan.claims}) == 1
+    types = make_catalog()
+    assert all(types.instance_type(t).efa for t in plan.claims[0].instance_types)
+
+
+def test_gang_waits_for_all_its_members() -> None:
+    pods = make_gang("train", 3, min_member=4)
+    plan = solve(pods, make_pool())
+    assert not plan.claims
+    assert reason(plan) == ("gang test/train has 3 of its 4 members pending; "
+                            "nothing is provisioned until all of them are")
+
+
+def test_gang_that_cannot_fit_whole_places_nothing() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], limits={"gpus": 16})
+    pods = make_gang("big", 3, gpus=8, cpu="10", memory="10Gi") + [make_pod()]
+    plan = solve(pods, pool)
+    assert all(c.gang is None for c in plan.claims) and len(plan.claims) == 1
+    assert {u.reason for u in plan.unschedulable} == {
+        "gang test/big (3 pods) cannot be placed whole: pool gpu is at its limit of 16 GPUs (0 in use or planned)"}
+
+
+# Claims in flight, idempotency, unavailable offerings
+
+
+def test_pods_go_onto_claims_in_flight_first() -> None:
+    from tests.unit.packing.builders import make_claim
+
+    claim = make_claim(instance_types=("g5.12xlarge",), pods=("earlier",), attributes={
+        "requests": '{"cpu":8000,"memory":34359738368,"nvidia.com/gpu":1,"pods":1}'})
+    plan = solve(make_pods(4, cpu="8", memory="32Gi"), make_pool(capacityTypes=["on-demand"]), claims=[claim])
+    assert len(plan.existing[claim.id]) == 3 and len(plan.claims) == 1
+
+
+def test_claims_in_flight_are_not_used_by_pods_that_cannot_go_there() -> None:
+    from tests.unit.packing.builders import make_claim
+
+    claim = make_claim(instance_types=("g5.12xlarge",), zones=("us-east-1a",))
+    pinned = make_pod(nodeSelector={"topology.kubernetes.io/zone": "us-east-1b"})
+    wrong_gpu = make_pod(nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "h100"})
+    plan = solve([pinned, wrong_gpu], make_pool(capacityTypes=["on-demand"]), claims=[claim])
+    assert not plan.existing and len(plan.claims) == 2
+    launched = claim.model_copy(update={"state": ClaimState.REGISTERED})
+    assert not solve([make_pod()], make_pool(capacityTypes=["on-demand"]), claims=[launched]).existing
+
+
+def test_pods_covered_by_a_live_claim_are_never_provisioned_again() -> None:
+    from tests.unit.packing.builders import make_claim
+
+    pods = make_pods(2)
+    claim = make_claim(pods=(pods[0].uid,), state=ClaimState.REGISTERED)  # live, but no room to offer
+    plan = solve(pods, make_pool(), claims=[claim], covered={pods[0].uid: claim.id})
+    assert plan.covered == {pods[0].uid: claim.id}
+    assert [c.pods for c in plan.claims] == [(pods[1].uid,)]
+    gone = claim.model_copy(update={"state": ClaimState.TERMINATED})
+    plan = solve(pods, make_pool(), claims=[gone], covered={pods[0].uid: claim.id})
+    assert not plan.covered and len(plan.claims) == 2
+
+
+def test_a_pod_listed_twice_is_planned_once() -> None:
+    pod = make_pod()
+    plan = solve([pod, pod], make_pool())
+    assert [c.pods for c in plan.claims] == [(pod.uid,)]
+
+
+def test_unavailable_offerings_are_avoided() -> None:
+    unavailable = {("g6.xlarge", z, "spot") for z in ("us-east-1a", "us-east-1b")}
+    plan = solve([make_pod()], make_pool(), unavailable=unavailable)
+    assert first_types(plan) == ["g5.xlarge"]
+
+
+def test_every_fitting_offering_unavailable_is_said_so() -> None:
+    h100 = make_pod(nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "h100"})
+    unavailable = {(t, z, "on-demand") for t in ("p5.4xlarge", "p5.48xlarge") for z in ("us-east-1a", "us-east-1b")}
+    plan = solve([h100], make_pool(capacityTypes=["on-demand"]), unavailable=unavailable)
+    assert reason(plan) == ("pool gpu: every offering with 1 × H100 is marked unavailable "
+                            "(insufficient capacity) for now")
+
+
+# Candidates and reasons
+
+
+def test_candidates_are_ranked_capped_and_all_fit() -> None:
+    plan = solve([make_pod(cpu="500m", memory="1Gi")], make_pool(capacityTypes=["on-demand"]))
+    claim = plan.claims[0]
+    assert claim.instance_types[0] == "g6f.large" and len(claim.instance_types) <= MAX_CANDIDATES
+    assert claim.zones == ("us-east-1a", "us-east-1b")
+
+
+def test_the_reason_names_gpus_model_and_zone() -> None:
+    pod = make_pod(gpus=8, nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "h100"},
+                   requiredNodeAffinity=[{"matchExpressions": [
+                       {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}]}])
+    pool = make_pool("gpu-burst", requirements=[
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]},
+        {"key": "karpenter.k8s.aws/instance-size", "operator": "NotIn", "values": ["48xlarge"]}])
+    assert reason(solve([pod], pool)) == "no offering in pool gpu-burst has 8 × H100 in us-east-1a"
+    big = make_pod(gpus=1, cpu="300", memory="10Gi")
+    assert reason(solve([big], make_pool())) == "no offering in pool gpu has 1 GPU with cpu 300"
+
+
+def test_claim_ids_are_stable_for_a_message_and_differ_across_messages() -> None:
+    pods = make_pods(3)
+    solver = make_solver(make_config(make_pool()))
+    first = [c.id for c in solver.solve(pods, source="m-1").claims]
+    assert first == [c.id for c in solver.solve(pods, source="m-1").claims]
+    assert not set(first) & {c.id for c in solver.solve(pods, source="m-2").claims}
+
+
+def test_claims_record_their_requests_and_source() -> None:
+    plan = make_solver(make_config(make_pool())).solve([make_pod(cpu="2", memory="1Gi")], source="m-1")
+    attributes = plan.claims[0].attributes
+    assert attributes["source"] == "m-1"
+    assert attributes["requests"] == '{"cpu":2000,"memory":1073741824,"nvidia.com/gpu":1,"pods":1}'
+
+
+def test_plan_json_has_exactly_the_contract_keys() -> None:
+    pods = make_pods(2) + [make_pod(tolerate=False)]
+    data = make_solver(make_config(make_pool())).solve(pods).to_json()
+    assert set(data) == {"claims", "unschedulable", "totalPricePerHour"}
+    assert set(data["claims"][0]) == {"id", "pool", "capacityType", "zones", "instanceTypes", "pricePerHour", "pods"}
+    assert set(data["unschedulable"][0]) == {"pod", "reason"}
+
+
+def test_tolerations_list_builder_is_the_one_used() -> None:
+    assert make_pod().tolerations[0].key == TOLERATE_GPU["key"]

@@ -1,0 +1,174 @@
+"""The packer service on fakes: claims stored, pods assigned, launches requested, and every step repeatable."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.errors import StaleClaim
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
+from gpu_autoscaler.services.packer import PackerService, WrongCluster
+from tests.unit.packing.builders import NOW, make_catalog, make_claim, make_config, make_gang, make_pod, make_pool
+from tests.unit.packing.fakes import Boom, FakeStateStore, FixedQuotas, RecordingLaunchQueue
+
+
+class Harness:
+    def __init__(self, **config: Any) -> None:
+        self.clock = FixedClock(NOW)
+        self.config = make_config(make_pool(), make_pool("shared", gpuSharing={"mode": "time-slicing", "replicas": 4},
+                                                         taints=[{"key": "shared", "effect": "NoSchedule"}]),
+                                  **config)
+        self.store = FakeStateStore(self.clock)
+        self.launches = RecordingLaunchQueue()
+        self.service = PackerService(self.config, self.store, make_catalog(), self.launches, clock=self.clock)
+
+    def document(self, pods: list[PendingPod], cluster: str = "test") -> PendingPodsDocument:
+        return PendingPodsDocument.model_validate(
+            {"schemaVersion": 1, "cluster": cluster, "sentAt": NOW.isoformat(), "pods": [p.model_dump(by_alias=True)
+                                                                                     for p in pods]})
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def test_claims_are_stored_pods_assigned_and_launches_requested(h: Harness) -> None:
+    pods = [make_pod(cpu="2", memory="8Gi"), make_pod(cpu="2", memory="8Gi")]
+    outcome = h.service.handle(h.document(pods), source="m-1")
+    assert len(outcome.created) == 2 and len(h.store.claims) == 2
+    assert {uid: h.store.pods[uid][0] for uid in h.store.pods} == {
+        c.pods[0]: c.id for c in h.store.claims.values()}
+    assert [r.claim_ids for r in h.launches.sent] == [[cid] for cid in outcome.created]
+    assert all(r.gang is None and r.cluster == "test" for r in h.launches.sent)
+    assert outcome.price_per_hour == pytest.approx(sum(c.price_per_hour for c in h.store.claims.values()))
+
+
+def test_a_gang_is_one_launch_request(h: Harness) -> None:
+    outcome = h.service.handle(h.document(make_gang("train", 3, gpus=8, cpu="20", memory="64Gi")), source="m-1")
+    assert len(h.launches.sent) == 1
+    assert h.launches.sent[0].gang == "test/train" and h.launches.sent[0].claim_ids == list(outcome.created)
+
+
+def test_the_same_document_twice_provisions_once(h: Harness) -> None:
+    pods = [make_pod(), make_pod(gpus=8, cpu="20", memory="64Gi")]
+    first = h.service.handle(h.document(pods), source="m-1")
+    second = h.service.handle(h.document(pods), source="m-2")
+    assert len(h.store.claims) == len(first.created) == 2
+    assert second.created == () and second.covered == 2 and len(h.launches.sent) == 2
+
+
+def test_a_redelivered_message_finds_its_claims_and_asks_again_for_the_pending_ones(h: Harness) -> None:
+    pods = [make_pod(), make_pod(cpu="2", memory="8Gi")]
+    first = h.service.handle(h.document(pods), source="m-1")
+    again = h.service.handle(h.document(pods), source="m-1")
+    assert len(h.store.claims) == 2 and again.created == ()
+    assert sorted(again.launch_requests) == sorted((cid,) for cid in first.created)
+
+
+def test_a_crash_after_storing_claims_is_finished_by_the_redelivery(h: Harness) -> None:
+    pods = [make_pod(cpu="2", memory="8Gi")]
+    h.store.fail_next["assign_pods"] = Boom("crash")
+    with pytest.raises(Boom):
+        h.service.handle(h.document(pods), source="m-1")
+    assert len(h.store.claims) == 1 and not h.store.pods and not h.launches.sent
+    outcome = h.service.handle(h.document(pods), source="m-1")
+    (claim,) = h.store.claims.values()
+    assert outcome.created == () and outcome.covered == 1  # the claim was made by the first attempt
+    assert h.store.pods[pods[0].uid][0] == claim.id
+    assert [r.claim_ids for r in h.launches.sent] == [[claim.id]]
+
+
+def test_a_claim_whose_pods_were_taken_meanwhile_is_closed_before_launch(h: Harness) -> None:
+    pod = make_pod(cpu="2", memory="8Gi")
+    other = make_claim(id="nc-other", pool="gpu", state=ClaimState.REGISTERED)
+    h.store.claims[other.id] = other
+    original = h.store.assign_pods
+
+    def taken(claim_id: str, uids: list[str], ttl: timedelta) -> list[str]:
+        original(other.id, uids, ttl)  # another writer got there first
+        return original(claim_id, uids, ttl)
+
+    h.store.assign_pods = taken  # type: ignore[method-assign]
+    outcome = h.service.handle(h.document([pod]), source="m-1")
+    assert outcome.created == () and not h.launches.sent
+    closed = [c for c in h.store.claims.values() if c.id != other.id]
+    assert [c.state for c in closed] == [ClaimState.TERMINATED]
+
+
+def test_pods_fill_a_claim_in_flight_and_its_room_is_recorded(h: Harness) -> None:
+    claim = make_claim(pool="gpu", instance_types=("g5.12xlarge",), pods=("p-old",), attributes={
+        "requests": '{"cpu":8000,"memory":8589934592,"nvidia.com/gpu":1,"pods":1}'})
+    h.store.claims[claim.id] = claim
+    pods = [make_pod(cpu="8", memory="8Gi") for _ in range(3)]
+    outcome = h.service.handle(h.document(pods), source="m-1")
+    assert outcome.placed_in_flight == 3 and outcome.created == () and not h.launches.sent
+    updated = h.store.claims[claim.id]
+    assert updated.pods == ("p-old", *(p.uid for p in pods))
+    assert updated.attributes["requests"] == '{"cpu":32000,"memory":34359738368,"nvidia.com/gpu":4,"pods":4}'
+    # Full now: the next pod needs a node of its own.
+    assert len(h.service.handle(h.document([make_pod(cpu="8", memory="8Gi")]), source="m-2").created) == 1
+
+
+def test_a_claim_that_moved_on_keeps_its_pods_assigned(h: Harness) -> None:
+    claim = make_claim(pool="gpu", instance_types=("g5.12xlarge",))
+    h.store.claims[claim.id] = claim
+    h.store.fail_next["update_claim"] = StaleClaim(claim.id)
+    pod = make_pod()
+    outcome = h.service.handle(h.document([pod]), source="m-1")
+    assert outcome.placed_in_flight == 1 and h.store.pods[pod.uid][0] == claim.id
+
+
+def test_documents_of_another_cluster_are_refused(h: Harness) -> None:
+    with pytest.raises(WrongCluster, match="cluster 'elsewhere'"):
+        h.service.handle(h.document([make_pod()], cluster="elsewhere"))
+
+
+def test_demand_is_recorded_per_pool_in_five_minute_buckets() -> None:
+    h = Harness()
+    h.clock.set(NOW + timedelta(minutes=7, seconds=12))
+    pods = [make_pod(gpus=2, cpu="8", memory="32Gi")] + [
+        make_pod(tolerate=False, tolerations=[{"key": "shared", "operator": "Exists"}]) for _ in range(2)]
+    h.service.handle(h.document(pods), source="m-1")
+    bucket = NOW + timedelta(minutes=5)
+    assert h.store.demand == {("gpu", bucket): 2.0, ("shared", bucket): 0.5}
+
+
+def test_unschedulable_pods_are_reported(h: Harness) -> None:
+    outcome = h.service.handle(h.document([make_pod(gpus=16)]), source="m-1")
+    assert outcome.created == () and len(outcome.unschedulable) == 1
+    assert outcome.summary()["unschedulable"][0]["reason"].startswith("no offering in pool gpu has 16 GPUs")
+
+
+def test_quotas_come_from_the_quota_source() -> None:
+    h = Harness()
+    service = PackerService(h.config, h.store, make_catalog(), h.launches, clock=h.clock,
+                            quotas=FixedQuotas({"g/spot": 4, "g/on-demand": 0, "p/spot": 0, "p/on-demand": 0}))
+    outcome = service.handle(h.document([make_pod(cpu="2", memory="8Gi") for _ in range(2)]), source="m-1")
+    assert len(outcome.created) == 1 and "vCPU quota" in outcome.unschedulable[0].reason
+
+
+def test_unavailable_offerings_from_the_store_are_avoided(h: Harness) -> None:
+    for zone in ("us-east-1a", "us-east-1b"):
+        h.store.mark_unavailable(("g6.xlarge", zone, "spot"), timedelta(minutes=3), "InsufficientInstanceCapacity")
+    h.service.handle(h.document([make_pod(cpu="2", memory="8Gi")]), source="m-1")
+    (claim,) = h.store.claims.values()
+    assert claim.instance_types[0] == "g5.xlarge"
+
+
+def test_a_crash_before_assigning_pods_of_a_roomy_claim_does_not_double_book_it(h: Harness) -> None:
+    # One 1-GPU pod on a 4-GPU claim in flight leaves room for three: the redelivery must not put the
+    # same pod into that room a second time.
+    pod = make_pod(cpu="2", memory="8Gi", nodeSelector={"node.kubernetes.io/instance-type": "g5.12xlarge"})
+    h.store.fail_next["assign_pods"] = Boom("crash")
+    with pytest.raises(Boom):
+        h.service.handle(h.document([pod]), source="m-1")
+    (claim,) = h.store.claims.values()
+    outcome = h.service.handle(h.document([pod]), source="m-1")
+    assert outcome.covered == 1 and outcome.placed_in_flight == 0
+    assert h.store.claims[claim.id].pods == (pod.uid,) and h.store.pods[pod.uid][0] == claim.id
+    assert [r.claim_ids for r in h.launches.sent] == [[claim.id]]
