@@ -1,0 +1,80 @@
+"""The agent's configuration: environment variables (as a Deployment sets them), overridable by flags.
+
+Validated once at start; the rest of the agent takes this object and never reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["DEFAULT_GPU_TAINT_KEYS", "SQS_MAX_MESSAGE_BYTES", "AgentSettings", "load_settings"]
+
+SQS_MAX_MESSAGE_BYTES = 256 * 1024
+"""SQS's classic message size limit; the FIFO queue is created with it, and older SDKs enforce it."""
+
+DEFAULT_GPU_TAINT_KEYS = ("nvidia.com/gpu",)
+
+# Settings field -> environment variable; flags of __main__ use the same names in kebab case.
+ENVIRONMENT = {
+    "cluster": "CLUSTER_NAME",
+    "queue_url": "QUEUE_URL",
+    "region": "AWS_REGION",
+    "endpoint_url": "AWS_ENDPOINT_URL",
+    "resync_seconds": "RESYNC_SECONDS",
+    "gpu_taint_keys": "GPU_TAINT_KEYS",
+    "max_message_bytes": "MAX_MESSAGE_BYTES",
+    "max_delay_seconds": "MAX_DELAY_SECONDS",
+    "watch_timeout_seconds": "WATCH_TIMEOUT_SECONDS",
+    "field_selector": "FIELD_SELECTOR",
+    "health_port": "HEALTH_PORT",
+    "kube_url": "KUBE_URL",
+    "log_level": "LOG_LEVEL",
+}
+
+
+class AgentSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    cluster: str = Field(min_length=1)
+    """The cluster name: the document's `cluster` and the FIFO MessageGroupId."""
+    queue_url: str = Field(min_length=1)
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    """An SQS endpoint other than AWS's (moto in tests and in the emulator)."""
+    resync_seconds: float = Field(default=60.0, gt=0)
+    """Every pod still pending is reported again this often."""
+    gpu_taint_keys: tuple[str, ...] = DEFAULT_GPU_TAINT_KEYS
+    """Taint keys of the GPU node pools: a pod tolerating one is reported even without a GPU request."""
+    max_message_bytes: int = Field(default=SQS_MAX_MESSAGE_BYTES, ge=1024, le=SQS_MAX_MESSAGE_BYTES)
+    max_delay_seconds: float = Field(default=1.0, ge=0, le=10)
+    """Longest a pod waits in a batch before its message is sent."""
+    watch_timeout_seconds: int = Field(default=300, ge=1)
+    """Server-side watch timeout: the watch is re-opened from the last resourceVersion after it."""
+    field_selector: str = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"
+    """Narrows list and watch to unbound, non-terminal pods on the API server; the agent filters again itself."""
+    health_port: int | None = Field(default=8080, ge=0, le=65535)
+    """Port of /healthz, /readyz and /metrics; 0 picks a free port; None serves none (in-process use)."""
+    kube_url: str | None = None
+    """An API server URL without credentials (the local Kubernetes API); otherwise in-cluster, then kubeconfig."""
+    log_level: str = "INFO"
+
+    @field_validator("gpu_taint_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(k.strip() for k in value.split(",") if k.strip())
+        return value
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> AgentSettings:
+    """Environment first, then explicit overrides (flags) that are not None."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {field: env[var] for field, var in ENVIRONMENT.items() if env.get(var)}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return AgentSettings.model_validate(values)

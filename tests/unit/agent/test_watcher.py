@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler_agent.health import Metrics
+from gpu_autoscaler_agent.podgroups import KubernetesPodGroups
+from gpu_autoscaler_agent.selection import PodSelector
+from gpu_autoscaler_agent.sender import Backoff
+from gpu_autoscaler_agent.watcher import PodWatcher
+from tests.unit.agent.builders import make_pod
+from tests.unit.agent.fake_kubernetes import FakeCoreApi, ListResponse, bookmark, event, expired, gone
+
+if TYPE_CHECKING:
+    from gpu_autoscaler_agent.batcher import Report
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def upsert(self, report: Report) -> None:
+        self.calls.append(("upsert", report.uid))
+
+    def remove(self, uid: str) -> None:
+        self.calls.append(("remove", uid))
+
+    def replace_all(self, reports: Any) -> None:
+        self.calls.append(("replace_all", sorted(r.uid for r in reports)))
+
+
+class NoGroups:
+    def min_member(self, ref: Any) -> int | None:
+        return None
+
+    def member_count(self, ref: Any) -> int | None:
+        return None
+
+
+def run(lists: list[Any], watches: list[Any]) -> tuple[RecordingSink, FakeCoreApi, Metrics, PodWatcher]:
+    stop = threading.Event()
+    core = FakeCoreApi(lists, watches, stop)
+    sink = RecordingSink()
+    metrics = Metrics()
+    watcher = PodWatcher(
+        None, sink, PodSelector(["nvidia.com/gpu"]), NoGroups(), metrics,  # type: ignore[arg-type]
+        field_selector="spec.nodeName=", backoff=Backoff(initial=0.001, maximum=0.001), core_api=core,
+    )
+    thread = threading.Thread(target=watcher.run, args=(stop,))
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    return sink, core, metrics, watcher
+
+
+GPU = make_pod(uid="gpu", resource_version="5")
+CPU = make_pod(uid="cpu", resource_version="6", gpus=None)
+
+
+def test_the_first_list_hands_over_the_gpu_pods_as_the_complete_set() -> None:
+    sink, core, metrics, watcher = run([ListResponse([GPU, CPU], "10")], [])
+    assert sink.calls[0] == ("replace_all", ["gpu"])
+    assert watcher.synced.is_set()
+    assert core.watch_versions()[0] == "10"
+    assert core.calls[0]["field_selector"] == "spec.nodeName="
+    assert metrics.value("pods_seen_total") == 2
+
+
+def test_a_list_follows_its_continue_token_over_pages() -> None:
+    other = make_pod(uid="gpu2", resource_version="7")
+    sink, core, _, _ = run([ListResponse([GPU], "10", token="next"), ListResponse([other], "10")], [])
+    assert sink.calls[0] == ("replace_all", ["gpu", "gpu2"])
+    assert core.calls[1]["_continue"] == "next"
+
+
+def test_watch_events_add_and_remove_pods() -> None:
+    scheduled = make_pod(uid="gpu", resource_version="12", node_name="ip-1", unschedulable=False)
+    later = make_pod(uid="late", resource_version="13")
+    events = [event("ADDED", later), event("MODIFIED", scheduled), event("ADDED", CPU), event("DELETED", later)]
+    sink, _, _, _ = run([ListResponse([GPU], "10")], [events])
+    assert sink.calls == [("replace_all", ["gpu"]), ("upsert", "late"), ("remove", "gpu"), ("remove", "cpu"),
+                          ("remove", "late")]
+
+
+def test_a_watch_that_ends_is_reopened_from_the_last_version_seen() -> None:
+    _, core, metrics, _ = run([ListResponse([], "10")], [[event("ADDED", make_pod(resource_version="11"))],
+                                                         [bookmark("15")]])
+    assert core.watch_versions()[:3] == ["10", "11", "15"]
+    assert core.list_count() == 1
+    assert metrics.value("watch_restarts_total", reason="timeout") >= 2
+
+
+def test_an_expired_watch_event_leads_to_a_new_list() -> None:
+    sink, core, metrics, _ = run([ListResponse([GPU], "10"), ListResponse([], "20")],
+                                 [[event("ADDED", make_pod(uid="x", resource_version="11")), expired()]])
+    assert core.list_count() == 2
+    assert core.watch_versions()[:2] == ["10", "20"]
+    assert ("replace_all", []) in sink.calls  # the second list says nothing is pending any more
+    assert metrics.value("watch_restarts_total", reason="expired") == 1
+    assert metrics.value("relists_total") == 2
+
+
+def test_a_410_response_to_the_watch_request_leads_to_a_new_list() -> None:
+    _, core, _, _ = run([ListResponse([], "10"), ListResponse([], "30")], [gone()])
+    assert core.list_count() == 2 and core.watch_versions()[:2] == ["10", "30"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [urllib3.exceptions.ProtocolError("connection reset"), ConnectionRefusedError(111, "refused"),
+     ApiException(status=500, reason="Internal Server Error"), ApiException(status=429, reason="Too Many")],
+)
+def test_a_server_away_is_retried_from_the_same_version_without_a_new_list(failure: BaseException) -> None:
+    _, core, metrics, _ = run([ListResponse([], "10")], [failure, [bookmark("12")]])
+    assert core.list_count() == 1
+    assert core.watch_versions()[:3] == ["10", "10", "12"]
+    assert metrics.total("watch_restarts_total") >= 2
+
+
+def test_a_failed_first_list_is_retried() -> None:
+    sink, core, _, watcher = run([urllib3.exceptions.MaxRetryError(None, "/api/v1/pods"), ListResponse([GPU], "10")],
+                                 [])
+    assert core.list_count() >= 2 and watcher.synced.is_set()
+    assert sink.calls[0] == ("replace_all", ["gpu"])
+
+
+def test_a_pod_that_cannot_be_described_is_counted_and_skipped() -> None:
+    broken = make_pod(uid="bad", cpu="lots")
+    sink, _, metrics, _ = run([ListResponse([broken, GPU], "10")], [])
+    assert sink.calls[0] == ("replace_all", ["gpu"])
+    assert metrics.value("pods_invalid_total") == 1
+
+
+class FakeCustomApi:
+    def __init__(self, groups: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.groups = groups
+        self.calls = 0
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                     name: str) -> dict[str, Any]:
+        self.calls += 1
+        if (group, name) not in self.groups:
+            raise ApiException(status=404, reason="Not Found")
+        return self.groups[(group, name)]
+
+
+def test_pod_groups_are_read_once_per_ttl_and_absence_is_none() -> None:
+    from datetime import timedelta
+
+    from gpu_autoscaler_agent.selection import GroupRef
+
+    clock = FixedClock(datetime(2026, 11, 22, tzinfo=UTC))
+    custom = FakeCustomApi({("scheduling.x-k8s.io", "nginx"): {"spec": {"minMember": 3}}})
+    groups = KubernetesPodGroups(None, clock, timedelta(seconds=30), custom_api=custom,  # type: ignore[arg-type]
+                                 core_api=object())  # type: ignore[arg-type]
+    ref = GroupRef("coscheduling", "team-a", "nginx")
+    assert [groups.min_member(ref) for _ in range(5)] == [3] * 5
+    assert custom.calls == 1
+    clock.advance(timedelta(seconds=31))
+    assert groups.min_member(ref) == 3 and custom.calls == 2
+    assert groups.min_member(GroupRef("volcano", "team-a", "nginx")) is None
+    assert groups.min_member(GroupRef("kueue", "team-a", "nginx")) is None  # kueue has no PodGroup resource
+
+
+def test_a_refused_field_selector_is_dropped_and_the_agent_filters_alone() -> None:
+    sink, core, _, _ = run([ApiException(status=400, reason="Bad Request"), ListResponse([GPU, CPU], "10")], [])
+    assert core.calls[0]["field_selector"] == "spec.nodeName="
+    assert core.calls[1]["field_selector"] is None
+    assert sink.calls[0] == ("replace_all", ["gpu"])
