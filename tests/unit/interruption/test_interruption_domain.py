@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpu_autoscaler.config import Config
 from gpu_autoscaler.domain.interruption import NoticeKind, UnknownEvent, decide, parse_notice
 from gpu_autoscaler.models.claims import NodeClaim
 from tests.conftest import SHARED_DATA
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
