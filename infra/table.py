@@ -11,11 +11,9 @@ from constructs import Construct
 if TYPE_CHECKING:
     from gpu_autoscaler.naming import ResourceNames
 
-__all__ = ["PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "StateTable"]
+from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
-PARTITION_KEY = "PK"
-SORT_KEY = "SK"
-TTL_ATTRIBUTE = "expiresAt"
+__all__ = ["StateTable"]
 
 
 class StateTable(Construct):

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FUNCTIONS", "ResourceNames"]
+__all__ = ["FUNCTIONS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "ResourceNames"]
 
 FUNCTIONS = ("packer", "fleet", "interruption", "drain", "prewarm", "consolidate")
+
+# The single table's key schema: the stack, the emulator and the state store agree on it here.
+PARTITION_KEY = "PK"
+SORT_KEY = "SK"
+TTL_ATTRIBUTE = "expiresAt"
 
 
 @dataclass(frozen=True)

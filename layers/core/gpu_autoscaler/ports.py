@@ -15,10 +15,11 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
-    from gpu_autoscaler.models.messages import LaunchRequest
+    from gpu_autoscaler.models.fleet import FleetRequest, FleetResult
+    from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.taints import Taint
 
-__all__ = ["CatalogSource", "ClusterAPI", "LaunchQueue", "QuotaSource", "StateStore"]
+__all__ = ["CatalogSource", "ClusterAPI", "Compute", "DrainQueue", "LaunchQueue", "QuotaSource", "StateStore"]
 
 
 class CatalogSource(Protocol):
@@ -54,6 +55,10 @@ class StateStore(Protocol):
 
     def get_claim(self, claim_id: str) -> NodeClaim | None: ...
 
+    def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
+        """The claim that launched this instance, if it is ours (interruption events name instances)."""
+        ...
+
     def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]: ...
 
     def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
@@ -84,10 +89,29 @@ class StateStore(Protocol):
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]: ...
 
 
+class Compute(Protocol):
+    """EC2 capacity: one fleet request per claim (or gang), and termination of instances we own."""
+
+    def create_fleet(self, request: FleetRequest) -> FleetResult: ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+        """Terminate those carrying this cluster's ownership tag; returns the ids terminated, never others."""
+        ...
+
+
 class LaunchQueue(Protocol):
     """Where launch requests go: the launch SQS queue in AWS, read by the fleet function."""
 
     def send(self, request: LaunchRequest) -> None: ...
+
+
+class DrainQueue(Protocol):
+    """Where drain requests go: the drain SQS queue in AWS, read by the drain function (which also re-enqueues
+    its own progress there, delayed, to continue a drain longer than one invocation)."""
+
+    def send(self, request: DrainRequest, delay: timedelta | None = None) -> None:
+        """`delay` up to 15 minutes (SQS DelaySeconds)."""
+        ...
 
 
 class QuotaSource(Protocol):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.domain.forecast import bucket_start
@@ -20,10 +21,6 @@ from tests.conftest import ROOT, example_config_data
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-# The DynamoDB StateStore is a teammate's adapter (issue 4); these tests run as soon as it is in the tree.
-DynamoStateStore = pytest.importorskip(
-    "gpu_autoscaler.adapters.aws.state_store", reason="the DynamoDB StateStore adapter is not written yet"
-).DynamoStateStore
 
 WINDOW = "weekday-inference-peak"
 WARM = window_warm(WINDOW)

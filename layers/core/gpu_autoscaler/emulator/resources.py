@@ -1,9 +1,10 @@
 """The stack's resources on an AWS endpoint: created from the configuration, or found again by name.
 
-`provision` creates on an empty emulator what `cdk deploy` creates on AWS (plus the network, role and
-images the configuration only names, since an emulator starts empty). `discover` finds them again from
-the configuration alone, on a running emulator or on a real deployment, through `ResourceNames` and
-tags: that is how `invoke --endpoint-url` and `invoke --aws` know where to point a handler.
+`provision` creates on an empty emulator what `cdk deploy` creates on AWS (rules and schedules
+included; plus the network, role and images the configuration only names, since an emulator starts
+empty). `discover` finds them again from the configuration alone, on a running emulator or on a real
+deployment, through `ResourceNames` and tags: that is how `invoke --endpoint-url` and `invoke --aws`
+know where to point a handler.
 
 Only boto3 calls here, so both functions work against any endpoint.
 """
@@ -17,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from gpu_autoscaler.emulator.triggers import create_rules, create_schedules
 from gpu_autoscaler.models.labels import TAG_CLUSTER
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
+from gpu_autoscaler.wiring import FUNCTION_WIRING, MAX_RECEIVE_COUNT, QUEUES, visibility_timeout
 
 if TYPE_CHECKING:
     from gpu_autoscaler.adapters.aws.clients import AwsClients
@@ -39,7 +42,6 @@ __all__ = [
     "queue_specs",
 ]
 
-MAX_RECEIVE_COUNT = 5
 DLQ_SUFFIX = "-dlq"
 SCHEDULER_DLQ = "scheduler-dlq"
 TAG_EMULATES = "gpu-autoscaler/emulates"
@@ -67,12 +69,8 @@ class QueueSpec:
         return self.logical + DLQ_SUFFIX
 
 
-QUEUES = ("pending-pods", "interruption", "launch", "drain")
-
-FUNCTION_TIMEOUTS = {"packer": 60, "fleet": 120, "interruption": 60, "drain": 300, "prewarm": 120, "consolidate": 120}
-"""Seconds, as the stack sets them (infra/functions.py); the emulator cannot import the CDK code."""
-VISIBILITY_FACTOR = 6
-CONSUMERS = {"pending-pods": "packer", "interruption": "interruption", "launch": "fleet", "drain": "drain"}
+FUNCTION_TIMEOUTS = {name: wiring.timeout_seconds for name, wiring in FUNCTION_WIRING.items()}
+"""Seconds, as the stack sets them (both read `gpu_autoscaler.wiring`)."""
 
 
 def queue_specs(names: ResourceNames) -> list[QueueSpec]:
@@ -83,7 +81,7 @@ def queue_specs(names: ResourceNames) -> list[QueueSpec]:
         "drain": (names.drain_queue, names.dlq(names.drain_queue)),
     }
     return [
-        QueueSpec(logical, name, dlq, name.endswith(".fifo"), FUNCTION_TIMEOUTS[CONSUMERS[logical]] * VISIBILITY_FACTOR)
+        QueueSpec(logical, name, dlq, name.endswith(".fifo"), visibility_timeout(logical))
         for logical, (name, dlq) in pairs.items()
     ]
 
@@ -154,6 +152,8 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
         clients.client("ec2"), config, names, list(security_groups.values()), profile_arn, tags
     )
     urls, arns = _create_queues(clients.client("sqs"), names, tags, visibility_timeout)
+    create_rules(clients, names, arns["interruption"], arns["interruption" + DLQ_SUFFIX], tags)
+    create_schedules(clients, config, names, arns[SCHEDULER_DLQ], tags)
     _create_table(clients.client("dynamodb"), names, tags)
     clients.client("ssm").put_parameter(
         Name=names.config_parameter, Value=config.to_json(), Type="String", Tier="Advanced", Overwrite=True,
@@ -343,16 +343,18 @@ def _create_table(dynamodb: Any, names: ResourceNames, tags: dict[str, str]) -> 
     dynamodb.create_table(
         TableName=names.table,
         AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"}, {"AttributeName": "SK", "AttributeType": "S"}
+            {"AttributeName": PARTITION_KEY, "AttributeType": "S"}, {"AttributeName": SORT_KEY, "AttributeType": "S"}
         ],
-        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": PARTITION_KEY, "KeyType": "HASH"}, {"AttributeName": SORT_KEY, "KeyType": "RANGE"}
+        ],
         BillingMode="PAY_PER_REQUEST",
         SSESpecification={"Enabled": True},
         Tags=_tag_list(tags),
     )
     dynamodb.get_waiter("table_exists").wait(TableName=names.table, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     dynamodb.update_time_to_live(
-        TableName=names.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
+        TableName=names.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
     )
     dynamodb.update_continuous_backups(
         TableName=names.table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}

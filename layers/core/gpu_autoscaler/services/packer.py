@@ -19,7 +19,6 @@ repeat: a redelivered message, a resent document or a crash halfway leave at mos
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -303,16 +302,15 @@ def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None) -
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
     from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
     from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.configuration import fetch_config
     from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
     from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
     from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
     from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.config import parse_config
 
     clock = clock or SystemClock()
     clients = AwsClients(settings.region, settings.endpoint_url)
-    raw = clients.client("ssm").get_parameter(Name=settings.config_parameter)["Parameter"]["Value"]
-    config = parse_config(json.loads(raw))
+    config = fetch_config(clients, settings)
     if not settings.launch_queue_url:
         raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: the packer has nowhere to send launch requests")
     return PackerService(

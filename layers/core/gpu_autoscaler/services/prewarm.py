@@ -25,7 +25,6 @@ even if the window's own tick (which fires at the window's start) never arrives.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -345,17 +344,16 @@ def aws_prewarm_service(settings: FunctionSettings, clock: Clock | None = None) 
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
     from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
     from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.configuration import fetch_config
     from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
     from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
     from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
     from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.config import parse_config
     from gpu_autoscaler.services.packer import PackerService
 
     clock = clock or SystemClock()
     clients = AwsClients(settings.region, settings.endpoint_url)
-    raw = clients.client("ssm").get_parameter(Name=settings.config_parameter)["Parameter"]["Value"]
-    config = parse_config(json.loads(raw))
+    config = fetch_config(clients, settings)
     if not settings.launch_queue_url:
         raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: prewarm has nowhere to send launch requests")
     store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)

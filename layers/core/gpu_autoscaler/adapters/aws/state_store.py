@@ -1,0 +1,303 @@
+"""`StateStore` over the stack's single DynamoDB table.
+
+Items, all under the cluster's partition `CLUSTER#<cluster>`:
+
+| sort key | holds |
+| --- | --- |
+| `CLAIM#<id>` | the NodeClaim as JSON, its `state` (the condition of every lifecycle write) |
+| `INSTANCE#<instance-id>` | the claim that launched it: interruption events name instances, not claims |
+| `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
+| `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
+| `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
+
+TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
+Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from gpu_autoscaler.adapters.memory.state_store import apply_transition
+from gpu_autoscaler.clock import Clock, SystemClock
+from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+
+__all__ = ["TERMINATED_RETENTION", "DynamoStateStore"]
+
+TERMINATED_RETENTION = timedelta(days=30)
+_BATCH_GET = 100
+
+
+class DynamoStateStore:
+    def __init__(self, dynamodb_client: Any, table_name: str, cluster: str, clock: Clock | None = None) -> None:
+        self._db = dynamodb_client
+        self.table = table_name
+        self.cluster = cluster
+        self.clock = clock or SystemClock()
+        self._pk = f"CLUSTER#{cluster}"
+
+    # NodeClaims
+
+    def create_claim(self, claim: NodeClaim) -> None:
+        try:
+            self._db.put_item(
+                TableName=self.table,
+                Item=self._claim_item(claim),
+                ConditionExpression="attribute_not_exists(#sk)",
+                ExpressionAttributeNames={"#sk": SORT_KEY},
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                raise ClaimExists(claim.id) from error
+            raise
+        if claim.instance_id:
+            self._db.put_item(TableName=self.table, Item=self._instance_item(claim))
+
+    def get_claim(self, claim_id: str) -> NodeClaim | None:
+        item = self._get(f"CLAIM#{claim_id}")
+        return _claim(item) if item else None
+
+    def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
+        pointer = self._get(f"INSTANCE#{instance_id}")
+        return self.get_claim(pointer["claimId"]["S"]) if pointer else None
+
+    def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
+        wanted = set(states) if states is not None else None
+        claims = (_claim(item) for item in self._query("CLAIM#"))
+        return [c for c in claims if wanted is None or c.state in wanted]
+
+    def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
+        stored = self.get_claim(claim.id)
+        if stored is None:
+            raise StaleClaim(f"claim {claim.id} is not stored")
+        moved = apply_transition(stored, claim.state, to, self.clock.now(), reason, changes)
+        self._replace(moved, expected=claim.state)
+        return moved
+
+    def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
+        stored = self.get_claim(claim.id)
+        if stored is None or stored.state is not claim.state:
+            raise StaleClaim(f"claim {claim.id} is not stored in state {claim.state}")
+        updated = stored.model_copy(update={**changes, "updated_at": self.clock.now()})
+        self._replace(updated, expected=claim.state)
+        return updated
+
+    def _replace(self, claim: NodeClaim, expected: ClaimState) -> None:
+        """One transaction: the claim, conditional on its stored state, and its instance pointer with it."""
+        writes: list[dict[str, Any]] = [{
+            "Put": {
+                "TableName": self.table,
+                "Item": self._claim_item(claim),
+                "ConditionExpression": "#state = :expected",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": {":expected": {"S": expected.value}},
+            }
+        }]
+        if claim.instance_id:
+            writes.append({"Put": {"TableName": self.table, "Item": self._instance_item(claim)}})
+        try:
+            self._db.transact_write_items(TransactItems=writes)
+        except ClientError as error:
+            if _code(error) == "TransactionCanceledException":
+                raise StaleClaim(f"claim {claim.id} moved on from {expected} while we wrote it") from error
+            raise
+
+    def _claim_item(self, claim: NodeClaim) -> dict[str, Any]:
+        item = self._key(f"CLAIM#{claim.id}") | {
+            "state": {"S": claim.state.value},
+            "pool": {"S": claim.pool},
+            "claim": {"S": claim.model_dump_json()},
+        }
+        if claim.state is ClaimState.TERMINATED:
+            item[TTL_ATTRIBUTE] = _epoch(self.clock.now() + TERMINATED_RETENTION)
+        return item
+
+    def _instance_item(self, claim: NodeClaim) -> dict[str, Any]:
+        item = self._key(f"INSTANCE#{claim.instance_id}") | {"claimId": {"S": claim.id}}
+        if claim.state is ClaimState.TERMINATED:
+            item[TTL_ATTRIBUTE] = _epoch(self.clock.now() + TERMINATED_RETENTION)
+        return item
+
+    # Pod assignments
+
+    def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
+        """Each pod is taken with a conditional put: free, expired, already ours, or held by a claim that is
+        no longer live (checked, then overwritten only if that owner is still the one we read)."""
+        now = self.clock.now()
+        newly: list[str] = []
+        for uid in dict.fromkeys(pod_uids):
+            item = self._key(f"POD#{uid}") | {"claimId": {"S": claim_id}, TTL_ATTRIBUTE: _epoch(now + ttl)}
+            try:
+                old = self._db.put_item(
+                    TableName=self.table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#sk) OR #exp <= :now OR claimId = :claim",
+                    ExpressionAttributeNames={"#sk": SORT_KEY, "#exp": TTL_ATTRIBUTE},
+                    ExpressionAttributeValues={":now": _epoch(now), ":claim": {"S": claim_id}},
+                    ReturnValues="ALL_OLD",
+                ).get("Attributes", {})
+            except ClientError as error:
+                if _code(error) != "ConditionalCheckFailedException":
+                    raise
+                owner = self._owner_of(uid)
+                if owner is not None and not self._is_live(owner) and self._take_from(item, owner):
+                    newly.append(uid)
+                continue
+            ours = old.get("claimId", {}).get("S") == claim_id
+            if not (ours and float(old[TTL_ATTRIBUTE]["N"]) > now.timestamp()):
+                newly.append(uid)
+        return newly
+
+    def _take_from(self, item: dict[str, Any], owner: str) -> bool:
+        try:
+            self._db.put_item(
+                TableName=self.table,
+                Item=item,
+                ConditionExpression="claimId = :owner",
+                ExpressionAttributeValues={":owner": {"S": owner}},
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _owner_of(self, uid: str) -> str | None:
+        item = self._get(f"POD#{uid}")
+        return item["claimId"]["S"] if item else None
+
+    def _is_live(self, claim_id: str) -> bool:
+        claim = self.get_claim(claim_id)
+        return claim is not None and claim.live
+
+    def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
+        now = _epoch(self.clock.now())["N"]
+        owners = {
+            item[SORT_KEY]["S"].removeprefix("POD#"): item["claimId"]["S"]
+            for item in self._batch_get([f"POD#{uid}" for uid in dict.fromkeys(pod_uids)])
+            if float(item.get(TTL_ATTRIBUTE, {"N": "inf"})["N"]) > float(now)
+        }
+        claims = {
+            c.id: c for c in (_claim(i) for i in self._batch_get([f"CLAIM#{o}" for o in set(owners.values())]))
+        }
+        return {uid: owner for uid, owner in owners.items() if owner in claims and claims[owner].live}
+
+    def release_pods(self, pod_uids: Sequence[str]) -> None:
+        for uid in dict.fromkeys(pod_uids):
+            self._db.delete_item(TableName=self.table, Key=self._key(f"POD#{uid}"))
+
+    # Unavailable offerings
+
+    def mark_unavailable(self, offering: tuple[str, str, str], ttl: timedelta, reason: str) -> None:
+        self._db.put_item(
+            TableName=self.table,
+            Item=self._key("UNAVAILABLE#" + "#".join(offering)) | {
+                TTL_ATTRIBUTE: _epoch(self.clock.now() + ttl),
+                "reason": {"S": reason or "unavailable"},
+            },
+        )
+
+    def unavailable_offerings(self) -> set[tuple[str, str, str]]:
+        now = self.clock.now().timestamp()
+        out: set[tuple[str, str, str]] = set()
+        for item in self._query("UNAVAILABLE#"):
+            if float(item[TTL_ATTRIBUTE]["N"]) > now:
+                instance_type, zone, capacity_type = item[SORT_KEY]["S"].removeprefix("UNAVAILABLE#").split("#")
+                out.add((instance_type, zone, capacity_type))
+        return out
+
+    # Demand history
+
+    def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None:
+        """Keeps the bucket's peak: a lower report than the one stored loses its condition and changes nothing."""
+        try:
+            self._db.put_item(
+                TableName=self.table,
+                Item=self._key(f"DEMAND#{pool}#{_iso(bucket)}") | {
+                    "gpus": {"N": repr(float(gpus))},
+                    TTL_ATTRIBUTE: _epoch(bucket + ttl),
+                },
+                ConditionExpression="attribute_not_exists(gpus) OR gpus < :gpus",
+                ExpressionAttributeValues={":gpus": {"N": repr(float(gpus))}},
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+
+    def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
+        prefix = f"DEMAND#{pool}#"
+        items = self._query(prefix, start=prefix + _iso(since))
+        return [
+            (datetime.fromisoformat(i[SORT_KEY]["S"].removeprefix(prefix)), float(i["gpus"]["N"])) for i in items
+        ]
+
+    # Table access
+
+    def _key(self, sort_key: str) -> dict[str, Any]:
+        return {PARTITION_KEY: {"S": self._pk}, SORT_KEY: {"S": sort_key}}
+
+    def _get(self, sort_key: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self._db.get_item(
+            TableName=self.table, Key=self._key(sort_key), ConsistentRead=True
+        ).get("Item")
+        return item
+
+    def _query(self, prefix: str, start: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item whose sort key starts with `prefix` (from `start` on, when given), all pages."""
+        if start is None:
+            condition = "#pk = :pk AND begins_with(#sk, :prefix)"
+            values = {":pk": {"S": self._pk}, ":prefix": {"S": prefix}}
+        else:
+            condition = "#pk = :pk AND #sk BETWEEN :start AND :end"
+            values = {":pk": {"S": self._pk}, ":start": {"S": start}, ":end": {"S": prefix + "\uffff"}}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
+            "ExpressionAttributeValues": values,
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._db.query(**kwargs)
+            yield from page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _batch_get(self, sort_keys: Sequence[str]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(sort_keys), _BATCH_GET):
+            request: dict[str, Any] = {
+                self.table: {"Keys": [self._key(k) for k in sort_keys[start:start + _BATCH_GET]],
+                             "ConsistentRead": True}
+            }
+            while request:
+                answer = self._db.batch_get_item(RequestItems=request)
+                items.extend(answer.get("Responses", {}).get(self.table, []))
+                request = answer.get("UnprocessedKeys") or {}
+        return items
+
+
+def _claim(item: dict[str, Any]) -> NodeClaim:
+    return NodeClaim.model_validate_json(item["claim"]["S"])
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _epoch(moment: datetime) -> dict[str, str]:
+    return {"N": str(int(moment.timestamp()))}
+
+
+def _iso(moment: datetime) -> str:
+    """Fixed-width UTC, so sort keys order by time."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")

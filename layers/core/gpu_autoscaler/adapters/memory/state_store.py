@@ -1,0 +1,139 @@
+"""`StateStore` in one process: the simulator's store, and the tests' stand-in for the DynamoDB one.
+
+It keeps the DynamoDB store's semantics exactly — conditional lifecycle writes, TTLs read against the
+injected clock, a pod covered by at most one live claim — so a service tested against it behaves the
+same in a Lambda.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.claims import ALLOWED_TRANSITIONS, ClaimState, NodeClaim, StateTransition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from datetime import datetime, timedelta
+
+    from gpu_autoscaler.clock import Clock
+
+__all__ = ["MemoryStateStore", "apply_transition"]
+
+
+def apply_transition(stored: NodeClaim, expected: ClaimState, to: ClaimState, now: datetime, reason: str,
+                     changes: dict[str, object]) -> NodeClaim:
+    """The one definition of a lifecycle step, shared by both stores: checked against the stored state and
+    the allowed transitions, recorded in the claim's history."""
+    if stored.state is not expected:
+        raise StaleClaim(f"claim {stored.id} is {stored.state}, not {expected}")
+    if to not in ALLOWED_TRANSITIONS[stored.state]:
+        raise StaleClaim(f"claim {stored.id}: {stored.state} → {to} is not allowed")
+    return stored.model_copy(update={
+        **changes,
+        "state": to,
+        "updated_at": now,
+        "reason": reason or stored.reason,
+        "history": (*stored.history, StateTransition(state=to, at=now, reason=reason)),
+    })
+
+
+class MemoryStateStore:
+    """Dicts behind the `StateStore` protocol."""
+
+    def __init__(self, cluster: str, clock: Clock) -> None:
+        self.cluster = cluster
+        self.clock = clock
+        self._claims: dict[str, NodeClaim] = {}
+        self._by_instance: dict[str, str] = {}
+        self._pods: dict[str, tuple[str, datetime]] = {}
+        self._unavailable: dict[tuple[str, str, str], tuple[datetime, str]] = {}
+        self._demand: dict[str, dict[datetime, float]] = {}
+
+    # NodeClaims
+
+    def create_claim(self, claim: NodeClaim) -> None:
+        if claim.id in self._claims:
+            raise ClaimExists(claim.id)
+        self._store(claim)
+
+    def get_claim(self, claim_id: str) -> NodeClaim | None:
+        return self._claims.get(claim_id)
+
+    def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
+        claim_id = self._by_instance.get(instance_id)
+        return self._claims.get(claim_id) if claim_id else None
+
+    def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
+        wanted = set(states) if states is not None else None
+        return [c for c in self._claims.values() if wanted is None or c.state in wanted]
+
+    def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
+        moved = apply_transition(self._current(claim), claim.state, to, self.clock.now(), reason, changes)
+        self._store(moved)
+        return moved
+
+    def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
+        stored = self._current(claim)
+        if stored.state is not claim.state:
+            raise StaleClaim(f"claim {claim.id} is {stored.state}, not {claim.state}")
+        updated = stored.model_copy(update={**changes, "updated_at": self.clock.now()})
+        self._store(updated)
+        return updated
+
+    def _current(self, claim: NodeClaim) -> NodeClaim:
+        stored = self._claims.get(claim.id)
+        if stored is None:
+            raise StaleClaim(f"claim {claim.id} is not stored")
+        return stored
+
+    def _store(self, claim: NodeClaim) -> None:
+        self._claims[claim.id] = claim
+        if claim.instance_id:
+            self._by_instance[claim.instance_id] = claim.id
+
+    # Pod assignments
+
+    def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
+        expires = self.clock.now() + ttl
+        newly = []
+        for uid in pod_uids:
+            owner = self._live_owner(uid)
+            if owner is None or owner == claim_id:
+                self._pods[uid] = (claim_id, expires)
+            if owner is None:
+                newly.append(uid)
+        return newly
+
+    def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
+        return {uid: owner for uid in pod_uids if (owner := self._live_owner(uid)) is not None}
+
+    def release_pods(self, pod_uids: Sequence[str]) -> None:
+        for uid in pod_uids:
+            self._pods.pop(uid, None)
+
+    def _live_owner(self, uid: str) -> str | None:
+        found = self._pods.get(uid)
+        if found is None or found[1] <= self.clock.now():
+            return None
+        claim = self._claims.get(found[0])
+        return found[0] if claim is not None and claim.live else None
+
+    # Unavailable offerings
+
+    def mark_unavailable(self, offering: tuple[str, str, str], ttl: timedelta, reason: str) -> None:
+        self._unavailable[offering] = (self.clock.now() + ttl, reason)
+
+    def unavailable_offerings(self) -> set[tuple[str, str, str]]:
+        now = self.clock.now()
+        return {key for key, (until, _) in self._unavailable.items() if until > now}
+
+    # Demand history
+
+    def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None:
+        """The bucket keeps its peak: the packer and the reconcile step both report into the same bucket."""
+        buckets = self._demand.setdefault(pool, {})
+        buckets[bucket] = max(buckets.get(bucket, 0.0), gpus)
+
+    def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
+        return sorted((b, g) for b, g in self._demand.get(pool, {}).items() if b >= since)

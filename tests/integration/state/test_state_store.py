@@ -1,0 +1,130 @@
+"""One contract, two stores: the DynamoDB store on moto and the in-memory one must answer alike."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_autoscaler.ports import StateStore
+
+START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+TTL = timedelta(minutes=10)
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(parse_config(example_config_data())) as embedded:
+        yield embedded
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def clock_and_store(request: pytest.FixtureRequest, aws: EmbeddedAws) -> tuple[FixedClock, StateStore]:
+    clock = FixedClock(START)
+    cluster = f"c-{uuid.uuid4().hex[:8]}"  # a partition of its own: the table is shared by the module
+    if request.param == "memory":
+        return clock, MemoryStateStore(cluster, clock)
+    return clock, DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, cluster, clock=clock)
+
+
+def claim(claim_id: str = "claim-1", pods: tuple[str, ...] = ("p1", "p2")) -> NodeClaim:
+    return NodeClaim(cluster="c", id=claim_id, pool="gpu", capacity_type="spot", zones=("us-east-1a",),
+                     instance_types=("g5.xlarge", "g6.xlarge"), price_per_hour=0.4, pods=pods, created_at=START)
+
+
+def test_a_claim_is_stored_once_and_read_back(clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    _, store = clock_and_store
+    store.create_claim(claim())
+    with pytest.raises(ClaimExists):
+        store.create_claim(claim())
+    assert store.get_claim("claim-1") == claim()
+    assert store.get_claim("missing") is None
+    assert [c.id for c in store.list_claims([ClaimState.PENDING])] == ["claim-1"]
+    assert store.list_claims([ClaimState.LAUNCHED]) == []
+
+
+def test_lifecycle_writes_are_conditional_and_leave_a_history(clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    clock, store = clock_and_store
+    pending = claim()
+    store.create_claim(pending)
+    clock.advance(timedelta(seconds=30))
+    launched = store.transition(pending, ClaimState.LAUNCHED, "fleet launched", instance_id="i-0abc",
+                                instance_type="g5.xlarge", zone="us-east-1a")
+    assert launched.state is ClaimState.LAUNCHED
+    assert launched.history[-1].reason == "fleet launched"
+    assert store.claim_for_instance("i-0abc") == launched
+    assert store.claim_for_instance("i-other") is None
+    with pytest.raises(StaleClaim):  # a second fleet invocation working from the Pending copy loses
+        store.transition(pending, ClaimState.LAUNCHED, "again", instance_id="i-0def")
+    with pytest.raises(StaleClaim):  # not an allowed step
+        store.transition(launched, ClaimState.PENDING)
+    with pytest.raises(StaleClaim):
+        store.update_claim(pending, reason="stale copy")
+    updated = store.update_claim(launched, warm="forecast")
+    assert updated.warm == "forecast"
+    assert updated.state is ClaimState.LAUNCHED
+    done = store.transition(updated, ClaimState.TERMINATED, "interrupted")
+    assert [step.state for step in done.history] == [ClaimState.LAUNCHED, ClaimState.TERMINATED]
+    assert store.get_claim("claim-1") == done
+
+
+def test_a_pod_is_covered_by_one_live_claim_at_a_time(clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    clock, store = clock_and_store
+    first, second = claim("a", ("p1", "p2")), claim("b", ("p2", "p3"))
+    store.create_claim(first)
+    store.create_claim(second)
+    assert sorted(store.assign_pods("a", ["p1", "p2"], TTL)) == ["p1", "p2"]
+    assert store.assign_pods("a", ["p1"], TTL) == []  # reported again: nothing new
+    assert store.assign_pods("b", ["p2", "p3"], TTL) == ["p3"]
+    assert store.assignments(["p1", "p2", "p3", "p4"]) == {"p1": "a", "p2": "a", "p3": "b"}
+
+    store.transition(first, ClaimState.TERMINATED, "could not launch")
+    assert store.assignments(["p1", "p2"]) == {}  # a dead claim covers nothing
+    assert store.assign_pods("b", ["p2"], TTL) == ["p2"]
+
+    store.release_pods(["p2", "p3"])
+    assert store.assignments(["p2", "p3"]) == {}
+
+    store.assign_pods("b", ["p3"], TTL)
+    clock.advance(TTL + timedelta(seconds=1))
+    assert store.assignments(["p3"]) == {}  # expired, whatever TTL deletion has done yet
+    assert store.assign_pods("b", ["p3"], TTL) == ["p3"]
+
+
+def test_unavailable_offerings_expire(clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    clock, store = clock_and_store
+    store.mark_unavailable(("p5.48xlarge", "us-east-1a", "spot"), timedelta(minutes=3), "InsufficientInstanceCapacity")
+    store.mark_unavailable(("g5.xlarge", "us-east-1b", "on-demand"), timedelta(minutes=10), "VcpuLimitExceeded")
+    assert store.unavailable_offerings() == {
+        ("p5.48xlarge", "us-east-1a", "spot"), ("g5.xlarge", "us-east-1b", "on-demand")
+    }
+    clock.advance(timedelta(minutes=5))
+    assert store.unavailable_offerings() == {("g5.xlarge", "us-east-1b", "on-demand")}
+
+
+def test_demand_keeps_each_buckets_peak_in_time_order(clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    _, store = clock_and_store
+    week = timedelta(days=7)
+    for minutes, gpus in [(10, 4.0), (0, 8.0), (5, 2.0), (0, 3.0)]:
+        store.record_demand("gpu", START + timedelta(minutes=minutes), gpus, week)
+    store.record_demand("other", START, 99.0, week)
+    assert store.demand_history("gpu", START) == [
+        (START, 8.0), (START + timedelta(minutes=5), 2.0), (START + timedelta(minutes=10), 4.0)
+    ]
+    assert store.demand_history("gpu", START + timedelta(minutes=5)) == [
+        (START + timedelta(minutes=5), 2.0), (START + timedelta(minutes=10), 4.0)
+    ]
