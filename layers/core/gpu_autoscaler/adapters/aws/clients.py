@@ -31,13 +31,11 @@ class AwsClients:
     def client(self, service: str) -> Any:
         if service not in self._clients:
             self._clients[service] = self._session.client(
-                service, region_name=self.region, endpoint_url=self.endpoint_url, config=_RETRIES
+                service,  # type: ignore[call-overload]  # any service name: the stubs list literals only
+                region_name=self.region, endpoint_url=self.endpoint_url, config=_RETRIES,
             )
         return self._clients[service]
 
     def for_region(self, region: str) -> AwsClients:
         """Clients of another region on the same session and endpoint (the Pricing API lives in us-east-1)."""
         return AwsClients(region, self.endpoint_url, self._session)
-
-    def resource(self, service: str) -> Any:
-        return self._session.resource(service, region_name=self.region, endpoint_url=self.endpoint_url)
