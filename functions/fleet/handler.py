@@ -1,0 +1,88 @@
+"""fleet: launch requests (SQS launch queue, one `LaunchRequest` per record) → EC2 CreateFleet, claims Launched.
+
+Each record is handled on its own (Powertools `BatchProcessor`, partial batch failure): a record that is not
+a valid `LaunchRequest` fails alone, its validation error logged, and SQS redrives it to the dead-letter queue
+after `maxReceiveCount`; so does one whose CreateFleet stays throttled (the claims are still Pending, so the
+redelivery simply tries again). The rest of the batch goes on. A request only names claims: the service acts
+on their stored state, so a redelivered record launches nothing twice.
+
+Metrics: claims launched, launch failures by reason, time from claim to instance, offerings found
+unavailable, USD/h launched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from pydantic import ValidationError
+
+from gpu_autoscaler.errors import RequestThrottled
+from gpu_autoscaler.models.messages import LaunchRequest
+from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.services.fleet import FleetService, LaunchOutcome, aws_fleet_service
+from gpu_autoscaler.settings import load_settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+NAMESPACE = ResourceNames("").metrics_namespace
+logger = Logger(service="fleet")
+tracer = Tracer(service="fleet")
+metrics = Metrics(namespace=NAMESPACE, service="fleet")
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+_service: FleetService | None = None
+
+
+def service() -> FleetService:
+    """Built on first use and kept while the execution environment lives (clients, subnets, catalog)."""
+    global _service
+    if _service is None:
+        _service = aws_fleet_service(load_settings())
+    return _service
+
+
+def record_metrics(outcome: LaunchOutcome) -> None:
+    metrics.add_metric(name="ClaimsLaunched", unit=MetricUnit.Count, value=len(outcome.launched))
+    metrics.add_metric(name="UnavailableOfferings", unit=MetricUnit.Count, value=len(outcome.unavailable))
+    metrics.add_metric(name="LaunchedPricePerHour", unit=MetricUnit.NoUnit, value=outcome.price_per_hour)
+    for launched in outcome.launched:
+        metrics.add_metric(name="TimeToLaunch", unit=MetricUnit.Seconds, value=launched.seconds_to_launch)
+    for failed in outcome.failed:
+        with single_metric(name="LaunchFailures", unit=MetricUnit.Count, value=1, namespace=NAMESPACE) as metric:
+            metric.add_dimension(name="service", value="fleet")
+            metric.add_dimension(name="reason", value=failed.code)
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    try:
+        request = LaunchRequest.model_validate_json(record.body)
+    except ValidationError as error:
+        logger.error("not a launch request", extra={"messageId": record.message_id, "errors": error.errors(
+            include_url=False, include_context=False)})
+        raise
+    try:
+        outcome = service().launch(request)
+    except RequestThrottled:
+        logger.warning("CreateFleet stays throttled; the request goes back to the queue",
+                       extra={"messageId": record.message_id, "claims": request.claim_ids})
+        raise
+    record_metrics(outcome)
+    summary = outcome.summary()
+    if outcome.failed:
+        logger.warning("claims could not launch; their pods are pending again", extra=summary)
+    else:
+        logger.info("launch request handled", extra=summary)
+    return summary
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

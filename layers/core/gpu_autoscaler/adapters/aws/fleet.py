@@ -1,0 +1,247 @@
+"""`Compute` over EC2: CreateFleet (type `instant`) for launches, TerminateInstances for what this cluster owns.
+
+A `FleetRequest` is rendered as it is, nothing decided here: one `LaunchTemplateConfigs` entry per distinct
+user data (base64, `LaunchTemplateSpecificationUserData`), the overrides as given, the DESIGN tags on the
+fleet, the instances and their volumes. The answer's `Instances` and `Errors` become a `FleetResult`; a
+throttled call raises `RequestThrottled` (the caller backs off), any other refusal of the whole call comes
+back as a request-level error, for the domain to classify like the per-override ones.
+
+Termination acts only on instances that carry `gpu-autoscaler/cluster = <cluster>`: the DescribeInstances
+filter asks for them and the tags are checked again here, so an instance of someone else's is never
+touched whatever the filter does (IAM enforces the same condition). It is idempotent: an instance of ours
+already shutting down or gone counts as terminated.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
+from gpu_autoscaler.errors import RequestThrottled
+from gpu_autoscaler.models.fleet import ErrorKind, FleetError, FleetResult, LaunchedInstance, classify_error
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.models.fleet import FleetRequest
+
+__all__ = ["TAG_EMULATES", "Ec2Compute", "render_create_fleet", "resolve_subnets"]
+
+logger = logging.getLogger(__name__)
+
+TAG_EMULATES = "gpu-autoscaler/emulates"
+"""On a subnet an emulator created: the configuration's subnet id it stands in for (`emulator.resources`)."""
+_DEFAULT_TARGET = {"spot": "spot", "on-demand": "on-demand", "reserved": "reserved-capacity"}
+_GONE = frozenset({"shutting-down", "terminated"})
+_FILTER_CHUNK = 100
+
+
+def _tags(tags: dict[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
+    """The CreateFleet parameters of a request (what the Stubber tests compare against)."""
+    configs = []
+    for config in request.launch_configs:
+        spec: dict[str, Any] = {
+            "LaunchTemplateId": request.launch_template_id,
+            "Version": request.launch_template_version,
+        }
+        if config.user_data:
+            spec["LaunchTemplateSpecificationUserData"] = base64.b64encode(config.user_data.encode()).decode()
+        overrides = []
+        for o in config.overrides:
+            override: dict[str, Any] = {"InstanceType": o.instance_type, "SubnetId": o.subnet_id}
+            if o.priority is not None:
+                override["Priority"] = o.priority
+            if o.max_price is not None:
+                override["MaxPrice"] = f"{o.max_price:.5f}"
+            if o.image_id:
+                override["ImageId"] = o.image_id
+            overrides.append(override)
+        configs.append({"LaunchTemplateSpecification": spec, "Overrides": overrides})
+    params: dict[str, Any] = {
+        "Type": "instant",
+        "ClientToken": request.client_token,
+        "LaunchTemplateConfigs": configs,
+        "TargetCapacitySpecification": {
+            "TotalTargetCapacity": request.target_capacity,
+            "DefaultTargetCapacityType": _DEFAULT_TARGET[request.capacity_type],
+        },
+        "TagSpecifications": [
+            {"ResourceType": kind, "Tags": _tags(request.tags)} for kind in ("fleet", "instance", "volume")
+        ],
+    }
+    group: dict[str, Any] = {}
+    if request.min_target_capacity is not None:
+        group["MinTargetCapacity"] = request.min_target_capacity
+    if request.single_availability_zone:
+        group["SingleAvailabilityZone"] = True
+    if request.single_instance_type:
+        group["SingleInstanceType"] = True
+    if request.capacity_type == "spot":
+        params["SpotOptions"] = {"AllocationStrategy": request.allocation_strategy, **group}
+    elif request.capacity_type == "on-demand":
+        params["OnDemandOptions"] = {"AllocationStrategy": request.allocation_strategy, **group}
+    else:
+        # Reserved capacity has no MinTargetCapacity: all or nothing is checked on the answer instead
+        # (`domain.fleet.read_result` terminates a short gang).
+        assert request.reservation is not None
+        reserved: dict[str, Any] = {
+            "AllocationStrategy": request.allocation_strategy,
+            "ReservationTypes": list(request.reservation.reservation_types),
+            "CapacityReservationTarget": {"CapacityReservationIds": list(request.reservation.reservation_ids)},
+        }
+        if request.reservation.fallback_on_demand:
+            reserved["ReservedCapacityFallbackOptions"] = {"MarketTypes": ["on-demand"]}
+        params["ReservedCapacityOptions"] = reserved
+    return params
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _message(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Message", ""))
+
+
+class Ec2Compute:
+    """`Compute` for one cluster, over an EC2 client (AWS or moto)."""
+
+    def __init__(self, ec2_client: Any, cluster_name: str) -> None:
+        self._ec2 = ec2_client
+        self.cluster = cluster_name
+
+    # ---- launch -------------------------------------------------------------------------------------------
+
+    def create_fleet(self, request: FleetRequest) -> FleetResult:
+        try:
+            response = self._ec2.create_fleet(**render_create_fleet(request))
+        except ClientError as error:
+            code = _code(error)
+            if classify_error(code) is ErrorKind.THROTTLED:
+                raise RequestThrottled(f"CreateFleet throttled: {_message(error)}") from error
+            logger.warning("CreateFleet refused: %s %s", code, _message(error))
+            return FleetResult(errors=(FleetError(code=code, message=_message(error),
+                                                  capacity_type=request.capacity_type),))
+        instances = self._instances(request, response.get("Instances") or [])
+        if len(request.claim_ids) > 1:
+            instances = assign_claims(request.claim_ids, instances)
+            self._tag_claims(instances)
+        errors = tuple(self._error(request, item) for item in response.get("Errors") or [])
+        return FleetResult(fleet_id=response.get("FleetId"), instances=instances, errors=errors)
+
+    def _instances(self, request: FleetRequest, items: list[dict[str, Any]]) -> tuple[LaunchedInstance, ...]:
+        fallback = bool(request.reservation and request.reservation.fallback_on_demand)
+        out: list[LaunchedInstance] = []
+        unknown_zone: list[str] = []
+        for item in items:
+            override = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+            subnet = item.get("SubnetId") or override.get("SubnetId")
+            zone = item.get("AvailabilityZone") or override.get("AvailabilityZone") or (
+                request.zone_of_subnet(subnet) if subnet else None
+            )
+            lifecycle = item.get("Lifecycle") or ""
+            for instance_id in item.get("InstanceIds") or []:
+                if zone is None:
+                    unknown_zone.append(instance_id)
+                out.append(LaunchedInstance(
+                    instance_id=instance_id,
+                    instance_type=item.get("InstanceType") or override.get("InstanceType", ""),
+                    zone=zone or "",
+                    capacity_type=launched_capacity_type(request.capacity_type, lifecycle, fallback),
+                    subnet_id=subnet,
+                    lifecycle=lifecycle,
+                ))
+        if unknown_zone:
+            zones = {i["InstanceId"]: i["Placement"]["AvailabilityZone"] for i in self._describe(unknown_zone)}
+            out = [i.model_copy(update={"zone": zones.get(i.instance_id, i.zone)}) if not i.zone else i for i in out]
+        return tuple(out)
+
+    @staticmethod
+    def _error(request: FleetRequest, item: dict[str, Any]) -> FleetError:
+        override = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        subnet = override.get("SubnetId")
+        zone = override.get("AvailabilityZone") or (request.zone_of_subnet(subnet) if subnet else None)
+        lifecycle = item.get("Lifecycle")
+        fallback = bool(request.reservation and request.reservation.fallback_on_demand)
+        return FleetError(
+            code=item.get("ErrorCode") or "Unknown",
+            message=item.get("ErrorMessage") or "",
+            instance_type=override.get("InstanceType"),
+            zone=zone,
+            capacity_type=launched_capacity_type(request.capacity_type, lifecycle, fallback)
+            if lifecycle else request.capacity_type,
+        )
+
+    def _tag_claims(self, instances: Sequence[LaunchedInstance]) -> None:
+        """A request for several claims launched untagged by claim: each instance now gets its claim's tags."""
+        for instance in instances:
+            if instance.claim_id is None:
+                continue
+            self._ec2.create_tags(
+                Resources=[instance.instance_id],
+                Tags=_tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"}),
+            )
+
+    # ---- terminate ----------------------------------------------------------------------------------------
+
+    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+        wanted = list(dict.fromkeys(instance_ids))
+        if not wanted:
+            return []
+        owned: dict[str, str] = {}
+        for instance in self._describe(wanted, owned_only=True):
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+            if tags.get(TAG_CLUSTER) != self.cluster:
+                continue  # the filter said ours; the tags say otherwise: not ours
+            owned[instance["InstanceId"]] = instance["State"]["Name"]
+        foreign = [i for i in wanted if i not in owned]
+        if foreign:
+            logger.warning("not terminating %s: no such instance carrying %s=%s",
+                           ", ".join(foreign), TAG_CLUSTER, self.cluster)
+        running = [i for i, state in owned.items() if state not in _GONE]
+        if running:
+            try:
+                self._ec2.terminate_instances(InstanceIds=running)
+            except ClientError as error:
+                if _code(error) == "RequestLimitExceeded":
+                    raise RequestThrottled(f"TerminateInstances throttled: {_message(error)}") from error
+                if _code(error) != "InvalidInstanceID.NotFound":
+                    raise
+        return [i for i in wanted if i in owned]
+
+    def _describe(self, instance_ids: Sequence[str], *, owned_only: bool = False) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(instance_ids), _FILTER_CHUNK):
+            filters = [{"Name": "instance-id", "Values": list(instance_ids[start:start + _FILTER_CHUNK])}]
+            if owned_only:
+                filters.append({"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]})
+            for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+                for reservation in page.get("Reservations", []):
+                    out.extend(reservation.get("Instances", []))
+        return out
+
+
+def resolve_subnets(ec2_client: Any, config: Config) -> dict[str, str]:
+    """Configuration subnet id → the subnet to launch in. Identity on AWS; on an emulator, the stand-in
+    subnets it tagged with `gpu-autoscaler/emulates` (moto cannot create a subnet with a chosen id)."""
+    configured = list(config.network.subnets.values())
+    response = ec2_client.describe_subnets(Filters=[
+        {"Name": f"tag:{TAG_CLUSTER}", "Values": [config.cluster_name]},
+        {"Name": "tag-key", "Values": [TAG_EMULATES]},
+    ])
+    stand_ins: dict[str, str] = {}
+    for subnet in response.get("Subnets", []):
+        tags = {t["Key"]: t["Value"] for t in subnet.get("Tags") or []}
+        if tags.get(TAG_EMULATES) in configured:
+            stand_ins[tags[TAG_EMULATES]] = subnet["SubnetId"]
+    return {subnet: stand_ins.get(subnet, subnet) for subnet in configured}

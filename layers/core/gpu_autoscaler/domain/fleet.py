@@ -1,0 +1,459 @@
+"""Launch decisions: which CreateFleet request a NodeClaim (or a gang) becomes, and what to do with the answer.
+
+Plain data in, plain data out, no AWS: the fleet service runs these against EC2, the simulator against its
+simulated capacity.
+
+- Requests (`build_request`): one per claim, or one per gang (all or nothing: `MinTargetCapacity` = its
+  size and one zone, plus one instance type where the pool needs EFA). Overrides are the claim's candidate
+  types × the subnets of its zones, cheapest first, at most 60, each with the AMI of its architecture.
+  Spot asks `price-capacity-optimized`, On-Demand `lowest-price`, reserved capacity launches into the
+  claim's reservations only (On-Demand Capacity Reservations before Capacity Blocks, in override order).
+  Instances and volumes carry the DESIGN tags; user data joins the node with its labels and taints.
+- Attempts (`first_attempt`, `next_attempt`): an attempt is a capacity type and the offerings it may use.
+  After a failure the claim goes on with the offerings not yet known to be unavailable; when none is left
+  it falls back to On-Demand where the pool allows it; then it gives up.
+- Idempotency (`client_token`): the ClientToken is a digest of the cluster, the claims and the attempt
+  number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
+- Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
+  mark their offering unavailable (for the configured TTL), throttling backs off with jitter
+  (`backoff_delay`), a spent token moves to the next attempt, anything else ends the launch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.fleet import (
+    MAX_LAUNCH_CONFIGS,
+    MAX_OVERRIDES,
+    ErrorKind,
+    FleetError,
+    FleetOverride,
+    FleetRequest,
+    FleetResult,
+    LaunchConfig,
+    LaunchedInstance,
+    ReservationOptions,
+    ReservationType,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from random import Random
+
+    from gpu_autoscaler.config import CapacityType, Config, NodePool
+    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.fleet import AllocationStrategy
+
+__all__ = [
+    "ATTEMPT_ATTRIBUTE",
+    "MAX_ATTEMPTS",
+    "STRATEGIES",
+    "TAG_GANG",
+    "Attempt",
+    "LaunchContext",
+    "ResultReading",
+    "architecture",
+    "assign_claims",
+    "backoff_delay",
+    "build_request",
+    "candidate_offerings",
+    "client_token",
+    "describe_failure",
+    "first_attempt",
+    "fleet_tags",
+    "launch_groups",
+    "launched_capacity_type",
+    "next_attempt",
+    "read_result",
+    "reservation_options",
+]
+
+TAG_GANG = "gpu-autoscaler/gang"
+"""On the instances of a gang's request: the gang they were launched for, all or nothing."""
+MAX_ATTEMPTS = 5
+"""CreateFleet calls per claim and invocation: the claim's own type, what is left of it, On-Demand."""
+ATTEMPT_ATTRIBUTE = "launchAttempt"
+"""NodeClaim attribute: the attempt in flight (JSON), written before CreateFleet is called, so a retried
+message asks EC2 the very same request again (same token, same parameters) and gets the same answer."""
+
+STRATEGIES: dict[CapacityType, AllocationStrategy] = {
+    "spot": "price-capacity-optimized",
+    "on-demand": "lowest-price",
+    "reserved": "prioritized",
+}
+"""Spot: the deepest pools among the cheapest (fewer interruptions than `lowest-price`). On-Demand: the
+cheapest. Reserved: the reservations in the order of the overrides (the claim's ranking)."""
+
+_RESERVATION_TYPES: dict[str, ReservationType] = {
+    "default": "on-demand-capacity-reservation",
+    "capacity-block": "capacity-block",
+}
+_FAMILY = re.compile(r"^(?P<category>[a-z]+?)(?P<generation>\d+)(?P<suffix>[a-z0-9-]*)$")
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What every request of one cluster shares, resolved once: where and from what instances launch."""
+
+    cluster: str
+    zone_subnets: Mapping[str, str]
+    """Availability zone → subnet id at the endpoint (the configuration's on AWS, stand-ins on an emulator)."""
+    launch_template_id: str
+    images: Mapping[str, str]
+    """Architecture (`x86_64`, `arm64`) → AMI. The template holds the x86_64 one; arm64 types override it."""
+    bootstrap: ClusterBootstrap
+    instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
+    """What is known of the candidate types (architecture, GPUs, max pods); names alone work too."""
+    launch_template_version: str = "$Default"
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        launch_template_id: str,
+        *,
+        subnet_ids: Mapping[str, str] | None = None,
+        instance_types: Iterable[InstanceType] = (),
+        bootstrap: ClusterBootstrap | None = None,
+    ) -> LaunchContext:
+        """`subnet_ids` maps the configuration's subnet ids to the endpoint's (identity where absent)."""
+        mapping = subnet_ids or {}
+        images = {"x86_64": config.ami.x86_64}
+        if config.ami.arm64:
+            images["arm64"] = config.ami.arm64
+        return cls(
+            cluster=config.cluster_name,
+            zone_subnets={zone: mapping.get(subnet, subnet) for zone, subnet in config.network.subnets.items()},
+            launch_template_id=launch_template_id,
+            images=images,
+            bootstrap=bootstrap or ClusterBootstrap.from_config(config),
+            instance_types={t.name: t for t in instance_types},
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One CreateFleet call's worth of choice: a capacity type and the offerings (type, zone) it may use."""
+
+    number: int
+    capacity_type: CapacityType
+    offerings: tuple[tuple[str, str], ...]
+    """Ranked, best first; (instance type, zone)."""
+
+    def to_json(self, token: str) -> str:
+        return json.dumps({"number": self.number, "capacityType": self.capacity_type, "token": token,
+                           "offerings": [list(o) for o in self.offerings]}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str) -> tuple[Attempt, str]:
+        """(attempt, the token it was asked under)."""
+        data = json.loads(raw)
+        return cls(int(data["number"]), data["capacityType"], tuple((t, z) for t, z in data["offerings"])), str(
+            data["token"]
+        )
+
+
+# ---- grouping ----------------------------------------------------------------------------------------------
+
+
+def launch_groups(claims: Sequence[NodeClaim], gang: str | None = None) -> list[list[NodeClaim]]:
+    """Claims asked together: a gang is one group (all or nothing); otherwise claims that ask for exactly the
+    same thing (pool, capacity type, candidates, zones, reservation) share one request of N instances."""
+    if not claims:
+        return []
+    if gang is not None:
+        return [list(claims)]
+    groups: dict[tuple[object, ...], list[NodeClaim]] = {}
+    for claim in claims:
+        key = (claim.pool, claim.capacity_type, claim.instance_types, claim.zones, claim.reservation_id, claim.gang)
+        groups.setdefault(key, []).append(claim)
+    return list(groups.values())
+
+
+# ---- offerings and attempts --------------------------------------------------------------------------------
+
+
+def architecture(instance_type: str, known: Mapping[str, InstanceType] | None = None) -> str:
+    """`arm64` or `x86_64`. From the catalog when known; else from the name: Graviton families carry a `g`
+    after the generation (g5g, c7gn, p6e-gb200), x86 ones do not (g5, g6e, p5en, gr6)."""
+    if known and instance_type in known:
+        return "arm64" if known[instance_type].architecture == "arm64" else "x86_64"
+    match = _FAMILY.match(instance_type.split(".", 1)[0])
+    return "arm64" if match and "g" in match.group("suffix") else "x86_64"
+
+
+def _shared(values: Sequence[Sequence[str]]) -> list[str]:
+    """The values every sequence holds, in the first one's order."""
+    first, *rest = values
+    common = set(first).intersection(*rest) if rest else set(first)
+    return [v for v in first if v in common]
+
+
+def candidate_offerings(
+    claims: Sequence[NodeClaim],
+    capacity_type: CapacityType,
+    unavailable: Iterable[tuple[str, str, str]],
+    context: LaunchContext,
+) -> tuple[tuple[str, str], ...]:
+    """The (type, zone) pairs every claim accepts, ranked by type then zone, not known to be unavailable,
+    in a zone we have a subnet for, of an architecture we have an image for; ≤ 60, ≤ 50 types."""
+    blocked = set(unavailable)
+    types = _shared([c.instance_types for c in claims])
+    zones = [z for z in _shared([c.zones for c in claims]) if z in context.zone_subnets]
+    out: list[tuple[str, str]] = []
+    used_types: list[str] = []
+    for instance_type in types:
+        if architecture(instance_type, context.instance_types) not in context.images:
+            continue
+        for zone in zones:
+            if (instance_type, zone, capacity_type) in blocked:
+                continue
+            if instance_type not in used_types:
+                if len(used_types) == MAX_LAUNCH_CONFIGS:
+                    return tuple(out)
+                used_types.append(instance_type)
+            out.append((instance_type, zone))
+            if len(out) == MAX_OVERRIDES:
+                return tuple(out)
+    return tuple(out)
+
+
+def first_attempt(
+    claims: Sequence[NodeClaim],
+    pool: NodePool,
+    unavailable: Iterable[tuple[str, str, str]],
+    context: LaunchContext,
+) -> Attempt | None:
+    """The claims' own capacity type with what is available of their candidates; else the fallback."""
+    capacity_type = claims[0].capacity_type
+    blocked = set(unavailable)
+    offerings = candidate_offerings(claims, capacity_type, blocked, context)
+    if offerings:
+        return Attempt(0, capacity_type, offerings)
+    return _fallback(claims, pool, capacity_type, 0, blocked, context)
+
+
+def next_attempt(
+    claims: Sequence[NodeClaim],
+    pool: NodePool,
+    previous: Attempt,
+    unavailable: Iterable[tuple[str, str, str]],
+    context: LaunchContext,
+    *,
+    repeat: bool = False,
+) -> Attempt | None:
+    """After `previous` left these claims without instances: what is left of the same capacity type if that
+    is something new to ask (or `repeat`: the last call told us nothing about the offerings), else On-Demand
+    where the pool allows it, else None (give up). Never more than `MAX_ATTEMPTS`."""
+    number = previous.number + 1
+    if number >= MAX_ATTEMPTS:
+        return None
+    blocked = set(unavailable)
+    left = candidate_offerings(claims, previous.capacity_type, blocked, context)
+    if left and (repeat or set(left) != set(previous.offerings)):
+        return Attempt(number, previous.capacity_type, left)
+    return _fallback(claims, pool, previous.capacity_type, number, blocked, context)
+
+
+def _fallback(
+    claims: Sequence[NodeClaim],
+    pool: NodePool,
+    capacity_type: CapacityType,
+    number: int,
+    unavailable: Iterable[tuple[str, str, str]],
+    context: LaunchContext,
+) -> Attempt | None:
+    if capacity_type == "on-demand" or "on-demand" not in pool.capacity_types:
+        return None
+    offerings = candidate_offerings(claims, "on-demand", unavailable, context)
+    return Attempt(number, "on-demand", offerings) if offerings else None
+
+
+# ---- the request -------------------------------------------------------------------------------------------
+
+
+def client_token(cluster: str, claim_ids: Sequence[str], attempt: int) -> str:
+    """Deterministic per (cluster, claims, attempt): a repeat of an attempt is idempotent at EC2."""
+    digest = hashlib.sha256(f"{cluster}\n{','.join(sorted(claim_ids))}".encode()).hexdigest()
+    return f"gpu-autoscaler-{digest[:40]}-{attempt}"
+
+
+def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str | None = None) -> dict[str, str]:
+    """DESIGN's tags. A request for several claims names none of them: each instance gets its claim's tags
+    once it is known which instance is whose (`assign_claims`)."""
+    tags = {L.TAG_CLUSTER: cluster, L.TAG_NODE_POOL: pool}
+    if len(claims) == 1:
+        tags[L.TAG_CLAIM] = claims[0].id
+        tags["Name"] = f"{cluster}/{claims[0].id}"
+    else:
+        tags["Name"] = f"{cluster}/{pool}/{gang or 'batch'}"
+    if gang:
+        tags[TAG_GANG] = gang
+    return tags
+
+
+def reservation_options(claims: Sequence[NodeClaim], pool: NodePool) -> ReservationOptions:
+    """The claims' own reservations (the solver picked them), or every reservation of the pool; On-Demand
+    Capacity Reservations are tried before Capacity Blocks."""
+    wanted = {c.reservation_id for c in claims if c.reservation_id}
+    reservations = [r for r in pool.capacity_reservations if not wanted or r.id in wanted]
+    ids = [r.id for r in reservations] or sorted(wanted)
+    kinds = {_RESERVATION_TYPES[r.type] for r in reservations} or {"on-demand-capacity-reservation"}
+    ordered = tuple(k for k in ("on-demand-capacity-reservation", "capacity-block") if k in kinds)
+    return ReservationOptions(reservation_ids=tuple(ids), reservation_types=ordered)
+
+
+def build_request(
+    claims: Sequence[NodeClaim],
+    pool: NodePool,
+    attempt: Attempt,
+    context: LaunchContext,
+    *,
+    gang: str | None = None,
+) -> FleetRequest:
+    """The CreateFleet request of one attempt for these claims (one instance each)."""
+    gang = gang or claims[0].gang
+    ids = tuple(c.id for c in claims)
+    single_claim = claims[0].id if len(claims) == 1 else None
+    configs: dict[str, list[FleetOverride]] = {}
+    for rank, (instance_type, zone) in enumerate(attempt.offerings):
+        arch = architecture(instance_type, context.instance_types)
+        override = FleetOverride(
+            instance_type=instance_type,
+            zone=zone,
+            subnet_id=context.zone_subnets[zone],
+            priority=float(rank),
+            image_id=context.images[arch] if arch != "x86_64" else None,
+        )
+        known = context.instance_types.get(instance_type)
+        setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
+                           claim_id=single_claim, gang=gang)
+        configs.setdefault(render_user_data(context.bootstrap, setup), []).append(override)
+    all_or_nothing = gang is not None and len(claims) > 1
+    return FleetRequest(
+        cluster=context.cluster,
+        pool=pool.name,
+        claim_ids=ids,
+        gang=gang,
+        attempt=attempt.number,
+        capacity_type=attempt.capacity_type,
+        allocation_strategy=STRATEGIES[attempt.capacity_type],
+        target_capacity=len(ids),
+        min_target_capacity=len(ids) if all_or_nothing else None,
+        single_availability_zone=all_or_nothing,
+        single_instance_type=all_or_nothing and pool.efa,
+        launch_template_id=context.launch_template_id,
+        launch_template_version=context.launch_template_version,
+        launch_configs=tuple(LaunchConfig(user_data=ud, overrides=tuple(o)) for ud, o in configs.items()),
+        client_token=client_token(context.cluster, ids, attempt.number),
+        tags=fleet_tags(context.cluster, pool.name, claims, gang),
+        reservation=reservation_options(claims, pool) if attempt.capacity_type == "reserved" else None,
+    )
+
+
+# ---- the answer --------------------------------------------------------------------------------------------
+
+
+def launched_capacity_type(requested: CapacityType, lifecycle: str | None,
+                           fallback_on_demand: bool = False) -> CapacityType:
+    """What an instance was bought as, from EC2's `Lifecycle`. A reserved request's instances report
+    `on-demand` (they run in an On-Demand Capacity Reservation) or `capacity-block`: both are reserved."""
+    if lifecycle == "spot":
+        return "spot"
+    if lifecycle in ("capacity-block", "interruptible-capacity-reservation"):
+        return "reserved"
+    if requested == "reserved" and not fallback_on_demand:
+        return "reserved"
+    return "on-demand" if lifecycle == "on-demand" else requested
+
+
+def assign_claims(claim_ids: Sequence[str], instances: Sequence[LaunchedInstance]) -> tuple[LaunchedInstance, ...]:
+    """The k-th instance is the k-th claim's (every claim of a request accepts every override, so any order
+    is right); instances beyond the claims keep no claim. Instances already assigned keep theirs."""
+    taken = {i.claim_id for i in instances if i.claim_id}
+    free = iter([c for c in claim_ids if c not in taken])
+    out = []
+    for instance in instances:
+        if instance.claim_id is None:
+            claim_id = next(free, None)
+            instance = instance.model_copy(update={"claim_id": claim_id}) if claim_id else instance
+        out.append(instance)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ResultReading:
+    """What the service must do with one CreateFleet answer."""
+
+    launched: tuple[LaunchedInstance, ...] = ()
+    """Instances with the claim each is for."""
+    strays: tuple[str, ...] = ()
+    """Instances to terminate: an all-or-nothing request that came back short, or more than asked for."""
+    unavailable: tuple[tuple[tuple[str, str, str], str], ...] = ()
+    """(offering, error code) to mark unavailable."""
+    throttled: bool = False
+    conflict: bool = False
+    fatal: FleetError | None = None
+    errors: tuple[FleetError, ...] = ()
+
+    @property
+    def repeat(self) -> bool:
+        """The call told nothing about the offerings: the next attempt may ask them again."""
+        return (self.throttled or self.conflict) and not self.unavailable
+
+
+def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
+    instances = assign_claims(request.claim_ids, result.instances)
+    strays = [i.instance_id for i in instances if i.claim_id is None]
+    launched = [i for i in instances if i.claim_id is not None]
+    short = request.min_target_capacity is not None and len(launched) < request.min_target_capacity
+    if short:
+        strays += [i.instance_id for i in launched]
+        launched = []
+    marks: dict[tuple[str, str, str], str] = {}
+    fatal = None
+    for error in result.errors:
+        if error.kind is ErrorKind.UNAVAILABLE:
+            offerings = [error.offering] if error.offering else list(request.offerings)
+            for offering in offerings:
+                if offering is not None:
+                    marks.setdefault(offering, error.code)
+        elif error.kind is ErrorKind.FATAL and fatal is None:
+            fatal = error
+    if short and not marks and not result.errors:
+        # All or nothing came back short without saying why: the pools it used cannot hold the gang now.
+        marks = {(i.instance_type, i.zone, request.capacity_type): "UnfulfillableCapacity" for i in result.instances}
+    return ResultReading(
+        launched=tuple(launched),
+        strays=tuple(strays),
+        unavailable=tuple(marks.items()),
+        throttled=ErrorKind.THROTTLED in result.error_kinds,
+        conflict=ErrorKind.CONFLICT in result.error_kinds,
+        fatal=fatal,
+        errors=result.errors,
+    )
+
+
+def describe_failure(errors: Sequence[FleetError], fallback: str) -> tuple[str, str]:
+    """(reason in words, one error code for the failure metric) for claims that could not launch."""
+    if not errors:
+        return fallback, "NoCapacity"
+    parts: list[str] = []
+    for error in errors[:5]:
+        where = " ".join(x for x in (error.instance_type, error.zone, error.capacity_type) if x)
+        parts.append(f"{error.code}{f' ({where})' if where else ''}")
+    more = f" and {len(errors) - 5} more" if len(errors) > 5 else ""
+    return "could not launch: " + "; ".join(parts) + more, errors[-1].code
+
+
+def backoff_delay(retry: int, rng: Random, *, base: float = 0.5, cap: float = 8.0) -> float:
+    """Exponential backoff with full jitter (AWS's advice for throttling): uniform in [0, min(cap, base·2ⁿ)]."""
+    return rng.random() * min(cap, base * (2 ** max(0, retry)))

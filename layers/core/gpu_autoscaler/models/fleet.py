@@ -1,0 +1,216 @@
+"""What one EC2 CreateFleet (type `instant`) call asks for, and what it gave back.
+
+Plain data between the domain (`domain.fleet` builds requests and reads results) and `ports.Compute` (the
+EC2 adapter renders a request into the API call, the simulator acts it out). Limits of the API are checked
+here, so a request that EC2 would refuse cannot be built.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpu_autoscaler.config import CapacityType
+
+__all__ = [
+    "CAPACITY_ERROR_CODES",
+    "CONFLICT_ERROR_CODES",
+    "MAX_LAUNCH_CONFIGS",
+    "MAX_OVERRIDES",
+    "THROTTLING_ERROR_CODES",
+    "AllocationStrategy",
+    "ErrorKind",
+    "FleetError",
+    "FleetOverride",
+    "FleetRequest",
+    "FleetResult",
+    "LaunchConfig",
+    "LaunchedInstance",
+    "ReservationOptions",
+    "ReservationType",
+    "classify_error",
+]
+
+MAX_OVERRIDES = 60
+"""Offerings (instance type × subnet) one request may name: enough choice for EC2, a bounded request."""
+MAX_LAUNCH_CONFIGS = 50
+"""CreateFleet accepts at most 50 `LaunchTemplateConfigs`; we use one per distinct user data."""
+
+AllocationStrategy = Literal["price-capacity-optimized", "lowest-price", "prioritized"]
+ReservationType = Literal["on-demand-capacity-reservation", "capacity-block"]
+
+CAPACITY_ERROR_CODES = frozenset({
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "UnfulfillableCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "VcpuLimitExceeded",
+    "ReservationCapacityExceeded",
+    "InsufficientFreeAddressesInSubnet",
+    "SpotMaxPriceTooLow",
+    "Unsupported",
+})
+"""EC2 cannot give this offering now (no capacity, a quota, a full reservation or subnet, not offered there):
+the offering is marked unavailable for a while and the claim goes on with what is left."""
+THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
+"""The client token was used before with other parameters: that attempt is spent, the next one has its own."""
+
+
+class ErrorKind(StrEnum):
+    UNAVAILABLE = "unavailable"
+    """This offering cannot be had now: mark it unavailable, go on with the others."""
+    THROTTLED = "throttled"
+    """The API asked us to slow down: back off with jitter and ask again."""
+    CONFLICT = "conflict"
+    """The attempt's token is spent: try again under the next attempt's token."""
+    FATAL = "fatal"
+    """Anything else (invalid parameter, permissions, launch template): retrying will not help."""
+
+
+def classify_error(code: str) -> ErrorKind:
+    if code in CAPACITY_ERROR_CODES:
+        return ErrorKind.UNAVAILABLE
+    if code in THROTTLING_ERROR_CODES:
+        return ErrorKind.THROTTLED
+    if code in CONFLICT_ERROR_CODES:
+        return ErrorKind.CONFLICT
+    return ErrorKind.FATAL
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FleetOverride(_Frozen):
+    """One offering the fleet may launch: an instance type in one subnet (so one zone)."""
+
+    instance_type: str
+    zone: str
+    subnet_id: str
+    priority: float | None = Field(default=None, ge=0)
+    """Rank, 0 first: used by the `prioritized` strategies (reserved capacity); ignored by the others."""
+    max_price: float | None = Field(default=None, gt=0)
+    """USD/h cap for Spot; None pays the current Spot price (AWS advises against a cap)."""
+    image_id: str | None = None
+    """The AMI when it differs from the launch template's (the arm64 image for Graviton types)."""
+
+
+class LaunchConfig(_Frozen):
+    """Overrides that share one user data (one `LaunchTemplateConfigs` entry)."""
+
+    user_data: str = ""
+    """Raw (not base64) user data; the adapter encodes it. ≤ 16 KB raw, EC2's limit."""
+    overrides: tuple[FleetOverride, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _user_data_size(self) -> LaunchConfig:
+        if len(self.user_data.encode()) > 16 * 1024:
+            raise ValueError("user data exceeds EC2's 16 KB")
+        return self
+
+
+class ReservationOptions(_Frozen):
+    """Reserved capacity: launch only into these reservations, On-Demand Capacity Reservations first."""
+
+    reservation_ids: tuple[str, ...] = Field(min_length=1)
+    reservation_types: tuple[ReservationType, ...] = Field(min_length=1)
+    """In the order EC2 should try them."""
+    fallback_on_demand: bool = False
+    """Let EC2 fill what the reservations cannot with On-Demand in the same call. Off by default: the
+    service falls back itself, so the claim records what it really got and why."""
+
+
+class FleetRequest(_Frozen):
+    cluster: str
+    pool: str
+    claim_ids: tuple[str, ...] = Field(min_length=1)
+    """The claims this request launches, one instance each; the k-th instance launched is the k-th claim's."""
+    gang: str | None = None
+    attempt: int = Field(default=0, ge=0)
+    capacity_type: CapacityType
+    allocation_strategy: AllocationStrategy
+    target_capacity: int = Field(ge=1)
+    min_target_capacity: int | None = Field(default=None, ge=1)
+    """All or nothing: fewer than this and EC2 launches none (needs single zone or single type)."""
+    single_availability_zone: bool = False
+    single_instance_type: bool = False
+    launch_template_id: str
+    launch_template_version: str = "$Default"
+    launch_configs: tuple[LaunchConfig, ...] = Field(min_length=1, max_length=MAX_LAUNCH_CONFIGS)
+    client_token: str = Field(min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
+    tags: dict[str, str] = Field(default_factory=dict)
+    """On every instance and volume the request launches (the launch template adds the ownership tag too)."""
+    reservation: ReservationOptions | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FleetRequest:
+        if len(self.overrides) > MAX_OVERRIDES:
+            raise ValueError(f"{len(self.overrides)} overrides; at most {MAX_OVERRIDES}")
+        if self.target_capacity != len(self.claim_ids):
+            raise ValueError("target capacity must be one instance per claim")
+        if self.min_target_capacity is not None:
+            if self.min_target_capacity > self.target_capacity:
+                raise ValueError("min target capacity exceeds the target")
+            if not (self.single_availability_zone or self.single_instance_type):
+                raise ValueError("min target capacity needs single availability zone or single instance type")
+        if (self.capacity_type == "reserved") != (self.reservation is not None):
+            raise ValueError("reservation options go with capacity type 'reserved', and only with it")
+        return self
+
+    @property
+    def overrides(self) -> tuple[FleetOverride, ...]:
+        return tuple(o for config in self.launch_configs for o in config.overrides)
+
+    @property
+    def offerings(self) -> tuple[tuple[str, str, str], ...]:
+        """(instance type, zone, capacity type) of every override, as `StateStore` keys offerings."""
+        return tuple((o.instance_type, o.zone, self.capacity_type) for o in self.overrides)
+
+    def zone_of_subnet(self, subnet_id: str) -> str | None:
+        return next((o.zone for o in self.overrides if o.subnet_id == subnet_id), None)
+
+
+class LaunchedInstance(_Frozen):
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    """What it was bought as: a reserved request's instances are `reserved` (in the reservation)."""
+    subnet_id: str | None = None
+    lifecycle: str = ""
+    """EC2's own word (`spot`, `on-demand`, `capacity-block`, …)."""
+    claim_id: str | None = None
+    """The claim it was launched for, when the request named several."""
+
+
+class FleetError(_Frozen):
+    """One error of the call: for one override (type and zone known) or for the whole request."""
+
+    code: str
+    message: str = ""
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: CapacityType | None = None
+
+    @property
+    def kind(self) -> ErrorKind:
+        return classify_error(self.code)
+
+    @property
+    def offering(self) -> tuple[str, str, str] | None:
+        if self.instance_type and self.zone and self.capacity_type:
+            return (self.instance_type, self.zone, self.capacity_type)
+        return None
+
+
+class FleetResult(_Frozen):
+    fleet_id: str | None = None
+    instances: tuple[LaunchedInstance, ...] = ()
+    errors: tuple[FleetError, ...] = ()
+
+    @property
+    def error_kinds(self) -> set[ErrorKind]:
+        return {e.kind for e in self.errors}

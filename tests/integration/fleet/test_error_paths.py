@@ -1,0 +1,254 @@
+"""What moto cannot produce, through the real EC2 adapter and botocore's Stubber; claims in DynamoDB on moto.
+
+Each stubbed CreateFleet call names the exact parameters expected (the request the domain builds), so these
+tests also pin down what EC2 is asked for reserved capacity, Capacity Blocks and the fallback to On-Demand.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, render_create_fleet
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.domain.fleet import Attempt, LaunchContext, build_request
+from gpu_autoscaler.errors import RequestThrottled
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.messages import LaunchRequest
+from gpu_autoscaler.services.fleet import FleetService
+from tests.integration.fleet.helpers import new_claim
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.models.fleet import FleetRequest
+
+TEMPLATE = "lt-0abc1234567890def"
+SUBNETS = {"us-east-1a": "subnet-0aaa", "us-east-1b": "subnet-0bbb", "us-east-1c": "subnet-0ccc"}
+
+
+@pytest.fixture
+def ec2() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("ec2", region_name="us-east-1")
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def service(ec2: tuple[Any, Stubber], store: DynamoStateStore, config: Config, sleeps: list[float]) -> FleetService:
+    client, _ = ec2
+    return FleetService(config, store, Ec2Compute(client, config.cluster_name), clock=SystemClock(),
+                        launch_template_id=TEMPLATE, sleep=sleeps.append, rng=random.Random(3))
+
+
+def expected(config: Config, claims: list[NodeClaim], number: int, capacity_type: str,
+             offerings: list[tuple[str, str]]) -> tuple[FleetRequest, dict[str, Any]]:
+    context = LaunchContext.from_config(config, TEMPLATE)
+    request = build_request(claims, config.pool(claims[0].pool), Attempt(number, capacity_type, tuple(offerings)),  # type: ignore[arg-type]
+                            context)
+    return request, render_create_fleet(request)
+
+
+def launched(request: FleetRequest, instance_id: str, instance_type: str, zone: str, lifecycle: str) -> dict[str, Any]:
+    return {"FleetId": "fleet-0123", "Errors": [], "Instances": [{
+        "LaunchTemplateAndOverrides": {
+            "LaunchTemplateSpecification": {"LaunchTemplateId": TEMPLATE, "Version": "1"},
+            "Overrides": {"InstanceType": instance_type, "SubnetId": SUBNETS[zone]},
+        },
+        "Lifecycle": lifecycle, "InstanceIds": [instance_id], "InstanceType": instance_type,
+    }]}
+
+
+def no_capacity(request: FleetRequest, code: str = "InsufficientInstanceCapacity") -> dict[str, Any]:
+    return {"FleetId": "fleet-0456", "Instances": [], "Errors": [{
+        "LaunchTemplateAndOverrides": {
+            "LaunchTemplateSpecification": {"LaunchTemplateId": TEMPLATE, "Version": "1"},
+            "Overrides": {"InstanceType": o.instance_type, "SubnetId": o.subnet_id},
+        },
+        "Lifecycle": "spot" if request.capacity_type == "spot" else "on-demand",
+        "ErrorCode": code, "ErrorMessage": "We currently do not have sufficient capacity in the zone you requested.",
+    } for o in request.overrides]}
+
+
+def launch(service: FleetService, *claim_ids: str, gang: str | None = None) -> Any:
+    return service.launch(LaunchRequest(cluster="ml-prod", claim_ids=list(claim_ids), gang=gang))
+
+
+def test_spot_without_capacity_marks_offerings_and_falls_back_to_on_demand(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, "stub-spot-ice", zones=("us-east-1a",))
+    offerings = [("g6.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1a")]
+    spot, spot_params = expected(config, [claim], 0, "spot", offerings)
+    on_demand, od_params = expected(config, [claim], 1, "on-demand", offerings)
+    stubber.add_response("create_fleet", no_capacity(spot), spot_params)
+    stubber.add_response("create_fleet", launched(on_demand, "i-0aaa000000000001", "g6.xlarge", "us-east-1a",
+                                                  "on-demand"), od_params)
+    outcome = launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.LAUNCHED
+    assert (stored.instance_id, stored.capacity_type, stored.zone) == ("i-0aaa000000000001", "on-demand", "us-east-1a")
+    assert {("g6.xlarge", "us-east-1a", "spot"), ("g5.xlarge", "us-east-1a", "spot")} <= store.unavailable_offerings()
+    assert sorted(outcome.unavailable) == [("g5.xlarge", "us-east-1a", "spot"), ("g6.xlarge", "us-east-1a", "spot")]
+    assert od_params["OnDemandOptions"] == {"AllocationStrategy": "lowest-price"}
+    assert spot_params["ClientToken"] != od_params["ClientToken"]
+
+
+def test_request_limit_exceeded_is_retried_with_backoff(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config,
+        sleeps: list[float]) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, "stub-throttled", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    request, params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1b")])
+    for _ in range(2):
+        stubber.add_client_error("create_fleet", service_error_code="RequestLimitExceeded",
+                                 service_message="Request limit exceeded.", http_status_code=503,
+                                 expected_params=params)
+    stubber.add_response("create_fleet", launched(request, "i-0bbb000000000001", "g6.xlarge", "us-east-1b", "spot"),
+                         params)
+    launch(service, claim.id)
+    assert len(sleeps) == 2 and all(0 <= s <= 1.0 for s in sleeps)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.LAUNCHED
+
+
+def test_persistent_throttling_leaves_the_claim_pending_for_the_redelivery(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, "stub-throttled-long", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    for _ in range(4):
+        stubber.add_client_error("create_fleet", service_error_code="RequestLimitExceeded", http_status_code=503)
+    with pytest.raises(RequestThrottled):
+        launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.PENDING
+    assert store.assignments(list(claim.pods)) == {claim.pods[0]: claim.id}
+
+
+def test_an_invalid_request_ends_the_claim_and_releases_its_pods(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, "stub-invalid", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    stubber.add_client_error("create_fleet", service_error_code="InvalidLaunchTemplateId.NotFound",
+                             service_message="The specified launch template does not exist.")
+    outcome = launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.TERMINATED
+    assert "InvalidLaunchTemplateId.NotFound" in stored.reason
+    assert store.assignments(list(claim.pods)) == {}
+    assert outcome.failed[0].code == "InvalidLaunchTemplateId.NotFound"
+
+
+@pytest.mark.parametrize(("code", "instance_type"), [("UnfulfillableCapacity", "g5.4xlarge"),
+                                                      ("MaxSpotInstanceCountExceeded", "g5.8xlarge"),
+                                                      ("VcpuLimitExceeded", "g5.16xlarge")])
+def test_other_capacity_errors_mark_the_offering_too(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config, code: str,
+        instance_type: str) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, f"stub-{code.lower()}", zones=("us-east-1c",), instance_types=(instance_type,))
+    spot, params = expected(config, [claim], 0, "spot", [(instance_type, "us-east-1c")])
+    stubber.add_response("create_fleet", no_capacity(spot, code), params)
+    on_demand, od_params = expected(config, [claim], 1, "on-demand", [(instance_type, "us-east-1c")])
+    stubber.add_response("create_fleet", no_capacity(on_demand, code), od_params)
+    outcome = launch(service, claim.id)
+    assert {(instance_type, "us-east-1c", "spot"), (instance_type, "us-east-1c", "on-demand")} <= (
+        store.unavailable_offerings())
+    assert outcome.failed[0].code == code
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.TERMINATED
+
+
+def test_reserved_launches_into_the_reservation(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config) -> None:
+    _, stubber = ec2
+    claim = new_claim(store, "stub-reserved", pool="gpu-reserved", capacity_type="reserved",
+                      instance_types=("p5.48xlarge",), zones=("us-east-1a",), reservation_id="cr-0123456789abcdef0")
+    request, params = expected(config, [claim], 0, "reserved", [("p5.48xlarge", "us-east-1a")])
+    assert params["ReservedCapacityOptions"]["CapacityReservationTarget"] == {
+        "CapacityReservationIds": ["cr-0123456789abcdef0"]}
+    assert params["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "reserved-capacity"
+    stubber.add_response("create_fleet", launched(request, "i-0ccc000000000001", "p5.48xlarge", "us-east-1a",
+                                                  "on-demand"), params)
+    launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.capacity_type == "reserved" and stored.instance_id == "i-0ccc000000000001"
+
+
+def test_a_full_capacity_block_falls_back_to_on_demand(
+        ec2: tuple[Any, Stubber], store: DynamoStateStore, config: Config) -> None:
+    client, stubber = ec2
+    data = config.model_dump(by_alias=True)
+    pool = next(p for p in data["nodePools"] if p["name"] == "gpu-reserved")
+    pool["capacityReservations"] = [{"id": "cr-0b10c4000000000aa", "type": "capacity-block"}]
+    blocks = type(config).model_validate(data)
+    service = FleetService(blocks, store, Ec2Compute(client, "ml-prod"), clock=SystemClock(),
+                           launch_template_id=TEMPLATE, sleep=lambda _: None)
+    claim = new_claim(store, "stub-block", pool="gpu-reserved", capacity_type="reserved",
+                      instance_types=("p5.48xlarge",), zones=("us-east-1a",), reservation_id="cr-0b10c4000000000aa")
+    request, params = expected(blocks, [claim], 0, "reserved", [("p5.48xlarge", "us-east-1a")])
+    assert params["ReservedCapacityOptions"]["ReservationTypes"] == ["capacity-block"]
+    stubber.add_response("create_fleet", no_capacity(request, "ReservationCapacityExceeded"), params)
+    fallback, od_params = expected(blocks, [claim], 1, "on-demand", [("p5.48xlarge", "us-east-1a")])
+    stubber.add_response("create_fleet", launched(fallback, "i-0ddd000000000001", "p5.48xlarge", "us-east-1a",
+                                                  "on-demand"), od_params)
+    service.launch(LaunchRequest(cluster="ml-prod", claim_ids=[claim.id]))
+    assert ("p5.48xlarge", "us-east-1a", "reserved") in store.unavailable_offerings()
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.capacity_type == "on-demand"
+
+
+def test_an_unfulfillable_gang_launches_nothing_and_releases_every_pod(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config) -> None:
+    _, stubber = ec2
+    claims = [new_claim(store, f"stub-gang{i}", pool="gpu-reserved", capacity_type="on-demand", gang="train-9",
+                        instance_types=("p4d.24xlarge",), zones=("us-east-1b",)) for i in range(2)]
+    request, params = expected(config, claims, 0, "on-demand", [("p4d.24xlarge", "us-east-1b")])
+    assert params["OnDemandOptions"] == {"AllocationStrategy": "lowest-price", "MinTargetCapacity": 2,
+                                         "SingleAvailabilityZone": True}
+    stubber.add_response("create_fleet", no_capacity(request, "UnfulfillableCapacity"), params)
+    outcome = launch(service, *[c.id for c in claims], gang="train-9")
+    assert {f.claim_id for f in outcome.failed} == {c.id for c in claims}
+    assert store.assignments([c.pods[0] for c in claims]) == {}
+
+
+def owned(instance_id: str, cluster: str | None, state: str = "running") -> dict[str, Any]:
+    tags = [{"Key": L.TAG_CLUSTER, "Value": cluster}] if cluster else []
+    return {"Reservations": [{"Instances": [{"InstanceId": instance_id, "State": {"Name": state, "Code": 16},
+                                             "Tags": tags}]}]}
+
+
+def test_terminate_checks_the_ownership_tag_itself(ec2: tuple[Any, Stubber]) -> None:
+    client, stubber = ec2
+    compute = Ec2Compute(client, "ml-prod")
+    # A filter that let through someone else's instance: the tag check in code still refuses it.
+    stubber.add_response("describe_instances", owned("i-0eee000000000001", "ml-dev"),
+                         {"Filters": ANY})
+    assert compute.terminate(["i-0eee000000000001"]) == []
+    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod"), {"Filters": ANY})
+    stubber.add_response("terminate_instances", {"TerminatingInstances": []},
+                         {"InstanceIds": ["i-0eee000000000002"]})
+    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]
+    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod", "terminated"), {"Filters": ANY})
+    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]  # already gone: nothing to call
+
+
+def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config: Config) -> None:
+    claim = NodeClaim(cluster="ml-prod", id="c-1", pool="gpu-burst", capacity_type="spot", zones=("us-east-1a",),
+                      instance_types=("g6.xlarge",), price_per_hour=0.4, created_at=SystemClock().now())
+    _, params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
+    for spec in params["TagSpecifications"]:
+        assert {"Key": L.TAG_CLUSTER, "Value": "ml-prod"} in spec["Tags"]

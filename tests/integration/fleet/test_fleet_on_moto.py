@@ -1,0 +1,180 @@
+"""The fleet Lambda on moto (server mode): claims in DynamoDB, launch requests from the launch queue, EC2 Fleet.
+
+moto launches what CreateFleet asks (type instant, launch template, overrides, tags, user data) but ignores
+the ClientToken, so "the same claim retried launches nothing new" rests on the claim's stored state here.
+"""
+
+from __future__ import annotations
+
+import base64
+import email
+import json
+import sys
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
+from gpu_autoscaler.lambda_context import local_context
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.messages import LaunchRequest
+from tests.conftest import ROOT
+from tests.integration.fleet.helpers import new_claim
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import pytest
+
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.emulator.aws import EmbeddedAws
+
+def deliver(aws: EmbeddedAws, fleet: ModuleType, *bodies: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Send to the launch queue, receive as the event source mapping does, invoke; (event, response)."""
+    sqs = aws.clients.client("sqs")
+    for body in bodies:
+        sqs.send_message(QueueUrl=aws.queue_url("launch"), MessageBody=body)
+    messages: list[dict[str, Any]] = []
+    while len(messages) < len(bodies):
+        answer = sqs.receive_message(QueueUrl=aws.queue_url("launch"), MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                     **RECEIVE_ARGUMENTS)
+        messages += answer.get("Messages", [])
+    event = sqs_event(messages, aws.queue_arn("launch"))
+    response = fleet.handler(event, local_context("fleet"))
+    for message in messages:
+        sqs.delete_message(QueueUrl=aws.queue_url("launch"), ReceiptHandle=message["ReceiptHandle"])
+    return event, response
+
+
+def request(*claim_ids: str, gang: str | None = None) -> str:
+    return LaunchRequest(cluster="ml-prod", claim_ids=list(claim_ids), gang=gang).model_dump_json(
+        by_alias=True, exclude_none=True)
+
+
+def instances_of(aws: EmbeddedAws, claim_id: str) -> list[dict[str, Any]]:
+    pages = aws.clients.client("ec2").get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{L.TAG_CLAIM}", "Values": [claim_id]}])
+    return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def test_a_launch_request_creates_a_tagged_instance_and_records_it(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    new_claim(store, "gpu-burst-spot1")
+    _, response = deliver(aws, fleet, request("gpu-burst-spot1"))
+    assert response == {"batchItemFailures": []}
+
+    claim = store.get_claim("gpu-burst-spot1")
+    assert claim is not None and claim.state is ClaimState.LAUNCHED
+    assert claim.capacity_type == "spot" and claim.instance_type == "g6.xlarge" and claim.zone == "us-east-1b"
+    assert claim.launched_price_per_hour is not None and claim.launched_price_per_hour > 0
+    assert store.claim_for_instance(claim.instance_id or "") == claim
+    [instance] = instances_of(aws, "gpu-burst-spot1")
+    assert instance["InstanceId"] == claim.instance_id
+    assert tags(instance) == {L.TAG_CLUSTER: "ml-prod", L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-spot1",
+                              "Name": "ml-prod/gpu-burst-spot1"}
+    assert instance["SubnetId"] == aws.zone_subnets["us-east-1b"]
+    assert instance["InstanceLifecycle"] == "spot"
+
+    raw = aws.clients.client("ec2").describe_instance_attribute(
+        InstanceId=claim.instance_id, Attribute="userData")["UserData"]["Value"]
+    [part] = email.message_from_bytes(base64.b64decode(raw)).get_payload()
+    node_config = yaml.safe_load(part.get_payload())
+    assert node_config["spec"]["cluster"]["name"] == "ml-prod"
+    labels = node_config["spec"]["kubelet"]["flags"][0].removeprefix("--node-labels=").split(",")
+    assert f"{L.CLAIM_LABEL}=gpu-burst-spot1" in labels and f"{L.CAPACITY_TYPE}=spot" in labels
+
+
+def test_the_same_claim_retried_launches_nothing_new(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    before = instances_of(aws, "gpu-burst-spot1")
+    event, _ = deliver(aws, fleet, request("gpu-burst-spot1"))  # the packer re-sent it
+    response = fleet.handler(event, local_context("fleet"))  # and that message came twice
+    assert response == {"batchItemFailures": []}
+    assert instances_of(aws, "gpu-burst-spot1") == before
+
+
+def test_a_gang_launches_whole_in_one_zone_each_instance_tagged_with_its_claim(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    ids = [f"gpu-reserved-gang{i}" for i in range(3)]
+    for claim_id in ids:
+        new_claim(store, claim_id, pool="gpu-reserved", capacity_type="on-demand", gang="training/train-7",
+                  instance_types=("p5.48xlarge",), zones=("us-east-1a", "us-east-1c"), price_per_hour=55.04)
+    _, response = deliver(aws, fleet, request(*ids, gang="training/train-7"))
+    assert response == {"batchItemFailures": []}
+    claims = [store.get_claim(i) for i in ids]
+    assert all(c is not None and c.state is ClaimState.LAUNCHED for c in claims)
+    assert len({c.zone for c in claims if c}) == 1
+    for claim_id in ids:
+        [instance] = instances_of(aws, claim_id)
+        assert tags(instance)["gpu-autoscaler/gang"] == "training/train-7"
+        assert tags(instance)["Name"] == f"ml-prod/{claim_id}"
+        assert instance["InstanceType"] == "p5.48xlarge"
+
+
+def test_a_claim_that_cannot_launch_releases_its_pods(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = new_claim(store, "gpu-burst-nocap", instance_types=("g6.2xlarge",), zones=("us-east-1c",))
+    for capacity_type in ("spot", "on-demand"):
+        store.mark_unavailable(("g6.2xlarge", "us-east-1c", capacity_type), timedelta(minutes=3),
+                               "InsufficientInstanceCapacity")
+    _, response = deliver(aws, fleet, request(claim.id))
+    assert response == {"batchItemFailures": []}
+    closed = store.get_claim(claim.id)
+    assert closed is not None and closed.state is ClaimState.TERMINATED
+    assert "no offering left" in closed.reason
+    assert store.assignments(list(claim.pods)) == {}
+    assert instances_of(aws, claim.id) == []
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    [failure] = [m for m in emitted if "LaunchFailures" in m]
+    assert failure["reason"] == "NoOfferings" and failure["LaunchFailures"] == [1.0]
+    assert failure["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "GpuAutoscaler"
+
+
+def test_an_untagged_instance_is_never_terminated(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore, config: Config) -> None:
+    ec2 = aws.clients.client("ec2")
+    foreign = ec2.run_instances(ImageId=config.ami.x86_64, InstanceType="g6.xlarge", MinCount=1, MaxCount=1,
+                                SubnetId=aws.zone_subnets["us-east-1a"])["Instances"][0]["InstanceId"]
+    claim = new_claim(store, "gpu-burst-foreign")
+    claim = store.transition(claim, ClaimState.LAUNCHED, "recorded by mistake", instance_id=foreign,
+                             instance_type="g6.xlarge", zone="us-east-1a")
+    closed = fleet.service().terminate(claim, "reconcile: no node")
+    assert closed.state is ClaimState.TERMINATED
+    [instance] = ec2.describe_instances(InstanceIds=[foreign])["Reservations"][0]["Instances"]
+    assert instance["State"]["Name"] == "running"
+    assert store.assignments(list(claim.pods)) == {}
+
+
+def test_terminate_ends_an_owned_instance_once(aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    claim = store.get_claim("gpu-burst-spot1")
+    assert claim is not None and claim.instance_id
+    closed = fleet.service().terminate(claim, "consolidation: empty")
+    assert closed.state is ClaimState.TERMINATED and closed.reason == "consolidation: empty"
+    [instance] = instances_of(aws, claim.id)
+    assert instance["State"]["Name"] in ("shutting-down", "terminated")
+    assert fleet.service().terminate(claim, "again") == closed
+    assert [t.state for t in closed.history] == [ClaimState.LAUNCHED, ClaimState.TERMINATED]
+
+
+def test_a_malformed_request_fails_alone(aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    fleet.logger.registered_handler.setStream(sys.stdout)  # imported before capsys took stdout
+    new_claim(store, "gpu-burst-ok")
+    event, response = deliver(aws, fleet, '{"cluster": "ml-prod", "claimIds": []}', request("gpu-burst-ok"))
+    bad = next(r["messageId"] for r in event["Records"] if "gpu-burst-ok" not in r["body"])
+    assert response == {"batchItemFailures": [{"itemIdentifier": bad}]}
+    assert "not a launch request" in capsys.readouterr().out
+    ok = store.get_claim("gpu-burst-ok")
+    assert ok is not None and ok.state is ClaimState.LAUNCHED
+
+
+def test_the_sample_event_runs(fleet: ModuleType) -> None:
+    event = json.loads((ROOT / "events" / "fleet-launch-request.json").read_text())
+    assert fleet.handler(event, local_context("fleet")) == {"batchItemFailures": []}

@@ -1,0 +1,382 @@
+"""The fleet service on the in-memory store and a scripted Compute: lifecycle, retries, idempotency, termination."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, client_token
+from gpu_autoscaler.errors import RequestThrottled
+from gpu_autoscaler.models.catalog import Offering
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.fleet import FleetError, FleetResult
+from gpu_autoscaler.models.messages import LaunchRequest
+from gpu_autoscaler.services.fleet import FleetService, NotConfiguredForLaunch
+from tests.unit.fleet.builders import NOW, TEMPLATE, TYPES, make_claim, make_config, make_gang
+from tests.unit.fleet.fakes import FakeCompute, launch_first, no_capacity
+
+TTL = timedelta(minutes=30)
+
+
+class Catalog:
+    """Instance types and prices, as `CatalogSource` gives them."""
+
+    def __init__(self, offerings: list[Offering]) -> None:
+        self._offerings = offerings
+
+    def instance_types(self) -> list:
+        return list(TYPES.values())
+
+    def offerings(self) -> list[Offering]:
+        return self._offerings
+
+
+class Harness:
+    def __init__(self, *answers: object, config=None, catalog=None, template: str | None = TEMPLATE) -> None:
+        self.clock = FixedClock(NOW)
+        self.config = config or make_config()
+        self.store = MemoryStateStore("ml-prod", self.clock)
+        self.compute = FakeCompute(list(answers))
+        self.sleeps: list[float] = []
+        self.service = FleetService(self.config, self.store, self.compute, clock=self.clock,
+                                    launch_template_id=template, catalog=catalog, sleep=self.sleeps.append,
+                                    rng=random.Random(1))
+
+    def add(self, *claims):
+        for claim in claims:
+            self.store.create_claim(claim)
+            self.store.assign_pods(claim.id, list(claim.pods), TTL)
+        return claims
+
+    def launch(self, *claim_ids: str, gang: str | None = None):
+        self.clock.advance(timedelta(seconds=42))
+        return self.service.launch(LaunchRequest(cluster="ml-prod", claim_ids=list(claim_ids), gang=gang))
+
+    def claim(self, claim_id: str):
+        stored = self.store.get_claim(claim_id)
+        assert stored is not None
+        return stored
+
+
+def test_a_pending_claim_is_launched_and_recorded() -> None:
+    catalog = Catalog([Offering(instance_type="g6.xlarge", zone="us-east-1a", capacity_type="spot",
+                                price_per_hour=0.3712)])
+    h = Harness(catalog=catalog)
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.state is ClaimState.LAUNCHED
+    [launched] = outcome.launched
+    assert (claim.instance_id, claim.instance_type, claim.zone, claim.capacity_type) == (
+        launched.instance_id, "g6.xlarge", "us-east-1a", "spot")
+    assert claim.launched_price_per_hour == pytest.approx(0.3712) == launched.price_per_hour
+    assert launched.seconds_to_launch == 42
+    assert [t.state for t in claim.history] == [ClaimState.LAUNCHED]
+    assert outcome.calls == 1 and not outcome.failed
+    assert h.store.assignments(["pod-1"]) == {"pod-1": "gpu-burst-a1b2c"}
+
+
+def test_a_redelivered_request_launches_nothing() -> None:
+    h = Harness()
+    h.add(make_claim())
+    h.launch("gpu-burst-a1b2c")
+    again = h.launch("gpu-burst-a1b2c")
+    assert len(h.compute.requests) == 1
+    assert again.skipped == [("gpu-burst-a1b2c", "already Launched")] and not again.launched
+
+
+def test_a_claim_not_stored_is_skipped() -> None:
+    h = Harness()
+    outcome = h.launch("nobody")
+    assert outcome.skipped == [("nobody", "not stored")] and not h.compute.requests
+
+
+def test_capacity_errors_mark_offerings_and_the_claim_goes_on_with_what_is_left() -> None:
+    h = Harness(no_capacity(only=2))
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    first, second = h.compute.requests
+    assert [o.instance_type for o in first.overrides] == ["g6.xlarge", "g6.xlarge", "g5.xlarge", "g5.xlarge"]
+    assert [(o.instance_type, o.zone) for o in second.overrides] == [("g5.xlarge", "us-east-1a"),
+                                                                    ("g5.xlarge", "us-east-1b")]
+    assert second.client_token != first.client_token and second.attempt == 1
+    assert h.store.unavailable_offerings() == {("g6.xlarge", "us-east-1a", "spot"), ("g6.xlarge", "us-east-1b", "spot")}
+    assert h.claim("gpu-burst-a1b2c").instance_type == "g5.xlarge"
+    assert len(outcome.unavailable) == 2
+    h.clock.advance(h.config.timeouts.unavailable_offering_ttl)
+    assert h.store.unavailable_offerings() == set()
+
+
+def test_spot_exhausted_falls_back_to_on_demand() -> None:
+    h = Harness(no_capacity())
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert [r.capacity_type for r in h.compute.requests] == ["spot", "on-demand"]
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.state is ClaimState.LAUNCHED and claim.capacity_type == "on-demand"
+    assert outcome.launched[0].capacity_type == "on-demand"
+
+
+def test_a_claim_that_cannot_launch_releases_its_pods() -> None:
+    h = Harness(no_capacity(), no_capacity("VcpuLimitExceeded"))
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.state is ClaimState.TERMINATED
+    assert "InsufficientInstanceCapacity" in claim.reason and "VcpuLimitExceeded" in claim.reason
+    assert h.store.assignments(["pod-1"]) == {}
+    [failed] = outcome.failed
+    assert failed.code == "VcpuLimitExceeded" and failed.pods == 1
+
+
+def test_nothing_left_to_try_fails_without_calling_ec2() -> None:
+    config = make_config(pool_gpu_burst={"capacityTypes": ["spot"]})
+    h = Harness(config=config)
+    h.add(make_claim())
+    for t in ("g6.xlarge", "g5.xlarge"):
+        for z in ("us-east-1a", "us-east-1b"):
+            h.store.mark_unavailable((t, z, "spot"), timedelta(minutes=3), "InsufficientInstanceCapacity")
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert not h.compute.requests
+    assert outcome.failed[0].code == "NoOfferings"
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.TERMINATED
+
+
+def test_a_fatal_error_ends_the_launch_at_once() -> None:
+    h = Harness(FleetResult(errors=(FleetError(code="InvalidLaunchTemplateId.NotFound", message="no such"),)))
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert len(h.compute.requests) == 1
+    assert outcome.failed[0].code == "InvalidLaunchTemplateId.NotFound"
+    assert "InvalidLaunchTemplateId.NotFound" in h.claim("gpu-burst-a1b2c").reason
+
+
+def test_throttling_backs_off_with_jitter_then_succeeds() -> None:
+    h = Harness(RequestThrottled("slow down"), RequestThrottled("slow down"))
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.LAUNCHED
+    assert len(h.sleeps) == 2 and 0 <= h.sleeps[0] <= 0.5 and 0 <= h.sleeps[1] <= 1.0
+    assert len({r.client_token for r in h.compute.requests}) == 1  # the same request, asked again
+    assert outcome.throttled == 2
+
+
+def test_persistent_throttling_fails_the_message_and_keeps_the_claim_pending() -> None:
+    h = Harness(*[RequestThrottled("slow down")] * 4)
+    h.add(make_claim())
+    with pytest.raises(RequestThrottled):
+        h.launch("gpu-burst-a1b2c")
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.state is ClaimState.PENDING
+    assert ATTEMPT_ATTRIBUTE in claim.attributes
+    h.launch("gpu-burst-a1b2c")  # the redelivery asks the very same request again
+    assert h.compute.requests[-1].client_token == h.compute.requests[0].client_token
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.LAUNCHED
+
+
+def test_a_retry_after_a_crash_asks_ec2_the_same_request_again() -> None:
+    """EC2 answered, the invocation died before recording: the retry must reuse the token, not launch anew."""
+    h = Harness(no_capacity(only=2))
+    h.add(make_claim())
+    transition = h.store.transition
+
+    def dies_before_recording(claim, to, reason="", **changes):
+        if to is ClaimState.LAUNCHED:
+            raise RuntimeError("the invocation died")
+        return transition(claim, to, reason, **changes)
+
+    h.store.transition = dies_before_recording  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        h.launch("gpu-burst-a1b2c")
+    asked = h.compute.requests[-1]
+    assert asked.attempt == 1
+    h.store.transition = transition  # type: ignore[method-assign]
+    h.launch("gpu-burst-a1b2c")
+    replay = h.compute.requests[-1]
+    assert len(h.compute.requests) == 3
+    assert replay.client_token == asked.client_token and replay.overrides == asked.overrides
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.LAUNCHED
+
+
+def test_an_attempt_recorded_under_another_grouping_is_not_reused() -> None:
+    h = Harness()
+    a, b = h.add(make_claim(id="a"), make_claim(id="b"))
+    stale = '{"number":0,"capacityType":"spot","token":"' + client_token("ml-prod", ["a", "b"], 0) + \
+        '","offerings":[["g6.xlarge","us-east-1a"]]}'
+    h.store.update_claim(a, attributes={ATTEMPT_ATTRIBUTE: stale})
+    h.store.transition(b, ClaimState.TERMINATED, "gone")
+    h.launch("a", "b")
+    [request] = h.compute.requests
+    assert request.claim_ids == ("a",) and request.attempt == 1
+
+
+def test_identical_claims_share_one_request_and_each_gets_an_instance() -> None:
+    h = Harness()
+    h.add(make_claim(id="a", pods=("p-a",)), make_claim(id="b", pods=("p-b",)))
+    outcome = h.launch("a", "b")
+    [request] = h.compute.requests
+    assert request.target_capacity == 2
+    assert {c.claim_id for c in outcome.launched} == {"a", "b"}
+    assert h.claim("a").instance_id != h.claim("b").instance_id
+
+
+def test_partial_fulfilment_the_missing_claim_goes_on_alone() -> None:
+    h = Harness(lambda request: launch_first(request, count=1))
+    h.add(make_claim(id="a"), make_claim(id="b"))
+    h.launch("a", "b")
+    first, second = h.compute.requests
+    assert first.claim_ids == ("a", "b") and second.claim_ids == ("b",)
+    assert h.claim("a").state is ClaimState.LAUNCHED and h.claim("b").state is ClaimState.LAUNCHED
+
+
+def test_a_gang_launches_whole() -> None:
+    h = Harness()
+    gang = h.add(*make_gang(4))
+    outcome = h.launch(*[c.id for c in gang], gang="training/train-42")
+    [request] = h.compute.requests
+    assert request.min_target_capacity == 4 and request.single_availability_zone
+    assert len(outcome.launched) == 4
+    assert len({h.claim(c.id).zone for c in gang}) == 1
+
+
+def test_a_gang_that_comes_back_short_is_given_back_and_tried_elsewhere() -> None:
+    h = Harness(lambda request: launch_first(request, count=2))
+    gang = h.add(*make_gang(3))
+    outcome = h.launch(*[c.id for c in gang], gang="training/train-42")
+    assert len(outcome.strays) == 2 and set(outcome.strays) <= set(h.compute.terminated)
+    assert ("p5.48xlarge", "us-east-1a", "on-demand") in h.store.unavailable_offerings()
+    assert all(h.claim(c.id).state is ClaimState.LAUNCHED for c in gang)
+    assert len({h.claim(c.id).instance_id for c in gang} & set(outcome.strays)) == 0
+
+
+def test_a_gang_member_already_gone_leaves_the_rest_as_one_request() -> None:
+    h = Harness()
+    gang = h.add(*make_gang(3))
+    h.store.transition(gang[1], ClaimState.TERMINATED, "superseded")
+    h.launch(*[c.id for c in gang], gang="training/train-42")
+    [request] = h.compute.requests  # the two left are still one all-or-nothing request
+    assert request.claim_ids == (gang[0].id, gang[2].id) and request.min_target_capacity == 2
+
+
+def test_a_claim_that_moved_on_during_launch_has_its_instance_terminated() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+
+    def launch_and_close(request):
+        result = launch_first(request)
+        h.store.transition(h.claim(claim.id), ClaimState.TERMINATED, "pods gone")
+        return result
+
+    h.compute.answers.append(launch_and_close)
+    outcome = h.launch(claim.id)
+    assert h.compute.terminated == outcome.strays and len(outcome.strays) == 1
+    assert not outcome.launched
+
+
+def test_reserved_claims_launch_reserved_and_fall_back_to_on_demand() -> None:
+    h = Harness(FleetResult())  # no instance, no error: what moto answers a reserved-capacity request
+    h.add(make_claim(id="r", pool="gpu-reserved", capacity_type="reserved", instance_types=("p5.48xlarge",),
+                     zones=("us-east-1a",), reservation_id="cr-0123456789abcdef0"))
+    h.launch("r")
+    reserved, on_demand = h.compute.requests
+    assert reserved.capacity_type == "reserved" and reserved.reservation is not None
+    assert on_demand.capacity_type == "on-demand" and on_demand.reservation is None
+    assert h.claim("r").capacity_type == "on-demand"
+
+
+def test_a_request_for_another_cluster_is_refused() -> None:
+    h = Harness()
+    with pytest.raises(Exception, match="cluster 'ml-dev'"):
+        h.service.launch(LaunchRequest(cluster="ml-dev", claim_ids=["x"]))
+
+
+def test_without_a_launch_template_the_service_only_terminates() -> None:
+    h = Harness(template=None)
+    h.add(make_claim())
+    with pytest.raises(NotConfiguredForLaunch):
+        h.launch("gpu-burst-a1b2c")
+
+
+# ---- terminate ---------------------------------------------------------------------------------------------
+
+
+def test_terminate_ends_the_instance_and_the_claim_and_releases_pods() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    h.launch(claim.id)
+    launched = h.claim(claim.id)
+    closed = h.service.terminate(launched, "consolidated: empty")
+    assert closed.state is ClaimState.TERMINATED and closed.reason == "consolidated: empty"
+    assert h.compute.terminated == [launched.instance_id]
+    assert h.store.assignments(["pod-1"]) == {}
+    assert [t.state for t in closed.history] == [ClaimState.LAUNCHED, ClaimState.TERMINATED]
+
+
+def test_terminate_is_idempotent() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    h.launch(claim.id)
+    launched = h.claim(claim.id)
+    first = h.service.terminate(launched, "drained")
+    second = h.service.terminate(launched, "drained again")
+    assert second == first and h.compute.terminated == [launched.instance_id]
+
+
+def test_terminate_with_a_stale_copy_acts_on_the_stored_claim() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    h.launch(claim.id)
+    registered = h.store.transition(h.claim(claim.id), ClaimState.REGISTERED, "node joined", node_name="n-1")
+    closed = h.service.terminate(claim, "spot interruption")  # the caller's copy is still Pending
+    assert closed.state is ClaimState.TERMINATED and h.compute.terminated == [registered.instance_id]
+
+
+def test_terminate_never_touches_an_instance_we_do_not_own() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    h.launch(claim.id)
+    foreign = h.store.update_claim(h.claim(claim.id), instance_id="i-0123456789abcdef0")
+    closed = h.service.terminate(foreign, "reconcile")
+    assert h.compute.terminated == [] and closed.state is ClaimState.TERMINATED
+
+
+def test_terminate_a_pending_claim_closes_it_without_ec2() -> None:
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    closed = h.service.terminate(claim, "not needed")
+    assert closed.state is ClaimState.TERMINATED and h.compute.terminated == [] and not h.compute.requests
+
+
+def test_a_claim_that_moves_on_while_its_attempt_is_recorded_drops_out() -> None:
+    h = Harness()
+    h.add(make_claim(id="a"), make_claim(id="b"))
+    update = h.store.update_claim
+
+    def closes_b_first(claim, **changes):
+        if claim.id == "b" and h.claim("b").state is ClaimState.PENDING:
+            h.store.transition(h.claim("b"), ClaimState.TERMINATED, "pods covered elsewhere")
+        return update(claim, **changes)
+
+    h.store.update_claim = closes_b_first  # type: ignore[method-assign]
+    outcome = h.launch("a", "b")
+    [request] = h.compute.requests
+    assert request.claim_ids == ("a",) and request.client_token == client_token("ml-prod", ["a"], 0)
+    assert ("b", "moved on while it was being launched") in outcome.skipped
+    assert h.claim("a").state is ClaimState.LAUNCHED and h.claim("b").state is ClaimState.TERMINATED
+
+
+def test_prices_come_from_a_domain_catalog_too_and_the_plan_stands_in_otherwise() -> None:
+    from gpu_autoscaler.domain.catalog import Catalog as DomainCatalog
+
+    catalog = DomainCatalog(list(TYPES.values()), [
+        Offering(instance_type="g6.xlarge", zone="us-east-1a", capacity_type="spot", price_per_hour=0.35)])
+    h = Harness(catalog=catalog)
+    h.add(make_claim(id="a"), make_claim(id="b", instance_types=("g5.xlarge",), price_per_hour=0.51))
+    h.launch("a")
+    h.launch("b")
+    assert h.claim("a").launched_price_per_hour == pytest.approx(0.35)
+    assert h.claim("b").launched_price_per_hour == pytest.approx(0.51)  # not in the catalog: the planned price

@@ -1,0 +1,143 @@
+"""Node bootstrap user data: AL2023 nodeadm NodeConfig and Bottlerocket TOML, with labels and taints."""
+
+from __future__ import annotations
+
+import email
+import tomllib
+
+import pytest
+import yaml
+
+from gpu_autoscaler.config import ConfigError
+from gpu_autoscaler.domain.user_data import (
+    GANG_LABEL,
+    GPU_SHARING_LABEL,
+    MIG_CONFIG_LABEL,
+    ClusterBootstrap,
+    cluster_dns_ip,
+    kubelet_may_set,
+    label_value,
+    node_setup,
+    render_user_data,
+)
+from gpu_autoscaler.models import labels as L
+from tests.unit.fleet.builders import CA, TYPES, make_config
+
+CONFIG = make_config()
+AL2023 = ClusterBootstrap.from_config(CONFIG)
+BOTTLEROCKET = ClusterBootstrap(cluster_name="ml-prod", endpoint="https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com",
+                                family="Bottlerocket", certificate_authority=CA, service_cidr="172.20.0.0/16")
+
+
+def node_config(user_data: str) -> dict:
+    """The NodeConfig inside the MIME document, as nodeadm reads it."""
+    message = email.message_from_string(user_data)
+    assert message.is_multipart()
+    [part] = message.get_payload()
+    assert part.get_content_type() == "application/node.eks.aws"
+    return yaml.safe_load(part.get_payload())
+
+
+def kubelet_flags(config: dict) -> dict[str, str]:
+    return dict(flag.removeprefix("--").split("=", 1) for flag in config["spec"]["kubelet"]["flags"])
+
+
+def test_al2023_node_config_joins_the_cluster_with_labels_and_taints() -> None:
+    setup = node_setup(CONFIG.pool("gpu-reserved"), "reserved", instance_type=TYPES["p5.48xlarge"],
+                       claim_id="gpu-reserved-7k2qx")
+    document = node_config(render_user_data(AL2023, setup))
+    assert document["apiVersion"] == "node.eks.aws/v1alpha1" and document["kind"] == "NodeConfig"
+    assert document["spec"]["cluster"] == {
+        "name": "ml-prod", "apiServerEndpoint": "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com",
+        "certificateAuthority": CA, "cidr": "10.100.0.0/16"}
+    assert document["spec"]["kubelet"]["config"] == {"maxPods": 100}
+    flags = kubelet_flags(document)
+    labels = dict(pair.split("=", 1) for pair in flags["node-labels"].split(","))
+    assert labels == {
+        "workload": "training",
+        L.NODE_POOL: "gpu-reserved",
+        L.CAPACITY_TYPE: "reserved",
+        L.CLAIM_LABEL: "gpu-reserved-7k2qx",
+        L.INSTANCE_CATEGORY: "p", L.INSTANCE_FAMILY: "p5", L.INSTANCE_GENERATION: "5", L.INSTANCE_SIZE: "48xlarge",
+        L.INSTANCE_GPU_NAME: "h100", L.INSTANCE_GPU_COUNT: "8", L.INSTANCE_GPU_MEMORY: "655360",
+        L.INSTANCE_GPU_MANUFACTURER: "nvidia",
+    }
+    assert flags["register-with-taints"] == "nvidia.com/gpu=true:NoSchedule"
+
+
+def test_names_alone_still_give_the_family_labels() -> None:
+    setup = node_setup(CONFIG.pool("gpu-burst"), "spot", instance_type="g6e.2xlarge", gang="training/train-42")
+    assert setup.labels[L.INSTANCE_FAMILY] == "g6e" and setup.labels[L.INSTANCE_SIZE] == "2xlarge"
+    assert setup.labels[GANG_LABEL] == "training.train-42"
+    assert L.CLAIM_LABEL not in setup.labels and setup.max_pods is None
+    assert "maxPods" not in render_user_data(AL2023, setup)
+
+
+def test_labels_the_kubelet_may_not_set_are_left_out() -> None:
+    config = make_config(pool_gpu_burst={"labels": {"node-role.kubernetes.io/gpu": "", "team": "ml",
+                                                    "node.kubernetes.io/lifecycle": "spot"}})
+    setup = node_setup(config.pool("gpu-burst"), "spot", instance_type="g6.xlarge")
+    assert setup.skipped_labels == ("node-role.kubernetes.io/gpu",)
+    assert setup.labels["team"] == "ml" and setup.labels["node.kubernetes.io/lifecycle"] == "spot"
+    assert L.INSTANCE_TYPE not in setup.labels and L.ARCH not in setup.labels  # the kubelet sets those itself
+    assert kubelet_may_set("topology.kubernetes.io/zone") and not kubelet_may_set("kubernetes.io/role")
+    assert kubelet_may_set("karpenter.k8s.aws/instance-family") and not kubelet_may_set("foo.k8s.io/x")
+
+
+def test_time_slicing_and_mig_pools() -> None:
+    shared = node_setup(CONFIG.pool("gpu-shared"), "spot", instance_type=TYPES["g6.xlarge"])
+    assert shared.labels[GPU_SHARING_LABEL] == "time-slicing" and shared.time_slicing_replicas == 4
+    assert kubelet_flags(node_config(render_user_data(AL2023, shared)))["register-with-taints"] == (
+        "gpu-autoscaler/shared=true:NoSchedule")
+    config = make_config(pool_gpu_burst={"gpuSharing": {"mode": "mig", "migProfile": "1g.10gb"}})
+    mig = node_setup(config.pool("gpu-burst"), "on-demand", instance_type=TYPES["p5.48xlarge"])
+    assert mig.labels[MIG_CONFIG_LABEL] == "all-1g.10gb"
+    assert mig.mig_profiles == {"h100.80gb": "1g.10gb"}
+
+
+def test_bottlerocket_settings() -> None:
+    setup = node_setup(CONFIG.pool("gpu-shared"), "spot", instance_type=TYPES["g6.xlarge"], claim_id="c-1")
+    settings = tomllib.loads(render_user_data(BOTTLEROCKET, setup))["settings"]
+    kubernetes = settings["kubernetes"]
+    assert kubernetes["cluster-name"] == "ml-prod"
+    assert kubernetes["api-server"] == "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com"
+    assert kubernetes["cluster-certificate"] == CA
+    assert kubernetes["cluster-dns-ip"] == "172.20.0.10"
+    assert kubernetes["max-pods"] == 58
+    assert kubernetes["node-labels"][L.CLAIM_LABEL] == "c-1"
+    assert kubernetes["node-labels"][L.NODE_POOL] == "gpu-shared"
+    assert kubernetes["node-taints"] == {"gpu-autoscaler/shared": ["true:NoSchedule"]}
+    nvidia = settings["kubelet-device-plugins"]["nvidia"]
+    assert nvidia["device-sharing-strategy"] == "time-slicing" and nvidia["time-slicing"]["replicas"] == 4
+
+
+def test_bottlerocket_mig() -> None:
+    config = make_config(pool_gpu_burst={"gpuSharing": {"mode": "mig", "migProfile": "1g.10gb"}})
+    setup = node_setup(config.pool("gpu-burst"), "on-demand", instance_type=TYPES["p5.48xlarge"])
+    nvidia = tomllib.loads(render_user_data(BOTTLEROCKET, setup))["settings"]["kubelet-device-plugins"]["nvidia"]
+    assert nvidia["device-partitioning-strategy"] == "mig"
+    assert nvidia["mig"]["profile"] == {"h100.80gb": "1g.10gb"}
+
+
+def test_what_a_node_cannot_join_without_is_named() -> None:
+    bare = ClusterBootstrap.from_config(make_config(kubernetes={"endpoint": "https://k.example"}))
+    assert bare.missing() == ["kubernetes.certificateAuthority", "kubernetes.serviceCidr"]
+    document = node_config(render_user_data(bare, node_setup(CONFIG.pool("gpu-burst"), "spot",
+                                                             instance_type="g6.xlarge")))
+    assert document["spec"]["cluster"] == {"name": "ml-prod", "apiServerEndpoint": "https://k.example"}
+    assert AL2023.missing() == []
+    assert BOTTLEROCKET.missing() == []
+
+
+def test_label_values_and_dns() -> None:
+    assert label_value("training/train-42") == "training.train-42"
+    edgy = label_value("-x" * 40)
+    assert len(edgy) <= 63 and edgy[0] == "x" and edgy[-1] == "x"
+    assert len(label_value("a" * 100)) == 63
+    assert cluster_dns_ip("10.100.0.0/16") == "10.100.0.10"
+    assert cluster_dns_ip("fd00:10:96::/112") == "fd00:10:96::a"
+
+
+def test_the_service_cidr_is_validated() -> None:
+    with pytest.raises(ConfigError, match="kubernetes.serviceCidr"):
+        make_config(kubernetes={"endpoint": "https://k.example", "serviceCidr": "10.100.0.0/33"})
