@@ -6,6 +6,8 @@ __all__ = [
     "ClaimExists",
     "GpuAutoscalerError",
     "InsufficientCapacity",
+    "KubernetesApiError",
+    "NodeNotFound",
     "NotOwned",
     "QuotaExceeded",
     "RequestThrottled",
@@ -43,3 +45,16 @@ class RequestThrottled(GpuAutoscalerError):
 
 class NotOwned(GpuAutoscalerError):
     """The instance does not carry this cluster's ownership tag; we never act on it."""
+
+
+class NodeNotFound(GpuAutoscalerError):
+    """The Kubernetes Node is gone (HTTP 404): a drain has nothing left to cordon or evict."""
+
+
+class KubernetesApiError(GpuAutoscalerError):
+    """The Kubernetes API refused or failed a call in a way the caller cannot act on (not a 404, 409 or 429):
+    the message is retried as a whole. `status` is the HTTP status, None when the server was unreachable."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,192 @@
+"""EKS authentication for the `kubernetes` client: bearer tokens from a presigned STS GetCallerIdentity.
+
+EKS (aws-iam-authenticator) accepts `k8s-aws-v1.` + base64url (unpadded) of a presigned
+`GET sts…/?Action=GetCallerIdentity&Version=2011-06-15&X-Amz-…` URL whose signature covers the header
+`x-k8s-aws-id: <cluster name>`; the server replays the URL with that header to learn who we are. This is
+what `aws eks get-token` prints. The URL is signed for 60 seconds, but EKS accepts a token for 15 minutes
+from its signing time, so a token is cached and replaced after 14 (as `aws eks get-token` advertises).
+
+`eks_api_client` builds a `kubernetes.client.ApiClient` for the configured cluster: endpoint and CA from the
+configuration, or from EKS DescribeCluster when the configuration leaves the CA out, and a token refreshed
+through the client's `refresh_api_key_hook` before every request that needs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from kubernetes import client as k8s
+
+from gpu_autoscaler.clock import SystemClock
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+
+__all__ = [
+    "CLUSTER_ID_HEADER",
+    "TOKEN_LIFETIME",
+    "TOKEN_PREFIX",
+    "ClusterAccess",
+    "EksTokenSource",
+    "PresignedIdentity",
+    "cluster_access",
+    "eks_api_client",
+    "presigned_identity_url",
+]
+
+TOKEN_PREFIX = "k8s-aws-v1."
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+URL_EXPIRES_SECONDS = 60
+ACCEPTED_FOR = timedelta(minutes=15)
+"""How long after signing EKS accepts a token, whatever the URL's own expiry says."""
+TOKEN_LIFETIME = timedelta(minutes=14)
+"""A cached token is replaced this long after it was made: a minute inside what EKS accepts."""
+
+_HANDLER_ID = "gpu-autoscaler-x-k8s-aws-id"
+
+
+def _stash_cluster_id(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """GetCallerIdentity takes no such parameter: move it out of the params before validation."""
+    if CLUSTER_ID_HEADER in params:
+        context[CLUSTER_ID_HEADER] = params.pop(CLUSTER_ID_HEADER)
+
+
+def _sign_cluster_id(request: Any, **_: Any) -> None:
+    """…and into the request's headers just before signing, so the signature covers it."""
+    if CLUSTER_ID_HEADER in request.context:
+        request.headers[CLUSTER_ID_HEADER] = request.context[CLUSTER_ID_HEADER]
+
+
+def presigned_identity_url(sts: Any, cluster_name: str, expires_in: int = URL_EXPIRES_SECONDS) -> str:
+    """A GetCallerIdentity URL presigned with `x-k8s-aws-id: <cluster_name>` among its signed headers."""
+    events = sts.meta.events
+    events.register("provide-client-params.sts.GetCallerIdentity", _stash_cluster_id, unique_id=_HANDLER_ID)
+    events.register("before-sign.sts.GetCallerIdentity", _sign_cluster_id, unique_id=_HANDLER_ID + "-sign")
+    url: str = sts.generate_presigned_url(
+        "get_caller_identity", Params={CLUSTER_ID_HEADER: cluster_name}, ExpiresIn=expires_in, HttpMethod="GET"
+    )
+    return url
+
+
+def token_for_url(url: str) -> str:
+    return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class PresignedIdentity:
+    """What a token says, read without calling STS: enough to refuse a token that could never be valid."""
+
+    url: str
+    signed_headers: tuple[str, ...]
+    signed_at: datetime
+    expires_in: int
+
+    @classmethod
+    def from_token(cls, token: str) -> PresignedIdentity:
+        """Raises ValueError naming what is wrong with the token."""
+        if not token.startswith(TOKEN_PREFIX):
+            raise ValueError(f"an EKS token starts with {TOKEN_PREFIX!r}")
+        payload = token[len(TOKEN_PREFIX):]
+        try:
+            url = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ValueError("an EKS token's payload is base64url of a URL") from None
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if parts.scheme not in ("https", "http") or not parts.netloc:
+            raise ValueError("the token does not hold a URL")
+        if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
+            raise ValueError("the token's URL is not an STS GetCallerIdentity call")
+        if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" or not query.get("X-Amz-Signature"):
+            raise ValueError("the token's URL is not presigned with SigV4")
+        signed = tuple(query.get("X-Amz-SignedHeaders", "").split(";"))
+        if CLUSTER_ID_HEADER not in signed:
+            raise ValueError(f"the token's signature does not cover {CLUSTER_ID_HEADER}")
+        try:
+            signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+            expires_in = int(query["X-Amz-Expires"])
+        except (KeyError, ValueError):
+            raise ValueError("the token's URL lacks X-Amz-Date or X-Amz-Expires") from None
+        return cls(url, signed, signed_at, expires_in)
+
+    def valid_at(self, moment: datetime) -> bool:
+        return self.signed_at - timedelta(minutes=5) <= moment <= self.signed_at + ACCEPTED_FOR
+
+
+class EksTokenSource:
+    """A cached EKS token for one cluster, made anew once it is `lifetime` old. Thread-safe."""
+
+    def __init__(self, sts: Any, cluster_name: str, clock: Clock | None = None,
+                 lifetime: timedelta = TOKEN_LIFETIME) -> None:
+        self._sts = sts
+        self._cluster = cluster_name
+        self._clock = clock or SystemClock()
+        self._lifetime = lifetime
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._made_at: datetime | None = None
+
+    def token(self) -> str:
+        with self._lock:
+            now = self._clock.now()
+            if self._token is None or self._made_at is None or now - self._made_at >= self._lifetime:
+                self._token = token_for_url(presigned_identity_url(self._sts, self._cluster))
+                self._made_at = now
+            return self._token
+
+    def refresh_hook(self, configuration: k8s.Configuration) -> None:
+        """For `Configuration.refresh_api_key_hook`: the client calls it before it reads the key."""
+        configuration.api_key["BearerToken"] = self.token()
+        configuration.api_key_prefix["BearerToken"] = "Bearer"
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    endpoint: str
+    certificate_authority: str | None
+    """Base64 of the PEM bundle, as EKS and kubeconfig files carry it; None for a plain-HTTP endpoint."""
+
+
+def cluster_access(config: Config, eks: Any | None = None) -> ClusterAccess:
+    """The configured endpoint and CA; DescribeCluster fills in what the configuration leaves out."""
+    access = config.kubernetes
+    if access.certificate_authority or access.endpoint.startswith("http://") or eks is None:
+        return ClusterAccess(access.endpoint, access.certificate_authority)
+    cluster = eks.describe_cluster(name=config.cluster_name)["cluster"]
+    return ClusterAccess(cluster.get("endpoint") or access.endpoint,
+                         (cluster.get("certificateAuthority") or {}).get("data"))
+
+
+def eks_api_client(config: Config, clients: AwsClients, clock: Clock | None = None,
+                   *, access: ClusterAccess | None = None) -> k8s.ApiClient:
+    """An ApiClient for the cluster, authenticated with a self-refreshing EKS token."""
+    if access is None:
+        eks = None if config.kubernetes.certificate_authority else clients.client("eks")
+        access = cluster_access(config, eks)
+    source = EksTokenSource(clients.client("sts"), config.cluster_name, clock)
+    configuration = k8s.Configuration()
+    configuration.host = access.endpoint.rstrip("/")
+    configuration.api_key["BearerToken"] = source.token()
+    configuration.api_key_prefix["BearerToken"] = "Bearer"
+    configuration.refresh_api_key_hook = source.refresh_hook  # type: ignore[assignment]
+    if access.certificate_authority:
+        configuration.ssl_ca_cert = _write_ca(access.certificate_authority)
+        configuration.verify_ssl = True
+    return k8s.ApiClient(configuration)
+
+
+def _write_ca(data: str) -> str:
+    """The client wants a file; Lambda's /tmp (or any temp dir) holds it for the process's life."""
+    pem = base64.b64decode(data)
+    with tempfile.NamedTemporaryFile("wb", prefix="eks-ca-", suffix=".crt", delete=False) as handle:
+        handle.write(pem)
+        return handle.name

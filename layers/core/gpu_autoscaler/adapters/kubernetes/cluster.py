@@ -1,0 +1,279 @@
+"""`ports.ClusterAPI` over the real `kubernetes` client: nodes and pods in, cordons, evictions and deletions out.
+
+Lists are read as raw JSON pages (`_preload_content=False`): a drain lists every pod of a node, and building
+the client's models for thousands of pods would cost more than the rest of the invocation. The JSON is
+turned into the domain's `ClusterNode` / `ClusterPod` with the same formulas the agent uses
+(`models.pod_spec`), so a pod's requests here are what the packer planned with.
+
+Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable` and the node's taints,
+conditional on the resourceVersion read (retried on conflict); eviction is a policy/v1 Eviction with the
+pod's uid as precondition — 429 means a PodDisruptionBudget refused it (retry later), 404 (or a uid
+mismatch: the name now belongs to a new pod) means the pod is gone. Anything else is a
+`KubernetesApiError`, so the caller's message is retried whole.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
+from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+from gpu_autoscaler.models.pod_spec import effective_requests, required_node_affinity
+from gpu_autoscaler.models.requirements import NodeSelectorTerm
+from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import Taint, Toleration
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+
+__all__ = ["MIRROR_ANNOTATION", "KubernetesCluster", "node_from_json", "pod_from_json"]
+
+log = logging.getLogger(__name__)
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+_NOT_FOUND, _CONFLICT, _GONE, _TOO_MANY = 404, 409, 410, 429
+_CORDON_ATTEMPTS = 5
+_LIST_ATTEMPTS = 3
+
+
+class KubernetesCluster:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        page_size: int = 500,
+        request_timeout: tuple[float, float] = (5.0, 30.0),
+        core_api: k8s.CoreV1Api | None = None,
+    ) -> None:
+        self._core = core_api or k8s.CoreV1Api(api_client)
+        self._page_size = page_size
+        self._timeout = request_timeout
+
+    @classmethod
+    def for_eks(cls, config: Config, clients: AwsClients, clock: Clock | None = None) -> KubernetesCluster:
+        """The configured cluster, authenticated with a refreshing EKS token (what the Lambdas use)."""
+        from gpu_autoscaler.adapters.aws.eks_token import eks_api_client
+
+        return cls(eks_api_client(config, clients, clock))
+
+    # Reading
+
+    def list_nodes(self) -> list[ClusterNode]:
+        return [node_from_json(n) for n in self._list(self._core.list_node)]
+
+    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+        """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
+        selector = f"spec.nodeName={node_name}" if node_name is not None else None
+        return [pod_from_json(p) for p in self._list(self._core.list_pod_for_all_namespaces, selector)]
+
+    def _list(self, call: Callable[..., Any], field_selector: str | None = None) -> list[dict[str, Any]]:
+        """All pages of one list; an expired continue token (410) starts the list again."""
+        for attempt in range(_LIST_ATTEMPTS):
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = self._json(call, field_selector=field_selector, limit=self._page_size, _continue=token)
+                    items.extend(page.get("items") or ())
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        return items
+            except ApiException as error:
+                if error.status != _GONE or attempt == _LIST_ATTEMPTS - 1:
+                    raise _api_error("list", error) from error
+        raise AssertionError("unreachable")
+
+    # Writing
+
+    def cordon(self, node_name: str, taint: Taint) -> None:
+        """`spec.unschedulable` and our taint (added once, replacing one with the same key and effect)."""
+        for _ in range(_CORDON_ATTEMPTS):
+            node = self._read_node(node_name)
+            spec = node.get("spec") or {}
+            taints = list(spec.get("taints") or ())
+            wanted = taint.model_dump()
+            present = any(_same_taint(t, wanted) for t in taints)
+            if spec.get("unschedulable") and present:
+                return
+            taints = [t for t in taints if not (t.get("key") == taint.key and t.get("effect") == taint.effect)]
+            taints.append(wanted)
+            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                     "spec": {"unschedulable": True, "taints": taints}}
+            try:
+                self._call(self._core.patch_node, node_name, patch, _content_type=STRATEGIC_MERGE)
+                return
+            except ApiException as error:
+                if error.status == _NOT_FOUND:
+                    raise NodeNotFound(f"node {node_name} not found") from error
+                if error.status != _CONFLICT:
+                    raise _api_error(f"cordon {node_name}", error) from error
+                log.debug("node %s changed while being cordoned; reading it again", node_name)
+        raise KubernetesApiError(f"node {node_name} kept changing while being cordoned", _CONFLICT)
+
+    def evict(self, pod: ClusterPod) -> EvictionOutcome:
+        body = k8s.V1Eviction(
+            api_version="policy/v1", kind="Eviction",
+            metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+            delete_options=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid)),
+        )
+        try:
+            self._call(self._core.create_namespaced_pod_eviction, pod.name, pod.namespace, body)
+        except ApiException as error:
+            message = _status_message(error)
+            if error.status == _TOO_MANY:
+                return EvictionOutcome(pod=pod.key, evicted=False, blocked=True, message=message)
+            if error.status in (_NOT_FOUND, _CONFLICT):
+                return EvictionOutcome(pod=pod.key, evicted=False, gone=True, message=message)
+            raise _api_error(f"evict {pod.key}", error) from error
+        return EvictionOutcome(pod=pod.key, evicted=True)
+
+    def delete_pod(self, pod: ClusterPod) -> None:
+        """Bypasses budgets; only this pod (uid precondition), and one already gone is not an error."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid))
+        try:
+            self._call(self._core.delete_namespaced_pod, pod.name, pod.namespace, body=options)
+        except ApiException as error:
+            if error.status not in (_NOT_FOUND, _CONFLICT):
+                raise _api_error(f"delete pod {pod.key}", error) from error
+
+    def delete_node(self, node_name: str) -> None:
+        try:
+            self._call(self._core.delete_node, node_name)
+        except ApiException as error:
+            if error.status != _NOT_FOUND:
+                raise _api_error(f"delete node {node_name}", error) from error
+
+    # Plumbing
+
+    def _read_node(self, node_name: str) -> dict[str, Any]:
+        try:
+            return self._json(self._core.read_node, node_name)
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                raise NodeNotFound(f"node {node_name} not found") from error
+            raise _api_error(f"read node {node_name}", error) from error
+
+    def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(call, *args, **kwargs)
+        data: dict[str, Any] = json.loads(response.data)
+        return data
+
+    def _call(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Raw response; ApiException passes through (callers map statuses), a dead connection does not."""
+        try:
+            return call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise KubernetesApiError(f"Kubernetes API unreachable: {error}") from error
+
+
+def _api_error(what: str, error: ApiException) -> KubernetesApiError:
+    return KubernetesApiError(f"{what}: HTTP {error.status} {_status_message(error)}", error.status)
+
+
+def _status_message(error: ApiException) -> str:
+    """The Status' cause (a PDB's "needs 2 healthy pods and has 2") or message, else the HTTP reason."""
+    try:
+        status = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return str(error.reason or "")
+    causes = (status.get("details") or {}).get("causes") or ()
+    parts = [status.get("message") or ""] + [c.get("message") or "" for c in causes]
+    return ": ".join(p for p in parts if p) or str(error.reason or "")
+
+
+def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    def identity(t: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (t.get("key"), t.get("value") or "", t.get("effect"))
+
+    return identity(a) == identity(b)
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _resources(quantities: Mapping[str, Any] | None, what: str) -> Resources:
+    try:
+        return Resources.from_quantities(quantities or {})
+    except ValueError as error:
+        log.warning("ignoring unreadable %s: %s", what, error)
+        return Resources()
+
+
+def node_from_json(node: Mapping[str, Any]) -> ClusterNode:
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return ClusterNode(
+        name=metadata["name"],
+        provider_id=spec.get("providerID") or None,
+        labels=dict(metadata.get("labels") or {}),
+        taints=tuple(Taint(key=t["key"], value=t.get("value") or "", effect=t.get("effect") or "NoSchedule")
+                     for t in spec.get("taints") or ()),
+        allocatable=_resources(status.get("allocatable"), f"allocatable of node {metadata['name']}"),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
+        created_at=_time(metadata.get("creationTimestamp")),
+    )
+
+
+def _owner_kind(metadata: Mapping[str, Any]) -> str | None:
+    refs = list(metadata.get("ownerReferences") or ())
+    controller = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    return controller.get("kind") if controller else None
+
+
+def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
+    """A pod as the domain sees it; a pod whose constraints cannot be read keeps its identity and requests,
+    so a drain still finds and evicts it."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = dict(metadata.get("annotations") or {})
+    key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+    try:
+        requests = Resources.from_quantities(effective_requests(spec))
+    except ValueError as error:
+        log.warning("ignoring unreadable requests of pod %s: %s", key, error)
+        requests = Resources()
+    base: dict[str, Any] = {
+        "uid": metadata["uid"],
+        "namespace": metadata.get("namespace") or "default",
+        "name": metadata["name"],
+        "node_name": spec.get("nodeName") or None,
+        "requests": requests,
+        "annotations": annotations,
+        "labels": dict(metadata.get("labels") or {}),
+        "owner_kind": _owner_kind(metadata),
+        "mirror": MIRROR_ANNOTATION in annotations,
+        "phase": (pod.get("status") or {}).get("phase") or "Pending",
+        "priority": int(spec.get("priority") or 0),
+        "created_at": _time(metadata.get("creationTimestamp")),
+    }
+    try:
+        return ClusterPod(
+            **base,
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            required_node_affinity=tuple(NodeSelectorTerm.model_validate(t) for t in required_node_affinity(spec)),
+            tolerations=tuple(Toleration.model_validate(t) for t in spec.get("tolerations") or ()),
+        )
+    except ValidationError as error:
+        log.warning("pod %s: unreadable placement constraints (%s); keeping it without them", key, error)
+        return ClusterPod(**base)

@@ -1,0 +1,333 @@
+"""The local Kubernetes API: a real HTTP API server in-process, simulated kubelets and a minimal scheduler.
+
+No real API server runs on these machines, so tests, the emulator and the demo talk to this one through the
+real `kubernetes` client (or kubectl, via the kubeconfig it writes). It serves what capacity management
+uses, with the semantics clients depend on:
+
+- core/v1 `nodes`, `pods` (with `status`, `binding` and `eviction`), `namespaces`, `events`; apps/v1
+  `daemonsets`; policy/v1 `poddisruptionbudgets`; scheduling.x-k8s.io/v1alpha1 `podgroups` (coscheduling);
+- get, list (label and field selectors — `spec.nodeName`, `status.phase`… — `limit`/`continue`), create,
+  update, patch (JSON patch, merge patch, strategic merge patch), delete with preconditions, garbage
+  collection through ownerReferences;
+- watches from a resourceVersion, with bookmarks, and 410 Gone once the version is compacted
+  (`expire_watches()` forces it, ending every open watch with an ERROR 410 event);
+- evictions (policy/v1) that honour PodDisruptionBudgets: 429 TooManyRequests with the API server's Status;
+- `/version`, `/api`, `/apis` discovery, `/healthz`; bearer tokens: its own, and EKS tokens
+  (`k8s-aws-v1.…`) that parse as presigned GetCallerIdentity URLs signed with the cluster header;
+- what kubectl needs beyond that: Table output (`kubectl get` columns, `-w`) and OpenAPI v3 documents
+  (`kubectl create/apply` validate on the server), so `kubectl --kubeconfig <kubeconfig_path>` works.
+
+Use::
+
+    with LocalKubernetes(boot_delay=timedelta(seconds=1)) as kube:   # starts on 127.0.0.1, a free port
+        core = kubernetes.client.CoreV1Api(kube.client())
+        kube.add_instance(SimulatedInstance.from_catalog("i-0abc", instance_type, "us-east-1a", "spot", pool))
+        ...                                                   # the node registers after the boot delay,
+        kube.remove_instance("i-0abc")                        # pods are bound by the background scheduler
+
+`kube.url`, `kube.kubeconfig_path` and `kube.token` are for other processes (kubectl, the agent). With
+`run_controllers=False` nothing happens in the background: call `reconcile()` (register due nodes, run the
+DaemonSet controller, schedule, start bound pods, refresh PDB status) when the test wants it to happen —
+with a `FixedClock`, boot delays pass when the clock is advanced. `restart()` drops every connection and
+listens again on the same port with the same objects, as an API server restart looks to clients.
+
+`KubeletNodeSide` plugs the kubelets into the emulator's instance watcher: an EC2 instance that boots
+becomes a node of its type and pool (from the catalog and the configuration), and leaves when it is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import tempfile
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
+
+from gpu_autoscaler.adapters.aws.eks_token import TOKEN_PREFIX, PresignedIdentity
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.emulator.daemonsets import DaemonSets
+from gpu_autoscaler.emulator.kube_apiserver import ApiServer
+from gpu_autoscaler.emulator.kube_http import ApiHttpServer
+from gpu_autoscaler.emulator.kube_scheduler import Scheduler
+from gpu_autoscaler.emulator.kube_store import Store
+from gpu_autoscaler.emulator.kubelet import Kubelets, SimulatedInstance
+from gpu_autoscaler.models.labels import CLAIM_LABEL, TAG_CLAIM, TAG_NODE_POOL
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.emulator.kube_scheduler import ScheduleResult
+    from gpu_autoscaler.emulator.kube_store import StoreEvent
+
+__all__ = ["KubeletNodeSide", "LocalKubernetes", "SimulatedInstance"]
+
+log = logging.getLogger(__name__)
+
+
+class LocalKubernetes:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Clock | None = None,
+        cluster_name: str = "local",
+        token: str | None = None,
+        require_auth: bool = False,
+        boot_delay: timedelta = timedelta(0),
+        run_controllers: bool = True,
+        reconcile_interval: float = 0.05,
+        bookmark_interval: float = 5.0,
+        history: int = 10_000,
+        kubeconfig_dir: str | Path | None = None,
+    ) -> None:
+        """`require_auth=False` also lets in requests without a token (the agent's `KUBE_URL` mode); a
+        token that is present must be valid either way."""
+        self.clock = clock or SystemClock()
+        self.cluster_name = cluster_name
+        self.token = token or secrets.token_urlsafe(24)
+        self.require_auth = require_auth
+        self.store = Store(self.clock, history=history)
+        self.api = ApiServer(self.store)
+        self.kubelets = Kubelets(self.api, self.clock, boot_delay)
+        self.scheduler = Scheduler(self.api, self.clock)
+        self.daemonsets = DaemonSets(self.api)
+        self._host = host
+        self._port = port
+        self._run_controllers = run_controllers
+        self._interval = reconcile_interval
+        self._bookmark_interval = bookmark_interval
+        self._server: ApiHttpServer | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._controller_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._dirty = threading.Event()
+        self._reconcile_lock = threading.Lock()
+        self._kubeconfig_dir = Path(kubeconfig_dir) if kubeconfig_dir else None
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        self._kubeconfig: Path | None = None
+        self.store.subscribe(self._on_change)
+
+    # Lifecycle
+
+    def start(self) -> LocalKubernetes:
+        if self._server is not None:
+            raise RuntimeError("the local Kubernetes API is already started")
+        self.store.reopen()
+        self._server = ApiHttpServer((self._host, self._port), self.api, authenticate=self._authenticate,
+                                     bookmark_interval=self._bookmark_interval)
+        self._port = self._server.server_address[1]
+        self._serve_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                              name="local-kube-api", daemon=True)
+        self._serve_thread.start()
+        self._write_kubeconfig()
+        if self._run_controllers and self._controller_thread is None:
+            self._stop.clear()
+            self._controller_thread = threading.Thread(target=self._control_loop, name="local-kube-controllers",
+                                                       daemon=True)
+            self._controller_thread.start()
+        log.info("local Kubernetes API at %s (kubeconfig %s)", self.url, self._kubeconfig)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        self._close_server()
+        if self._controller_thread is not None:
+            self._controller_thread.join(timeout=5)
+            self._controller_thread = None
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    def restart(self) -> None:
+        """Drop every connection and listen again on the same port, keeping every object (a server restart)."""
+        self._close_server()
+        self.store.reopen()
+        self.start()
+
+    def _close_server(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.store.close()
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._serve_thread is not None:
+            self._serve_thread.join(timeout=5)
+            self._serve_thread = None
+
+    def __enter__(self) -> LocalKubernetes:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # What it hands out
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        if self._kubeconfig is None:
+            raise RuntimeError("the local Kubernetes API is not started")
+        return self._kubeconfig
+
+    def configuration(self, token: str | None = None) -> k8s.Configuration:
+        configuration = k8s.Configuration()
+        configuration.host = self.url
+        configuration.api_key["BearerToken"] = token or self.token
+        configuration.api_key_prefix["BearerToken"] = "Bearer"
+        return configuration
+
+    def client(self, token: str | None = None) -> k8s.ApiClient:
+        """A new ApiClient for this server, authenticated with its token (or the one given)."""
+        return k8s.ApiClient(self.configuration(token))
+
+    # Instances
+
+    def add_instance(self, instance: SimulatedInstance, boot_delay: timedelta | None = None) -> None:
+        """A running instance whose kubelet registers a Ready Node after `boot_delay` (default: the server's)."""
+        self.kubelets.add(instance, boot_delay)
+        self._dirty.set()
+
+    def remove_instance(self, instance_id: str) -> bool:
+        """The instance terminated: its Node and the pods bound to it are deleted. False if it was unknown."""
+        removed = self.kubelets.remove(instance_id)
+        self._dirty.set()
+        return removed
+
+    def set_node_ready(self, node_name: str, ready: bool) -> None:
+        self.kubelets.set_ready(node_name, ready)
+
+    # Control
+
+    def reconcile(self) -> ScheduleResult:
+        """One pass of every controller; returns what the scheduler did."""
+        with self._reconcile_lock:
+            self.kubelets.register_due()
+            self.daemonsets.reconcile()
+            result = self.scheduler.schedule()
+            self.kubelets.start_pods()
+            self.api.refresh_budgets()
+            return result
+
+    def schedule(self) -> ScheduleResult:
+        """A scheduling pass alone (then the kubelets start what was bound)."""
+        with self._reconcile_lock:
+            result = self.scheduler.schedule()
+            self.kubelets.start_pods()
+            return result
+
+    def expire_watches(self) -> None:
+        """As if etcd compacted now: every open watch ends with ERROR 410, every older version is too old."""
+        self.store.expire()
+
+    def objects(self, plural: str) -> list[dict[str, Any]]:
+        """Every stored object of one resource (`pods`, `nodes`…), as the API would send it."""
+        return self.store.snapshot()[plural]
+
+    def _on_change(self, event: StoreEvent) -> None:
+        self._dirty.set()
+
+    def _control_loop(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait(self._wait_time())
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.reconcile()
+            except Exception:  # a controller bug must not stop the cluster; it is logged with its trace
+                log.exception("local Kubernetes controllers failed; retrying")
+                self._stop.wait(0.5)
+            self._stop.wait(self._interval)
+
+    def _wait_time(self) -> float:
+        due = self.kubelets.next_due()
+        if due is None:
+            return 1.0
+        return min(max((due - self.clock.now()).total_seconds(), 0.0), 1.0)
+
+    # Access
+
+    def _authenticate(self, header: str | None) -> bool:
+        if not header:
+            return not self.require_auth
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return False
+        if secrets.compare_digest(token.encode(), self.token.encode()):
+            return True
+        if token.startswith(TOKEN_PREFIX):
+            try:
+                identity = PresignedIdentity.from_token(token)
+            except ValueError as error:
+                log.info("refused an EKS token: %s", error)
+                return False
+            return identity.valid_at(self.clock.now())
+        return False
+
+    def _write_kubeconfig(self) -> None:
+        if self._kubeconfig_dir is None and self._tempdir is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="gpu-autoscaler-kube-")
+        directory = self._kubeconfig_dir or Path(self._tempdir.name)  # type: ignore[union-attr]
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "kubeconfig"
+        user = f"{self.cluster_name}-admin"
+        document = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": self.cluster_name, "cluster": {"server": self.url}}],
+            "users": [{"name": user, "user": {"token": self.token}}],
+            "contexts": [{"name": self.cluster_name,
+                          "context": {"cluster": self.cluster_name, "user": user, "namespace": "default"}}],
+            "current-context": self.cluster_name,
+        }
+        path.write_text(json.dumps(document, indent=2))  # JSON is YAML: kubectl and the client both read it
+        path.chmod(0o600)
+        self._kubeconfig = path
+
+
+class KubeletNodeSide:
+    """The emulator's `NodeSide`: booted EC2 instances become nodes of their type and pool, and leave when gone.
+
+    Takes any object with the instance watcher's `LaunchedInstance` fields (instance_id, instance_type, zone,
+    capacity_type, tags, private_dns_name). The pool comes from the `gpu-autoscaler/node-pool` tag, and the
+    claim id (tag `gpu-autoscaler/claim`) becomes the node's `gpu-autoscaler/claim` label.
+    """
+
+    def __init__(self, kube: LocalKubernetes, catalog: Catalog, config: Config) -> None:
+        self._kube = kube
+        self._catalog = catalog
+        self._config = config
+        self._pools = {p.name: p for p in config.node_pools}
+
+    def boot(self, instance: Any) -> None:
+        tags: dict[str, str] = dict(instance.tags)
+        pool = self._pools.get(tags.get(TAG_NODE_POOL, ""))
+        labels = {CLAIM_LABEL: tags[TAG_CLAIM]} if tags.get(TAG_CLAIM) else {}
+        simulated = SimulatedInstance.from_catalog(
+            instance.instance_id, self._catalog.instance_type(instance.instance_type), instance.zone,
+            instance.capacity_type, pool, self._config.overhead, labels=labels,
+            node_name=instance.private_dns_name or None,
+        )
+        self._kube.add_instance(simulated, boot_delay=timedelta(0))
+
+    def shutdown(self, instance: Any) -> None:
+        self._kube.remove_instance(instance.instance_id)

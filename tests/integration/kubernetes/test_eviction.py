@@ -1,0 +1,136 @@
+"""Evictions against PodDisruptionBudgets, DaemonSet pods, and deletions — through `KubernetesCluster`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names, wait_for
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+    from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+    from gpu_autoscaler.models.cluster import ClusterPod
+
+
+def _running(core: client.CoreV1Api, *names: str) -> None:
+    for name in names:
+        wait_for(lambda n=name: core.read_namespaced_pod(n, "default").status.phase == "Running",
+                 what=f"{name} running")
+
+
+def _pod(cluster: KubernetesCluster, name: str) -> ClusterPod:
+    return next(p for p in cluster.list_pods() if p.name == name)
+
+
+def _budget(name: str, selector: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": selector}, **spec}}
+
+
+def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
+    core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster, api: client.ApiClient,
+) -> None:
+    kube.add_instance(make_instance(gpus=4))
+    for name in ("web-0", "web-1"):
+        core.create_namespaced_pod("default", make_pod(name, labels={"app": "web"}))
+    _running(core, "web-0", "web-1")
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("web", {"app": "web"},
+                                                                                       minAvailable=2))
+    outcome = cluster.evict(_pod(cluster, "web-0"))
+    assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)
+    assert "needs 2 healthy pods and has 2 currently" in outcome.message
+
+    with pytest.raises(ApiException) as raw:  # the Status body, as the real API server writes it
+        core.create_namespaced_pod_eviction("web-0", "default", {"metadata": {"name": "web-0"}})
+    status = json.loads(raw.value.body)
+    assert (raw.value.status, status["reason"], status["details"]["causes"][0]["reason"]) == (
+        429, "TooManyRequests", "DisruptionBudget")
+
+    core.create_namespaced_pod("default", make_pod("web-2", labels={"app": "web"}))  # a replacement comes up
+    _running(core, "web-2")
+    assert cluster.evict(_pod(cluster, "web-0")).evicted
+    assert sorted(p.name for p in cluster.list_pods()) == ["web-1", "web-2"]
+    assert cluster.evict(_pod(cluster, "web-1")).blocked  # the budget is spent again
+    wait_for(lambda: client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "default").status
+             .disruptions_allowed == 0, what="budget status")
+
+
+def test_a_percentage_budget_and_a_pending_pod(core: client.CoreV1Api, kube: LocalKubernetes,
+                                               cluster: KubernetesCluster, api: client.ApiClient) -> None:
+    kube.add_instance(make_instance(gpus=4))
+    for name in ("a", "b", "c", "d"):
+        core.create_namespaced_pod("default", make_pod(name, labels={"app": "batch"}))
+    _running(core, "a", "b", "c", "d")
+    core.create_namespaced_pod("default", make_pod("queued", labels={"app": "batch"}, gpus=8))
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("batch", {"app": "batch"},
+                                                                                       maxUnavailable="50%"))
+    # 5 selected, 50 % rounds up to 3 unavailable, so 2 must stay healthy: 4 healthy allow 2 evictions.
+    assert [cluster.evict(_pod(cluster, n)).evicted for n in ("a", "b", "c")] == [True, True, False]
+    assert cluster.evict(_pod(cluster, "queued")).evicted  # Pending pods are evicted without a budget check
+
+
+def test_a_pod_already_gone_or_replaced_under_its_name_is_reported_gone(
+    core: client.CoreV1Api, cluster: KubernetesCluster,
+) -> None:
+    core.create_namespaced_pod("default", make_pod("p"))
+    old = _pod(cluster, "p")
+    core.delete_namespaced_pod("p", "default")
+    assert cluster.evict(old).gone
+    core.create_namespaced_pod("default", make_pod("p"))  # same name, new uid
+    assert cluster.evict(old).gone
+    cluster.delete_pod(old)  # only the old uid may be deleted: the new pod stays
+    assert [p.name for p in cluster.list_pods()] == ["p"]
+    cluster.delete_pod(_pod(cluster, "p"))
+    assert cluster.list_pods() == []
+
+
+def test_daemonset_pods_run_on_every_eligible_node_and_are_owned_by_it(
+    core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster, api: client.ApiClient,
+) -> None:
+    kube.add_instance(make_instance("i-0aaa"))
+    kube.add_instance(make_instance("i-0bbb"))
+    kube.add_instance(make_instance("i-0ccc", labels={"role": "cpu"}, taints=(), gpus=0))
+    wait_for(lambda: len(node_names(core)) == 3, what="three nodes")
+    template = {"metadata": {"labels": {"app": "dcgm"}},
+                "spec": {"containers": [{"name": "exporter", "image": "dcgm:3",
+                                         "resources": {"requests": {"cpu": "100m"}}}],
+                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": [{"matchExpressions": [
+                                 {"key": "role", "operator": "DoesNotExist"}]}]}}}}}
+    apps = client.AppsV1Api(api)
+    apps.create_namespaced_daemon_set("default", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dcgm"},
+        "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": template}})
+    gpu_nodes = [make_instance("i-0aaa").name, make_instance("i-0bbb").name]
+
+    def daemon_pods() -> list[ClusterPod]:
+        return [p for p in cluster.list_pods() if p.owner_kind == "DaemonSet" and p.phase == "Running"]
+
+    wait_for(lambda: len(daemon_pods()) == 2, what="two daemon pods running")
+    assert sorted(p.node_name for p in daemon_pods()) == sorted(gpu_nodes)
+    assert [p.name for p in cluster.list_pods(gpu_nodes[0])] == [
+        p.name for p in daemon_pods() if p.node_name == gpu_nodes[0]]
+    wait_for(lambda: apps.read_namespaced_daemon_set("dcgm", "default").status.number_ready == 2,
+             what="DaemonSet status")
+
+    kube.remove_instance("i-0aaa")  # the node goes, and its daemon pod with it
+    wait_for(lambda: [p.node_name for p in daemon_pods()] == [gpu_nodes[1]], what="pod gone with its node")
+    apps.delete_namespaced_daemon_set("dcgm", "default")  # garbage collection through ownerReferences
+    assert wait_for(lambda: not daemon_pods(), what="daemon pods collected")
+
+
+def test_delete_node_removes_it_and_its_pods(core: client.CoreV1Api, kube: LocalKubernetes,
+                                             cluster: KubernetesCluster) -> None:
+    kube.add_instance(make_instance())
+    core.create_namespaced_pod("default", make_pod("p"))
+    _running(core, "p")
+    name = node_names(core)[0]
+    cluster.delete_node(name)
+    cluster.delete_node(name)  # already gone: not an error
+    assert cluster.list_nodes() == [] and cluster.list_pods() == []

@@ -1,0 +1,201 @@
+"""Simulated kubelets and the minimal scheduler, stepped by hand on a fixed clock (no background controllers)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from kubernetes import client
+
+from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.packing.fit import allocatable
+from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.taints import Taint
+from tests.integration.kubernetes.conftest import make_instance, make_pod, pod_condition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_autoscaler.config import Config
+
+G5 = InstanceType(name="g5.2xlarge", vcpu=8, memory_mib=32768, gpus=1, gpu_devices=1, gpu_model="A10G",
+                  gpu_manufacturer="NVIDIA", gpu_memory_mib=24576, max_pods=58)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+def stepped(clock: FixedClock) -> Iterator[LocalKubernetes]:
+    with LocalKubernetes(clock=clock, run_controllers=False, boot_delay=timedelta(seconds=45)) as kube:
+        yield kube
+
+
+@pytest.fixture
+def core(stepped: LocalKubernetes) -> Iterator[client.CoreV1Api]:
+    with stepped.client() as api:
+        yield client.CoreV1Api(api)
+
+
+def test_an_instance_registers_a_ready_node_after_its_boot_delay(
+    stepped: LocalKubernetes, clock: FixedClock, core: client.CoreV1Api, config: Config,
+) -> None:
+    pool = next(p for p in config.node_pools if p.name == "gpu-burst")
+    instance = SimulatedInstance.from_catalog("i-0123456789abcdef0", G5, "us-east-1b", "spot", pool, config.overhead,
+                                              labels={L.CLAIM_LABEL: "claim-1"})
+    stepped.add_instance(instance)
+    stepped.reconcile()
+    assert core.list_node().items == []
+    clock.advance(timedelta(seconds=45))
+    stepped.reconcile()
+    [node] = core.list_node().items
+    assert node.metadata.name == instance.name and node.metadata.name.endswith(".ec2.internal")
+    assert node.spec.provider_id == "aws:///us-east-1b/i-0123456789abcdef0"
+    labels = node.metadata.labels
+    assert labels[L.INSTANCE_TYPE] == "g5.2xlarge" and labels[L.ZONE] == "us-east-1b"
+    assert labels[L.CAPACITY_TYPE] == "spot" and labels[L.NODE_POOL] == "gpu-burst"
+    assert labels[L.INSTANCE_GPU_NAME] == "a10g" and labels[L.CLAIM_LABEL] == "claim-1"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    with stepped.client() as api:
+        [seen] = KubernetesCluster(api).list_nodes()
+    assert seen.ready and seen.instance_id == "i-0123456789abcdef0"
+    assert seen.allocatable == allocatable(G5, pool, config.overhead)  # the room the packer planned with
+
+
+def test_time_sliced_pools_advertise_replicas_and_a_terminated_instance_takes_its_node_and_pods(
+    stepped: LocalKubernetes, clock: FixedClock, core: client.CoreV1Api, config: Config,
+) -> None:
+    pool = next(p for p in config.node_pools if p.name == "gpu-shared")
+    stepped.add_instance(SimulatedInstance.from_catalog("i-0aaa", G5, "us-east-1a", "on-demand", pool),
+                         boot_delay=timedelta(0))
+    stepped.reconcile()
+    [node] = core.list_node().items
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
+    pod = make_pod("shared", tolerate_gpu=False)
+    pod["spec"]["tolerations"] = [{"key": "gpu-autoscaler/shared", "operator": "Exists"}]
+    core.create_namespaced_pod("default", pod)
+    stepped.reconcile()
+    assert core.read_namespaced_pod("shared", "default").status.phase == "Running"
+    assert stepped.remove_instance("i-0aaa") and not stepped.remove_instance("i-0aaa")
+    assert core.list_node().items == [] and core.list_pod_for_all_namespaces().items == []
+
+
+def test_pods_bind_where_they_fit_and_the_rest_are_unschedulable_like_kube_scheduler(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    stepped.add_instance(make_instance("i-0aaa", gpus=1, labels={"workload": "inference"}), timedelta(0))
+    stepped.add_instance(make_instance("i-0bbb", gpus=0, taints=()), timedelta(0))
+    stepped.reconcile()
+    gpu_node = make_instance("i-0aaa").name
+    core.create_namespaced_pod("default", make_pod("fits", node_selector={"workload": "inference"}))
+    core.create_namespaced_pod("default", make_pod("too-big", gpus=2))
+    core.create_namespaced_pod("default", make_pod("intolerant", tolerate_gpu=False))
+    core.create_namespaced_pod("default", make_pod("elsewhere", affinity_terms=[{"matchExpressions": [
+        {"key": L.ZONE, "operator": "In", "values": ["us-east-1c"]}]}]))
+    core.create_namespaced_pod("default", make_pod("cpu-only", gpus=None, tolerate_gpu=False))
+    core.create_namespaced_pod("default", make_pod("gated", gates=["kueue.x-k8s.io/admission"]))
+    result = stepped.reconcile()
+    assert result.bound == {"default/fits": gpu_node, "default/cpu-only": make_instance("i-0bbb").name}
+    assert core.read_namespaced_pod("fits", "default").status.phase == "Running"
+    too_big = pod_condition(core, "too-big")
+    assert too_big is not None and (too_big["status"], too_big["reason"]) == ("False", "Unschedulable")
+    assert too_big["message"] == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes "
+                                  "are available: 2 Preemption is not helpful for scheduling.")
+    intolerant = pod_condition(core, "intolerant")
+    assert intolerant is not None and intolerant["message"].startswith(
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint {nvidia.com/gpu: "
+        "true}.")
+    elsewhere = pod_condition(core, "elsewhere")
+    assert elsewhere is not None and "2 node(s) didn't match Pod's node affinity/selector" in elsewhere["message"]
+    gated = pod_condition(core, "gated")
+    assert gated is not None and gated["reason"] == "SchedulingGated"
+
+    version = core.read_namespaced_pod("too-big", "default").metadata.resource_version
+    stepped.reconcile()
+    assert core.read_namespaced_pod("too-big", "default").metadata.resource_version == version  # written once
+
+
+def test_cordoned_nodes_take_no_new_pods_and_new_capacity_takes_waiting_ones(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    stepped.add_instance(make_instance("i-0aaa", gpus=8), timedelta(0))
+    stepped.reconcile()
+    with stepped.client() as api:
+        KubernetesCluster(api).cordon(make_instance("i-0aaa").name, Taint(key="gpu-autoscaler/draining",
+                                                                          value="true"))
+    core.create_namespaced_pod("default", make_pod("waiting", gpus=2))
+    stepped.reconcile()
+    waiting = pod_condition(core, "waiting")
+    assert waiting is not None and "1 node(s) were unschedulable" in waiting["message"]
+    stepped.add_instance(make_instance("i-0bbb", gpus=2), timedelta(0))
+    result = stepped.reconcile()
+    assert result.bound == {"default/waiting": make_instance("i-0bbb").name}
+    assert pod_condition(core, "waiting") == {"status": "True", "reason": None, "message": None}
+
+
+def test_higher_priority_pods_are_placed_first_and_the_fullest_node_is_chosen(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    stepped.add_instance(make_instance("i-0aaa", gpus=4), timedelta(0))
+    stepped.add_instance(make_instance("i-0bbb", gpus=2), timedelta(0))
+    stepped.reconcile()
+    core.create_namespaced_pod("default", make_pod("low", gpus=2, priority=0))
+    core.create_namespaced_pod("default", make_pod("high", gpus=4, priority=100))
+    core.create_namespaced_pod("default", make_pod("small", gpus=1, priority=50))
+    result = stepped.reconcile()
+    assert result.bound == {"default/high": make_instance("i-0aaa").name,
+                            "default/small": make_instance("i-0bbb").name}
+    assert "default/low" in result.unschedulable
+
+
+def test_a_coscheduling_gang_binds_all_together_or_not_at_all(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    with stepped.client() as api:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups",
+            {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"},
+             "spec": {"minMember": 3}})
+    stepped.add_instance(make_instance("i-0aaa", gpus=2), timedelta(0))
+    stepped.reconcile()
+    for i in range(3):
+        core.create_namespaced_pod("default", make_pod(f"train-{i}", labels={"scheduling.x-k8s.io/pod-group": "train"}))
+    result = stepped.reconcile()
+    assert result.bound == {}
+    condition = pod_condition(core, "train-0")
+    assert condition is not None and "needs 3 pods, and only 2 can be scheduled" in condition["message"]
+    stepped.add_instance(make_instance("i-0bbb", gpus=1), timedelta(0))
+    assert sorted(stepped.reconcile().bound) == ["default/train-0", "default/train-1", "default/train-2"]
+
+
+def test_the_emulator_node_side_turns_launched_instances_into_nodes(
+    stepped: LocalKubernetes, core: client.CoreV1Api, config: Config,
+) -> None:
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.catalog import Offering
+
+    catalog = Catalog([G5], [Offering(instance_type="g5.2xlarge", zone="us-east-1a", capacity_type="spot",
+                                      price_per_hour=0.5)])
+
+    class Launched:
+        instance_id = "i-0fff"
+        instance_type = "g5.2xlarge"
+        zone = "us-east-1a"
+        capacity_type = "spot"
+        tags = {L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "claim-9", L.TAG_CLUSTER: "ml-prod"}
+        private_dns_name = "ip-10-1-2-3.ec2.internal"
+
+    side = KubeletNodeSide(stepped, catalog, config)
+    side.boot(Launched())
+    stepped.reconcile()
+    [node] = core.list_node().items
+    assert node.metadata.name == "ip-10-1-2-3.ec2.internal"
+    assert node.metadata.labels[L.CLAIM_LABEL] == "claim-9" and node.metadata.labels[L.NODE_POOL] == "gpu-burst"
+    side.shutdown(Launched())
+    assert core.list_node().items == []
