@@ -6,6 +6,7 @@ invalid configuration fails the same way everywhere: one message naming the fiel
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from datetime import timedelta
@@ -74,6 +75,19 @@ class KubernetesAccess(_Model):
     endpoint: str = Field(pattern=r"^https?://")
     certificate_authority: str | None = None
     """Base64 CA bundle; when absent, the Lambdas read it from EKS DescribeCluster."""
+    service_cidr: str | None = None
+    """The cluster's service IPv4 CIDR (DescribeCluster `kubernetesNetworkConfig.serviceIpv4Cidr`): the node
+    bootstrap derives the cluster DNS address from it (nodeadm `cidr`, Bottlerocket `cluster-dns-ip`)."""
+
+    @field_validator("service_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_network(value)
+            except ValueError:
+                raise ValueError(f"'{value}' is not a CIDR such as '10.100.0.0/16'") from None
+        return value
 
 
 class Network(_Model):
@@ -136,18 +150,33 @@ class Budget(_Model):
     nodes: str = Field(pattern=r"^\d+%?$")
     """A count (`3`) or a share of the pool's nodes (`10%`)."""
     schedule: str | None = None
+    """Karpenter's five-field cron (`0 9 * * mon-fri`, UTC) or a macro (`@daily`), or `cron(...)` as windows use."""
     duration: Duration | None = None
     reasons: list[DisruptionReason] | None = None
+    """The budget bounds only these reasons; absent, every reason."""
 
     @model_validator(mode="after")
     def _schedule_with_duration(self) -> Budget:
         if (self.schedule is None) != (self.duration is None):
             raise ValueError("schedule and duration go together")
+        if self.schedule is not None:
+            from gpu_autoscaler.domain.budgets import parse_budget_schedule
+            from gpu_autoscaler.domain.windows import CronError
+
+            try:
+                parse_budget_schedule(self.schedule)
+            except CronError as error:
+                raise ValueError(str(error)) from None
         return self
 
 
 class Disruption(_Model):
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
+    """Karpenter's: remove only empty nodes, or also nodes whose pods fit elsewhere or on a cheaper node."""
     consolidate_after: Duration = timedelta(minutes=5)
+    """How long a node must have been empty before it is removed (and old, before it is consolidated)."""
+    min_node_age: Duration = timedelta(minutes=10)
+    """No voluntary disruption of a node younger than this: its pods may still be on their way to it."""
     spot_to_spot: bool = False
     budgets: list[Budget] = Field(default_factory=lambda: [Budget(nodes="10%")])
     rebalance: Literal["ignore", "replace"] = "replace"
@@ -166,7 +195,8 @@ class Overhead(_Model):
 class NodePool(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     weight: int = Field(default=0, ge=0, le=100)
-    capacity_types: list[CapacityType] = Field(default_factory=lambda: ["on-demand"], min_length=1)
+    capacity_types: list[CapacityType] = Field(default_factory=lambda: list[CapacityType](["on-demand"]),
+                                              min_length=1)
     requirements: list[Requirement] = Field(default_factory=list)
     capacity_reservations: list[CapacityReservation] = Field(default_factory=list)
     limits: PoolLimits = Field(default_factory=PoolLimits)
@@ -249,6 +279,11 @@ class Timeouts(_Model):
     unavailable_offering_ttl: Duration = timedelta(minutes=3)
     registration_ttl: Duration = timedelta(minutes=15)
     pod_assignment_ttl: Duration = timedelta(minutes=30)
+    interruption_drain: Duration = timedelta(minutes=30)
+    """How long a rebalance drain may wait on PodDisruptionBudgets once its replacement is Ready (or
+    `rebalanceDrainAfter` has passed); after that the node goes regardless."""
+    consolidation_drain: Duration = timedelta(minutes=30)
+    """Deadline of a consolidation's (voluntary) drain: its replacement Ready and its PDBs satisfied by then."""
 
 
 class Config(_Model):

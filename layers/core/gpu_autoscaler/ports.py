@@ -19,7 +19,16 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.taints import Taint
 
-__all__ = ["CatalogSource", "ClusterAPI", "Compute", "DrainQueue", "LaunchQueue", "QuotaSource", "StateStore"]
+__all__ = [
+    "CatalogSource",
+    "ClusterAPI",
+    "Compute",
+    "DisruptionBudgets",
+    "DrainQueue",
+    "LaunchQueue",
+    "QuotaSource",
+    "StateStore",
+]
 
 
 class CatalogSource(Protocol):
@@ -44,6 +53,15 @@ class ClusterAPI(Protocol):
     def delete_pod(self, pod: ClusterPod) -> None: ...
 
     def delete_node(self, node_name: str) -> None: ...
+
+
+class DisruptionBudgets(Protocol):
+    """The cluster's PodDisruptionBudgets as they stand: which pods an eviction would be refused for now (429).
+    Consolidation leaves their nodes alone rather than start a drain it cannot finish."""
+
+    def blocked(self, pods: Sequence[ClusterPod]) -> set[str]:
+        """Uids of those `pods` a PodDisruptionBudget allows no disruption of now."""
+        ...
 
 
 class StateStore(Protocol):

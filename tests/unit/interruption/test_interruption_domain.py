@@ -67,7 +67,8 @@ def test_rebalance_replaces_first_or_is_ignored(config: Config) -> None:
     pool = config.pool("gpu-burst")
     response = decide(notice, "i-0b662ef9931388ba0", make_claim(), pool, NOW)
     assert response.replace and response.wait_for_replacement and not response.involuntary
-    assert response.drain_deadline == NOW + pool.disruption.rebalance_drain_after
+    assert response.wait_until == NOW + pool.disruption.rebalance_drain_after
+    assert response.drain_deadline == NOW + pool.disruption.rebalance_drain_after + timedelta(minutes=30)
     ignoring = pool.model_copy(update={"disruption": pool.disruption.model_copy(update={"rebalance": "ignore"})})
     assert not decide(notice, "i-0b662ef9931388ba0", make_claim(), ignoring, NOW).drain
 
@@ -88,3 +89,24 @@ def test_reservation_interruption_uses_termination_time(config: Config) -> None:
     assert notice.deadline == datetime(2026, 11, 22, 10, 2, tzinfo=UTC)
     response = decide(notice, "i-0abc", make_claim(instance_id="i-0abc"), config.pool("gpu-reserved"), NOW)
     assert response.involuntary and response.cordon_now and response.replace
+
+
+def test_replacement_pods_keep_requests_and_placement_and_skip_daemonsets() -> None:
+    from gpu_autoscaler.domain.interruption import replacement_pods
+    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.requirements import NodeSelectorTerm
+    from gpu_autoscaler.models.resources import Resources
+    from gpu_autoscaler.models.taints import Toleration
+
+    requests = Resources.from_quantities({"cpu": "1500m", "memory": "3Gi", "nvidia.com/gpu": "2"})
+    term = NodeSelectorTerm.model_validate(
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}]})
+    pod = ClusterPod(uid="u-1", namespace="ml", name="train-0", node_name="n", requests=requests, phase="Running",
+                     node_selector={"karpenter.k8s.aws/instance-gpu-name": "l4"}, required_node_affinity=(term,),
+                     tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),), priority=7,
+                     annotations={"karpenter.sh/do-not-disrupt": "true"}, owner_kind="Job")
+    daemon = ClusterPod(uid="u-2", namespace="kube-system", name="dp", node_name="n", owner_kind="DaemonSet")
+    (pending,) = replacement_pods([pod, daemon])
+    assert pending.resources == requests
+    assert pending.node_selector == pod.node_selector and pending.required_node_affinity == (term,)
+    assert pending.tolerations == pod.tolerations and pending.priority == 7 and pending.do_not_disrupt

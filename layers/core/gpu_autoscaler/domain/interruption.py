@@ -14,15 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gpu_autoscaler.domain.drain import movable
+from gpu_autoscaler.models.pods import PendingPod
+from gpu_autoscaler.models.resources import CPU
+
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpu_autoscaler.config import NodePool
     from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterPod
 
-__all__ = ["NoticeKind", "Notice", "Response", "UnknownEvent", "decide", "parse_notice"]
+__all__ = ["NoticeKind", "Notice", "Response", "UnknownEvent", "decide", "parse_notice", "replacement_pods"]
 
 SPOT_WARNING = timedelta(minutes=2)
 DRAIN_MARGIN = timedelta(seconds=30)
 """Drains aim to finish this long before AWS acts, so a last eviction is not cut off mid-flight."""
+EVICTION_WINDOW = timedelta(minutes=5)
+"""Replace-then-drain waits for the replacement no later than this before the deadline: time left to evict."""
+DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=30)
 STOPPED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 
 
@@ -107,36 +117,59 @@ class Response(BaseModel):
     replace: bool = False
     """Launch capacity for the node's pods now, through the packer's path."""
     mark_unavailable: bool = False
-    """Spot took the capacity back: do not pick this offering again for a while."""
+    """Spot or the reservation took the capacity back: do not pick this offering again for a while."""
     drain: bool = False
     involuntary: bool = False
     drain_deadline: datetime | None = None
     wait_for_replacement: bool = False
-    """Drain only once the replacement is Ready (or at the deadline)."""
+    """Drain only once the replacement is Ready (or at `wait_until`)."""
+    wait_until: datetime | None = None
+    """The latest moment the drain waits for the replacement; the evictions then have until `drain_deadline`."""
     close: bool = False
     """The instance is gone or going: end the claim, release its pods, delete the Node."""
     reason: str = ""
 
 
-def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | None, now: datetime) -> Response:
+def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | None, now: datetime,
+           *, drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT) -> Response:
+    """`drain_timeout` bounds a rebalance drain once it may start (`Timeouts.interruption_drain`)."""
     base = {"instance_id": instance_id, "claim_id": claim.id}
     if notice.kind is NoticeKind.STATE_CHANGE:
         return Response(close=True, reason=f"instance {notice.state}", **base)
     if notice.kind is NoticeKind.SPOT_INTERRUPTION:
-        deadline = (notice.deadline or now + SPOT_WARNING) - DRAIN_MARGIN
+        deadline = max((notice.deadline or now + SPOT_WARNING) - DRAIN_MARGIN, now)
         return Response(cordon_now=True, replace=True, mark_unavailable=True, drain=True, involuntary=True,
-                        drain_deadline=max(deadline, now), reason="spot interruption warning", **base)
+                        drain_deadline=deadline, wait_until=now, reason="spot interruption warning", **base)
     if notice.kind is NoticeKind.REBALANCE:
         if pool is not None and pool.disruption.rebalance == "ignore":
             return Response(reason="rebalance recommendation ignored by pool setting", **base)
         after = pool.disruption.rebalance_drain_after if pool else timedelta(minutes=10)
-        return Response(replace=True, drain=True, wait_for_replacement=True, drain_deadline=now + after,
-                        reason="rebalance recommendation", **base)
-    deadline = (notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10)
+        return Response(replace=True, drain=True, wait_for_replacement=True, wait_until=now + after,
+                        drain_deadline=now + after + drain_timeout, reason="rebalance recommendation", **base)
+    deadline = max((notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10), now)
     involuntary = notice.kind is NoticeKind.RESERVATION_INTERRUPTION
     return Response(replace=True, drain=True, involuntary=involuntary, wait_for_replacement=True,
-                    cordon_now=involuntary, drain_deadline=max(deadline, now),
-                    reason=str(notice.kind).replace("-", " "), **base)
+                    cordon_now=involuntary, mark_unavailable=involuntary, drain_deadline=deadline,
+                    wait_until=max(deadline - EVICTION_WINDOW, now), reason=str(notice.kind).replace("-", " "),
+                    **base)
+
+
+def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
+    """The pods of a node about to go, as pending pods the solver plans a replacement for.
+
+    DaemonSet, mirror and finished pods need no room elsewhere. Requests go back to quantity strings in the
+    canonical units the cluster adapter read them in (millicores for cpu, plain units for the rest).
+    """
+    return [
+        PendingPod(
+            uid=pod.uid, namespace=pod.namespace, name=pod.name, created_at=pod.created_at,
+            requests={name: f"{value}m" if name == CPU else str(value) for name, value in pod.requests.items()},
+            node_selector=pod.node_selector, required_node_affinity=pod.required_node_affinity,
+            tolerations=pod.tolerations, priority=pod.priority, annotations=pod.annotations,
+        )
+        for pod in pods
+        if movable(pod)
+    ]
 
 
 def _instance(detail: dict[str, Any]) -> str:

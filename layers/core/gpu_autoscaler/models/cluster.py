@@ -6,8 +6,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import Resources
-from gpu_autoscaler.models.taints import Taint
+from gpu_autoscaler.models.taints import Taint, Toleration
 
 __all__ = ["ClusterNode", "ClusterPod", "EvictionOutcome"]
 
@@ -44,10 +46,21 @@ class ClusterPod(BaseModel):
     """`DaemonSet` pods are never evicted by a drain; mirror pods (static) neither."""
     mirror: bool = False
     phase: str = "Pending"
+    # What the pod asks of a node, copied from its spec: a replacement for an interrupted node is planned
+    # from these, by the same solver that plans pending pods.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+    created_at: datetime | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def do_not_disrupt(self) -> bool:
+        return self.annotations.get(DO_NOT_DISRUPT) == "true"
 
 
 class EvictionOutcome(BaseModel):

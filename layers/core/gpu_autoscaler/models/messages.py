@@ -45,6 +45,20 @@ class DrainRequest(_Message):
     replacement_claim_id: str | None = Field(default=None, alias="replacementClaimId")
     """Drain only once this claim's node is Ready (or the deadline comes)."""
     attempt: int = 0
+    replacement_claim_ids: list[str] = Field(default_factory=list, alias="replacementClaimIds")
+    """Further replacements when the node's pods needed more than one (with `replacement_claim_id`, all of them)."""
+    wait_until: datetime | None = Field(default=None, alias="waitUntil")
+    """Wait for the replacements no later than this (default: the deadline); at or before now: do not wait.
+    A Spot warning sets it to now (two minutes leave no time to wait), a rebalance to `rebalanceDrainAfter`."""
+    backoff: int = Field(default=0, ge=0)
+    """Consecutive passes refused (PodDisruptionBudget 429, do-not-disrupt pods held): the retry exponent."""
+    started_at: datetime | None = Field(default=None, alias="startedAt")
+    """When the first attempt ran: carried along so the drain's whole duration can be measured."""
+
+    @property
+    def replacements(self) -> list[str]:
+        ids = [self.replacement_claim_id] if self.replacement_claim_id else []
+        return ids + [i for i in self.replacement_claim_ids if i not in ids]
 
 
 class ScheduleTick(_Message):

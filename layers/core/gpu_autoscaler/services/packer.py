@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
-from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
+from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import (
     REQUESTS_ATTRIBUTE,
     SOURCE_ATTRIBUTE,
@@ -38,10 +38,10 @@ from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.services.demand import pool_gpus, record_demand
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
-    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
@@ -261,16 +261,8 @@ class PackerService:
         for uid, claim_id in plan.covered.items():
             if claim_id in live:
                 pool_of[uid] = live[claim_id].pool
-        demand: dict[str, float] = {}
-        for pod in pods:
-            pool_name = pool_of.get(pod.uid)
-            if pool_name is None:
-                continue
-            pool = self.config.pool(pool_name)
-            demand[pool_name] = demand.get(pool_name, 0.0) + gpu_equivalent(pod.resources, pool)
-        bucket = _bucket(self.clock.now())
-        for pool_name, gpus in sorted(demand.items()):
-            self.store.record_demand(pool_name, bucket, gpus, self.config.predictive.history)
+        demand = pool_gpus(self.config, ((pool_of[p.uid], p.resources) for p in pods if p.uid in pool_of))
+        record_demand(self.store, self.config, demand, self.clock.now())
         return demand
 
 
@@ -291,11 +283,6 @@ def _group(owners: Mapping[str, str]) -> dict[str, list[str]]:
     for uid, claim_id in owners.items():
         out.setdefault(claim_id, []).append(uid)
     return out
-
-
-def _bucket(moment: datetime) -> datetime:
-    seconds = int(DEMAND_BUCKET.total_seconds())
-    return moment.replace(microsecond=0) - timedelta(seconds=int(moment.timestamp()) % seconds)
 
 
 def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None) -> PackerService:

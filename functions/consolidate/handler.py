@@ -1,0 +1,60 @@
+"""consolidate: an EventBridge Scheduler tick (rate(1 minute)) → registrations reconciled, nodes given back.
+
+The event is the schedule's input, a `ScheduleTick`; anything else fails with an `InvalidTick` naming the
+problem (Scheduler retries, then dead-letters it). One call into the service: reconcile (registrations,
+registration timeouts, demand history), then consolidation (replacements launched, drains requested). The
+response is its summary; each decision is logged with the USD/h it saves, and counted per reason.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.services.consolidate import ConsolidateService, aws_consolidate_service
+from gpu_autoscaler.services.prewarm import InvalidTick, parse_tick
+from gpu_autoscaler.settings import load_settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger(service="consolidate")
+tracer = Tracer(service="consolidate")
+metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="consolidate")
+_service: ConsolidateService | None = None
+
+
+def service() -> ConsolidateService:
+    """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
+    global _service
+    if _service is None:
+        _service = aws_consolidate_service(load_settings())
+    return _service
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        tick = parse_tick(event)
+    except InvalidTick as error:
+        logger.error("not a ScheduleTick", extra={"error": str(error), "event": event})
+        raise
+    outcome = service().run(tick)
+    metrics.add_metric(name="ClaimsRegistered", unit=MetricUnit.Count, value=len(outcome.reconcile.registered))
+    metrics.add_metric(name="RegistrationTimeouts", unit=MetricUnit.Count, value=len(outcome.reconcile.timed_out))
+    metrics.add_metric(name="ConsolidationSavingPerHour", unit=MetricUnit.NoUnit, value=outcome.saving)
+    dimensions = {**metrics.default_dimensions, "service": "consolidate"}
+    for reason, (count, saving) in outcome.by_reason().items():
+        # One EMF document per reason: a dimension of its own, which the handler-wide metrics cannot carry.
+        with single_metric(name="ConsolidationDecisions", unit=MetricUnit.Count, value=count,
+                           namespace=metrics.namespace, default_dimensions=dimensions) as metric:
+            metric.add_dimension(name="reason", value=reason)
+        with single_metric(name="ConsolidationSavingPerHourByReason", unit=MetricUnit.NoUnit, value=saving,
+                           namespace=metrics.namespace, default_dimensions=dimensions) as metric:
+            metric.add_dimension(name="reason", value=reason)
+    return outcome.summary()

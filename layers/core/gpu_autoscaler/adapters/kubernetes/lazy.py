@@ -1,0 +1,57 @@
+"""A `ClusterAPI` that connects on first use.
+
+Building the Kubernetes client of an EKS cluster costs calls (DescribeCluster for the CA, an STS presign) and
+can fail when the cluster is unreachable. Most interruption notices are about instances this cluster does
+not own and need no Kubernetes at all, so the functions build the client only when a call needs it: those
+notices are acknowledged even while the API server is away, and a failed connection is tried again on the
+next call rather than poisoning the execution environment.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.taints import Taint
+    from gpu_autoscaler.ports import ClusterAPI
+
+__all__ = ["LazyCluster"]
+
+
+class LazyCluster:
+    def __init__(self, connect: Callable[[], ClusterAPI]) -> None:
+        self._connect = connect
+        self._cluster: ClusterAPI | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._cluster is not None
+
+    def _api(self) -> ClusterAPI:
+        with self._lock:
+            if self._cluster is None:
+                self._cluster = self._connect()
+            return self._cluster
+
+    def list_nodes(self) -> list[ClusterNode]:
+        return self._api().list_nodes()
+
+    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+        return self._api().list_pods(node_name)
+
+    def cordon(self, node_name: str, taint: Taint) -> None:
+        self._api().cordon(node_name, taint)
+
+    def evict(self, pod: ClusterPod) -> EvictionOutcome:
+        return self._api().evict(pod)
+
+    def delete_pod(self, pod: ClusterPod) -> None:
+        self._api().delete_pod(pod)
+
+    def delete_node(self, node_name: str) -> None:
+        self._api().delete_node(node_name)

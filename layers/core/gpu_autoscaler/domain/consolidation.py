@@ -1,0 +1,725 @@
+"""Consolidation: give back capacity that is not needed, never hurt what must not be interrupted.
+
+Pure: the cluster's nodes (each with its NodeClaim and the pods that would move if it were drained),
+the packer's `Solver` (configuration and catalog), the claims in flight and the offerings marked
+unavailable in; a `ConsolidationResult` out — decisions, each with the USD/h it saves and why, and for
+every node left alone the reason. The consolidate service acts on it (replacement claims launched first,
+then drain requests); the simulator calls the same function.
+
+Where pods could go is never decided here: every "do these pods fit" is a `Solver.solve` call, the
+packer's own decision. The nodes that stay are shown to the solver as claims in flight whose recorded
+requests are what their pods use, so it places the moving pods on their free room first (the packer's
+rule 2) and plans new nodes only for the rest — exactly Karpenter's scheduling simulation.
+
+One pass, in Karpenter's order, each decision applied to the pass's picture before the next is looked
+for (the nodes removed are no longer destinations; the room the moved pods take is taken):
+
+1. Drifted nodes (see `drift`): replaced — their pods onto other nodes' free room plus at most one new
+   node, whatever it costs.
+2. Empty nodes (no pods but DaemonSet and mirror pods) empty for the pool's `consolidateAfter`: removed.
+3. Pools with `consolidationPolicy: WhenEmptyOrUnderutilized`:
+   - multi-node: the largest prefix (binary search, as Karpenter's) of the pool's candidates, emptiest
+     first, whose pods fit on the other nodes plus at most one new node cheaper than all of them;
+     repeated while one is found;
+   - single-node: each remaining candidate, emptiest first, removed when its pods fit on the others'
+     free room, or replaced by one cheaper node.
+
+A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
+launches saves money. Replacing spot with spot needs the pool's `disruption.spotToSpot`; replacing one
+spot node also needs at least `SPOT_TO_SPOT_MIN_TYPES` cheaper candidate types, and is then launched from
+the cheapest 15 of them: with fewer, the cheapest spot pool is also the most interrupted one, and chasing
+it down the price ladder node by node costs more than it saves (Karpenter's rule; several spot nodes into
+fewer cannot race to the bottom, so multi-node consolidation has no such minimum).
+
+Unlike Karpenter, a decision may launch several replacements: GPU instance types come in 1, 4 and 8 GPUs,
+so the pods of a half-empty 8-GPU node usually cost least on a few small nodes, not one; all of them are
+Ready before the drain starts (the drain request names every one).
+
+Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"`, nodes holding warm
+capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
+`minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now, nodes with pods still on
+their way to them (a replacement, until the nodes it replaces are gone), nodes not Ready or cordoned, and
+nodes that are not ours. Each pool's disruption budgets bound the nodes disrupted at once, per reason
+(`budgets`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpu_autoscaler.domain.budgets import allowed_disruptions
+from gpu_autoscaler.domain.drift import drift_reason
+from gpu_autoscaler.domain.interruption import replacement_pods
+from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
+from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.resources import GPU, PODS, Resources
+from gpu_autoscaler.models.taints import Toleration
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping, Sequence
+
+    from gpu_autoscaler.config import Config, DisruptionReason, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
+    from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = [
+    "DISRUPTION_ATTRIBUTE",
+    "EMPTY_SINCE_ATTRIBUTE",
+    "MULTI_NODE_MAX_CANDIDATES",
+    "REPLACES_ATTRIBUTE",
+    "SPOT_TO_SPOT_MIN_TYPES",
+    "ConsolidationNode",
+    "ConsolidationResult",
+    "Decision",
+    "NodePod",
+    "consolidate",
+    "disruption_mark",
+    "disruption_until",
+    "empty_since",
+    "node_pods",
+    "warm_held",
+]
+
+SPOT_TO_SPOT_MIN_TYPES = 15
+MULTI_NODE_MAX_CANDIDATES = 100
+"""Karpenter's bound on one multi-node attempt: beyond it the binary search costs more than it finds."""
+REPLACES_ATTRIBUTE = "replaces"
+"""NodeClaim attribute of a replacement: the claim ids of the nodes it replaces, comma-separated."""
+DISRUPTION_ATTRIBUTE = "disruption"
+"""NodeClaim attribute of a node consolidation decided to drain: JSON `{"reason", "until", "replacements"}`.
+Until the drain cordons it (and makes the claim Draining) or `until` passes (the drain gave up: a
+do-not-disrupt pod appeared), the node is being disrupted: no second decision, no pods planned onto it,
+and it counts against its pool's budgets."""
+EMPTY_SINCE_ATTRIBUTE = "emptySince"
+"""NodeClaim attribute: ISO instant since which its node has had no pods to move."""
+_EPS = 1e-9
+_RANK_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+Action = Literal["delete", "replace"]
+
+
+@dataclass(frozen=True)
+class NodePod:
+    """A pod that would have to move if its node were drained."""
+
+    pod: PendingPod
+    """Its requests and placement constraints, in the packer's terms."""
+    evictable: bool = True
+    """Its PodDisruptionBudgets allow an eviction now."""
+
+
+@dataclass(frozen=True)
+class ConsolidationNode:
+    """A Node, its NodeClaim (None when it is not ours) and the pods that would move."""
+
+    node: ClusterNode
+    claim: NodeClaim | None
+    pods: tuple[NodePod, ...] = ()
+    empty_since: datetime | None = None
+    """Since when it has had no pods to move (None: not known to be empty for any time yet)."""
+    incoming: int = 0
+    """Pods the packer assigned to its claim that are still pending: they are on their way to it."""
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Drain these nodes; their pods go to other nodes' free room and to the replacements, launched first."""
+
+    reason: DisruptionReason
+    action: Action
+    pool: str
+    nodes: tuple[str, ...]
+    claims: tuple[str, ...]
+    price_before: float
+    """USD/h of the nodes drained."""
+    price_after: float = 0.0
+    """USD/h the replacements are expected to cost (each its cheapest candidate); 0 without any."""
+    replacements: tuple[NodeClaim, ...] = ()
+    """New nodes, launched and Ready before the drain starts."""
+    destinations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Node name → uids of the pods the plan puts on its free room."""
+    detail: str = ""
+
+    @property
+    def saving(self) -> float:
+        """USD/h saved once done (negative for a drift replacement that costs more)."""
+        return self.price_before - self.price_after
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "reason": self.reason, "action": self.action, "pool": self.pool, "nodes": list(self.nodes),
+            "claims": list(self.claims), "pricePerHourBefore": round(self.price_before, 6),
+            "pricePerHourAfter": round(self.price_after, 6), "savingPerHour": round(self.saving, 6),
+            "detail": self.detail,
+        }
+        if self.replacements:
+            out["replacements"] = [
+                {"claim": c.id, "capacityType": c.capacity_type, "instanceTypes": list(c.instance_types[:5]),
+                 "candidates": len(c.instance_types), "zones": list(c.zones), "pods": len(c.pods),
+                 "pricePerHour": round(c.price_per_hour, 6)}
+                for c in self.replacements
+            ]
+        return out
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    decisions: tuple[Decision, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Node name → why it was left alone (only for our nodes that were looked at)."""
+    budgets: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
+    """Pool → reason → nodes it still allowed at the start of the pass (None: unbounded)."""
+
+    @property
+    def saving(self) -> float:
+        return sum(d.saving for d in self.decisions)
+
+    def summary(self) -> dict[str, Any]:
+        reasons: dict[str, int] = {}
+        for why in self.skipped.values():
+            key = why.split(":", 1)[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        return {
+            "decisions": [d.to_json() for d in self.decisions],
+            "savingPerHour": round(self.saving, 6),
+            "skipped": dict(sorted(reasons.items())),
+            "budgets": {pool: dict(v) for pool, v in self.budgets.items()},
+        }
+
+
+# Building the input
+
+
+def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection[str] = ()) -> tuple[NodePod, ...]:
+    """The pods that would move if `node` were drained (as an interruption's replacement sees them: DaemonSet,
+    mirror and finished pods stay out).
+
+    A pod running on a node tolerates that node's hard taints, so those tolerations are added even where
+    the pod's spec was not read in full. `blocked`: uids whose eviction a PodDisruptionBudget forbids now.
+    """
+    tolerate = tuple(
+        Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
+        for t in node.taints if t.effect != "PreferNoSchedule"
+    )
+    out = []
+    for pod in replacement_pods(p for p in pods if p.node_name == node.name):
+        missing = tuple(t for t in tolerate if t not in pod.tolerations)
+        moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
+        out.append(NodePod(moved, evictable=pod.uid not in blocked))
+    return tuple(out)
+
+
+def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetime) -> datetime | None:
+    """Carry a node's empty-since mark forward: kept while it stays empty, set when it becomes so."""
+    if pods:
+        return None
+    return previous if previous is not None and previous <= now else now
+
+
+def disruption_mark(reason: str, until: datetime, replacements: Sequence[str]) -> str:
+    return json.dumps({"reason": reason, "until": until.isoformat(), "replacements": list(replacements)},
+                      separators=(",", ":"))
+
+
+def disruption_until(claim: NodeClaim) -> datetime | None:
+    """When the consolidation drain marked on this claim gives up, if one is; None otherwise."""
+    raw = claim.attributes.get(DISRUPTION_ATTRIBUTE)
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(json.loads(raw)["until"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _disrupting(claim: NodeClaim, now: datetime) -> bool:
+    until = disruption_until(claim)
+    return claim.state is ClaimState.DRAINING or (until is not None and now < until)
+
+
+def warm_held(claim: NodeClaim, now: datetime) -> bool:
+    """Warm capacity stays while its holder holds it: the forecast until prewarm releases it; a window
+    until prewarm releases it or its `warmUntil` (the window's end) has passed."""
+    if claim.warm is None:
+        return False
+    if warm_window(claim.warm) is None:
+        return True
+    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
+    if not until:
+        return True
+    try:
+        return now < datetime.fromisoformat(until)
+    except ValueError:
+        return True
+
+
+# The pass
+
+
+@dataclass
+class _Node:
+    """One node's part in the pass."""
+
+    item: ConsolidationNode
+    pool: NodePool | None
+    price: float
+    used: Resources
+    """What the solver must see as taken on it: its pods' requests, plus what the kubelet reports less than
+    the packer's figure of allocatable."""
+    capacity: Resources | None
+    """The packer's figure of its allocatable (`fit.allocatable`); None when its type or pool is unknown."""
+    removed: bool = False
+    locked: bool = False
+    """Took pods in this pass: it stays."""
+    usable: bool = False
+    """May take pods: Registered, Ready, schedulable, not being disrupted, its allocatable known."""
+    _view: NodeClaim | None = None
+    _free: dict[str, int] | None = None
+
+    @property
+    def utilization(self) -> float:
+        """The largest share of any resource taken (pods slots aside): what orders candidates and destinations."""
+        if self.capacity is None:
+            return 0.0
+        return max((self.used[k] / v for k, v in self.capacity.items() if v > 0 and k != PODS), default=0.0)
+
+    @property
+    def free(self) -> dict[str, int]:
+        if self._free is None:
+            assert self.capacity is not None
+            self._free = (self.capacity - self.used).as_dict()
+        return self._free
+
+    def take(self, requests: Resources) -> None:
+        self.used = self.used + requests
+        self._view = None
+        self._free = None
+
+    def as_in_flight(self) -> NodeClaim:
+        """The node as the solver sees a claim in flight: its free room is what its pods leave. Fullest first
+        (the solver fills claims in flight oldest first, so `created_at` carries the order): best fit, which
+        keeps the emptiest nodes free to go."""
+        if self._view is None:
+            claim = self.claim
+            order = timedelta(microseconds=round((1.0 - min(self.utilization, 1.0)) * 1e9))
+            self._view = claim.model_copy(update={
+                "state": ClaimState.LAUNCHED, "gang": None, "launched_price_per_hour": self.price,
+                "created_at": _RANK_EPOCH + order,
+                "attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(self.used)},
+            })
+        return self._view
+
+    @property
+    def name(self) -> str:
+        return self.item.node.name
+
+    @property
+    def claim(self) -> NodeClaim:
+        assert self.item.claim is not None
+        return self.item.claim
+
+
+class _Pass:
+    def __init__(self, config: Config, solver: Solver, nodes: Sequence[ConsolidationNode],
+                 claims: Sequence[NodeClaim], unavailable: Collection[OfferingKey],
+                 quotas: Mapping[str, int] | None) -> None:
+        self.config = config
+        self.solver = solver
+        self.catalog: Catalog = solver.index.catalog
+        self.now = solver.clock.now()
+        self.unavailable = unavailable
+        self.quotas = quotas
+        self.pools = {p.name: p for p in config.node_pools}
+        self.nodes: list[_Node] = [self._node(n) for n in nodes]
+        for n in self.nodes:
+            n.usable = self._usable(n)
+        self.by_claim = {n.claim.id: n for n in self.nodes if n.item.claim is not None}
+        on_nodes = set(self.by_claim)
+        self.others = [c for c in claims if c.id not in on_nodes and c.state is not ClaimState.TERMINATED]
+        """Claims without a node in the picture: in flight, or draining nodes already gone."""
+        self.live_ids = {c.id for c in self.others} | {
+            cid for cid, n in self.by_claim.items() if n.claim.state is not ClaimState.TERMINATED}
+        self.skipped: dict[str, str] = {}
+        self.decisions: list[Decision] = []
+        self.taken: dict[str, int] = {}
+        self.budget_start: dict[str, dict[str, int | None]] = {}
+        self.charged = bool(quotas or config.vcpu_quotas) or any(
+            p.limits.gpus is not None or p.limits.price_per_hour is not None for p in config.node_pools)
+        """Whether nodes that take no pods must still be shown to the solver, for pool limits and vCPU quotas."""
+        self._pool_sizes, self._disrupting = self._budget_counts()
+
+    # Setup
+
+    def _node(self, item: ConsolidationNode) -> _Node:
+        claim = item.claim
+        pool = self.pools.get(claim.pool) if claim is not None else None
+        used = Resources()
+        for entry in item.pods:
+            used = used + pod_requests(entry.pod)
+        computed = None
+        if claim is not None and pool is not None and claim.instance_type:
+            instance_type = self.catalog.get(claim.instance_type)
+            if instance_type is not None:
+                computed = allocatable(instance_type, pool, self.config.overhead)
+                reported = item.node.allocatable.as_dict()
+                deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
+                used = used + deficit
+        return _Node(item, pool, _price(self.catalog, claim) if claim is not None else 0.0, used, computed)
+
+    def _budget_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        sizes: dict[str, int] = {}
+        disrupting: dict[str, int] = {}
+        for n in self.nodes:
+            if n.item.claim is None:
+                continue
+            sizes[n.claim.pool] = sizes.get(n.claim.pool, 0) + 1
+            if _disrupting(n.claim, self.now) or n.item.node.unschedulable:
+                disrupting[n.claim.pool] = disrupting.get(n.claim.pool, 0) + 1
+        for claim in self.others:
+            if claim.state is ClaimState.DRAINING:
+                sizes[claim.pool] = sizes.get(claim.pool, 0) + 1
+                disrupting[claim.pool] = disrupting.get(claim.pool, 0) + 1
+        return sizes, disrupting
+
+    # Budgets
+
+    def allowance(self, pool: NodePool, reason: DisruptionReason) -> int | None:
+        allowed = allowed_disruptions(pool.disruption.budgets, reason, self._pool_sizes.get(pool.name, 0),
+                                      self._disrupting.get(pool.name, 0), self.now)
+        self.budget_start.setdefault(pool.name, {}).setdefault(reason, allowed)
+        if allowed is None:
+            return None
+        return max(0, allowed - self.taken.get(pool.name, 0))
+
+    def skip(self, n: _Node, why: str) -> None:
+        """Record why a node is left alone; the first reason found is the one reported."""
+        self.skipped.setdefault(n.name, why)
+
+    # Eligibility
+
+    def why_not(self, n: _Node) -> str | None:
+        """Why this node may not be disrupted voluntarily at all, or None."""
+        item = n.item
+        if item.claim is None:
+            return "not ours: no NodeClaim launched it"
+        claim = item.claim
+        if n.pool is None:
+            return f"pool: {claim.pool} is not configured (drift replaces it once its pods can move)"
+        if claim.state is not ClaimState.REGISTERED:
+            return f"state: claim is {claim.state.value}"
+        if _disrupting(claim, self.now):
+            return "disrupting: a consolidation drain is under way"
+        if not item.node.ready or item.node.unschedulable:
+            return "not ready or cordoned"
+        for entry in item.pods:
+            if entry.pod.do_not_disrupt:
+                return f"do-not-disrupt: pod {entry.pod.key}"
+        if warm_held(claim, self.now):
+            return f"warm: held by {claim.warm}"
+        if self.now - _born(n) < n.pool.disruption.min_node_age:
+            return f"too young: under the pool's minNodeAge {n.pool.disruption.min_node_age}"
+        for entry in item.pods:
+            if not entry.evictable:
+                return f"pdb: a PodDisruptionBudget forbids evicting {entry.pod.key} now"
+        if item.incoming:
+            return f"incoming: {item.incoming} pods are on their way to it"
+        replaced = [cid for cid in claim.attributes.get(REPLACES_ATTRIBUTE, "").split(",") if cid in self.live_ids]
+        if replaced:
+            return f"incoming: it replaces {', '.join(replaced)}, whose pods are still to come"
+        return None
+
+    # The solver's view
+
+    def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
+                            ) -> tuple[list[NodeClaim], dict[str, str]]:
+        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`), as a claim in
+        flight; the claims that only count against limits and quotas, as they are. Returns (claims, claim id →
+        node name)."""
+        out: list[NodeClaim] = []
+        names: dict[str, str] = {}
+        needs = list({pod_requests(p) for p in pods})
+        for n in self.nodes:
+            if n.item.claim is None or n.pool is None:
+                continue
+            if n.removed or n.name in exclude:
+                out.append(_full(n.claim))  # still running (and paid for) until drained
+            elif n.usable and any(fits(need, n.free) for need in needs):
+                view = n.as_in_flight()
+                out.append(view)
+                names[view.id] = n.name
+            elif self.charged:
+                out.append(_full(n.claim))
+        out.extend(_full(c) for c in self.others)
+        return out, names
+
+    def _usable(self, n: _Node) -> bool:
+        if n.item.claim is None or n.pool is None:
+            return False
+        claim = n.claim
+        node = n.item.node
+        return (claim.state is ClaimState.REGISTERED and node.ready and not node.unschedulable
+                and n.capacity is not None and bool(claim.zone or claim.zones) and not _disrupting(claim, self.now))
+
+    def simulate(self, group: Sequence[_Node]) -> tuple[Plan, dict[str, str]]:
+        pods = [entry.pod for n in group for entry in n.item.pods]
+        claims, names = self._destination_claims({n.name for n in group}, pods)
+        source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
+        plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source, quotas=self.quotas)
+        return plan, names
+
+    def evaluate(self, group: Sequence[_Node], reason: DisruptionReason) -> Decision | str:
+        """The decision for draining `group` together, or why there is none."""
+        plan, names = self.simulate(group)
+        if plan.unschedulable:
+            first = plan.unschedulable[0]
+            return f"no room: pod {first.name} fits nowhere else ({first.reason})"
+        before = sum(n.price for n in group)
+        pool = group[0].claim.pool
+        destinations = {names[cid]: tuple(uids) for cid, uids in plan.existing.items() if cid in names}
+        nodes = tuple(n.name for n in group)
+        claim_ids = tuple(n.claim.id for n in group)
+        if not plan.claims:
+            detail = (f"its pods fit on {len(destinations)} other nodes' free room" if destinations
+                      else "no pods to move")
+            return Decision(reason, "delete", pool, nodes, claim_ids, before, 0.0, (), destinations, detail)
+        replacements = list(plan.claims)
+        if reason != "Drifted":
+            narrowed = self._cheaper(replacements, before, group)
+            if isinstance(narrowed, str):
+                return narrowed
+            replacements = narrowed
+        replacements = [c.model_copy(update={
+            "reason": f"consolidation ({reason}): replaces {', '.join(nodes)}",
+            "attributes": {**c.attributes, REPLACES_ATTRIBUTE: ",".join(claim_ids)},
+        }) for c in replacements]
+        after = sum(c.price_per_hour for c in replacements)
+        counts = Counter(f"{c.capacity_type} {c.instance_types[0]}" for c in replacements)
+        kinds = ", ".join(f"{n}× {kind}" if n > 1 else kind for kind, n in sorted(counts.items()))
+        moved = f", the rest onto {len(destinations)} other nodes' free room" if destinations else ""
+        detail = (f"{sum(len(c.pods) for c in replacements)} pods onto {len(replacements)} new "
+                  f"node{'s' if len(replacements) > 1 else ''} ({kinds}; ${after:.4f}/h){moved}")
+        return Decision(reason, "replace", pool, nodes, claim_ids, before, after, tuple(replacements),
+                        destinations, detail)
+
+    def _cheaper(self, replacements: list[NodeClaim], before: float, group: Sequence[_Node]) -> list[NodeClaim] | str:
+        """The replacements with only candidates that keep the total below what they replace, whichever the
+        fleet launches (each gets a share of the saving, in proportion to its expected price); the
+        spot-to-spot gate."""
+        expected = sum(c.price_per_hour for c in replacements)
+        if expected >= before - _EPS:
+            nodes = "the nodes" if len(group) > 1 else "the node"
+            return f"no saving: the cheapest placement costs ${expected:.4f}/h, {nodes} ${before:.4f}/h"
+        all_spot = all(n.claim.capacity_type == "spot" for n in group)
+        out = []
+        for claim in replacements:
+            ceiling = claim.price_per_hour * before / expected
+            keep = [name for name in claim.instance_types if self._worst(claim, name) < ceiling - _EPS]
+            if not keep:
+                return f"no saving: no {claim.instance_types[0]} offering in {', '.join(claim.zones)} stays cheaper"
+            if claim.capacity_type == "spot" and all_spot:
+                pool = group[0].pool
+                assert pool is not None
+                if not pool.disruption.spot_to_spot:
+                    return "spot-to-spot: the pool does not opt in (disruption.spotToSpot)"
+                if len(group) == 1:
+                    if len(keep) < SPOT_TO_SPOT_MIN_TYPES:
+                        return f"spot-to-spot: only {len(keep)} cheaper spot types, {SPOT_TO_SPOT_MIN_TYPES} needed"
+                    keep = keep[:SPOT_TO_SPOT_MIN_TYPES]
+            price = min(self._zone_prices(claim, keep[0]))
+            out.append(claim.model_copy(update={"instance_types": tuple(keep), "price_per_hour": price}))
+        return out
+
+    def _zone_prices(self, claim: NodeClaim, instance_type: str) -> list[float]:
+        found = (self.catalog.price((instance_type, z, claim.capacity_type)) for z in claim.zones)
+        return [p for p in found if p is not None]
+
+    def _worst(self, claim: NodeClaim, instance_type: str) -> float:
+        return max(self._zone_prices(claim, instance_type), default=float("inf"))
+
+    def apply(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        for name in decision.nodes:
+            node = next(n for n in self.nodes if n.name == name)
+            node.removed = True
+            self.skipped.pop(name, None)
+        self.taken[decision.pool] = self.taken.get(decision.pool, 0) + len(decision.nodes)
+        moved = {entry.pod.uid: entry.pod for n in self.nodes if n.name in decision.nodes for entry in n.item.pods}
+        for name, uids in decision.destinations.items():
+            target = next(n for n in self.nodes if n.name == name)
+            for uid in uids:
+                target.take(pod_requests(moved[uid]))
+            target.locked = True
+
+    # Phases
+
+    def run(self) -> ConsolidationResult:
+        eligible: list[_Node] = []
+        for n in self.nodes:
+            why = self.why_not(n)
+            if why is None:
+                eligible.append(n)
+            elif n.item.claim is not None and n.claim.state is ClaimState.REGISTERED:
+                self.skip(n, why)
+        self._drift(eligible)
+        self._empty(eligible)
+        underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
+                     and n.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"]
+        young = [n for n in underused if self.now - _born(n) < n.pool.disruption.consolidate_after]  # type: ignore[union-attr]
+        for n in young:
+            self.skip(n, "too young: under the pool's consolidateAfter")
+        underused = sorted((n for n in underused if n not in young), key=lambda n: (n.utilization, -n.price, n.name))
+        for pool in sorted({n.claim.pool for n in underused}):
+            self._multi([n for n in underused if n.claim.pool == pool])
+        self._single(underused)
+        return ConsolidationResult(tuple(self.decisions), dict(self.skipped), self.budget_start)
+
+    def _drift(self, eligible: list[_Node]) -> None:
+        for n in eligible:
+            why = drift_reason(self.config, self.catalog, n.claim)
+            if why is None or n.removed:
+                continue
+            assert n.pool is not None
+            if self.allowance(n.pool, "Drifted") == 0:
+                self.skip(n, f"budget: pool {n.pool.name} allows no more Drifted disruption now ({why})")
+                continue
+            decision = self.evaluate([n], "Drifted")
+            if isinstance(decision, str):
+                self.skip(n, f"drifted: {why}, but {decision}")
+                continue
+            self.apply(replace(decision, detail=f"{why}; {decision.detail}"))
+
+    def _empty(self, eligible: list[_Node]) -> None:
+        for n in eligible:
+            if n.removed or n.locked or n.item.pods:
+                continue
+            assert n.pool is not None
+            wait = n.pool.disruption.consolidate_after
+            since = n.item.empty_since
+            if since is None or self.now - since < wait:
+                self.skip(n, f"empty: not yet for the pool's consolidateAfter {wait}")
+                continue
+            if self.allowance(n.pool, "Empty") == 0:
+                self.skip(n, f"budget: pool {n.pool.name} allows no more Empty disruption now")
+                continue
+            self.apply(Decision("Empty", "delete", n.pool.name, (n.name,), (n.claim.id,), n.price,
+                                detail=f"empty since {since.isoformat()}"))
+
+    def _multi(self, candidates: list[_Node]) -> None:
+        pool = candidates[0].pool if candidates else None
+        while pool is not None:
+            open_ = [n for n in candidates if not n.removed and not n.locked][:MULTI_NODE_MAX_CANDIDATES]
+            allowance = self.allowance(pool, "Underutilized")
+            top = len(open_) if allowance is None else min(len(open_), allowance)
+            if top < 2:
+                return
+            best: Decision | None = None
+            lo, hi = 2, top
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                found = self.evaluate(open_[:mid], "Underutilized")
+                if isinstance(found, Decision) and found.saving > _EPS:
+                    if best is None or found.saving > best.saving + _EPS:
+                        best = found
+                    lo = mid + 1
+                else:
+                    hi = mid - 1
+            if best is None:
+                return
+            self.apply(best)
+
+    def _single(self, candidates: list[_Node]) -> None:
+        """Each candidate on its own. The room elsewhere only shrinks during a pass (nodes go, destinations
+        fill), so a node like one already found wanting — same offering, same pods — is not asked about again:
+        replicas on identical nodes cost one solver call, not hundreds."""
+        failed: dict[tuple[object, ...], str] = {}
+        for n in candidates:
+            if n.removed:
+                continue
+            if n.locked:
+                self.skip(n, "destination: takes pods moved in this pass")
+                continue
+            assert n.pool is not None
+            if self.allowance(n.pool, "Underutilized") == 0:
+                self.skip(n, f"budget: pool {n.pool.name} allows no more Underutilized disruption now")
+                continue
+            shape = _shape(n)
+            if shape in failed:
+                self.skip(n, failed[shape])
+                continue
+            found = self.evaluate([n], "Underutilized")
+            if isinstance(found, str) or found.saving <= _EPS:
+                why = found if isinstance(found, str) else "no saving: nothing cheaper holds its pods"
+                failed[shape] = why
+                self.skip(n, why)
+            else:
+                self.apply(found)
+
+
+def consolidate(
+    config: Config,
+    solver: Solver,
+    nodes: Sequence[ConsolidationNode],
+    *,
+    claims: Sequence[NodeClaim] = (),
+    unavailable: Collection[OfferingKey] = (),
+    quotas: Mapping[str, int] | None = None,
+) -> ConsolidationResult:
+    """One consolidation pass at `solver.clock.now()`.
+
+    `solver`: the packer's, over the current catalog (build it once; it caches per catalog); `nodes`: every
+    Node of the cluster with its claim and pods; `claims`: the live claims (those without a node — in flight,
+    or draining — count against limits, quotas and budgets); `unavailable`: offerings marked unavailable;
+    `quotas`: vCPU quotas for this pass (default: the solver's).
+    """
+    return _Pass(config, solver, nodes, claims, unavailable, quotas).run()
+
+
+def _full(claim: NodeClaim) -> NodeClaim:
+    """A claim as the solver must see it: counted against limits and quotas, with no room for anyone."""
+    if claim.state not in IN_FLIGHT_STATES:
+        return claim
+    return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: _FULL}})
+
+
+_FULL = requests_attribute({GPU: 10**9})
+
+
+def _shape(n: _Node) -> tuple[object, ...]:
+    """What a single-node decision depends on besides the rest of the cluster: the offering and the pods."""
+    claim = n.claim
+    pods = sorted(
+        (tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())), p.required_node_affinity,
+         p.tolerations, p.priority)
+        for p in (entry.pod for entry in n.item.pods)
+    )
+    return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
+            tuple(sorted(n.used.items())), tuple(pods))
+
+
+def _price(catalog: Catalog, claim: NodeClaim) -> float:
+    """What the node costs now: its offering's current price, else what it was launched at."""
+    zone = claim.zone or (claim.zones[0] if len(claim.zones) == 1 else None)
+    if claim.instance_type and zone:
+        price = catalog.price((claim.instance_type, zone, claim.capacity_type))
+        if price is not None:
+            return price
+    return claim.launched_price_per_hour if claim.launched_price_per_hour is not None else claim.price_per_hour
+
+
+def _born(n: _Node) -> datetime:
+    node = n.item.node
+    return node.created_at if node.created_at is not None else n.claim.created_at

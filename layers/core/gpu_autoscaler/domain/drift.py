@@ -1,0 +1,102 @@
+"""Drift: a node that no longer matches the configuration it would be launched with today.
+
+Karpenter replaces drifted nodes within the pool's budgets; so does consolidation here (reason
+`Drifted`). A node has drifted when:
+
+- its pool is gone from the configuration, or its zone from the network's subnets;
+- its capacity type is no longer among the pool's, or its capacity reservation no longer the pool's;
+- its instance type, zone and capacity type no longer satisfy the pool's requirements (the labels are
+  the catalog's, as the packer matches them);
+- its image is not the configured AMI for its architecture (the claim's `imageId` attribute, written
+  when the instance is launched or registers);
+- the pool's node settings — taints, labels, GPU sharing, root volume, EFA — changed since the node
+  registered (the claim's `poolHash` attribute, stamped at registration, against `pool_hash` now).
+
+Pure: configuration, catalog and claim in; a reason in words (or None) out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.models import labels as L
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.claims import NodeClaim
+
+__all__ = ["IMAGE_ATTRIBUTE", "POOL_HASH_ATTRIBUTE", "drift_reason", "expected_image", "pool_hash"]
+
+IMAGE_ATTRIBUTE = "imageId"
+"""NodeClaim attribute: the AMI id the instance was launched from."""
+POOL_HASH_ATTRIBUTE = "poolHash"
+"""NodeClaim attribute: `pool_hash` of its pool when its node registered."""
+
+
+def pool_hash(pool: NodePool) -> str:
+    """A digest of the pool settings that shape a node once launched (requirements are checked directly)."""
+    shape = {
+        "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
+        "labels": sorted(pool.labels.items()),
+        "gpuSharing": pool.gpu_sharing.model_dump(mode="json"),
+        "ephemeralStorage": pool.ephemeral_storage,
+        "efa": pool.efa,
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def expected_image(config: Config, architecture: str) -> str | None:
+    """The configured AMI for an instance architecture (`x86_64` or `arm64`)."""
+    return config.ami.arm64 if architecture == "arm64" else config.ami.x86_64
+
+
+def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | None:
+    """Why this claim's node no longer matches the configuration, or None if it still does."""
+    try:
+        pool = config.pool(claim.pool)
+    except KeyError:
+        return f"pool {claim.pool} is no longer configured"
+    zone = claim.zone or (claim.zones[0] if len(claim.zones) == 1 else None)
+    if zone is not None and zone not in config.network.subnets:
+        return f"zone {zone} is no longer among the configured subnets"
+    if claim.capacity_type not in pool.capacity_types:
+        return f"capacity type {claim.capacity_type} is no longer allowed in pool {pool.name}"
+    if claim.reservation_id and claim.reservation_id not in {r.id for r in pool.capacity_reservations}:
+        return f"capacity reservation {claim.reservation_id} is no longer pool {pool.name}'s"
+    found = _requirement_drift(pool, catalog, claim, zone)
+    if found:
+        return found
+    image = claim.attributes.get(IMAGE_ATTRIBUTE)
+    instance_type = catalog.get(claim.instance_type) if claim.instance_type else None
+    if image and instance_type is not None:
+        wanted = expected_image(config, instance_type.architecture)
+        if wanted and image != wanted:
+            return f"image {image}, the configuration now wants {wanted} ({config.ami.family} {config.ami.version})"
+    recorded = claim.attributes.get(POOL_HASH_ATTRIBUTE)
+    if recorded and recorded != pool_hash(pool):
+        return f"pool {pool.name}'s node settings (taints, labels, GPU sharing, storage or EFA) changed"
+    return None
+
+
+def _requirement_drift(pool: NodePool, catalog: Catalog, claim: NodeClaim, zone: str | None) -> str | None:
+    if not claim.instance_type:
+        return None
+    instance_type = catalog.get(claim.instance_type)
+    if instance_type is None:
+        return None  # not in the catalog any more (retired): nothing to match against, and nothing better known
+    labels = dict(instance_type.labels)
+    labels.update({L.CAPACITY_TYPE: claim.capacity_type, L.NODE_POOL: pool.name, **pool.labels})
+    if zone is not None:
+        labels[L.ZONE] = zone
+    for requirement in pool.requirements:
+        if requirement.key == L.ZONE and zone is None:
+            continue
+        if not requirement.matches(labels):
+            values = ",".join(requirement.values)
+            return (f"{claim.instance_type} ({claim.capacity_type}{', ' + zone if zone else ''}) no longer meets "
+                    f"pool {pool.name}'s requirement {requirement.key} {requirement.operator} {values}".rstrip())
+    return None
+

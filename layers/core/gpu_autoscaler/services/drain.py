@@ -1,0 +1,324 @@
+"""The drain use case: one `DrainRequest` in; the node cordoned, its pods evicted, then the node gone.
+
+`domain.drain` decides each look at the node; this module acts and keeps going:
+
+1. Ownership: the request's claim (or the claim of its instance) must exist, and the Node must be that claim's
+   instance (EC2 reuses private DNS names). A drain of anything else is acknowledged and dropped.
+2. Passes: look (node, pods, replacements), act (cordon + claim → Draining on the first eviction pass, evict),
+   then wait the step's delay and look again while the invocation's budget lasts and the delay is short.
+   Otherwise the request goes back on the drain queue with that delay (attempt + 1, at most 15 minutes), and
+   this message is done: a 30-minute PodDisruptionBudget wait becomes a handful of messages, and an
+   invocation that dies leaves the original message to be redelivered.
+3. Finish (node empty, gone or past its deadline): delete what remains, terminate the instance through the
+   fleet (the only termination path), then delete the Node object — in that order, since a kubelet still
+   running would register the Node again.
+
+Every step is safe to repeat: cordoning is idempotent, evicting a pod already gone reports `gone`, the claim's
+lifecycle writes are conditional, so a duplicated or redelivered request does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpu_autoscaler.domain.drain import (
+    DRAIN_TAINT,
+    Continuation,
+    DrainAction,
+    DrainStep,
+    Replacements,
+    continuation,
+    plan_drain,
+)
+from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.cluster import EvictionOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.cluster import ClusterNode
+    from gpu_autoscaler.models.messages import DrainRequest
+    from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
+    from gpu_autoscaler.settings import FunctionSettings
+
+__all__ = ["DrainOutcome", "DrainService", "FleetTermination", "WrongCluster", "aws_drain_service", "node_of"]
+
+logger = logging.getLogger(__name__)
+
+_STARTED = (ClaimState.LAUNCHED, ClaimState.REGISTERED)
+_API_REFUSAL = EvictionOutcome(pod="", evicted=False, blocked=True, message="Kubernetes API failed")
+MAX_WAIT_IN_PLACE = timedelta(seconds=15)
+"""Longer waits go through the queue (a delayed message costs nothing; a sleeping Lambda does)."""
+
+
+class FleetTermination(Protocol):
+    """The fleet's termination path (`services.fleet.FleetService`): EC2 terminate plus the claim → Terminated."""
+
+    def terminate(self, claim: NodeClaim, reason: str) -> object: ...
+
+
+class WrongCluster(GpuAutoscalerError):
+    """A drain request for another cluster reached this one's drain queue."""
+
+
+@dataclass
+class DrainOutcome:
+    """What one drain invocation did, for the handler's response, logs and metrics."""
+
+    node: str
+    status: str = "continued"
+    """`finished`, `continued` (re-enqueued), `abandoned` (do-not-disrupt) or `ignored` (not ours)."""
+    reason: str = ""
+    passes: int = 0
+    evicted: list[str] = field(default_factory=list)
+    blocked: int = 0
+    """Evictions refused (429) over all passes."""
+    deleted: list[str] = field(default_factory=list)
+    terminated: bool = False
+    next_attempt: int | None = None
+    delay: timedelta | None = None
+    duration: timedelta | None = None
+    """Since the drain's first attempt, once it finished."""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "status": self.status,
+            "reason": self.reason,
+            "passes": self.passes,
+            "evicted": self.evicted,
+            "blocked": self.blocked,
+            "deleted": self.deleted,
+            "terminated": self.terminated,
+            "nextAttempt": self.next_attempt,
+            "delaySeconds": int(self.delay.total_seconds()) if self.delay is not None else None,
+            "durationSeconds": round(self.duration.total_seconds(), 3) if self.duration is not None else None,
+        }
+
+
+def node_of(nodes: Sequence[ClusterNode], claim: NodeClaim, name: str | None = None) -> ClusterNode | None:
+    """The claim's Node: by name if given (unless it names another instance: EC2 reuses private DNS names),
+    else by the claim's instance id."""
+    for node in nodes:
+        if name is not None:
+            if node.name != name:
+                continue
+            if claim.instance_id and node.instance_id and node.instance_id != claim.instance_id:
+                continue
+            return node
+        if claim.instance_id and node.instance_id == claim.instance_id:
+            return node
+    return None
+
+
+class DrainService:
+    def __init__(
+        self,
+        cluster_name: str,
+        store: StateStore,
+        cluster: ClusterAPI,
+        fleet: FleetTermination,
+        queue: DrainQueue,
+        *,
+        clock: Clock,
+        sleep: Callable[[float], None] = time.sleep,
+        max_wait_in_place: timedelta = MAX_WAIT_IN_PLACE,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.store = store
+        self.cluster = cluster
+        self.fleet = fleet
+        self.queue = queue
+        self.clock = clock
+        self._sleep = sleep
+        self._max_wait = max_wait_in_place
+
+    def drain(self, request: DrainRequest, budget: timedelta = timedelta(0)) -> DrainOutcome:
+        """Work on the drain for up to `budget` (waits included), then re-enqueue it if it is not finished."""
+        if request.cluster != self.cluster_name:
+            raise WrongCluster(f"drain request for cluster '{request.cluster}' reached '{self.cluster_name}'")
+        outcome = DrainOutcome(node=request.node_name)
+        claim = self._claim(request)
+        if claim is None:
+            outcome.status, outcome.reason = "ignored", "no claim of ours for this node"
+            logger.warning("drain of %s ignored: %s", request.node_name, outcome.reason)
+            return outcome
+        began = self.clock.now()
+        request = request if request.started_at else request.model_copy(update={"started_at": began})
+        while True:
+            outcome.passes += 1
+            try:
+                after = self._pass(request, claim, outcome)
+            except KubernetesApiError as error:
+                after = self._api_failed(request, claim, error, outcome)
+            if after is None:
+                return outcome
+            request = after.request
+            if after.delay > self._max_wait or (self.clock.now() - began) + after.delay > budget:
+                return self._requeue(after, outcome)
+            self._sleep(after.delay.total_seconds())
+            claim = self.store.get_claim(claim.id) or claim
+
+    def _pass(self, request: DrainRequest, claim: NodeClaim, outcome: DrainOutcome) -> Continuation | None:
+        """One look and what it calls for; the continuation, or None when this drain is over."""
+        now = self.clock.now()
+        node = node_of(self.cluster.list_nodes(), claim, request.node_name)
+        if claim.state is ClaimState.TERMINATED:
+            self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
+            return None
+        pods = self.cluster.list_pods(node.name) if node is not None else []
+        replacements = self._replacements(request) if node is not None else Replacements.READY
+        step = plan_drain(request, node, pods, now, replacements=replacements)
+        if step.action is DrainAction.ABANDON:
+            outcome.status, outcome.reason = "abandoned", step.reason
+            logger.info("drain of %s abandoned: %s", request.node_name, step.reason)
+            return None
+        if step.cordon and node is not None:
+            claim = self._start(node, claim, request.reason)
+        if step.action is DrainAction.FINISH:
+            self._finish(request, claim, node, step, outcome)
+            return None
+        outcomes = self._evict(step, outcome)
+        outcome.reason = step.reason
+        return continuation(request, step, outcomes, now)
+
+    def _api_failed(self, request: DrainRequest, claim: NodeClaim, error: KubernetesApiError,
+                    outcome: DrainOutcome) -> Continuation | None:
+        """The Kubernetes API failed mid-pass. Before the deadline: try again soon, backing off like a refused
+        eviction (SQS would only redeliver after its visibility timeout). At or past it: the instance goes
+        anyway, through the fleet; the Node object is left for the API to come back."""
+        now = self.clock.now()
+        logger.warning("drain of %s: Kubernetes API failed: %s", request.node_name, error)
+        outcome.reason = f"Kubernetes API failed: {error}"
+        if now < request.deadline:
+            return continuation(request, DrainStep(DrainAction.EVICT, outcome.reason), [_API_REFUSAL], now)
+        current = self.store.get_claim(claim.id) or claim
+        if current.state is not ClaimState.TERMINATED:
+            self.fleet.terminate(current, f"drain deadline passed with the Kubernetes API failing: {request.reason}")
+            outcome.terminated = True
+        outcome.status = "finished"
+        return None
+
+    # Steps
+
+    def _claim(self, request: DrainRequest) -> NodeClaim | None:
+        claim = self.store.get_claim(request.claim_id) if request.claim_id else None
+        if claim is None and request.instance_id:
+            claim = self.store.claim_for_instance(request.instance_id)
+        if claim is not None and request.instance_id and claim.instance_id not in (None, request.instance_id):
+            logger.warning("drain of %s names instance %s but claim %s has %s", request.node_name,
+                           request.instance_id, claim.id, claim.instance_id)
+            return None
+        return claim
+
+    def _start(self, node: ClusterNode, claim: NodeClaim, reason: str) -> NodeClaim:
+        """Cordon and taint; the claim becomes Draining, so its pods are free to be planned elsewhere."""
+        try:
+            self.cluster.cordon(node.name, DRAIN_TAINT)
+        except NodeNotFound:
+            logger.info("node %s vanished while being cordoned", node.name)
+        return self._mark_draining(claim, reason)
+
+    def _mark_draining(self, claim: NodeClaim, reason: str) -> NodeClaim:
+        for _ in range(3):
+            if claim.state not in _STARTED:
+                return claim
+            try:
+                return self.store.transition(claim, ClaimState.DRAINING, f"drain: {reason}")
+            except StaleClaim:
+                claim = self.store.get_claim(claim.id) or claim
+        return claim
+
+    def _evict(self, step: DrainStep, outcome: DrainOutcome) -> list[EvictionOutcome]:
+        results = []
+        for pod in step.evict:
+            result = self.cluster.evict(pod)
+            results.append(result)
+            if result.evicted:
+                outcome.evicted.append(pod.key)
+            elif result.blocked:
+                outcome.blocked += 1
+                logger.info("eviction of %s refused: %s", pod.key, result.message)
+        return results
+
+    def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
+                outcome: DrainOutcome) -> DrainOutcome:
+        for pod in step.delete:
+            self.cluster.delete_pod(pod)
+            outcome.deleted.append(pod.key)
+        if step.delete:
+            logger.warning("drain of %s reached its deadline: deleted %s", request.node_name,
+                           ", ".join(outcome.deleted))
+        current = self.store.get_claim(claim.id) or claim
+        if current.state is not ClaimState.TERMINATED:
+            self.fleet.terminate(current, f"drained ({step.reason}): {request.reason}")
+            outcome.terminated = True
+        if node is not None:
+            self.cluster.delete_node(node.name)
+        outcome.status, outcome.reason = "finished", step.reason
+        outcome.duration = self.clock.now() - (request.started_at or self.clock.now())
+        return outcome
+
+    def _requeue(self, after: Continuation, outcome: DrainOutcome) -> DrainOutcome:
+        self.queue.send(after.request, after.delay)
+        outcome.status = "continued"
+        outcome.next_attempt, outcome.delay = after.request.attempt, after.delay
+        return outcome
+
+    def _replacements(self, request: DrainRequest) -> Replacements:
+        """READY once every replacement is Registered with a Ready node; FAILED if one ended (or vanished)
+        without ever registering; WAITING otherwise."""
+        nodes: list[ClusterNode] | None = None
+        waiting = False
+        for claim_id in request.replacements:
+            claim = self.store.get_claim(claim_id)
+            if claim is None:
+                return Replacements.FAILED
+            registered = claim.state is ClaimState.REGISTERED or any(
+                t.state is ClaimState.REGISTERED for t in claim.history)
+            if claim.state in (ClaimState.DRAINING, ClaimState.TERMINATED):
+                if not registered:
+                    return Replacements.FAILED
+                continue
+            if claim.state is not ClaimState.REGISTERED:
+                waiting = True
+                continue
+            nodes = self.cluster.list_nodes() if nodes is None else nodes
+            node = node_of(nodes, claim, claim.node_name) or node_of(nodes, claim)
+            waiting = waiting or (node is not None and not node.ready)
+        return Replacements.WAITING if waiting else Replacements.READY
+
+
+def aws_drain_service(settings: FunctionSettings, clock: Clock | None = None) -> DrainService:
+    """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
+    Kubernetes API with an EKS token, terminations through the fleet, progress on the drain queue."""
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.configuration import fetch_config
+    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+    from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
+    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.services.fleet import FleetService
+
+    clock = clock or SystemClock()
+    clients = AwsClients(settings.region, settings.endpoint_url)
+    config = fetch_config(clients, settings)
+    if not settings.drain_queue_url:
+        raise GpuAutoscalerError("DRAIN_QUEUE_URL is not set: a drain cannot continue in a later invocation")
+    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
+    return DrainService(
+        config.cluster_name,
+        store,
+        LazyCluster(lambda: KubernetesCluster.for_eks(config, clients, clock)),
+        FleetService(config, store, Ec2Compute(clients.client("ec2"), config.cluster_name), clock=clock),
+        SqsDrainQueue(clients.client("sqs"), settings.drain_queue_url),
+        clock=clock,
+    )

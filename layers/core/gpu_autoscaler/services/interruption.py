@@ -1,0 +1,257 @@
+"""The interruption use case: one AWS notice about an instance in; the node replaced, drained or closed.
+
+`domain.interruption` parses the notice and decides; this module acts, per instance the notice names:
+
+- Not ours (no claim for the instance): acknowledged, logged at debug, nothing else.
+- State change (stopping, stopped, shutting-down, terminated): the claim is closed through the fleet, the
+  Node object deleted (its pods go with it, to be recreated and reported pending), the claim's pods released.
+- Spot warning, capacity reservation warning: cordon and taint at once; the offering is marked unavailable;
+  the claim becomes Draining (its pods are no longer covered by it); a replacement is planned for the node's
+  pods through the packer (claims stored, launch requested) and an involuntary drain is requested with the
+  warning's deadline.
+- Rebalance (unless the pool ignores it), AWS Health scheduled change: replacement first, then a drain that
+  waits for it to be Ready (or `rebalanceDrainAfter`, or shortly before the scheduled start).
+
+A repeated notice acts once (the handler's idempotency); everything here is also safe to repeat on its own
+(the packer keys replacement claims by the notice, the lifecycle writes are conditional).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable
+from gpu_autoscaler.domain.interruption import decide, replacement_pods
+from gpu_autoscaler.errors import GpuAutoscalerError, NodeNotFound, StaleClaim
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.messages import DrainRequest
+from gpu_autoscaler.models.pods import PendingPodsDocument
+from gpu_autoscaler.services.drain import node_of
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.interruption import Notice, Response
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterNode
+    from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
+    from gpu_autoscaler.services.drain import FleetTermination
+    from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.settings import FunctionSettings
+
+__all__ = ["InterruptionOutcome", "InterruptionService", "aws_interruption_service"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class InterruptionOutcome:
+    """What one notice did to one instance, for the handler's response, logs and metrics."""
+
+    event_id: str
+    kind: str
+    instance_id: str
+    action: str = "ignored"
+    """`ignored` (not ours, already ended, pool setting), `closed`, `replace-and-drain`, `drain`."""
+    claim_id: str | None = None
+    node: str | None = None
+    cordoned: bool = False
+    replacements: list[str] = field(default_factory=list)
+    unschedulable: list[str] = field(default_factory=list)
+    drain: DrainRequest | None = None
+    reason: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "eventId": self.event_id,
+            "kind": self.kind,
+            "instanceId": self.instance_id,
+            "action": self.action,
+            "claimId": self.claim_id,
+            "node": self.node,
+            "cordoned": self.cordoned,
+            "replacements": self.replacements,
+            "unschedulable": self.unschedulable,
+            "drain": self.drain.model_dump(mode="json", by_alias=True) if self.drain else None,
+            "reason": self.reason,
+        }
+
+
+class InterruptionService:
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        cluster: ClusterAPI,
+        fleet: FleetTermination,
+        packer: PackerService,
+        drains: DrainQueue,
+        *,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.cluster = cluster
+        self.fleet = fleet
+        self.packer = packer
+        self.drains = drains
+        self.clock = clock
+
+    def handle(self, notice: Notice) -> list[InterruptionOutcome]:
+        return [self.handle_instance(notice, instance_id) for instance_id in notice.instance_ids]
+
+    def handle_instance(self, notice: Notice, instance_id: str) -> InterruptionOutcome:
+        outcome = InterruptionOutcome(event_id=notice.event_id, kind=str(notice.kind), instance_id=instance_id)
+        claim = self.store.claim_for_instance(instance_id)
+        if claim is None:
+            outcome.reason = "instance not launched by this cluster"
+            logger.debug("%s for %s ignored: %s", notice.kind, instance_id, outcome.reason)
+            return outcome
+        outcome.claim_id = claim.id
+        pool = next((p for p in self.config.node_pools if p.name == claim.pool), None)
+        now = self.clock.now()
+        response = decide(notice, instance_id, claim, pool, now, drain_timeout=self.config.timeouts.interruption_drain)
+        if claim.state is ClaimState.TERMINATED:
+            # Whoever ended it (a drain, the fleet, an earlier notice) removed its Node and freed its pods.
+            outcome.reason = "claim already ended"
+            return outcome
+        if not (response.close or response.drain or response.replace):
+            outcome.reason = response.reason
+            logger.info("%s for %s: %s", notice.kind, instance_id, response.reason)
+            return outcome
+        nodes = self.cluster.list_nodes()
+        node = node_of(nodes, claim, claim.node_name) or node_of(nodes, claim)
+        outcome.node = node.name if node is not None else None
+        if response.close:
+            return self._close(claim, node, response, outcome)
+        if response.cordon_now and node is not None:
+            outcome.cordoned = self._cordon(node)
+        if response.mark_unavailable:
+            self._mark_unavailable(claim, response.reason)
+        if response.involuntary:
+            claim = self._draining(claim, response.reason)
+        if response.replace:
+            self._replace(notice, claim, node, outcome)
+        if response.drain:
+            outcome.drain = self._request_drain(claim, node, response, outcome.replacements)
+        outcome.action = "replace-and-drain" if response.replace else "drain"
+        outcome.reason = response.reason
+        return outcome
+
+    # Steps
+
+    def _close(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
+               outcome: InterruptionOutcome) -> InterruptionOutcome:
+        """The instance is gone or going: end the claim, drop its Node, free its pods for planning elsewhere."""
+        pods = [p.uid for p in self.cluster.list_pods(node.name)] if node is not None else []
+        self.fleet.terminate(claim, response.reason)
+        if node is not None:
+            self.cluster.delete_node(node.name)
+        self.store.release_pods(list(dict.fromkeys([*claim.pods, *pods])))
+        outcome.action, outcome.reason = "closed", response.reason
+        return outcome
+
+    def _cordon(self, node: ClusterNode) -> bool:
+        try:
+            self.cluster.cordon(node.name, DRAIN_TAINT)
+        except NodeNotFound:
+            logger.info("node %s vanished before it could be cordoned", node.name)
+            return False
+        return True
+
+    def _mark_unavailable(self, claim: NodeClaim, reason: str) -> None:
+        if claim.instance_type and claim.zone:
+            offering = (claim.instance_type, claim.zone, str(claim.capacity_type))
+            self.store.mark_unavailable(offering, self.config.timeouts.unavailable_offering_ttl, reason)
+
+    def _draining(self, claim: NodeClaim, reason: str) -> NodeClaim:
+        """The node is doomed: its claim stops covering pods, so the replacement can take them."""
+        for _ in range(3):
+            if claim.state not in (ClaimState.LAUNCHED, ClaimState.REGISTERED):
+                return claim
+            try:
+                return self.store.transition(claim, ClaimState.DRAINING, reason)
+            except StaleClaim:
+                claim = self.store.get_claim(claim.id) or claim
+        return claim
+
+    def _replace(self, notice: Notice, claim: NodeClaim, node: ClusterNode | None,
+                 outcome: InterruptionOutcome) -> None:
+        """Plan the node's pods as pending pods (the packer's path: in-flight claims first, the offering just
+        lost unavailable), store the claims, request their launch; record which claims now cover them."""
+        pods = [p for p in self.cluster.list_pods(node.name) if movable(p)] if node is not None else []
+        if not pods:
+            return
+        uids = [p.uid for p in pods]
+        self.store.release_pods(uids)
+        document = PendingPodsDocument(schema_version=1, cluster=self.config.cluster_name, sent_at=self.clock.now(),
+                                       pods=replacement_pods(pods))
+        packed = self.packer.handle(document, source=f"{notice.kind}#{claim.instance_id}")
+        covering = self.store.assignments(uids)
+        outcome.replacements = sorted({cid for cid in covering.values() if cid != claim.id})
+        outcome.unschedulable = [u.name for u in packed.unschedulable]
+        if outcome.unschedulable:
+            logger.warning("no replacement for %s: %s", claim.id, ", ".join(outcome.unschedulable))
+
+    def _request_drain(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
+                       replacements: list[str]) -> DrainRequest:
+        now = self.clock.now()
+        deadline = response.drain_deadline or now
+        request = DrainRequest(
+            cluster=self.config.cluster_name,
+            node_name=node.name if node is not None else (claim.node_name or claim.instance_id or claim.id),
+            instance_id=claim.instance_id,
+            claim_id=claim.id,
+            reason=response.reason,
+            involuntary=response.involuntary,
+            deadline=deadline,
+            replacement_claim_id=replacements[0] if replacements else None,
+            replacement_claim_ids=replacements[1:],
+            wait_until=response.wait_until if response.wait_for_replacement else now,
+        )
+        self.drains.send(request)
+        return request
+
+
+def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None) -> InterruptionService:
+    """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
+    Kubernetes API with an EKS token, replacements through the packer, drains on the drain queue."""
+    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.configuration import fetch_config
+    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+    from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
+    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.services.fleet import FleetService
+    from gpu_autoscaler.services.packer import PackerService
+
+    clock = clock or SystemClock()
+    clients = AwsClients(settings.region, settings.endpoint_url)
+    config = fetch_config(clients, settings)
+    if not settings.launch_queue_url or not settings.drain_queue_url:
+        raise GpuAutoscalerError("LAUNCH_QUEUE_URL and DRAIN_QUEUE_URL must be set: replacements and drains go there")
+    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
+    packer = PackerService(
+        config,
+        store,
+        Ec2CatalogSource.from_config(clients, config, clock=clock),
+        SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url),
+        clock=clock,
+        quotas=ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock),
+    )
+    return InterruptionService(
+        config,
+        store,
+        LazyCluster(lambda: KubernetesCluster.for_eks(config, clients, clock)),
+        FleetService(config, store, Ec2Compute(clients.client("ec2"), config.cluster_name), clock=clock),
+        packer,
+        SqsDrainQueue(clients.client("sqs"), settings.drain_queue_url),
+        clock=clock,
+    )

@@ -1,0 +1,155 @@
+"""Reconcile, on the consolidation schedule: claims against the Nodes that joined, and the demand history.
+
+1. Registration: a Launched claim whose instance has a Node (providerID `aws:///<zone>/<instance-id>`)
+   becomes Registered with the Node's name. The pool's settings digest and the configured image are stamped on
+   it then (`drift`), so a later change of either shows as drift.
+2. Registration timeout: a claim whose Node has not joined within `timeouts.registrationTtl` of its launch
+   (or, never launched, of its creation) is ended through the fleet — its instance terminated if there is
+   one, the claim Terminated, its pods released so the packer plans them again.
+3. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+   in the current 5-minute bucket (`services.demand`, shared with the packer).
+
+Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.domain.drain import movable
+from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
+from gpu_autoscaler.errors import StaleClaim
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.services.demand import pool_gpus, record_demand
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+    from gpu_autoscaler.models.resources import Resources
+    from gpu_autoscaler.ports import ClusterAPI, StateStore
+    from gpu_autoscaler.services.drain import FleetTermination
+
+__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService", "launched_at"]
+
+logger = logging.getLogger(__name__)
+
+CLAIMED_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
+
+
+@dataclass
+class ReconcileOutcome:
+    registered: list[str] = field(default_factory=list)
+    """Claim ids marked Registered."""
+    timed_out: list[str] = field(default_factory=list)
+    """Claim ids ended because no Node joined in time."""
+    demand: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"registered": self.registered, "timedOut": self.timed_out,
+                "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())}}
+
+
+def launched_at(claim: NodeClaim) -> datetime:
+    """When the claim's instance was launched (its last Launched transition), else when it was created."""
+    for step in reversed(claim.history):
+        if step.state is ClaimState.LAUNCHED:
+            return step.at
+    return claim.created_at
+
+
+class ReconcileService:
+    def __init__(self, config: Config, store: StateStore, cluster: ClusterAPI, fleet: FleetTermination, *,
+                 clock: Clock) -> None:
+        self.config = config
+        self.store = store
+        self.cluster = cluster
+        self.fleet = fleet
+        self.clock = clock
+
+    def run(self, nodes: Sequence[ClusterNode] | None = None, pods: Sequence[ClusterPod] | None = None,
+            ) -> ReconcileOutcome:
+        """`nodes`, `pods`: the cluster as just listed (listed here when not given)."""
+        nodes = self.cluster.list_nodes() if nodes is None else nodes
+        pods = self.cluster.list_pods() if pods is None else pods
+        now = self.clock.now()
+        outcome = ReconcileOutcome()
+        by_instance = {n.instance_id: n for n in nodes if n.instance_id}
+        claims = self.store.list_claims(CLAIMED_STATES)
+        for claim in claims:
+            node = by_instance.get(claim.instance_id) if claim.instance_id else None
+            if claim.state is ClaimState.LAUNCHED and node is not None:
+                self._register(claim, node, outcome)
+            elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
+                self._maybe_time_out(claim, now, outcome)
+        outcome.demand = self._demand(nodes, pods, claims)
+        record_demand(self.store, self.config, outcome.demand, now)
+        return outcome
+
+    def _register(self, claim: NodeClaim, node: ClusterNode, outcome: ReconcileOutcome) -> None:
+        attributes = dict(claim.attributes)
+        try:
+            attributes[POOL_HASH_ATTRIBUTE] = pool_hash(self.config.pool(claim.pool))
+        except KeyError:
+            pass  # the pool is gone: drift says so without a digest
+        image = expected_image(self.config, "arm64" if node.labels.get(L.ARCH) == "arm64" else "x86_64")
+        if image and IMAGE_ATTRIBUTE not in attributes:
+            attributes[IMAGE_ATTRIBUTE] = image
+        try:
+            self.store.transition(claim, ClaimState.REGISTERED, f"node {node.name} joined", node_name=node.name,
+                                  attributes=attributes)
+        except StaleClaim:
+            logger.info("claim %s moved on before it could be marked Registered", claim.id)
+            return
+        outcome.registered.append(claim.id)
+        logger.info("claim %s registered as node %s", claim.id, node.name)
+
+    def _maybe_time_out(self, claim: NodeClaim, now: datetime, outcome: ReconcileOutcome) -> None:
+        ttl = self.config.timeouts.registration_ttl
+        since = launched_at(claim) if claim.state is ClaimState.LAUNCHED else claim.created_at
+        if now - since < ttl:
+            return
+        what = f"instance {claim.instance_id}'s node did not join" if claim.instance_id else "it was not launched"
+        reason = f"registration timeout: {what} within {ttl}"
+        try:
+            self.fleet.terminate(claim, reason)
+        except StaleClaim:
+            logger.info("claim %s changed while timing out; looked at again next tick", claim.id)
+            return
+        outcome.timed_out.append(claim.id)
+        logger.warning("claim %s ended: %s", claim.id, reason)
+
+    def _demand(self, nodes: Sequence[ClusterNode], pods: Sequence[ClusterPod], claims: Sequence[NodeClaim],
+                ) -> dict[str, float]:
+        """Requested GPUs per pool: running on its nodes, and pending on its claims."""
+        live = {c.id: c for c in claims}
+        by_instance = {c.instance_id: c.pool for c in live.values() if c.instance_id}
+        node_pool: dict[str, str] = {}
+        for node in nodes:
+            pool = by_instance.get(node.instance_id) if node.instance_id else None
+            pool = pool or node.labels.get(L.NODE_POOL)
+            if pool:
+                node_pool[node.name] = pool
+        pending = [p for p in pods if p.node_name is None and movable(p)]
+        owners = self.store.assignments([p.uid for p in pending]) if pending else {}
+        pairs: list[tuple[str, Resources]] = []
+        for pod in pods:
+            if not movable(pod):
+                continue
+            if pod.node_name is not None:
+                pool = node_pool.get(pod.node_name)
+            else:
+                owner = live.get(owners.get(pod.uid, ""))
+                pool = owner.pool if owner is not None else None
+            if pool:
+                pairs.append((pool, pod.requests))
+        demand = dict.fromkeys((p.name for p in self.config.node_pools), 0.0)
+        demand.update(pool_gpus(self.config, pairs))
+        return demand

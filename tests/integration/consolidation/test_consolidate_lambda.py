@@ -1,0 +1,164 @@
+"""The consolidate Lambda on the embedded AWS (moto server) and the local Kubernetes API, through the real
+`kubernetes` client with an EKS token: a half-empty node is replaced, and its drain waits until the
+replacement — launched by the fleet on EC2 Fleet — has joined the cluster and is Ready.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from kubernetes import client as k8s
+
+from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
+from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.config import Config, parse_config
+from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE
+from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
+from gpu_autoscaler.services.drain import DrainService
+from gpu_autoscaler.services.fleet import FleetService, aws_fleet_service
+from gpu_autoscaler.services.prewarm import InvalidTick
+from gpu_autoscaler.settings import load_settings
+from tests.conftest import ROOT, example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+POOL = "gpu-burst"
+CANDIDATE = "i-0c0501da7e0000001"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[LocalKubernetes]:
+    with LocalKubernetes(cluster_name="ml-prod", bookmark_interval=0.2) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def config(kube: LocalKubernetes) -> Config:
+    """The example configuration, its Kubernetes endpoint the local API, its burst pool consolidating at once."""
+    data = example_config_data()
+    data["kubernetes"] = {"endpoint": kube.url}
+    for pool in data["nodePools"]:
+        if pool["name"] == POOL:
+            pool["disruption"] = {"consolidateAfter": "0s", "minNodeAge": "0s", "spotToSpot": True,
+                                  "budgets": [{"nodes": "100%"}]}
+    return parse_config(data)
+
+
+@pytest.fixture(scope="module")
+def aws(config: Config) -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(config) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def store(aws: EmbeddedAws, config: Config) -> DynamoStateStore:
+    return DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, config.cluster_name, clock=SystemClock())
+
+
+def invoke(aws: EmbeddedAws, event: Any) -> Any:
+    path = handler_path(default_functions_dir(), "consolidate")
+    return run_handler(path, "consolidate", event, aws.function_environment("consolidate"), region=aws.config.region)
+
+
+def take(aws: EmbeddedAws, queue: str) -> list[dict[str, Any]]:
+    sqs = aws.clients.client("sqs")
+    out = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=aws.queue_url(queue), MaxNumberOfMessages=10).get("Messages", [])
+        if not batch:
+            return out
+        for message in batch:
+            out.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=aws.queue_url(queue), ReceiptHandle=message["ReceiptHandle"])
+
+
+def join(kube: LocalKubernetes, aws: EmbeddedAws, config: Config, instance_id: str, instance_type: str, zone: str,
+         capacity_type: str) -> str:
+    """The instance's kubelet registers its Node (labels, taints, resources of its type in the pool)."""
+    types = {t.name: t for t in Ec2CatalogSource.from_config(aws.clients, config).instance_types()}
+    instance = SimulatedInstance.from_catalog(instance_id, types[instance_type], zone, capacity_type,
+                                              config.pool(POOL), config.overhead)
+    kube.add_instance(instance)
+    kube.reconcile()
+    return instance.name
+
+
+def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
+        aws: EmbeddedAws, kube: LocalKubernetes, config: Config, store: DynamoStateStore) -> None:
+    # A g5.48xlarge (8 GPUs) left holding one 4-GPU pod.
+    node = join(kube, aws, config, CANDIDATE, "g5.48xlarge", "us-east-1a", "on-demand")
+    core = k8s.CoreV1Api(kube.client())
+    core.create_namespaced_pod("default", {
+        "metadata": {"name": "train-0", "labels": {"app": "train"}},
+        "spec": {"nodeName": node, "tolerations": [GPU_TOLERATION], "nodeSelector": {"karpenter.sh/nodepool": POOL},
+                 "containers": [{
+            "name": "main", "image": "trainer",
+            "resources": {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                          "limits": {"nvidia.com/gpu": "4"}}}]},
+    })
+    kube.reconcile()
+    now = datetime.now(UTC)
+    store.create_claim(NodeClaim(
+        cluster=config.cluster_name, id="nc-candidate", pool=POOL, capacity_type="on-demand", zones=("us-east-1a",),
+        instance_types=("g5.48xlarge",), price_per_hour=16.288, state=ClaimState.REGISTERED,
+        created_at=now - timedelta(hours=2), instance_id=CANDIDATE, instance_type="g5.48xlarge", zone="us-east-1a",
+        launched_price_per_hour=16.288, node_name=node,
+    ))
+
+    summary = invoke(aws, json.loads((ROOT / "events" / "consolidate-rate.json").read_text()))
+    [decision] = summary["decisions"]
+    assert (decision["reason"], decision["action"], decision["nodes"]) == ("Underutilized", "replace", [node])
+    assert decision["savingPerHour"] > 0
+    [replacement] = decision["replacements"]
+    [launch] = [LaunchRequest.model_validate(b) for b in take(aws, "launch")]
+    assert launch.claim_ids == [replacement["claim"]]
+    [drain] = [DrainRequest.model_validate(b) for b in take(aws, "drain")]
+    assert (drain.node_name, drain.claim_id, drain.involuntary) == (node, "nc-candidate", False)
+    assert drain.replacement_claim_id == replacement["claim"]
+    assert DISRUPTION_ATTRIBUTE in store.get_claim("nc-candidate").attributes
+
+    # The drain looks, finds the replacement not Ready, and leaves the node alone.
+    cluster = KubernetesCluster(kube.client())
+    fleet = FleetService(config, store, Ec2Compute(aws.clients.client("ec2"), config.cluster_name), clock=SystemClock())
+    drainer = DrainService(config.cluster_name, store, cluster, fleet,
+                           SqsDrainQueue(aws.clients.client("sqs"), aws.queue_url("drain")), clock=SystemClock(),
+                           sleep=lambda _: None)
+    assert drainer.drain(drain).status == "continued"
+    assert not kube.objects("nodes")[0]["spec"].get("unschedulable")
+
+    # The fleet launches the replacement on EC2 Fleet; its node joins; the next tick registers it.
+    launcher = aws_fleet_service(load_settings(aws.function_environment("fleet")))
+    assert [c.claim_id for c in launcher.launch(launch).launched] == [replacement["claim"]]
+    launched = store.get_claim(replacement["claim"])
+    assert launched.state is ClaimState.LAUNCHED and launched.instance_id
+    join(kube, aws, config, launched.instance_id, launched.instance_type, launched.zone, launched.capacity_type)
+    second = invoke(aws, {"trigger": "rate"})
+    assert second["reconcile"]["registered"] == [replacement["claim"]]
+    assert second["decisions"] == []
+
+    # Now the drain evicts, and the node goes.
+    finished = drainer.drain(drain, budget=timedelta(seconds=30))  # as its delayed continuation would
+    assert finished.evicted == ["default/train-0"] and finished.status == "finished"
+    registered = next(s.at for s in store.get_claim(replacement["claim"]).history if s.state is ClaimState.REGISTERED)
+    ended = store.get_claim("nc-candidate")
+    draining = next(s.at for s in ended.history if s.state is ClaimState.DRAINING)
+    assert ended.state is ClaimState.TERMINATED and registered <= draining
+    assert node not in {n["metadata"]["name"] for n in kube.objects("nodes")}
+
+
+def test_a_tick_that_is_not_a_schedule_tick_fails_with_the_reason(aws: EmbeddedAws) -> None:
+    with pytest.raises(InvalidTick, match="trigger"):
+        invoke(aws, {"trigger": "sometimes"})

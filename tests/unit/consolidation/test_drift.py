@@ -1,0 +1,43 @@
+"""Drift: what makes a node no longer match the configuration it would be launched with today."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_autoscaler.domain.drift import drift_reason, pool_hash
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pool
+
+CATALOG = make_catalog()
+CONFIG = make_config(make_pool(requirements=[
+    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["g"]}]))
+IMAGE = CONFIG.ami.x86_64
+
+
+def claim(**changes: Any) -> NodeClaim:
+    values: dict[str, Any] = {
+        "cluster": "test", "id": "nc-1", "pool": "gpu", "capacity_type": "spot", "zones": ("us-east-1a",),
+        "instance_types": ("g6.xlarge",), "price_per_hour": 0.4, "state": ClaimState.REGISTERED, "created_at": NOW,
+        "instance_id": "i-1", "instance_type": "g6.xlarge", "zone": "us-east-1a",
+        "attributes": {"imageId": IMAGE, "poolHash": pool_hash(CONFIG.pool("gpu"))},
+    }
+    values.update(changes)
+    return NodeClaim(**values)
+
+
+def test_a_node_launched_as_configured_has_not_drifted() -> None:
+    assert drift_reason(CONFIG, CATALOG, claim()) is None
+    assert drift_reason(CONFIG, CATALOG, claim(attributes={})) is None  # nothing recorded: nothing to compare
+
+
+def test_each_kind_of_drift_is_named() -> None:
+    assert "no longer configured" in drift_reason(CONFIG, CATALOG, claim(pool="gone"))
+    assert "zone us-east-1z" in drift_reason(CONFIG, CATALOG, claim(zone="us-east-1z"))
+    on_demand_only = make_config(make_pool(capacityTypes=["on-demand"]))
+    assert "capacity type spot" in drift_reason(on_demand_only, CATALOG, claim())
+    assert "requirement karpenter.k8s.aws/instance-category In g" in drift_reason(
+        CONFIG, CATALOG, claim(instance_type="p5.4xlarge", capacity_type="on-demand"))
+    assert "image ami-0ffffffffffffffff" in drift_reason(
+        CONFIG, CATALOG, claim(attributes={"imageId": "ami-0ffffffffffffffff"}))
+    relabelled = make_config(make_pool(labels={"team": "a"}, requirements=CONFIG.pool("gpu").requirements))
+    assert "settings" in drift_reason(relabelled, CATALOG, claim())

@@ -1,0 +1,329 @@
+"""Consolidation, rule by rule, on the pure decision: what is removed or replaced, what is never touched."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate
+from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from gpu_autoscaler.models.requirements import Requirement
+from tests.unit.consolidation.builders import NOW, Cluster, pool_config, wide_spot_catalog
+from tests.unit.packing.builders import TYPES
+
+
+def by_reason(result, reason: str):
+    return [d for d in result.decisions if d.reason == reason]
+
+
+def touched(result) -> set[str]:
+    return {n for d in result.decisions for n in d.nodes}
+
+
+# Empty nodes
+
+
+def test_an_empty_node_goes_once_empty_for_consolidate_after() -> None:
+    cluster = Cluster(pool_config(consolidateAfter="10m"))
+    old = cluster.node(empty_for=timedelta(minutes=11))
+    fresh = cluster.node(empty_for=timedelta(minutes=3))
+    result = cluster.consolidate()
+    [decision] = result.decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Empty", "delete", (old,))
+    assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
+    assert decision.replacements == ()
+    assert result.skipped[fresh].startswith("empty: not yet")
+
+
+# Underutilized: delete onto others' room, replace, several into one
+
+
+def test_a_node_whose_pods_fit_on_another_nodes_free_room_is_removed() -> None:
+    cluster = Cluster(pool_config())
+    lonely = cluster.node("g5.12xlarge")
+    cluster.pod(lonely)
+    roomy = cluster.node("g5.48xlarge", age=timedelta(minutes=5))  # too young to go, but takes pods
+    cluster.pods_on(roomy, 3)
+    result = cluster.consolidate()
+    [decision] = result.decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (lonely,))
+    assert set(decision.destinations) == {roomy}
+    assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
+
+
+def test_a_half_empty_node_is_replaced_by_one_cheaper_node_whatever_the_fleet_picks() -> None:
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    [pod] = cluster.pods_on(big, 1, gpus=4, cpu="16", memory="64Gi")
+    result = cluster.consolidate()
+    [decision] = result.decisions
+    assert (decision.reason, decision.action) == ("Underutilized", "replace")
+    [replacement] = decision.replacements
+    assert replacement.pods == (pod.uid,)
+    assert replacement.state is ClaimState.PENDING
+    assert replacement.attributes["replaces"] == cluster.claims[big].id
+    before = TYPES["g5.48xlarge"][8]
+    assert decision.price_before == pytest.approx(before)
+    assert decision.saving > 0
+    for name in replacement.instance_types:
+        for zone in replacement.zones:
+            price = cluster.catalog.price((name, zone, replacement.capacity_type))
+            assert price is not None and price < before
+
+
+def test_several_nodes_go_into_one_cheaper_node() -> None:
+    cluster = Cluster(pool_config())
+    nodes = [cluster.node("g5.12xlarge") for _ in range(3)]
+    for name in nodes:
+        cluster.pod(name, gpus=2, cpu="8", memory="32Gi")
+    result = cluster.consolidate()
+    [decision] = result.decisions
+    assert decision.reason == "Underutilized" and set(decision.nodes) == set(nodes)
+    assert len(decision.replacements) == 1
+    assert decision.replacements[0].instance_types[0] == "g5.48xlarge"
+    assert decision.price_after < decision.price_before
+
+
+def test_a_node_with_nothing_cheaper_for_its_pods_stays() -> None:
+    cluster = Cluster(pool_config())
+    snug = cluster.node("g6.xlarge", capacity_type="spot")
+    cluster.pod(snug)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[snug].startswith("no saving")
+
+
+def test_pods_keep_their_constraints_when_the_packer_places_them() -> None:
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    cluster.pod(big, node_selector={"karpenter.k8s.aws/instance-gpu-name": "a10g"})
+    [decision] = cluster.consolidate().decisions
+    [replacement] = decision.replacements
+    assert all(name.startswith("g5.") for name in replacement.instance_types)  # not the cheaper L4 of g6
+
+
+def test_when_empty_policy_removes_empty_nodes_only() -> None:
+    cluster = Cluster(pool_config(consolidationPolicy="WhenEmpty"))
+    empty = cluster.node()
+    busy = cluster.node("g5.48xlarge")
+    cluster.pod(busy)
+    assert touched(cluster.consolidate()) == {empty}
+
+
+# Never touched
+
+
+def test_a_node_with_a_do_not_disrupt_pod_survives() -> None:
+    cluster = Cluster(pool_config())
+    guarded = cluster.node("g5.48xlarge")
+    cluster.pod(guarded, annotations={DO_NOT_DISRUPT: "true"})
+    cluster.pod(guarded)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[guarded].startswith("do-not-disrupt")
+
+
+def test_a_node_whose_pod_a_disruption_budget_protects_survives() -> None:
+    cluster = Cluster(pool_config())
+    protected = cluster.node("g5.48xlarge")
+    pod = cluster.pod(protected)
+    cluster.blocked.add(pod.uid)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[protected].startswith("pdb")
+
+
+def test_young_nodes_and_nodes_with_pods_on_their_way_survive() -> None:
+    cluster = Cluster(pool_config(minNodeAge="10m", consolidateAfter="1m"))
+    young = cluster.node(age=timedelta(minutes=5))
+    awaited = cluster.node()
+    items = [
+        item if item.node.name != awaited else ConsolidationNode(item.node, item.claim, item.pods,
+                                                                 item.empty_since, incoming=2)
+        for item in cluster.items()
+    ]
+    result = consolidate(cluster.config, cluster.solver(), items)
+    assert result.decisions == ()
+    assert result.skipped[young].startswith("too young")
+    assert result.skipped[awaited].startswith("incoming")
+
+
+def test_a_replacement_waits_for_the_pods_of_the_nodes_it_replaces() -> None:
+    cluster = Cluster(pool_config(minNodeAge="0s", consolidateAfter="0s"))
+    old = cluster.node("g5.48xlarge")
+    cluster.pod(old, gpus=4, cpu="16", memory="64Gi")
+    cluster.claims[old] = cluster.claims[old].model_copy(update={"state": ClaimState.DRAINING})
+    new = cluster.node(attributes={"replaces": cluster.claims[old].id}, age=timedelta(minutes=1))
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[new].startswith("incoming: it replaces")
+    del cluster.claims[old]  # drained and gone
+    cluster.nodes = [n for n in cluster.nodes if n.name != old]
+    assert touched(cluster.consolidate()) == {new}
+
+
+def test_warm_capacity_survives_while_its_window_holds_it_and_not_after() -> None:
+    cluster = Cluster(pool_config())
+    until = (NOW + timedelta(hours=1)).isoformat()
+    window = cluster.node(warm="window:peak", attributes={WARM_UNTIL_ATTRIBUTE: until})
+    forecast = cluster.node(warm="forecast")
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[window] == "warm: held by window:peak"
+    assert result.skipped[forecast] == "warm: held by forecast"
+    cluster.clock.advance(timedelta(hours=1, minutes=1))  # the window has closed
+    assert touched(cluster.consolidate()) == {window}
+    cluster.claims[forecast] = cluster.claims[forecast].model_copy(update={"warm": None})  # released
+    assert touched(cluster.consolidate()) == {window, forecast}
+
+
+def test_nodes_not_ours_not_ready_or_being_drained_are_left_alone() -> None:
+    cluster = Cluster(pool_config())
+    theirs = cluster.node()
+    del cluster.claims[theirs]
+    draining = cluster.node()
+    cluster.claims[draining] = cluster.claims[draining].model_copy(update={"state": ClaimState.DRAINING})
+    cordoned = cluster.node()
+    index = next(i for i, n in enumerate(cluster.nodes) if n.name == cordoned)
+    cluster.nodes[index] = cluster.nodes[index].model_copy(update={"unschedulable": True})
+    assert cluster.consolidate().decisions == ()
+
+
+# Budgets
+
+
+def test_budgets_hold_with_many_candidates() -> None:
+    for nodes, expected in (("3", 3), ("10%", 2), ("25%", 5)):
+        cluster = Cluster(pool_config(budgets=[{"nodes": nodes}]))
+        for _ in range(20):
+            cluster.node()
+        result = cluster.consolidate()
+        assert len(touched(result)) == expected, nodes
+        assert sum(why.startswith("budget") for why in result.skipped.values()) == 20 - expected
+
+
+def test_nodes_already_draining_use_up_the_budget() -> None:
+    cluster = Cluster(pool_config(budgets=[{"nodes": "3"}]))
+    for _ in range(10):
+        cluster.node()
+    for name in list(cluster.claims)[:2]:
+        cluster.claims[name] = cluster.claims[name].model_copy(update={"state": ClaimState.DRAINING})
+    assert len(cluster.consolidate().decisions) == 1
+
+
+def test_multi_node_consolidation_stays_within_the_budget() -> None:
+    cluster = Cluster(pool_config(budgets=[{"nodes": "3"}]))
+    for _ in range(10):
+        cluster.pod(cluster.node("g5.12xlarge"))
+    result = cluster.consolidate()
+    assert 0 < len(touched(result)) <= 3
+
+
+def test_a_budget_bounds_only_its_reasons_and_only_while_its_schedule_holds() -> None:
+    config = pool_config(budgets=[{"nodes": "0", "reasons": ["Empty"]}, {"nodes": "100%"}])
+    cluster = Cluster(config)
+    empty = cluster.node()
+    busy = cluster.node("g5.48xlarge")
+    cluster.pod(busy)
+    result = cluster.consolidate()
+    assert touched(result) == {busy}
+    assert result.skipped[empty].startswith("budget")
+    # Business hours (09:00-17:00 UTC): nothing; NOW is 10:00 UTC.
+    office = pool_config(budgets=[{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}])
+    cluster = Cluster(office)
+    cluster.node()
+    assert cluster.consolidate().decisions == ()
+    cluster.clock.advance(timedelta(hours=8))
+    assert len(cluster.consolidate().decisions) == 1
+
+
+# Drift
+
+
+def test_a_node_on_an_old_image_is_replaced_as_drifted() -> None:
+    cluster = Cluster(pool_config())
+    old = cluster.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"})
+    cluster.pod(old)
+    [decision] = cluster.consolidate().decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Drifted", "replace", (old,))
+    assert "image ami-0000000000000000a" in decision.detail
+    assert len(decision.replacements) == 1
+
+
+def test_a_node_outside_its_pools_requirements_or_settings_drifts() -> None:
+    config = pool_config()
+    pool = config.node_pools[0].model_copy(update={"requirements": [
+        Requirement(key="karpenter.k8s.aws/instance-family", operator="In", values=("g6",))]})
+    narrowed = config.model_copy(update={"node_pools": [pool]})
+    cluster = Cluster(narrowed)
+    g5 = cluster.node("g5.xlarge", capacity_type="spot")
+    cluster.pod(g5)
+    changed = cluster.node("g6.xlarge", capacity_type="spot", attributes={"poolHash": "0000000000000000"})
+    cluster.pod(changed)
+    result = cluster.consolidate()
+    drifted = {n: d for d in by_reason(result, "Drifted") for n in d.nodes}
+    assert set(drifted) == {g5, changed}
+    assert "no longer meets" in drifted[g5].detail
+    assert "settings" in drifted[changed].detail
+
+
+def test_drift_waits_for_its_budget() -> None:
+    cluster = Cluster(pool_config(budgets=[{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "100%"}]))
+    old = cluster.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"})
+    cluster.pod(old)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[old].startswith("budget") and "Drifted" in result.skipped[old]
+
+
+# Spot to spot
+
+
+def test_spot_to_spot_needs_the_pool_to_opt_in() -> None:
+    cluster = Cluster(pool_config(spotToSpot=False), catalog=wide_spot_catalog())
+    spot = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(spot)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[spot].startswith("spot-to-spot: the pool does not opt in")
+
+
+def test_spot_to_spot_needs_fifteen_cheaper_types_for_one_node() -> None:
+    cluster = Cluster(pool_config(spotToSpot=True))  # g6.xlarge, g5.xlarge, g5.2xlarge: three cheaper
+    spot = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(spot)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[spot] == f"spot-to-spot: only 3 cheaper spot types, {SPOT_TO_SPOT_MIN_TYPES} needed"
+
+
+def test_spot_to_spot_with_enough_cheaper_types_launches_from_the_cheapest_fifteen() -> None:
+    cluster = Cluster(pool_config(spotToSpot=True), catalog=wide_spot_catalog())
+    spot = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(spot)
+    [decision] = cluster.consolidate().decisions
+    [replacement] = decision.replacements
+    assert replacement.capacity_type == "spot"
+    assert len(replacement.instance_types) == SPOT_TO_SPOT_MIN_TYPES
+    assert replacement.instance_types[0] == "g9.x0large"
+
+
+def test_several_spot_nodes_into_fewer_need_no_minimum_of_types() -> None:
+    cluster = Cluster(pool_config(spotToSpot=True))
+    nodes = [cluster.node("g5.12xlarge", capacity_type="spot") for _ in range(2)]
+    for name in nodes:
+        cluster.pod(name)
+    [decision] = cluster.consolidate().decisions
+    assert set(decision.nodes) == set(nodes) and decision.action == "replace"
+    assert all(c.capacity_type == "spot" for c in decision.replacements)
+
+
+def test_on_demand_to_spot_is_not_gated() -> None:
+    cluster = Cluster(pool_config(spotToSpot=False))
+    on_demand = cluster.node("g5.12xlarge")
+    cluster.pod(on_demand)
+    [decision] = cluster.consolidate().decisions
+    assert decision.replacements[0].capacity_type == "spot"

@@ -1,0 +1,254 @@
+"""The consolidate service on the in-memory cluster and state store: reconcile, decide, launch, then drain."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryCluster
+from gpu_autoscaler.adapters.memory.disruption_budgets import MemoryDisruptionBudgets
+from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE, EMPTY_SINCE_ATTRIBUTE
+from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, pool_hash
+from gpu_autoscaler.domain.forecast import bucket_start
+from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
+from gpu_autoscaler.models.claims import ClaimState, StateTransition
+from gpu_autoscaler.models.cluster import ClusterNode
+from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from gpu_autoscaler.services.consolidate import ConsolidateService
+from gpu_autoscaler.services.drain import DrainService
+from gpu_autoscaler.services.fleet import FleetService
+from gpu_autoscaler.services.reconcile import ReconcileService
+from tests.unit.consolidation.builders import NOW, TAINT, Cluster, pool_config
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
+
+
+class RecordingCompute:
+    """EC2 as the fleet's termination path sees it: every instance asked for is ours and goes."""
+
+    def __init__(self) -> None:
+        self.terminated: list[str] = []
+
+    def create_fleet(self, request: Any) -> Any:
+        raise AssertionError("consolidation never launches through the fleet directly")
+
+    def terminate(self, instance_ids: list[str]) -> list[str]:
+        self.terminated.extend(instance_ids)
+        return list(instance_ids)
+
+
+class Journal:
+    """Launch and drain queues writing into one ordered journal, so a test sees which came first."""
+
+    def __init__(self, drains: MemoryDrainQueue) -> None:
+        self.entries: list[tuple[str, Any]] = []
+        self.drain_queue = drains
+
+    def send(self, request: LaunchRequest) -> None:
+        self.entries.append(("launch", request))
+
+    def drain(self, request: DrainRequest, delay: timedelta | None = None) -> None:
+        self.entries.append(("drain", request))
+        self.drain_queue.send(request, delay)
+
+
+class _Drains:
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def send(self, request: DrainRequest, delay: timedelta | None = None) -> None:
+        self.journal.drain(request, delay)
+
+
+class Rig:
+    def __init__(self, cluster: Cluster) -> None:
+        self.scene = cluster
+        self.config = cluster.config
+        self.clock = cluster.clock
+        self.kube = MemoryCluster(cluster.nodes, cluster.pods, recreate_evicted=True)
+        self.store = MemoryStateStore(self.config.cluster_name, self.clock)
+        for claim in cluster.claims.values():
+            self.store.create_claim(claim)
+        self.compute = RecordingCompute()
+        self.fleet = FleetService(self.config, self.store, self.compute, clock=self.clock)
+        self.journal = Journal(MemoryDrainQueue(self.clock))
+        solver = cluster.solver()
+        self.service = ConsolidateService(
+            self.config, self.store, self.kube, self.journal, _Drains(self.journal),
+            ReconcileService(self.config, self.store, self.kube, self.fleet, clock=self.clock),
+            solver=lambda: solver, clock=self.clock, budgets=MemoryDisruptionBudgets(self.kube),
+        )
+
+    def claim(self, node: str):
+        return self.store.get_claim(self.scene.claims[node].id)
+
+    def sent(self, kind: str) -> list[Any]:
+        return [request for what, request in self.journal.entries if what == kind]
+
+
+def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> None:
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    rig = Rig(scene)
+    outcome = rig.service.run()
+    [decision] = outcome.acted
+    [replacement] = decision.replacements
+    assert [what for what, _ in rig.journal.entries] == ["launch", "drain"]
+    assert rig.sent("launch")[0].claim_ids == [replacement.id]
+    [drain] = rig.sent("drain")
+    assert (drain.node_name, drain.claim_id, drain.involuntary) == (big, rig.scene.claims[big].id, False)
+    assert drain.replacements == [replacement.id]
+    assert drain.deadline == NOW + rig.config.timeouts.consolidation_drain
+    assert drain.wait_until == NOW + rig.config.timeouts.registration_ttl
+    assert rig.store.get_claim(replacement.id).state is ClaimState.PENDING
+    assert DISRUPTION_ATTRIBUTE in rig.claim(big).attributes
+
+    # The drain waits while the replacement is on its way, and evicts once its node is Ready.
+    drainer = DrainService(rig.config.cluster_name, rig.store, rig.kube, rig.fleet, rig.journal.drain_queue,
+                           clock=rig.clock, sleep=lambda s: rig.clock.advance(timedelta(seconds=s)))
+    waited = drainer.drain(drain)
+    assert waited.status == "continued" and waited.evicted == [] and not rig.kube.calls.cordoned
+    stored = rig.store.get_claim(replacement.id)
+    stored = rig.store.transition(stored, ClaimState.LAUNCHED, "launched", instance_id="i-0replacement",
+                                  instance_type=replacement.instance_types[0], zone=replacement.zones[0])
+    provider_id = f"aws:///{replacement.zones[0]}/i-0replacement"
+    rig.kube.add_node(ClusterNode(name="ip-10-9-9-9.ec2.internal", ready=True, taints=(TAINT,),
+                                  provider_id=provider_id, created_at=rig.clock.now()))
+    rig.service.run()  # reconcile registers it
+    assert rig.store.get_claim(replacement.id).state is ClaimState.REGISTERED
+    rig.clock.advance(timedelta(seconds=30))
+    original, again = rig.journal.drain_queue.receive()  # consolidation's request, and the drain's continuation
+    assert (original, again.attempt) == (drain, 1)
+    finished = drainer.drain(again, budget=timedelta(minutes=5))
+    assert finished.evicted and finished.status == "finished"
+    assert rig.claim(big).state is ClaimState.TERMINATED
+
+
+def test_a_node_being_consolidated_is_not_decided_on_again() -> None:
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    rig = Rig(scene)
+    assert len(rig.service.run().acted) == 1
+    second = rig.service.run()
+    assert second.acted == []
+    assert second.result.skipped[big].startswith("disrupting")
+    assert len(rig.sent("drain")) == 1
+
+
+def test_an_empty_node_is_removed_once_empty_for_consolidate_after() -> None:
+    scene = Cluster(pool_config(consolidateAfter="5m"))
+    empty = scene.node(empty_for=None)
+    rig = Rig(scene)
+    first = rig.service.run()
+    assert first.acted == []
+    assert rig.claim(empty).attributes[EMPTY_SINCE_ATTRIBUTE] == NOW.isoformat()
+    rig.clock.advance(timedelta(minutes=6))
+    [decision] = rig.service.run().acted
+    assert decision.reason == "Empty"
+    [drain] = rig.sent("drain")
+    assert drain.replacements == [] and rig.sent("launch") == []
+
+
+def test_a_node_that_gets_pods_again_loses_its_empty_mark() -> None:
+    scene = Cluster(pool_config())
+    node = scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.service.run()
+    assert EMPTY_SINCE_ATTRIBUTE in rig.claim(node).attributes
+    rig.kube.add_pod(rig.scene.pod(node, gpus=4, cpu="40", memory="150Gi"))
+    rig.service.run()
+    assert EMPTY_SINCE_ATTRIBUTE not in rig.claim(node).attributes
+
+
+def test_do_not_disrupt_and_disruption_budgets_protect_nodes_through_the_service() -> None:
+    scene = Cluster(pool_config())
+    guarded = scene.node("g5.48xlarge")
+    scene.pod(guarded, annotations={DO_NOT_DISRUPT: "true"})
+    budgeted = scene.node("g5.48xlarge")
+    scene.pod(budgeted, labels={"app": "db"})
+    rig = Rig(scene)
+    rig.kube.add_budget(DisruptionBudget("db", "team", {"app": "db"}, min_available=1))
+    outcome = rig.service.run()
+    assert outcome.acted == []
+    assert outcome.result.skipped[guarded].startswith("do-not-disrupt")
+    assert outcome.result.skipped[budgeted].startswith("pdb")
+    rig.kube.remove_budget("team", "db")
+    assert [d.nodes for d in rig.service.run().acted] == [(budgeted,)]
+
+
+def test_warm_capacity_survives_while_its_window_is_open_and_not_after() -> None:
+    scene = Cluster(pool_config())
+    until = NOW + timedelta(minutes=30)
+    warm = scene.node(warm="window:peak", attributes={WARM_UNTIL_ATTRIBUTE: until.isoformat()})
+    rig = Rig(scene)
+    assert rig.service.run().acted == []
+    rig.clock.set(until + timedelta(minutes=6))
+    assert [d.nodes for d in rig.service.run().acted] == [(warm,)]
+
+
+# Reconcile
+
+
+def launched(scene: Cluster, node: str, at: Any) -> None:
+    claim = scene.claims[node]
+    scene.claims[node] = claim.model_copy(update={
+        "state": ClaimState.LAUNCHED, "node_name": None, "attributes": {},
+        "history": (StateTransition(state=ClaimState.LAUNCHED, at=at, reason="launched"),),
+    })
+
+
+def test_reconcile_registers_launched_claims_whose_node_joined() -> None:
+    scene = Cluster(pool_config())
+    node = scene.node("g6.xlarge", capacity_type="spot")
+    launched(scene, node, NOW - timedelta(minutes=3))
+    rig = Rig(scene)
+    outcome = rig.service.run()
+    assert outcome.reconcile.registered == [scene.claims[node].id]
+    claim = rig.claim(node)
+    assert (claim.state, claim.node_name) == (ClaimState.REGISTERED, node)
+    assert claim.attributes[POOL_HASH_ATTRIBUTE] == pool_hash(rig.config.pool("gpu"))
+    assert claim.attributes[IMAGE_ATTRIBUTE] == rig.config.ami.x86_64
+
+
+def test_claims_whose_node_never_joined_are_ended_and_their_pods_released() -> None:
+    scene = Cluster(pool_config())
+    late = scene.node("g6.xlarge", capacity_type="spot")
+    fresh = scene.node("g6.xlarge", capacity_type="spot")
+    launched(scene, late, NOW - timedelta(minutes=16))
+    launched(scene, fresh, NOW - timedelta(minutes=5))
+    never = scene.node("g6.xlarge", capacity_type="spot", state=ClaimState.PENDING, instance_id=None,
+                       created_at=NOW - timedelta(minutes=20))
+    waiting = scene.pod(None)
+    scene.nodes = [n for n in scene.nodes if n.name not in (late, fresh, never)]  # none of them joined
+    rig = Rig(scene)
+    rig.store.assign_pods(scene.claims[late].id, [waiting.uid], timedelta(minutes=30))
+    outcome = rig.service.run()
+    assert sorted(outcome.reconcile.timed_out) == sorted([scene.claims[late].id, scene.claims[never].id])
+    assert rig.claim(late).state is ClaimState.TERMINATED
+    assert rig.claim(never).state is ClaimState.TERMINATED
+    assert rig.claim(fresh).state is ClaimState.LAUNCHED
+    assert rig.compute.terminated == [scene.claims[late].instance_id]
+    assert rig.store.assignments([waiting.uid]) == {}
+
+
+def test_reconcile_records_pending_and_running_gpus_per_pool() -> None:
+    scene = Cluster(pool_config())
+    busy = scene.node("g5.48xlarge")
+    scene.pods_on(busy, 3, gpus=2)
+    scene.pod(busy, gpus=0)
+    coming = scene.node("g5.12xlarge", capacity_type="spot")
+    launched(scene, coming, NOW)
+    scene.nodes = [n for n in scene.nodes if n.name != coming]
+    pending = scene.pod(None, gpus=4)
+    stray = scene.pod(None, gpus=8)  # covered by no claim: the packer records it, not reconcile
+    rig = Rig(scene)
+    rig.store.assign_pods(scene.claims[coming].id, [pending.uid], timedelta(minutes=30))
+    outcome = rig.service.run()
+    assert outcome.reconcile.demand == {"gpu": 10.0}
+    assert rig.store.demand_history("gpu", NOW - timedelta(hours=1)) == [(bucket_start(NOW), 10.0)]
+    assert stray.uid not in rig.store.assignments([stray.uid])

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpu_autoscaler.domain.drain import (
+    DRAIN_TAINT,
+    MAX_DELAY,
+    DrainAction,
+    DrainStep,
+    Replacements,
+    continuation,
+    plan_drain,
+)
+from gpu_autoscaler.models.cluster import EvictionOutcome
+from tests.unit.drain.builders import NOW, make_node, make_pod, make_request
+
+DND = {"karpenter.sh/do-not-disrupt": "true"}
+
+
+def test_evicts_workload_pods_and_skips_daemonset_mirror_and_finished_ones() -> None:
+    pods = [make_pod("web-0"), make_pod("ds-0", owner_kind="DaemonSet"), make_pod("static-0", mirror=True),
+            make_pod("job-0", phase="Succeeded")]
+    step = plan_drain(make_request(), make_node(), pods, NOW)
+    assert step.action is DrainAction.EVICT and step.cordon
+    assert [p.name for p in step.evict] == ["web-0"]
+    assert sorted(p.name for p in step.skipped) == ["ds-0", "job-0", "static-0"]
+
+
+def test_a_node_already_tainted_by_us_is_not_cordoned_again() -> None:
+    step = plan_drain(make_request(), make_node(taints=(DRAIN_TAINT,), unschedulable=True), [make_pod()], NOW)
+    assert step.action is DrainAction.EVICT and not step.cordon
+
+
+def test_do_not_disrupt_stops_a_voluntary_drain_before_it_starts() -> None:
+    pods = [make_pod("web-0"), make_pod("train-0", annotations=DND)]
+    step = plan_drain(make_request(), make_node(), pods, NOW)
+    assert step.action is DrainAction.ABANDON and not step.cordon and not step.evict
+    assert "team-a/train-0" in step.reason
+
+
+def test_do_not_disrupt_is_evicted_by_a_forced_or_involuntary_drain() -> None:
+    pods = [make_pod("train-0", annotations=DND)]
+    for request in (make_request(force=True), make_request(involuntary=True)):
+        step = plan_drain(request, make_node(), pods, NOW)
+        assert step.action is DrainAction.EVICT and [p.name for p in step.evict] == ["train-0"]
+
+
+def test_a_started_voluntary_drain_holds_do_not_disrupt_pods_until_the_deadline() -> None:
+    pods = [make_pod("web-0"), make_pod("train-0", annotations=DND)]
+    node = make_node(taints=(DRAIN_TAINT,))
+    step = plan_drain(make_request(), node, pods, NOW)
+    assert [p.name for p in step.evict] == ["web-0"] and [p.name for p in step.held] == ["train-0"]
+    late = plan_drain(make_request(), node, pods, NOW + timedelta(minutes=10))
+    assert late.action is DrainAction.FINISH and sorted(p.name for p in late.delete) == ["train-0", "web-0"]
+
+
+def test_finishes_when_empty_of_movable_pods_or_the_node_is_gone() -> None:
+    step = plan_drain(make_request(), make_node(), [make_pod("ds-0", owner_kind="DaemonSet")], NOW)
+    assert step.action is DrainAction.FINISH and step.reason == "node is empty" and not step.delete
+    assert plan_drain(make_request(), None, [], NOW).reason == "node is gone"
+
+
+def test_past_the_deadline_what_remains_is_deleted() -> None:
+    request = make_request(involuntary=True, deadline=NOW)
+    step = plan_drain(request, make_node(), [make_pod("web-0"), make_pod("ds-0", owner_kind="DaemonSet")], NOW)
+    assert step.action is DrainAction.FINISH and step.reason == "deadline passed"
+    assert [p.name for p in step.delete] == ["web-0"]
+
+
+def test_waits_for_the_replacement_until_wait_until_then_evicts() -> None:
+    request = make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=5))
+    waiting = plan_drain(request, make_node(), [make_pod()], NOW, replacements=Replacements.WAITING)
+    assert waiting.action is DrainAction.WAIT and not waiting.cordon
+    ready = plan_drain(request, make_node(), [make_pod()], NOW, replacements=Replacements.READY)
+    assert ready.action is DrainAction.EVICT
+    late = plan_drain(request, make_node(), [make_pod()], NOW + timedelta(minutes=5), replacements=Replacements.WAITING)
+    assert late.action is DrainAction.EVICT
+
+
+def test_a_wait_is_polled_no_later_than_wait_until() -> None:
+    request = make_request(wait_until=NOW + timedelta(seconds=7))
+    after = continuation(request, DrainStep(DrainAction.WAIT, "w"), [], NOW)
+    assert after.delay == timedelta(seconds=7)
+    assert after.request.attempt == 1 and after.request.started_at == NOW
+
+
+def test_refused_evictions_back_off_exponentially_up_to_a_minute() -> None:
+    request = make_request(deadline=NOW + timedelta(hours=2))
+    pod = make_pod()
+    step = DrainStep(DrainAction.EVICT, "evicting", evict=(pod,))
+    refused = [EvictionOutcome(pod=pod.key, evicted=False, blocked=True)]
+    delays = []
+    for _ in range(10):
+        after = continuation(request, step, refused, NOW)
+        delays.append(int(after.delay.total_seconds()))
+        request = after.request
+    assert delays == [5, 10, 20, 40, 60, 60, 60, 60, 60, 60]
+    assert request.attempt == 10 and request.backoff == 10
+    progressed = continuation(request, step, [EvictionOutcome(pod=pod.key, evicted=True)], NOW)
+    assert progressed.request.backoff == 0 and progressed.delay < timedelta(seconds=10)
+
+
+def test_no_delay_runs_past_the_deadline() -> None:
+    request = make_request(deadline=NOW + timedelta(seconds=30), backoff=3)
+    step = DrainStep(DrainAction.EVICT, "holding", held=(make_pod(),))
+    after = continuation(request, step, [], NOW)
+    assert after.delay == timedelta(seconds=30)
+    waiting = continuation(make_request(deadline=NOW + timedelta(days=4), wait_until=NOW + timedelta(days=3)),
+                           DrainStep(DrainAction.WAIT, "w"), [], NOW)
+    assert waiting.delay <= MAX_DELAY
+
+
+def test_a_voluntary_drain_without_its_replacement_leaves_the_node_alone() -> None:
+    request = make_request(replacement_claim_id="c-2")
+    failed = plan_drain(request, make_node(), [make_pod()], NOW, replacements=Replacements.FAILED)
+    assert failed.action is DrainAction.ABANDON and "failed" in failed.reason
+    late = plan_drain(request, make_node(), [make_pod()], request.deadline, replacements=Replacements.WAITING)
+    assert late.action is DrainAction.ABANDON and "deadline" in late.reason
+
+
+def test_an_involuntary_drain_goes_on_without_its_replacement() -> None:
+    request = make_request(replacement_claim_id="c-2", involuntary=True)
+    step = plan_drain(request, make_node(), [make_pod()], NOW, replacements=Replacements.FAILED)
+    assert step.action is DrainAction.EVICT
+    late = plan_drain(request, make_node(), [make_pod()], request.deadline, replacements=Replacements.WAITING)
+    assert late.action is DrainAction.FINISH and late.delete

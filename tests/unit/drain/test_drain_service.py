@@ -1,0 +1,265 @@
+"""The drain service on MemoryCluster and MemoryStateStore: cordon, evict, continue across invocations, finish."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryCluster
+from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.drain import DRAIN_TAINT, MAX_DELAY
+from gpu_autoscaler.errors import KubernetesApiError
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.services.drain import DrainOutcome, DrainService, WrongCluster
+from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
+from tests.unit.drain.fakes import RecordingFleet
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.messages import DrainRequest
+
+NODE = "ip-10-0-1-5.ec2.internal"
+DND = {"karpenter.sh/do-not-disrupt": "true"}
+
+
+class Harness:
+    def __init__(self, *pod_names: str, **pod_fields: Any) -> None:
+        self.clock = FixedClock(NOW)
+        self.store = MemoryStateStore("ml-prod", self.clock)
+        self.store.create_claim(make_claim())
+        self.cluster = MemoryCluster([make_node()], [make_pod(n, **pod_fields) for n in pod_names])
+        self.fleet = RecordingFleet(self.store)
+        self.queue = MemoryDrainQueue(self.clock)
+        self.service = DrainService("ml-prod", self.store, self.cluster, self.fleet, self.queue, clock=self.clock,
+                                    sleep=lambda seconds: self.clock.advance(timedelta(seconds=seconds)))
+
+    def drain(self, request: DrainRequest, budget: timedelta = timedelta(seconds=60)) -> DrainOutcome:
+        """As the handler calls it: a minute of waiting allowed within the invocation."""
+        return self.service.drain(request, budget)
+
+    def claim_state(self, claim_id: str = "c-1") -> ClaimState:
+        claim = self.store.get_claim(claim_id)
+        assert claim is not None
+        return claim.state
+
+    def run_until_done(self, request: DrainRequest, budget: timedelta = timedelta(seconds=60),
+                       limit: int = 100) -> list[DrainOutcome]:
+        """Deliver the request, then each continuation when SQS would make it visible, until none is left."""
+        outcomes = [self.drain(request, budget)]
+        while (visible := self.queue.next_visible()) is not None and len(outcomes) < limit:
+            self.clock.set(max(visible, self.clock.now()))
+            for message in self.queue.receive():
+                outcomes.append(self.drain(message, budget))
+        return outcomes
+
+
+def test_a_simple_drain_finishes_in_one_invocation() -> None:
+    h = Harness("web-0", "web-1")
+    h.cluster.add_pod(make_pod("ds-0", owner_kind="DaemonSet"))
+    outcome = h.drain(make_request(), budget=timedelta(seconds=60))
+    assert outcome.status == "finished" and outcome.reason == "node is empty"
+    assert sorted(outcome.evicted) == ["team-a/web-0", "team-a/web-1"]
+    assert h.cluster.calls.cordoned == [NODE]
+    assert h.cluster.calls.evicted == ["team-a/web-0", "team-a/web-1"]  # never the DaemonSet pod
+    assert h.cluster.calls.deleted_nodes == [NODE] and h.cluster.list_pods() == []
+    assert h.fleet.terminated and h.claim_state() is ClaimState.TERMINATED
+    states = [t.state for t in h.store.get_claim("c-1").history]  # type: ignore[union-attr]
+    assert states == [ClaimState.DRAINING, ClaimState.TERMINATED]
+    assert h.queue.messages == []
+
+
+def test_a_pdb_blocked_drain_resumes_across_invocations_and_finishes() -> None:
+    """A budget that allows no disruption for 30 minutes: the drain re-enqueues itself (≤ 15 min each) and
+    finishes once it lifts, long before its deadline; nothing is deleted, every pod evicted."""
+    h = Harness("web-0", "web-1", "web-2")
+    lifted = NOW + timedelta(minutes=30)
+    h.cluster.add_blocker(lambda pod: "PDB web allows 0 disruptions" if h.clock.now() < lifted else None)
+    outcomes = h.run_until_done(make_request(deadline=NOW + timedelta(hours=2)))
+    last = outcomes[-1]
+    assert last.status == "finished" and not last.deleted
+    assert h.clock.now() >= lifted and h.clock.now() < lifted + MAX_DELAY
+    assert all(o.status == "continued" for o in outcomes[:-1]) and len(outcomes) > 3
+    assert all(o.delay is not None and o.delay <= MAX_DELAY for o in outcomes[:-1])
+    attempts = [o.next_attempt or 0 for o in outcomes[:-1]]
+    assert attempts == sorted(set(attempts)) and attempts[0] >= 1
+    assert sorted(h.cluster.calls.evicted) == ["team-a/web-0", "team-a/web-1", "team-a/web-2"]
+    assert last.duration is not None and last.duration >= timedelta(minutes=30)
+    assert h.claim_state() is ClaimState.TERMINATED
+
+
+def test_within_one_invocation_a_short_block_is_waited_out() -> None:
+    h = Harness("web-0")
+    lifted = NOW + timedelta(seconds=12)
+    h.cluster.add_blocker(lambda pod: "PDB" if h.clock.now() < lifted else None)
+    outcome = h.drain(make_request(), budget=timedelta(seconds=120))
+    assert outcome.status == "finished" and outcome.passes > 2 and outcome.blocked >= 2
+    assert h.queue.messages == []
+
+
+def test_a_real_budget_blocks_until_replicas_are_back() -> None:
+    h = Harness("web-0", "web-1")
+    h.cluster.add_budget(DisruptionBudget(name="web", namespace="team-a", match_labels={"app": "web"},
+                                          min_available=2))
+    first = h.drain(make_request())
+    assert first.status == "continued" and first.blocked >= 2 and not first.evicted
+    h.cluster.remove_budget("team-a", "web")
+    h.clock.advance(first.delay or timedelta(0))
+    (message,) = h.queue.receive()
+    assert h.drain(message).status == "finished"
+
+
+def test_an_involuntary_drain_deletes_what_remains_at_the_deadline() -> None:
+    h = Harness("web-0", "train-0", annotations=DND)
+    h.cluster.add_blocker(lambda pod: "PDB never lets go")
+    outcomes = h.run_until_done(make_request(involuntary=True, deadline=NOW + timedelta(seconds=90)))
+    last = outcomes[-1]
+    assert last.status == "finished" and last.reason == "deadline passed"
+    assert sorted(last.deleted) == ["team-a/train-0", "team-a/web-0"]
+    assert h.clock.now() == NOW + timedelta(seconds=90)
+    assert h.claim_state() is ClaimState.TERMINATED and h.cluster.calls.deleted_nodes == [NODE]
+
+
+def test_do_not_disrupt_blocks_a_voluntary_drain_but_not_an_involuntary_one() -> None:
+    h = Harness("web-0")
+    h.cluster.add_pod(make_pod("train-0", annotations=DND))
+    voluntary = h.drain(make_request(reason="consolidation"))
+    assert voluntary.status == "abandoned" and "team-a/train-0" in voluntary.reason
+    assert h.cluster.calls.cordoned == [] and h.cluster.calls.evicted == []
+    assert h.claim_state() is ClaimState.REGISTERED and h.queue.messages == []
+
+    involuntary = h.drain(make_request(reason="spot interruption warning", involuntary=True))
+    assert involuntary.status == "finished"
+    assert sorted(h.cluster.calls.evicted) == ["team-a/train-0", "team-a/web-0"]
+
+
+def test_a_forced_voluntary_drain_evicts_do_not_disrupt_pods() -> None:
+    h = Harness("train-0", annotations=DND)
+    assert h.drain(make_request(force=True)).status == "finished"
+    assert h.cluster.calls.evicted == ["team-a/train-0"]
+
+
+def test_replacement_first_waits_for_the_replacement_node_to_be_ready() -> None:
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
+    request = make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=10))
+    first = h.drain(request, budget=timedelta(seconds=30))
+    assert first.status == "continued" and first.reason == "replacement not Ready yet"
+    assert h.cluster.calls.cordoned == [] and h.cluster.calls.evicted == []
+    # The replacement joins: registered, its node Ready.
+    h.cluster.add_node(make_node("ip-10-0-2-9.ec2.internal", instance_id="i-0bbb"))
+    claim = h.store.get_claim("c-2")
+    assert claim is not None
+    h.store.transition(claim, ClaimState.REGISTERED, "joined", node_name="ip-10-0-2-9.ec2.internal")
+    h.clock.advance(first.delay or timedelta(0))
+    (message,) = h.queue.receive()
+    assert h.drain(message).status == "finished"
+    assert h.cluster.calls.evicted == ["team-a/web-0"] and h.clock.now() < NOW + timedelta(minutes=10)
+
+
+def test_replacement_first_stops_waiting_at_wait_until() -> None:
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
+    outcomes = h.run_until_done(make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=2)))
+    assert outcomes[-1].status == "finished" and outcomes[0].reason == "replacement not Ready yet"
+    assert NOW + timedelta(minutes=2) <= h.clock.now() < NOW + timedelta(minutes=3)
+    assert h.cluster.calls.evicted == ["team-a/web-0"]
+
+
+def test_a_replacement_that_failed_to_launch_stops_a_voluntary_drain_not_an_involuntary_one() -> None:
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", instance_id=None, node_name=None, state=ClaimState.PENDING))
+    pending = h.store.get_claim("c-2")
+    assert pending is not None
+    h.store.transition(pending, ClaimState.TERMINATED, "no capacity")
+    voluntary = h.drain(make_request(replacement_claim_id="c-2"))
+    assert voluntary.status == "abandoned" and h.cluster.calls.cordoned == []
+    assert h.drain(make_request(replacement_claim_id="c-2", involuntary=True)).status == "finished"
+
+
+def test_a_replacement_that_served_and_ended_is_not_waited_for() -> None:
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
+    launched = h.store.get_claim("c-2")
+    assert launched is not None
+    served = h.store.transition(launched, ClaimState.REGISTERED, "joined", node_name="ip-10-0-2-9.ec2.internal")
+    h.store.transition(served, ClaimState.TERMINATED, "consolidated")
+    assert h.drain(make_request(replacement_claim_id="c-2")).status == "finished"
+
+
+def test_a_voluntary_drain_whose_replacement_never_comes_is_abandoned_at_the_deadline() -> None:
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
+    outcomes = h.run_until_done(make_request(replacement_claim_id="c-2"))
+    assert outcomes[-1].status == "abandoned" and h.clock.now() == NOW + timedelta(minutes=10)
+    assert h.cluster.calls.cordoned == [] and h.claim_state() is ClaimState.REGISTERED
+
+
+def test_a_node_not_ours_is_left_alone() -> None:
+    h = Harness("web-0")
+    outcome = h.drain(make_request(claim_id="c-unknown", instance_id="i-0zzz"))
+    assert outcome.status == "ignored"
+    assert h.cluster.calls.cordoned == [] and h.fleet.terminated == []
+
+
+def test_a_reused_node_name_is_not_mistaken_for_the_claims_node() -> None:
+    """The Node now belongs to another instance: the claim's own node is gone, so only the claim ends."""
+    h = Harness("web-0")
+    h.cluster.update_node(NODE, provider_id="aws:///us-east-1a/i-0new")
+    outcome = h.drain(make_request())
+    assert outcome.status == "finished" and outcome.reason == "node is gone"
+    assert h.cluster.calls.evicted == [] and h.cluster.calls.deleted_nodes == []
+    assert h.claim_state() is ClaimState.TERMINATED
+
+
+def test_a_drain_of_a_claim_already_ended_only_removes_the_node() -> None:
+    h = Harness("web-0")
+    claim = h.store.get_claim("c-1")
+    assert claim is not None
+    h.store.transition(claim, ClaimState.TERMINATED, "instance terminated")
+    outcome = h.drain(make_request())
+    assert outcome.status == "finished" and not outcome.terminated and h.fleet.terminated == []
+    assert h.cluster.calls.deleted_nodes == [NODE]
+
+
+def test_a_duplicate_request_after_the_finish_does_nothing_more() -> None:
+    h = Harness("web-0")
+    h.drain(make_request())
+    again = h.drain(make_request())
+    assert again.status == "finished" and not again.terminated
+    assert len(h.fleet.terminated) == 1 and h.cluster.calls.evicted == ["team-a/web-0"]
+
+
+def test_cordon_taints_with_our_taint() -> None:
+    h = Harness("web-0")
+    h.cluster.add_blocker(lambda pod: "PDB")
+    h.drain(make_request())
+    node = h.cluster.get_node(NODE)
+    assert node is not None and node.unschedulable and DRAIN_TAINT in node.taints
+    assert h.claim_state() is ClaimState.DRAINING
+
+
+def test_a_request_for_another_cluster_is_refused() -> None:
+    with pytest.raises(WrongCluster):
+        Harness().drain(make_request(cluster="other"))
+
+
+def test_a_failing_kubernetes_api_is_retried_soon_not_after_the_visibility_timeout() -> None:
+    h = Harness("web-0")
+    h.cluster.fail_next("list_nodes", KubernetesApiError("Kubernetes API unreachable", None))
+    first = h.drain(make_request(), budget=timedelta(0))
+    assert first.status == "continued" and "Kubernetes API failed" in first.reason
+    assert first.delay == timedelta(seconds=5)
+    h.clock.advance(timedelta(seconds=5))
+    (message,) = h.queue.receive()
+    assert message.backoff == 1 and h.drain(message).status == "finished"
+
+
+def test_at_the_deadline_the_instance_goes_even_if_the_kubernetes_api_is_down() -> None:
+    h = Harness("web-0")
+    h.cluster.fail_next("list_nodes", KubernetesApiError("Kubernetes API unreachable", None))
+    outcome = h.drain(make_request(involuntary=True, deadline=NOW))
+    assert outcome.status == "finished" and outcome.terminated
+    assert h.claim_state() is ClaimState.TERMINATED and h.queue.messages == []

@@ -1,0 +1,253 @@
+"""The interruption service on memory adapters and the real packer: each event kind in `events/`, acted on."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
+from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue, MemoryLaunchQueue
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.drain import DRAIN_TAINT
+from gpu_autoscaler.domain.interruption import parse_notice
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import Toleration
+from gpu_autoscaler.services.drain import DrainService
+from gpu_autoscaler.services.interruption import InterruptionService
+from gpu_autoscaler.services.packer import PackerService
+from tests.conftest import ROOT
+from tests.unit.drain.fakes import RecordingFleet
+from tests.unit.packing.builders import make_catalog, make_config, make_pool
+
+SPOT = "i-0f3a9c1e5b7d24680"
+REBALANCE = "i-0b5d7f9a1c3e58024"
+RESERVATION = "i-07c2e4a6b8d0f1357"
+RETIRING = "i-0d8e2f4a6c1b3e579"
+DND = {"karpenter.sh/do-not-disrupt": "true"}
+
+
+def event(name: str, **overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "events" / f"eventbridge-{name}.json").read_text())
+    data.update(overrides)
+    return data
+
+
+class Harness:
+    def __init__(self, instance_id: str, at: datetime, *, capacity_type: str = "spot", rebalance: str = "replace",
+                 pods: int = 2, do_not_disrupt: bool = False, instance_type: str = "g5.xlarge") -> None:
+        self.clock = FixedClock(at)
+        self.config = make_config(make_pool(disruption={"rebalance": rebalance}))
+        self.store = MemoryStateStore("test", self.clock)
+        self.cluster = MemoryCluster()
+        self.launches = MemoryLaunchQueue()
+        self.drains = MemoryDrainQueue(self.clock)
+        self.fleet = RecordingFleet(self.store)
+        self.packer = PackerService(self.config, self.store, make_catalog(), self.launches, clock=self.clock)
+        self.service = InterruptionService(self.config, self.store, self.cluster, self.fleet, self.packer,
+                                           self.drains, clock=self.clock)
+        self.node = f"ip-{instance_id[-6:]}.ec2.internal"
+        self.claim = NodeClaim(cluster="test", id="nc-old", pool="gpu", capacity_type=capacity_type,
+                               zones=("us-east-1a",), instance_types=(instance_type,), price_per_hour=0.41,
+                               created_at=at - timedelta(hours=2), state=ClaimState.REGISTERED,
+                               instance_id=instance_id, instance_type=instance_type, zone="us-east-1a",
+                               node_name=self.node, pods=tuple(f"uid-{i}" for i in range(pods)))
+        self.store.create_claim(self.claim)
+        self.cluster.add_node(ClusterNode(name=self.node, provider_id=f"aws:///us-east-1a/{instance_id}", ready=True,
+                                          allocatable=Resources.from_quantities({"cpu": "4", "nvidia.com/gpu": "1"})))
+        requests = Resources.from_quantities({"cpu": "500m", "memory": "2Gi", "nvidia.com/gpu": "1"})
+        tolerate = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+        for i in range(pods):
+            self.cluster.add_pod(ClusterPod(uid=f"uid-{i}", namespace="ml", name=f"infer-{i}", node_name=self.node,
+                                            requests=requests, owner_kind="ReplicaSet", phase="Running",
+                                            tolerations=tolerate, annotations=DND if do_not_disrupt else {}))
+        self.cluster.add_pod(ClusterPod(uid="uid-ds", namespace="kube-system", name="nvidia-device-plugin",
+                                        node_name=self.node, owner_kind="DaemonSet", phase="Running"))
+
+    def claim_now(self, claim_id: str = "nc-old") -> NodeClaim:
+        claim = self.store.get_claim(claim_id)
+        assert claim is not None
+        return claim
+
+    def new_claims(self) -> list[NodeClaim]:
+        return [c for c in self.store.list_claims() if c.id != "nc-old"]
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involuntarily() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert outcome.action == "replace-and-drain" and outcome.cordoned
+    node = h.cluster.get_node(h.node)
+    assert node is not None and node.unschedulable and DRAIN_TAINT in node.taints
+    assert ("g5.xlarge", "us-east-1a", "spot") in h.store.unavailable_offerings()
+    assert h.claim_now().state is ClaimState.DRAINING
+    replacements = h.new_claims()
+    assert sorted(u for c in replacements for u in c.pods) == ["uid-0", "uid-1"]  # never the DaemonSet pod
+    assert all(c.capacity_type == "spot" or c.capacity_type == "on-demand" for c in replacements)
+    ids = sorted(c.id for c in replacements)
+    assert outcome.replacements == ids
+    assert sorted(i for r in h.launches.sent for i in r.claim_ids) == ids
+    (drain,) = h.drains.receive()
+    assert drain.involuntary and drain.claim_id == "nc-old" and drain.node_name == h.node
+    assert drain.deadline == at("2026-11-22T10:26:30Z") and drain.wait_until == h.clock.now()
+    assert sorted(drain.replacements) == ids
+
+
+def test_the_replacement_avoids_the_offering_spot_took_back() -> None:
+    """g6.xlarge Spot in us-east-1a is the cheapest fit for these pods; after the warning it is not chosen."""
+    rebalanced = Harness(SPOT, at("2026-11-22T10:20:00Z"), instance_type="g6.xlarge")
+    rebalance = event("rebalance-recommendation", time="2026-11-22T10:20:00Z")
+    rebalance["detail"] = {"instance-id": SPOT}
+    rebalanced.service.handle(parse_notice(rebalance))
+    assert {c.price_per_hour for c in rebalanced.new_claims()} == {0.40}
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"), instance_type="g6.xlarge")
+    h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert h.new_claims() and all(c.price_per_hour > 0.40 for c in h.new_claims())
+
+
+def test_after_a_spot_warning_the_drain_evicts_do_not_disrupt_pods_and_ends_the_node() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"), do_not_disrupt=True)
+    h.service.handle(parse_notice(event("spot-interruption-warning")))
+    (drain,) = h.drains.receive()
+    drainer = DrainService("test", h.store, h.cluster, h.fleet, h.drains, clock=h.clock,
+                           sleep=lambda s: h.clock.advance(timedelta(seconds=s)))
+    outcome = drainer.drain(drain, budget=timedelta(seconds=60))
+    assert outcome.status == "finished" and sorted(outcome.evicted) == ["ml/infer-0", "ml/infer-1"]
+    assert h.claim_now().state is ClaimState.TERMINATED and h.cluster.get_node(h.node) is None
+    # The replacement was asked for before the drain even started.
+    assert h.launches.sent and h.fleet.terminated == [("nc-old", h.fleet.terminated[0][1])]
+
+
+def test_rebalance_replaces_first_and_drains_voluntarily_after_the_replacement() -> None:
+    h = Harness(REBALANCE, at("2026-11-22T10:40:00Z"))
+    (outcome,) = h.service.handle(parse_notice(event("rebalance-recommendation")))
+    assert outcome.action == "replace-and-drain" and not outcome.cordoned
+    assert h.cluster.calls.cordoned == [] and h.claim_now().state is ClaimState.REGISTERED
+    assert h.store.unavailable_offerings() == set()
+    ids = sorted(c.id for c in h.new_claims())
+    (drain,) = h.drains.receive()
+    now = h.clock.now()
+    assert ids and not drain.involuntary and sorted(drain.replacements) == ids
+    assert drain.wait_until == now + timedelta(minutes=10)
+    assert drain.deadline == now + timedelta(minutes=10) + h.config.timeouts.interruption_drain
+
+
+def test_rebalance_is_ignored_when_the_pool_says_so() -> None:
+    h = Harness(REBALANCE, at("2026-11-22T10:40:00Z"), rebalance="ignore")
+    (outcome,) = h.service.handle(parse_notice(event("rebalance-recommendation")))
+    assert outcome.action == "ignored" and "ignored by pool setting" in outcome.reason
+    assert h.new_claims() == [] and h.drains.messages == [] and h.cluster.calls.cordoned == []
+
+
+def test_state_change_closes_the_claim_and_releases_its_pods() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
+    h.store.assign_pods("nc-old", ["uid-0", "uid-1"], timedelta(minutes=30))
+    (outcome,) = h.service.handle(parse_notice(event("state-change")))
+    assert outcome.action == "closed" and outcome.reason == "instance terminated"
+    assert h.claim_now().state is ClaimState.TERMINATED and len(h.fleet.terminated) == 1
+    assert h.cluster.calls.deleted_nodes == [h.node] and h.cluster.list_pods() == []
+    assert h.store.assignments(["uid-0", "uid-1"]) == {}
+    assert h.new_claims() == [] and h.drains.messages == []
+
+
+@pytest.mark.parametrize("state", ["stopping", "stopped", "shutting-down"])
+def test_every_stopped_state_closes_the_claim(state: str) -> None:
+    h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
+    data = event("state-change")
+    data["detail"] = {**data["detail"], "state": state}
+    (outcome,) = h.service.handle(parse_notice(data))
+    assert outcome.action == "closed" and h.claim_now().state is ClaimState.TERMINATED
+
+
+def test_scheduled_change_replaces_then_drains_before_the_scheduled_start() -> None:
+    h = Harness(RETIRING, at("2026-11-22T10:50:00Z"), capacity_type="on-demand")
+    (outcome,) = h.service.handle(parse_notice(event("health-scheduled-change")))
+    assert outcome.action == "replace-and-drain" and not outcome.cordoned
+    ids = sorted(c.id for c in h.new_claims())
+    (drain,) = h.drains.receive()
+    start = at("2026-11-26T15:00:00Z")
+    assert drain.deadline < start and drain.deadline > start - timedelta(minutes=1)
+    assert drain.wait_until is not None and drain.wait_until < drain.deadline
+    assert ids and sorted(drain.replacements) == ids and not drain.involuntary
+
+
+def test_reservation_interruption_is_involuntary_and_immediate() -> None:
+    h = Harness(RESERVATION, at("2026-11-22T11:02:00Z"), capacity_type="on-demand")
+    (outcome,) = h.service.handle(parse_notice(event("capacity-reservation-interruption-warning")))
+    assert outcome.cordoned and h.claim_now().state is ClaimState.DRAINING
+    assert ("g5.xlarge", "us-east-1a", "on-demand") in h.store.unavailable_offerings()
+    (drain,) = h.drains.receive()
+    assert drain.involuntary and drain.deadline == at("2026-11-22T11:03:30Z")
+    assert drain.wait_until == h.clock.now()  # two minutes leave no time to wait for the replacement
+
+
+def test_an_instance_we_do_not_own_is_acknowledged_and_ignored() -> None:
+    h = Harness("i-0000000000000abcd", at("2026-11-22T10:25:00Z"))
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert outcome.action == "ignored" and outcome.claim_id is None
+    assert h.cluster.calls.cordoned == [] and h.new_claims() == [] and h.drains.messages == []
+    assert h.store.unavailable_offerings() == set() and h.launches.sent == []
+
+
+def test_the_same_notice_twice_plans_one_replacement() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    notice = parse_notice(event("spot-interruption-warning"))
+    first = h.service.handle(notice)[0]
+    claims = h.new_claims()
+    second = h.service.handle(notice)[0]
+    assert h.new_claims() == claims and first.replacements == second.replacements == sorted(c.id for c in claims)
+
+
+def test_a_rebalance_then_a_spot_warning_reuses_the_replacement() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:20:00Z"))
+    rebalance = event("rebalance-recommendation", time="2026-11-22T10:20:00Z")
+    rebalance["detail"] = {"instance-id": SPOT}
+    h.service.handle(parse_notice(rebalance))
+    h.clock.set(at("2026-11-22T10:25:00Z"))
+    planned = h.new_claims()
+    (spot,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert h.new_claims() == planned and spot.replacements == sorted(c.id for c in planned) and spot.cordoned
+
+
+def test_a_node_with_only_daemonset_pods_needs_no_replacement() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"), pods=0)
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert outcome.replacements == [] and h.new_claims() == []
+    (drain,) = h.drains.receive()
+    assert drain.replacement_claim_id is None
+
+
+def test_a_notice_about_a_claim_already_ended_touches_nothing() -> None:
+    h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
+    h.store.transition(h.claim_now(), ClaimState.TERMINATED, "drained")
+    h.cluster.fail_next("list_nodes", AssertionError("the cluster must not be asked"))
+    (outcome,) = h.service.handle(parse_notice(event("state-change")))
+    assert outcome.action == "ignored" and outcome.reason == "claim already ended" and h.fleet.terminated == []
+
+
+def test_kubernetes_is_only_connected_to_when_an_instance_is_ours() -> None:
+    from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
+
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    connects: list[int] = []
+
+    def connect() -> MemoryCluster:
+        connects.append(1)
+        return h.cluster
+
+    lazy = LazyCluster(connect)
+    service = InterruptionService(h.config, h.store, lazy, h.fleet, h.packer, h.drains, clock=h.clock)
+    notice = parse_notice(event("spot-interruption-warning"))
+    assert service.handle_instance(notice, "i-0000000000000abcd").action == "ignored"
+    assert not lazy.connected and connects == []
+    assert service.handle_instance(notice, SPOT).action == "replace-and-drain"
+    assert lazy.connected and connects == [1]
