@@ -52,7 +52,9 @@ class Capability(StrEnum):
     READ_PRICES = "read-prices"
     """The Pricing API and the EC2 service quotas."""
     LAUNCH = "launch"
-    """CreateFleet / RunInstances with the ownership tag, pass the node role, version the launch template."""
+    """CreateFleet / RunInstances with the ownership tag, pass the node role, version the launch template, and
+    eks:DescribeCluster on this cluster for what the nodes' user data needs and the configuration leaves out
+    (certificate authority, service CIDR)."""
     OWNED_INSTANCES = "owned-instances"
     """Terminate and re-tag instances that carry this cluster's ownership tag, and no others."""
     KUBERNETES = "kubernetes"
@@ -125,11 +127,13 @@ class Ec2Permissions:
             ],
         )
 
+    def _cluster_arn(self) -> str:
+        return self.stack.format_arn(service="eks", resource="cluster", resource_name=self.config.cluster_name)
+
     def kubernetes(self) -> PolicyGrant:
-        cluster = self.stack.format_arn(service="eks", resource="cluster", resource_name=self.config.cluster_name)
-        return PolicyGrant(
-            [iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[cluster])]
-        )
+        return PolicyGrant([
+            iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[self._cluster_arn()])
+        ])
 
     def owned_instances(self) -> PolicyGrant:
         statement = iam.PolicyStatement(
@@ -193,6 +197,11 @@ class Ec2Permissions:
                 actions=["iam:PassRole"],
                 resources=[self.config.node_role],
                 conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            ),
+            iam.PolicyStatement(
+                sid="ReadNodeBootstrap",
+                actions=["eks:DescribeCluster"],
+                resources=[self._cluster_arn()],
             ),
         ]
         wildcards = [

@@ -3,8 +3,10 @@
 Each record is handled on its own (Powertools `BatchProcessor`, partial batch failure): a record that is not
 a valid `LaunchRequest` fails alone, its validation error logged, and SQS redrives it to the dead-letter queue
 after `maxReceiveCount`; so does one whose CreateFleet stays throttled (the claims are still Pending, so the
-redelivery simply tries again). The rest of the batch goes on. A request only names claims: the service acts
-on their stored state, so a redelivered record launches nothing twice.
+redelivery simply tries again), and so does one that finds the cluster's certificate authority or service CIDR
+neither configured nor readable from EKS DescribeCluster (nodes launched without them could never join). The
+rest of the batch goes on. A request only names claims: the service acts on their stored state, so a
+redelivered record launches nothing twice.
 
 Metrics: claims launched, launch failures by reason, time from claim to instance, offerings found
 unavailable, USD/h launched.
@@ -19,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from pydantic import ValidationError
 
-from gpu_autoscaler.errors import RequestThrottled
+from gpu_autoscaler.errors import ClusterBootstrapUnavailable, RequestThrottled
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.naming import ResourceNames
 from gpu_autoscaler.services.fleet import FleetService, LaunchOutcome, aws_fleet_service
@@ -71,6 +73,10 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     except RequestThrottled:
         logger.warning("CreateFleet stays throttled; the request goes back to the queue",
                        extra={"messageId": record.message_id, "claims": request.claim_ids})
+        raise
+    except ClusterBootstrapUnavailable as error:
+        logger.error("nothing launched: nodes could not join the cluster; the request goes back to the queue",
+                     extra={"messageId": record.message_id, "claims": request.claim_ids, "error": str(error)})
         raise
     record_metrics(outcome)
     summary = outcome.summary()

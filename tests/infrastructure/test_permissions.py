@@ -165,13 +165,16 @@ def test_every_function_reads_the_config_and_uses_the_table(synthesized: Synthes
 
 
 def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synthesized) -> None:
+    """The Kubernetes API's users read the endpoint and CA; the fleet reads the CA and service CIDR for the nodes'
+    user data, and is not a Kubernetes client (no role output to grant RBAC to)."""
     cluster = synthesized.config.cluster_name
     holders = [name for name in FUNCTIONS if allowed(synthesized, name, "eks:DescribeCluster")]
-    assert holders == ["interruption", "drain", "prewarm", "consolidate"]
+    assert holders == ["fleet", "interruption", "drain", "prewarm", "consolidate"]
     for name in holders:
         [statement] = allowed(synthesized, name, "eks:DescribeCluster")
         assert flat(statement["Resource"]) == f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/{cluster}"
-        assert f"{name.title()}RoleArn" in synthesized.outputs
+        assert statement["Action"] == "eks:DescribeCluster" and "Condition" not in statement
+        assert (f"{name.title()}RoleArn" in synthesized.outputs) == (name != "fleet")
 
 
 def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:

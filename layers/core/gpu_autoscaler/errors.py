@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ClaimExists",
+    "ClusterBootstrapUnavailable",
     "GpuAutoscalerError",
     "InsufficientCapacity",
     "KubernetesApiError",
@@ -21,6 +22,11 @@ class GpuAutoscalerError(Exception):
 
 class ClaimExists(GpuAutoscalerError):
     """A NodeClaim with this id is already stored (a retried or duplicated message)."""
+
+
+class ClusterBootstrapUnavailable(GpuAutoscalerError):
+    """The cluster's certificate authority or service CIDR is neither configured nor readable from EKS: a node
+    launched now could never join, so the launch fails instead."""
 
 
 class StaleClaim(GpuAutoscalerError):

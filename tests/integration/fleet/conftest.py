@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 
+
 @pytest.fixture(scope="package")
 def config() -> Config:
     return parse_config(example_config_data())
@@ -27,6 +28,8 @@ def config() -> Config:
 
 @pytest.fixture(scope="package")
 def aws(config: Config) -> Iterator[EmbeddedAws]:
+    """The stack's resources, and the customer's EKS cluster (the emulator creates it): the configuration gives
+    neither its certificate authority nor its service CIDR, so the fleet reads them from DescribeCluster."""
     with EmbeddedAws(config) as embedded:
         yield embedded
 

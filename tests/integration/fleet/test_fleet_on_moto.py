@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpu_autoscaler.emulator.resources import CLUSTER_SERVICE_CIDR
 from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
 from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.models import labels as L
@@ -87,6 +88,9 @@ def test_a_launch_request_creates_a_tagged_instance_and_records_it(
     [part] = email.message_from_bytes(base64.b64decode(raw)).get_payload()
     node_config = yaml.safe_load(part.get_payload())
     assert node_config["spec"]["cluster"]["name"] == "ml-prod"
+    described = aws.clients.client("eks").describe_cluster(name="ml-prod")["cluster"]
+    assert node_config["spec"]["cluster"]["certificateAuthority"] == described["certificateAuthority"]["data"]
+    assert node_config["spec"]["cluster"]["cidr"] == CLUSTER_SERVICE_CIDR  # both from DescribeCluster: it can join
     labels = node_config["spec"]["kubelet"]["flags"][0].removeprefix("--node-labels=").split(",")
     assert f"{L.CLAIM_LABEL}=gpu-burst-spot1" in labels and f"{L.CAPACITY_TYPE}=spot" in labels
 

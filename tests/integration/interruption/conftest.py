@@ -96,6 +96,14 @@ def store(aws: EmbeddedAws, config: Config) -> DynamoStateStore:
                             clock=SystemClock())
 
 
+@pytest.fixture(autouse=True)
+def no_room_in_flight(store: DynamoStateStore) -> None:
+    """Each test plans against its own claims: those an earlier test left in flight are ended first. A launched
+    replacement whose pods were drained away has its room free again, and a later test's pods would go there."""
+    for claim in store.list_claims([ClaimState.PENDING, ClaimState.LAUNCHED]):
+        store.transition(claim, ClaimState.TERMINATED, "test: left in flight by an earlier test")
+
+
 @pytest.fixture(scope="package")
 def cluster(kube: LocalKubernetes) -> KubernetesCluster:
     return KubernetesCluster(kube.client())

@@ -148,6 +148,7 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     vpc_id, zone_subnets, subnet_ids = _create_network(clients.client("ec2"), config, names, tags)
     security_groups = _create_security_groups(clients.client("ec2"), config, names, vpc_id, tags)
     role_arn, profile_arn = _create_node_identity(clients.client("iam"), config, names, tags)
+    _create_cluster(clients.client("eks"), config, zone_subnets)
     template_id = _create_launch_template(
         clients.client("ec2"), config, names, list(security_groups.values()), profile_arn, tags
     )
@@ -225,6 +226,21 @@ def _create_network(
         zone_subnets[zone] = subnet
         subnet_ids[configured] = subnet
     return vpc_id, zone_subnets, subnet_ids
+
+
+CLUSTER_SERVICE_CIDR = "172.20.0.0/16"
+"""The emulated EKS cluster's service CIDR (what DescribeCluster answers)."""
+
+
+def _create_cluster(eks: Any, config: Config, zone_subnets: dict[str, str]) -> None:
+    """The customer's EKS cluster: not ours to create on AWS, but the fleet reads its certificate authority and
+    service CIDR from DescribeCluster when the configuration leaves them out, as on a real account."""
+    eks.create_cluster(
+        name=config.cluster_name,
+        roleArn=f"arn:aws:iam::{config.node_role.split(':')[4]}:role/{config.cluster_name}-eks-cluster",
+        resourcesVpcConfig={"subnetIds": sorted(zone_subnets.values())},
+        kubernetesNetworkConfig={"serviceIpv4Cidr": CLUSTER_SERVICE_CIDR},
+    )
 
 
 def _create_security_groups(

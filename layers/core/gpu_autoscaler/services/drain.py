@@ -13,6 +13,11 @@
    fleet (the only termination path), then delete the Node object — in that order, since a kubelet still
    running would register the Node again.
 
+Just before pods are evicted or deleted (or deleted with their Node), they are taken off the replacement claims
+still in flight that were made for them (`free_replaced_room`, `services.packer.free_room` says why then):
+their controllers recreate them with new uids, and those must find the replacement's room free, not look full
+and get a second node.
+
 Every step is safe to repeat: cordoning is idempotent, evicting a pod already gone reports `gone`, the claim's
 lifecycle writes are conditional, so a duplicated or redelivered request does no harm.
 """
@@ -32,22 +37,32 @@ from gpu_autoscaler.domain.drain import (
     DrainStep,
     Replacements,
     continuation,
+    movable,
     plan_drain,
 )
+from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import EvictionOutcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from gpu_autoscaler.clock import Clock
-    from gpu_autoscaler.models.cluster import ClusterNode
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.messages import DrainRequest
     from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
     from gpu_autoscaler.settings import FunctionSettings
 
-__all__ = ["DrainOutcome", "DrainService", "FleetTermination", "WrongCluster", "aws_drain_service", "node_of"]
+__all__ = [
+    "DrainOutcome",
+    "DrainService",
+    "FleetTermination",
+    "WrongCluster",
+    "aws_drain_service",
+    "free_replaced_room",
+    "node_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +115,29 @@ class DrainOutcome:
             "delaySeconds": int(self.delay.total_seconds()) if self.delay is not None else None,
             "durationSeconds": round(self.duration.total_seconds(), 3) if self.duration is not None else None,
         }
+
+
+def free_replaced_room(store: StateStore, claim: NodeClaim, pods: Sequence[ClusterPod],
+                       replacements: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+    """Before `pods` leave `claim`'s node for good (evicted, deleted, or gone with the node): take them off the
+    claims in flight made for them (`services.packer.free_room`) — `replacements`, and whichever claim their
+    assignments name (a replacement may have put some on a claim already in flight) — and drop their
+    assignments, since those uids will never be pending again. Claim id → the uids taken off it."""
+    moving = [p for p in pods if movable(p)]
+    if not moving:
+        return {}
+    owners = store.assignments([p.uid for p in moving])
+    claim_ids = [c for c in dict.fromkeys([*replacements, *owners.values()]) if c != claim.id]
+    if not claim_ids:
+        return {}
+    # Imported here: the packer's module brings the solver (numpy), which only this step of a drain needs.
+    from gpu_autoscaler.services.packer import free_room
+
+    freed = free_room(store, claim_ids, replacement_pods(moving))
+    released = [uid for taken in freed.values() for uid in taken]
+    if released:
+        store.release_pods(released)
+    return freed
 
 
 def node_of(nodes: Sequence[ClusterNode], claim: NodeClaim, name: str | None = None) -> ClusterNode | None:
@@ -170,6 +208,8 @@ class DrainService:
         now = self.clock.now()
         node = node_of(self.cluster.list_nodes(), claim, request.node_name)
         if claim.state is ClaimState.TERMINATED:
+            if node is not None:  # its pods go with the Node object this finish deletes
+                self._free_room(request, claim, self.cluster.list_pods(node.name))
             self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
             return None
         pods = self.cluster.list_pods(node.name) if node is not None else []
@@ -184,6 +224,7 @@ class DrainService:
         if step.action is DrainAction.FINISH:
             self._finish(request, claim, node, step, outcome)
             return None
+        self._free_room(request, claim, step.evict)
         outcomes = self._evict(step, outcome)
         outcome.reason = step.reason
         return continuation(request, step, outcomes, now)
@@ -249,6 +290,7 @@ class DrainService:
 
     def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
                 outcome: DrainOutcome) -> DrainOutcome:
+        self._free_room(request, claim, step.delete)
         for pod in step.delete:
             self.cluster.delete_pod(pod)
             outcome.deleted.append(pod.key)
@@ -264,6 +306,12 @@ class DrainService:
         outcome.status, outcome.reason = "finished", step.reason
         outcome.duration = self.clock.now() - (request.started_at or self.clock.now())
         return outcome
+
+    def _free_room(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod]) -> None:
+        freed = free_replaced_room(self.store, claim, pods, request.replacements)
+        if freed:
+            logger.info("drain of %s freed the room of %d pods on %s", request.node_name,
+                        sum(len(u) for u in freed.values()), ", ".join(sorted(freed)))
 
     def _requeue(self, after: Continuation, outcome: DrainOutcome) -> DrainOutcome:
         self.queue.send(after.request, after.delay)

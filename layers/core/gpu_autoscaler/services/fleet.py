@@ -155,13 +155,15 @@ class FleetService:
         launch_template_id: str | None = None,
         subnet_ids: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         catalog: CatalogSource | Catalog | None = None,
-        bootstrap: ClusterBootstrap | None = None,
+        bootstrap: ClusterBootstrap | Callable[[], ClusterBootstrap] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
         """`subnet_ids`: configuration subnet id → the endpoint's (or a function giving it, called on first
         launch); `catalog`: instance types (architecture, GPU labels, max pods) and prices, read on first
-        launch. Without `launch_template_id` the service only terminates (drain, consolidation)."""
+        launch; `bootstrap`: the cluster's coordinates for the user data (default: the configuration's), or
+        a function giving them on first launch, which may raise to fail the launch (and is asked again by
+        the next one). Without `launch_template_id` the service only terminates (drain, consolidation)."""
         self.config = config
         self.store = store
         self.compute = compute
@@ -169,7 +171,7 @@ class FleetService:
         self._launch_template_id = launch_template_id
         self._subnet_ids = subnet_ids
         self._catalog = catalog
-        self._bootstrap = bootstrap or ClusterBootstrap.from_config(config)
+        self._bootstrap = bootstrap if bootstrap is not None else ClusterBootstrap.from_config(config)
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._context: LaunchContext | None = None
@@ -179,17 +181,19 @@ class FleetService:
     # ---- launch -------------------------------------------------------------------------------------------
 
     def context(self) -> LaunchContext:
-        """Resolved on first launch and kept: subnets and instance types do not change under a warm Lambda."""
+        """Resolved on first launch and kept: subnets, instance types and the cluster's coordinates do not
+        change under a warm Lambda. A failure to resolve them fails this launch and is tried again next time."""
         if self._context is None:
             if not self._launch_template_id:
                 raise NotConfiguredForLaunch("no launch template id (LAUNCH_TEMPLATE_ID): cannot launch")
+            bootstrap = self._bootstrap() if callable(self._bootstrap) else self._bootstrap
             subnets = self._subnet_ids() if callable(self._subnet_ids) else self._subnet_ids
             types = self._catalog.instance_types() if self._catalog is not None else ()
             self._context = LaunchContext.from_config(
                 self.config, self._launch_template_id, subnet_ids=subnets, instance_types=types,
-                bootstrap=self._bootstrap,
+                bootstrap=bootstrap,
             )
-            missing = self._bootstrap.missing()
+            missing = bootstrap.missing()
             if missing and not self._warned_bootstrap:
                 self._warned_bootstrap = True
                 logger.warning("nodes will not be able to join the cluster until the configuration sets %s",
@@ -444,11 +448,16 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
     """The service as the Lambdas run it: configuration from SSM, state in DynamoDB, EC2 for capacity.
 
     The fleet function has a launch template (LAUNCH_TEMPLATE_ID) and launches; drain, consolidation and
-    the interruption function build it without one and only terminate. Subnets and the catalog are read
-    on the first launch, not at cold start.
+    the interruption function build it without one and only terminate. Subnets, the catalog and what the
+    configuration leaves out of the cluster's coordinates (certificate authority, service CIDR: EKS
+    DescribeCluster) are read on the first launch and kept for the execution environment's life; a message
+    that launches nothing costs none of those calls. If DescribeCluster fails, the launch fails
+    (`ClusterBootstrapUnavailable`, the message retried, then dead-lettered) instead of starting nodes that
+    could never join.
     """
     from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
     from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.aws.cluster_bootstrap import cluster_bootstrap
     from gpu_autoscaler.adapters.aws.configuration import fetch_config
     from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, resolve_subnets
     from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
@@ -467,4 +476,5 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
         launch_template_id=settings.launch_template_id,
         subnet_ids=(lambda: resolve_subnets(ec2, config)) if launches else None,
         catalog=Ec2CatalogSource.from_config(clients, config, clock=clock) if launches else None,
+        bootstrap=(lambda: cluster_bootstrap(config, clients.client("eks"))) if launches else None,
     )

@@ -28,7 +28,7 @@ from gpu_autoscaler.errors import GpuAutoscalerError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
-from gpu_autoscaler.services.drain import node_of
+from gpu_autoscaler.services.drain import free_replaced_room, node_of
 
 if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
@@ -144,12 +144,15 @@ class InterruptionService:
 
     def _close(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
                outcome: InterruptionOutcome) -> InterruptionOutcome:
-        """The instance is gone or going: end the claim, drop its Node, free its pods for planning elsewhere."""
-        pods = [p.uid for p in self.cluster.list_pods(node.name)] if node is not None else []
+        """The instance is gone or going: end the claim, drop its Node, free its pods for planning elsewhere —
+        and the room a replacement made for them holds, if it is still on its way (the instance went before its
+        drain had moved them): their controllers' new pods take it."""
+        on_node = self.cluster.list_pods(node.name) if node is not None else []
+        free_replaced_room(self.store, claim, on_node)
         self.fleet.terminate(claim, response.reason)
         if node is not None:
             self.cluster.delete_node(node.name)
-        self.store.release_pods(list(dict.fromkeys([*claim.pods, *pods])))
+        self.store.release_pods(list(dict.fromkeys([*claim.pods, *(p.uid for p in on_node)])))
         outcome.action, outcome.reason = "closed", response.reason
         return outcome
 

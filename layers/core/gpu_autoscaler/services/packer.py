@@ -15,6 +15,10 @@ repeat: a redelivered message, a resent document or a crash halfway leave at mos
    case the first attempt stopped before sending; the fleet acts on a claim's state, so a repeat is
    harmless.
 5. Demand history for forecasting: the GPUs of the document's pods per pool, in the 5-minute bucket.
+
+`free_room` is the other half of a claim's room bookkeeping: the drain calls it to take the pods it is about
+to evict off the claims in flight made for them, so the pods their controllers create in their place (new
+uids) find that room free instead of a second node being planned.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
-from gpu_autoscaler.domain.packing.solver import Solver
+from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES, Solver
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
@@ -50,7 +54,15 @@ if TYPE_CHECKING:
     from gpu_autoscaler.ports import CatalogSource, LaunchQueue, QuotaSource, StateStore
     from gpu_autoscaler.settings import FunctionSettings
 
-__all__ = ["DEMAND_BUCKET", "LIVE_STATES", "PackOutcome", "PackerService", "WrongCluster", "aws_packer_service"]
+__all__ = [
+    "DEMAND_BUCKET",
+    "LIVE_STATES",
+    "PackOutcome",
+    "PackerService",
+    "WrongCluster",
+    "aws_packer_service",
+    "free_room",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -196,12 +208,18 @@ class PackerService:
         newly = [u for u in self.store.assign_pods(claim.id, list(uids), ttl) if u not in claim.pods]
         if not newly:
             return 0
-        total = claim_requests(claim)
-        for uid in newly:
+        # Read it again: the plan's copy may be seconds old, and writing from it would put back pods a drain
+        # took off meanwhile (`free_room`), with their requests.
+        current = self.store.get_claim(claim.id) or claim
+        added = [u for u in newly if u not in current.pods]
+        if not added:
+            return len(newly)
+        total = claim_requests(current)
+        for uid in added:
             total = total + pod_requests(pods[uid])
-        attributes = {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+        attributes = {**current.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
         try:
-            self.store.update_claim(claim, pods=tuple(claim.pods) + tuple(newly), attributes=attributes)
+            self.store.update_claim(current, pods=tuple(current.pods) + tuple(added), attributes=attributes)
         except StaleClaim:
             # The claim moved on (launched or registered) meanwhile: the pods stay assigned to it and its
             # node is the one they will run on; only the room bookkeeping of a claim in flight is skipped.
@@ -264,6 +282,51 @@ class PackerService:
         demand = pool_gpus(self.config, ((pool_of[p.uid], p.resources) for p in pods if p.uid in pool_of))
         record_demand(self.store, self.config, demand, self.clock.now())
         return demand
+
+
+def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[PendingPod]) -> dict[str, tuple[str, ...]]:
+    """Take `pods` off those claims, still in flight, that were made (in part) for them, and their recorded
+    requests with them; claim id → the uids taken off. The drain calls it just before it evicts or deletes
+    the pods of a node whose replacement is not there yet.
+
+    Why here and then, and not by having the packer guess which of a claim's pods are gone: the packer sees
+    only pending pods and cannot tell an evicted pod from one still running on the doomed node, while the
+    drain knows exactly which pods it is about to move. And before the eviction, not after it:
+
+    - a crash (or a lost reply) between the two leaves the pod on its node, so the redelivered request
+      evicts it again and calls this again, which finds nothing left to take off and writes nothing; done
+      after the eviction, the crash would lose it for good (the pod is gone, nothing names it any more);
+    - the controller recreates an evicted pod within a second and the agent reports it soon after: the room
+      must already be free when it reaches the packer;
+    - every write is computed from the claim as stored now (the uids it still holds, the requests it still
+      records), so a repeat, a duplicate message or two drains at once cannot take anything off twice.
+
+    A pod whose eviction is then refused (a PodDisruptionBudget) keeps running with its room freed early;
+    the room is its successor's when it does go, or any pending pod's before that, which is demand too.
+    Claims already Registered are left alone: their room is their node's, which the scheduler sees.
+    """
+    requests = {p.uid: pod_requests(p) for p in pods}
+    freed: dict[str, tuple[str, ...]] = {}
+    for claim_id in dict.fromkeys(claim_ids):
+        for _ in range(3):
+            claim = store.get_claim(claim_id)
+            if claim is None or claim.state not in IN_FLIGHT_STATES:
+                break
+            taken = tuple(u for u in claim.pods if u in requests)
+            if not taken:
+                break
+            total = claim_requests(claim)
+            for uid in taken:
+                total = total - requests[uid]
+            left = {name: value for name, value in total.items() if value > 0}
+            try:
+                store.update_claim(claim, pods=tuple(u for u in claim.pods if u not in requests),
+                                   attributes={**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(left)})
+            except StaleClaim:
+                continue  # it moved on meanwhile (launched, registered): look at it again
+            freed[claim_id] = taken
+            break
+    return freed
 
 
 def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod],
