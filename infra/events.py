@@ -10,6 +10,7 @@ from aws_cdk import aws_events_targets as targets
 from constructs import Construct
 
 from gpu_autoscaler.event_patterns import INTERRUPTION_RULES
+from gpu_autoscaler.wiring import RULE_TARGET_MAX_EVENT_AGE_SECONDS, RULE_TARGET_RETRY_ATTEMPTS
 
 if TYPE_CHECKING:
     from aws_cdk import aws_sqs as sqs
@@ -58,9 +59,8 @@ class InterruptionRules(Construct):
                 targets.SqsQueue(
                     queue,
                     dead_letter_queue=dead_letter_queue,
-                    retry_attempts=8,
-                    # A 2-minute Spot warning is worthless later than this.
-                    max_event_age=Duration.minutes(5),
+                    retry_attempts=RULE_TARGET_RETRY_ATTEMPTS,
+                    max_event_age=Duration.seconds(RULE_TARGET_MAX_EVENT_AGE_SECONDS),
                 )
             )
             self.rules[name] = rule

@@ -20,6 +20,7 @@ from cdk_nag import NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from gpu_autoscaler.naming import FUNCTIONS
+from gpu_autoscaler.wiring import ASYNC_MAX_EVENT_AGE_SECONDS, ASYNC_RETRY_ATTEMPTS, FUNCTION_WIRING
 from infra.permissions import Capability, Ec2Permissions, Wildcard
 from infra.queues import WorkQueue
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.naming import ResourceNames
+    from gpu_autoscaler.wiring import FunctionWiring
     from infra.queues import WorkQueues
 
 __all__ = [
@@ -56,57 +58,80 @@ _ALWAYS = frozenset({Capability.READ_EC2})
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    name: str
-    timeout_seconds: int
-    memory_mb: int
-    trigger: WorkQueue | None
-    """The queue feeding it, or None for the two functions EventBridge Scheduler invokes."""
+    """A function's wiring (`gpu_autoscaler.wiring`, shared with the emulator) plus what only the stack needs."""
+
+    wiring: FunctionWiring
     capabilities: frozenset[Capability]
-    reserved_concurrency: int | None = None
-    """Only where runs must not overlap; a new account's concurrency is small, so nothing is reserved lightly."""
-    batch_size: int = 10
-    max_concurrency: int | None = None
-    """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API."""
-    recursive: bool = False
-    """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
     description: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.wiring.name
+
+    @property
+    def timeout_seconds(self) -> int:
+        return self.wiring.timeout_seconds
+
+    @property
+    def memory_mb(self) -> int:
+        return self.wiring.memory_mb
+
+    @property
+    def trigger(self) -> WorkQueue | None:
+        """The queue feeding it, or None for the two functions EventBridge Scheduler invokes."""
+        return WorkQueue(self.wiring.queue) if self.wiring.queue is not None else None
+
+    @property
+    def batch_size(self) -> int:
+        return self.wiring.batch_size
+
+    @property
+    def batching_window_seconds(self) -> int:
+        return self.wiring.batching_window_seconds
+
+    @property
+    def max_concurrency(self) -> int | None:
+        return self.wiring.max_concurrency
+
+    @property
+    def reserved_concurrency(self) -> int | None:
+        return self.wiring.reserved_concurrency
+
+    @property
+    def recursive(self) -> bool:
+        return self.wiring.recursive
 
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec(
-        "packer", timeout_seconds=60, memory_mb=1024, trigger=WorkQueue.PENDING_PODS,
-        # One at a time: the FIFO group of the cluster is packed in order, and two packers never claim
-        # capacity for the same pods.
-        reserved_concurrency=1,
+        FUNCTION_WIRING["packer"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES}),
         description="Pack pending GPU pods onto in-flight claims and new NodeClaims",
     ),
     FunctionSpec(
-        "fleet", timeout_seconds=120, memory_mb=512, trigger=WorkQueue.LAUNCH, batch_size=5, max_concurrency=5,
-        recursive=True,
+        FUNCTION_WIRING["fleet"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.LAUNCH,
                                 Capability.OWNED_INSTANCES}),
         description="Launch NodeClaims with EC2 CreateFleet (instant) and terminate owned instances",
     ),
     FunctionSpec(
-        "interruption", timeout_seconds=60, memory_mb=512, trigger=WorkQueue.INTERRUPTION,
+        FUNCTION_WIRING["interruption"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.SEND_DRAIN, Capability.READ_PRICES,
                                 Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
         description="Act on Spot warnings, rebalance, state changes and scheduled events",
     ),
     FunctionSpec(
-        "drain", timeout_seconds=300, memory_mb=512, trigger=WorkQueue.DRAIN, batch_size=1, max_concurrency=10,
-        recursive=True,
+        FUNCTION_WIRING["drain"],
         capabilities=frozenset({Capability.SEND_DRAIN, Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
         description="Cordon and evict, continue across invocations, terminate when empty",
     ),
     FunctionSpec(
-        "prewarm", timeout_seconds=120, memory_mb=1024, trigger=None, reserved_concurrency=1,
+        FUNCTION_WIRING["prewarm"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.KUBERNETES}),
         description="Warm capacity for scaling windows and the demand forecast",
     ),
     FunctionSpec(
-        "consolidate", timeout_seconds=120, memory_mb=1024, trigger=None, reserved_concurrency=1,
+        FUNCTION_WIRING["consolidate"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.SEND_DRAIN, Capability.READ_PRICES,
                                 Capability.OWNED_INSTANCES, Capability.KUBERNETES}),
         description="Reconcile registrations; drain empty and underused nodes within budgets",
@@ -202,14 +227,16 @@ class Functions(Construct):
             # Scheduler invokes asynchronously: a tick that still fails goes to the scheduler DLQ, and a stale
             # tick is dropped rather than retried past the next one.
             on_failure=destinations.SqsDestination(self._queues.scheduler_dlq) if scheduled else None,
-            retry_attempts=1 if scheduled else None,
-            max_event_age=Duration.minutes(5) if scheduled else None,
+            retry_attempts=ASYNC_RETRY_ATTEMPTS if scheduled else None,
+            max_event_age=Duration.seconds(ASYNC_MAX_EVENT_AGE_SECONDS) if scheduled else None,
         )
         if spec.trigger is not None:
             function.add_event_source(
                 sources.SqsEventSource(
                     self._queues.queues[spec.trigger],
                     batch_size=spec.batch_size,
+                    max_batching_window=Duration.seconds(spec.batching_window_seconds)
+                    if spec.batching_window_seconds else None,
                     report_batch_item_failures=True,
                     max_concurrency=spec.max_concurrency,
                 )

@@ -10,19 +10,14 @@ from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
+from gpu_autoscaler.wiring import MAX_RECEIVE_COUNT, VISIBILITY_FACTOR
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from gpu_autoscaler.naming import ResourceNames
 
 __all__ = ["DLQ_RETENTION", "MAX_RECEIVE_COUNT", "VISIBILITY_FACTOR", "WorkQueue", "WorkQueues"]
-
-MAX_RECEIVE_COUNT = 5
-"""Deliveries before SQS moves a message to its DLQ: enough to ride out throttling and transient errors."""
-
-VISIBILITY_FACTOR = 6
-"""AWS's advice for Lambda consumers: visibility ≥ 6 × function timeout, so retries of a throttled batch
-do not make a message visible again while a function still holds it."""
 
 DLQ_RETENTION = Duration.days(14)
 """The longest SQS keeps anything: time for someone to look at a poison message and redrive it."""

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_cdk import Aws
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
+
+from gpu_autoscaler.wiring import (
+    RATE_SCHEDULES,
+    SCHEDULED_TIME,
+    WINDOW_MAX_EVENT_AGE_SECONDS,
+    WINDOW_RETRIES,
+    RateSchedule,
+    schedule_name,
+    tick_input,
+)
 
 if TYPE_CHECKING:
     from aws_cdk import aws_lambda as lambda_
@@ -19,45 +26,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import ScalingWindow
     from gpu_autoscaler.naming import ResourceNames
 
-__all__ = ["SCHEDULED_TIME", "RateSchedule", "Schedules", "schedule_name", "tick_input", "RATE_SCHEDULES"]
-
-SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
-"""Scheduler's context attribute: replaced by the time the schedule was due, so a late retry knows its tick."""
-
-
-@dataclass(frozen=True)
-class RateSchedule:
-    function: str
-    expression: str
-    max_retries: int
-    max_event_age_seconds: int
-    """A tick older than its period is superseded by the next one: no point retrying it longer."""
-
-
-RATE_SCHEDULES = (
-    RateSchedule("prewarm", "rate(5 minutes)", max_retries=2, max_event_age_seconds=300),
-    RateSchedule("consolidate", "rate(1 minute)", max_retries=1, max_event_age_seconds=60),
-)
-
-WINDOW_RETRIES = 5
-WINDOW_MAX_EVENT_AGE_SECONDS = 900
-"""A window's start matters more than a rate tick: retry longer; the 5-minute pre-warm tick backs it up."""
-
-
-def tick_input(window: str | None) -> str:
-    """The target input: `gpu_autoscaler.models.messages.ScheduleTick` as JSON."""
-    tick: dict[str, str] = {"trigger": "window", "window": window} if window else {"trigger": "rate"}
-    tick["scheduledTime"] = SCHEDULED_TIME
-    return json.dumps(tick, separators=(",", ":"))
-
-
-def schedule_name(window: str) -> str:
-    """`window-<name>`, shortened with a digest when the 64-character limit would cut it."""
-    name = f"window-{window}"
-    if len(name) <= 64:
-        return name
-    digest = hashlib.sha256(window.encode()).hexdigest()[:8]
-    return f"window-{window[:47]}-{digest}"
+__all__ = ["RATE_SCHEDULES", "SCHEDULED_TIME", "RateSchedule", "Schedules", "schedule_name", "tick_input"]
 
 
 class Schedules(Construct):
@@ -111,7 +80,7 @@ class Schedules(Construct):
         for rate in RATE_SCHEDULES:
             self._schedule(
                 f"{rate.function.title()}Rate",
-                name=f"{rate.function}-rate",
+                name=rate.name,
                 expression=rate.expression,
                 timezone=None,
                 target=targets[rate.function],

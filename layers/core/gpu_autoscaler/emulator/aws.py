@@ -21,6 +21,7 @@ import botocore.loaders
 import botocore.session
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
+from gpu_autoscaler.emulator import moto_fixes
 from gpu_autoscaler.emulator.resources import discover, provision
 from gpu_autoscaler.naming import ResourceNames
 
@@ -132,6 +133,7 @@ class EmbeddedAws:
     def _start_server(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        moto_fixes.apply()
         if self._port:
             # moto's server thread dies silently on a taken port and start() would wait forever: check first.
             try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
@@ -49,6 +48,7 @@ from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.resources import GPU
+from gpu_autoscaler.wiring import rate_period
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -87,9 +87,9 @@ CHARGED_STATES = (*LIVE_STATES, ClaimState.DRAINING)
 RELEASED_ATTRIBUTE = "warmReleased"
 """NodeClaim attribute: the holder (`window:<name>` / `forecast`) whose warm hold ended."""
 RELEASED_AT_ATTRIBUTE = "warmReleasedAt"
-PERIOD = timedelta(minutes=5)
-"""The rate schedule's period (infra.schedules: rate(5 minutes)): windows are warmed this much earlier, so
-their capacity is up by the start whichever tick sees them first. (The forecast stays at now + lead
+PERIOD = rate_period("prewarm")
+"""The rate schedule's period (`gpu_autoscaler.wiring`: rate(5 minutes)): windows are warmed this much
+earlier, so their capacity is up by the start whichever tick sees them first. (The forecast stays at now + lead
 time: its profile already spans ±10 minutes, and the backtest found a further 5 minutes only traded
 hits for idle GPUs along the same curve.)"""
 RESEND_AFTER = 180.0

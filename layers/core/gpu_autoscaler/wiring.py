@@ -1,0 +1,182 @@
+"""How the functions are triggered: queue → function, batch sizes, timeouts, redrive, schedules.
+
+The CDK stack (`infra/`) builds the event source mappings, queues and schedules from these values, and the
+emulator drives the handlers by the same ones, so the two cannot drift apart. Plain data only: no CDK,
+no boto3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from gpu_autoscaler.naming import FUNCTIONS
+
+__all__ = [
+    "ASYNC_MAX_EVENT_AGE_SECONDS",
+    "ASYNC_RETRY_ATTEMPTS",
+    "FUNCTION_WIRING",
+    "MAX_RECEIVE_COUNT",
+    "QUEUES",
+    "RATE_SCHEDULES",
+    "RULE_TARGET_MAX_EVENT_AGE_SECONDS",
+    "RULE_TARGET_RETRY_ATTEMPTS",
+    "SCHEDULED_TIME",
+    "VISIBILITY_FACTOR",
+    "WINDOW_MAX_EVENT_AGE_SECONDS",
+    "WINDOW_RETRIES",
+    "FunctionWiring",
+    "RateSchedule",
+    "consumer",
+    "rate_period",
+    "schedule_name",
+    "tick_input",
+    "visibility_timeout",
+]
+
+QUEUES = ("pending-pods", "interruption", "launch", "drain")
+"""The work queues, by logical name (each has a `<name>-dlq`)."""
+
+MAX_RECEIVE_COUNT = 5
+"""Deliveries before SQS moves a message to its DLQ: enough to ride out throttling and transient errors."""
+
+VISIBILITY_FACTOR = 6
+"""AWS's advice for Lambda consumers: visibility ≥ 6 × function timeout, so retries of a throttled batch
+do not make a message visible again while a function still holds it."""
+
+
+@dataclass(frozen=True)
+class FunctionWiring:
+    """What differs between the functions in how Lambda runs and feeds them."""
+
+    name: str
+    timeout_seconds: int
+    memory_mb: int
+    queue: str | None
+    """Logical name of the queue feeding it (`QUEUES`), or None for the functions Scheduler invokes."""
+    batch_size: int = 10
+    batching_window_seconds: int = 0
+    """The event source mapping's MaximumBatchingWindowInSeconds (0: hand over what one receive returns)."""
+    max_concurrency: int | None = None
+    """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API."""
+    reserved_concurrency: int | None = None
+    """Only where runs must not overlap; a new account's concurrency is small, so nothing is reserved lightly."""
+    recursive: bool = False
+    """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
+
+
+FUNCTION_WIRING: dict[str, FunctionWiring] = {
+    w.name: w
+    for w in (
+        # One packer at a time: the FIFO group of the cluster is packed in order, and two packers never
+        # claim capacity for the same pods.
+        FunctionWiring("packer", timeout_seconds=60, memory_mb=1024, queue="pending-pods", reserved_concurrency=1),
+        FunctionWiring("fleet", timeout_seconds=120, memory_mb=512, queue="launch", batch_size=5, max_concurrency=5,
+                       recursive=True),
+        FunctionWiring("interruption", timeout_seconds=60, memory_mb=512, queue="interruption"),
+        FunctionWiring("drain", timeout_seconds=300, memory_mb=512, queue="drain", batch_size=1, max_concurrency=10,
+                       recursive=True),
+        FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
+        FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
+    )
+}  # fmt: skip
+
+if tuple(FUNCTION_WIRING) != FUNCTIONS:
+    raise RuntimeError("FUNCTION_WIRING must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
+
+
+def consumer(queue: str) -> FunctionWiring:
+    """The function a work queue feeds."""
+    for wiring in FUNCTION_WIRING.values():
+        if wiring.queue == queue:
+            return wiring
+    raise KeyError(f"no function consumes queue '{queue}'; queues: {', '.join(QUEUES)}")
+
+
+def visibility_timeout(queue: str) -> int:
+    """Seconds: `VISIBILITY_FACTOR` × the consuming function's timeout."""
+    return consumer(queue).timeout_seconds * VISIBILITY_FACTOR
+
+
+ASYNC_RETRY_ATTEMPTS = 1
+"""Scheduler invokes the scheduled functions asynchronously: a failed tick is retried this often by Lambda,
+then goes to the scheduler DLQ (the functions' on-failure destination)."""
+ASYNC_MAX_EVENT_AGE_SECONDS = 300
+"""A stale tick is dropped rather than retried past the next one."""
+
+
+# ---- EventBridge rules (patterns: gpu_autoscaler.event_patterns) ------------------------------------------
+
+RULE_TARGET_RETRY_ATTEMPTS = 8
+RULE_TARGET_MAX_EVENT_AGE_SECONDS = 300
+"""A 2-minute Spot warning is worthless later than this; what cannot be delivered goes to the queue's DLQ."""
+
+
+# ---- EventBridge Scheduler ---------------------------------------------------------------------------------
+
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
+"""Scheduler's context attribute: replaced by the time the schedule was due, so a late retry knows its tick."""
+
+
+@dataclass(frozen=True)
+class RateSchedule:
+    function: str
+    expression: str
+    max_retries: int
+    max_event_age_seconds: int
+    """A tick older than its period is superseded by the next one: no point retrying it longer."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.function}-rate"
+
+    @property
+    def period(self) -> timedelta:
+        return _rate_period(self.expression)
+
+
+RATE_SCHEDULES = (
+    RateSchedule("prewarm", "rate(5 minutes)", max_retries=2, max_event_age_seconds=300),
+    RateSchedule("consolidate", "rate(1 minute)", max_retries=1, max_event_age_seconds=60),
+)
+
+WINDOW_RETRIES = 5
+WINDOW_MAX_EVENT_AGE_SECONDS = 900
+"""A window's start matters more than a rate tick: retry longer; the 5-minute pre-warm tick backs it up."""
+
+_RATE = re.compile(r"^rate\((?P<value>\d+)\s+(?P<unit>minutes?|hours?|days?)\)$")
+
+
+def _rate_period(expression: str) -> timedelta:
+    match = _RATE.match(expression.strip())
+    if not match:
+        raise ValueError(f"'{expression}' is not a rate expression like 'rate(5 minutes)'")
+    unit = match.group("unit").rstrip("s") + "s"
+    return timedelta(**{unit: int(match.group("value"))})
+
+
+def rate_period(function: str) -> timedelta:
+    """The period of a scheduled function's rate schedule."""
+    for rate in RATE_SCHEDULES:
+        if rate.function == function:
+            return rate.period
+    raise KeyError(f"no rate schedule for '{function}'")
+
+
+def tick_input(window: str | None) -> str:
+    """The target input: `gpu_autoscaler.models.messages.ScheduleTick` as JSON."""
+    tick: dict[str, str] = {"trigger": "window", "window": window} if window else {"trigger": "rate"}
+    tick["scheduledTime"] = SCHEDULED_TIME
+    return json.dumps(tick, separators=(",", ":"))
+
+
+def schedule_name(window: str) -> str:
+    """`window-<name>`, shortened with a digest when the 64-character limit would cut it."""
+    name = f"window-{window}"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(window.encode()).hexdigest()[:8]
+    return f"window-{window[:47]}-{digest}"
