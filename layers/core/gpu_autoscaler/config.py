@@ -279,6 +279,9 @@ class Timeouts(_Model):
     unavailable_offering_ttl: Duration = timedelta(minutes=3)
     registration_ttl: Duration = timedelta(minutes=15)
     pod_assignment_ttl: Duration = timedelta(minutes=30)
+    scheduling_grace: Duration = timedelta(minutes=2)
+    """How long after its node registered a claim still covers the pods it was made for: a pod still pending
+    after that lost its room to other pods the scheduler put there, and is planned again."""
     interruption_drain: Duration = timedelta(minutes=30)
     """How long a rebalance drain may wait on PodDisruptionBudgets once its replacement is Ready (or
     `rebalanceDrainAfter` has passed); after that the node goes regardless."""

@@ -172,3 +172,21 @@ def test_a_crash_before_assigning_pods_of_a_roomy_claim_does_not_double_book_it(
     assert outcome.covered == 1 and outcome.placed_in_flight == 0
     assert h.store.claims[claim.id].pods == (pod.uid,) and h.store.pods[pod.uid][0] == claim.id
     assert [r.claim_ids for r in h.launches.sent] == [[claim.id]]
+
+
+def test_pods_still_pending_on_a_registered_node_are_planned_again_after_the_grace(h: Harness) -> None:
+    """The scheduler gave a node's room to other pods: its claim's own pods, still reported, get new capacity,
+    but not before the grace (the scheduler needs a moment to bind them to a node that just joined)."""
+    pod = make_pod()
+    first = h.service.handle(h.document([pod]), source="m1")
+    claim = h.store.claims[first.created[0]]
+    claim = h.store.transition(claim, ClaimState.LAUNCHED, instance_id="i-1")
+    h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1")
+
+    h.clock.advance(timedelta(seconds=30))
+    assert h.service.handle(h.document([pod]), source="m2").created == ()
+
+    h.clock.advance(h.config.timeouts.scheduling_grace)
+    again = h.service.handle(h.document([pod]), source="m3")
+    assert len(again.created) == 1 and again.created[0] != claim.id
+    assert h.store.assignments([pod.uid]) == {pod.uid: again.created[0]}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
@@ -147,6 +147,8 @@ class PackerService:
             )
         live = self.store.list_claims(LIVE_STATES)
         covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}
+        for uid in self._displaced(live, covered):
+            del covered[uid]
         covered.update(_listed_on_claims_in_flight(live, document.pods, covered))
         quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
         plan = self.solver().solve(
@@ -159,8 +161,25 @@ class PackerService:
         )
         return plan, live
 
+    def _displaced(self, live: Iterable[NodeClaim], covered: Mapping[str, str]) -> list[str]:
+        """Covered pods whose claim's node has been up for longer than the scheduling grace and who are still
+        pending: kube-scheduler gave their room to other pods, so the assignment no longer stands for capacity."""
+        grace_ended = self.clock.now() - self.config.timeouts.scheduling_grace
+        registered = {
+            c.id for c in live
+            if c.state is ClaimState.REGISTERED and _entered(c, ClaimState.REGISTERED) <= grace_ended
+        }
+        return [uid for uid, claim_id in covered.items() if claim_id in registered]
+
     def handle(self, document: PendingPodsDocument, source: str = "") -> PackOutcome:
         """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims."""
+        displaced = self._displaced(
+            self.store.list_claims([ClaimState.REGISTERED]),
+            self.store.assignments([p.uid for p in document.pods]) if document.pods else {},
+        )
+        if displaced:
+            logger.info("%d pod(s) still pending on registered nodes: planned again", len(displaced))
+            self.store.release_pods(displaced)  # so the claims planned for them can take their assignment
         plan, live = self.plan(document, source)
         pods = {p.uid: p for p in document.pods}
         by_id = {c.id: c for c in live}
@@ -327,6 +346,14 @@ def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[Pendin
             freed[claim_id] = taken
             break
     return freed
+
+
+def _entered(claim: NodeClaim, state: ClaimState) -> datetime:
+    """When the claim last entered `state` (its update time when its history does not say)."""
+    for step in reversed(claim.history):
+        if step.state is state:
+            return step.at
+    return claim.updated_at or claim.created_at
 
 
 def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod],
