@@ -23,6 +23,9 @@ def _root() -> None:
 # Each command module registers itself on `app` when imported: one line per command.
 # isort: off
 from gpu_autoscaler.cli import catalog  # noqa: E402, F401
+from gpu_autoscaler.cli import demo  # noqa: E402, F401
+from gpu_autoscaler.cli import emulator  # noqa: E402, F401
 from gpu_autoscaler.cli import invoke  # noqa: E402, F401
 from gpu_autoscaler.cli import plan  # noqa: E402, F401
+from gpu_autoscaler.cli import simulate  # noqa: E402, F401
 # isort: on

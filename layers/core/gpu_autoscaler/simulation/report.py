@@ -1,0 +1,98 @@
+"""What a simulation hands back: `report.json` and the table on the terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.simulation.metrics import percentile
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.simulation.metrics import RunResult
+    from gpu_autoscaler.simulation.settings import SimulationSettings
+    from gpu_autoscaler.simulation.trace import Trace
+
+__all__ = ["LOWER_BOUND", "METRICS", "SimulationReport"]
+
+LOWER_BOUND = (
+    "each pod's GPU-seconds as it ran (num_gpu × gpu_milli / 1000 × seconds run) at the cheapest USD per "
+    "GPU-second of any offering in the configured zones that can hold it (CPU, memory, GPU devices, GPU model, "
+    "x86-64); no policy can cost less"
+)
+METRICS = {
+    "cost": "USD: every instance from launch to termination at its offering's price",
+    "lowerBound": LOWER_BOUND,
+    "gpuAllocation": "GPU-hours the running pods asked for (their trace share) ÷ GPU-hours of instances provisioned",
+    "waitP50/P95/P99": "seconds a pod that ran spent pending for capacity, over every time it was (interruptions "
+                       "included)",
+    "interruptions": "Spot interruption warnings handled",
+    "neverRan": "pods that never started, by reason",
+}
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    trace: Trace
+    config: Config
+    catalog: Catalog
+    settings: SimulationSettings
+    results: tuple[RunResult, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policies": [r.to_json() for r in self.results],
+            "trace": self.trace.summary(),
+            "gpuMapping": self.trace.mapping(self.catalog),
+            "settings": {
+                **self.settings.to_json(),
+                "configuration": json.loads(self.config.to_json()),
+                "cluster": self.config.cluster_name,
+                "region": self.config.region,
+                "zones": self.config.zones,
+                "catalog": {"instanceTypes": len(self.catalog.instance_types()),
+                            "offerings": len(self.catalog.all_offerings()),
+                            "note": "bundled price snapshots (On-Demand) and Spot Advisor estimates; GPU types "
+                                    "whose devices are partitions of a GPU (g6f, gr6f) left out, as trace "
+                                    "fractions are shares of a whole GPU"},
+                "pods": "x86-64 containers; whole-GPU pods on pools without GPU sharing, fractional ones on the "
+                        "first time-slicing pool (⌈milli × replicas / 1000⌉ slices) where there is one",
+                "runSeconds": round(self.seconds, 2),
+            },
+            "metrics": METRICS,
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    def print_table(self, console: Console) -> None:
+        console.print(self.table())
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        first, last = self.trace.span
+        table = Table(
+            title=f"{self.trace.source.rsplit('/', 1)[-1]}: {len(self.trace.pods)} GPU pods over "
+                  f"{(last - first) / 86400:.1f} days, seed {self.settings.seed}",
+            caption="cost in USD; ÷ bound: cost over the clairvoyant lower bound; waits in seconds",
+        )
+        for title in ("policy", "cost", "÷ bound", "GPU alloc", "wait p50", "wait p95", "wait p99",
+                      "interruptions", "never ran"):
+            table.add_column(title, justify="left" if title == "policy" else "right")
+        for r in self.results:
+            ratio = r.cost / r.lower_bound if r.lower_bound > 0 else math.inf
+            table.add_row(
+                r.name, f"{r.cost:,.0f}", f"{ratio:.2f}" if math.isfinite(ratio) else "–",
+                f"{100 * r.gpu_allocation:.1f} %", f"{percentile(r.waits, 50):.0f}", f"{percentile(r.waits, 95):.0f}",
+                f"{percentile(r.waits, 99):.0f}", str(r.interruptions), str(sum(r.never_ran.values())),
+            )
+        return table

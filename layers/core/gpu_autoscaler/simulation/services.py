@@ -1,0 +1,87 @@
+"""The seams between the Lambdas' services and the simulation: queues that are events, and two small
+specialisations of the packer and prewarm services.
+
+- `EventQueue`: `LaunchQueue` and `DrainQueue` both — a message becomes an event for the function that reads
+  the queue, after the queue's delay (and the message's own, at most SQS's 15 minutes).
+- `PolicyPacker`: `PackerService` with the policy's `Solver` (its packing method), built once for the run.
+- `SimulatedPrewarm`: `PrewarmService` reading demand history from the store's dense series instead of its
+  records — the same `Forecaster` on the same 5-minute buckets; decoding weeks of records on every tick would
+  cost more than everything else in the run.
+- `SimulatedConsolidate`: `ConsolidateService` whose picture of the cluster (each node with its claim, the
+  pods that would move, since when it has been empty, the pods on their way) is the simulation's own, kept
+  between ticks, rather than rebuilt from every node and pod each time; deciding and acting are the service's.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.services.consolidate import ConsolidateService
+from gpu_autoscaler.services.packer import PackerService
+from gpu_autoscaler.services.prewarm import PrewarmService
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from datetime import datetime
+
+    from gpu_autoscaler.domain.consolidation import ConsolidationNode
+    from gpu_autoscaler.domain.forecast import DemandSeries, Forecast
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+    from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
+
+__all__ = ["SQS_MAX_DELAY", "EventQueue", "PolicyPacker", "SimulatedConsolidate", "SimulatedPrewarm"]
+
+SQS_MAX_DELAY = 900.0
+
+
+class EventQueue:
+    """A queue whose consumer acts `latency` seconds after a message is sent (plus the message's delay)."""
+
+    def __init__(self, deliver: Callable[[float, Any], None], latency: float) -> None:
+        self._deliver = deliver
+        self.latency = latency
+
+    def send(self, request: LaunchRequest | DrainRequest, delay: timedelta | None = None) -> None:
+        seconds = min((delay or timedelta(0)).total_seconds(), SQS_MAX_DELAY)
+        self._deliver(max(seconds, self.latency), request)
+
+
+class PolicyPacker(PackerService):
+    def __init__(self, solver: Solver, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._policy_solver = solver
+
+    def solver(self) -> Solver:
+        return self._policy_solver
+
+
+class SimulatedPrewarm(PrewarmService):
+    def __init__(self, series: Callable[[str], DemandSeries], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._series = series
+
+    def _forecasts(self, now: datetime) -> dict[str, Forecast]:
+        """As the service forecasts (every pool, at now + its lead time), from the series."""
+        predictive = self.config.predictive
+        if not predictive.enabled:
+            return {}
+        out = {}
+        for pool in self.config.node_pools:
+            view = self._series(pool.name).window(now - predictive.history, now)
+            target = now + max(pool.lead_time, predictive.lead_time)
+            out[pool.name] = self.forecaster.forecast(view, now, target, pool.name)
+        return out
+
+
+class SimulatedConsolidate(ConsolidateService):
+    def __init__(self, picture: Callable[[Sequence[NodeClaim], datetime], list[ConsolidationNode]], *args: Any,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._simulated_picture = picture
+
+    def _picture(self, nodes: Sequence[ClusterNode], pods: Sequence[ClusterPod], claims: Sequence[NodeClaim],
+                 now: datetime) -> list[ConsolidationNode]:
+        return self._simulated_picture(claims, now)

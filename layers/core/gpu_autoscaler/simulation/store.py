@@ -1,0 +1,98 @@
+"""The simulator's state store: the in-memory `StateStore`, with two things kept the way a long replay needs.
+
+- Claims not yet Terminated are indexed apart: a replay of weeks makes thousands of claims, and every
+  packer, prewarm and consolidation pass lists the live ones (`MemoryStateStore` scans every claim for that).
+- Demand history is a dense series per pool (`domain.forecast.DemandSeries`, one slot per 5-minute bucket,
+  peak kept as the table keeps it) written by the same recorders — the packer and the reconcile step — so
+  the forecast reads weeks of history as an array view instead of decoding a record per bucket on every tick.
+
+Every other write goes through the in-memory store's conditional semantics unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries, bucket_start
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime, timedelta
+
+    from gpu_autoscaler.clock import Clock
+
+__all__ = ["SimulationStateStore"]
+
+
+class SimulationStateStore(MemoryStateStore):
+    def __init__(self, cluster: str, clock: Clock, *, history_from: datetime, buckets: int) -> None:
+        """`history_from`: the first demand bucket the series hold; `buckets`: how many (more are added as
+        needed)."""
+        super().__init__(cluster, clock)
+        self._open: dict[str, NodeClaim] = {}
+        self._series_start = bucket_start(history_from)
+        self._buckets = max(1, buckets)
+        self._series: dict[str, DemandSeries] = {}
+
+    # Claims
+
+    def create_claim(self, claim: NodeClaim) -> None:
+        super().create_claim(claim)
+        self._index(claim)
+
+    def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
+        moved = super().transition(claim, to, reason, **changes)
+        self._index(moved)
+        return moved
+
+    def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
+        updated = super().update_claim(claim, **changes)
+        self._index(updated)
+        return updated
+
+    def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
+        if states is not None:
+            wanted = set(states)
+            if ClaimState.TERMINATED not in wanted:
+                return [c for c in self._open.values() if c.state in wanted]
+        return super().list_claims(states)
+
+    def _index(self, claim: NodeClaim) -> None:
+        if claim.state is ClaimState.TERMINATED:
+            self._open.pop(claim.id, None)
+        else:
+            self._open[claim.id] = claim
+
+    # Demand history
+
+    def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None:
+        series = self.series(pool)
+        index = series.index(bucket)
+        if index < 0:
+            return
+        if index >= series.values.size:
+            grown = np.zeros(max(index + 1, 2 * series.values.size))
+            grown[: series.values.size] = series.values
+            series = DemandSeries(series.start, grown, series.first_record)
+        if series.first_record is None or bucket_start(bucket) < series.first_record:
+            series = DemandSeries(series.start, series.values, bucket_start(bucket))
+        series.values[index] = max(series.values[index], gpus)
+        self._series[pool] = series
+
+    def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
+        series = self.series(pool)
+        first = series.index(since)
+        return [(series.start + int(i) * BUCKET, float(series.values[i]))
+                for i in np.flatnonzero(series.values) if i >= first]
+
+    def series(self, pool: str) -> DemandSeries:
+        """The pool's dense history: bucket i is `start + i × 5 min`; records begin at `first_record`."""
+        found = self._series.get(pool)
+        if found is None:
+            found = DemandSeries(self._series_start, np.zeros(self._buckets), None)
+            self._series[pool] = found
+        return found

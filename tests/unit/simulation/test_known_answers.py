@@ -1,0 +1,110 @@
+"""Hand-made traces whose right answers are known: one pod, one gang, a Spot interruption, a scaling window."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.simulation.engine import PolicyRun
+from gpu_autoscaler.simulation.policies import build_policy
+from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool, make_trace, settings
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.simulation.metrics import RunResult
+    from gpu_autoscaler.simulation.trace import Trace
+
+PACK, QUEUE, BOOT, SLOW_BOOT = 10.0, 2.0, 300.0, 600.0
+"""Agent batching, queue delay and boot time of the default settings (p4d boots slower)."""
+
+
+def _run(trace: Trace, config: Config, catalog: Catalog, policy: str = "ours",
+         **overrides: Any) -> tuple[PolicyRun, RunResult]:
+    run = PolicyRun(build_policy(policy, config, catalog, trace.pods), trace, catalog, settings(**overrides))
+    return run, run.run()
+
+
+def test_one_pod_waits_for_one_node_and_pays_for_it() -> None:
+    catalog = make_catalog(spot=False)
+    trace = make_trace(make_pod(arrival=100.0, duration=3600.0))
+    run, result = _run(trace, make_config(), catalog)
+    launched = 100.0 + PACK + QUEUE
+    ready = launched + BOOT
+    (instance,) = run.cloud.instances.values()
+    assert instance.instance_type.name == "g4dn.xlarge"
+    assert instance.launched_at == pytest.approx(launched)
+    assert result.waits == [pytest.approx(ready - 100.0)]
+    assert result.end == pytest.approx(ready + 3600.0)
+    assert result.cost == pytest.approx(0.526 * (ready + 3600.0 - launched) / 3600)
+    assert result.lower_bound == pytest.approx(0.526)
+    assert result.gpu_allocation == pytest.approx(3600.0 / (ready + 3600.0 - launched))
+    assert result.never_ran == {}
+    assert result.interruptions == 0
+
+
+def test_a_gang_launches_whole_in_one_zone_and_starts_together() -> None:
+    catalog = make_catalog()
+    big = {"gpus": 8, "cpu": 64000, "memory": 600_000, "gang": "train", "gang_size": 2}
+    trace = make_trace(*(make_pod(i, arrival=0.0, duration=7200.0, **big) for i in range(2)))
+    run, result = _run(trace, make_config(), catalog)
+    instances = list(run.cloud.instances.values())
+    assert [i.instance_type.name for i in instances] == ["p4d.24xlarge", "p4d.24xlarge"]
+    assert len({i.zone for i in instances}) == 1
+    assert {i.launched_at for i in instances} == {PACK + QUEUE}
+    assert run.cloud.create_fleet_calls == 1, "one all-or-nothing request for the whole gang"
+    assert result.waits == [pytest.approx(PACK + QUEUE + SLOW_BOOT)] * 2
+    assert {p.first_started for p in run.pods} == {PACK + QUEUE + SLOW_BOOT}
+
+
+def test_an_incomplete_gang_is_never_provisioned() -> None:
+    catalog = make_catalog()
+    lonely = make_pod(0, arrival=0.0, duration=None, deleted_at=3600.0, gpus=8, cpu=64000, memory=600_000,
+                      gang="train", gang_size=2)
+    run, result = _run(make_trace(lonely), make_config(), catalog)
+    assert run.cloud.instances == {}
+    ((reason, count),) = result.never_ran.items()
+    assert count == 1
+    assert reason.startswith("never placed: gang trace/train has 1 of its 2 members pending")
+
+
+def test_a_spot_interruption_mid_run_is_replaced_and_the_pod_resumes() -> None:
+    catalog = make_catalog(band=4)
+    config = make_config(make_pool(capacityTypes=["spot", "on-demand"]))
+    day = 86400.0
+    trace = make_trace(make_pod(arrival=0.0, duration=10 * day))
+    # 99.9 % of Spot instances interrupted within a month, whatever the band: a few warnings in ten days.
+    run, result = _run(trace, config, catalog, spot_monthly_interruption=(0.999,) * 5, seed=3)
+    (pod,) = run.pods
+    assert result.interruptions >= 1
+    assert pod.evicted == result.interruptions, "each warning moved the pod once"
+    assert pod.ran == pytest.approx(10 * day), "it resumed where it stopped and ran its whole duration"
+    # First wait: batch, queue, boot. After each warning: evicted a queue delay later, onto the replacement the
+    # interruption function asked for at once (launched a queue delay later, Ready a boot later).
+    assert pod.waited == pytest.approx(PACK + QUEUE + BOOT + result.interruptions * BOOT)
+    claims = run.store.list_claims()
+    interrupted = [c for c in claims if any("spot interruption" in h.reason for h in c.history)]
+    assert len(interrupted) == result.interruptions
+    assert all(c.state is ClaimState.TERMINATED for c in interrupted)
+    assert result.nodes_launched == result.interruptions + 1
+    assert result.cost >= result.lower_bound
+
+
+def test_a_scaling_window_has_a_node_ready_before_the_pod_arrives() -> None:
+    catalog = make_catalog(spot=False)
+    window = {"name": "night-batch", "schedule": "cron(0 1 * * ? *)", "timezone": "UTC", "duration": "2h",
+              "nodePool": "gpu", "warm": {"gpus": 1}}
+    trace = make_trace(make_pod(arrival=5400.0, duration=600.0))
+    with_window, warmed = _run(trace, make_config(scalingWindows=[window]), catalog)
+    _, cold = _run(trace, make_config(), catalog)
+    assert cold.waits == [pytest.approx(PACK + QUEUE + BOOT)]
+    assert warmed.waits == [0.0]
+    (warm,) = with_window.store.list_claims()
+    assert warm.warm == "window:night-batch"
+    # The first prewarm tick (01:15: the longest lead time, 8 minutes, and a period before the pod, on the
+    # 5-minute grid) finds the window open.
+    (instance,) = with_window.cloud.instances.values()
+    assert instance.launched_at == pytest.approx(4500.0 + QUEUE)
+    assert warmed.cost == pytest.approx(0.526 * (5400.0 + 600.0 - 4500.0 - QUEUE) / 3600)

@@ -1,0 +1,70 @@
+"""The four policies' configurations, and how a trace pod asks for GPUs under each."""
+
+from __future__ import annotations
+
+import math
+
+from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
+from gpu_autoscaler.domain.packing.binpack import pack
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.resources import GPU
+from gpu_autoscaler.simulation.policies import FIXED_POOL, PodShaper, build_policy, choose_fixed_type
+from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool
+
+SHARED = make_pool("gpu-shared", weight=1, taints=[{"key": "gpu-autoscaler/shared", "value": "true",
+                                                    "effect": "NoSchedule"}],
+                   gpuSharing={"mode": "time-slicing", "replicas": 4})
+WINDOW = {"name": "peak", "schedule": "cron(0 9 * * ? *)", "duration": "2h", "nodePool": "gpu", "warm": {"gpus": 2}}
+CONFIG = make_config(make_pool(weight=10), SHARED, scalingWindows=[WINDOW], predictive={"enabled": True})
+
+
+def test_ours_runs_the_configuration_and_the_others_strip_what_they_lack() -> None:
+    catalog = make_catalog()
+    pods = [make_pod()]
+    ours = build_policy("ours", CONFIG, catalog, pods)
+    assert ours.config == CONFIG and ours.packer is pack and ours.prewarm
+    blind = build_policy("ours-no-prediction", CONFIG, catalog, pods)
+    assert not blind.config.predictive.enabled and blind.config.scaling_windows == CONFIG.scaling_windows
+    karpenter = build_policy("karpenter-like", CONFIG, catalog, pods)
+    assert karpenter.packer is first_fit_decreasing and not karpenter.prewarm
+    assert {p.gpu_sharing.mode for p in karpenter.config.node_pools} == {"none"}
+    fixed = build_policy("fixed-node-group", CONFIG, catalog, pods)
+    (pool,) = fixed.config.node_pools
+    assert pool.name == FIXED_POOL and pool.capacity_types == ["on-demand"] and not fixed.prewarm
+    assert pool.requirements[0].values == (fixed.instance_type,)
+
+
+def test_the_fixed_type_holds_nearly_every_pod_at_the_lowest_price_per_gpu() -> None:
+    catalog = make_catalog()
+    small = [make_pod(i) for i in range(99)]
+    # One GPU per pod: the cheapest per GPU that holds them (g4dn.xlarge, 0.526 USD/h per GPU).
+    assert choose_fixed_type(CONFIG, catalog, small) == "g4dn.xlarge"
+    # 2 % of the pods need 4 GPUs: the type must hold them too (g4dn.12xlarge, 0.978 per GPU, beats p4d).
+    mixed = small[:98] + [make_pod(98, gpus=4, cpu=16000), make_pod(99, gpus=4, cpu=16000)]
+    assert choose_fixed_type(CONFIG, catalog, mixed) == "g4dn.12xlarge"
+
+
+def test_a_fractional_pod_asks_for_time_sliced_devices_on_the_sharing_pool() -> None:
+    shaper = PodShaper(CONFIG)
+    pod = shaper.pending(make_pod(gpus=1, milli=470))
+    assert pod.requests[GPU] == str(math.ceil(0.47 * 4))
+    assert pod.node_selector == {L.NODE_POOL: "gpu-shared"}
+    assert {t.key for t in pod.tolerations} == {"gpu-autoscaler/shared"}
+
+
+def test_a_whole_gpu_pod_keeps_off_the_sharing_pool_and_carries_its_gpu_model() -> None:
+    shaper = PodShaper(CONFIG)
+    pod = shaper.pending(make_pod(gpus=2, gpu_names=("t4", "v100")))
+    assert pod.requests[GPU] == "2"
+    assert {t.key for t in pod.tolerations} == {"nvidia.com/gpu"}
+    (term,) = pod.required_node_affinity
+    by_key = {r.key: r for r in term.match_expressions}
+    assert by_key[L.NODE_POOL].operator == "NotIn" and by_key[L.NODE_POOL].values == ("gpu-shared",)
+    assert by_key[L.INSTANCE_GPU_NAME].values == ("t4", "v100")
+    assert by_key[L.ARCH].values == ("amd64",)
+
+
+def test_without_a_sharing_pool_a_fraction_takes_a_whole_gpu() -> None:
+    karpenter = build_policy("karpenter-like", CONFIG, make_catalog(), [make_pod()])
+    pod = PodShaper(karpenter.config).pending(make_pod(gpus=1, milli=100))
+    assert pod.requests[GPU] == "1" and not pod.node_selector
