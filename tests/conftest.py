@@ -38,3 +38,16 @@ def config_data() -> dict[str, Any]:
 @pytest.fixture
 def config() -> Config:
     return parse_config(example_config_data())
+
+
+def log_to_stdout(function_module: Any) -> None:
+    """Point a loaded handler's Powertools logger at the current `sys.stdout` (capsys's, in a test).
+
+    Powertools loggers of one service share a standard-library logger, so every copy of a handler loaded
+    earlier in the session (the emulator loads its own) left a handler bound to the stdout of its time."""
+    import logging
+    import sys
+
+    for handler in function_module.logger._logger.handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sys.stdout)

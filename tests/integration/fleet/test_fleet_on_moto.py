@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import email
 import json
-import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import LaunchRequest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, log_to_stdout
 from tests.integration.fleet.helpers import new_claim
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ def test_terminate_ends_an_owned_instance_once(aws: EmbeddedAws, fleet: ModuleTy
 
 def test_a_malformed_request_fails_alone(aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    fleet.logger.registered_handler.setStream(sys.stdout)  # imported before capsys took stdout
+    log_to_stdout(fleet)
     new_claim(store, "gpu-burst-ok")
     event, response = deliver(aws, fleet, '{"cluster": "ml-prod", "claimIds": []}', request("gpu-burst-ok"))
     bad = next(r["messageId"] for r in event["Records"] if "gpu-burst-ok" not in r["body"])

@@ -125,9 +125,7 @@ def test_the_local_api_refuses_a_token_not_signed_for_a_cluster(aws: EmbeddedAws
 
 def test_endpoint_and_ca_come_from_describe_cluster_when_the_configuration_has_no_ca(aws: EmbeddedAws,
                                                                                      config: Config) -> None:
-    eks = aws.clients.client("eks")
-    eks.create_cluster(name=config.cluster_name, roleArn="arn:aws:iam::123456789012:role/eks",
-                       resourcesVpcConfig={"subnetIds": []})
+    eks = aws.clients.client("eks")  # the emulator created the customer's cluster
     described = eks.describe_cluster(name=config.cluster_name)["cluster"]
     access = cluster_access(config, eks)
     assert access.endpoint == described["endpoint"]

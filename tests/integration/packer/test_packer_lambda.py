@@ -23,7 +23,7 @@ from gpu_autoscaler.emulator.resources import MAX_RECEIVE_COUNT
 from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
 from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.models.pods import PendingPodsDocument
-from tests.conftest import ROOT, example_config_data
+from tests.conftest import ROOT, example_config_data, log_to_stdout
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -117,7 +117,7 @@ def launch_requests(aws: EmbeddedAws) -> list[dict[str, Any]]:
 
 def test_a_batch_with_a_poison_message(aws: EmbeddedAws, packer: ModuleType, store: DynamoStateStore,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    packer.logger.registered_handler.setStream(sys.stdout)  # the handler was imported before capsys took stdout
+    log_to_stdout(packer)
     send(aws, DOCUMENT, "doc-1")
     send(aws, POISON, "poison-1")
     messages = receive(aws)

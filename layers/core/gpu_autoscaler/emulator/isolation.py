@@ -102,7 +102,9 @@ class _Stdout:
 
     def _target(self) -> TextIO:
         target: TextIO | None = getattr(_targets, "target", None)
-        return target if target is not None else self.real
+        chosen = target if target is not None else self.real
+        # The stream replaced may since have been closed (a test runner's capture): the process's own then.
+        return sys.__stdout__ if getattr(chosen, "closed", False) and sys.__stdout__ is not None else chosen
 
     def write(self, text: str) -> int:
         return self._target().write(text)
