@@ -11,8 +11,14 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                         "plan USD/h vs an exact MILP (HiGHS) and a Karpenter-like baseline, 24 seeded scenarios"),
     "packing-speed": ("benchmarks.packing.speed",
                       "planning time for 1,000 and 10,000 pods over us-east-1's whole GPU catalog"),
+    "kube-api": ("benchmarks.kubernetes.api",
+                 "local Kubernetes API via the real client: create, list, watch latency, scheduling, eviction"),
+    "consolidation": ("benchmarks.consolidation.quality",
+                      "fragmented clusters (≥ 50 nodes): USD/h after one pass vs the MILP's optimum repacking"),
     "prewarm-backtest": ("benchmarks.prewarm.backtest",
                          "Alibaba GPU trace: warm hits, waits and idle GPU-hours for none / windows / predictive"),
+    "simulation": ("benchmarks.simulation.replay",
+                   "the whole Alibaba GPU trace, four policies, through the simulator: time vs 60 s, the table"),
 }
 
 
