@@ -10,7 +10,7 @@ from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, Consolid
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
 from tests.unit.consolidation.builders import NOW, Cluster, pool_config, wide_spot_catalog
 from tests.unit.packing.builders import TYPES
 
@@ -103,6 +103,37 @@ def test_pods_keep_their_constraints_when_the_packer_places_them() -> None:
     [decision] = cluster.consolidate().decisions
     [replacement] = decision.replacements
     assert all(name.startswith("g5.") for name in replacement.instance_types)  # not the cheaper L4 of g6
+
+
+def _family(*families: str) -> tuple[NodeSelectorTerm, ...]:
+    return (NodeSelectorTerm(match_expressions=(
+        Requirement(key="karpenter.k8s.aws/instance-family", operator="In", values=families),)),)
+
+
+def test_pods_with_different_affinities_on_one_node_are_weighed_together() -> None:
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    strict = cluster.pod(big, required_node_affinity=_family("g5"))
+    loose = cluster.pod(big, required_node_affinity=_family("g5", "g6"))
+    [decision] = cluster.consolidate().decisions
+    assert (decision.action, decision.nodes) == ("replace", (big,))
+    placed = {uid: c for c in decision.replacements for uid in c.pods}
+    assert set(placed) == {strict.uid, loose.uid}
+    assert all(name.startswith("g5.") for name in placed[strict.uid].instance_types)
+    assert all(name.startswith(("g5.", "g6.")) for name in placed[loose.uid].instance_types)
+
+
+def test_nodes_alike_but_for_their_pods_order_are_judged_alike() -> None:
+    cluster = Cluster(pool_config())
+    first, second = cluster.node("g6.xlarge", capacity_type="spot"), cluster.node("g6.xlarge", capacity_type="spot")
+    for node, order in ((first, ("g6", "g5")), (second, ("g5", "g6"))):
+        for family in order:
+            cluster.pod(node, gpus=0, cpu="1500m", memory="1Gi",
+                        required_node_affinity=_family(family) if family == "g6" else _family("g6", family))
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[first].startswith("no saving")
+    assert result.skipped[second] == result.skipped[first]
 
 
 def test_when_empty_policy_removes_empty_nodes_only() -> None:

@@ -6,8 +6,18 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries, Forecaster, ForecastStatus, bucket_start
+from gpu_autoscaler.domain.forecast import (
+    BUCKET,
+    DemandSeries,
+    Forecaster,
+    ForecastStatus,
+    bucket_start,
+    inverted_cdf,
+)
 
 from .builders import MONDAY, office_hours_demand
 
@@ -115,3 +125,24 @@ class TestPattern:
         assert view.values.size == 14 * 288 and view.start == now - timedelta(days=14)
         forecaster = Forecaster(0.9)
         assert forecaster.forecast(view, now, now + LEAD).gpus == forecaster.forecast(series, now, now + LEAD).gpus
+
+
+class TestInvertedCdf:
+    """The profiles' quantile is numpy's `inverted_cdf`, found by a partial sort: the same value, always."""
+
+    @given(
+        values=hnp.arrays(np.float64, st.integers(1, 400),
+                          elements=st.floats(0, 1e6, allow_nan=False, allow_infinity=False)
+                          | st.sampled_from([0.0, 0.25, 1.0, 2.0, 8.0])),
+        q=st.floats(0, 1, exclude_min=True, exclude_max=True) | st.sampled_from([0.1, 0.5, 0.9, 0.95, 0.99, 1 / 3]),
+    )
+    def test_equals_numpy_quantile(self, values: np.ndarray, q: float) -> None:
+        before = values.copy()
+        assert inverted_cdf(values, q) == np.quantile(values, q, method="inverted_cdf")
+        assert np.array_equal(values, before)  # the caller's samples are not reordered
+
+    @pytest.mark.parametrize("n", range(1, 41))
+    def test_equals_numpy_quantile_where_n_times_q_is_a_whole_number(self, n: int) -> None:
+        values = np.arange(n, 0, -1, dtype=np.float64)
+        for q in (0.1, 0.2, 0.25, 0.5, 0.75, 0.8, 0.9):
+            assert inverted_cdf(values, q) == np.quantile(values, q, method="inverted_cdf")

@@ -61,13 +61,26 @@ def test_a_gang_launches_whole_in_one_zone_and_starts_together() -> None:
 
 def test_an_incomplete_gang_is_never_provisioned() -> None:
     catalog = make_catalog()
-    lonely = make_pod(0, arrival=0.0, duration=None, deleted_at=3600.0, gpus=8, cpu=64000, memory=600_000,
+    lonely = make_pod(0, arrival=0.0, duration=3600.0, gpus=8, cpu=64000, memory=600_000,
                       gang="train", gang_size=2)
     run, result = _run(make_trace(lonely), make_config(), catalog)
     assert run.cloud.instances == {}
     ((reason, count),) = result.never_ran.items()
     assert count == 1
     assert reason.startswith("never placed: gang trace/train has 1 of its 2 members pending")
+    assert result.cancelled == {}
+
+
+def test_a_pod_the_trace_withdrew_before_any_node_could_boot_is_cancelled_not_never_ran() -> None:
+    catalog = make_catalog(spot=False)
+    withdrawn = make_pod(0, arrival=100.0, duration=None, deleted_at=160.0)
+    run, result = _run(make_trace(withdrawn), make_config(), catalog)
+    assert result.never_ran == {}
+    assert result.cancelled == {f"deleted within {PACK + QUEUE + BOOT:.0f} s of arriving, before any new node "
+                                "could be Ready": 1}
+    assert result.to_json()["cancelledWhilePending"]["count"] == 1
+    assert result.to_json()["neverRan"] == {"count": 0, "reasons": {}}
+    assert result.waits == []
 
 
 def test_a_spot_interruption_mid_run_is_replaced_and_the_pod_resumes() -> None:

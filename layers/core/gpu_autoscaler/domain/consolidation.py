@@ -50,6 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
+from weakref import WeakKeyDictionary
 
 from gpu_autoscaler.domain.budgets import allowed_disruptions
 from gpu_autoscaler.domain.drift import drift_reason
@@ -65,10 +66,11 @@ from gpu_autoscaler.models.taints import Toleration
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping, Sequence
 
-    from gpu_autoscaler.config import Config, DisruptionReason, NodePool
+    from gpu_autoscaler.config import Config, DisruptionReason, NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.pods import PendingPod
 
@@ -103,6 +105,9 @@ and it counts against its pool's budgets."""
 EMPTY_SINCE_ATTRIBUTE = "emptySince"
 """NodeClaim attribute: ISO instant since which its node has had no pods to move."""
 _EPS = 1e-9
+_ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType, NodePool, Overhead, Resources]]] = (
+    WeakKeyDictionary())
+"""Per solver (per configuration and catalog): (instance type, pool) → the objects it came from and its allocatable."""
 _RANK_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 Action = Literal["delete", "replace"]
@@ -374,11 +379,24 @@ class _Pass:
         if claim is not None and pool is not None and claim.instance_type:
             instance_type = self.catalog.get(claim.instance_type)
             if instance_type is not None:
-                computed = allocatable(instance_type, pool, self.config.overhead)
+                computed = self._allocatable(instance_type, pool)
                 reported = item.node.allocatable.as_dict()
                 deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
                 used = used + deficit
         return _Node(item, pool, _price(self.catalog, claim) if claim is not None else 0.0, used, computed)
+
+    def _allocatable(self, instance_type: InstanceType, pool: NodePool) -> Resources:
+        """`fit.allocatable`, once per instance type and pool for as long as the solver lives (a pass a minute
+        over the same few shapes of node); an entry counts only for the very objects it was computed from."""
+        cache = _ALLOCATABLE.setdefault(self.solver, {})
+        key = (instance_type.name, pool.name)
+        found = cache.get(key)
+        overhead = self.config.overhead
+        if found is not None and found[0] is instance_type and found[1] is pool and found[2] is overhead:
+            return found[3]
+        computed = allocatable(instance_type, pool, overhead)
+        cache[key] = (instance_type, pool, overhead, computed)
+        return computed
 
     def _budget_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         sizes: dict[str, int] = {}
@@ -699,15 +717,22 @@ _FULL = requests_attribute({GPU: 10**9})
 
 
 def _shape(n: _Node) -> tuple[object, ...]:
-    """What a single-node decision depends on besides the rest of the cluster: the offering and the pods."""
+    """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
+    multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
     claim = n.claim
-    pods = sorted(
-        (tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())), p.required_node_affinity,
-         p.tolerations, p.priority)
-        for p in (entry.pod for entry in n.item.pods)
-    )
+    pods = sorted(_pod_shape(entry.pod) for entry in n.item.pods)
     return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
             tuple(sorted(n.used.items())), tuple(pods))
+
+
+def _pod_shape(pod: PendingPod) -> str:
+    """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot
+    tell apart, and a string, so a node's pods sort whatever their constraints."""
+    return json.dumps(
+        [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
+         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
+        sort_keys=True, separators=(",", ":"),
+    )
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:

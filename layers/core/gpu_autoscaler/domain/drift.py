@@ -37,7 +37,26 @@ POOL_HASH_ATTRIBUTE = "poolHash"
 
 
 def pool_hash(pool: NodePool) -> str:
-    """A digest of the pool settings that shape a node once launched (requirements are checked directly)."""
+    """A digest of the pool settings that shape a node once launched (requirements are checked directly).
+
+    Kept for the very (immutable) pool object it was computed from: consolidation asks it of every node on
+    every pass."""
+    found = _POOL_HASHES.get(id(pool))
+    if found is not None and found[0] is pool:
+        return found[1]
+    if len(_POOL_HASHES) >= _POOL_HASHES_KEPT:
+        _POOL_HASHES.clear()
+    digest = _pool_hash(pool)
+    _POOL_HASHES[id(pool)] = (pool, digest)
+    return digest
+
+
+_POOL_HASHES: dict[int, tuple[NodePool, str]] = {}
+"""id(pool) → (the pool, its hash); the pool is held, so its id is not reused while the entry lives."""
+_POOL_HASHES_KEPT = 64
+
+
+def _pool_hash(pool: NodePool) -> str:
     shape = {
         "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
         "labels": sorted(pool.labels.items()),

@@ -138,9 +138,10 @@ class ConsolidateService:
         current = {i.claim.id: i.claim for i in items if i.claim is not None}
         for decision in result.decisions:
             self._act(decision, current, now, outcome)
-        logger.info("consolidation tick", extra={"consolidation": outcome.summary(),
-                                                 "scheduledTime": tick.scheduled_time.isoformat()
-                                                 if tick is not None and tick.scheduled_time else None})
+        if logger.isEnabledFor(logging.INFO):  # the summary is built for the log alone
+            logger.info("consolidation tick", extra={"consolidation": outcome.summary(),
+                                                     "scheduledTime": tick.scheduled_time.isoformat()
+                                                     if tick is not None and tick.scheduled_time else None})
         return outcome
 
     # The picture
@@ -218,11 +219,12 @@ class ConsolidateService:
             self.drains.send(request)
             outcome.drain_requests.append(request)
         outcome.acted.append(decision)
-        logger.info(
-            "consolidation %s %s of %s saves %.4f USD/h: %s", decision.reason, decision.action,
-            ", ".join(decision.nodes), decision.saving, decision.detail,
-            extra={"decision": decision.to_json(), "savingPerHour": round(decision.saving, 6)},
-        )
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "consolidation %s %s of %s saves %.4f USD/h: %s", decision.reason, decision.action,
+                ", ".join(decision.nodes), decision.saving, decision.detail,
+                extra={"decision": decision.to_json(), "savingPerHour": round(decision.saving, 6)},
+            )
 
     def _store_replacement(self, claim: NodeClaim) -> bool:
         """Store a replacement claim; True if it should be (re)sent for launch (new, or still Pending)."""

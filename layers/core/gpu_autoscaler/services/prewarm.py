@@ -225,6 +225,7 @@ class PrewarmService:
         self.forecaster = forecaster or Forecaster(config.predictive.quantile)
         self._instance_types = instance_types
         self._schedules = window_schedules(config)
+        self._facts: tuple[list[InstanceType], tuple[GpuCapacity, list[str], dict[str, int]]] | None = None
 
     def run(self, tick: ScheduleTick) -> PrewarmOutcome:
         now = self.clock.now()
@@ -233,13 +234,11 @@ class PrewarmService:
             notes.append(f"tick for window '{tick.window}', which is not configured; reconciling the rest")
             logger.warning(notes[-1])
         types = list(self._instance_types())
-        gpus = GpuCapacity(types)
+        gpus, partitioned, devices = self._type_facts(types)
         claims = self.store.list_claims(LIVE_STATES)
         forecasts = self._forecasts(now)
         decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._schedules, period=PERIOD)
         released, handed = self._apply_changes(decision.changes, now)
-        partitioned = sorted(t.name for t in types if t.is_gpu and t.gpus < 1)
-        devices = {t.name: t.gpu_devices for t in types}
         launched: list[NodeClaim] = []
         for need in decision.needs:
             launched.extend(self._launch(need, now, gpus, partitioned, devices))
@@ -248,8 +247,21 @@ class PrewarmService:
         resent = self._resend(claims, now)
         outcome = PrewarmOutcome(tick, decision, forecasts, tuple(launched), tuple(released), tuple(handed),
                                  tuple(resent), tuple(notes))
-        logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
+        if logger.isEnabledFor(logging.INFO):  # the summary is built for the log alone
+            logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
         return outcome
+
+    def _type_facts(self, types: list[InstanceType]) -> tuple[GpuCapacity, list[str], dict[str, int]]:
+        """GPUs per type, the partitioned types, devices per type: rebuilt only when the catalog's types are not
+        the very (immutable) objects of the last tick — every tick reads them, the catalog changes rarely."""
+        cached = self._facts
+        if cached is not None and len(cached[0]) == len(types) and all(
+                a is b for a, b in zip(cached[0], types, strict=True)):
+            return cached[1]
+        facts = (GpuCapacity(types), sorted(t.name for t in types if t.is_gpu and t.gpus < 1),
+                 {t.name: t.gpu_devices for t in types})
+        self._facts = (types, facts)
+        return facts
 
     # Forecasts
 

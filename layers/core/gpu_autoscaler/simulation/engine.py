@@ -152,6 +152,9 @@ class PolicyRun:
         self.rate = 0.0
         self.timeline = Timeline()
         self.never_ran: dict[str, int] = {}
+        """Pods the trace ran that never started here, by reason."""
+        self.cancelled: dict[str, int] = {}
+        """Pods the trace deleted while pending (never ran there) that never started here either, by reason."""
         self.interruption_count = 0
         self.launch_failures = 0
         self.consolidations = 0
@@ -275,10 +278,22 @@ class PolicyRun:
         if pod.verdict is None:
             self.requested -= pod.trace.share
         if pod.first_started is None:
-            reason = f"deleted while pending: {pod.verdict}" if pod.verdict else \
-                "deleted while pending, waiting for capacity on its way"
-            self.never_ran[reason] = self.never_ran.get(reason, 0) + 1
+            soonest = self.settings.pack_interval + self.settings.queue_delay + self.settings.boot_seconds
+            if self.t - pod.trace.arrival <= soonest:
+                reason = f"deleted within {soonest:.0f} s of arriving, before any new node could be Ready"
+            elif pod.verdict:
+                reason = f"deleted while pending: {pod.verdict}"
+            else:
+                reason = "deleted while pending, waiting for capacity on its way"
+            self._never_started(pod, reason)
         self._record()
+
+    def _never_started(self, pod: SimPod, reason: str) -> None:
+        """Count a pod that never started, by reason: as never ran if the trace ran it, else (the trace itself
+        deleted it while pending: it never ran there either) as cancelled — a policy is not short of capacity
+        for not running a pod its owner withdrew, often within seconds, before any node could have booted."""
+        tally = self.cancelled if pod.trace.duration is None else self.never_ran
+        tally[reason] = tally.get(reason, 0) + 1
 
     def _unbound(self, pod: SimPod, why: str) -> None:
         """The cluster took a running pod off its node (eviction, node gone): pending again, what is left to run."""
@@ -593,8 +608,7 @@ class PolicyRun:
     def _close(self) -> None:
         for pod in self.pending.values():
             if pod.first_started is None:
-                reason = f"never placed: {pod.verdict}" if pod.verdict else "still waiting at the end"
-                self.never_ran[reason] = self.never_ran.get(reason, 0) + 1
+                self._never_started(pod, f"never placed: {pod.verdict}" if pod.verdict else "still waiting at the end")
         for instance in self.cloud.alive():
             instance.terminated_at = self.t
         self.provisioned = 0.0
@@ -625,7 +639,8 @@ class PolicyRun:
         return RunResult(
             name=self.policy.name, cost=cost, lower_bound=lower, gpu_hours_provisioned=provisioned,
             gpu_hours_allocated=allocated, waits=waits, interruptions=self.interruption_count,
-            never_ran=dict(self.never_ran), pods_ran=ran, pods=len(self.pods), nodes_launched=len(instances),
+            never_ran=dict(self.never_ran), cancelled=dict(self.cancelled), pods_ran=ran, pods=len(self.pods),
+            nodes_launched=len(instances),
             spot_share=spot / cost if cost > 0 else 0.0, capacity_errors=self.cloud.capacity_errors,
             launch_failures=self.launch_failures, consolidations=self.consolidations, evictions=self.evictions,
             end=self.t, seconds=seconds, timeline=self.timeline, policy=self.policy.to_json(),

@@ -100,6 +100,9 @@ class RunResult:
     waits: list[float]
     interruptions: int
     never_ran: dict[str, int]
+    """Pods the trace ran that never started here, by reason."""
+    cancelled: dict[str, int]
+    """Pods the trace itself deleted while pending (never ran there) that never started here either, by reason."""
     pods_ran: int
     pods: int
     nodes_launched: int
@@ -132,6 +135,8 @@ class RunResult:
             "interruptions": self.interruptions,
             "neverRan": {"count": sum(self.never_ran.values()), "reasons": dict(sorted(
                 self.never_ran.items(), key=lambda kv: (-kv[1], kv[0])))},
+            "cancelledWhilePending": {"count": sum(self.cancelled.values()), "reasons": dict(sorted(
+                self.cancelled.items(), key=lambda kv: (-kv[1], kv[0])))},
             "podsRan": self.pods_ran,
             "pods": self.pods,
             "gpuHoursProvisioned": round(self.gpu_hours_provisioned, 2),

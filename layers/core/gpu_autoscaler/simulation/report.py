@@ -34,7 +34,9 @@ METRICS = {
     "waitP50/P95/P99": "seconds a pod that ran spent pending for capacity, over every time it was (interruptions "
                        "included)",
     "interruptions": "Spot interruption warnings handled",
-    "neverRan": "pods that never started, by reason",
+    "neverRan": "pods the trace ran that never started here, by reason",
+    "cancelledWhilePending": "pods the trace itself deleted while pending (they never ran there either) that were "
+                             "not started here before that, by reason; not counted as never ran",
 }
 
 
@@ -83,7 +85,8 @@ class SimulationReport:
         table = Table(
             title=f"{self.trace.source.rsplit('/', 1)[-1]}: {len(self.trace.pods)} GPU pods over "
                   f"{(last - first) / 86400:.1f} days, seed {self.settings.seed}",
-            caption="cost in USD; ÷ bound: cost over the clairvoyant lower bound; waits in seconds",
+            caption="cost in USD; ÷ bound: cost over the clairvoyant lower bound; waits in seconds; never ran: pods "
+                    "the trace ran (those it deleted while pending are in report.json, cancelledWhilePending)",
         )
         for title in ("policy", "cost", "÷ bound", "GPU alloc", "wait p50", "wait p95", "wait p99",
                       "interruptions", "never ran"):
