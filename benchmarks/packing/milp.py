@@ -235,8 +235,9 @@ class _TierModel:
         self.ordinary = [c for c in tier.classes if not classes[c].gang]
         self.gangs: dict[str, list[int]] = {}
         for c in tier.classes:
-            if classes[c].gang:
-                self.gangs.setdefault(classes[c].gang, []).append(c)
+            gang = classes[c].gang
+            if gang:
+                self.gangs.setdefault(gang, []).append(c)
         self.price = np.array([o.price_per_hour for o in tier.offerings])
         self.kinds = self._ordinary_kinds()
         self.options = self._gang_options()
@@ -261,7 +262,7 @@ class _TierModel:
     def _gang_options(self) -> list[tuple[str, list[int]]]:
         """A zone (and with EFA one type) in which every member class of the gang has an offering."""
         tier = self.tier
-        options = []
+        options: list[tuple[str, list[int]]] = []
         for gang, members in self.gangs.items():
             for zone in sorted({tier.offerings[o].zone for c in members for o in tier.feasible[c]}):
                 in_zone = [o for o, off in enumerate(tier.offerings) if off.zone == zone
@@ -396,14 +397,36 @@ class _IntegerResult:
 
 
 def _integer_solve(model: _TierModel, start: np.ndarray | None, time_limit: float) -> _IntegerResult:
-    """HiGHS on the integer master, started from the solver's own plan when given."""
+    """HiGHS on the integer master, started from the solver's own plan when given.
+
+    The value is recomputed from the returned solution, which is checked against every row. HiGHS 1.16's
+    presolve can map a MIP start into its reduced space with the wrong objective (on s17-mig-120 it logs
+    "MIP start solution is feasible in the reduced space: objective value is 54.89" for a 109.79 start),
+    then stops at that start and reports half its cost as both optimum and dual bound. When the reported
+    objective and the solution's own cost disagree, the tier is solved again without presolve, whose
+    branch-and-bound bound is sound.
+    """
+    cost, a_ub, b_ub, a_eq, b_eq = model.matrices()
+    result, reported = _highs(model, cost, a_ub, b_ub, a_eq, b_eq, start, time_limit, presolve=True)
+    if abs(reported - result.value) > 1e-6 * max(1.0, abs(result.value)):
+        result, reported = _highs(model, cost, a_ub, b_ub, a_eq, b_eq, start, time_limit, presolve=False)
+        if abs(reported - result.value) > 1e-6 * max(1.0, abs(result.value)):
+            raise RuntimeError(f"reference MILP: HiGHS reports {reported} for a solution costing {result.value}")
+    return result
+
+
+def _highs(model: _TierModel, cost: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray, a_eq: np.ndarray,
+           b_eq: np.ndarray, start: np.ndarray | None, time_limit: float, *, presolve: bool,
+           ) -> tuple[_IntegerResult, float]:
+    """One HiGHS run: (the verified result, the objective HiGHS reported)."""
     import highspy
 
-    cost, a_ub, b_ub, a_eq, b_eq = model.matrices()
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", 1e-6)
+    if not presolve:
+        h.setOptionValue("presolve", "off")
     n = len(cost)
     inf = highspy.kHighsInf
     upper = np.concatenate([np.full(len(model.columns), inf), np.ones(len(model.options))])
@@ -423,9 +446,14 @@ def _integer_solve(model: _TierModel, start: np.ndarray | None, time_limit: floa
     status = h.getModelStatus()
     if status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
         raise RuntimeError(f"reference MILP: {h.modelStatusToString(status)}")
+    x = np.round(np.asarray(h.getSolution().col_value, np.float64))
+    if (a_ub @ x > b_ub + 1e-6).any() or (a_eq.shape[0] and (np.abs(a_eq @ x - b_eq) > 1e-6).any()):
+        raise RuntimeError("reference MILP: HiGHS returned a solution that breaks a constraint")
+    value = float(cost @ x)
     info = h.getInfo()
-    return _IntegerResult(float(info.objective_function_value), float(info.mip_dual_bound),
-                          status == highspy.HighsModelStatus.kTimeLimit)
+    bound = min(float(info.mip_dual_bound), value)
+    return _IntegerResult(value, bound, status == highspy.HighsModelStatus.kTimeLimit), float(
+        info.objective_function_value)
 
 
 def _warm(plan: Plan, tier: _Tier, uid_class: dict[str, int]) -> list[_Warm]:

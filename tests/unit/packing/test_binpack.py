@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
-from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack, single_class
+from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack, single_class
 
 
 def kinds(caps: list[list[int]], prices: list[float], classes: int, limit: list[int] | None = None) -> Kinds:
@@ -43,6 +43,9 @@ def brute_force_single(n: int, fit: list[int], prices: list[float]) -> float:
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 40), fits=st.lists(st.integers(1, 9), min_size=1, max_size=3),
        prices=st.lists(st.floats(0.1, 10), min_size=3, max_size=3))
+# Cheapest per pod is the 6-pod node, but 3 of them and 3 five-pod nodes (45) beat 4 and more (46): the
+# whole-node prefix must leave the dynamic programme up to (6 − 1) × 6 pods, not twice the largest fit.
+@example(n=33, fits=[1, 6, 5], prices=[2.0, 8.0, 7.0])
 def test_single_class_is_exact(n: int, fits: list[int], prices: list[float]) -> None:
     req = np.array([[1]], np.int64)
     k = kinds([[f] for f in fits], prices[:len(fits)], 1)
@@ -103,3 +106,54 @@ def test_pack_and_baseline_are_always_valid(data: st.DataObject) -> None:
     baseline = first_fit_decreasing(demand, req, k)
     assert_valid(ours, demand, req, k)
     assert_valid(baseline, demand, req, k)
+
+
+def one_pod_at_a_time(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
+                      start: np.ndarray | None) -> np.ndarray:
+    """The residual fill as specified: each step the fitting class with the best weight per bottleneck share
+    (scores within 1e-9 of the best tie, the first class wins), one pod."""
+    counts = np.zeros(req.shape[0], np.int64) if start is None else start.copy()
+    free = (kinds.cap[k] - counts @ req).astype(np.float64)
+    left = rem - counts
+    while True:
+        fits = np.array([kinds.feasible[c, k] and left[c] > 0 and bool((req[c] <= free).all())
+                         and bool((req[c] <= kinds.cap[k]).all()) for c in range(req.shape[0])])
+        if not fits.any():
+            return counts
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(req == 0, 0.0, req / free).max(axis=1)
+        score = np.where(fits, w / np.maximum(share, 1e-9), -np.inf)
+        best = score.max()
+        c = int((score >= best - 1e-9 * best).argmax())
+        counts[c] += 1
+        left[c] -= 1
+        free -= req[c]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_residual_fill_takes_runs_exactly_as_one_pod_at_a_time(seed: int) -> None:
+    # Long runs of small pods on big nodes, classes whose bottlenecks cross (so the pick alternates), equal
+    # requests (ties), a leading start, and up to 24 classes (the plain-Python steps and the vectorised ones).
+    rng = np.random.default_rng(seed)
+    for trial in range(60):
+        n_classes, n_kinds = int(rng.integers(1, 25)), int(rng.integers(1, 4))
+        scale = rng.choice([1, 10**9], 4)
+        cap = rng.integers(1, 400, (n_kinds, 4)) * scale
+        req = rng.integers(0, 12, (n_classes, 4)) * scale // rng.integers(1, 4)
+        req[:, 0] = np.maximum(req[:, 0], 1)
+        if trial % 3 == 0:
+            req[:, 1] = req[0, 1]
+        k = Kinds(cap, rng.random(n_kinds) * 10, rng.random((n_classes, n_kinds)) < 0.85)
+        rem = rng.integers(0, 300, n_classes)
+        w = class_weights(req, k)
+        w = np.where(np.isfinite(w), w, 0.0)
+        if trial % 4 == 0:
+            w = np.round(w, 1)
+        for kind in range(n_kinds):
+            start = None
+            lead = int(rng.integers(n_classes))
+            if trial % 5 == 0 and rem[lead] > 0 and (req[lead] <= cap[kind]).all():
+                start = np.zeros(n_classes, np.int64)
+                start[lead] = 1
+            expected = one_pod_at_a_time(kind, w, rem, req, k, start)
+            assert np.array_equal(_fill_residual(kind, w, rem, req, k, start), expected)

@@ -9,16 +9,19 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
 2. Repeatedly, for every kind at once (numpy, one pass per class), fill a node from the remaining
    demand, largest weight first; the best pattern is the one with the lowest price per unit of weight
    it holds. The few best kinds are filled again in order of weight per unit of their own bottleneck,
-   which suits mixes of CPU-heavy and GPU-heavy pods. The chosen pattern is opened as many times as
-   the remaining demand repeats it, so 10,000 replicas cost a handful of iterations.
+   which suits mixes of CPU-heavy and GPU-heavy pods. A kind is refilled only if an upper bound on
+   what one of its nodes can hold (a fractional knapsack per resource) could beat the best pattern so
+   far, which prunes without changing the answer. The chosen pattern is opened as many times as the
+   remaining demand repeats it, so 10,000 replicas cost a handful of iterations.
 3. Each opened node is moved to the cheapest kind its contents fit, and groups of nodes are merged into
-   one when one node of some kind holds them all for less.
+   one when one node of some kind holds them all for less (each such merge as often as it repeats).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +32,16 @@ _REFINE = 2
 """Kinds whose fill is redone in their own bottleneck order each iteration."""
 _LEADERS = 3
 """How many of a kind's bulkiest classes lead a fill of their own, for the best kind of each iteration."""
+_EXACT_SPAN = 4096
+"""Largest remainder `single_class` covers by dynamic programming (see there)."""
+_SMALL = 16
+"""Up to this many candidate classes a residual fill steps in plain Python (see `_residual_steps`)."""
+_RUN = 8
+"""Steps of a one-pod-at-a-time fill first scored at once when the same class keeps being picked."""
+_RUN_MAX = 256
+"""The span doubles while the class keeps winning, up to this many steps."""
+_TIE = 1e-9
+"""Relative difference below which two fill scores are equal (the first class wins)."""
 _ABSORB_ROUNDS = 64
 """At most this many groups of nodes are merged per pass (each round merges one group)."""
 _EPS = 1e-9
@@ -81,9 +94,9 @@ def _fill_all(order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
     feasible = kinds.feasible if rows is None else kinds.feasible[:, rows]
     free = cap.copy()
     counts = np.zeros((cap.shape[0], req.shape[0]), np.int64)
-    for c in order:
-        if rem[c] == 0:
-            continue
+    # Only classes with pods left that one of these kinds may hold take room (a refill after a class ran
+    # out typically concerns a few kinds and a few classes).
+    for c in order[(rem[order] > 0) & feasible[order].any(axis=1)]:
         need = nz[c]
         if need.size:
             room = (free[:, need] // req[c, need]).min(axis=1)
@@ -98,17 +111,28 @@ def _fill_all(order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
 
 def _fill_one(k: int, order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
               nz: list[np.ndarray]) -> np.ndarray:
+    """One node of kind `k` filled from `rem`, classes taken in `order`, each as many pods as still fit.
+
+    Room only shrinks, so a class that does not fit now never will: the next class to take pods is the
+    first later one that fits, found for all of them at once.
+    """
     free = kinds.cap[k].copy()
     counts = np.zeros(req.shape[0], np.int64)
-    for c in order:
-        if rem[c] == 0 or not kinds.feasible[c, k]:
-            continue
+    order = order[(rem[order] > 0) & kinds.feasible[order, k]]
+    rows = req[order]
+    at = 0
+    while at < order.size:
+        fitting = np.flatnonzero((rows[at:] <= free).all(axis=1))
+        if fitting.size == 0:
+            break
+        at += int(fitting[0])
+        c = order[at]
         need = nz[c]
         room = int((free[need] // req[c, need]).min()) if need.size else int(rem[c])
         room = min(room, int(rem[c]))
-        if room > 0:
-            counts[c] = room
-            free -= room * req[c]
+        counts[c] = room
+        free -= room * req[c]
+        at += 1
     return counts
 
 
@@ -137,7 +161,15 @@ def _fill_residual(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kind
     """One node of kind `k`, a pod at a time: the pod worth most per share of the room still free.
 
     Unlike a fixed order, this notices which resource has become binding as the node fills (after three
-    220 GiB pods, memory), and then prefers the pods that are light in it.
+    220 GiB pods, memory), and then prefers the pods that are light in it. Scores within `_TIE` of the
+    best are ties, won by the first class: classes bound by the same resource (MIG slices) score the same
+    but for rounding, which must not make the fill alternate between them.
+
+    A node of small pods takes hundreds of steps, mostly the same class again, so once a class has been
+    picked twice running the next steps are scored at once for the case that it keeps being picked (a
+    span that doubles while the class keeps winning), and the run is taken up to the first step that
+    would pick another class. The picks are exactly those of one pod at a time (room is whole numbers,
+    exact in float64; a class fits exactly when its share of the free room is at most 1).
     """
     counts = np.zeros(req.shape[0], np.int64) if start is None else start.copy()
     free = kinds.cap[k].astype(np.float64) - counts @ req
@@ -149,17 +181,112 @@ def _fill_residual(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kind
     left = (rem - counts)[live]
     value = w[live]
     zero = reqf == 0
-    while True:
-        fits = (left > 0) & (reqf <= free).all(axis=1)
-        if not fits.any():
-            return counts
-        with np.errstate(divide="ignore", invalid="ignore"):
+    if live.size <= _SMALL:
+        taken = _residual_steps(free, left, reqf, value, zero)
+        counts[live] += taken
+        return counts
+    previous = -1
+    span = _RUN
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
             share = np.where(zero, 0.0, reqf / free).max(axis=1)
-        score = np.where(fits, value / np.maximum(share, _EPS), -np.inf)
-        i = int(score.argmax())
-        counts[live[i]] += 1
-        left[i] -= 1
-        free -= reqf[i]
+            fits = (share <= 1.0) & (left > 0)
+            if not fits.any():
+                return counts
+            score = np.where(fits, value / np.maximum(share, _EPS), -np.inf)
+            best = score.max()
+            i = int((score >= best - _TIE * best).argmax())
+            run = 1
+            if i == previous:
+                more, span = _repeats(i, free, left, reqf, value, zero, span)
+                run += more
+            else:
+                span = _RUN
+            previous = i
+            counts[live[i]] += run
+            left[i] -= run
+            free -= run * reqf[i]
+
+
+def _residual_steps(free: np.ndarray, left: np.ndarray, reqf: np.ndarray, value: np.ndarray, zero: np.ndarray,
+                    ) -> np.ndarray:
+    """`_fill_residual`'s loop for a few classes, in plain Python floats: [L] pods taken of each.
+
+    With a handful of classes a step is a few dozen float operations, which Python does faster than
+    numpy sets up the dozen array operations of a vectorised step. The arithmetic is the same IEEE
+    double arithmetic in the same order, so the picks are the same. Short streaks (a class winning a few
+    times between others, as MIG pods of different shapes do) are stepped; once a class has won `_RUN`
+    times running, the rest of its run goes to `_repeats` as in the vectorised loop.
+    """
+    rows = [[(r, x) for r, x in enumerate(row) if x > 0] for row in reqf.tolist()]
+    room = free.tolist()
+    remaining = left.tolist()
+    worth = value.tolist()
+    n = len(rows)
+    taken = [0] * n
+    previous = -1
+    streak = 0
+    span = _RUN
+    while True:
+        best = -math.inf
+        scores = [-math.inf] * n
+        for j in range(n):
+            if remaining[j] <= 0:
+                continue
+            share = 0.0
+            for r, x in rows[j]:
+                f = room[r]
+                if x > f:
+                    share = math.inf
+                    break
+                ratio = x / f
+                if ratio > share:
+                    share = ratio
+            if share > 1.0:
+                continue
+            score = worth[j] / (share if share > _EPS else _EPS)
+            scores[j] = score
+            if score > best:
+                best = score
+        if best == -math.inf:
+            return np.array(taken, np.int64)
+        threshold = best - _TIE * best
+        i = next(j for j in range(n) if scores[j] >= threshold)
+        run = 1
+        streak = streak + 1 if i == previous else 1
+        if streak >= _RUN:
+            more, span = _repeats(i, np.array(room), np.array(remaining, np.int64), reqf, value, zero, span)
+            run += more
+        else:
+            span = _RUN
+        previous = i
+        taken[i] += run
+        remaining[i] -= run
+        for r, x in rows[i]:
+            room[r] -= run * x
+
+
+def _repeats(i: int, free: np.ndarray, left: np.ndarray, reqf: np.ndarray, value: np.ndarray, zero: np.ndarray,
+             span: int) -> tuple[int, int]:
+    """How many of the next steps after picking class `i` at `free` would pick `i` again (at most `span`),
+    and the span to look at next time (twice as far if all of this one did)."""
+    need = reqf[i] > 0
+    room = int((free[need] // reqf[i][need]).min()) if need.any() else span + 1
+    horizon = min(int(left[i]), room, span + 1) - 1
+    if horizon <= 0:
+        return 0, span
+    frees = free[None, :] - np.arange(1, horizon + 1, dtype=np.float64)[:, None] * reqf[i][None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(zero[None, :, :], 0.0, reqf[None, :, :] / frees[:, None, :]).max(axis=2)  # [H, L]
+    # Only class i's count changes over the span, and the span never exhausts it.
+    fits = (share <= 1.0) & (left > 0)[None, :]
+    score = np.where(fits, value[None, :] / np.maximum(share, _EPS), -np.inf)
+    best = score.max(axis=1, keepdims=True)
+    again = fits.any(axis=1) & ((score >= best - _TIE * best).argmax(axis=1) == i)
+    stop = np.flatnonzero(~again)
+    if stop.size:
+        return int(stop[0]), _RUN
+    return horizon, min(2 * span, _RUN_MAX)
 
 
 def cheapest_kind(counts: np.ndarray, req: np.ndarray, kinds: Kinds, left: np.ndarray | None = None) -> int:
@@ -214,7 +341,11 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
         for rank, k in enumerate(int(k) for k in ranked):
             if not np.isfinite(efficiency[k]):
                 break
-            for alt in fills.alternatives(k, rem, leaders=rank == 0):
+            for alt in fills.plain(k, rem, best_eff):
+                alt_value = float(alt @ w)
+                if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
+                    best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
+            for alt in (fills.led(k, rem, best_eff) if rank == 0 else ()):
                 alt_value = float(alt @ w)
                 if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
                     best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
@@ -238,22 +369,78 @@ class _Fills:
         self.w, self.req, self.kinds, self.nz = w, req, kinds, nz
         self._plain: dict[int, list[np.ndarray]] = {}
         self._led: dict[int, list[np.ndarray]] = {}
+        self._bounds: dict[int, tuple[int, float, bool]] = {}
+        """Per kind: the demand left when its bound was computed, the bound, whether it counts pods."""
 
-    def alternatives(self, k: int, rem: np.ndarray, leaders: bool) -> list[np.ndarray]:
+    def plain(self, k: int, rem: np.ndarray, best_eff: float) -> list[np.ndarray]:
+        """A fill in this kind's own density order and a fill by residual score, unless neither could
+        beat `best_eff`."""
         plain = self._plain.get(k)
         if plain is None or _stale(plain, rem):
+            if not self._may_beat(k, rem, best_eff):
+                return []
             plain = [
                 _fill_one(k, _density_order(k, self.w, self.req, self.kinds), rem, self.req, self.kinds, self.nz),
                 _fill_residual(k, self.w, rem, self.req, self.kinds),
             ]
             self._plain[k] = plain
-        if not leaders:
-            return plain
+        return plain
+
+    def led(self, k: int, rem: np.ndarray, best_eff: float) -> list[np.ndarray]:
+        """The fills led by each bulky class, unless none could beat `best_eff`."""
         led = self._led.get(k)
         if led is None or _stale(led, rem):
+            if not self._may_beat(k, rem, best_eff):
+                return []
             led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds)
             self._led[k] = led
-        return plain + led
+        return led
+
+    def _may_beat(self, k: int, rem: np.ndarray, best_eff: float) -> bool:
+        """Whether some fill of kind `k` could be worth more per dollar than `best_eff`: an exact prune by
+        an upper bound on its weight (the cheap one first, the one that counts pods if that does not
+        settle it), kept per kind while the demand stays the same."""
+        left = int(rem.sum())
+        found = self._bounds.get(k)
+        if found is None or found[0] != left:
+            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, counted=False), False)
+        if self._beats(k, found[1], best_eff) and not found[2]:
+            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, counted=True), True)
+        self._bounds[k] = found
+        return self._beats(k, found[1], best_eff)
+
+    def _beats(self, k: int, bound: float, best_eff: float) -> bool:
+        bound *= 1 + _TIE
+        return bound > _EPS and self.kinds.price[k] / bound < best_eff - _EPS
+
+
+def _value_bound(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, *, counted: bool) -> float:
+    """An upper bound on the weight one node of kind `k` can hold from `rem`.
+
+    Per resource every class needs (pods always): the node's room in it times the best weight per unit
+    of it; with `counted`, the fractional knapsack over that resource alone (classes by weight per unit,
+    whole counts until the room runs out, then a fraction). The least over the resources. On a one-GPU
+    kind either is the weightiest class that fits, which a fill reaches.
+    """
+    live = kinds.feasible[:, k] & (rem > 0) & (req <= kinds.cap[k]).all(axis=1)
+    if not live.any():
+        return 0.0
+    need = req[live]
+    usable = (need > 0).all(axis=0)
+    if not usable.any():
+        return float("inf")
+    need = need[:, usable].astype(np.float64)
+    value = w[live]
+    density = value[:, None] / need
+    if not counted:
+        return float((density.max(axis=0) * kinds.cap[k][usable]).min())
+    count = rem[live].astype(np.float64)
+    order = np.argsort(-density, axis=0, kind="stable")  # [L, U]: each resource's classes, best first
+    need = need[order, np.arange(need.shape[1])]
+    total = need * count[order]
+    before = np.cumsum(total, axis=0) - total
+    take = np.clip((kinds.cap[k][usable] - before) / need, 0.0, count[order])
+    return float((value[order] * take).sum(axis=0).min())
 
 
 def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
@@ -263,9 +450,13 @@ def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
 def single_class(c: int, n: int, req: np.ndarray, kinds: Kinds) -> list[Opened]:
     """The cheapest nodes for `n` identical pods, exactly: a covering knapsack over pod counts.
 
-    `cost[m]` is the least price holding `m` pods (a node of kind k holds up to `fit[k]`). Past twice the
-    largest fit the best price-per-pod kind is used for whole nodes and the dynamic programme covers the
-    rest, so the work is bounded by the node sizes, not by `n`.
+    `cost[m]` is the least price holding `m` pods (a node of kind k holds up to `fit[k]`). Let b be the
+    kind of lowest price per pod, holding `f_b`. Some cheapest cover has fewer than `f_b` nodes of other
+    kinds: among any `f_b` of them a subset holds a multiple of `f_b` pods (pigeonhole on prefix sums),
+    and that many pods on b nodes cost no more. So all but `(f_b − 1) × max fit` pods go on b nodes, and
+    the dynamic programme covers the rest: the work is bounded by the node sizes, not by `n`. (Past
+    `_EXACT_SPAN` pods of rest, which takes nodes of hundreds of pods, the rest is cut to twice the
+    largest fit and the answer is no longer proven optimal.)
     """
     need = req[c] > 0
     if need.any():
@@ -278,24 +469,33 @@ def single_class(c: int, n: int, req: np.ndarray, kinds: Kinds) -> list[Opened]:
         return []
     ratio = np.where(usable, kinds.price / np.maximum(fit, 1), np.inf)
     bulk_kind = int(ratio.argmin())
-    span = int(min(n, 2 * fit.max()))
-    bulk = 0
-    if n > span:
-        bulk = (n - span + int(fit[bulk_kind]) - 1) // int(fit[bulk_kind])
-    rest = n - bulk * int(fit[bulk_kind])
-    cost = np.zeros(rest + 1)
-    choice = np.zeros(rest + 1, np.int64)
-    kinds_usable = np.flatnonzero(usable)
+    per_bulk = int(fit[bulk_kind])
+    span = (per_bulk - 1) * int(fit.max()) + per_bulk
+    if span > _EXACT_SPAN:
+        span = 2 * int(fit.max())
+    bulk = max(0, -(-(n - span) // per_bulk)) if n > span else 0
+    rest = n - bulk * per_bulk
+    # Kinds another kind beats on both size and price never enter a cheapest cover.
+    options: list[tuple[int, float, int]] = []
+    for k in sorted(np.flatnonzero(usable).tolist(), key=lambda k: (-int(fit[k]), float(kinds.price[k]), k)):
+        if not options or float(kinds.price[k]) < options[-1][1]:
+            options.append((int(fit[k]), float(kinds.price[k]), k))
+    options.sort(key=lambda o: o[2])
+    cost = [0.0] * (rest + 1)
+    choice = [0] * (rest + 1)
     for m in range(1, rest + 1):
-        options = kinds.price[kinds_usable] + cost[np.maximum(m - fit[kinds_usable], 0)]
-        best = int(options.argmin())
-        cost[m], choice[m] = options[best], kinds_usable[best]
+        best_cost, best_kind = float("inf"), -1
+        for f, price, k in options:
+            value = price + cost[m - f if m > f else 0]
+            if value < best_cost:
+                best_cost, best_kind = value, k
+        cost[m], choice[m] = best_cost, best_kind
     opened: dict[tuple[int, int], int] = {}
     if bulk:
-        opened[(bulk_kind, int(fit[bulk_kind]))] = bulk
+        opened[(bulk_kind, per_bulk)] = bulk
     m = rest
     while m > 0:
-        k = int(choice[m])
+        k = choice[m]
         take = int(min(fit[k], m))
         opened[(k, take)] = opened.get((k, take), 0) + 1
         m -= take
@@ -323,65 +523,89 @@ def _improve(opened: list[Opened], req: np.ndarray, kinds: Kinds) -> list[Opened
     if kinds.limit is not None:
         # Reservations: the greedy already counted its nodes against what is left of each.
         return opened
-    for entry in opened:
-        cheaper = cheapest_kind(entry.counts, req, kinds)
-        if cheaper >= 0 and kinds.price[cheaper] < kinds.price[entry.kind] - _EPS:
-            entry.kind = cheaper
-    return _absorb(opened, req, kinds)
+    entries = [e for e in opened if e.copies > 0]
+    if not entries:
+        return entries
+    facts = _Facts(req, kinds)
+    used, share = facts.of(np.stack([e.counts for e in entries]))
+    cheaper = facts.cheapest(used, share)
+    for e, k in zip(entries, cheaper.tolist(), strict=True):
+        if k >= 0 and kinds.price[k] < kinds.price[e.kind] - _EPS:
+            e.kind = k
+    return _absorb(entries, facts, used, share)
 
 
-def _absorb(opened: list[Opened], req: np.ndarray, kinds: Kinds) -> list[Opened]:
+class _Facts:
+    """What a node's contents ask of every kind: room used, and its share of each kind's room."""
+
+    def __init__(self, req: np.ndarray, kinds: Kinds) -> None:
+        self.req = req
+        self.kinds = kinds
+        self.cap = kinds.cap.astype(np.float64)
+        self.blocked = (~kinds.feasible).astype(np.int64)
+
+    def of(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[N, R] room used and [N, K] bottleneck share (inf where a kind may not hold the contents)."""
+        used = (counts @ self.req).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(used[:, None, :] == 0, 0.0, used[:, None, :] / self.cap[None, :, :]).max(axis=2)
+        allowed = ((counts > 0).astype(np.int64) @ self.blocked) == 0
+        return used, np.where(allowed, share, np.inf)
+
+    def cheapest(self, used: np.ndarray, share: np.ndarray) -> np.ndarray:
+        """[N] the cheapest kind holding each row's contents (−1 when none does): `cheapest_kind` per row."""
+        ok = np.isfinite(share) & (self.kinds.cap[None, :, :] >= used[:, None, :]).all(axis=2)
+        best = np.where(ok, self.kinds.price[None, :], np.inf).argmin(axis=1)
+        return np.where(ok.any(axis=1), best, -1)
+
+
+def _absorb(entries: list[Opened], facts: _Facts, used: np.ndarray, share: np.ndarray) -> list[Opened]:
     """Repeatedly replace several nodes by one node of some kind that holds all their pods for less.
 
     For each kind, whole nodes are taken greedily by price per unit of the kind's room they would use;
     the kind with the largest saving wins the round. This catches what a pattern greedy misses at the
-    end of a pass: three half-empty 4-slot nodes that one 16-slot node holds for less. Per-node facts
-    (room used, kinds allowed, share of each kind) are computed once per node pattern, not per round.
+    end of a pass: three half-empty 4-slot nodes that one 16-slot node holds for less. A merge is made
+    as many times as its nodes allow (sixty single-pod nodes into eight-pod ones is one round, not
+    eight), so the rounds go to different merges. Per-node facts (room used, kinds allowed, share of
+    each kind) are computed once per node pattern, not per round.
     """
-    entries = [e for e in opened if e.copies > 0]
     if sum(e.copies for e in entries) < 2:
         return entries
-    cap = kinds.cap.astype(np.float64)
-    blocked = ~kinds.feasible
-
-    def facts(e: Opened) -> tuple[np.ndarray, np.ndarray]:
-        used = (e.counts @ req).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(used == 0, 0.0, used / cap)
-        share = np.where(np.isnan(share), np.inf, share).max(axis=1)
-        allowed = ~blocked[e.counts > 0].any(axis=0)
-        return used, np.where(allowed, share, np.inf)
-
-    rows = [facts(e) for e in entries]
-    used = np.stack([r[0] for r in rows])
-    share = np.stack([r[1] for r in rows])
+    kinds = facts.kinds
     prices = np.array([kinds.price[e.kind] for e in entries])
     copies = np.array([e.copies for e in entries], np.int64)
     for _ in range(_ABSORB_ROUNDS):
-        best = _best_absorption(used, share, prices, copies, cap, kinds.price)
+        best = _best_absorption(used, share, prices, copies, facts.cap, kinds.price)
         if best is None:
             break
         k, taken = best
-        counts = np.zeros(req.shape[0], np.int64)
+        # The same merge saves the same again while its nodes last: make it as many times at once.
+        times = min(int(copies[e]) // n for e, n in taken)
+        counts = np.zeros(facts.req.shape[0], np.int64)
         for e, n in taken:
-            entries[e].copies -= n
-            copies[e] -= n
+            entries[e].copies -= n * times
+            copies[e] -= n * times
             counts += n * entries[e].counts
-        cheaper = cheapest_kind(counts, req, kinds)
-        merged = Opened(cheaper if cheaper >= 0 else k, counts, 1)
+        row_used, row_share = facts.of(counts[None, :])
+        cheaper = int(facts.cheapest(row_used, row_share)[0])
+        merged = Opened(cheaper if cheaper >= 0 else k, counts, times)
         entries.append(merged)
-        row_used, row_share = facts(merged)
         used = np.vstack([used, row_used])
         share = np.vstack([share, row_share])
         prices = np.append(prices, kinds.price[merged.kind])
-        copies = np.append(copies, 1)
+        copies = np.append(copies, times)
     return [e for e in entries if e.copies > 0]
 
 
 def _best_absorption(used: np.ndarray, share: np.ndarray, prices: np.ndarray, copies: np.ndarray, cap: np.ndarray,
                      kind_prices: np.ndarray) -> tuple[int, list[tuple[int, int]]] | None:
     """The kind and the nodes it absorbs that save the most, or None when nothing saves money."""
-    fits = (share <= 1.0) & (copies[:, None] > 0)
+    alive = np.flatnonzero(copies > 0)
+    if alive.size < copies.size:
+        # Nodes merged away stay in the arrays (their positions name entries); leave them out here.
+        found = _best_absorption(used[alive], share[alive], prices[alive], copies[alive], cap, kind_prices)
+        return None if found is None else (found[0], [(int(alive[e]), n) for e, n in found[1]])
+    fits = share <= 1.0
     if (fits * copies[:, None]).sum(axis=0).max(initial=0) < 2:
         return None
     # Upper bound of each kind's saving: the nodes it could take, priced by their share of its room
@@ -402,15 +626,25 @@ def _best_absorption(used: np.ndarray, share: np.ndarray, prices: np.ndarray, co
         taken: list[tuple[int, int]] = []
         absorbed = 0.0
         nodes = 0
-        for e in order:
+        # Members in order, each taking as many of its copies as still fit. Room only shrinks, so a member
+        # that does not fit now never will: the next taker is the first later member that fits, found
+        # for all of them at once rather than by visiting each.
+        rows = used[order]
+        at = 0
+        while at < order.size:
+            fitting = np.flatnonzero((rows[at:] <= free).all(axis=1))
+            if fitting.size == 0:
+                break
+            at += int(fitting[0])
+            e = order[at]
             need = used[e] > 0
             room = int((free[need] // used[e][need]).min()) if need.any() else int(copies[e])
             n = min(room, int(copies[e]))
-            if n > 0:
-                taken.append((int(e), n))
-                free -= n * used[e]
-                absorbed += n * prices[e]
-                nodes += n
+            taken.append((int(e), n))
+            free -= n * used[e]
+            absorbed += n * prices[e]
+            nodes += n
+            at += 1
         saving = absorbed - kind_prices[k]
         if nodes >= 2 and saving > _EPS and (best is None or saving > best[0]):
             best = (saving, int(k), taken)

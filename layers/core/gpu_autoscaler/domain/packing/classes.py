@@ -57,13 +57,18 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
     by_canonical: dict[tuple[object, ...], PodClass] = {}
     classes: list[PodClass] = []
     for pod in pods:
+        # Plain tuples, not the models themselves: hashing and comparing a thousand pods' pydantic
+        # tolerations costs more than the rest of the grouping.
+        affinity = pod.required_node_affinity
+        group = pod.pod_group
         raw = (
             tuple(pod.requests.items()),
-            tuple(pod.node_selector.items()),
-            pod.required_node_affinity,
-            pod.tolerations,
+            tuple(pod.node_selector.items()) if pod.node_selector else (),
+            tuple([tuple([(r.key, r.operator, r.values) for r in term.match_expressions]) for term in affinity])
+            if affinity else (),
+            tuple([(t.key, t.operator, t.value, t.effect, t.toleration_seconds) for t in pod.tolerations]),
             pod.priority,
-            pod.gang,
+            (pod.namespace, group.name) if group else None,
         )
         found = by_raw.get(raw)
         if found is None:

@@ -102,6 +102,24 @@ class _Candidates:
 
 
 @dataclass
+class _TierArrays:
+    """A tier's offerings (positions in the catalog index) with what ranking candidates needs of them."""
+
+    tier: np.ndarray
+    types: np.ndarray
+    zones: np.ndarray
+    prices: np.ndarray
+    ok: np.ndarray
+    """[C, N] whether an offering may hold one pod of each class."""
+    order: np.ndarray
+    """The offerings sorted by instance type (stable)."""
+    starts: np.ndarray
+    """Where each instance type's run begins in `order`."""
+    present: np.ndarray
+    """The instance type of each run."""
+
+
+@dataclass
 class _Node:
     pool: int
     capacity_type: CapacityType
@@ -146,6 +164,9 @@ class Solver:
         self._pool_by_name = {v.pool.name: v for v in self.pools}
         self._selectors: dict[tuple[str, tuple[object, ...]], np.ndarray] = {}
         self._matrices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        names = [t.name for t in self.index.types]
+        self.name_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
+        """[T] each catalog type's place in name order: the tie-break among candidates of one price."""
 
     # Static, per configuration and catalog
 
@@ -277,6 +298,7 @@ class _Pass:
         self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
         self.failures: dict[tuple[int, int], str] = {}
+        self._tiers: dict[tuple[int, str], _TierArrays] = {}
         self.nodes: list[_Node] = []
         self.existing: dict[str, list[str]] = {}
         self.unschedulable: list[Unschedulable] = []
@@ -615,6 +637,14 @@ class _Pass:
             full = np.zeros(len(self.classes), np.int64)
             full[rows] = entry.counts
             candidates = self._candidates(view, capacity_type, tier, full)
+            if candidates is None:
+                continue
+            if capacity_type != "reserved" and not self.limits[view.position].bounded and not self.vcpus.quotas:
+                # Nothing to admit against and no reservation to count down: open every copy at once.
+                present = np.flatnonzero(full)
+                copies = min(entry.copies, int((self.rem[present] // full[present]).min()))
+                self._open_copies(_Node(view.position, capacity_type, candidates, full), present, copies)
+                continue
             for _ in range(entry.copies):
                 if candidates is None or (self.rem < full).any():
                     break
@@ -641,44 +671,61 @@ class _Pass:
         keep_arr = np.array(sorted(keep), np.int64)
         return pos[keep_arr], feasible[:, keep_arr]
 
+    def _tier_arrays(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> _TierArrays:
+        key = (view.position, capacity_type)
+        found = self._tiers.get(key)
+        if found is None or found.tier is not tier:
+            idx = self.idx
+            types = idx.type_of[tier]
+            order = np.argsort(types, kind="stable")
+            starts = np.flatnonzero(np.r_[True, types[order][1:] != types[order][:-1]])
+            found = _TierArrays(tier, types, idx.zone_of[tier], idx.price[tier], self.ok[view.position][:, tier],
+                                order, starts, types[order][starts])
+            self._tiers[key] = found
+        return found
+
     def _candidates(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, counts: np.ndarray,
                     zone: int | None = None) -> _Candidates | None:
+        """Every type that holds `counts` in every zone where the cheapest one does, cheapest first.
+
+        A type is left out if one of those zones has an offering of it that cannot take the pods (the
+        fleet may pick any candidate in any of the claim's zones), or if it costs more than
+        `CANDIDATE_PRICE_CEILING` × the first.
+        """
         idx = self.idx
-        good = self.ok[view.position][np.ix_(np.flatnonzero(counts), tier)].all(axis=0)
+        t = self._tier_arrays(view, capacity_type, tier)
         used = counts @ self.req
-        good &= (self.matrices[view.position][idx.type_of[tier]] >= used).all(axis=1)
+        type_fits = np.asarray((self.matrices[view.position] >= used).all(axis=1))
+        good = t.ok[np.flatnonzero(counts)].all(axis=0) & type_fits[t.types]
         if zone is not None:
-            good &= idx.zone_of[tier] == zone
+            good &= t.zones == zone
         if capacity_type == "reserved":
             good &= self.reserved_left[tier] > 0
             if not good.any():
                 return None
-            first = int(tier[np.where(good, idx.price[tier], np.inf).argmin()])
+            first = int(tier[np.where(good, t.prices, np.inf).argmin()])
             price = float(idx.price[first])
             return _Candidates([int(idx.type_of[first])], [price], [price], (idx.offerings[first].zone,),
                                idx.offerings[first].reservation_id, first)
         if not good.any():
             return None
-        first = int(tier[np.where(good, idx.price[tier], np.inf).argmin()])
-        t0 = idx.type_of[first]
-        zones = np.unique(idx.zone_of[tier][good & (idx.type_of[tier] == t0)])
-        in_zones = np.isin(idx.zone_of[tier], zones)
-        n_types = len(idx.types)
-        bad = np.zeros(n_types, bool)
-        bad[idx.type_of[tier][in_zones & ~good]] = True
-        low = np.full(n_types, np.inf)
-        high = np.full(n_types, -np.inf)
-        sel = in_zones & good
-        np.minimum.at(low, idx.type_of[tier][sel], idx.price[tier][sel])
-        np.maximum.at(high, idx.type_of[tier][sel], idx.price[tier][sel])
-        ceiling = float(idx.price[first]) * CANDIDATE_PRICE_CEILING + 1e-9
-        chosen = np.flatnonzero(~bad & np.isfinite(low) & (low <= ceiling))
-        ranked = sorted(chosen, key=lambda t: (low[t], idx.types[t].name))[:MAX_CANDIDATES]
+        first = int(np.where(good, t.prices, np.inf).argmin())
+        zone_hit = np.zeros(len(idx.zones), bool)
+        zone_hit[t.zones[good & (t.types == t.types[first])]] = True
+        in_zones = zone_hit[t.zones]
+        sel = (in_zones & good)[t.order]
+        prices = t.prices[t.order]
+        low = np.minimum.reduceat(np.where(sel, prices, np.inf), t.starts)
+        high = np.maximum.reduceat(np.where(sel, prices, -np.inf), t.starts)
+        bad = np.logical_or.reduceat((in_zones & ~good)[t.order], t.starts)
+        ceiling = float(t.prices[first]) * CANDIDATE_PRICE_CEILING + 1e-9
+        keep = np.flatnonzero(~bad & np.isfinite(low) & (low <= ceiling))
+        ranked = keep[np.lexsort((self.s.name_rank[t.present[keep]], low[keep]))][:MAX_CANDIDATES]
         return _Candidates(
-            [int(t) for t in ranked],
-            [float(low[t]) for t in ranked],
-            [float(high[t]) for t in ranked],
-            tuple(idx.zones[z] for z in zones),
+            t.present[ranked].tolist(),
+            low[ranked].tolist(),
+            high[ranked].tolist(),
+            tuple(idx.zones[z] for z in np.flatnonzero(zone_hit)),
         )
 
     # Budgets
@@ -738,17 +785,27 @@ class _Pass:
         node.pods = [p for c in np.flatnonzero(node.counts) for p in self._take(int(c), int(node.counts[c]))]
         self.nodes.append(node)
 
+    def _open_copies(self, node: _Node, present: np.ndarray, copies: int) -> None:
+        """`_open` for `copies` nodes like `node` (no reservation), taking each class's pods in one go."""
+        if copies <= 0:
+            return
+        taken = [(self._take(int(c), int(node.counts[c]) * copies), int(node.counts[c])) for c in present]
+        for i in range(copies):
+            pods = [p for block, n in taken for p in block[i * n:(i + 1) * n]]
+            self.nodes.append(_Node(node.pool, node.capacity_type, node.candidates, node.counts, node.gang, pods))
+
     # Output
 
     def _claims(self) -> list[NodeClaim]:
         cluster = self.s.config.cluster_name
         claims = []
         described: dict[tuple[int, bytes], tuple[tuple[str, ...], dict[str, str]]] = {}
+        pool_names = [view.pool.name for view in self.s.pools]
         for node in self.nodes:
             pods = node.pods
-            uids = tuple(p.uid for p in pods)
+            uids = tuple([p.uid for p in pods])
             cand = node.candidates
-            pool = self.s.pools[node.pool].pool.name
+            pool = pool_names[node.pool]
             # Copies of one pattern share their candidates: describe them once.
             key = (id(cand), node.counts.tobytes())
             shared = described.get(key)
