@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks import SHARED_DATA
 from gpu_autoscaler.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+__all__ = ["ROOT", "SHARED_DATA", "example_config_data", "log_to_stdout"]
 
 
 @pytest.fixture(autouse=True)

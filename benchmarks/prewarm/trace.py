@@ -11,17 +11,19 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from benchmarks import ALIBABA_TRACE
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["DEFAULT_TRACE", "EPOCH", "Trace", "load_trace"]
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "alibaba-gpu-v2023"
-    / "openb_pod_list_default.csv"
-)
+DEFAULT_TRACE = ALIBABA_TRACE
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import logging
 import time
 from pathlib import Path
 
+from benchmarks import ALIBABA_TRACE
 from gpu_autoscaler.config import load_config
 from gpu_autoscaler.simulation.run import simulate, simulation_catalog
 from gpu_autoscaler.simulation.settings import SimulationSettings
@@ -23,8 +24,7 @@ from gpu_autoscaler.simulation.trace import read_trace
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_TRACE", "TARGET_SECONDS", "main"]
 
-DEFAULT_TRACE = (Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "alibaba-gpu-v2023"
-                 / "openb_pod_list_default.csv")
+DEFAULT_TRACE = ALIBABA_TRACE
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.json"
 TARGET_SECONDS = 60.0
 
