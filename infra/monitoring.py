@@ -35,28 +35,18 @@ class Monitoring(Construct):
         super().__init__(scope, construct_id)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         for label, dlq in dead_letter_queues.items():
-            self.alarms[f"dlq-{label}"] = cloudwatch.Alarm(
-                self,
+            self.alarms[f"dlq-{label}"] = self._any_above_zero(
                 f"{_camel(label)}DlqNotEmpty",
                 alarm_name=f"{names.prefix}-{label}-dlq-not-empty",
                 alarm_description=f"Messages in the {label} dead-letter queue: look at them, fix, redrive.",
                 metric=dlq.metric_approximate_number_of_messages_visible(period=_PERIOD, statistic="Maximum"),
-                threshold=0,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         for name, function in functions.items():
-            self.alarms[f"errors-{name}"] = cloudwatch.Alarm(
-                self,
+            self.alarms[f"errors-{name}"] = self._any_above_zero(
                 f"{_camel(name)}Errors",
                 alarm_name=f"{names.prefix}-{name}-errors",
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
                 metric=function.metric_errors(period=_PERIOD, statistic="Sum"),
-                threshold=0,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluation_periods=1,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.prefix)
         fns = list(functions.items())
@@ -76,6 +66,22 @@ class Monitoring(Construct):
                 [q.metric_approximate_number_of_messages_visible(label=n, statistic="Maximum") for n, q in dead],
             ),
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=6),
+        )
+
+    def _any_above_zero(
+        self, construct_id: str, *, alarm_name: str, alarm_description: str, metric: cloudwatch.IMetric
+    ) -> cloudwatch.Alarm:
+        """One breaching minute is enough: every alarm here counts things that should never happen."""
+        return cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_name=alarm_name,
+            alarm_description=alarm_description,
+            metric=metric,
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 
 

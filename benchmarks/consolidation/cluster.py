@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.packing.scenarios import POOLS, ZONES, _pods_for
-from gpu_autoscaler.config import Config, parse_config
+from benchmarks.packing.scenarios import POOLS, _pods_for, pools_config
 from gpu_autoscaler.domain.consolidation import ConsolidationNode, node_pods
 from gpu_autoscaler.domain.packing import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
@@ -24,6 +23,7 @@ from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
 from gpu_autoscaler.models.resources import Resources
 
 if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.packing import Solver
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.pods import PendingPod
@@ -41,15 +41,7 @@ def consolidation_config() -> Config:
         pool: dict[str, Any] = copy.deepcopy(entry)
         pool["disruption"] = {"consolidateAfter": "5m", "spotToSpot": True, "budgets": [{"nodes": "100%"}]}
         pools.append(pool)
-    return parse_config({
-        "clusterName": "bench",
-        "region": "us-east-1",
-        "kubernetes": {"endpoint": "https://bench.example.com"},
-        "network": {"subnets": {z: f"subnet-{i:04x}" for i, z in enumerate(ZONES)}, "securityGroups": ["sg-0001"]},
-        "nodeRole": "arn:aws:iam::123456789012:role/bench",
-        "ami": {"family": "AL2023", "version": "v1", "x86_64": "ami-0123456789abcdef0"},
-        "nodePools": pools,
-    })
+    return pools_config(nodePools=pools)
 
 
 @dataclass(frozen=True)

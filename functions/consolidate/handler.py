@@ -8,6 +8,7 @@ response is its summary; each decision is logged with the USD/h it saves, and co
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -24,15 +25,12 @@ if TYPE_CHECKING:
 logger = Logger(service="consolidate")
 tracer = Tracer(service="consolidate")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="consolidate")
-_service: ConsolidateService | None = None
 
 
+@functools.cache
 def service() -> ConsolidateService:
     """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
-    global _service
-    if _service is None:
-        _service = aws_consolidate_service(load_settings())
-    return _service
+    return aws_consolidate_service(load_settings())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -8,6 +8,7 @@ it to the dead-letter queue after `maxReceiveCount`.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,19 +31,16 @@ logger = Logger(service="drain")
 tracer = Tracer(service="drain")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="drain")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-_service: DrainService | None = None
 
 MARGIN = timedelta(seconds=30)
 """Left of the invocation after the last wait: the last pass, the re-enqueue and the batch report."""
 MAX_BUDGET = timedelta(minutes=4)
 
 
+@functools.cache
 def service() -> DrainService:
     """Built on first use and kept while the execution environment lives (clients, Kubernetes token)."""
-    global _service
-    if _service is None:
-        _service = aws_drain_service(load_settings())
-    return _service
+    return aws_drain_service(load_settings())
 
 
 def budget(context: LambdaContext | None) -> timedelta:

@@ -14,6 +14,7 @@ unavailable, USD/h launched.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -37,15 +38,12 @@ logger = Logger(service="fleet")
 tracer = Tracer(service="fleet")
 metrics = Metrics(namespace=NAMESPACE, service="fleet")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-_service: FleetService | None = None
 
 
+@functools.cache
 def service() -> FleetService:
     """Built on first use and kept while the execution environment lives (clients, subnets, catalog)."""
-    global _service
-    if _service is None:
-        _service = aws_fleet_service(load_settings())
-    return _service
+    return aws_fleet_service(load_settings())
 
 
 def record_metrics(outcome: LaunchOutcome) -> None:

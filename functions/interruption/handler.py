@@ -11,6 +11,7 @@ deletes the idempotency record, so the retry acts again.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -44,35 +45,29 @@ idempotency = IdempotencyConfig(expires_after_seconds=6 * 3600)
 """Long enough to cover AWS repeating a notice and SQS redriving a message; a rebalance hours later acts again."""
 IDEMPOTENCY_PARTITION = "IDEMPOTENCY#interruption"
 """Records live beside the cluster's items in the single table, under their own partition."""
-_service: InterruptionService | None = None
-_act_once: Callable[..., dict[str, Any]] | None = None
 
 
+@functools.cache
 def service() -> InterruptionService:
     """Built on first use and kept while the execution environment lives (clients, catalog, Kubernetes token)."""
-    global _service
-    if _service is None:
-        _service = aws_interruption_service(load_settings())
-    return _service
+    return aws_interruption_service(load_settings())
 
 
+@functools.cache
 def act_once() -> Callable[..., dict[str, Any]]:
     """`_act` behind Powertools idempotency, keyed by (kind, instance); made on first use, after the
     environment (and, in tests, the emulator's endpoint) is known."""
-    global _act_once
-    if _act_once is None:
-        settings = load_settings()
-        persistence = DynamoDBPersistenceLayer(
-            table_name=settings.table_name,
-            key_attr=PARTITION_KEY,
-            sort_key_attr=SORT_KEY,
-            static_pk_value=IDEMPOTENCY_PARTITION,
-            expiry_attr=TTL_ATTRIBUTE,
-            boto3_client=AwsClients(settings.region, settings.endpoint_url).client("dynamodb"),
-        )
-        _act_once = idempotent_function(data_keyword_argument="key", persistence_store=persistence,
-                                        config=idempotency)(_act)
-    return _act_once
+    settings = load_settings()
+    persistence = DynamoDBPersistenceLayer(
+        table_name=settings.table_name,
+        key_attr=PARTITION_KEY,
+        sort_key_attr=SORT_KEY,
+        static_pk_value=IDEMPOTENCY_PARTITION,
+        expiry_attr=TTL_ATTRIBUTE,
+        boto3_client=AwsClients(settings.region, settings.endpoint_url).client("dynamodb"),
+    )
+    return idempotent_function(data_keyword_argument="key", persistence_store=persistence,
+                               config=idempotency)(_act)
 
 
 def _act(key: dict[str, str], notice: Notice) -> dict[str, Any]:

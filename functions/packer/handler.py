@@ -8,6 +8,7 @@ is pending and every step is idempotent per pod, so a later record never depends
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -28,15 +29,12 @@ logger = Logger(service="packer")
 tracer = Tracer(service="packer")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-_service: PackerService | None = None
 
 
+@functools.cache
 def service() -> PackerService:
     """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
-    global _service
-    if _service is None:
-        _service = aws_packer_service(load_settings())
-    return _service
+    return aws_packer_service(load_settings())
 
 
 @tracer.capture_method

@@ -8,6 +8,7 @@ warm targets per pool, claims launched and released, and the forecast status (`d
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -23,15 +24,12 @@ if TYPE_CHECKING:
 logger = Logger(service="prewarm")
 tracer = Tracer(service="prewarm")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="prewarm")
-_service: PrewarmService | None = None
 
 
+@functools.cache
 def service() -> PrewarmService:
     """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
-    global _service
-    if _service is None:
-        _service = aws_prewarm_service(load_settings())
-    return _service
+    return aws_prewarm_service(load_settings())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -262,9 +262,6 @@ class CronExpression:
     def _times(self) -> tuple[time, ...]:
         return tuple(time(h, m) for h in sorted(self.hours) for m in sorted(self.minutes))
 
-    def times_of_day(self) -> list[time]:
-        return list(self._times)
-
     def _month_matches(self, year: int, month: int) -> bool:
         return year in self.years and month in self.months
 

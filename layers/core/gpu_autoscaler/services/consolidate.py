@@ -36,7 +36,7 @@ from gpu_autoscaler.domain.consolidation import (
     empty_since,
     node_pods,
 )
-from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.reconcile import CLAIMED_STATES, ReconcileOutcome, ReconcileService
@@ -259,42 +259,21 @@ def aws_consolidate_service(settings: FunctionSettings, clock: Clock | None = No
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB, the
     cluster through the Kubernetes API with an EKS token, launches and drains on their queues. `cluster` and
     `budgets` stand in for the Kubernetes API where there is none (tests, the simulator)."""
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
-    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
-    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
-    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
-    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.services.fleet import FleetService
-    from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    if not settings.launch_queue_url or not settings.drain_queue_url:
-        raise GpuAutoscalerError("LAUNCH_QUEUE_URL and DRAIN_QUEUE_URL must be set: replacements and drains go there")
-    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
-    launches = SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url)
-    quotas = ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock)
+    env = AwsEnvironment(settings, clock)
+    config, store = env.config, env.store
+    launches, drains = env.launch_queue, env.drain_queue
     if cluster is None:
         from gpu_autoscaler.adapters.aws.eks_token import eks_api_client
         from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
         from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets
 
-        api = eks_api_client(config, clients, clock)
+        api = eks_api_client(config, env.clients, env.clock)
         cluster = KubernetesCluster(api)
         budgets = budgets or KubernetesDisruptionBudgets(api)
-    # The packer's own service builds and caches the solver over the current catalog: one copy of that logic.
-    packer = PackerService(config, store, Ec2CatalogSource.from_config(clients, config, clock=clock), launches,
-                           clock=clock, quotas=quotas)
-    # The fleet's termination path, without a launch template: this function only ends claims.
-    fleet = FleetService(config, store, Ec2Compute(clients.client("ec2"), config.cluster_name), clock=clock)
-    reconcile = ReconcileService(config, store, cluster, fleet, clock=clock)
+    reconcile = ReconcileService(config, store, cluster, env.terminations, clock=env.clock)
     return ConsolidateService(
-        config, store, cluster, launches, SqsDrainQueue(clients.client("sqs"), settings.drain_queue_url), reconcile,
-        solver=packer.solver, clock=clock, budgets=budgets, quotas=quotas,
+        config, store, cluster, launches, drains, reconcile,
+        solver=env.packer.solver, clock=env.clock, budgets=budgets, quotas=env.quotas,
     )
-

@@ -346,27 +346,8 @@ class DrainService:
 def aws_drain_service(settings: FunctionSettings, clock: Clock | None = None) -> DrainService:
     """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
     Kubernetes API with an EKS token, terminations through the fleet, progress on the drain queue."""
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
-    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
-    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
-    from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
-    from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.services.fleet import FleetService
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    if not settings.drain_queue_url:
-        raise GpuAutoscalerError("DRAIN_QUEUE_URL is not set: a drain cannot continue in a later invocation")
-    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
-    return DrainService(
-        config.cluster_name,
-        store,
-        LazyCluster(lambda: KubernetesCluster.for_eks(config, clients, clock)),
-        FleetService(config, store, Ec2Compute(clients.client("ec2"), config.cluster_name), clock=clock),
-        SqsDrainQueue(clients.client("sqs"), settings.drain_queue_url),
-        clock=clock,
-    )
+    env = AwsEnvironment(settings, clock)
+    return DrainService(env.config.cluster_name, env.store, env.cluster, env.terminations, env.drain_queue,
+                        clock=env.clock)

@@ -455,26 +455,21 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
     (`ClusterBootstrapUnavailable`, the message retried, then dead-lettered) instead of starting nodes that
     could never join.
     """
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.adapters.aws.cluster_bootstrap import cluster_bootstrap
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
     from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, resolve_subnets
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    ec2 = clients.client("ec2")
-    launches = bool(settings.launch_template_id)
+    env = AwsEnvironment(settings, clock)
+    if not settings.launch_template_id:
+        return env.terminations
+    config, ec2 = env.config, env.clients.client("ec2")
     return FleetService(
         config,
-        DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock),
+        env.store,
         Ec2Compute(ec2, config.cluster_name),
-        clock=clock,
+        clock=env.clock,
         launch_template_id=settings.launch_template_id,
-        subnet_ids=(lambda: resolve_subnets(ec2, config)) if launches else None,
-        catalog=Ec2CatalogSource.from_config(clients, config, clock=clock) if launches else None,
-        bootstrap=(lambda: cluster_bootstrap(config, clients.client("eks"))) if launches else None,
+        subnet_ids=lambda: resolve_subnets(ec2, config),
+        catalog=env.catalog,
+        bootstrap=lambda: cluster_bootstrap(config, env.clients.client("eks")),
     )

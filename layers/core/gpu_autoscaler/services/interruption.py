@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
-from gpu_autoscaler.errors import GpuAutoscalerError, NodeNotFound, StaleClaim
+from gpu_autoscaler.errors import NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -221,40 +221,8 @@ class InterruptionService:
 def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None) -> InterruptionService:
     """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
     Kubernetes API with an EKS token, replacements through the packer, drains on the drain queue."""
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
-    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
-    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
-    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
-    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
-    from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
-    from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.services.fleet import FleetService
-    from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    if not settings.launch_queue_url or not settings.drain_queue_url:
-        raise GpuAutoscalerError("LAUNCH_QUEUE_URL and DRAIN_QUEUE_URL must be set: replacements and drains go there")
-    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
-    packer = PackerService(
-        config,
-        store,
-        Ec2CatalogSource.from_config(clients, config, clock=clock),
-        SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url),
-        clock=clock,
-        quotas=ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock),
-    )
-    return InterruptionService(
-        config,
-        store,
-        LazyCluster(lambda: KubernetesCluster.for_eks(config, clients, clock)),
-        FleetService(config, store, Ec2Compute(clients.client("ec2"), config.cluster_name), clock=clock),
-        packer,
-        SqsDrainQueue(clients.client("sqs"), settings.drain_queue_url),
-        clock=clock,
-    )
+    env = AwsEnvironment(settings, clock)
+    return InterruptionService(env.config, env.store, env.cluster, env.terminations, env.packer, env.drain_queue,
+                               clock=env.clock)

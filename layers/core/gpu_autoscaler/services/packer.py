@@ -377,24 +377,6 @@ def _group(owners: Mapping[str, str]) -> dict[str, list[str]]:
 
 def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None) -> PackerService:
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
-    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
-    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.clock import SystemClock
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    if not settings.launch_queue_url:
-        raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: the packer has nowhere to send launch requests")
-    return PackerService(
-        config,
-        DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock),
-        Ec2CatalogSource.from_config(clients, config, clock=clock),
-        SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url),
-        clock=clock,
-        quotas=ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock),
-    )
+    return AwsEnvironment(settings, clock).packer

@@ -354,27 +354,10 @@ class PrewarmService:
 
 def aws_prewarm_service(settings: FunctionSettings, clock: Clock | None = None) -> PrewarmService:
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.adapters.aws.configuration import fetch_config
-    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
-    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-    from gpu_autoscaler.clock import SystemClock
-    from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    clock = clock or SystemClock()
-    clients = AwsClients(settings.region, settings.endpoint_url)
-    config = fetch_config(clients, settings)
-    if not settings.launch_queue_url:
-        raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: prewarm has nowhere to send launch requests")
-    store = DynamoStateStore(clients.client("dynamodb"), settings.table_name, config.cluster_name, clock=clock)
-    launches = SqsLaunchQueue(clients.client("sqs"), settings.launch_queue_url)
-    catalog = Ec2CatalogSource.from_config(clients, config, clock=clock)
-    quotas = ServiceQuotasSource(clients.client("service-quotas"), config.vcpu_quotas, clock=clock)
-    # The packer's own service builds and caches the solver over the current catalog: one copy of that logic.
-    packer = PackerService(config, store, catalog, launches, clock=clock, quotas=quotas)
+    env = AwsEnvironment(settings, clock)
     return PrewarmService(
-        config, store, launches, catalog.instance_types,
-        plan_capacity=SolverPlanner(packer.solver, store, quotas), clock=clock,
+        env.config, env.store, env.launch_queue, env.catalog.instance_types,
+        plan_capacity=SolverPlanner(env.packer.solver, env.store, env.quotas), clock=env.clock,
     )

@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 GPU_NAME_PATTERNS = ("g*", "p*")
 RESERVED_PRICE_DIVISOR = 10_000_000
-_TYPES_BATCH = 100
 
 _UNAVAILABLE = (ClientError, BotoCoreError, ResponseParserError, NotImplementedError)
 """How an API that is not there shows itself: AWS errors, and moto, which raises NotImplementedError

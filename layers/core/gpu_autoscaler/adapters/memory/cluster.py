@@ -146,9 +146,6 @@ class MemoryCluster:
     def get_node(self, node_name: str) -> ClusterNode | None:
         return self._nodes.get(node_name)
 
-    def get_pod(self, uid: str) -> ClusterPod | None:
-        return self._pods.get(uid)
-
     def pending_pods(self) -> list[ClusterPod]:
         return [p for p in self._pods.values() if p.node_name is None]
 

@@ -111,14 +111,23 @@ def _fill_all(order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
 
 def _fill_one(k: int, order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
               nz: list[np.ndarray]) -> np.ndarray:
-    """One node of kind `k` filled from `rem`, classes taken in `order`, each as many pods as still fit.
-
-    Room only shrinks, so a class that does not fit now never will: the next class to take pods is the
-    first later one that fits, found for all of them at once.
-    """
-    free = kinds.cap[k].copy()
+    """One node of kind `k` filled from `rem`, classes taken in `order`, each as many pods as still fit."""
     counts = np.zeros(req.shape[0], np.int64)
     order = order[(rem[order] > 0) & kinds.feasible[order, k]]
+    for c, n in _take_in_order(order, req, rem, kinds.cap[k].copy(), nz):
+        counts[c] = n
+    return counts
+
+
+def _take_in_order(order: np.ndarray, req: np.ndarray, limit: np.ndarray, free: np.ndarray,
+                   nz: list[np.ndarray] | None = None) -> list[tuple[int, int]]:
+    """Rows of `req` in `order`, each taken as many times as still fits in `free` (at most `limit`), as
+    (row, times) pairs; `free` is used up in place. `nz[i]` are row i's non-zero columns, when known.
+
+    Room only shrinks, so a row that does not fit now never will: the next row to take is the first
+    later one that fits, found for all of them at once rather than by visiting each.
+    """
+    taken: list[tuple[int, int]] = []
     rows = req[order]
     at = 0
     while at < order.size:
@@ -126,14 +135,14 @@ def _fill_one(k: int, order: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds
         if fitting.size == 0:
             break
         at += int(fitting[0])
-        c = order[at]
-        need = nz[c]
-        room = int((free[need] // req[c, need]).min()) if need.size else int(rem[c])
-        room = min(room, int(rem[c]))
-        counts[c] = room
-        free -= room * req[c]
+        i = int(order[at])
+        need = nz[i] if nz is not None else np.flatnonzero(req[i])
+        room = int((free[need] // req[i, need]).min()) if need.size else int(limit[i])
+        n = min(room, int(limit[i]))
+        taken.append((i, n))
+        free -= n * req[i]
         at += 1
-    return counts
+    return taken
 
 
 def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[np.ndarray]:
@@ -622,30 +631,10 @@ def _best_absorption(used: np.ndarray, share: np.ndarray, prices: np.ndarray, co
             break
         members = np.flatnonzero(fits[:, k])
         order = members[np.argsort(-density[members, k], kind="stable")]
-        free = cap[k].copy()
-        taken: list[tuple[int, int]] = []
-        absorbed = 0.0
-        nodes = 0
-        # Members in order, each taking as many of its copies as still fit. Room only shrinks, so a member
-        # that does not fit now never will: the next taker is the first later member that fits, found
-        # for all of them at once rather than by visiting each.
-        rows = used[order]
-        at = 0
-        while at < order.size:
-            fitting = np.flatnonzero((rows[at:] <= free).all(axis=1))
-            if fitting.size == 0:
-                break
-            at += int(fitting[0])
-            e = order[at]
-            need = used[e] > 0
-            room = int((free[need] // used[e][need]).min()) if need.any() else int(copies[e])
-            n = min(room, int(copies[e]))
-            taken.append((int(e), n))
-            free -= n * used[e]
-            absorbed += n * prices[e]
-            nodes += n
-            at += 1
-        saving = absorbed - kind_prices[k]
+        # Members in order, each taking as many of its copies as still fit.
+        taken = _take_in_order(order, used, copies, cap[k].copy())
+        nodes = sum(n for _, n in taken)
+        saving = sum(n * prices[e] for e, n in taken) - kind_prices[k]
         if nodes >= 2 and saving > _EPS and (best is None or saving > best[0]):
             best = (saving, int(k), taken)
     return None if best is None else (best[1], best[2])

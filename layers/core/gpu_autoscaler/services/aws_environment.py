@@ -1,0 +1,104 @@
+"""What every function builds from its Lambda environment: one place, so the six factories differ only in
+which of these pieces they hand their service.
+
+Everything is built on first use and kept for the execution environment's life: a function that never
+drains never makes a drain-queue client, and the packer that three functions share for replacements and
+warm capacity is one object with one solver cache.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.adapters.aws.clients import AwsClients
+from gpu_autoscaler.adapters.aws.configuration import fetch_config
+from gpu_autoscaler.clock import Clock, SystemClock
+from gpu_autoscaler.errors import GpuAutoscalerError
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+    from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
+    from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+    from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+    from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.ports import ClusterAPI
+    from gpu_autoscaler.services.fleet import FleetService
+    from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.settings import FunctionSettings
+
+__all__ = ["AwsEnvironment"]
+
+
+class AwsEnvironment:
+    def __init__(self, settings: FunctionSettings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.clients = AwsClients(settings.region, settings.endpoint_url)
+
+    @cached_property
+    def config(self) -> Config:
+        """Read at cold start by every factory: an invalid configuration fails there, naming the field."""
+        return fetch_config(self.clients, self.settings)
+
+    @cached_property
+    def store(self) -> DynamoStateStore:
+        from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+
+        return DynamoStateStore(self.clients.client("dynamodb"), self.settings.table_name, self.config.cluster_name,
+                                clock=self.clock)
+
+    @cached_property
+    def catalog(self) -> Ec2CatalogSource:
+        from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+
+        return Ec2CatalogSource.from_config(self.clients, self.config, clock=self.clock)
+
+    @cached_property
+    def quotas(self) -> ServiceQuotasSource:
+        from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+
+        return ServiceQuotasSource(self.clients.client("service-quotas"), self.config.vcpu_quotas, clock=self.clock)
+
+    @cached_property
+    def launch_queue(self) -> SqsLaunchQueue:
+        from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+
+        if not self.settings.launch_queue_url:
+            raise GpuAutoscalerError("LAUNCH_QUEUE_URL is not set: this function has nowhere to send launch requests")
+        return SqsLaunchQueue(self.clients.client("sqs"), self.settings.launch_queue_url)
+
+    @cached_property
+    def drain_queue(self) -> SqsDrainQueue:
+        from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
+
+        if not self.settings.drain_queue_url:
+            raise GpuAutoscalerError("DRAIN_QUEUE_URL is not set: this function has nowhere to send drains")
+        return SqsDrainQueue(self.clients.client("sqs"), self.settings.drain_queue_url)
+
+    @cached_property
+    def packer(self) -> PackerService:
+        """The packer's own service: it builds and caches the solver over the current catalog, so prewarm,
+        interruption replacements and consolidation plan with one copy of that logic."""
+        from gpu_autoscaler.services.packer import PackerService
+
+        return PackerService(self.config, self.store, self.catalog, self.launch_queue, clock=self.clock,
+                             quotas=self.quotas)
+
+    @cached_property
+    def terminations(self) -> FleetService:
+        """The fleet's termination path without a launch template: for the functions that only end claims."""
+        from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+        from gpu_autoscaler.services.fleet import FleetService
+
+        return FleetService(self.config, self.store, Ec2Compute(self.clients.client("ec2"), self.config.cluster_name),
+                            clock=self.clock)
+
+    @cached_property
+    def cluster(self) -> ClusterAPI:
+        """The Kubernetes API with an EKS token, connected only when first used (most notices are not ours)."""
+        from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+        from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
+
+        return LazyCluster(lambda: KubernetesCluster.for_eks(self.config, self.clients, self.clock))
