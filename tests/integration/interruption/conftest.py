@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,9 +31,10 @@ from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 from tests.conftest import ROOT, example_config_data
+from tests.integration.kubernetes.conftest import wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from types import ModuleType
 
 GPU_TAINT = Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
@@ -112,17 +112,6 @@ def cluster(kube: LocalKubernetes) -> KubernetesCluster:
 @pytest.fixture(scope="package")
 def core(kube: LocalKubernetes) -> client.CoreV1Api:
     return client.CoreV1Api(kube.client())
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # ---- queues ---------------------------------------------------------------------------------------------------

@@ -97,9 +97,7 @@ def invoke_command(
     try:
         path = handler_path(functions_dir or default_functions_dir(), function)
         config = load_config(config_file)
-    except HandlerLoadError as error:
-        raise _fail(str(error), 2) from None
-    except ConfigError as error:
+    except (HandlerLoadError, ConfigError) as error:
         raise _fail(str(error), 2) from None
     event = _read_event(event_file)
     with ExitStack() as stack:

@@ -234,22 +234,6 @@ class Kubelets:
             registered.append(inst.name)
         return registered
 
-    def set_ready(self, node_name: str, ready: bool) -> None:
-        """Flip a node's Ready condition (and the not-ready taint the node lifecycle controller keeps)."""
-        stamp = format_time(self._clock.now())
-
-        def change(node: dict[str, Any]) -> dict[str, Any]:
-            status = node.setdefault("status", {})
-            status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != "Ready"] + [
-                c for c in _node_conditions(stamp, ready) if c["type"] == "Ready"]
-            taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != NOT_READY_TAINT]
-            if not ready:
-                taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
-            node.setdefault("spec", {})["taints"] = taints
-            return node
-
-        self._api.store.update(NODES, "", node_name, change)
-
     def start_pods(self) -> int:
         """Run every pod bound to a Ready node and not yet running; returns how many started."""
         store = self._api.store

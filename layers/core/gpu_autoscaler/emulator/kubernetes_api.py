@@ -213,9 +213,6 @@ class LocalKubernetes:
         self._dirty.set()
         return removed
 
-    def set_node_ready(self, node_name: str, ready: bool) -> None:
-        self.kubelets.set_ready(node_name, ready)
-
     # Control
 
     def reconcile(self) -> ScheduleResult:

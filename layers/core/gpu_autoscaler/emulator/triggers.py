@@ -3,7 +3,7 @@
 The rules are real moto rules with the shared patterns (`gpu_autoscaler.event_patterns`) and an SQS target:
 moto routes `PutEvents` on the default bus to the interruption queue by them, as EventBridge does. The
 schedules are stored in moto's Scheduler (so a client can list them) and fired by the emulator
-(`gpu_autoscaler.emulator.scheduler`), which reads them back from there: moto stores schedules, it does not
+(`gpu_autoscaler.emulator.schedules`), which reads them back from there: moto stores schedules, it does not
 run them.
 """
 
