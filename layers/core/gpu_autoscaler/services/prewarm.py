@@ -272,14 +272,16 @@ class PrewarmService:
         since = now - predictive.history
         out = {}
         for pool in self.config.node_pools:
-            records = self.store.demand_history(pool.name, since)
-            series = DemandSeries.from_records(records, since, now)
             target = now + max(pool.lead_time, predictive.lead_time)
-            forecast = self.forecaster.forecast(series, now, target, pool.name)
+            forecast = self.forecaster.forecast(self._history(pool.name, since, now), now, target, pool.name)
             if not forecast.ok:
                 logger.info("no forecast for pool %s: %s", pool.name, forecast.reason)
             out[pool.name] = forecast
         return out
+
+    def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
+        """The pool's recorded demand from `since` to `now`: the store's records (the simulator keeps a series)."""
+        return DemandSeries.from_records(self.store.demand_history(pool, since), since, now)
 
     # Acting
 

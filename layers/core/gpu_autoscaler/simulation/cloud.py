@@ -74,7 +74,6 @@ class SimulatedCloud:
     def __init__(
         self,
         catalog: Catalog,
-        cluster: str,
         rng: np.random.Generator,
         now: Callable[[], float],
         *,
@@ -83,7 +82,6 @@ class SimulatedCloud:
         on_terminate: Callable[[SimulatedInstance], None] | None = None,
     ) -> None:
         self.catalog = catalog
-        self.cluster = cluster
         self.rng = rng
         self.now = now
         self.insufficient_capacity_rate = insufficient_capacity_rate

@@ -87,7 +87,6 @@ class SimPod:
 class SimNode:
     name: str
     instance: SimulatedInstance
-    claim_id: str | None
     pool: NodePool
     labels: dict[str, str]
     taints: tuple[Taint, ...]
@@ -101,6 +100,10 @@ class SimNode:
     version: int = 0
     """Bumped whenever its pods or its schedulability change: consolidation's inputs are cached on it."""
     _view: ClusterNode | None = None
+
+    @property
+    def claim_id(self) -> str | None:
+        return self.instance.claim_id
 
     @property
     def kind(self) -> tuple[str, str, str, str]:
@@ -130,14 +133,13 @@ class SimulatedCluster:
     def join(self, instance: SimulatedInstance, pool: NodePool) -> SimNode:
         t = instance.instance_type
         labels, _ = node_labels(pool, instance.capacity_type, instance_type=t, claim_id=instance.claim_id)  # type: ignore[arg-type]
-        labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: "arm64" if t.architecture == "arm64" else "amd64",
-                       L.ZONE: instance.zone, OS_LABEL: "linux"})
+        labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: t.labels[L.ARCH], L.ZONE: instance.zone, OS_LABEL: "linux"})
         room = allocatable(t, pool, self.config.overhead).as_dict()
         self._order += 1
         node = SimNode(
-            name=f"ip-{instance.instance_id[2:]}.ec2.internal", instance=instance, claim_id=instance.claim_id,
-            pool=pool, labels=labels, taints=tuple(pool.taints), allocatable=room, free=dict(room),
-            created_at=self.now(), order=self._order, empty_since=self.now(),
+            name=_node_name(instance.instance_id), instance=instance, pool=pool, labels=labels,
+            taints=tuple(pool.taints), allocatable=room, free=dict(room), created_at=self.now(), order=self._order,
+            empty_since=self.now(),
         )
         self.nodes[node.name] = node
         if self.on_empty is not None:
@@ -145,8 +147,7 @@ class SimulatedCluster:
         return node
 
     def node_of_instance(self, instance_id: str) -> SimNode | None:
-        name = f"ip-{instance_id[2:]}.ec2.internal"
-        return self.nodes.get(name)
+        return self.nodes.get(_node_name(instance_id))
 
     def remove(self, node: SimNode, why: str) -> None:
         """The node is gone (its instance ended, or its Node object was deleted): its pods go back to pending."""
@@ -302,3 +303,8 @@ class SimulatedCluster:
     def _bound(self, pod: ClusterPod) -> SimPod | None:
         node = self.nodes.get(pod.node_name or "")
         return node.pods.get(pod.uid) if node is not None else None
+
+
+def _node_name(instance_id: str) -> str:
+    """The private DNS name EC2 gives the instance, which its kubelet registers as the node's name."""
+    return f"ip-{instance_id[2:]}.ec2.internal"

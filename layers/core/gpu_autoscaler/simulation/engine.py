@@ -110,7 +110,7 @@ class PolicyRun:
         )
         self.cluster = SimulatedCluster(self.config, lambda: self.t, self.moment, self._unbound, self._node_empty,
                                         lambda: self.pending.values())
-        self.cloud = SimulatedCloud(catalog, self.config.cluster_name, self.rng, lambda: self.t,
+        self.cloud = SimulatedCloud(catalog, self.rng, lambda: self.t,
                                     insufficient_capacity_rate=settings.insufficient_capacity_rate,
                                     on_launch=self._launched, on_terminate=self._terminated)
         self.solver = Solver(self.config, catalog, self.clock, packer=policy.packer)
@@ -632,7 +632,7 @@ class PolicyRun:
             if price is not None:
                 lower += gpu_seconds * price
         instances = list(self.cloud.instances.values())
-        cost = sum(i.cost(self.t) for i in instances)
+        cost = self.cloud.cost(self.t)
         spot = sum(i.cost(self.t) for i in instances if i.capacity_type == "spot")
         provisioned = sum(i.instance_type.gpus * ((i.terminated_at or self.t) - i.launched_at) / 3600
                           for i in instances)

@@ -36,10 +36,9 @@ def simulation_catalog(config: Config) -> Catalog:
     from gpu_autoscaler.cli.plan import offline_catalog
 
     full = offline_catalog(config)
-    return Catalog(
-        [t for t in full.instance_types() if t.gpus >= t.gpu_devices],
-        [o for o in full.all_offerings() if (lambda t: t.gpus >= t.gpu_devices)(full.instance_type(o.instance_type))],
-    )
+    types = [t for t in full.instance_types() if t.gpus >= t.gpu_devices]
+    kept = {t.name for t in types}
+    return Catalog(types, [o for o in full.all_offerings() if o.instance_type in kept])
 
 
 def simulate(

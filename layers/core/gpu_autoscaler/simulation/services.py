@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from gpu_autoscaler.domain.consolidation import ConsolidationNode
-    from gpu_autoscaler.domain.forecast import DemandSeries, Forecast
+    from gpu_autoscaler.domain.forecast import DemandSeries
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
@@ -63,17 +63,9 @@ class SimulatedPrewarm(PrewarmService):
         super().__init__(*args, **kwargs)
         self._series = series
 
-    def _forecasts(self, now: datetime) -> dict[str, Forecast]:
-        """As the service forecasts (every pool, at now + its lead time), from the series."""
-        predictive = self.config.predictive
-        if not predictive.enabled:
-            return {}
-        out = {}
-        for pool in self.config.node_pools:
-            view = self._series(pool.name).window(now - predictive.history, now)
-            target = now + max(pool.lead_time, predictive.lead_time)
-            out[pool.name] = self.forecaster.forecast(view, now, target, pool.name)
-        return out
+    def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
+        """The engine's dense series for the pool, instead of table records."""
+        return self._series(pool).window(since, now)
 
 
 class SimulatedConsolidate(ConsolidateService):
