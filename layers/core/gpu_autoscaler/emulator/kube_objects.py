@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 __all__ = [
+    "CONFIGMAPS",
     "DAEMONSETS",
     "EVENTS",
     "NAMESPACES",
@@ -79,11 +80,12 @@ EVENTS = ResourceType(
                "reason", "reportingComponent", "source", "type"}),
     subresources=(), short_names=("ev",),
 )
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, subresources=(), short_names=("cm",))
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",))
 PDBS = ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",))
 PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, short_names=("pg",))
 
-RESOURCES: tuple[ResourceType, ...] = (NAMESPACES, NODES, PODS, EVENTS, DAEMONSETS, PDBS, PODGROUPS)
+RESOURCES: tuple[ResourceType, ...] = (NAMESPACES, NODES, PODS, EVENTS, CONFIGMAPS, DAEMONSETS, PDBS, PODGROUPS)
 
 
 class ApiError(Exception):

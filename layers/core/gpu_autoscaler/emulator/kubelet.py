@@ -1,9 +1,19 @@
-"""Simulated kubelets: an instance becomes a Ready Node after its boot delay, and runs the pods bound to it.
+"""Simulated kubelets: an instance becomes a Node with what its user data says, and runs the pods bound to it.
 
 `SimulatedInstance` is what an EC2 instance looks like to Kubernetes: its Node's name, providerID
-(`aws:///<zone>/<instance-id>`), labels, taints and resources. `SimulatedInstance.from_catalog` derives all
-of it from our own models — the instance type's well-known labels, the pool's labels and taints, and the
-packer's `node_capacity`/`allocatable` — so a node joins with exactly the room the packer planned for.
+(`aws:///<zone>/<instance-id>`), labels, taints, resources, and the physical GPUs the NVIDIA device plugin
+will find. `SimulatedInstance.from_user_data` builds it as a real node's bootstrap does, from nothing but the
+machine (EC2's description of the instance type, `machines.Machine`) and the user data the instance was
+launched with (`kubelet_user_data`): the labels, taints, max pods and reservations found there, the labels
+the kubelet and the AWS cloud provider set themselves (hostname, arch, os, instance type, zone, region), and
+capacity/allocatable computed as the kubelet does — capacity less kube-reserved, system-reserved and the hard
+eviction thresholds (kubernetes.io, "Reserve Compute Resources for System Daemons"), with the EKS AMIs'
+defaults where the user data sets none (nodeadm / Bottlerocket: kube-reserved memory 11 MiB × max pods +
+255 MiB, the CPU ladder of `machines.reserved_cpu_millicores`, 1 Gi ephemeral storage; max pods from the
+ENI formula). GPUs are not the kubelet's to advertise: the device plugin adds them once it runs.
+
+Tests may also build a `SimulatedInstance` directly with the resources they want (GPUs included, as if the
+device plugin had already registered).
 
 `Kubelets` keeps the instances: `add` one (it registers after its boot delay), `remove` one (its Node and the
 pods bound to it go, as the pod garbage collector removes pods of a deleted node), and `reconcile` to
@@ -14,16 +24,24 @@ Pods on any node with a Ready condition are started, so a test may also create N
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.config import NodePool, Overhead
-from gpu_autoscaler.domain.packing.fit import allocatable, node_capacity
 from gpu_autoscaler.emulator.kube_objects import NODES, PODS, ApiError, format_quantity, format_time
-from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.emulator.kubelet_user_data import (
+    BootstrapError,
+    DevicePluginSettings,
+    KubeletSettings,
+    read_user_data,
+)
+from gpu_autoscaler.emulator.machines import GIB, Gpu, Machine, eni_max_pods, reserved_cpu_millicores
+from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import Taint
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -31,17 +49,22 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
-    from gpu_autoscaler.models.catalog import InstanceType
-    from gpu_autoscaler.models.resources import Resources
-    from gpu_autoscaler.models.taints import Taint
 
-__all__ = ["HOSTNAME", "NOT_READY_TAINT", "Kubelets", "SimulatedInstance", "node_name_for", "provider_id"]
+__all__ = ["HOSTNAME", "NOT_READY_TAINT", "BootstrapError", "Kubelets", "SimulatedInstance", "node_name_for",
+           "provider_id"]
+
+log = logging.getLogger(__name__)
 
 HOSTNAME = "kubernetes.io/hostname"
-REGION = "topology.kubernetes.io/region"
+ARCH = "kubernetes.io/arch"
 OS = "kubernetes.io/os"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 KUBELET_VERSION = "v1.31.0-eks-local"
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
+"""The kubelet's default hard eviction thresholds that bear on allocatable (KubeletConfiguration defaults)."""
 
 
 def provider_id(zone: str, instance_id: str) -> str:
@@ -74,6 +97,11 @@ class SimulatedInstance:
     architecture: str = "amd64"
     node_name: str | None = None
     """The Node's name; the instance's private DNS name when not given."""
+    gpu: Gpu | None = None
+    """The physical GPUs the NVIDIA device plugin finds (None: none, or already in `capacity`)."""
+    device_plugin: DevicePluginSettings | None = None
+    """The device plugin's settings from the user data (Bottlerocket); None: from its ConfigMap."""
+    os_image: str = "Amazon Linux 2023"
 
     @property
     def name(self) -> str:
@@ -88,36 +116,33 @@ class SimulatedInstance:
         return _private_ip(self.instance_id)
 
     @classmethod
-    def from_catalog(
-        cls, instance_id: str, instance_type: InstanceType, zone: str, capacity_type: str = "on-demand",
-        pool: NodePool | None = None, overhead: Overhead | None = None, *,
-        labels: Mapping[str, str] | None = None, taints: tuple[Taint, ...] = (), node_name: str | None = None,
+    def from_user_data(
+        cls, instance_id: str, machine: Machine, zone: str, user_data: str, *, capacity_type: str = "on-demand",
+        node_name: str | None = None,
     ) -> SimulatedInstance:
-        """The node an instance of this type becomes in this pool: labels, taints and resources as planned."""
-        pool = pool or NodePool(name="default")
-        node_labels = dict(instance_type.labels)
-        node_labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, L.NODE_POOL: pool.name})
-        node_labels.update(pool.labels)
-        node_labels.update(labels or {})
+        """The node this machine's kubelet registers, configured by nothing but its user data.
+
+        Raises `BootstrapError` when the kubelet would not start (unreadable user data, a refused label)."""
+        settings = read_user_data(user_data)
+        capacity, allocatable = node_resources(machine, settings)
+        taints = tuple(Taint(key=t["key"], value=t.get("value", ""), effect=t["effect"])  # type: ignore[arg-type]
+                       for t in settings.taints)
         return cls(
-            instance_id=instance_id,
-            instance_type=instance_type.name,
-            zone=zone,
-            capacity=node_capacity(instance_type, pool),
-            allocatable=allocatable(instance_type, pool, overhead or Overhead()),
-            labels=node_labels,
-            taints=tuple(pool.taints) + tuple(taints),
-            capacity_type=capacity_type,
-            architecture=node_labels.get(L.ARCH, "amd64"),
-            node_name=node_name,
+            instance_id=instance_id, instance_type=machine.instance_type, zone=zone, capacity=capacity,
+            allocatable=allocatable, labels=dict(settings.labels), taints=taints, capacity_type=capacity_type,
+            architecture=machine.arch_label, node_name=node_name,
+            gpu=machine.gpu if machine.gpu and machine.gpu.manufacturer.upper() == "NVIDIA" else None,
+            device_plugin=settings.device_plugin,
+            os_image="Bottlerocket OS" if settings.os_family == "Bottlerocket" else "Amazon Linux 2023",
         )
 
     def node(self, now: datetime, *, ready: bool = True) -> dict[str, Any]:
         """The Node object its kubelet registers."""
         stamp = format_time(now)
         region = self.zone[:-1] if self.zone[-1:].isalpha() else self.zone
-        labels = {L.INSTANCE_TYPE: self.instance_type, L.ZONE: self.zone, REGION: region,
-                  L.CAPACITY_TYPE: self.capacity_type, L.ARCH: self.architecture, OS: "linux", HOSTNAME: self.name}
+        # What the kubelet sets itself (hostname, os, arch) and the AWS cloud provider from instance metadata.
+        labels = {INSTANCE_TYPE: self.instance_type, ZONE: self.zone, REGION: region, ARCH: self.architecture,
+                  OS: "linux", HOSTNAME: self.name}
         labels.update(self.labels)
         taints = [t.model_dump() for t in self.taints]
         if not ready:
@@ -139,11 +164,42 @@ class SimulatedInstance:
                 "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
                 "nodeInfo": {"machineID": self.instance_id.replace("-", ""), "systemUUID": self.instance_id,
                              "bootID": self.instance_id, "kernelVersion": "6.1.0-amzn2023",
-                             "osImage": "Amazon Linux 2023", "containerRuntimeVersion": "containerd://1.7.22",
+                             "osImage": self.os_image, "containerRuntimeVersion": "containerd://1.7.22",
                              "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
                              "operatingSystem": "linux", "architecture": self.architecture},
             },
         }
+
+
+def node_resources(machine: Machine, settings: KubeletSettings) -> tuple[Resources, Resources]:
+    """(capacity, allocatable) as the kubelet computes them for this machine and these settings."""
+    max_pods = settings.max_pods if settings.max_pods is not None else eni_max_pods(machine)
+    storage = machine.root_volume_gib * GIB
+    capacity = Resources({"cpu": machine.vcpus * 1000, "memory": machine.memory_bytes(),
+                          "ephemeral-storage": storage, "pods": max_pods})
+    kube_reserved = settings.kube_reserved
+    if kube_reserved is None:
+        kube_reserved = {"cpu": f"{reserved_cpu_millicores(machine.vcpus)}m",
+                         "memory": f"{11 * max_pods + 255}Mi", "ephemeral-storage": "1Gi"}
+    eviction = settings.eviction_hard if settings.eviction_hard is not None else EVICTION_HARD
+    reserved = (Resources.from_quantities(kube_reserved) + Resources.from_quantities(settings.system_reserved)
+                + _eviction(eviction, capacity))
+    left = capacity - reserved
+    return capacity, Resources({name: max(left.get(name, 0), 0) for name in capacity})
+
+
+def _eviction(thresholds: Mapping[str, str], capacity: Resources) -> Resources:
+    """Hard eviction thresholds as reservations: `memory.available` and `nodefs.available` (quantity or %)."""
+    out = {}
+    for signal, resource in (("memory.available", "memory"), ("nodefs.available", "ephemeral-storage")):
+        value = thresholds.get(signal)
+        if not value:
+            continue
+        if value.endswith("%"):
+            out[resource] = math.ceil(capacity.get(resource, 0) * float(value[:-1]) / 100)
+        else:
+            out[resource] = Resources.from_quantities({resource: value}).get(resource, 0)
+    return Resources(out)
 
 
 def _quantities(resources: Mapping[str, int]) -> dict[str, str]:
@@ -179,6 +235,24 @@ class Kubelets:
         self._lock = threading.Lock()
         self._booting: dict[str, tuple[SimulatedInstance, datetime]] = {}
         self._joined: dict[str, SimulatedInstance] = {}
+        self._registered_at: dict[str, datetime] = {}
+        self._failed: dict[str, str] = {}
+
+    def fail(self, instance_id: str, reason: str) -> None:
+        """The instance's kubelet could not start (its bootstrap refused the user data): no Node ever appears."""
+        log.warning("instance %s never joins: %s", instance_id, reason)
+        with self._lock:
+            self._failed[instance_id] = reason
+
+    def failures(self) -> dict[str, str]:
+        """Instance id → why its node never joined."""
+        with self._lock:
+            return dict(self._failed)
+
+    def running(self) -> list[tuple[SimulatedInstance, datetime]]:
+        """Every joined instance and when its Node registered (the device plugin starts from then)."""
+        with self._lock:
+            return [(inst, self._registered_at[i]) for i, inst in self._joined.items()]
 
     def add(self, instance: SimulatedInstance, boot_delay: timedelta | None = None) -> None:
         """The instance is running; its Node registers once `boot_delay` (default: the kubelets') has passed."""
@@ -193,6 +267,7 @@ class Kubelets:
         with self._lock:
             booting = self._booting.pop(instance_id, None)
             joined = self._joined.pop(instance_id, None)
+            self._registered_at.pop(instance_id, None)
         if joined is not None:
             self._delete_node(joined.name)
         return booting is not None or joined is not None
@@ -223,6 +298,7 @@ class Kubelets:
             for inst in due:
                 del self._booting[inst.instance_id]
                 self._joined[inst.instance_id] = inst
+                self._registered_at[inst.instance_id] = now
         registered = []
         for inst in due:
             try:

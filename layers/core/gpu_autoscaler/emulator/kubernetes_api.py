@@ -32,11 +32,14 @@ with a `FixedClock`, boot delays pass when the clock is advanced. `restart()` dr
 listens again on the same port with the same objects, as an API server restart looks to clients.
 
 `KubeletNodeSide` plugs the kubelets into the emulator's instance watcher: an EC2 instance that boots
-becomes a node of its type and pool (from the catalog and the configuration), and leaves when it is gone.
+becomes the node its machine (EC2's DescribeInstanceTypes) and its user data (DescribeInstanceAttribute) make
+it — or never joins, when its kubelet refuses that user data — and leaves when it is gone. The NVIDIA device
+plugin (`device_plugin`) then advertises its GPUs, `device_plugin_delay` after the Node registered.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import secrets
@@ -51,19 +54,18 @@ from kubernetes import client as k8s
 from gpu_autoscaler.adapters.aws.eks_token import TOKEN_PREFIX, PresignedIdentity
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.emulator.daemonsets import DaemonSets
+from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 from gpu_autoscaler.emulator.kube_http import ApiHttpServer
 from gpu_autoscaler.emulator.kube_scheduler import Scheduler
 from gpu_autoscaler.emulator.kube_store import Store
-from gpu_autoscaler.emulator.kubelet import Kubelets, SimulatedInstance
-from gpu_autoscaler.models.labels import CLAIM_LABEL, TAG_CLAIM, TAG_NODE_POOL
+from gpu_autoscaler.emulator.kubelet import BootstrapError, Kubelets, SimulatedInstance
+from gpu_autoscaler.emulator.machines import describe_machine
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from gpu_autoscaler.clock import Clock
-    from gpu_autoscaler.config import Config
-    from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.emulator.kube_scheduler import ScheduleResult
     from gpu_autoscaler.emulator.kube_store import StoreEvent
 
@@ -83,6 +85,7 @@ class LocalKubernetes:
         token: str | None = None,
         require_auth: bool = False,
         boot_delay: timedelta = timedelta(0),
+        device_plugin_delay: timedelta = timedelta(0),
         run_controllers: bool = True,
         reconcile_interval: float = 0.05,
         bookmark_interval: float = 5.0,
@@ -98,6 +101,7 @@ class LocalKubernetes:
         self.store = Store(self.clock, history=history)
         self.api = ApiServer(self.store)
         self.kubelets = Kubelets(self.api, self.clock, boot_delay)
+        self.device_plugin = NvidiaDevicePlugin(self.api, self.clock, self.kubelets, delay=device_plugin_delay)
         self.scheduler = Scheduler(self.api, self.clock)
         self.daemonsets = DaemonSets(self.api)
         self._host = host
@@ -219,6 +223,7 @@ class LocalKubernetes:
         """One pass of every controller; returns what the scheduler did."""
         with self._reconcile_lock:
             self.kubelets.register_due()
+            self.device_plugin.reconcile()
             self.daemonsets.reconcile()
             result = self.scheduler.schedule()
             self.kubelets.start_pods()
@@ -257,7 +262,8 @@ class LocalKubernetes:
             self._stop.wait(self._interval)
 
     def _wait_time(self) -> float:
-        due = self.kubelets.next_due()
+        due = min((d for d in (self.kubelets.next_due(), self.device_plugin.next_due()) if d is not None),
+                  default=None)
         if due is None:
             return 1.0
         return min(max((due - self.clock.now()).total_seconds(), 0.0), 1.0)
@@ -302,29 +308,38 @@ class LocalKubernetes:
 
 
 class KubeletNodeSide:
-    """The emulator's `NodeSide`: booted EC2 instances become nodes of their type and pool, and leave when gone.
+    """The emulator's `NodeSide`: a booted EC2 instance becomes the Node its machine and user data make it.
 
-    Takes any object with the instance watcher's `LaunchedInstance` fields (instance_id, instance_type, zone,
-    capacity_type, tags, private_dns_name). The pool comes from the `gpu-autoscaler/node-pool` tag, and the
-    claim id (tag `gpu-autoscaler/claim`) becomes the node's `gpu-autoscaler/claim` label.
+    Takes any object with the instance watcher's `LaunchedInstance` fields (instance_id, zone, capacity_type,
+    private_dns_name) and asks EC2 (moto, through `ec2`) what the machine is and which user data it was
+    launched with, as the instance itself would read them from its metadata. Nothing comes from the
+    project's configuration or catalog.
     """
 
-    def __init__(self, kube: LocalKubernetes, catalog: Catalog, config: Config) -> None:
+    def __init__(self, kube: LocalKubernetes, ec2: Any) -> None:
         self._kube = kube
-        self._catalog = catalog
-        self._config = config
-        self._pools = {p.name: p for p in config.node_pools}
+        self._ec2 = ec2
 
     def boot(self, instance: Any) -> None:
-        tags: dict[str, str] = dict(instance.tags)
-        pool = self._pools.get(tags.get(TAG_NODE_POOL, ""))
-        labels = {CLAIM_LABEL: tags[TAG_CLAIM]} if tags.get(TAG_CLAIM) else {}
-        simulated = SimulatedInstance.from_catalog(
-            instance.instance_id, self._catalog.instance_type(instance.instance_type), instance.zone,
-            instance.capacity_type, pool, self._config.overhead, labels=labels,
-            node_name=instance.private_dns_name or None,
-        )
+        try:
+            simulated = self.simulated(instance)
+        except BootstrapError as error:
+            self._kube.kubelets.fail(instance.instance_id, str(error))
+            return
         self._kube.add_instance(simulated, boot_delay=timedelta(0))
+
+    def simulated(self, instance: Any) -> SimulatedInstance:
+        """The node this instance registers (`BootstrapError` when its kubelet would not start)."""
+        machine, _ = describe_machine(self._ec2, instance.instance_id)
+        answer = self._ec2.describe_instance_attribute(InstanceId=instance.instance_id, Attribute="userData")
+        encoded = (answer.get("UserData") or {}).get("Value") or ""
+        try:
+            user_data = base64.b64decode(encoded).decode() if encoded else ""
+        except (ValueError, UnicodeDecodeError):
+            raise BootstrapError("user data is not base64-encoded text") from None
+        return SimulatedInstance.from_user_data(
+            instance.instance_id, machine, instance.zone, user_data, capacity_type=instance.capacity_type,
+            node_name=instance.private_dns_name or None)
 
     def shutdown(self, instance: Any) -> None:
         self._kube.remove_instance(instance.instance_id)

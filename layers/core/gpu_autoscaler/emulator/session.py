@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.emulator.aws import TEST_CREDENTIALS, EmbeddedAws
+from gpu_autoscaler.emulator.device_plugin import DEVICE_PLUGIN_DELAY_SECONDS, shipped_config_map
 from gpu_autoscaler.emulator.instances import BOOT_DELAY_SECONDS
+from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS
 from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
 
@@ -54,7 +56,8 @@ class EmulatorSession:
         `visibility_timeout` overrides the queues' (a quicker retry of failed messages); `state_dir` holds
         the kubeconfig (a temporary directory when None)."""
         self.speed = speed
-        self.kube = LocalKubernetes(port=kube_port, cluster_name=config.cluster_name, kubeconfig_dir=state_dir)
+        self.kube = LocalKubernetes(port=kube_port, cluster_name=config.cluster_name, kubeconfig_dir=state_dir,
+                                    device_plugin_delay=timedelta(seconds=DEVICE_PLUGIN_DELAY_SECONDS / speed))
         self.user_config = config
         self.config = config
         """The configuration the functions read: the user's, with `kubernetes.endpoint` the local API's (set on
@@ -70,7 +73,7 @@ class EmulatorSession:
         self._poll_wait = poll_wait_seconds
         self.runtime: PipelineRuntime | None = None
         self.catalog: Catalog | None = None
-        """Instance types and prices, for the kubelets (what an instance type is) and for reports."""
+        """Instance types and prices, for reports."""
         self.agent: Agent | None = None
         self.started_at: float | None = None
 
@@ -80,6 +83,8 @@ class EmulatorSession:
         began = time.monotonic()
         try:
             self.kube.start()
+            config_map = shipped_config_map()  # applied by the cluster's operator, as the README says
+            self.kube.api.create(CONFIGMAPS, config_map["metadata"]["namespace"], config_map)
             access = self.user_config.kubernetes.model_copy(update={"endpoint": self.kube.url,
                                                                     "certificate_authority": None})
             self.config = self.user_config.model_copy(update={"kubernetes": access})
@@ -88,7 +93,7 @@ class EmulatorSession:
             # moto has no Pricing API: the catalog's bundled price snapshot answers, as it does in the functions.
             self.catalog = Ec2CatalogSource.from_config(self.aws.clients, self.config, use_pricing_api=False).catalog()
             self.runtime = PipelineRuntime(
-                self.aws, nodes=KubeletNodeSide(self.kube, self.catalog, self.config), speed=self.speed,
+                self.aws, nodes=KubeletNodeSide(self.kube, self.aws.clients.client("ec2")), speed=self.speed,
                 boot_delay=self._boot_delay, functions_dir=self._functions_dir, log_stream=self._log_stream,
                 poll_wait_seconds=self._poll_wait,
             ).start()

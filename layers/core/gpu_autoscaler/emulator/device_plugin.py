@@ -1,0 +1,295 @@
+"""A simulated NVIDIA device plugin (with the GPU Operator's MIG manager): what a GPU node advertises.
+
+Written from NVIDIA/k8s-device-plugin's README ("Shared Access to GPUs", "Multiple Config Files",
+"Updating Per-Node Configuration With a Node Label", MIG strategies) and NVIDIA/mig-parted's default
+configuration, never from the project's packer:
+
+- The kubelet registers a node without GPUs; the plugin, once it runs (`delay` after the Node registered),
+  advertises them in the node's capacity and allocatable, and removes the startup taints it is configured
+  with (a node that is Ready is not yet initialized until then).
+- Its configuration is a ConfigMap in the cluster (the GPU Operator's `devicePlugin.config.name`), one plugin
+  config file per key. The node label `nvidia.com/device-plugin.config` names the key to use; without it, the
+  deployment's default key (`devicePlugin.config.default`); with no default, the one key if there is only one.
+  A label naming a key that does not exist stops the plugin (its config-manager fails): nothing is advertised.
+  Without the ConfigMap at all, the plugin runs with its built-in defaults (whole GPUs, MIG strategy none).
+- A config file: `flags.migStrategy` (`none`, `single`, `mixed`) and `sharing.timeSlicing`: `resources`
+  (name, replicas, optional rename), `renameByDefault` (a shared resource is advertised as `<name>.shared`),
+  `failRequestsGreaterThanOne` (kept for what a pod may ask; advertising is unchanged).
+- MIG: the MIG manager partitions every GPU as the label `nvidia.com/mig.config` names an entry of
+  mig-parted's default config (`all-1g.10gb`, `all-1g.10gb.me`, `all-disabled`…), by GPU model and memory,
+  and reports `nvidia.com/mig.config.state` (`success`, or `failed` when the GPU has no such layout). Then the
+  strategy decides the names: `single` advertises the slices as `nvidia.com/gpu`, `mixed` as
+  `nvidia.com/mig-<profile>`, `none` ignores MIG devices (a MIG-enabled GPU is not a full GPU: nothing).
+- Bottlerocket configures the plugin from its own settings instead (`settings.kubelet-device-plugins.nvidia`:
+  `device-sharing-strategy = "time-slicing"` with `time-slicing.replicas`, or
+  `device-partitioning-strategy = "mig"` with `mig.profile` per GPU, `a100.40gb = "1g.5gb"`); the OS's
+  plugin configuration uses the `single` MIG strategy for that.
+
+It also writes the GPU Feature Discovery labels pods select on (`nvidia.com/gpu.count`, `.product`,
+`.replicas`, `.memory`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+import gpu_autoscaler
+from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, format_quantity
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.emulator.kube_apiserver import ApiServer
+    from gpu_autoscaler.emulator.kubelet import Kubelets, SimulatedInstance
+    from gpu_autoscaler.emulator.machines import Gpu
+
+__all__ = [
+    "CONFIG_LABEL",
+    "DEVICE_PLUGIN_DELAY_SECONDS",
+    "MIG_CONFIG_LABEL",
+    "DevicePluginConfig",
+    "NvidiaDevicePlugin",
+    "mig_layout",
+    "shipped_config_map",
+]
+
+log = logging.getLogger(__name__)
+
+GPU = "nvidia.com/gpu"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_DELAY_SECONDS = 10.0
+"""From a Ready node to GPUs in its allocatable: the plugin's pod starts, validates the driver, registers."""
+_GFD_LABELS = ("nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/gpu.replicas", "nvidia.com/gpu.memory")
+
+# mig-parted's default config (deployments/systemd/config-default.yaml): for each GPU (model, nominal GiB),
+# the MIG devices one GPU holds under `all-<profile>`. The GPUs are those EC2 instance types carry.
+_MIG_PARTED: dict[tuple[str, int], dict[str, int]] = {
+    ("A100", 40): {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
+    ("A100", 80): {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                   "7g.80gb": 1},
+    ("H100", 80): {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                   "7g.80gb": 1},
+    ("H200", 141): {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1,
+                    "7g.141gb": 1},
+    ("B200", 180): {"1g.23gb": 7, "1g.23gb+me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1,
+                    "7g.180gb": 1},
+}
+
+
+def shipped_config_map() -> dict[str, Any]:
+    """The plugin ConfigMap the project ships for its users (`agent/deploy/gpu-operator/`), as they apply it."""
+    path = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy" / "gpu-operator" / (
+        "nvidia-device-plugin-config.yaml")
+    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    return document
+
+
+def _mig_gpu(gpu: Gpu) -> tuple[str, int] | None:
+    """The mig-parted entry of a GPU: same model, nominal memory within 10 % of what EC2 reports."""
+    for model, gib in _MIG_PARTED:
+        if gpu.name.upper() == model and abs(gpu.memory_mib - gib * 1024) <= 0.1 * gib * 1024:
+            return model, gib
+    return None
+
+
+def mig_layout(gpu: Gpu, config_name: str) -> dict[str, int] | None:
+    """MIG devices per GPU that mig-parted makes of `all-<profile>` on this GPU; {} for `all-disabled`;
+    None when the config does not exist for this GPU (the MIG manager fails)."""
+    if config_name == "all-disabled":
+        return {}
+    if not config_name.startswith("all-"):
+        return None
+    key = _mig_gpu(gpu)
+    if key is None:
+        return None
+    profile = config_name.removeprefix("all-")
+    profile = profile[: -len(".me")] + "+me" if profile.endswith(".me") else profile
+    count = _MIG_PARTED[key].get(profile)
+    return {profile: count} if count else None
+
+
+@dataclass(frozen=True)
+class DevicePluginConfig:
+    """One plugin config file (`version: v1`)."""
+
+    mig_strategy: str = "none"
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+    replicas: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    """Time-sliced resource → (replicas, rename)."""
+
+    @classmethod
+    def parse(cls, text: str) -> DevicePluginConfig:
+        document = yaml.safe_load(text) or {}
+        if document.get("version") != "v1":
+            raise ValueError(f"unsupported config version {document.get('version')!r}")
+        flags = document.get("flags") or {}
+        strategy = flags.get("migStrategy", "none")
+        if strategy not in ("none", "single", "mixed"):
+            raise ValueError(f"unknown migStrategy {strategy!r}")
+        slicing = (document.get("sharing") or {}).get("timeSlicing") or {}
+        replicas = {}
+        for resource in slicing.get("resources") or ():
+            count = int(resource.get("replicas", 1))
+            if count < 1:
+                raise ValueError("replicas must be at least 1")
+            replicas[str(resource["name"])] = (count, resource.get("rename"))
+        return cls(mig_strategy=strategy, rename_by_default=bool(slicing.get("renameByDefault", False)),
+                   fail_requests_greater_than_one=bool(slicing.get("failRequestsGreaterThanOne", False)),
+                   replicas=replicas)
+
+
+class NvidiaDevicePlugin:
+    """The device plugin DaemonSet of every GPU node; `reconcile` advertises what is due."""
+
+    def __init__(
+        self, api: ApiServer, clock: Clock, kubelets: Kubelets, *, delay: timedelta = timedelta(0),
+        config_map: tuple[str, str] = ("gpu-operator", "nvidia-device-plugin-config"),
+        default_config: str | None = "default", startup_taints: tuple[str, ...] = (),
+    ) -> None:
+        """`config_map`: (namespace, name) of the plugin's configs; `default_config`: the key used when the node
+        has no config label; `startup_taints`: taint keys the plugin's readiness removes."""
+        self._api = api
+        self._clock = clock
+        self._kubelets = kubelets
+        self.delay = delay
+        self.config_map = config_map
+        self.default_config = default_config
+        self.startup_taints = startup_taints
+        self._lock = threading.Lock()
+        self._started: set[str] = set()
+
+    def next_due(self) -> datetime | None:
+        with self._lock:
+            started = set(self._started)
+        return min((at + self.delay for inst, at in self._kubelets.running()
+                    if inst.gpu is not None and inst.name not in started), default=None)
+
+    def reconcile(self) -> list[str]:
+        """Advertise on every GPU node whose plugin runs by now; returns the nodes whose resources changed."""
+        now = self._clock.now()
+        changed = []
+        for instance, registered in self._kubelets.running():
+            if instance.gpu is None or now < registered + self.delay:
+                continue
+            with self._lock:
+                self._started.add(instance.name)
+            if self._advertise(instance):
+                changed.append(instance.name)
+        return changed
+
+    # What one node advertises
+
+    def _advertise(self, instance: SimulatedInstance) -> bool:
+        store = self._api.store
+        with store.lock:
+            node = store.find(NODES, "", instance.name)
+            if node is None:
+                return False
+            labels = dict(node["metadata"].get("labels") or {})
+            resources, extra_labels = self._resources(instance, labels)
+
+            def change(current: dict[str, Any]) -> dict[str, Any]:
+                status = current.setdefault("status", {})
+                for key in ("capacity", "allocatable"):
+                    values = {k: v for k, v in (status.get(key) or {}).items() if not k.startswith("nvidia.com/")}
+                    values.update({name: format_quantity(name, count) for name, count in resources.items()})
+                    status[key] = values
+                metadata = current["metadata"]
+                kept = {k: v for k, v in (metadata.get("labels") or {}).items()
+                        if k not in _GFD_LABELS and k != MIG_STATE_LABEL}
+                metadata["labels"] = {**kept, **extra_labels}
+                spec = current.setdefault("spec", {})
+                if spec.get("taints"):
+                    spec["taints"] = [t for t in spec["taints"] if t.get("key") not in self.startup_taints]
+                    if not spec["taints"]:
+                        del spec["taints"]
+                return current
+
+            before = node.get("status", {}).get("allocatable")
+            after = store.update(NODES, "", instance.name, change)
+            return before != after.get("status", {}).get("allocatable")
+
+    def _resources(self, instance: SimulatedInstance, labels: dict[str, str]) -> tuple[dict[str, int], dict[str, str]]:
+        gpu = instance.gpu
+        assert gpu is not None
+        out_labels = {"nvidia.com/gpu.count": str(gpu.count), "nvidia.com/gpu.product": gpu.name.replace(" ", "-"),
+                      "nvidia.com/gpu.memory": str(gpu.memory_mib)}
+        if instance.device_plugin is not None:
+            config, layout = self._bottlerocket(instance)
+        else:
+            found = self._config(labels)
+            if found is None:
+                return {}, out_labels
+            config = found
+            layout = None
+            if labels.get(MIG_CONFIG_LABEL):
+                layout = mig_layout(gpu, labels[MIG_CONFIG_LABEL])
+                out_labels[MIG_STATE_LABEL] = "success" if layout is not None else "failed"
+                if layout is None:
+                    log.warning("MIG manager: no config %r for %s", labels[MIG_CONFIG_LABEL], gpu.name)
+        advertised: dict[str, int] = {}
+        if layout:
+            if config.mig_strategy == "single":
+                advertised[GPU] = gpu.count * sum(layout.values())
+            elif config.mig_strategy == "mixed":
+                for profile, count in layout.items():
+                    advertised[f"nvidia.com/mig-{profile}"] = gpu.count * count
+        else:
+            advertised[GPU] = gpu.count
+        out: dict[str, int] = {}
+        for name, count in advertised.items():
+            replicas, rename = config.replicas.get(name, (1, None))
+            if replicas > 1:
+                name = rename or (f"{name}.shared" if config.rename_by_default else name)
+                out_labels["nvidia.com/gpu.replicas"] = str(replicas)
+                out_labels["nvidia.com/gpu.product"] += "-SHARED"
+            out[name] = count * replicas
+        return out, out_labels
+
+    def _config(self, labels: dict[str, str]) -> DevicePluginConfig | None:
+        namespace, name = self.config_map
+        config_map = self._api.store.find(CONFIGMAPS, namespace, name)
+        if config_map is None:
+            return DevicePluginConfig()  # deployed without a config: the plugin's defaults
+        data = config_map.get("data") or {}
+        key = labels.get(CONFIG_LABEL) or self.default_config
+        if key is None or (key not in data and CONFIG_LABEL not in labels and len(data) == 1):
+            key = next(iter(data), None)  # the "single" fallback strategy
+        if key not in data:
+            log.warning("device plugin: no config %r in ConfigMap %s/%s; the plugin does not start",
+                        key, namespace, name)
+            return None
+        try:
+            return DevicePluginConfig.parse(data[key])
+        except (ValueError, KeyError, TypeError, yaml.YAMLError) as error:
+            log.warning("device plugin: config %r is invalid (%s); the plugin does not start", key, error)
+            return None
+
+    @staticmethod
+    def _bottlerocket(instance: SimulatedInstance) -> tuple[DevicePluginConfig, dict[str, int] | None]:
+        settings = instance.device_plugin
+        gpu = instance.gpu
+        assert settings is not None and gpu is not None
+        layout = None
+        if settings.partitioning_strategy == "mig":
+            nominal = _mig_gpu(gpu)
+            names = {f"{gpu.name.lower()}.{round(gpu.memory_mib / 1024)}gb"}
+            if nominal is not None:
+                names.add(f"{gpu.name.lower()}.{nominal[1]}gb")
+            profile = next((p for g, p in settings.mig_profiles.items() if g in names), None)
+            layout = mig_layout(gpu, f"all-{profile.replace('+', '.')}") if profile else None
+        replicas = {GPU: (settings.replicas, None)} if settings.sharing_strategy == "time-slicing" else {}
+        return DevicePluginConfig(mig_strategy="single", rename_by_default=settings.rename_by_default,
+                                  fail_requests_greater_than_one=settings.fail_requests_greater_than_one,
+                                  replicas=replicas), layout

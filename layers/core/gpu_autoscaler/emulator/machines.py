@@ -1,0 +1,102 @@
+"""The machine an instance runs on, as its kubelet and the NVIDIA driver see it — from EC2, not our catalog.
+
+Facts come from EC2's own answers (DescribeInstanceTypes: vCPUs, memory, architecture, GPUs with name, count
+and per-GPU memory, ENI limits; DescribeVolumes: the root volume), so a node's size is what AWS says the
+instance has, whatever the project believed when it planned. What a kubelet derives from them — its
+capacity, the default reservations of the EKS AMIs — is written here from those AMIs' documentation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Gpu", "Machine", "describe_machine", "eni_max_pods", "reserved_cpu_millicores"]
+
+VM_MEMORY_OVERHEAD = 0.075
+"""The share of an instance's memory the kernel never shows (Karpenter docs, Settings, `VM_MEMORY_OVERHEAD_PERCENT`)."""
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One kind of GPU in the machine (EC2 `GpuInfo.Gpus[]`)."""
+
+    name: str
+    manufacturer: str
+    count: int
+    memory_mib: int
+    """Memory of one GPU."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    instance_type: str
+    vcpus: int
+    memory_mib: int
+    architecture: str = "x86_64"
+    gpu: Gpu | None = None
+    max_enis: int = 4
+    ipv4_per_eni: int = 15
+    root_volume_gib: int = 20
+
+    @property
+    def arch_label(self) -> str:
+        return "arm64" if self.architecture == "arm64" else "amd64"
+
+    def memory_bytes(self) -> int:
+        """MemTotal as the kernel reports it: the instance's memory less the hypervisor's share."""
+        return math.floor(self.memory_mib * 2**20 * (1 - VM_MEMORY_OVERHEAD))
+
+
+def eni_max_pods(machine: Machine) -> int:
+    """The EKS AMIs' default max pods with the VPC CNI (amazon-eks-ami, max-pods-calculator):
+    ENIs × (IPv4 addresses per ENI − 1) + 2."""
+    return machine.max_enis * (machine.ipv4_per_eni - 1) + 2
+
+
+def reserved_cpu_millicores(vcpus: int) -> int:
+    """kube-reserved CPU the EKS AMIs (nodeadm, Bottlerocket) reserve by default: 6 % of the first core, 1 % of
+    the second, 0.5 % of the next two, 0.25 % of every further one."""
+    total = 0.0
+    for core in range(vcpus):
+        total += 60 if core == 0 else 10 if core == 1 else 5 if core < 4 else 2.5
+    return int(total)
+
+
+def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any]]:
+    """The machine behind an instance and its DescribeInstances entry."""
+    described = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    info = ec2.describe_instance_types(InstanceTypes=[described["InstanceType"]])["InstanceTypes"][0]
+    gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
+    gpu = None
+    if gpus:
+        first = gpus[0]
+        gpu = Gpu(name=first.get("Name", ""), manufacturer=first.get("Manufacturer", ""),
+                  count=int(first.get("Count", 0)), memory_mib=int((first.get("MemoryInfo") or {}).get("SizeInMiB", 0)))
+    network = info.get("NetworkInfo") or {}
+    root = _root_volume_gib(ec2, described)
+    machine = Machine(
+        instance_type=described["InstanceType"],
+        vcpus=int(info["VCpuInfo"]["DefaultVCpus"]),
+        memory_mib=int(info["MemoryInfo"]["SizeInMiB"]),
+        architecture=described.get("Architecture") or (info.get("ProcessorInfo") or {}).get(
+            "SupportedArchitectures", ["x86_64"])[0],
+        gpu=gpu,
+        max_enis=int(network.get("MaximumNetworkInterfaces", 4)),
+        ipv4_per_eni=int(network.get("Ipv4AddressesPerInterface", 15)),
+        root_volume_gib=root,
+    )
+    return machine, described
+
+
+def _root_volume_gib(ec2: Any, described: dict[str, Any]) -> int:
+    root_name = described.get("RootDeviceName")
+    mappings = described.get("BlockDeviceMappings") or []
+    mapping = next((m for m in mappings if m.get("DeviceName") == root_name), mappings[0] if mappings else None)
+    volume_id = ((mapping or {}).get("Ebs") or {}).get("VolumeId")
+    if not volume_id:
+        return Machine.root_volume_gib
+    volumes = ec2.describe_volumes(VolumeIds=[volume_id]).get("Volumes") or []
+    return int(volumes[0].get("Size", Machine.root_volume_gib)) if volumes else Machine.root_volume_gib
