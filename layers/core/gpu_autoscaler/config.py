@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gpu_autoscaler.models.durations import Duration
+from gpu_autoscaler.models.labels import CLAIM_LABEL, WELL_KNOWN, kubelet_may_set
 from gpu_autoscaler.models.requirements import Requirement
 from gpu_autoscaler.models.resources import parse_quantity
 from gpu_autoscaler.models.taints import Taint
@@ -132,7 +133,10 @@ class GpuSharing(_Model):
     replicas: int = Field(default=1, ge=1, le=64)
     """time-slicing: how many pods share one physical GPU."""
     mig_profile: str | None = None
-    """mig: the profile each GPU is partitioned into (single strategy), e.g. `1g.10gb`."""
+    """mig: the profile every GPU is partitioned into, e.g. `1g.10gb` (`1g.10gb+me` with the media engine)."""
+    mig_strategy: Literal["single", "mixed"] = "mixed"
+    """mig: how the NVIDIA device plugin names the slices — `mixed`: `nvidia.com/mig-<profile>`; `single`:
+    `nvidia.com/gpu` (pods ask for a slice as for a GPU). The node's device plugin config is chosen to match."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> GpuSharing:
@@ -140,6 +144,8 @@ class GpuSharing(_Model):
             raise ValueError("replicas only applies to mode 'time-slicing'")
         if self.mode == "mig" and not self.mig_profile:
             raise ValueError("mode 'mig' needs migProfile, e.g. '1g.10gb'")
+        if self.mig_strategy != "mixed" and self.mode != "mig":
+            raise ValueError("migStrategy only applies to mode 'mig'")
         return self
 
 
@@ -210,6 +216,22 @@ class NodePool(_Model):
     """Node boot plus image pull: how early warm capacity must be asked for."""
     ephemeral_storage: str = "100Gi"
     """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_the_kubelet_registers(cls, labels: dict[str, str]) -> dict[str, str]:
+        """A pool's labels reach the node through the kubelet's `--node-labels`: a label it may not set would stop
+        the node from joining, and one that restates a well-known label would contradict the instance's own."""
+        refused = sorted(k for k in labels if not kubelet_may_set(k))
+        if refused:
+            raise ValueError(f"labels {refused}: the kubelet may not set labels in the kubernetes.io or k8s.io "
+                             "namespaces (NodeRestriction) except node.kubernetes.io/… and kubelet.kubernetes.io/…; "
+                             "use your own prefix")
+        reserved = sorted(k for k in labels if k in WELL_KNOWN or k == CLAIM_LABEL)
+        if reserved:
+            raise ValueError(f"labels {reserved}: set on every node from its instance type, pool and claim; "
+                             "select on them with requirements instead")
+        return labels
 
     @field_validator("ephemeral_storage")
     @classmethod

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.labels import kubelet_may_set
 from gpu_autoscaler.models.catalog import InstanceType
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.taints import Taint
 
 __all__ = [
+    "DEVICE_PLUGIN_CONFIG_LABEL",
     "GANG_LABEL",
     "GPU_SHARING_LABEL",
     "MIG_CONFIG_LABEL",
@@ -43,6 +45,7 @@ __all__ = [
     "al2023_user_data",
     "bottlerocket_user_data",
     "cluster_dns_ip",
+    "device_plugin_config",
     "kubelet_may_set",
     "label_value",
     "node_labels",
@@ -53,16 +56,13 @@ __all__ = [
 GANG_LABEL = "gpu-autoscaler/gang"
 GPU_SHARING_LABEL = "gpu-autoscaler/gpu-sharing"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-"""The NVIDIA GPU Operator's MIG manager partitions a node's GPUs by the profile named here (`all-1g.10gb`)."""
+"""The NVIDIA GPU Operator's MIG manager partitions a node's GPUs as the entry of mig-parted's config named here
+(`all-1g.10gb`; a media-engine profile `1g.10gb+me` is `all-1g.10gb.me`)."""
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+"""The NVIDIA device plugin reads its config from the entry of its ConfigMap named here (k8s-device-plugin README,
+per-node configuration); the entries are shipped in `agent/deploy/gpu-operator/nvidia-device-plugin-config.yaml`."""
 MIME_BOUNDARY = "==GPUAUTOSCALER=="
 
-_KUBELET_ALLOWED = frozenset({
-    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
-    "beta.kubernetes.io/instance-type", "beta.kubernetes.io/arch", "beta.kubernetes.io/os",
-    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
-    "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type",
-})
-_KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 _SET_BY_KUBELET = frozenset({L.INSTANCE_TYPE, L.ARCH, L.ZONE})
 """The kubelet and the cloud provider set these themselves, from the instance."""
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -120,17 +120,6 @@ def label_value(text: str) -> str:
     return value.strip("_.-")
 
 
-def kubelet_may_set(key: str) -> bool:
-    """The NodeRestriction rule: no `kubernetes.io` / `k8s.io` labels but the allowed ones."""
-    prefix, _, _ = key.rpartition("/")
-    restricted = any(prefix == ns or prefix.endswith("." + ns) for ns in ("kubernetes.io", "k8s.io"))
-    if not restricted:
-        return True
-    return key in _KUBELET_ALLOWED or any(
-        prefix == ns or prefix.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
-    )
-
-
 def node_labels(
     pool: NodePool,
     capacity_type: CapacityType,
@@ -150,14 +139,26 @@ def node_labels(
     sharing = pool.gpu_sharing
     if sharing.mode != "none":
         wanted[GPU_SHARING_LABEL] = sharing.mode
+    plugin_config = device_plugin_config(sharing)
+    if plugin_config:
+        wanted[DEVICE_PLUGIN_CONFIG_LABEL] = plugin_config
     if sharing.mode == "mig" and sharing.mig_profile:
-        wanted[MIG_CONFIG_LABEL] = f"all-{sharing.mig_profile}"
+        wanted[MIG_CONFIG_LABEL] = "all-" + sharing.mig_profile.replace("+", ".")
     if claim_id:
         wanted[L.CLAIM_LABEL] = label_value(claim_id)
     if gang:
         wanted[GANG_LABEL] = label_value(gang)
     kept = {k: v for k, v in sorted(wanted.items()) if kubelet_may_set(k)}
     return kept, tuple(sorted(set(wanted) - set(kept)))
+
+
+def device_plugin_config(sharing: GpuSharing) -> str | None:
+    """The device plugin config entry a node of this sharing mode needs; None: the plugin's default."""
+    if sharing.mode == "time-slicing" and sharing.replicas > 1:
+        return f"time-slicing-{sharing.replicas}"
+    if sharing.mode == "mig":
+        return f"mig-{sharing.mig_strategy}"
+    return None
 
 
 def node_setup(

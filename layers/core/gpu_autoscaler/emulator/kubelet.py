@@ -125,7 +125,7 @@ class SimulatedInstance:
         Raises `BootstrapError` when the kubelet would not start (unreadable user data, a refused label)."""
         settings = read_user_data(user_data)
         capacity, allocatable = node_resources(machine, settings)
-        taints = tuple(Taint(key=t["key"], value=t.get("value", ""), effect=t["effect"])  # type: ignore[arg-type]
+        taints = tuple(Taint(key=t["key"], value=t.get("value", ""), effect=t["effect"])
                        for t in settings.taints)
         return cls(
             instance_id=instance_id, instance_type=machine.instance_type, zone=zone, capacity=capacity,

@@ -149,7 +149,8 @@ def _nodeadm(text: str) -> KubeletSettings:
     return KubeletSettings(
         os_family="AL2023", cluster_name=str(cluster["name"]), api_server=str(cluster["apiServerEndpoint"]),
         labels=labels, taints=tuple(taints), max_pods=_int(max_pods, "maxPods"),
-        kube_reserved=_strings(config.get("kubeReserved")), system_reserved=_strings(config.get("systemReserved")) or {},
+        kube_reserved=_strings(config.get("kubeReserved")),
+        system_reserved=_strings(config.get("systemReserved")) or {},
         eviction_hard=_strings(config.get("evictionHard")),
     )
 
@@ -201,7 +202,8 @@ def _bottlerocket(text: str) -> KubeletSettings:
                 raise BootstrapError(f"bottlerocket: node-taints.{key}: invalid taint {entry!r}")
             taints.append({"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect})
     return KubeletSettings(
-        os_family="Bottlerocket", cluster_name=str(kubernetes["cluster-name"]), api_server=str(kubernetes["api-server"]),
+        os_family="Bottlerocket", cluster_name=str(kubernetes["cluster-name"]),
+        api_server=str(kubernetes["api-server"]),
         labels={str(k): str(v) for k, v in (kubernetes.get("node-labels") or {}).items()}, taints=tuple(taints),
         max_pods=_int(kubernetes.get("max-pods"), "max-pods"), kube_reserved=_strings(kubernetes.get("kube-reserved")),
         system_reserved=_strings(kubernetes.get("system-reserved")) or {},

@@ -1,8 +1,9 @@
 """The whole emulator in one object: embedded AWS, local Kubernetes API, the pipeline runtime and the agent.
 
 `gpu-autoscaler emulator` runs one until Ctrl-C; the demo and the end-to-end tests run one for a story.
-Started in dependency order — AWS and its resources, the Kubernetes API, the node side (the catalog tells a
-kubelet what an instance type is), the pollers, schedules and instance watcher, and last the agent, which
+Started in dependency order — AWS and its resources, the Kubernetes API (with the NVIDIA device plugin's
+ConfigMap the project ships, as an operator applies it), the node side (a kubelet reads its instance's user
+data and machine from EC2), the pollers, schedules and instance watcher, and last the agent, which
 watches the Kubernetes API and sends pending GPU pods to the pending-pods queue as it does in a cluster.
 """
 

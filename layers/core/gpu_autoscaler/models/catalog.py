@@ -15,6 +15,11 @@ __all__ = ["InstanceType", "Offering"]
 _NAME = re.compile(r"^(?P<family>(?P<category>[a-z]+?)(?P<generation>\d+)[a-z0-9-]*)\.(?P<size>.+)$")
 
 
+def _kebab(name: str) -> str:
+    """`Radeon Pro V520` → `radeon-pro-v520`, as Karpenter's `lowerKabobCase`."""
+    return name.lower().replace(" ", "-")
+
+
 class InstanceType(BaseModel):
     """An EC2 instance type as the packer needs it; GPU numbers already corrected by the override table."""
 
@@ -51,12 +56,14 @@ class InstanceType(BaseModel):
             out[L.INSTANCE_CATEGORY] = m.group("category")
             out[L.INSTANCE_GENERATION] = m.group("generation")
             out[L.INSTANCE_SIZE] = m.group("size")
+        # As Karpenter's AWS provider writes them (pkg/providers/instancetype/types.go): names in lower kebab
+        # case, memory of one GPU in MiB (EC2's `GpuInfo.Gpus[].MemoryInfo.SizeInMiB`).
         if self.gpu_model:
-            out[L.INSTANCE_GPU_NAME] = self.gpu_model.lower()
+            out[L.INSTANCE_GPU_NAME] = _kebab(self.gpu_model)
             out[L.INSTANCE_GPU_COUNT] = str(self.gpu_devices)
-            out[L.INSTANCE_GPU_MEMORY] = str(self.gpu_memory_mib)
+            out[L.INSTANCE_GPU_MEMORY] = str(round(self.gpu_memory_mib / max(self.gpu_devices, 1)))
         if self.gpu_manufacturer:
-            out[L.INSTANCE_GPU_MANUFACTURER] = self.gpu_manufacturer.lower()
+            out[L.INSTANCE_GPU_MANUFACTURER] = _kebab(self.gpu_manufacturer)
         return out
 
     @property

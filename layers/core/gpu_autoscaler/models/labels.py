@@ -17,6 +17,7 @@ __all__ = [
     "NODE_POOL",
     "WELL_KNOWN",
     "ZONE",
+    "kubelet_may_set",
     "CLAIM_LABEL",
     "DO_NOT_DISRUPT",
     "TAG_CLAIM",
@@ -50,3 +51,23 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TAG_CLUSTER = "gpu-autoscaler/cluster"
 TAG_NODE_POOL = "gpu-autoscaler/node-pool"
 TAG_CLAIM = "gpu-autoscaler/claim"
+
+_KUBELET_ALLOWED = frozenset({
+    "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
+    "beta.kubernetes.io/instance-type", "beta.kubernetes.io/arch", "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type",
+})
+_KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def kubelet_may_set(key: str) -> bool:
+    """The NodeRestriction rule: a kubelet may set no `kubernetes.io` / `k8s.io` label but the allowed ones
+    (and refuses to start when `--node-labels` holds one)."""
+    prefix, _, _ = key.rpartition("/")
+    restricted = any(prefix == ns or prefix.endswith("." + ns) for ns in ("kubernetes.io", "k8s.io"))
+    if not restricted:
+        return True
+    return key in _KUBELET_ALLOWED or any(
+        prefix == ns or prefix.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
+    )

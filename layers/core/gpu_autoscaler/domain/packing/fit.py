@@ -7,7 +7,8 @@ nowhere else. A node's allocatable is what kubelet would report for it:
   default `vmMemoryOverheadPercent`, 7.5 %: a 16 GiB instance shows about 15.2 GiB to the kernel);
 - ephemeral-storage: the pool's root volume; pods: the type's max pods;
 - GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
-  time-slicing, or `nvidia.com/mig-<profile>` slices on MIG-capable GPUs with MIG (see `mig`);
+  time-slicing, or slices on MIG-capable GPUs with MIG (see `mig`), named as the device plugin's MIG
+  strategy names them: `nvidia.com/mig-<profile>` (mixed) or `nvidia.com/gpu` (single);
   a partitioned type (g6f) advertises its partition as one device;
 
 less the configured daemonset overhead and kube-reserved, and kubelet's default hard eviction thresholds
@@ -70,7 +71,7 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
     if sharing.mode == "mig" and sharing.mig_profile:
         slices = mig_slices(instance_type, sharing.mig_profile)
         if slices:
-            values[MIG_PREFIX + sharing.mig_profile] = slices
+            values[GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile] = slices
             return Resources(values)
     replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
     values[GPU] = instance_type.gpu_devices * replicas
@@ -110,9 +111,15 @@ def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: I
     A100, 2/4 of an A30 — the denominator from the node's GPU when known, else 7).
     """
     total = 0.0
-    replicas = pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else 1
-    total += requests.get(GPU, 0) / replicas
-    for name, count in requests.items():
+    sharing = pool.gpu_sharing
+    single_mig = sharing.mode == "mig" and sharing.mig_strategy == "single" and sharing.mig_profile
+    replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
+    slices = dict(requests)
+    if single_mig:
+        slices = {MIG_PREFIX + str(sharing.mig_profile): requests.get(GPU, 0)}
+    else:
+        total += requests.get(GPU, 0) / replicas
+    for name, count in slices.items():
         if not name.startswith(MIG_PREFIX) or not count:
             continue
         profile = name.removeprefix(MIG_PREFIX)

@@ -1,0 +1,196 @@
+"""A node is what its user data and its machine make it: the simulated kubelet and NVIDIA device plugin.
+
+The user data is the project's own rendering (the input under test); the kubelet, the device plugin, its
+ConfigMap (the one the project ships) and the MIG manager are the emulator's independent stand-ins. Each
+test compares what the node ends up advertising with what the packer planned for it.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from kubernetes import client
+from moto import mock_aws
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import NodePool, Overhead
+from gpu_autoscaler.domain.packing.fit import allocatable
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
+from gpu_autoscaler.emulator.device_plugin import shipped_config_map
+from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES
+from gpu_autoscaler.emulator.kubelet_user_data import BootstrapError
+from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.emulator.machines import Gpu, Machine
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.catalog import InstanceType
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
+AL2023 = ClusterBootstrap(cluster_name="ml-prod", endpoint="https://EXAMPLE.eks.amazonaws.com", family="AL2023",
+                          certificate_authority=CA, service_cidr="10.100.0.0/16")
+BOTTLEROCKET = ClusterBootstrap(cluster_name="ml-prod", endpoint="https://EXAMPLE.eks.amazonaws.com",
+                                family="Bottlerocket", certificate_authority=CA, service_cidr="10.100.0.0/16")
+
+# The project's catalog view and EC2's view (DescribeInstanceTypes) of the same instance types.
+G5_12X = InstanceType(name="g5.12xlarge", vcpu=48, memory_mib=196608, gpus=4, gpu_devices=4, gpu_model="A10G",
+                      gpu_manufacturer="NVIDIA", gpu_memory_mib=91552, max_pods=234)
+G5_12X_MACHINE = Machine("g5.12xlarge", vcpus=48, memory_mib=196608, gpu=Gpu("A10G", "NVIDIA", 4, 22888),
+                         max_enis=8, ipv4_per_eni=30, root_volume_gib=100)
+P4DE = InstanceType(name="p4de.24xlarge", vcpu=96, memory_mib=1179648, gpus=8, gpu_devices=8, gpu_model="A100",
+                    gpu_manufacturer="NVIDIA", gpu_memory_mib=655360, max_pods=737)
+P4DE_MACHINE = Machine("p4de.24xlarge", vcpus=96, memory_mib=1179648, gpu=Gpu("A100", "NVIDIA", 8, 81920),
+                       max_enis=15, ipv4_per_eni=50, root_volume_gib=100)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+def kube(clock: FixedClock) -> Iterator[LocalKubernetes]:
+    with LocalKubernetes(clock=clock, run_controllers=False, device_plugin_delay=timedelta(seconds=10)) as local:
+        config_map = shipped_config_map()
+        local.api.create(CONFIGMAPS, config_map["metadata"]["namespace"], config_map)
+        yield local
+
+
+def user_data(pool: NodePool, instance_type: InstanceType, bootstrap: ClusterBootstrap = AL2023,
+              capacity_type: str = "on-demand") -> str:
+    return render_user_data(bootstrap, node_setup(pool, capacity_type, instance_type=instance_type,  # type: ignore[arg-type]
+                                                  claim_id="claim-1"))
+
+
+def boot(kube: LocalKubernetes, clock: FixedClock, instance: SimulatedInstance) -> dict[str, Any]:
+    """Register the node, let the device plugin start, and return the Node as the API serves it."""
+    kube.add_instance(instance, boot_delay=timedelta(0))
+    kube.reconcile()
+    clock.advance(timedelta(seconds=10))
+    kube.reconcile()
+    return kube.api.get(NODES, "", instance.name)
+
+
+def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_the_device_plugin(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    pool = NodePool.model_validate({"name": "gpu-burst", "labels": {"team": "vision"},
+                                    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]})
+    instance = SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1b", user_data(pool, G5_12X),
+                                                capacity_type="spot")
+    kube.add_instance(instance, boot_delay=timedelta(0))
+    kube.reconcile()
+    with kube.client() as api:
+        [node] = client.CoreV1Api(api).list_node().items
+    labels = node.metadata.labels
+    assert labels["team"] == "vision" and labels[L.NODE_POOL] == "gpu-burst" and labels[L.CLAIM_LABEL] == "claim-1"
+    assert labels[L.INSTANCE_TYPE] == "g5.12xlarge" and labels[L.ZONE] == "us-east-1b"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    assert node.status.capacity["pods"] == "234"  # maxPods from the NodeConfig
+    assert "nvidia.com/gpu" not in node.status.allocatable  # Ready, but the device plugin has not run yet
+    clock.advance(timedelta(seconds=10))
+    kube.reconcile()
+    node_after = kube.api.get(NODES, "", instance.name)
+    assert node_after["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node_after["metadata"]["labels"]["nvidia.com/gpu.product"] == "A10G"
+
+
+
+def test_a_label_the_kubelet_may_not_set_keeps_the_node_from_joining(kube: LocalKubernetes) -> None:
+    refused = render_user_data(AL2023, node_setup(NodePool(name="gpu-burst"), "on-demand", instance_type=G5_12X))
+    refused = refused.replace("--node-labels=", "--node-labels=node-role.kubernetes.io/gpu=true,")
+    with pytest.raises(BootstrapError, match="node-role.kubernetes.io/gpu"):
+        SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a", refused)
+
+
+def test_time_sliced_al2023_nodes_advertise_the_replicas_the_packer_planned(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """Issue 15, fix 1: the node's user data selects the device plugin's time-slicing config."""
+    pool = NodePool.model_validate({"name": "gpu-shared", "gpuSharing": {"mode": "time-slicing", "replicas": 4}})
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
+                                                               user_data(pool, G5_12X)))
+    planned = allocatable(G5_12X, pool, Overhead())
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(planned["nvidia.com/gpu"]) == "16"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.replicas"] == "4"
+
+
+def test_bottlerocket_time_slicing_comes_from_its_settings(kube: LocalKubernetes, clock: FixedClock) -> None:
+    pool = NodePool.model_validate({"name": "gpu-shared", "gpuSharing": {"mode": "time-slicing", "replicas": 4}})
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
+                                                               user_data(pool, G5_12X, BOTTLEROCKET)))
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "16"
+
+
+@pytest.mark.parametrize(("sharing", "resource", "count"), [
+    ({"mode": "mig", "migProfile": "1g.10gb"}, "nvidia.com/mig-1g.10gb", 56),
+    ({"mode": "mig", "migProfile": "1g.10gb", "migStrategy": "single"}, "nvidia.com/gpu", 56),
+    ({"mode": "mig", "migProfile": "1g.10gb+me", "migStrategy": "mixed"}, "nvidia.com/mig-1g.10gb+me", 8),
+    ({"mode": "mig", "migProfile": "3g.40gb", "migStrategy": "mixed"}, "nvidia.com/mig-3g.40gb", 16),
+])
+def test_mig_nodes_advertise_the_slices_under_the_strategy_the_pool_states(
+        kube: LocalKubernetes, clock: FixedClock, sharing: dict[str, str], resource: str, count: int) -> None:
+    """Issue 15, fix 2: mig-parted's config names and the device plugin's MIG strategy."""
+    pool = NodePool.model_validate({"name": "gpu-mig", "gpuSharing": sharing})
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", P4DE_MACHINE, "us-east-1a",
+                                                               user_data(pool, P4DE)))
+    assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    gpu_resources = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
+    assert gpu_resources == {resource: str(count)}
+    planned = allocatable(P4DE, pool, Overhead())
+    assert planned[resource] == count
+
+
+def test_the_device_plugin_removes_startup_taints_when_it_advertises(kube: LocalKubernetes,
+                                                                      clock: FixedClock) -> None:
+    kube.device_plugin.startup_taints = ("example.com/gpu-not-ready",)
+    pool = NodePool.model_validate({"name": "gpu-burst", "taints": [
+        {"key": "example.com/gpu-not-ready", "value": "true", "effect": "NoSchedule"}]})
+    instance = SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a", user_data(pool, G5_12X))
+    kube.add_instance(instance, boot_delay=timedelta(0))
+    kube.reconcile()
+    assert kube.api.get(NODES, "", instance.name)["spec"]["taints"][0]["key"] == "example.com/gpu-not-ready"
+    clock.advance(timedelta(seconds=10))
+    kube.reconcile()
+    node = kube.api.get(NODES, "", instance.name)
+    assert "taints" not in node["spec"] and node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+
+
+@mock_aws
+def test_an_instance_launched_on_ec2_joins_with_its_user_data_and_karpenters_label_values(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """Issue 15, fix 8: well-known labels carry Karpenter's values (GPU memory per GPU, kebab-case names)."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    template = ec2.create_launch_template(LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": "ami-12c6146b"})
+    pool = NodePool(name="gpu-burst")
+    launched = ec2.create_fleet(Type="instant", TargetCapacitySpecification={
+        "TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"}, LaunchTemplateConfigs=[{
+            "LaunchTemplateSpecification": {
+                "LaunchTemplateId": template["LaunchTemplate"]["LaunchTemplateId"], "Version": "$Latest",
+                "LaunchTemplateSpecificationUserData": base64.b64encode(
+                    user_data(pool, G5_12X).encode()).decode()},
+            "Overrides": [{"InstanceType": "g5.12xlarge", "SubnetId": subnet["SubnetId"]}]}])
+    instance_id = launched["Instances"][0]["InstanceIds"][0]
+
+    class Launched:
+        zone = "us-east-1a"
+        capacity_type = "on-demand"
+        private_dns_name = ""
+
+    Launched.instance_id = instance_id  # type: ignore[attr-defined]
+    KubeletNodeSide(kube, ec2).boot(Launched())
+    kube.reconcile()
+    clock.advance(timedelta(seconds=10))
+    kube.reconcile()
+    [node] = kube.objects("nodes")
+    gpus = ec2.describe_instance_types(InstanceTypes=["g5.12xlarge"])["InstanceTypes"][0]["GpuInfo"]["Gpus"][0]
+    labels = node["metadata"]["labels"]
+    assert labels[L.INSTANCE_GPU_MEMORY] == str(gpus["MemoryInfo"]["SizeInMiB"])
+    assert labels[L.INSTANCE_GPU_NAME] == "a10g" and labels[L.INSTANCE_GPU_COUNT] == str(gpus["Count"])
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["capacity"]["cpu"] == "48"
