@@ -59,3 +59,15 @@ def test_invalid_configuration_names_field_and_reason(config_data: dict[str, Any
 def test_missing_file_says_what_to_do(tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="give --config FILE"):
         load_config(tmp_path / "cdk.json")
+
+
+@pytest.mark.parametrize("key", ["node-role.kubernetes.io/gpu", "kubernetes.io/role", "example.k8s.io/tier",
+                                 "karpenter.sh/nodepool", "karpenter.k8s.aws/instance-gpu-name"])
+def test_pool_labels_the_kubelet_would_refuse_or_that_restate_well_known_labels_are_rejected(key: str) -> None:
+    """Issue 15, fix 8: such a label stopped the node from joining (or was dropped) while the packer matched it."""
+    from gpu_autoscaler.config import NodePool
+
+    with pytest.raises(ValueError, match=key):
+        NodePool.model_validate({"name": "gpu", "labels": {key: "x"}})
+    assert NodePool.model_validate({"name": "gpu", "labels": {"node.kubernetes.io/lifecycle": "spot",
+                                                               "example.com/team": "a"}}).labels

@@ -21,8 +21,10 @@ from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_h
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.drain import DrainService
@@ -87,10 +89,14 @@ def take(aws: EmbeddedAws, queue: str) -> list[dict[str, Any]]:
 
 def join(kube: LocalKubernetes, aws: EmbeddedAws, config: Config, instance_id: str, instance_type: str, zone: str,
          capacity_type: str) -> str:
-    """The instance's kubelet registers its Node (labels, taints, resources of its type in the pool)."""
-    types = {t.name: t for t in Ec2CatalogSource.from_config(aws.clients, config).instance_types()}
-    instance = SimulatedInstance.from_catalog(instance_id, types[instance_type], zone, capacity_type,
-                                              config.pool(POOL), config.overhead)
+    """The instance's kubelet registers its Node from the user data the fleet would send for it."""
+    known = {t.name: t for t in Ec2CatalogSource.from_config(aws.clients, config).instance_types()}[instance_type]
+    machine = Machine(instance_type, vcpus=known.vcpu, memory_mib=known.memory_mib, root_volume_gib=200,
+                      gpu=Gpu(known.gpu_model or "", "NVIDIA", known.gpu_devices,
+                              round(known.gpu_memory_mib / max(known.gpu_devices, 1))) if known.gpu_devices else None)
+    setup = node_setup(config.pool(POOL), capacity_type, instance_type=known)  # type: ignore[arg-type]
+    user_data = render_user_data(ClusterBootstrap.from_config(config), setup)
+    instance = SimulatedInstance.from_user_data(instance_id, machine, zone, user_data, capacity_type=capacity_type)
     kube.add_instance(instance)
     kube.reconcile()
     return instance.name

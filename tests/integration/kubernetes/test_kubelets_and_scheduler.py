@@ -10,8 +10,7 @@ from kubernetes import client
 
 from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.packing.fit import allocatable
-from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.taints import Taint
@@ -20,7 +19,6 @@ from tests.integration.kubernetes.conftest import make_instance, make_pod, pod_c
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from gpu_autoscaler.config import Config
 
 G5 = InstanceType(name="g5.2xlarge", vcpu=8, memory_mib=32768, gpus=1, gpu_devices=1, gpu_model="A10G",
                   gpu_manufacturer="NVIDIA", gpu_memory_mib=24576, max_pods=58)
@@ -44,11 +42,9 @@ def core(stepped: LocalKubernetes) -> Iterator[client.CoreV1Api]:
 
 
 def test_an_instance_registers_a_ready_node_after_its_boot_delay(
-    stepped: LocalKubernetes, clock: FixedClock, core: client.CoreV1Api, config: Config,
+    stepped: LocalKubernetes, clock: FixedClock, core: client.CoreV1Api,
 ) -> None:
-    pool = next(p for p in config.node_pools if p.name == "gpu-burst")
-    instance = SimulatedInstance.from_catalog("i-0123456789abcdef0", G5, "us-east-1b", "spot", pool, config.overhead,
-                                              labels={L.CLAIM_LABEL: "claim-1"})
+    instance = make_instance("i-0123456789abcdef0", zone="us-east-1b", labels={"team": "vision"})
     stepped.add_instance(instance)
     stepped.reconcile()
     assert core.list_node().items == []
@@ -58,30 +54,19 @@ def test_an_instance_registers_a_ready_node_after_its_boot_delay(
     assert node.metadata.name == instance.name and node.metadata.name.endswith(".ec2.internal")
     assert node.spec.provider_id == "aws:///us-east-1b/i-0123456789abcdef0"
     labels = node.metadata.labels
-    assert labels[L.INSTANCE_TYPE] == "g5.2xlarge" and labels[L.ZONE] == "us-east-1b"
-    assert labels[L.CAPACITY_TYPE] == "spot" and labels[L.NODE_POOL] == "gpu-burst"
-    assert labels[L.INSTANCE_GPU_NAME] == "a10g" and labels[L.CLAIM_LABEL] == "claim-1"
+    assert labels[L.INSTANCE_TYPE] == "g5.2xlarge" and labels[L.ZONE] == "us-east-1b" and labels["team"] == "vision"
     assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
     with stepped.client() as api:
         [seen] = KubernetesCluster(api).list_nodes()
     assert seen.ready and seen.instance_id == "i-0123456789abcdef0"
-    assert seen.allocatable == allocatable(G5, pool, config.overhead)  # the room the packer planned with
 
 
-def test_time_sliced_pools_advertise_replicas_and_a_terminated_instance_takes_its_node_and_pods(
-    stepped: LocalKubernetes, clock: FixedClock, core: client.CoreV1Api, config: Config,
-) -> None:
-    pool = next(p for p in config.node_pools if p.name == "gpu-shared")
-    stepped.add_instance(SimulatedInstance.from_catalog("i-0aaa", G5, "us-east-1a", "on-demand", pool),
-                         boot_delay=timedelta(0))
+def test_a_terminated_instance_takes_its_node_and_pods(stepped: LocalKubernetes, core: client.CoreV1Api) -> None:
+    stepped.add_instance(make_instance("i-0aaa"), boot_delay=timedelta(0))
     stepped.reconcile()
-    [node] = core.list_node().items
-    assert node.status.allocatable["nvidia.com/gpu"] == "4"
-    pod = make_pod("shared", tolerate_gpu=False)
-    pod["spec"]["tolerations"] = [{"key": "gpu-autoscaler/shared", "operator": "Exists"}]
-    core.create_namespaced_pod("default", pod)
+    core.create_namespaced_pod("default", make_pod("trainer"))
     stepped.reconcile()
-    assert core.read_namespaced_pod("shared", "default").status.phase == "Running"
+    assert core.read_namespaced_pod("trainer", "default").status.phase == "Running"
     assert stepped.remove_instance("i-0aaa") and not stepped.remove_instance("i-0aaa")
     assert core.list_node().items == [] and core.list_pod_for_all_namespaces().items == []
 
@@ -172,30 +157,3 @@ def test_a_coscheduling_gang_binds_all_together_or_not_at_all(
     assert condition is not None and "needs 3 pods, and only 2 can be scheduled" in condition["message"]
     stepped.add_instance(make_instance("i-0bbb", gpus=1), timedelta(0))
     assert sorted(stepped.reconcile().bound) == ["default/train-0", "default/train-1", "default/train-2"]
-
-
-def test_the_emulator_node_side_turns_launched_instances_into_nodes(
-    stepped: LocalKubernetes, core: client.CoreV1Api, config: Config,
-) -> None:
-    from gpu_autoscaler.domain.catalog import Catalog
-    from gpu_autoscaler.models.catalog import Offering
-
-    catalog = Catalog([G5], [Offering(instance_type="g5.2xlarge", zone="us-east-1a", capacity_type="spot",
-                                      price_per_hour=0.5)])
-
-    class Launched:
-        instance_id = "i-0fff"
-        instance_type = "g5.2xlarge"
-        zone = "us-east-1a"
-        capacity_type = "spot"
-        tags = {L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "claim-9", L.TAG_CLUSTER: "ml-prod"}
-        private_dns_name = "ip-10-1-2-3.ec2.internal"
-
-    side = KubeletNodeSide(stepped, catalog, config)
-    side.boot(Launched())
-    stepped.reconcile()
-    [node] = core.list_node().items
-    assert node.metadata.name == "ip-10-1-2-3.ec2.internal"
-    assert node.metadata.labels[L.CLAIM_LABEL] == "claim-9" and node.metadata.labels[L.NODE_POOL] == "gpu-burst"
-    side.shutdown(Launched())
-    assert core.list_node().items == []

@@ -59,7 +59,7 @@ def test_al2023_node_config_joins_the_cluster_with_labels_and_taints() -> None:
         L.CAPACITY_TYPE: "reserved",
         L.CLAIM_LABEL: "gpu-reserved-7k2qx",
         L.INSTANCE_CATEGORY: "p", L.INSTANCE_FAMILY: "p5", L.INSTANCE_GENERATION: "5", L.INSTANCE_SIZE: "48xlarge",
-        L.INSTANCE_GPU_NAME: "h100", L.INSTANCE_GPU_COUNT: "8", L.INSTANCE_GPU_MEMORY: "655360",
+        L.INSTANCE_GPU_NAME: "h100", L.INSTANCE_GPU_COUNT: "8", L.INSTANCE_GPU_MEMORY: "81920",
         L.INSTANCE_GPU_MANUFACTURER: "nvidia",
     }
     assert flags["register-with-taints"] == "nvidia.com/gpu=true:NoSchedule"
@@ -73,11 +73,12 @@ def test_names_alone_still_give_the_family_labels() -> None:
     assert "maxPods" not in render_user_data(AL2023, setup)
 
 
-def test_labels_the_kubelet_may_not_set_are_left_out() -> None:
-    config = make_config(pool_gpu_burst={"labels": {"node-role.kubernetes.io/gpu": "", "team": "ml",
-                                                    "node.kubernetes.io/lifecycle": "spot"}})
+def test_labels_the_kubelet_may_not_set_are_refused_by_the_configuration() -> None:
+    with pytest.raises(ConfigError, match="node-role.kubernetes.io/gpu"):
+        make_config(pool_gpu_burst={"labels": {"node-role.kubernetes.io/gpu": "", "team": "ml"}})
+    config = make_config(pool_gpu_burst={"labels": {"team": "ml", "node.kubernetes.io/lifecycle": "spot"}})
     setup = node_setup(config.pool("gpu-burst"), "spot", instance_type="g6.xlarge")
-    assert setup.skipped_labels == ("node-role.kubernetes.io/gpu",)
+    assert setup.skipped_labels == ()
     assert setup.labels["team"] == "ml" and setup.labels["node.kubernetes.io/lifecycle"] == "spot"
     assert L.INSTANCE_TYPE not in setup.labels and L.ARCH not in setup.labels  # the kubelet sets those itself
     assert kubelet_may_set("topology.kubernetes.io/zone") and not kubelet_may_set("kubernetes.io/role")
@@ -92,6 +93,12 @@ def test_time_slicing_and_mig_pools() -> None:
     config = make_config(pool_gpu_burst={"gpuSharing": {"mode": "mig", "migProfile": "1g.10gb"}})
     mig = node_setup(config.pool("gpu-burst"), "on-demand", instance_type=TYPES["p5.48xlarge"])
     assert mig.labels[MIG_CONFIG_LABEL] == "all-1g.10gb"
+    assert mig.labels["nvidia.com/device-plugin.config"] == "mig-mixed"
+    assert shared.labels["nvidia.com/device-plugin.config"] == "time-slicing-4"
+    media = make_config(pool_gpu_burst={"gpuSharing": {"mode": "mig", "migProfile": "1g.10gb+me",
+                                                       "migStrategy": "single"}})
+    labels = node_setup(media.pool("gpu-burst"), "on-demand", instance_type=TYPES["p5.48xlarge"]).labels
+    assert labels[MIG_CONFIG_LABEL] == "all-1g.10gb.me" and labels["nvidia.com/device-plugin.config"] == "mig-single"
     assert mig.mig_profiles == {"h100.80gb": "1g.10gb"}
 
 

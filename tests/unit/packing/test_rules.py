@@ -103,7 +103,7 @@ def test_node_selector_on_gpu_name_and_zone() -> None:
 @pytest.mark.parametrize(("expression", "expected"), [
     ({"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g5"]}, "g5.xlarge"),
     ({"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["g6", "g6f", "g5"]}, "p5.4xlarge"),
-    ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt", "values": ["90000"]}, "g5.12xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt", "values": ["40000"]}, "p5.4xlarge"),
     ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["3000"]}, "g6f.large"),
     ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6f.large"),
     ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6f.large"),
