@@ -157,3 +157,44 @@ def test_a_coscheduling_gang_binds_all_together_or_not_at_all(
     assert condition is not None and "needs 3 pods, and only 2 can be scheduled" in condition["message"]
     stepped.add_instance(make_instance("i-0bbb", gpus=1), timedelta(0))
     assert sorted(stepped.reconcile().bound) == ["default/train-0", "default/train-1", "default/train-2"]
+
+
+def test_the_scheduler_scores_as_kube_schedulers_default_profile(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    """LeastAllocated spreads by default (GPU clusters that want packing configure MostAllocated); untolerated
+    PreferNoSchedule taints and preferred node affinity steer among the nodes that fit."""
+    stepped.add_instance(make_instance("i-0aaa", gpus=4), timedelta(0))
+    stepped.add_instance(make_instance("i-0bbb", gpus=4), timedelta(0))
+    stepped.reconcile()
+    busy, idle = make_instance("i-0aaa").name, make_instance("i-0bbb").name
+    core.create_namespaced_pod("default", make_pod("first", cpu="4", memory="8Gi", node_name=busy))
+    stepped.reconcile()
+    core.create_namespaced_pod("default", make_pod("spread", cpu="1"))
+    assert stepped.reconcile().bound == {"default/spread": idle}
+
+    core.patch_node(idle, {"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                                               {"key": "example.com/spot", "effect": "PreferNoSchedule"}]}})
+    core.create_namespaced_pod("default", make_pod("avoids-preferred-taint", cpu="100m"))
+    assert stepped.reconcile().bound == {"default/avoids-preferred-taint": busy}
+
+    preferring = make_pod("prefers", cpu="100m")
+    preferring["spec"]["tolerations"].append({"key": "example.com/spot", "operator": "Exists"})
+    preferring["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                        "values": [idle]}]}}]}}
+    core.create_namespaced_pod("default", preferring)
+    assert stepped.reconcile().bound == {"default/prefers": idle}
+
+
+def test_init_containers_and_overhead_count_as_kube_scheduler_counts_them(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    stepped.add_instance(make_instance("i-0aaa", gpus=2), timedelta(0))
+    stepped.reconcile()
+    pod = make_pod("init-heavy", gpus=1)
+    pod["spec"]["initContainers"] = [{"name": "warmup", "image": "warmup:1",
+                                      "resources": {"limits": {"nvidia.com/gpu": "3"}}}]
+    core.create_namespaced_pod("default", pod)
+    result = stepped.reconcile()
+    assert "Insufficient nvidia.com/gpu" in result.unschedulable["default/init-heavy"]

@@ -1,36 +1,40 @@
-"""A minimal kube-scheduler: bind pending pods to nodes that fit them, mark the rest Unschedulable.
+"""The scheduler: kube-scheduler's default profile, written from its documentation, not from the packer.
 
-Filters as kube-scheduler's default plugins do, with the domain's own rules (no second copy of fit logic):
-resources (`effective_requests` plus one `pods` slot, `fit.fits` against allocatable less the pods already
-bound), `spec.unschedulable` (unless the pod tolerates `node.kubernetes.io/unschedulable`), taints
-(`tolerates_all`), `nodeSelector`, and required node affinity (`NodeSelectorTerm`, plus `matchFields` on
-`metadata.name`). Among the nodes that fit, the fullest is chosen (bin-packing, as GPU clusters configure
-MostAllocated), ties broken by name, so placement is deterministic.
+kubernetes.io, "Scheduling Framework", "Scheduler Configuration" (default plugins) and "Resource Bin
+Packing"; the pod request rules from "Resource Management for Pods", "Init Containers" and "Pod Overhead":
+
+- Queue (PrioritySort): higher `spec.priority` first, then older pods.
+- Filter: NodeUnschedulable (a cordoned node, unless the pod tolerates `node.kubernetes.io/unschedulable`),
+  TaintToleration (every NoSchedule/NoExecute taint tolerated), NodeAffinity (`nodeSelector` and the
+  required node affinity terms: terms ORed, expressions ANDed, `matchFields` on `metadata.name`), and
+  NodeResourcesFit (the pod's requests plus one pod slot within allocatable less the requests of the pods
+  already bound; a resource the node does not have is zero).
+- Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
+  `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
+  default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
+  proportion), TaintToleration (weight 3: fewer untolerated PreferNoSchedule taints), NodeAffinity (weight 2:
+  the weights of the matching preferred terms). kube-scheduler breaks ties at random; here the node name does,
+  so placement is reproducible.
+- A pod's request is, per resource, the larger of its app containers' sum (plus restartable "sidecar" init
+  containers) and any single init container's request (plus the sidecars started before it), plus
+  `spec.overhead`; a container's request defaults to its limit.
 
 A pod that fits nowhere gets `PodScheduled=False, reason Unschedulable` and kube-scheduler's message
 (`0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint {…}.`), written
 only when it changes so a pending pod's resourceVersion stays put. Pods with scheduling gates get
 `SchedulingGated`. Gangs of the coscheduling plugin (label `scheduling.x-k8s.io/pod-group` with a PodGroup)
-are placed after the other pods of a pass, and bind together once `minMember` of them fit, or not at all.
-Each pass finds the nodes a set of constraints admits once, then only checks room, so a pass over 1,000
-pending pods and 125 nodes takes a fraction of a second.
+wait at the Permit stage: they bind together once `minMember` of them fit, or not at all.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from gpu_autoscaler.domain.packing.fit import fits
 from gpu_autoscaler.emulator.kube_objects import NODES, PODGROUPS, PODS, ApiError, format_time
-from gpu_autoscaler.models.pod_spec import effective_requests, required_node_affinity
-from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
-from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, Resources
-from gpu_autoscaler.models.resources import PODS as POD_SLOTS
-from gpu_autoscaler.models.taints import Taint, Toleration, tolerates_all
+from gpu_autoscaler.models.resources import Resources
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -38,10 +42,14 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 
-__all__ = ["COSCHEDULING_LABEL", "ScheduleResult", "Scheduler"]
+__all__ = ["COSCHEDULING_LABEL", "ScheduleResult", "Scheduler", "pod_requests"]
 
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
-UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule")
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+POD_SLOTS = "pods"
+SCORED = ("cpu", "memory")
+"""NodeResourcesFit's and BalancedAllocation's default resources (equal weights)."""
+WEIGHTS = {"fit": 1, "balanced": 1, "taints": 3, "affinity": 2}
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -53,77 +61,211 @@ class ScheduleResult:
     """Pod → the message it was marked Unschedulable with."""
 
 
+# What a pod asks for
+
+
+def _container_requests(container: Mapping[str, Any]) -> Resources:
+    resources = container.get("resources") or {}
+    return Resources.from_quantities({**(resources.get("limits") or {}), **(resources.get("requests") or {})})
+
+
+def _max(a: Resources, b: Resources) -> Resources:
+    return Resources({k: max(a.get(k, 0), b.get(k, 0)) for k in set(a) | set(b)})
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """What NodeResourcesFit counts for the pod (without its pod slot)."""
+    spec = pod.get("spec") or {}
+    sidecars = Resources()
+    init_peak = Resources()
+    for container in spec.get("initContainers") or ():
+        if container.get("restartPolicy") == "Always":
+            sidecars = sidecars + _container_requests(container)
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, sidecars + _container_requests(container))
+    app = Resources()
+    for container in spec.get("containers") or ():
+        app = app + _container_requests(container)
+    return _max(app + sidecars, init_peak) + Resources.from_quantities(spec.get("overhead") or {})
+
+
+# Matching
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """core/v1 Toleration semantics: an empty key with Exists matches every key; an empty effect every effect."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(toleration.get("key")) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _tolerated(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    return any(_tolerates(t, taint) for t in tolerations)
+
+
+def _expression(expression: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key", ""), expression.get("operator", "")
+    wanted = [str(v) for v in expression.get("values") or ()]
+    present = key in values
+    if operator == "In":
+        return present and values[key] in wanted
+    if operator == "NotIn":
+        return not present or values[key] not in wanted
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            have, bound = int(values[key]), int(wanted[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _term(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    """A NodeSelectorTerm: an empty term matches nothing; its expressions (labels and fields) are ANDed."""
+    expressions = term.get("matchExpressions") or ()
+    fields = term.get("matchFields") or ()
+    if not expressions and not fields:
+        return False
+    return all(_expression(e, labels) for e in expressions) and all(
+        _expression(f, {"metadata.name": name}) for f in fields)
+
+
 @dataclass
 class _Node:
     name: str
     labels: dict[str, str]
-    taints: tuple[Taint, ...]
+    taints: list[dict[str, Any]]
     unschedulable: bool
     allocatable: Resources
     used: Resources
-    free: Resources = field(init=False)
-    room: dict[str, int] = field(init=False)
-    """`free` as a plain dict: the fit test runs nodes × pods times a pass, and a dict is read fastest."""
+
+
+@dataclass
+class _Pod:
+    raw: dict[str, Any]
+    requests: Resources
+    need: dict[str, int] = field(init=False)
+    """The requests and the pod's slot, as NodeResourcesFit checks them."""
 
     def __post_init__(self) -> None:
-        self.set_used(self.used)
-
-    def set_used(self, used: Resources) -> None:
-        self.used = used
-        self.free = self.allocatable - used
-        self.room = self.free.as_dict()
-
-
-@dataclass(frozen=True)
-class _Pod:
-    namespace: str
-    name: str
-    requests: Resources
-    need: dict[str, int]
-    node_selector: dict[str, str]
-    terms: tuple[tuple[NodeSelectorTerm, tuple[Requirement, ...]], ...]
-    tolerations: tuple[Toleration, ...]
-    invalid: str | None = None
+        self.need = (self.requests + {POD_SLOTS: 1}).as_dict()
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return f"{self.raw['metadata']['namespace']}/{self.raw['metadata']['name']}"
 
     @property
-    def constraints(self) -> tuple[object, ...]:
-        """What decides which nodes may take the pod regardless of room: pods sharing it share the answer."""
-        return (tuple(sorted(self.node_selector.items())), self.terms, self.tolerations, self.invalid)
+    def spec(self) -> dict[str, Any]:
+        return self.raw.get("spec") or {}
+
+    def node_affinity(self) -> dict[str, Any]:
+        return (self.spec.get("affinity") or {}).get("nodeAffinity") or {}
+
+    def constraints(self) -> str:
+        """What the filters other than NodeResourcesFit look at: pods sharing it share the answer."""
+        spec = self.spec
+        return repr((spec.get("nodeSelector"), self.node_affinity().get(
+            "requiredDuringSchedulingIgnoredDuringExecution"), spec.get("tolerations")))
 
 
-class _Pass:
-    """One scheduling pass: the nodes with their room, and per pod constraints the nodes that admit them."""
+def _refuse(pod: _Pod, node: _Node) -> str | None:
+    """Why a filter other than NodeResourcesFit rejects the node (kube-scheduler's wording), or None."""
+    tolerations = pod.spec.get("tolerations") or ()
+    if node.unschedulable and not _tolerated(tolerations, UNSCHEDULABLE_TAINT):
+        return "node(s) were unschedulable"
+    for taint in node.taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(tolerations, taint):
+            return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+    selector = pod.spec.get("nodeSelector") or {}
+    required = (pod.node_affinity().get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms")
+    if any(node.labels.get(k) != v for k, v in selector.items()) or (
+            required is not None and not any(_term(t, node.labels, node.name) for t in required)):
+        return "node(s) didn't match Pod's node affinity/selector"
+    return None
+
+
+def _shortfall(pod: _Pod, node: _Node) -> str | None:
+    allocatable, used = node.allocatable, node.used
+    short = sorted(r for r, v in pod.need.items() if v and v > allocatable.get(r, 0) - used.get(r, 0))
+    if not short:
+        return None
+    return ", ".join("Too many pods" if r == POD_SLOTS else f"Insufficient {r}" for r in short)
+
+
+def _raw_scores(pod: _Pod, node: _Node) -> dict[str, float]:
+    after = node.used + pod.requests
+    fractions = []
+    least = 0.0
+    for resource in SCORED:
+        total = node.allocatable.get(resource, 0)
+        fraction = after.get(resource, 0) / total if total else 1.0
+        fractions.append(min(fraction, 1.0))
+        least += (1 - min(fraction, 1.0)) * 100
+    mean = sum(fractions) / len(fractions)
+    std = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+    tolerations = pod.spec.get("tolerations") or ()
+    prefer_no = sum(1 for t in node.taints if t.get("effect") == "PreferNoSchedule" and not _tolerated(tolerations, t))
+    preferred = pod.node_affinity().get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    affinity = sum(int(p.get("weight", 0)) for p in preferred
+                   if _term(p.get("preference") or {}, node.labels, node.name))
+    return {"fit": least / len(SCORED), "balanced": (1 - std) * 100, "taints": float(prefer_no),
+            "affinity": float(affinity)}
+
+
+def _choose(pod: _Pod, nodes: list[_Node]) -> _Node:
+    """Score the feasible nodes; TaintToleration and NodeAffinity normalize over them (default reverse/plain)."""
+    raw = [(node, _raw_scores(pod, node)) for node in nodes]
+    most_taints = max(s["taints"] for _, s in raw)
+    most_affinity = max(s["affinity"] for _, s in raw)
+    best: tuple[float, str] | None = None
+    chosen = nodes[0]
+    for node, scores in raw:
+        taints = 100.0 if most_taints == 0 else (1 - scores["taints"] / most_taints) * 100
+        affinity = 0.0 if most_affinity == 0 else scores["affinity"] / most_affinity * 100
+        total = (WEIGHTS["fit"] * scores["fit"] + WEIGHTS["balanced"] * scores["balanced"]
+                 + WEIGHTS["taints"] * taints + WEIGHTS["affinity"] * affinity)
+        rank = (-total, node.name)
+        if best is None or rank < best:
+            best, chosen = rank, node
+    return chosen
+
+
+class _Cycle:
+    """One pass: the nodes with what is bound to them, and the filter answers per pod constraints."""
 
     def __init__(self, nodes: list[_Node]) -> None:
         self.nodes = nodes
-        self._admitted: dict[tuple[object, ...], tuple[list[_Node], Counter[str]]] = {}
+        self._filtered: dict[str, tuple[list[_Node], Counter[str]]] = {}
 
     def place(self, pod: _Pod) -> tuple[_Node | None, str]:
-        """The fullest node with room for the pod (its room is taken), or None and kube-scheduler's message."""
-        candidates, refusals = self._admitting(pod)
-        best: _Node | None = None
-        best_score: tuple[int, int, int, str] | None = None
-        for node in candidates:
-            room = node.room
-            if fits(pod.need, room):
-                score = (room.get(GPU, 0), room.get(CPU, 0), room.get(MEMORY, 0), node.name)
-                if best_score is None or score < best_score:
-                    best, best_score = node, score
-        if best is not None:
-            best.set_used(best.used + pod.requests)
-            return best, ""
+        candidates, refusals = self._filter(pod)
         reasons = Counter(refusals)
+        feasible = []
         for node in candidates:
-            reasons[_shortfall(pod, node.free)] += 1
-        return None, _message(reasons, len(self.nodes))
+            short = _shortfall(pod, node)
+            if short is None:
+                feasible.append(node)
+            else:
+                reasons[short] += 1
+        if not feasible:
+            return None, _message(reasons, len(self.nodes))
+        node = _choose(pod, feasible)
+        node.used = node.used + pod.need
+        return node, ""
 
-    def _admitting(self, pod: _Pod) -> tuple[list[_Node], Counter[str]]:
-        key = pod.constraints
-        found = self._admitted.get(key)
+    def _filter(self, pod: _Pod) -> tuple[list[_Node], Counter[str]]:
+        key = pod.constraints()
+        found = self._filtered.get(key)
         if found is None:
             candidates: list[_Node] = []
             refusals: Counter[str] = Counter()
@@ -133,8 +275,20 @@ class _Pass:
                     candidates.append(node)
                 else:
                     refusals[reason] += 1
-            found = self._admitted[key] = (candidates, refusals)
+            found = self._filtered[key] = (candidates, refusals)
         return found
+
+
+def _message(reasons: Counter[str], total: int) -> str:
+    if total == 0:
+        return "no nodes available to schedule pods"
+    counted: Counter[str] = Counter()
+    for reason, count in reasons.items():
+        for part in reason.split(", "):
+            counted[part] += count
+    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(counted.items()))
+    return (f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes are available: "
+            f"{total} Preemption is not helpful for scheduling.")
 
 
 class Scheduler:
@@ -142,15 +296,15 @@ class Scheduler:
         self._api = api
         self._clock = clock
         self._names = frozenset(scheduler_names)
-        self._bound_requests: dict[str, tuple[str, Resources]] = {}
-        """uid → (resourceVersion, requests) of bound pods: every pass sums them, few of them change."""
+        self._requests: dict[str, tuple[str, Resources]] = {}
+        """uid → (resourceVersion, requests): every pass sums the bound pods, few of them change."""
 
     def schedule(self) -> ScheduleResult:
         """One scheduling pass over every pending pod, atomic with respect to other API writes."""
         store = self._api.store
         result = ScheduleResult()
         with store.lock:
-            scheduling = _Pass(self._nodes())
+            cycle = _Cycle(self._nodes())
             pending = sorted(
                 (p for p in store.objects(PODS) if self._pending(p)),
                 key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
@@ -166,18 +320,18 @@ class Scheduler:
                 if group and store.find(PODGROUPS, raw["metadata"]["namespace"], group) is not None:
                     gangs.setdefault((raw["metadata"]["namespace"], group), []).append(raw)
                     continue
-                node, message = scheduling.place(_parse(raw))
+                node, message = cycle.place(self._pod(raw))
                 if node is None:
                     self._mark(raw, "Unschedulable", message, result)
                 else:
                     self._bind(raw, node, result)
             for (namespace, group), members in gangs.items():
-                self._schedule_gang(namespace, group, members, scheduling, result)
+                self._schedule_gang(namespace, group, members, cycle, result)
         return result
 
-    # Gangs
+    # Gangs (the coscheduling plugin's Permit stage)
 
-    def _schedule_gang(self, namespace: str, group: str, members: list[dict[str, Any]], scheduling: _Pass,
+    def _schedule_gang(self, namespace: str, group: str, members: list[dict[str, Any]], cycle: _Cycle,
                        result: ScheduleResult) -> None:
         store = self._api.store
         spec = (store.get(PODGROUPS, namespace, group).get("spec") or {})
@@ -189,11 +343,11 @@ class Scheduler:
             and (p.get("spec") or {}).get("nodeName")
             and (p.get("status") or {}).get("phase") not in _TERMINAL
         )
-        saved = [(n, n.used) for n in scheduling.nodes]
+        saved = [(n, n.used) for n in cycle.nodes]
         placed: list[tuple[dict[str, Any], _Node]] = []
         last_message = ""
         for raw in members:
-            node, message = scheduling.place(_parse(raw))
+            node, message = cycle.place(self._pod(raw))
             if node is None:
                 last_message = message
             else:
@@ -206,7 +360,7 @@ class Scheduler:
                     self._mark(raw, "Unschedulable", last_message, result)
             return
         for node, used in saved:
-            node.set_used(used)
+            node.used = used
         message = (f"{last_message} pod group {group} needs {min_member} pods, and only "
                    f"{running + len(placed)} can be scheduled.").strip()
         for raw in members:
@@ -223,36 +377,39 @@ class Scheduler:
             and spec.get("schedulerName", "default-scheduler") in self._names
         )
 
+    def _pod(self, raw: dict[str, Any]) -> _Pod:
+        return _Pod(raw, self._requests_of(raw))
+
     def _nodes(self) -> list[_Node]:
         store = self._api.store
         used: dict[str, Resources] = {}
         for pod in store.objects(PODS):
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and (pod.get("status") or {}).get("phase") not in _TERMINAL:
-                used[node_name] = used.get(node_name, Resources()) + self._requests_of(pod)
+                used[node_name] = used.get(node_name, Resources()) + self._requests_of(pod) + {POD_SLOTS: 1}
         out = []
         for node in store.objects(NODES):
             name = node["metadata"]["name"]
             spec = node.get("spec") or {}
             out.append(_Node(
-                name=name,
-                labels=dict(node["metadata"].get("labels") or {}),
-                taints=tuple(_taint(t) for t in spec.get("taints") or ()),
-                unschedulable=bool(spec.get("unschedulable")),
-                allocatable=_allocatable(node),
-                used=used.get(name, Resources()),
+                name=name, labels=dict(node["metadata"].get("labels") or {}),
+                taints=[dict(t) for t in spec.get("taints") or ()], unschedulable=bool(spec.get("unschedulable")),
+                allocatable=_allocatable(node), used=used.get(name, Resources()),
             ))
         return sorted(out, key=lambda n: n.name)
 
     def _requests_of(self, pod: Mapping[str, Any]) -> Resources:
         metadata = pod["metadata"]
-        cached = self._bound_requests.get(metadata["uid"])
+        cached = self._requests.get(metadata["uid"])
         if cached is not None and cached[0] == metadata.get("resourceVersion"):
             return cached[1]
-        if len(self._bound_requests) > 50_000:
-            self._bound_requests.clear()
-        requests = _requests(pod)
-        self._bound_requests[metadata["uid"]] = (metadata.get("resourceVersion", ""), requests)
+        if len(self._requests) > 50_000:
+            self._requests.clear()
+        try:
+            requests = pod_requests(pod)
+        except ValueError:
+            requests = Resources({"cpu": 10**12})  # an unparseable request fits nowhere, as validation would refuse
+        self._requests[metadata["uid"]] = (metadata.get("resourceVersion", ""), requests)
         return requests
 
     # Writing
@@ -286,79 +443,12 @@ class Scheduler:
         self._api.store.update(PODS, namespace, name, lambda pod: _set_condition(pod, condition))
 
 
-def _requests(pod: Mapping[str, Any]) -> Resources:
-    return Resources.from_quantities(effective_requests(pod.get("spec") or {})) + {POD_SLOTS: 1}
-
-
 def _allocatable(node: Mapping[str, Any]) -> Resources:
     status = node.get("status") or {}
     try:
         return Resources.from_quantities(status.get("allocatable") or status.get("capacity") or {})
     except ValueError:
         return Resources()
-
-
-def _taint(raw: Mapping[str, Any]) -> Taint:
-    return Taint(key=raw.get("key", ""), value=raw.get("value") or "", effect=raw.get("effect", "NoSchedule"))
-
-
-def _parse(raw: Mapping[str, Any]) -> _Pod:
-    """The pod's placement constraints in the domain's models; a malformed pod is kept, marked invalid."""
-    metadata = raw["metadata"]
-    spec = raw.get("spec") or {}
-    try:
-        terms = tuple(
-            (NodeSelectorTerm.model_validate(term),
-             tuple(Requirement.model_validate(f) for f in term.get("matchFields") or ()))
-            for term in required_node_affinity(spec)
-        )
-        tolerations = tuple(Toleration.model_validate(t) for t in spec.get("tolerations") or ())
-        requests = _requests(raw)
-    except (ValidationError, ValueError) as error:
-        return _Pod(metadata["namespace"], metadata["name"], Resources(), {}, {}, (), (), invalid=str(error))
-    return _Pod(metadata["namespace"], metadata["name"], requests, requests.as_dict(),
-                dict(spec.get("nodeSelector") or {}), terms, tolerations)
-
-
-def _refuse(pod: _Pod, node: _Node) -> str | None:
-    """Why the node can never take the pod, whatever its room (kube-scheduler's wording), or None."""
-    if pod.invalid is not None:
-        return "node(s) could not evaluate the pod's spec"
-    if node.unschedulable and not tolerates_all(pod.tolerations, (UNSCHEDULABLE_TAINT,)):
-        return "node(s) were unschedulable"
-    untolerated = [t for t in node.taints if t.effect != "PreferNoSchedule"
-                   and not tolerates_all(pod.tolerations, (t,))]
-    if untolerated:
-        taint = untolerated[0]
-        return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()) or not _affinity(pod, node):
-        return "node(s) didn't match Pod's node affinity/selector"
-    return None
-
-
-def _shortfall(pod: _Pod, free: Resources) -> str:
-    short = sorted(pod.requests.shortfall(free))
-    return ", ".join("Too many pods" if r == POD_SLOTS else f"Insufficient {r}" for r in short)
-
-
-def _affinity(pod: _Pod, node: _Node) -> bool:
-    """Terms are ORed; within one, expressions on labels and fields (metadata.name) are ANDed."""
-    if not pod.terms:
-        return True
-    fields = {"metadata.name": node.name}
-    return any(term.matches(node.labels) and all(r.matches(fields) for r in by_field) for term, by_field in pod.terms)
-
-
-def _message(reasons: Counter[str], total: int) -> str:
-    if total == 0:
-        return "no nodes available to schedule pods"
-    counted: Counter[str] = Counter()
-    for reason, count in reasons.items():
-        for part in reason.split(", "):
-            counted[part] += count
-    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(counted.items()))
-    return (f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes are available: "
-            f"{total} Preemption is not helpful for scheduling.")
 
 
 def _set_condition(pod: dict[str, Any], condition: dict[str, Any]) -> dict[str, Any]:
