@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -53,8 +54,8 @@ def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
 
     core.create_namespaced_pod("default", make_pod("web-2", labels={"app": "web"}))  # a replacement comes up
     _running(core, "web-2")
-    assert cluster.evict(_pod(cluster, "web-0")).evicted
-    assert sorted(p.name for p in cluster.list_pods()) == ["web-1", "web-2"]
+    assert cluster.evict(_pod(cluster, "web-0")).evicted  # terminating; gone once its kubelet has stopped it
+    wait_for(lambda: sorted(p.name for p in cluster.list_pods()) == ["web-1", "web-2"], what="web-0 gone")
     assert cluster.evict(_pod(cluster, "web-1")).blocked  # the budget is spent again
     wait_for(lambda: client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "default").status
              .disruptions_allowed == 0, what="budget status")
@@ -134,3 +135,44 @@ def test_delete_node_removes_it_and_its_pods(core: client.CoreV1Api, kube: Local
     cluster.delete_node(name)
     cluster.delete_node(name)  # already gone: not an error
     assert cluster.list_nodes() == [] and cluster.list_pods() == []
+
+
+def test_pods_are_deleted_gracefully_and_finalizers_hold_pods_and_nodes(
+    core: client.CoreV1Api, kube: LocalKubernetes,
+) -> None:
+    kube.kubelets.container_stop_time = timedelta(seconds=30)  # containers that take their time to exit
+    instance = make_instance(gpus=4)
+    kube.add_instance(instance)
+    core.create_namespaced_pod("default", make_pod("slow"))
+    core.create_namespaced_pod("default", {**make_pod("held"), "metadata": {
+        "name": "held", "finalizers": ["example.com/keep"]}})
+    _running(core, "slow", "held")
+
+    core.delete_namespaced_pod("slow", "default", grace_period_seconds=20)
+    terminating = core.read_namespaced_pod("slow", "default")
+    assert terminating.metadata.deletion_timestamp is not None
+    assert terminating.metadata.deletion_grace_period_seconds == 20
+    core.delete_namespaced_pod("slow", "default", grace_period_seconds=60)  # a longer grace never extends it
+    assert core.read_namespaced_pod("slow", "default").metadata.deletion_grace_period_seconds == 20
+    core.delete_namespaced_pod("slow", "default", grace_period_seconds=0)  # forced: gone at once
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_pod("slow", "default")
+    assert missing.value.status == 404
+
+    core.delete_namespaced_pod("held", "default", grace_period_seconds=0)
+    assert core.read_namespaced_pod("held", "default").metadata.deletion_timestamp is not None
+    core.patch_namespaced_pod("held", "default", {"metadata": {"finalizers": None}})
+    wait_for(lambda: not any(p.metadata.name == "held" for p in core.list_namespaced_pod("default").items),
+             what="held gone once its finalizer is removed")
+
+    core.patch_node(instance.name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    core.delete_node(instance.name)
+    assert core.read_node(instance.name).metadata.deletion_timestamp is not None
+    core.patch_node(instance.name, {"metadata": {"finalizers": None}})
+    wait_for(lambda: not core.list_node().items, what="node gone once its finalizer is removed")
+
+
+def test_an_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
+    core.create_namespaced_pod("default", make_pod("nowhere", gpus=64))
+    core.delete_namespaced_pod("nowhere", "default")
+    assert core.list_namespaced_pod("default").items == []

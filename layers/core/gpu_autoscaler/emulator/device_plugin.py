@@ -289,7 +289,9 @@ class NvidiaDevicePlugin:
                 names.add(f"{gpu.name.lower()}.{nominal[1]}gb")
             profile = next((p for g, p in settings.mig_profiles.items() if g in names), None)
             layout = mig_layout(gpu, f"all-{profile.replace('+', '.')}") if profile else None
-        replicas: dict[str, tuple[int, str | None]] = {GPU: (settings.replicas, None)} if settings.sharing_strategy == "time-slicing" else {}
+        replicas: dict[str, tuple[int, str | None]] = {}
+        if settings.sharing_strategy == "time-slicing":
+            replicas[GPU] = (settings.replicas, None)
         return DevicePluginConfig(mig_strategy="single", rename_by_default=settings.rename_by_default,
                                   fail_requests_greater_than_one=settings.fail_requests_greater_than_one,
                                   replicas=replicas), layout

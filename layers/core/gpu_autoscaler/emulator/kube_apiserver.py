@@ -6,8 +6,14 @@ subresource (the main resource keeps status, `/status` keeps everything else), o
 through ownerReferences (and of the pods bound to a deleted node, as the pod GC does), the pods' `binding`
 and `eviction` subresources (PodDisruptionBudgets), and the PDB status the disruption controller keeps.
 
-What is not: admission beyond that, validation beyond what a client would trip over, graceful deletion —
-a deleted or evicted pod is gone at once, as if its grace period had already run out.
+Deletion is graceful, as kubernetes.io "Termination of Pods" and "Finalizers" describe: an object with
+finalizers only gets `metadata.deletionTimestamp` and stays until the last finalizer is removed; a pod bound to
+a node (and not finished) gets `deletionTimestamp` = now + its grace period (`DeleteOptions.gracePeriodSeconds`,
+else `spec.terminationGracePeriodSeconds`) and `deletionGracePeriodSeconds`, and stays until its kubelet has
+stopped it and deletes it for good (`gracePeriodSeconds=0`, as `kubectl delete --force` does); a second delete
+may only shorten the grace period. An unscheduled or finished pod goes at once. Evictions delete the same way.
+
+What is not: admission beyond that, validation beyond what a client would trip over.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from __future__ import annotations
 import copy
 import secrets
 import string
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator import disruption
-from gpu_autoscaler.emulator.kube_objects import NAMESPACES, NODES, PDBS, PODS, ApiError, status_body
+from gpu_autoscaler.emulator.kube_objects import NAMESPACES, NODES, PDBS, PODS, ApiError, format_time, status_body
 from gpu_autoscaler.emulator.kube_patch import apply_patch
 
 if TYPE_CHECKING:
@@ -78,9 +85,12 @@ class ApiServer:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
         wanted = copy.deepcopy(dict(body))
         version = (wanted.get("metadata") or {}).get("resourceVersion")
-        return self.store.update(resource, namespace, name, lambda current: self._merge(resource, current, wanted,
-                                                                                         subresource),
-                                 expect_version=version or None)
+        with self.store.lock:
+            updated = self.store.update(resource, namespace, name,
+                                        lambda current: self._merge(resource, current, wanted, subresource),
+                                        expect_version=version or None)
+            self._finish_deletion(resource, updated)
+        return updated
 
     def patch(self, resource: ResourceType, namespace: str, name: str, patch: Any, content_type: str,
               subresource: str | None = None) -> dict[str, Any]:
@@ -92,18 +102,79 @@ class ApiServer:
                                         "to the latest version and try again")
             return self._merge(resource, current, patched, subresource)
 
-        return self.store.update(resource, namespace, name, change)
+        with self.store.lock:
+            updated = self.store.update(resource, namespace, name, change)
+            self._finish_deletion(resource, updated)
+        return updated
 
     def delete(self, resource: ResourceType, namespace: str, name: str,
                options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        preconditions = (options or {}).get("preconditions") or {}
+        options = options or {}
+        preconditions = options.get("preconditions") or {}
         with self.store.lock:
-            gone = self.store.delete(resource, namespace, name, expect_uid=preconditions.get("uid"),
-                                     expect_version=preconditions.get("resourceVersion"))
-            self._collect(gone["metadata"]["uid"])
-            if resource is NODES:
-                self._collect_pods_of(name)
+            current = self.store.get(resource, namespace, name)
+            metadata = current["metadata"]
+            if preconditions.get("uid") and preconditions["uid"] != metadata.get("uid"):
+                raise ApiError.conflict(resource, name, f"Precondition failed: UID in precondition: "
+                                        f"{preconditions['uid']}, UID in object meta: {metadata.get('uid')}")
+            if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != metadata.get(
+                    "resourceVersion"):
+                raise ApiError.conflict(resource, name, "Precondition failed: resourceVersion in precondition: "
+                                        f"{preconditions['resourceVersion']}, resourceVersion in object meta: "
+                                        f"{metadata.get('resourceVersion')}")
+            grace = self._grace_period(resource, current, options)
+            if grace > 0 or metadata.get("finalizers"):
+                return self._mark_deleted(resource, namespace, name, grace)
+            return self._remove(resource, namespace, name)
+
+    def _grace_period(self, resource: ResourceType, obj: Mapping[str, Any], options: Mapping[str, Any]) -> int:
+        """Seconds the object may take to go: only pods bound to a node and still running have any."""
+        if resource is not PODS:
+            return 0
+        spec = obj.get("spec") or {}
+        if not spec.get("nodeName") or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        wanted = options.get("gracePeriodSeconds")
+        try:
+            grace = int(wanted) if wanted is not None else int(spec.get("terminationGracePeriodSeconds", 30))
+        except (TypeError, ValueError):
+            raise ApiError.bad_request(f"gracePeriodSeconds: invalid value {wanted!r}") from None
+        current = obj["metadata"].get("deletionGracePeriodSeconds")
+        return min(max(grace, 0), current) if current is not None else max(grace, 0)
+
+    def _mark_deleted(self, resource: ResourceType, namespace: str, name: str, grace: int) -> dict[str, Any]:
+        """Start a graceful deletion, or shorten one: the object stays, terminating."""
+        now = self.store.clock.now()
+
+        def change(obj: dict[str, Any]) -> dict[str, Any]:
+            metadata = obj["metadata"]
+            if metadata.get("deletionTimestamp") and metadata.get("deletionGracePeriodSeconds", 0) <= grace:
+                return obj
+            metadata["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
+            metadata["deletionGracePeriodSeconds"] = grace
+            return obj
+
+        updated = self.store.update(resource, namespace, name, change)
+        if grace == 0 and not updated["metadata"].get("finalizers"):
+            return self._remove(resource, namespace, name)
+        return updated
+
+    def _remove(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        gone = self.store.delete(resource, namespace, name)
+        self._collect(gone["metadata"]["uid"])
+        if resource is NODES:
+            self._collect_pods_of(name)
         return gone
+
+    def _finish_deletion(self, resource: ResourceType, obj: dict[str, Any]) -> None:
+        """A terminating object whose last finalizer went, and whose grace period is over, is removed."""
+        metadata = obj["metadata"]
+        if not metadata.get("deletionTimestamp") or metadata.get("finalizers"):
+            return
+        if resource is PODS and metadata.get("deletionGracePeriodSeconds", 0) > 0 and (
+                (obj.get("spec") or {}).get("nodeName")):
+            return  # the kubelet ends it
+        self._remove(resource, metadata.get("namespace", ""), metadata["name"])
 
     def delete_collection(self, resource: ResourceType, namespace: str | None, selector: Selector | None,
                           ) -> list[dict[str, Any]]:
@@ -129,12 +200,12 @@ class ApiServer:
                     raise
 
     def _collect_pods_of(self, node_name: str) -> None:
-        """The pod garbage collector's part: pods bound to a deleted node are deleted with it."""
-        for pod in self.store.objects(PODS):
+        """The pod garbage collector's part: pods bound to a deleted node are force-deleted (their finalizers
+        still hold them)."""
+        for pod in list(self.store.objects(PODS)):
             if (pod.get("spec") or {}).get("nodeName") == node_name:
                 metadata = pod["metadata"]
-                self.store.delete(PODS, metadata["namespace"], metadata["name"])
-                self._collect(metadata["uid"])
+                self._mark_deleted(PODS, metadata["namespace"], metadata["name"], 0)
 
     # Pods' subresources
 

@@ -253,6 +253,8 @@ class _Handler(BaseHTTPRequestHandler):
             options = dict(body or {})
             if "propagationPolicy" in query:
                 options.setdefault("propagationPolicy", query["propagationPolicy"])
+            if "gracePeriodSeconds" in query:
+                options.setdefault("gracePeriodSeconds", query["gracePeriodSeconds"])
             self._send_json(200, api.delete(resource, namespace, name, options))
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")

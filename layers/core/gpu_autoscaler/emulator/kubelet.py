@@ -28,7 +28,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +45,6 @@ from gpu_autoscaler.models.taints import Taint
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
@@ -228,10 +227,14 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 class Kubelets:
     """The kubelets of every simulated instance. Thread-safe; `reconcile` does the work when called."""
 
-    def __init__(self, api: ApiServer, clock: Clock, boot_delay: timedelta = timedelta(0)) -> None:
+    def __init__(self, api: ApiServer, clock: Clock, boot_delay: timedelta = timedelta(0),
+                 container_stop_time: timedelta = timedelta(0)) -> None:
+        """`container_stop_time`: how long a pod's containers take to exit after SIGTERM (capped by its grace
+        period); zero — they exit at once — unless a test wants to watch pods terminating."""
         self._api = api
         self._clock = clock
         self.boot_delay = boot_delay
+        self.container_stop_time = container_stop_time
         self._lock = threading.Lock()
         self._booting: dict[str, tuple[SimulatedInstance, datetime]] = {}
         self._joined: dict[str, SimulatedInstance] = {}
@@ -289,6 +292,32 @@ class Kubelets:
     def reconcile(self) -> None:
         self.register_due()
         self.start_pods()
+        self.stop_pods()
+
+    def stop_pods(self) -> int:
+        """End every terminating pod on a Ready node whose containers have exited (its grace period at most):
+        the kubelet then deletes it for good (`gracePeriodSeconds=0`). Returns how many it ended."""
+        store = self._api.store
+        now = self._clock.now()
+        with store.lock:
+            ready = {n["metadata"]["name"] for n in store.objects(NODES) if node_ready(n)}
+            done = []
+            for pod in store.objects(PODS):
+                metadata = pod["metadata"]
+                if not metadata.get("deletionTimestamp") or (pod.get("spec") or {}).get("nodeName") not in ready:
+                    continue
+                grace = timedelta(seconds=int(metadata.get("deletionGracePeriodSeconds") or 0))
+                requested = _parse_time(metadata["deletionTimestamp"]) - grace
+                if now >= requested + min(grace, self.container_stop_time) and (
+                        metadata.get("deletionGracePeriodSeconds") or 0) > 0:
+                    done.append((metadata["namespace"], metadata["name"]))
+        for namespace, name in done:
+            try:
+                self._api.delete(PODS, namespace, name, {"gracePeriodSeconds": 0})
+            except ApiError as error:
+                if error.code != 404:
+                    raise
+        return len(done)
 
     def register_due(self) -> list[str]:
         """Register every instance whose boot delay has passed; returns the node names registered."""
@@ -334,6 +363,10 @@ class Kubelets:
         except ApiError as error:
             if error.code != 404:
                 raise
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _replace_status(node: dict[str, Any]) -> dict[str, Any]:

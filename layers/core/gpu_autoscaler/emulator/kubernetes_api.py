@@ -227,6 +227,7 @@ class LocalKubernetes:
             self.daemonsets.reconcile()
             result = self.scheduler.schedule()
             self.kubelets.start_pods()
+            self.kubelets.stop_pods()
             self.api.refresh_budgets()
             return result
 
