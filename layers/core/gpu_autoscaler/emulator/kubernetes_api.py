@@ -1,10 +1,10 @@
-"""The local Kubernetes API: a real HTTP API server in-process, simulated kubelets and a minimal scheduler.
+"""The local Kubernetes API: a real HTTP API server in-process, simulated kubelets, device plugin and scheduler.
 
 No real API server runs on these machines, so tests, the emulator and the demo talk to this one through the
 real `kubernetes` client (or kubectl, via the kubeconfig it writes). It serves what capacity management
 uses, with the semantics clients depend on:
 
-- core/v1 `nodes`, `pods` (with `status`, `binding` and `eviction`), `namespaces`, `events`; apps/v1
+- core/v1 `nodes`, `pods` (with `status`, `binding` and `eviction`), `namespaces`, `events`, `configmaps`; apps/v1
   `daemonsets`; policy/v1 `poddisruptionbudgets`; scheduling.x-k8s.io/v1alpha1 `podgroups` (coscheduling);
 - get, list (label and field selectors — `spec.nodeName`, `status.phase`… — `limit`/`continue`), create,
   update, patch (JSON patch, merge patch, strategic merge patch), delete with preconditions, garbage
@@ -21,13 +21,14 @@ Use::
 
     with LocalKubernetes(boot_delay=timedelta(seconds=1)) as kube:   # starts on 127.0.0.1, a free port
         core = kubernetes.client.CoreV1Api(kube.client())
-        kube.add_instance(SimulatedInstance.from_catalog("i-0abc", instance_type, "us-east-1a", "spot", pool))
+        kube.add_instance(SimulatedInstance.from_user_data("i-0abc", machine, "us-east-1a", user_data))
         ...                                                   # the node registers after the boot delay,
         kube.remove_instance("i-0abc")                        # pods are bound by the background scheduler
 
 `kube.url`, `kube.kubeconfig_path` and `kube.token` are for other processes (kubectl, the agent). With
 `run_controllers=False` nothing happens in the background: call `reconcile()` (register due nodes, run the
-DaemonSet controller, schedule, start bound pods, refresh PDB status) when the test wants it to happen —
+device plugin and the DaemonSet controller, schedule, start bound pods, end terminating ones, refresh PDB
+status) when the test wants it to happen —
 with a `FixedClock`, boot delays pass when the clock is advanced. `restart()` drops every connection and
 listens again on the same port with the same objects, as an API server restart looks to clients.
 
