@@ -180,6 +180,8 @@ class _Observed:
     bound: dict[str, float] = field(default_factory=dict)
     """Pod name → when it was first seen bound."""
     ready_nodes: set[str] = field(default_factory=set)
+    gpu_nodes: set[str] = field(default_factory=set)
+    """Nodes whose device plugin advertised GPUs."""
     replicas: dict[str, int] = field(default_factory=dict)
     """app → replicas the stand-in Deployment controller keeps (emptied when demand ends)."""
     recreated: list[str] = field(default_factory=list)
@@ -262,9 +264,14 @@ class DemoStory:
         for name in sorted(joined):
             node = ready[name]
             labels = node["metadata"].get("labels", {})
-            gpus = node.get("status", {}).get("allocatable", {}).get(GPU, "0")
             self.record("node", f"node {name} joined Ready: {labels.get(L.INSTANCE_TYPE)} "
-                                f"{labels.get(L.CAPACITY_TYPE)}, pool {labels.get(L.NODE_POOL)}, {gpus} GPU slots")
+                                f"{labels.get(L.CAPACITY_TYPE)}, pool {labels.get(L.NODE_POOL)}")
+        for name in sorted(ready):
+            advertised = node_gpus(ready[name])
+            if advertised and name not in self._observed.gpu_nodes:
+                self._observed.gpu_nodes.add(name)
+                slots = ", ".join(f"{v} {k}" for k, v in sorted(advertised.items()))
+                self.record("node", f"node {name}: the NVIDIA device plugin advertises {slots}")
         for name in sorted(left):
             self.record("node", f"node {name} left the cluster")
         if newly_bound:
@@ -533,6 +540,12 @@ def _describe_response(invocation: Invocation) -> str:
             parts.append(f"{decision.get('reason')} → {decision.get('action')} {', '.join(decision.get('nodes', []))} "
                          f"in {decision.get('pool')} (saves {float(decision.get('savingPerHour', 0)):.2f} USD/h)")
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def node_gpus(node: dict[str, Any]) -> dict[str, str]:
+    """The GPU resources a node's device plugin advertises (`nvidia.com/gpu`, `nvidia.com/mig-…`)."""
+    return {k: v for k, v in (node.get("status", {}).get("allocatable") or {}).items()
+            if k.startswith("nvidia.com/") and v not in ("0", "")}
 
 
 def _ready(node: dict[str, Any]) -> bool:
