@@ -194,3 +194,19 @@ def test_an_instance_launched_on_ec2_joins_with_its_user_data_and_karpenters_lab
     assert labels[L.INSTANCE_GPU_NAME] == "a10g" and labels[L.INSTANCE_GPU_COUNT] == str(gpus["Count"])
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert node["status"]["capacity"]["cpu"] == "48"
+
+
+@mock_aws
+def test_without_max_pods_or_reservations_the_eks_ami_defaults_apply() -> None:
+    """nodeadm's defaults: max pods from the default network card's ENIs, kube-reserved from max pods and vCPUs."""
+    from gpu_autoscaler.emulator.machines import describe_machine
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    reservation = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)
+    machine, _ = describe_machine(ec2, reservation["Instances"][0]["InstanceId"])
+    bare = render_user_data(AL2023, node_setup(NodePool(name="gpu"), "on-demand", instance_type="p4d.24xlarge"))
+    instance = SimulatedInstance.from_user_data("i-0aaa", machine, "us-east-1a", bare)
+    assert instance.capacity["pods"] == 737
+    reserved_memory = instance.capacity["memory"] - instance.allocatable["memory"]  # type: ignore[index]
+    assert reserved_memory == (11 * 737 + 255) * 2**20 + 100 * 2**20  # kube-reserved + the eviction threshold
+    assert instance.capacity["cpu"] - instance.allocatable["cpu"] == 310  # type: ignore[index]

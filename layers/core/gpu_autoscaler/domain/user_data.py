@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.labels import kubelet_may_set
 from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.labels import kubelet_may_set
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

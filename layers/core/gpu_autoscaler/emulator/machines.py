@@ -76,6 +76,10 @@ def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any
         gpu = Gpu(name=first.get("Name", ""), manufacturer=first.get("Manufacturer", ""),
                   count=int(first.get("Count", 0)), memory_mib=int((first.get("MemoryInfo") or {}).get("SizeInMiB", 0)))
     network = info.get("NetworkInfo") or {}
+    # The VPC CNI attaches ENIs on the default network card only (eni-max-pods.txt: p4d.24xlarge is 737 pods).
+    cards = {c.get("NetworkCardIndex"): c for c in network.get("NetworkCards") or ()}
+    default_card = cards.get(network.get("DefaultNetworkCardIndex", 0)) or {}
+    enis = int(default_card.get("MaximumNetworkInterfaces") or network.get("MaximumNetworkInterfaces", 4))
     root = _root_volume_gib(ec2, described)
     machine = Machine(
         instance_type=described["InstanceType"],
@@ -84,7 +88,7 @@ def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any
         architecture=described.get("Architecture") or (info.get("ProcessorInfo") or {}).get(
             "SupportedArchitectures", ["x86_64"])[0],
         gpu=gpu,
-        max_enis=int(network.get("MaximumNetworkInterfaces", 4)),
+        max_enis=enis,
         ipv4_per_eni=int(network.get("Ipv4AddressesPerInterface", 15)),
         root_volume_gib=root,
     )
