@@ -337,6 +337,11 @@ class Config(_Model):
         for window in self.scaling_windows:
             if window.node_pool not in names:
                 raise ValueError(f"scaling window '{window.name}' names unknown node pool '{window.node_pool}'")
+        for pool in self.node_pools:
+            sharing = pool.gpu_sharing
+            if self.ami.family == "Bottlerocket" and sharing.mode == "mig" and sharing.mig_strategy != "single":
+                raise ValueError(f"node pool '{pool.name}': Bottlerocket's device plugin advertises MIG slices with "
+                                 "the single strategy (as nvidia.com/gpu); set gpuSharing.migStrategy to 'single'")
         return self
 
     def pool(self, name: str) -> NodePool:

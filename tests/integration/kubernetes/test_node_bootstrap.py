@@ -21,12 +21,13 @@ from gpu_autoscaler.config import NodePool, Overhead
 from gpu_autoscaler.domain.packing.fit import allocatable
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.emulator.device_plugin import shipped_config_map
-from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES
-from gpu_autoscaler.emulator.kubelet_user_data import BootstrapError
+from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, PODS
+from gpu_autoscaler.emulator.kubelet_user_data import BootstrapError, DevicePluginSettings
 from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes, SimulatedInstance
 from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.resources import Resources
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -119,10 +120,63 @@ def test_time_sliced_al2023_nodes_advertise_the_replicas_the_packer_planned(
 
 
 def test_bottlerocket_time_slicing_comes_from_its_settings(kube: LocalKubernetes, clock: FixedClock) -> None:
+    """Bottlerocket renames a time-sliced GPU `nvidia.com/gpu.shared` unless the settings say not to."""
     pool = NodePool.model_validate({"name": "gpu-shared", "gpuSharing": {"mode": "time-slicing", "replicas": 4}})
     node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
                                                                user_data(pool, G5_12X, BOTTLEROCKET)))
-    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "16"
+    planned = allocatable(G5_12X, pool, Overhead())
+    gpu_resources = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
+    assert gpu_resources == {"nvidia.com/gpu": str(planned["nvidia.com/gpu"])} == {"nvidia.com/gpu": "16"}
+
+
+B200 = InstanceType(name="p6-b200.48xlarge", vcpu=192, memory_mib=2097152, gpus=8, gpu_devices=8, gpu_model="B200",
+                    gpu_manufacturer="NVIDIA", gpu_memory_mib=8 * 183359, max_pods=737)
+B200_MACHINE = Machine("p6-b200.48xlarge", vcpus=192, memory_mib=2097152, gpu=Gpu("B200", "NVIDIA", 8, 183359),
+                       max_enis=15, ipv4_per_eni=50, root_volume_gib=100)
+
+
+@pytest.mark.parametrize(("instance_type", "machine", "profile", "count"), [
+    (P4DE, P4DE_MACHINE, "1g.10gb", 56),
+    (B200, B200_MACHINE, "1g.23gb", 56),
+])
+def test_bottlerocket_mig_nodes_advertise_single_strategy_slices(
+        kube: LocalKubernetes, clock: FixedClock, instance_type: InstanceType, machine: Machine, profile: str,
+        count: int) -> None:
+    """Bottlerocket's MIG manager knows a GPU by its nominal name (`b200.180gb`) and its plugin uses the single
+    strategy: slices are `nvidia.com/gpu`."""
+    pool = NodePool.model_validate({"name": "gpu-mig", "gpuSharing": {"mode": "mig", "migProfile": profile,
+                                                                      "migStrategy": "single"}})
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", machine, "us-east-1a",
+                                                               user_data(pool, instance_type, BOTTLEROCKET)))
+    gpu_resources = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
+    assert gpu_resources == {"nvidia.com/gpu": str(count)}
+    assert allocatable(instance_type, pool, Overhead())["nvidia.com/gpu"] == count
+
+
+def test_bottlerocket_refuses_mixed_mig_at_configuration_time() -> None:
+    from gpu_autoscaler.config import ConfigError, parse_config
+    from tests.conftest import example_config_data
+
+    data = example_config_data()
+    data["ami"]["family"] = "Bottlerocket"
+    data["nodePools"][0]["gpuSharing"] = {"mode": "mig", "migProfile": "1g.10gb"}
+    with pytest.raises(ConfigError, match="migStrategy"):
+        parse_config(data)
+
+
+def test_a_pod_asking_for_two_shared_gpus_is_rejected_where_the_plugin_fails_such_requests(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    settings = DevicePluginSettings(sharing_strategy="time-slicing", replicas=4)  # Bottlerocket's defaults
+    instance = SimulatedInstance("i-0aaa", "g5.12xlarge", "us-east-1a", capacity=Resources.from_quantities(
+        {"cpu": "48", "memory": "180Gi", "pods": "50"}), gpu=Gpu("A10G", "NVIDIA", 4, 22888), device_plugin=settings)
+    node = boot(kube, clock, instance)
+    assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "16"
+    pod = {"metadata": {"name": "two"}, "spec": {"containers": [{"name": "main", "image": "x", "resources": {
+        "limits": {"nvidia.com/gpu.shared": "2"}}}]}}
+    kube.api.create(PODS, "default", pod)
+    kube.reconcile()
+    status = kube.api.get(PODS, "default", "two")["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "UnexpectedAdmissionError")
 
 
 @pytest.mark.parametrize(("sharing", "resource", "count"), [

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from gpu_autoscaler.domain.packing.mig import mig_gpu
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.labels import kubelet_may_set
@@ -182,13 +183,16 @@ def node_setup(
 
 
 def _mig_profiles(sharing: GpuSharing, instance_type: InstanceType | None) -> dict[str, str]:
-    """Bottlerocket names a GPU by model and memory (`a100.40gb`); known only when the type's GPUs are."""
+    """Bottlerocket's MIG manager names a GPU by model and nominal memory (`a100.40gb`, `b200.180gb` — not the
+    183,359 MiB EC2 reports); known only when the type's GPUs support MIG."""
     if sharing.mode != "mig" or not sharing.mig_profile or instance_type is None:
         return {}
     if not instance_type.gpu_model or instance_type.gpus < 1:
         return {}
-    per_gpu_gb = round(instance_type.gpu_memory_mib / instance_type.gpus / 1024)
-    return {f"{instance_type.gpu_model.lower()}.{per_gpu_gb}gb": sharing.mig_profile}
+    gpu = mig_gpu(instance_type.gpu_model, instance_type.gpu_memory_mib / instance_type.gpus)
+    if gpu is None:
+        return {}
+    return {f"{gpu.model.lower()}.{gpu.memory_gib}gb": sharing.mig_profile}
 
 
 def cluster_dns_ip(service_cidr: str) -> str:
@@ -274,8 +278,12 @@ def bottlerocket_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str
         lines += _toml_table("settings.kubernetes.node-taints", taints)
     nvidia = "settings.kubelet-device-plugins.nvidia"
     if setup.time_slicing_replicas:
+        # Bottlerocket renames shared GPUs `nvidia.com/gpu.shared` and refuses requests for more than one unless
+        # told otherwise; the packer plans `nvidia.com/gpu` replicas, as on AL2023.
         lines += _toml_table(nvidia, {"device-sharing-strategy": "time-slicing"})
-        lines += _toml_table(f"{nvidia}.time-slicing", {"replicas": int(setup.time_slicing_replicas)})
+        lines += _toml_table(f"{nvidia}.time-slicing", {"replicas": int(setup.time_slicing_replicas),
+                                                         "rename-by-default": False,
+                                                         "fail-requests-greater-than-one": False})
     elif setup.mig_profiles:
         lines += _toml_table(nvidia, {"device-partitioning-strategy": "mig"})
         lines += _toml_table(f"{nvidia}.mig.profile", setup.mig_profiles)

@@ -21,9 +21,11 @@ configuration, never from the project's packer:
   strategy decides the names: `single` advertises the slices as `nvidia.com/gpu`, `mixed` as
   `nvidia.com/mig-<profile>`, `none` ignores MIG devices (a MIG-enabled GPU is not a full GPU: nothing).
 - Bottlerocket configures the plugin from its own settings instead (`settings.kubelet-device-plugins.nvidia`:
-  `device-sharing-strategy = "time-slicing"` with `time-slicing.replicas`, or
-  `device-partitioning-strategy = "mig"` with `mig.profile` per GPU, `a100.40gb = "1g.5gb"`); the OS's
-  plugin configuration uses the `single` MIG strategy for that.
+  `device-sharing-strategy = "time-slicing"` with `time-slicing.replicas`, `rename-by-default` and
+  `fail-requests-greater-than-one` — both true unless set —, or `device-partitioning-strategy = "mig"` with
+  `mig.profile` per GPU, `a100.40gb = "1g.5gb"`, advertised with the `single` MIG strategy).
+- `failRequestsGreaterThanOne`: the kubelet's admission of a pod asking for more than one of a shared
+  resource fails (phase Failed, reason `UnexpectedAdmissionError`), as the plugin's Allocate refuses it.
 
 It also writes the GPU Feature Discovery labels pods select on (`nvidia.com/gpu.count`, `.product`,
 `.replicas`, `.memory`).
@@ -42,8 +44,10 @@ import yaml
 
 import gpu_autoscaler
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, format_quantity
+from gpu_autoscaler.emulator.kube_scheduler import pod_requests
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
@@ -168,6 +172,22 @@ class NvidiaDevicePlugin:
         self.startup_taints = startup_taints
         self._lock = threading.Lock()
         self._started: set[str] = set()
+        self._one_each: dict[str, set[str]] = {}
+        """Node → shared resources of which a container may get only one (`failRequestsGreaterThanOne`)."""
+        kubelets.admission.append(self.admit)
+
+    def admit(self, pod: Mapping[str, Any], node_name: str) -> str | None:
+        """The plugin's Allocate as the kubelet's admission sees it: None, or why the pod cannot start."""
+        with self._lock:
+            limited = self._one_each.get(node_name, set())
+        if not limited:
+            return None
+        requests = pod_requests(pod)
+        for resource in sorted(limited):
+            if requests.get(resource, 0) > 1:
+                return (f"Allocate failed due to rpc error: code = Unknown desc = request for '{resource}: "
+                        f"{requests[resource]}' too large: maximum request size for shared resources is 1")
+        return None
 
     def next_due(self) -> datetime | None:
         with self._lock:
@@ -197,7 +217,9 @@ class NvidiaDevicePlugin:
             if node is None:
                 return False
             labels = dict(node["metadata"].get("labels") or {})
-            resources, extra_labels = self._resources(instance, labels)
+            resources, extra_labels, one_each = self._resources(instance, labels)
+            with self._lock:
+                self._one_each[instance.name] = one_each
 
             def change(current: dict[str, Any]) -> dict[str, Any]:
                 status = current.setdefault("status", {})
@@ -220,7 +242,8 @@ class NvidiaDevicePlugin:
             after = store.update(NODES, "", instance.name, change)
             return before != after.get("status", {}).get("allocatable")
 
-    def _resources(self, instance: SimulatedInstance, labels: dict[str, str]) -> tuple[dict[str, int], dict[str, str]]:
+    def _resources(self, instance: SimulatedInstance, labels: dict[str, str],
+                   ) -> tuple[dict[str, int], dict[str, str], set[str]]:
         gpu = instance.gpu
         assert gpu is not None
         out_labels = {"nvidia.com/gpu.count": str(gpu.count), "nvidia.com/gpu.product": gpu.name.replace(" ", "-"),
@@ -230,7 +253,7 @@ class NvidiaDevicePlugin:
         else:
             found = self._config(labels)
             if found is None:
-                return {}, out_labels
+                return {}, out_labels, set()
             config = found
             layout = None
             if labels.get(MIG_CONFIG_LABEL):
@@ -248,14 +271,17 @@ class NvidiaDevicePlugin:
         else:
             advertised[GPU] = gpu.count
         out: dict[str, int] = {}
+        one_each: set[str] = set()
         for name, count in advertised.items():
             replicas, rename = config.replicas.get(name, (1, None))
             if replicas > 1:
                 name = rename or (f"{name}.shared" if config.rename_by_default else name)
                 out_labels["nvidia.com/gpu.replicas"] = str(replicas)
                 out_labels["nvidia.com/gpu.product"] += "-SHARED"
+                if config.fail_requests_greater_than_one:
+                    one_each.add(name)
             out[name] = count * replicas
-        return out, out_labels
+        return out, out_labels, one_each
 
     def _config(self, labels: dict[str, str]) -> DevicePluginConfig | None:
         namespace, name = self.config_map
@@ -278,20 +304,27 @@ class NvidiaDevicePlugin:
 
     @staticmethod
     def _bottlerocket(instance: SimulatedInstance) -> tuple[DevicePluginConfig, dict[str, int] | None]:
+        """Bottlerocket's plugin config (bottlerocket-core-kit `nvidia-k8s-device-plugin-conf.in`: MIG means the
+        `single` strategy) and its MIG manager (`nvidia-migmanager`: a known GPU is named `a100.40gb`,
+        `a100.80gb`, `h100.80gb`, `h200.141gb` or `b200.180gb`; the value is a profile or a number of slices;
+        a GPU with no entry gets one slice)."""
         settings = instance.device_plugin
         gpu = instance.gpu
         assert settings is not None and gpu is not None
         layout = None
         if settings.partitioning_strategy == "mig":
-            nominal = _mig_gpu(gpu)
-            names = {f"{gpu.name.lower()}.{round(gpu.memory_mib / 1024)}gb"}
-            if nominal is not None:
-                names.add(f"{gpu.name.lower()}.{nominal[1]}gb")
-            profile = next((p for g, p in settings.mig_profiles.items() if g in names), None)
-            layout = mig_layout(gpu, f"all-{profile.replace('+', '.')}") if profile else None
+            known = _mig_gpu(gpu)
+            if known is not None:
+                wanted = settings.mig_profiles.get(f"{known[0].lower()}.{known[1]}gb", "1")
+                profiles = _MIG_PARTED[known]
+                if wanted.isdigit():
+                    matching = [p for p, n in profiles.items() if n == int(wanted) and "+" not in p]
+                    wanted = max(matching, key=lambda p: int(p.split("g.", 1)[0]), default=wanted)
+                layout = mig_layout(gpu, "all-" + wanted.replace("+", "."))
         replicas: dict[str, tuple[int, str | None]] = {}
         if settings.sharing_strategy == "time-slicing":
             replicas[GPU] = (settings.replicas, None)
-        return DevicePluginConfig(mig_strategy="single", rename_by_default=settings.rename_by_default,
+        strategy = "single" if settings.partitioning_strategy == "mig" else "none"
+        return DevicePluginConfig(mig_strategy=strategy, rename_by_default=settings.rename_by_default,
                                   fail_requests_greater_than_one=settings.fail_requests_greater_than_one,
                                   replicas=replicas), layout

@@ -44,7 +44,7 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
@@ -240,6 +240,8 @@ class Kubelets:
         self._joined: dict[str, SimulatedInstance] = {}
         self._registered_at: dict[str, datetime] = {}
         self._failed: dict[str, str] = {}
+        self.admission: list[Callable[[Mapping[str, Any], str], str | None]] = []
+        """Checks a pod must pass to start on a node (the device plugin's Allocate): None, or why not."""
 
     def fail(self, instance_id: str, reason: str) -> None:
         """The instance's kubelet could not start (its bootstrap refused the user data): no Node ever appears."""
@@ -340,21 +342,29 @@ class Kubelets:
         return registered
 
     def start_pods(self) -> int:
-        """Run every pod bound to a Ready node and not yet running; returns how many started."""
+        """Run every pod bound to a Ready node and not yet running (or fail it when admission refuses it);
+        returns how many started."""
         store = self._api.store
         now = format_time(self._clock.now())
         with store.lock:
             ready = {n["metadata"]["name"]: n for n in store.objects(NODES) if node_ready(n)}
             starting = [
-                (p["metadata"]["namespace"], p["metadata"]["name"], ready[p["spec"]["nodeName"]])
+                (p["metadata"]["namespace"], p["metadata"]["name"], ready[p["spec"]["nodeName"]], p)
                 for p in store.objects(PODS)
                 if (p.get("spec") or {}).get("nodeName") in ready
                 and (p.get("status") or {}).get("phase", "Pending") == "Pending"
                 and not p["metadata"].get("deletionTimestamp")
             ]
-            for namespace, name, node in starting:
+            started = 0
+            for namespace, name, node, pod in starting:
+                refused = next((r for r in (check(pod, node["metadata"]["name"]) for check in self.admission) if r),
+                               None)
+                if refused:
+                    store.update(PODS, namespace, name, partial(_refused, message=refused))
+                    continue
                 store.update(PODS, namespace, name, partial(_running, node=node, now=now))
-        return len(starting)
+                started += 1
+        return started
 
     def _delete_node(self, name: str) -> None:
         """The API server's pod garbage collection takes the node's pods with it."""
@@ -371,6 +381,13 @@ def _parse_time(text: str) -> datetime:
 
 def _replace_status(node: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": node["metadata"]["name"]}, "status": node["status"]}
+
+
+def _refused(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    """The kubelet's admission failure: the pod never runs (kubelet `UnexpectedAdmissionError`)."""
+    pod["status"] = {**(pod.get("status") or {}), "phase": "Failed", "reason": "UnexpectedAdmissionError",
+                     "message": f"Pod was rejected: {message}"}
+    return pod
 
 
 def _container_id(pod_ip: str, name: str) -> str:

@@ -53,9 +53,9 @@ class DevicePluginSettings:
 
     sharing_strategy: str = "none"
     """`device-sharing-strategy`: `none`, `time-slicing` or `mps`."""
-    replicas: int = 1
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
+    replicas: int = 2
+    rename_by_default: bool = True
+    fail_requests_greater_than_one: bool = True
     partitioning_strategy: str = "none"
     """`device-partitioning-strategy`: `none` or `mig`."""
     mig_profiles: dict[str, str] = field(default_factory=dict)
@@ -213,12 +213,15 @@ def _bottlerocket(text: str) -> KubeletSettings:
 
 
 def _bottlerocket_device_plugin(nvidia: dict[str, Any]) -> DevicePluginSettings:
+    """With Bottlerocket's own defaults (bottlerocket-core-kit, `nvidia-k8s-device-plugin-conf.in`): a time-sliced
+    GPU is renamed `nvidia.com/gpu.shared` and a request for more than one fails unless the settings say otherwise;
+    two replicas when none are given."""
     slicing = nvidia.get("time-slicing") or {}
     return DevicePluginSettings(
         sharing_strategy=str(nvidia.get("device-sharing-strategy", "none")),
-        replicas=_int(slicing.get("replicas"), "time-slicing.replicas") or 1,
-        rename_by_default=bool(slicing.get("rename-by-default", False)),
-        fail_requests_greater_than_one=bool(slicing.get("fail-requests-greater-than-one", False)),
+        replicas=_int(slicing.get("replicas"), "time-slicing.replicas") or 2,
+        rename_by_default=bool(slicing.get("rename-by-default", True)),
+        fail_requests_greater_than_one=bool(slicing.get("fail-requests-greater-than-one", True)),
         partitioning_strategy=str(nvidia.get("device-partitioning-strategy", "none")),
         mig_profiles={str(k): str(v) for k, v in ((nvidia.get("mig") or {}).get("profile") or {}).items()},
     )
