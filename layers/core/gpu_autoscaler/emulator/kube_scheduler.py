@@ -28,7 +28,6 @@ wait at the Permit stage: they bind together once `minMember` of them fit, or no
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -145,8 +144,13 @@ class _Node:
     labels: dict[str, str]
     taints: list[dict[str, Any]]
     unschedulable: bool
-    allocatable: Resources
-    used: Resources
+    allocatable: dict[str, int]
+    used: dict[str, int]
+    """Plain dicts: a pass reads them nodes × pods times."""
+
+    def take(self, need: Mapping[str, int]) -> None:
+        for resource, value in need.items():
+            self.used[resource] = self.used.get(resource, 0) + value
 
 
 @dataclass
@@ -196,45 +200,45 @@ def _refuse(pod: _Pod, node: _Node) -> str | None:
 
 def _shortfall(pod: _Pod, node: _Node) -> str | None:
     allocatable, used = node.allocatable, node.used
-    short = sorted(r for r, v in pod.need.items() if v and v > allocatable.get(r, 0) - used.get(r, 0))
+    short = [r for r, v in pod.need.items() if v and v > allocatable.get(r, 0) - used.get(r, 0)]
     if not short:
         return None
-    return ", ".join("Too many pods" if r == POD_SLOTS else f"Insufficient {r}" for r in short)
-
-
-def _raw_scores(pod: _Pod, node: _Node) -> dict[str, float]:
-    after = node.used + pod.requests
-    fractions = []
-    least = 0.0
-    for resource in SCORED:
-        total = node.allocatable.get(resource, 0)
-        fraction = after.get(resource, 0) / total if total else 1.0
-        fractions.append(min(fraction, 1.0))
-        least += (1 - min(fraction, 1.0)) * 100
-    mean = sum(fractions) / len(fractions)
-    std = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
-    tolerations = pod.spec.get("tolerations") or ()
-    prefer_no = sum(1 for t in node.taints if t.get("effect") == "PreferNoSchedule" and not _tolerated(tolerations, t))
-    preferred = pod.node_affinity().get("preferredDuringSchedulingIgnoredDuringExecution") or ()
-    affinity = sum(int(p.get("weight", 0)) for p in preferred
-                   if _term(p.get("preference") or {}, node.labels, node.name))
-    return {"fit": least / len(SCORED), "balanced": (1 - std) * 100, "taints": float(prefer_no),
-            "affinity": float(affinity)}
+    return ", ".join("Too many pods" if r == POD_SLOTS else f"Insufficient {r}" for r in sorted(short))
 
 
 def _choose(pod: _Pod, nodes: list[_Node]) -> _Node:
-    """Score the feasible nodes; TaintToleration and NodeAffinity normalize over them (default reverse/plain)."""
-    raw = [(node, _raw_scores(pod, node)) for node in nodes]
-    most_taints = max(s["taints"] for _, s in raw)
-    most_affinity = max(s["affinity"] for _, s in raw)
+    """The feasible node with the highest weighted score (ties: the first by name).
+
+    NodeResourcesFit (LeastAllocated): mean over cpu and memory of free/allocatable after placing the pod.
+    BalancedAllocation: 1 − the standard deviation of the cpu and memory fractions (two values: half their
+    difference). TaintToleration and NodeAffinity are normalized over the feasible nodes (reverse, plain)."""
+    tolerations = pod.spec.get("tolerations") or ()
+    preferred = pod.node_affinity().get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    cpu_need, memory_need = pod.need.get("cpu", 0), pod.need.get("memory", 0)
+    raw: list[tuple[_Node, float, int, int]] = []
+    for node in nodes:
+        cpu_total, memory_total = node.allocatable.get("cpu", 0), node.allocatable.get("memory", 0)
+        cpu = min((node.used.get("cpu", 0) + cpu_need) / cpu_total, 1.0) if cpu_total else 1.0
+        memory = min((node.used.get("memory", 0) + memory_need) / memory_total, 1.0) if memory_total else 1.0
+        base = (WEIGHTS["fit"] * ((1 - cpu) + (1 - memory)) * 50
+                + WEIGHTS["balanced"] * (1 - abs(cpu - memory) / 2) * 100)
+        prefer_no = 0
+        if node.taints:
+            prefer_no = sum(1 for t in node.taints
+                            if t.get("effect") == "PreferNoSchedule" and not _tolerated(tolerations, t))
+        affinity = 0
+        if preferred:
+            affinity = sum(int(p.get("weight", 0)) for p in preferred
+                           if _term(p.get("preference") or {}, node.labels, node.name))
+        raw.append((node, base, prefer_no, affinity))
+    most_taints = max(r[2] for r in raw)
+    most_affinity = max(r[3] for r in raw)
     best: tuple[float, str] | None = None
     chosen = nodes[0]
-    for node, scores in raw:
-        taints = 100.0 if most_taints == 0 else (1 - scores["taints"] / most_taints) * 100
-        affinity = 0.0 if most_affinity == 0 else scores["affinity"] / most_affinity * 100
-        total = (WEIGHTS["fit"] * scores["fit"] + WEIGHTS["balanced"] * scores["balanced"]
-                 + WEIGHTS["taints"] * taints + WEIGHTS["affinity"] * affinity)
-        rank = (-total, node.name)
+    for node, base, prefer_no, affinity in raw:
+        taints = 100.0 if most_taints == 0 else (1 - prefer_no / most_taints) * 100
+        preference = 0.0 if most_affinity == 0 else affinity / most_affinity * 100
+        rank = (-(base + WEIGHTS["taints"] * taints + WEIGHTS["affinity"] * preference), node.name)
         if best is None or rank < best:
             best, chosen = rank, node
     return chosen
@@ -260,7 +264,7 @@ class _Cycle:
         if not feasible:
             return None, _message(reasons, len(self.nodes))
         node = _choose(pod, feasible)
-        node.used = node.used + pod.need
+        node.take(pod.need)
         return node, ""
 
     def _filter(self, pod: _Pod) -> tuple[list[_Node], Counter[str]]:
@@ -343,7 +347,7 @@ class Scheduler:
             and (p.get("spec") or {}).get("nodeName")
             and (p.get("status") or {}).get("phase") not in _TERMINAL
         )
-        saved = [(n, n.used) for n in cycle.nodes]
+        saved = [(n, dict(n.used)) for n in cycle.nodes]
         placed: list[tuple[dict[str, Any], _Node]] = []
         last_message = ""
         for raw in members:
@@ -382,11 +386,14 @@ class Scheduler:
 
     def _nodes(self) -> list[_Node]:
         store = self._api.store
-        used: dict[str, Resources] = {}
+        used: dict[str, dict[str, int]] = {}
         for pod in store.objects(PODS):
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and (pod.get("status") or {}).get("phase") not in _TERMINAL:
-                used[node_name] = used.get(node_name, Resources()) + self._requests_of(pod) + {POD_SLOTS: 1}
+                totals = used.setdefault(node_name, {})
+                for resource, value in self._requests_of(pod).items():
+                    totals[resource] = totals.get(resource, 0) + value
+                totals[POD_SLOTS] = totals.get(POD_SLOTS, 0) + 1
         out = []
         for node in store.objects(NODES):
             name = node["metadata"]["name"]
@@ -394,7 +401,7 @@ class Scheduler:
             out.append(_Node(
                 name=name, labels=dict(node["metadata"].get("labels") or {}),
                 taints=[dict(t) for t in spec.get("taints") or ()], unschedulable=bool(spec.get("unschedulable")),
-                allocatable=_allocatable(node), used=used.get(name, Resources()),
+                allocatable=_allocatable(node).as_dict(), used=used.get(name, {}),
             ))
         return sorted(out, key=lambda n: n.name)
 
