@@ -9,6 +9,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
+| `BOOT#<pool>#<claim id>` | one measured boot (`BootSample` JSON, its `launchedAt`), until `expiresAt` |
 
 TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
 Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact.
@@ -24,6 +25,7 @@ from botocore.exceptions import ClientError
 from gpu_autoscaler.adapters.memory.state_store import apply_transition
 from gpu_autoscaler.clock import Clock, SystemClock
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.boot import BootSample
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
@@ -238,6 +240,27 @@ class DynamoStateStore:
         return [
             (datetime.fromisoformat(i[SORT_KEY]["S"].removeprefix(prefix)), float(i["gpus"]["N"])) for i in items
         ]
+
+    # Boot times
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        self._db.put_item(
+            TableName=self.table,
+            Item=self._key(f"BOOT#{sample.pool}#{sample.claim_id}") | {
+                "sample": {"S": sample.model_dump_json(by_alias=True)},
+                "launchedAt": {"S": _iso(sample.launched_at)},
+                TTL_ATTRIBUTE: _epoch(self.clock.now() + ttl),
+            },
+        )
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        now = self.clock.now().timestamp()
+        cutoff = _iso(since)
+        samples = [
+            BootSample.model_validate_json(item["sample"]["S"]) for item in self._query(f"BOOT#{pool}#")
+            if float(item[TTL_ATTRIBUTE]["N"]) > now and item["launchedAt"]["S"] >= cutoff
+        ]
+        return sorted(samples, key=lambda s: (s.launched_at, s.claim_id))
 
     # Table access
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.boot import BootSample
 
 __all__ = ["MemoryStateStore", "apply_transition"]
 
@@ -49,6 +50,7 @@ class MemoryStateStore:
         self._pods: dict[str, tuple[str, datetime]] = {}
         self._unavailable: dict[tuple[str, str, str], tuple[datetime, str]] = {}
         self._demand: dict[str, dict[datetime, float]] = {}
+        self._boots: dict[tuple[str, str], tuple[BootSample, datetime]] = {}
 
     # NodeClaims
 
@@ -137,3 +139,14 @@ class MemoryStateStore:
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
         return sorted((b, g) for b, g in self._demand.get(pool, {}).items() if b >= since)
+
+    # Boot times
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        self._boots[(sample.pool, sample.claim_id)] = (sample, self.clock.now() + ttl)
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        now = self.clock.now()
+        found = [sample for (owner, _), (sample, until) in self._boots.items()
+                 if owner == pool and until > now and sample.launched_at >= since]
+        return sorted(found, key=lambda s: (s.launched_at, s.claim_id))

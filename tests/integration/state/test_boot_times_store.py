@@ -1,0 +1,64 @@
+"""Measured boot times in the state store: the DynamoDB store on moto and the in-memory one answer alike."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.models.boot import BootSample
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_autoscaler.ports import StateStore
+
+START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(parse_config(example_config_data())) as embedded:
+        yield embedded
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def clock_and_store(request: pytest.FixtureRequest, aws: EmbeddedAws) -> tuple[FixedClock, StateStore]:
+    clock = FixedClock(START)
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    if request.param == "memory":
+        return clock, MemoryStateStore(cluster, clock)
+    return clock, DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, cluster, clock=clock)
+
+
+def sample(claim_id: str, launched: datetime, seconds: float = 300, pool: str = "gpu") -> BootSample:
+    return BootSample(pool=pool, instance_type="g6.xlarge", claim_id=claim_id, instance_id=f"i-{claim_id}",
+                      capacity_type="spot", zone="us-east-1a", launched_at=launched,
+                      ready_at=launched + timedelta(seconds=seconds - 30),
+                      gpus_allocatable_at=launched + timedelta(seconds=seconds))
+
+
+def test_boot_samples_are_kept_per_pool_one_per_claim_until_their_ttl(
+        clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    clock, store = clock_and_store
+    ttl = timedelta(days=14)
+    early = sample("a", START - timedelta(days=3))
+    store.record_boot_time(early, ttl)
+    store.record_boot_time(sample("b", START - timedelta(days=1)), ttl)
+    store.record_boot_time(sample("b", START - timedelta(days=1), seconds=420), ttl)  # a repeat replaces
+    store.record_boot_time(sample("c", START, pool="other"), ttl)
+    found = store.boot_times("gpu", START - timedelta(days=14))
+    assert [(s.claim_id, s.to_gpus.total_seconds()) for s in found] == [("a", 300.0), ("b", 420.0)]
+    assert found[0] == early
+    assert [s.claim_id for s in store.boot_times("gpu", START - timedelta(days=2))] == ["b"]
+    assert [s.claim_id for s in store.boot_times("other", START - timedelta(days=14))] == ["c"]
+    clock.advance(ttl + timedelta(seconds=1))
+    assert store.boot_times("gpu", START - timedelta(days=30)) == []
