@@ -20,7 +20,8 @@ PEAK = window_warm("peak")
 
 def boots(seconds: list[float], pool: str = "gpu", launched: datetime = START - timedelta(days=1)) -> list[BootSample]:
     return [BootSample(pool=pool, instance_type="g6.xlarge", claim_id=f"c{i}", launched_at=launched,
-                       ready_at=launched + timedelta(seconds=s / 2), gpus_allocatable_at=launched + timedelta(seconds=s))
+                       ready_at=launched + timedelta(seconds=s / 2),
+                       gpus_allocatable_at=launched + timedelta(seconds=s))
             for i, s in enumerate(seconds)]
 
 
