@@ -51,6 +51,7 @@ def test_a_node_ready_with_its_gpus_is_recorded_as_it_registers() -> None:
     [boot] = outcome.boots
     assert (boot.instance_type, boot.capacity_type, boot.zone) == ("g6.xlarge", "spot", "us-east-1a")
     claim = rig.store.get_claim(rig.claim_id)
+    assert claim is not None
     assert claim.state is ClaimState.REGISTERED and claim.attributes[BOOT_ATTRIBUTE] == "240"
     assert outcome.summary()["boots"] == [{"claim": rig.claim_id, "instanceType": "g6.xlarge",
                                            "readySeconds": 180.0, "gpusSeconds": 240.0}]
