@@ -194,6 +194,9 @@ class Overhead(_Model):
     kube_reserved: dict[str, str] = Field(default_factory=lambda: {"cpu": "100m", "memory": "1Gi"})
 
 
+_PRE_PULL_CHARACTERS = 8192
+
+
 class NodePool(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     weight: int = Field(default=0, ge=0, le=100)
@@ -235,6 +238,9 @@ class NodePool(_Model):
         repeated = sorted({i for i in images if images.count(i) > 1})
         if repeated:
             raise ValueError(f"repeated: {', '.join(repeated)}")
+        if sum(len(i) for i in images) > _PRE_PULL_CHARACTERS:
+            raise ValueError(f"the references add up to more than {_PRE_PULL_CHARACTERS} characters: EC2 user data "
+                             "is at most 16 KB, and the node's bootstrap needs the rest")
         return images
 
     @model_validator(mode="after")

@@ -150,3 +150,12 @@ def test_image_references() -> None:
     assert ecr_region(parse_image_reference(PRIVATE)) == "us-west-2"
     assert ecr_region(parse_image_reference(PYTORCH)) is None
     assert not parse_image_reference("localhost:5000/x").pinned
+
+
+def test_pre_pull_fits_in_the_user_data_limit() -> None:
+    many = [f"registry.example.com/team/{'x' * 200}:{i}" for i in range(45)]
+    with pytest.raises(ConfigError, match="16 KB"):
+        make_config(pool_gpu_burst={"prePullImages": many})
+    fits = many[:35]
+    user_data = _al2023(prePullImages=fits)
+    assert len(user_data.encode()) < 16 * 1024
