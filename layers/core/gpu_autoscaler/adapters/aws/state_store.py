@@ -9,7 +9,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
-| `BOOT#<pool>#<claim id>` | one measured boot (`BootSample` JSON, its `launchedAt`), until `expiresAt` |
+| `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
 
 TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
 Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact.
@@ -246,21 +246,20 @@ class DynamoStateStore:
     def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
         self._db.put_item(
             TableName=self.table,
-            Item=self._key(f"BOOT#{sample.pool}#{sample.claim_id}") | {
+            Item=self._key(f"BOOT#{sample.pool}#{_iso(sample.launched_at)}#{sample.claim_id}") | {
                 "sample": {"S": sample.model_dump_json(by_alias=True)},
-                "launchedAt": {"S": _iso(sample.launched_at)},
                 TTL_ATTRIBUTE: _epoch(self.clock.now() + ttl),
             },
         )
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """Launch time leads the sort key: the query reads from `since` on, in launch order."""
         now = self.clock.now().timestamp()
-        cutoff = _iso(since)
-        samples = [
-            BootSample.model_validate_json(item["sample"]["S"]) for item in self._query(f"BOOT#{pool}#")
-            if float(item[TTL_ATTRIBUTE]["N"]) > now and item["launchedAt"]["S"] >= cutoff
+        prefix = f"BOOT#{pool}#"
+        return [
+            BootSample.model_validate_json(item["sample"]["S"])
+            for item in self._query(prefix, start=prefix + _iso(since)) if float(item[TTL_ATTRIBUTE]["N"]) > now
         ]
-        return sorted(samples, key=lambda s: (s.launched_at, s.claim_id))
 
     # Table access
 
