@@ -379,8 +379,9 @@ _FAST_IMAGE_PULL_AL2023 = "20250821"
 """First EKS AL2023 AMI release whose nodeadm knows the `FastImagePull` feature gate (amazon-eks-ami
 commit 28454ab9, in tag v20250821; nodeadm/doc/examples.md "Enabling fast image pull")."""
 _SOCI_BOTTLEROCKET = (1, 45, 0)
-"""Bottlerocket's `settings.container-runtime.snapshotter` (`overlayfs` | `soci`) is documented from the 1.45.x
-settings reference on (bottlerocket.dev/en/os/1.45.x/api/settings/container-runtime)."""
+"""Bottlerocket's `settings.container-runtime.snapshotter` (`overlayfs` | `soci`) is in the 1.45.x settings
+reference (bottlerocket.dev/en/os/1.45.x/api/settings/container-runtime); older releases are refused as not
+known to have it (an unknown setting in user data stops a Bottlerocket boot)."""
 
 
 def _image_pull_supported(pool: NodePool, ami: Ami) -> None:
