@@ -381,7 +381,7 @@ commit 28454ab9, in tag v20250821; nodeadm/doc/examples.md "Enabling fast image 
 _SOCI_BOTTLEROCKET = (1, 45, 0)
 """Bottlerocket's `settings.container-runtime.snapshotter` (`overlayfs` | `soci`) is in the 1.45.x settings
 reference (bottlerocket.dev/en/os/1.45.x/api/settings/container-runtime); older releases are refused as not
-known to have it (an unknown setting in user data stops a Bottlerocket boot)."""
+known to have it."""
 
 
 def _image_pull_supported(pool: NodePool, ami: Ami) -> None:
