@@ -109,7 +109,8 @@ class StateStore(Protocol):
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]: ...
 
     def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
-        """Keep one boot sample until now + `ttl`; one per claim (and launch), a repeat replaces it."""
+        """Keep one boot sample until now + `ttl`; one per claim (and launch): the first recorded stays, so a
+        repeat (a claim whose `bootSeconds` mark a concurrent write lost) cannot move its times later."""
         ...
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:

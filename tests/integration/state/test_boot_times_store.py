@@ -46,17 +46,17 @@ def sample(claim_id: str, launched: datetime, seconds: float = 300, pool: str = 
                       gpus_allocatable_at=launched + timedelta(seconds=seconds))
 
 
-def test_boot_samples_are_kept_per_pool_one_per_claim_until_their_ttl(
+def test_boot_samples_are_kept_per_pool_the_first_per_claim_until_their_ttl(
         clock_and_store: tuple[FixedClock, StateStore]) -> None:
     clock, store = clock_and_store
     ttl = timedelta(days=14)
     early = sample("a", START - timedelta(days=3))
     store.record_boot_time(early, ttl)
     store.record_boot_time(sample("b", START - timedelta(days=1)), ttl)
-    store.record_boot_time(sample("b", START - timedelta(days=1), seconds=420), ttl)  # a repeat replaces
+    store.record_boot_time(sample("b", START - timedelta(days=1), seconds=420), ttl)  # the first one stays
     store.record_boot_time(sample("c", START, pool="other"), ttl)
     found = store.boot_times("gpu", START - timedelta(days=14))
-    assert [(s.claim_id, s.to_gpus.total_seconds()) for s in found] == [("a", 300.0), ("b", 420.0)]
+    assert [(s.claim_id, s.to_gpus.total_seconds()) for s in found] == [("a", 300.0), ("b", 300.0)]
     assert found[0] == early
     assert [s.claim_id for s in store.boot_times("gpu", START - timedelta(days=2))] == ["b"]
     assert [s.claim_id for s in store.boot_times("other", START - timedelta(days=14))] == ["c"]

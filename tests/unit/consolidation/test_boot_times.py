@@ -72,6 +72,17 @@ def test_gpus_that_come_later_are_recorded_when_first_seen_and_only_once() -> No
     assert rig.samples() == [(180.0, 360.0)]
 
 
+def test_a_claim_whose_mark_a_concurrent_write_lost_keeps_its_first_sample() -> None:
+    rig = Rig(launched_ago=timedelta(minutes=4), ready_ago=timedelta(minutes=1), allocatable=GPU)
+    rig.service.run()
+    claim = rig.store.get_claim(rig.claim_id)
+    assert claim is not None
+    rig.store.update_claim(claim, attributes={})  # another function's update from a copy read before the mark
+    rig.clock.advance(timedelta(minutes=1))
+    rig.service.run()
+    assert rig.samples() == [(180.0, 240.0)]
+
+
 def test_a_node_not_ready_yet_or_booted_long_ago_gives_no_sample() -> None:
     rig = Rig(launched_ago=timedelta(minutes=2), ready_ago=timedelta(0), allocatable=GPU)
     rig.kube.update_node(rig.node, ready=False, ready_since=None)

@@ -244,12 +244,21 @@ class DynamoStateStore:
     # Boot times
 
     def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        try:
+            self._put_boot(sample, ttl)
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+
+    def _put_boot(self, sample: BootSample, ttl: timedelta) -> None:
         self._db.put_item(
             TableName=self.table,
             Item=self._key(f"BOOT#{sample.pool}#{_iso(sample.launched_at)}#{sample.claim_id}") | {
                 "sample": {"S": sample.model_dump_json(by_alias=True)},
                 TTL_ATTRIBUTE: _epoch(self.clock.now() + ttl),
             },
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": SORT_KEY},
         )
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:

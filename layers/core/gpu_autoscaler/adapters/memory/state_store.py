@@ -143,7 +143,8 @@ class MemoryStateStore:
     # Boot times
 
     def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
-        self._boots[(sample.pool, sample.claim_id)] = (sample, self.clock.now() + ttl)
+        key = (sample.pool, f"{sample.launched_at.isoformat()}#{sample.claim_id}")
+        self._boots.setdefault(key, (sample, self.clock.now() + ttl))
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
         now = self.clock.now()
