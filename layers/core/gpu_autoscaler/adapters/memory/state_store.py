@@ -50,7 +50,8 @@ class MemoryStateStore:
         self._pods: dict[str, tuple[str, datetime]] = {}
         self._unavailable: dict[tuple[str, str, str], tuple[datetime, str]] = {}
         self._demand: dict[str, dict[datetime, float]] = {}
-        self._boots: dict[tuple[str, str], tuple[BootSample, datetime]] = {}
+        self._boots: dict[str, dict[str, tuple[BootSample, datetime]]] = {}
+        """Pool → `<launch time>#<claim id>` → (sample, expiry)."""
 
     # NodeClaims
 
@@ -143,11 +144,14 @@ class MemoryStateStore:
     # Boot times
 
     def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
-        key = (sample.pool, f"{sample.launched_at.isoformat()}#{sample.claim_id}")
-        self._boots.setdefault(key, (sample, self.clock.now() + ttl))
+        key = f"{sample.launched_at.isoformat()}#{sample.claim_id}"
+        self._boots.setdefault(sample.pool, {}).setdefault(key, (sample, self.clock.now() + ttl))
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """Expired samples are dropped as they are read (TTL deletion), so a weeks-long simulation stays small."""
         now = self.clock.now()
-        found = [sample for (owner, _), (sample, until) in self._boots.items()
-                 if owner == pool and until > now and sample.launched_at >= since]
+        kept = self._boots.get(pool, {})
+        for key in [k for k, (_, until) in kept.items() if until <= now]:
+            del kept[key]
+        found = [sample for sample, _ in kept.values() if sample.launched_at >= since]
         return sorted(found, key=lambda s: (s.launched_at, s.claim_id))
