@@ -124,6 +124,19 @@ def test_a_failed_pull_stops_the_build_and_the_builder_is_terminated(aws: Embedd
     assert instance(aws, instance_id)["State"]["Name"] == "terminated"
 
 
+def test_an_image_that_is_not_bottlerocket_is_refused_before_any_launch(aws: EmbeddedAws, config: Config) -> None:
+    ec2 = aws.clients.client("ec2")
+    al2023 = ec2.register_image(Name="amazon-eks-node-al2023-x86_64-nvidia-1.31-v20261101", RootDeviceName="/dev/xvda",
+                                BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 20}}])["ImageId"]
+    before = len(ec2.describe_instances()["Reservations"])
+    with pytest.raises(SnapshotError, match="is not a Bottlerocket AMI"):
+        build_data_volume_snapshot(aws.clients, make_request(aws, config, ami=al2023), progress=lambda _: None)
+    with pytest.raises(SnapshotError, match="ami-0aaaaaaaaaaaaaaa0"):
+        build_data_volume_snapshot(aws.clients, make_request(aws, config, ami="ami-0aaaaaaaaaaaaaaa0"),
+                                   progress=lambda _: None)
+    assert len(ec2.describe_instances()["Reservations"]) == before
+
+
 def test_an_agent_that_never_comes_online_times_out(aws: EmbeddedAws, config: Config) -> None:
     ticks = iter(range(0, 10_000, 5))
     with pytest.raises(SnapshotError, match="timed out after 60 s waiting for the SSM agent"):

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
 
 if TYPE_CHECKING:
@@ -151,6 +153,21 @@ class _Builder:
                 raise SnapshotError(f"timed out after {self.request.timeout:.0f} s waiting for {what}")
             self.sleep(5.0)
 
+    def check_image(self) -> None:
+        """The data-volume layout is Bottlerocket's: an image that does not say it is Bottlerocket is refused
+        before anything is launched (every Bottlerocket AMI's name starts `bottlerocket-`)."""
+        try:
+            images = self.ec2.describe_images(ImageIds=[self.request.ami])["Images"]
+        except ClientError as error:
+            reason = error.response.get("Error", {}).get("Message", str(error))
+            raise SnapshotError(f"{self.request.ami}: {reason}") from None
+        if not images:
+            raise SnapshotError(f"{self.request.ami}: no such image")
+        text = f"{images[0].get('Name', '')} {images[0].get('Description', '')}"
+        if "bottlerocket" not in text.lower():
+            raise SnapshotError(f"{self.request.ami} ({images[0].get('Name', 'unnamed')}) is not a Bottlerocket AMI: "
+                                "only Bottlerocket keeps images on a separate data volume")
+
     def launch(self) -> str:
         r = self.request
         tags = [{"Key": BUILDER_TAG, "Value": r.cluster}, {"Key": "Name", "Value": f"{r.cluster}/snapshot-builder"}]
@@ -241,6 +258,7 @@ def build_data_volume_snapshot(
     for image in request.images:
         parse_image_reference(image)
     builder = _Builder(clients, request, sleep=sleep, clock=clock, agent_online=agent_online, progress=progress)
+    builder.check_image()
     instance_id = builder.launch()
     try:
         builder.wait(f"{instance_id} to run", lambda: builder._state(instance_id) == "running")
