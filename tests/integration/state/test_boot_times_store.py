@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -14,10 +17,12 @@ from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.models.boot import BootSample
-from tests.conftest import example_config_data
+from gpu_autoscaler.simulation.settings import read_boot_times
+from tests.conftest import ROOT, example_config_data
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from gpu_autoscaler.ports import StateStore
 
@@ -62,3 +67,22 @@ def test_boot_samples_are_kept_per_pool_the_first_per_claim_until_their_ttl(
     assert [s.claim_id for s in store.boot_times("other", START - timedelta(days=14))] == ["c"]
     clock.advance(ttl + timedelta(seconds=1))
     assert store.boot_times("gpu", START - timedelta(days=30)) == []
+
+
+def test_exported_boots_are_a_file_the_simulator_reads(aws: EmbeddedAws, tmp_path: Path) -> None:
+    """scripts/export_boot_times.py reads every pool's samples from the table into the simulator's file shape."""
+    config = aws.config
+    store = DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, config.cluster_name)
+    now = datetime.now(UTC)
+    for i, pool in enumerate(p.name for p in config.node_pools):
+        store.record_boot_time(sample(f"x{i}", now - timedelta(hours=1), seconds=200 + 100 * i, pool=pool),
+                               timedelta(days=1))
+    config_file = tmp_path / "config.json"
+    config_file.write_text(config.to_json())
+    out = tmp_path / "boots.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_boot_times.py"), "--config", str(config_file),
+         "--out", str(out), "--days", "1"],
+        env={**os.environ, **aws.function_environment()}, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert read_boot_times(out) == {"g6.xlarge": tuple(200.0 + 100 * i for i in range(len(config.node_pools)))}
