@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gpu_autoscaler.models.durations import Duration
+from gpu_autoscaler.models.images import parse_image_reference
 from gpu_autoscaler.models.labels import CLAIM_LABEL, WELL_KNOWN, kubelet_may_set
 from gpu_autoscaler.models.requirements import Requirement
 from gpu_autoscaler.models.resources import parse_quantity
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigError",
     "Disruption",
     "GpuSharing",
+    "MeasuredLeadTime",
     "NodePool",
     "Overhead",
     "PoolLimits",
@@ -198,6 +200,9 @@ class Overhead(_Model):
     kube_reserved: dict[str, str] = Field(default_factory=lambda: {"cpu": "100m", "memory": "1Gi"})
 
 
+_PRE_PULL_CHARACTERS = 8192
+
+
 class NodePool(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     weight: int = Field(default=0, ge=0, le=100)
@@ -216,6 +221,12 @@ class NodePool(_Model):
     """Node boot plus image pull: how early warm capacity must be asked for."""
     ephemeral_storage: str = "100Gi"
     """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
+    pre_pull_images: list[str] = Field(default_factory=list, max_length=50)
+    """Images pulled during boot, before the kubelet starts (AL2023): each pinned by tag or digest. Bottlerocket
+    has no such setting; there a data-volume snapshot (`gpu-autoscaler snapshot`) puts images on disk."""
+    soci: bool = False
+    """The SOCI snapshotter in parallel pull/unpack mode (AL2023 nodeadm `FastImagePull`, Bottlerocket
+    `settings.container-runtime.snapshotter = "soci"`): large images pull and unpack in parallel."""
 
     @field_validator("labels")
     @classmethod
@@ -239,6 +250,20 @@ class NodePool(_Model):
         if parse_quantity(value) <= 0:
             raise ValueError(f"'{value}' must be a positive quantity such as '100Gi'")
         return value
+
+    @field_validator("pre_pull_images")
+    @classmethod
+    def _image_references(cls, images: list[str]) -> list[str]:
+        for image in images:
+            if not parse_image_reference(image).pinned:
+                raise ValueError(f"'{image}' names no tag or digest: pin it (an implicit 'latest' drifts)")
+        repeated = sorted({i for i in images if images.count(i) > 1})
+        if repeated:
+            raise ValueError(f"repeated: {', '.join(repeated)}")
+        if sum(len(i) for i in images) > _PRE_PULL_CHARACTERS:
+            raise ValueError(f"the references add up to more than {_PRE_PULL_CHARACTERS} characters: EC2 user data "
+                             "is at most 16 KB, and the node's bootstrap needs the rest")
+        return images
 
     @model_validator(mode="after")
     def _reserved_needs_reservations(self) -> NodePool:
@@ -297,6 +322,18 @@ class Predictive(_Model):
     max_warm_price_per_hour: float | None = Field(default=None, ge=0)
 
 
+class MeasuredLeadTime(_Model):
+    """Lead time from measured boots: once a pool has `minSamples` boots (launch → GPUs allocatable) recorded
+    within `history`, their `quantile` replaces the pool's fixed `leadTime` for pre-warm and windows."""
+
+    enabled: bool = True
+    min_samples: int = Field(default=5, ge=1)
+    quantile: float = Field(default=0.9, gt=0, le=1)
+    """0.5 for the median; the default p90 has nine boots in ten done in time."""
+    history: Duration = timedelta(days=14)
+    """How long a boot is remembered (the samples' TTL): a new AMI or image shows within this."""
+
+
 class Timeouts(_Model):
     unavailable_offering_ttl: Duration = timedelta(minutes=3)
     registration_ttl: Duration = timedelta(minutes=15)
@@ -321,6 +358,7 @@ class Config(_Model):
     node_pools: list[NodePool] = Field(min_length=1)
     scaling_windows: list[ScalingWindow] = Field(default_factory=list)
     predictive: Predictive = Field(default_factory=Predictive)
+    measured_lead_time: MeasuredLeadTime = Field(default_factory=MeasuredLeadTime)
     overhead: Overhead = Field(default_factory=Overhead)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     vcpu_quotas: dict[str, int] = Field(default_factory=dict)
@@ -339,10 +377,16 @@ class Config(_Model):
                 raise ValueError(f"scaling window '{window.name}' names unknown node pool '{window.node_pool}'")
         for pool in self.node_pools:
             sharing = pool.gpu_sharing
-            if self.ami.family == "Bottlerocket" and sharing.mode == "mig" and sharing.mig_strategy != "single":
+            if self.ami_for(pool).family == "Bottlerocket" and sharing.mode == "mig" \
+                    and sharing.mig_strategy != "single":
                 raise ValueError(f"node pool '{pool.name}': Bottlerocket's device plugin advertises MIG slices with "
                                  "the single strategy (as nvidia.com/gpu); set gpuSharing.migStrategy to 'single'")
+            _image_pull_supported(pool, self.ami_for(pool))
         return self
+
+    def ami_for(self, pool: NodePool) -> Ami:
+        """The image a pool's nodes boot: the configuration's `ami` (a pool's own `ami`, where set, wins)."""
+        return self.ami
 
     def pool(self, name: str) -> NodePool:
         for pool in self.node_pools:
@@ -356,6 +400,37 @@ class Config(_Model):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+_FAST_IMAGE_PULL_AL2023 = "20250821"
+"""First EKS AL2023 AMI release whose nodeadm knows the `FastImagePull` feature gate (amazon-eks-ami
+commit 28454ab9, in tag v20250821; nodeadm/doc/examples.md "Enabling fast image pull")."""
+_SOCI_BOTTLEROCKET = (1, 45, 0)
+"""Bottlerocket's `settings.container-runtime.snapshotter` (`overlayfs` | `soci`) is in the 1.45.x settings
+reference (bottlerocket.dev/en/os/1.45.x/api/settings/container-runtime); older releases are refused as not
+known to have it."""
+
+
+def _image_pull_supported(pool: NodePool, ami: Ami) -> None:
+    """Refuse what the pool's AMI family cannot do, naming the way it can."""
+    if pool.pre_pull_images and ami.family == "Bottlerocket":
+        raise ValueError(
+            f"node pool '{pool.name}': prePullImages needs AL2023 (Bottlerocket has no setting that pulls images "
+            "at boot); on Bottlerocket build a data-volume snapshot with `gpu-autoscaler snapshot` and give its "
+            "snapshotId in the pool's blockDeviceMappings"
+        )
+    if not pool.soci:
+        return
+    if ami.family == "AL2023":
+        release = re.fullmatch(r"v?(\d{8})", ami.version)
+        if release and release[1] < _FAST_IMAGE_PULL_AL2023:
+            raise ValueError(f"node pool '{pool.name}': soci needs an EKS AL2023 AMI from "
+                             f"v{_FAST_IMAGE_PULL_AL2023} on (nodeadm FastImagePull); ami.version is {ami.version}")
+    else:
+        release = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", ami.version)
+        if release and tuple(int(part) for part in release.groups()) < _SOCI_BOTTLEROCKET:
+            raise ValueError(f"node pool '{pool.name}': soci needs Bottlerocket 1.45.0 or later "
+                             f"(settings.container-runtime.snapshotter); ami.version is {ami.version}")
 
 
 def parse_config(data: Any) -> Config:

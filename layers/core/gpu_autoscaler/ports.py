@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
+    from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
@@ -65,7 +66,8 @@ class DisruptionBudgets(Protocol):
 
 
 class StateStore(Protocol):
-    """NodeClaims, pod assignments, unavailable offerings and demand history (one DynamoDB table in AWS)."""
+    """NodeClaims, pod assignments, unavailable offerings, demand history and measured boot times (one DynamoDB
+    table in AWS)."""
 
     def create_claim(self, claim: NodeClaim) -> None:
         """Fails with `ClaimExists` if a claim with that id is already stored."""
@@ -105,6 +107,15 @@ class StateStore(Protocol):
     def record_demand(self, pool: str, bucket: datetime, gpus: float, ttl: timedelta) -> None: ...
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]: ...
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        """Keep one boot sample until now + `ttl`; one per claim (and launch): the first recorded stays, so a
+        repeat (a claim whose `bootSeconds` mark a concurrent write lost) cannot move its times later."""
+        ...
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """The pool's unexpired samples launched at or after `since`, oldest first."""
+        ...
 
 
 class Compute(Protocol):

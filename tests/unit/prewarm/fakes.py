@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime, timedelta
 
+    from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.messages import LaunchRequest
 
@@ -22,6 +23,7 @@ class MemoryStore:
         self.claims: dict[str, NodeClaim] = {}
         self.demand: dict[str, dict[datetime, float]] = {}
         self.unavailable: set[tuple[str, str, str]] = set()
+        self.boots: list[BootSample] = []
 
     def create_claim(self, claim: NodeClaim) -> None:
         if claim.id in self.claims:
@@ -51,6 +53,9 @@ class MemoryStore:
         })
         self.claims[claim.id] = moved
         return moved
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        return [b for b in self.boots if b.pool == pool and b.launched_at >= since]
 
     def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
         stored = self._current(claim)

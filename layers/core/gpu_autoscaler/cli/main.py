@@ -28,4 +28,5 @@ from gpu_autoscaler.cli import emulator  # noqa: E402, F401
 from gpu_autoscaler.cli import invoke  # noqa: E402, F401
 from gpu_autoscaler.cli import plan  # noqa: E402, F401
 from gpu_autoscaler.cli import simulate  # noqa: E402, F401
+from gpu_autoscaler.cli import snapshot  # noqa: E402, F401
 # isort: on

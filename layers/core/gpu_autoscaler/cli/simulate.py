@@ -18,7 +18,7 @@ import typer
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
 from gpu_autoscaler.simulation.policies import POLICY_NAMES
-from gpu_autoscaler.simulation.settings import SimulationSettings
+from gpu_autoscaler.simulation.settings import BootTimesError, SimulationSettings, read_boot_times
 from gpu_autoscaler.simulation.trace import TraceError, read_trace
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ def simulate_command(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="seeds Spot interruptions and capacity errors")] = 0,
     boot_seconds: Annotated[float, typer.Option("--boot-seconds", help="launch to Ready, seconds", min=0)] = 300.0,
+    boot_times: Annotated[
+        Path | None, typer.Option("--boot-times", help="JSON list of measured boot samples (the state store's "
+                                  "shape): each launch draws its type's boot from them", exists=True, dir_okay=False)
+    ] = None,
     capacity_error_rate: Annotated[
         float, typer.Option("--insufficient-capacity-rate", help="chance per override per CreateFleet", min=0, max=1)
     ] = 0.02,
@@ -73,7 +77,8 @@ def simulate_command(
     try:
         config = load_config(config_file)
         replay = read_trace(trace, trace_format.value)
-    except (ConfigError, TraceError) as error:
+        measured = read_boot_times(boot_times) if boot_times is not None else {}
+    except (ConfigError, TraceError, BootTimesError) as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(2) from None
     if from_day is not None or to_day is not None:
@@ -84,7 +89,7 @@ def simulate_command(
         typer.echo(f"{trace}: no GPU pods to replay", err=True)
         raise typer.Exit(2)
     settings = SimulationSettings(seed=seed, boot_seconds=boot_seconds, insufficient_capacity_rate=capacity_error_rate,
-                                  fixed_instance_type=fixed_type)
+                                  fixed_instance_type=fixed_type, boot_times=measured)
     out.mkdir(parents=True, exist_ok=True)
     report = _run(replay, config, chosen, settings, workers)
     path = out / "report.json"

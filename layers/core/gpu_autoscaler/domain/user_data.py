@@ -7,6 +7,11 @@ Two AMI families, as the configuration's `ami.family` says:
   `--register-with-taints`, so the Node is born with them: no pod lands before the taints exist.
 - Bottlerocket: TOML settings (`settings.kubernetes.*`, and the NVIDIA device plugin's sharing settings).
 
+Image pulls, per pool (see `image_pull` below for the sources): `soci` turns on the SOCI snapshotter's parallel
+pull/unpack on both families; `prePullImages` (AL2023 only; the configuration refuses it on Bottlerocket) adds a
+shell-script part to the MIME document that pulls the images before the kubelet starts, so the node registers
+with them on disk.
+
 The node carries the pool's labels, Karpenter's well-known labels of its instance type (so pod selectors on
 `karpenter.k8s.aws/instance-gpu-name` and the like match it), its pool and capacity type, and the identity
 of the claim it was launched for. The kubelet refuses to start with labels in the `kubernetes.io` and
@@ -21,12 +26,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gpu_autoscaler.domain.packing.mig import mig_gpu
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.images import ecr_region, parse_image_reference
 from gpu_autoscaler.models.labels import kubelet_may_set
 
 if TYPE_CHECKING:
@@ -51,6 +58,7 @@ __all__ = [
     "label_value",
     "node_labels",
     "node_setup",
+    "pre_pull_script",
     "render_user_data",
 ]
 
@@ -113,6 +121,10 @@ class NodeSetup:
     """Bottlerocket's `mig.profile`: GPU (`a100.40gb`) → partition profile (`1g.5gb`)."""
     skipped_labels: tuple[str, ...] = ()
     """Label keys left out because the kubelet may not set them."""
+    pre_pull_images: tuple[str, ...] = ()
+    """Pulled before the kubelet starts (AL2023)."""
+    soci: bool = False
+    """The SOCI snapshotter, parallel pull/unpack mode."""
 
 
 def label_value(text: str) -> str:
@@ -179,6 +191,8 @@ def node_setup(
         time_slicing_replicas=pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else None,
         mig_profiles=_mig_profiles(pool.gpu_sharing, known),
         skipped_labels=skipped,
+        pre_pull_images=tuple(pool.pre_pull_images),
+        soci=pool.soci,
     )
 
 
@@ -236,19 +250,61 @@ def al2023_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str:
         "  cluster:",
         *cluster,
         *(kubelet if len(kubelet) > 1 else []),
+        *(["  featureGates:", "    FastImagePull: true"] if setup.soci else []),
     ])
-    return "\n".join([
-        "MIME-Version: 1.0",
-        f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
-        "",
-        f"--{MIME_BOUNDARY}",
-        "Content-Type: application/node.eks.aws",
-        "",
-        node_config,
-        "",
-        f"--{MIME_BOUNDARY}--",
-        "",
-    ])
+    parts = [("application/node.eks.aws", node_config)]
+    if setup.pre_pull_images:
+        parts.append(('text/x-shellscript; charset="us-ascii"', pre_pull_script(setup.pre_pull_images)))
+    lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"', ""]
+    for content_type, body in parts:
+        lines += [f"--{MIME_BOUNDARY}", f"Content-Type: {content_type}", "", body, ""]
+    return "\n".join([*lines, f"--{MIME_BOUNDARY}--", ""])
+
+
+def pre_pull_script(images: Iterable[str]) -> str:
+    """The user-data shell script that pulls `images` into containerd before the kubelet starts.
+
+    Why this is safe on the EKS AL2023 AMI (awslabs/amazon-eks-ami, templates/al2023/runtime/rootfs/etc/
+    systemd/system/): `nodeadm-config.service` runs `Before=cloud-init.service` and writes containerd's
+    configuration (the SOCI snapshotter included, when `FastImagePull` is on); cloud-init runs this part
+    in `cloud-final.service`; `nodeadm-run.service`, which starts the kubelet, runs
+    `After=nodeadm-config.service cloud-final.service`. So the pulls finish before the Node registers and no
+    pod can land first. The script starts containerd itself (nodeadm-run would, later), pulls into the
+    `k8s.io` namespace the kubelet's CRI reads, with the snapshotter containerd is configured with (an
+    image unpacked by another snapshotter would be pulled again), labelled as CRI-managed. ECR registries
+    get a token from the node role (`aws ecr get-login-password`; the AMI ships the AWS CLI). A pull that
+    fails three times is logged and skipped: the kubelet pulls it when a pod needs it, and boot goes on.
+    Pull time adds to registration time: `timeouts.registrationTtl` must cover it.
+    """
+    lines = [
+        "#!/bin/bash",
+        "# gpu-autoscaler: pre-pull the node pool's images before nodeadm-run.service starts the kubelet.",
+        "set -u",
+        "systemctl start containerd",
+        'CONTAINERD_CONFIG="${CONTAINERD_CONFIG:-/etc/containerd/config.toml}"',
+        "SNAPSHOTTER=$(sed -n 's/^[[:space:]]*snapshotter[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' "
+        '"$CONTAINERD_CONFIG" | head -n 1)',
+        'SNAPSHOTTER="${SNAPSHOTTER:-overlayfs}"',
+        "pull() {",
+        '  local image="$1" region="$2" attempt',
+        "  for attempt in 1 2 3; do",
+        '    if [ -n "$region" ]; then',
+        '      ctr --namespace k8s.io images pull --snapshotter "$SNAPSHOTTER" '
+        '--label io.cri-containerd.image=managed --user "AWS:$(aws ecr get-login-password --region "$region")" '
+        '"$image" && return 0',
+        "    else",
+        '      ctr --namespace k8s.io images pull --snapshotter "$SNAPSHOTTER" '
+        '--label io.cri-containerd.image=managed "$image" && return 0',
+        "    fi",
+        '    sleep "$((attempt * 10))"',
+        "  done",
+        '  echo "gpu-autoscaler: could not pre-pull $image; the kubelet will pull it when a pod needs it" >&2',
+        "}",
+    ]
+    for image in images:
+        region = ecr_region(parse_image_reference(image)) or ""
+        lines.append(f"pull {shlex.quote(image)} {shlex.quote(region)}")
+    return "\n".join([*lines, "exit 0"])
 
 
 def _toml_table(name: str, values: Mapping[str, object]) -> list[str]:
@@ -269,6 +325,10 @@ def bottlerocket_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str
     if setup.max_pods:
         kubernetes["max-pods"] = int(setup.max_pods)
     lines = _toml_table("settings.kubernetes", kubernetes)
+    if setup.soci:
+        # The snapshotter setting alone: its pull mode defaults to parallel-pull-unpack, the only mode
+        # Bottlerocket models (settings.container-runtime-plugins.soci-snapshotter.pull-mode).
+        lines += _toml_table("settings.container-runtime", {"snapshotter": "soci"})
     if setup.labels:
         lines += _toml_table("settings.kubernetes.node-labels", setup.labels)
     if setup.taints:

@@ -404,9 +404,12 @@ class WindowSchedule:
         return self._occurrence(start)
 
 
-def window_schedules(config: Config) -> list[WindowSchedule]:
-    """Every configured window, with its pool's lead time; raises `CronError` on an unsupported schedule."""
-    return [WindowSchedule(w, config.pool(w.node_pool).lead_time) for w in config.scaling_windows]
+def window_schedules(config: Config, lead_times: Mapping[str, timedelta] | None = None) -> list[WindowSchedule]:
+    """Every configured window, with its pool's lead time (`lead_times[pool]` where given: the measured one,
+    else the configured `leadTime`); raises `CronError` on an unsupported schedule."""
+    leads = lead_times or {}
+    return [WindowSchedule(w, leads.get(w.node_pool, config.pool(w.node_pool).lead_time))
+            for w in config.scaling_windows]
 
 
 def active_windows(config: Config, moment: datetime) -> list[WindowOccurrence]:

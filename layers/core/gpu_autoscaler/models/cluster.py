@@ -26,6 +26,8 @@ class ClusterNode(BaseModel):
     unschedulable: bool = False
     ready: bool = False
     created_at: datetime | None = None
+    ready_since: datetime | None = None
+    """The Ready condition's `lastTransitionTime`, while the node is Ready: its boot's end, for boot times."""
 
     @property
     def instance_id(self) -> str | None:

@@ -4,9 +4,11 @@ Every tick does the whole job, whichever schedule fired it (a window's cron or t
 lost or late tick costs at most one period: the rate tick brings a window's capacity up by its lead time
 even if the window's own tick (which fires at the window's start) never arrives.
 
-1. Read the cluster's live claims; when prediction is on, each pool's demand history since
-   `predictive.history`, and forecast demand at now + lead time (`max(pool.leadTime,
-   predictive.leadTime)`). Under 24 h of history: no forecast, logged and reported per pool.
+1. Each pool's lead time: the `measuredLeadTime.quantile` of its recorded boots (launch → GPUs allocatable,
+   `domain.boot_times`) once it has `minSamples` of them, else the configured one. Read the cluster's live
+   claims; when prediction is on, each pool's demand history since `predictive.history`, and forecast demand
+   at now + lead time (the measured one, else `max(pool.leadTime, predictive.leadTime)`). Under 24 h of
+   history: no forecast, logged and reported per pool.
 2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end or change hands; windows
    are warmed from start − lead time − `PERIOD`, so the capacity is up by the start whichever 5-minute
    tick sees the window first.
@@ -29,6 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
@@ -43,7 +46,7 @@ from gpu_autoscaler.domain.prewarm import (
     largest_within_budget,
     placeholder_pods,
 )
-from gpu_autoscaler.domain.windows import window_schedules
+from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
@@ -51,8 +54,8 @@ from gpu_autoscaler.models.resources import GPU
 from gpu_autoscaler.wiring import rate_period
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from datetime import datetime
+    from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
@@ -171,6 +174,7 @@ class PrewarmOutcome:
     handed_over: tuple[WarmChange, ...] = ()
     resent: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    lead_times: Mapping[str, LeadTime] = field(default_factory=dict)
 
     @property
     def forecast_status(self) -> str:
@@ -198,6 +202,7 @@ class PrewarmOutcome:
             "handedOver": [{"claim": c.claim.id, "from": c.claim.warm, "to": c.warm, "reason": c.reason}
                            for c in self.handed_over],
             "launchRequestsResent": list(self.resent),
+            "leadTimes": {pool: lead.to_json() for pool, lead in sorted(self.lead_times.items())},
             "notes": list(self.notes),
         }
 
@@ -225,6 +230,7 @@ class PrewarmService:
         self.forecaster = forecaster or Forecaster(config.predictive.quantile)
         self._instance_types = instance_types
         self._schedules = window_schedules(config)
+        self._schedules_for: dict[tuple[tuple[str, timedelta], ...], list[WindowSchedule]] = {}
         self._facts: tuple[list[InstanceType], tuple[GpuCapacity, list[str], dict[str, int]]] | None = None
 
     def run(self, tick: ScheduleTick) -> PrewarmOutcome:
@@ -236,8 +242,10 @@ class PrewarmService:
         types = list(self._instance_types())
         gpus, partitioned, devices = self._type_facts(types)
         claims = self.store.list_claims(LIVE_STATES)
-        forecasts = self._forecasts(now)
-        decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._schedules, period=PERIOD)
+        leads = self._lead_times(now)
+        forecasts = self._forecasts(now, leads)
+        decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._window_schedules(leads),
+                          period=PERIOD)
         released, handed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
@@ -246,7 +254,7 @@ class PrewarmService:
             notes.extend(f"{pool.pool}: {note}" for note in pool.notes)
         resent = self._resend(claims, now)
         outcome = PrewarmOutcome(tick, decision, forecasts, tuple(launched), tuple(released), tuple(handed),
-                                 tuple(resent), tuple(notes))
+                                 tuple(resent), tuple(notes), leads)
         if logger.isEnabledFor(logging.INFO):  # the summary is built for the log alone
             logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
         return outcome
@@ -263,16 +271,39 @@ class PrewarmService:
         self._facts = (types, facts)
         return facts
 
+    # Lead times
+
+    def _lead_times(self, now: datetime) -> dict[str, LeadTime]:
+        """Each pool's lead time: measured from its recorded boots once there are enough, else configured."""
+        settings = self.config.measured_lead_time
+        if not settings.enabled:
+            return {p.name: LeadTime(p.name, p.lead_time, measured=False, samples=0) for p in self.config.node_pools}
+        since = now - settings.history
+        return {p.name: lead_time(p, self.store.boot_times(p.name, since), settings) for p in self.config.node_pools}
+
+    def _window_schedules(self, leads: Mapping[str, LeadTime]) -> list[WindowSchedule]:
+        """The windows with the pools' lead times; built again only when a measured lead time changed."""
+        measured = tuple(sorted((pool, lead.value) for pool, lead in leads.items() if lead.measured))
+        if not measured:
+            return self._schedules
+        if measured not in self._schedules_for:
+            if len(self._schedules_for) > 64:
+                self._schedules_for.clear()
+            self._schedules_for[measured] = window_schedules(self.config, dict(measured))
+        return self._schedules_for[measured]
+
     # Forecasts
 
-    def _forecasts(self, now: datetime) -> dict[str, Forecast]:
+    def _forecasts(self, now: datetime, leads: Mapping[str, LeadTime]) -> dict[str, Forecast]:
         predictive = self.config.predictive
         if not predictive.enabled:
             return {}
         since = now - predictive.history
         out = {}
         for pool in self.config.node_pools:
-            target = now + max(pool.lead_time, predictive.lead_time)
+            lead = leads.get(pool.name)
+            target = now + (lead.value if lead is not None and lead.measured
+                            else max(pool.lead_time, predictive.lead_time))
             forecast = self.forecaster.forecast(self._history(pool.name, since, now), now, target, pool.name)
             if not forecast.ok:
                 logger.info("no forecast for pool %s: %s", pool.name, forecast.reason)

@@ -6,7 +6,11 @@
 2. Registration timeout: a claim whose Node has not joined within `timeouts.registrationTtl` of its launch
    (or, never launched, of its creation) is ended through the fleet — its instance terminated if there is
    one, the claim Terminated, its pods released so the packer plans them again.
-3. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+3. Boot times: the first tick that sees a claim's Node Ready with GPUs allocatable records its boot (launch →
+   Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
+   `measuredLeadTime.history`, and marks the claim (`bootSeconds`) so it is recorded once. Pre-warm turns a
+   pool's samples into its lead time.
+4. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -18,6 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE, observe_boot
 from gpu_autoscaler.domain.drain import movable
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
 from gpu_autoscaler.errors import StaleClaim
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
+    from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.resources import Resources
@@ -51,9 +57,14 @@ class ReconcileOutcome:
     timed_out: list[str] = field(default_factory=list)
     """Claim ids ended because no Node joined in time."""
     demand: dict[str, float] = field(default_factory=dict)
+    boots: list[BootSample] = field(default_factory=list)
+    """Boot times recorded this tick."""
 
     def summary(self) -> dict[str, Any]:
         return {"registered": self.registered, "timedOut": self.timed_out,
+                "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
+                           "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
+                          for b in self.boots],
                 "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())}}
 
 
@@ -86,15 +97,20 @@ class ReconcileService:
         for claim in claims:
             node = by_instance.get(claim.instance_id) if claim.instance_id else None
             if claim.state is ClaimState.LAUNCHED and node is not None:
-                self._register(claim, node, outcome)
+                self._register(claim, node, now, outcome)
+            elif claim.state is ClaimState.REGISTERED and node is not None and BOOT_ATTRIBUTE not in claim.attributes:
+                self._observe_boot(claim, node, now, outcome)
             elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
                 self._maybe_time_out(claim, now, outcome)
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome
 
-    def _register(self, claim: NodeClaim, node: ClusterNode, outcome: ReconcileOutcome) -> None:
+    def _register(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
         attributes = dict(claim.attributes)
+        boot = observe_boot(claim, node, launched_at(claim), now)
+        if boot is not None:
+            attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
         try:
             attributes[POOL_HASH_ATTRIBUTE] = pool_hash(self.config.pool(claim.pool))
         except KeyError:
@@ -110,6 +126,27 @@ class ReconcileService:
             return
         outcome.registered.append(claim.id)
         logger.info("claim %s registered as node %s", claim.id, node.name)
+        if boot is not None:
+            self._record(boot, outcome)
+
+    def _observe_boot(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
+        """A registered claim whose node's GPUs were not allocatable yet: record the boot once they are."""
+        boot = observe_boot(claim, node, launched_at(claim), now)
+        if boot is None:
+            return
+        attributes = {**claim.attributes, BOOT_ATTRIBUTE: f"{boot.to_gpus.total_seconds():.0f}"}
+        try:
+            self.store.update_claim(claim, attributes=attributes)
+        except StaleClaim:
+            logger.info("claim %s changed before its boot time was recorded; looked at again next tick", claim.id)
+            return
+        self._record(boot, outcome)
+
+    def _record(self, boot: BootSample, outcome: ReconcileOutcome) -> None:
+        self.store.record_boot_time(boot, self.config.measured_lead_time.history)
+        outcome.boots.append(boot)
+        logger.info("claim %s (%s) booted: Ready after %.0f s, GPUs allocatable after %.0f s", boot.claim_id,
+                    boot.instance_type, boot.to_ready.total_seconds(), boot.to_gpus.total_seconds())
 
     def _maybe_time_out(self, claim: NodeClaim, now: datetime, outcome: ReconcileOutcome) -> None:
         ttl = self.config.timeouts.registration_ttl

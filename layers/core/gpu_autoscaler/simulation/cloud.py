@@ -7,7 +7,8 @@ What the model holds, stated so the figures can be judged:
   Spot's price-capacity-optimized and On-Demand's lowest-price both take the cheapest override that has
   capacity here (the simulated pools have no depth to weigh), a gang takes one zone (and one type where
   asked) for all its instances or launches none. Prices are the catalog's (the bundled snapshots).
-- Boot: an instance is a Ready node `boot_seconds` after launch, more for the big multi-GPU families.
+- Boot: an instance is a Ready node with its GPUs `boot_seconds` after launch, more for the big multi-GPU
+  families, or one of its type's measured boots when `--boot-times FILE` gives them.
 - Spot interruptions: each Spot instance draws its time to an interruption warning from an exponential
   distribution whose rate is its offering's Spot Advisor frequency band (share of instances interrupted
   per month: `BAND_MONTHLY_RATE`); the warning comes 2 minutes before EC2 reclaims the instance.

@@ -274,7 +274,7 @@ class SimulatedCluster:
             node._view = ClusterNode(
                 name=node.name, provider_id=f"aws:///{instance.zone}/{instance.instance_id}", labels=node.labels,
                 taints=node.taints, allocatable=Resources(node.allocatable), unschedulable=node.cordoned,
-                ready=True, created_at=self.moment(node.created_at),
+                ready=True, created_at=self.moment(node.created_at), ready_since=self.moment(node.created_at),
             )
         return node._view
 

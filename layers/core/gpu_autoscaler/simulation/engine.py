@@ -402,7 +402,7 @@ class PolicyRun:
     def _launched(self, instance: SimulatedInstance) -> None:
         self.provisioned += instance.instance_type.gpus
         self.rate += instance.price_per_hour
-        self.push(self.t + self.settings.boot(instance.instance_type), _READY, instance)
+        self.push(self.t + self.settings.boot(instance.instance_type, self.rng), _READY, instance)
         if instance.capacity_type == "spot":
             hazard = interruption_hazard(instance.interruption_band, self.settings.spot_monthly_interruption)
             if hazard > 0:

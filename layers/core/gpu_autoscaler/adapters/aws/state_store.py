@@ -9,6 +9,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
+| `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
 
 TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
 Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact.
@@ -24,6 +25,7 @@ from botocore.exceptions import ClientError
 from gpu_autoscaler.adapters.memory.state_store import apply_transition
 from gpu_autoscaler.clock import Clock, SystemClock
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.models.boot import BootSample
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
@@ -237,6 +239,35 @@ class DynamoStateStore:
         items = self._query(prefix, start=prefix + _iso(since))
         return [
             (datetime.fromisoformat(i[SORT_KEY]["S"].removeprefix(prefix)), float(i["gpus"]["N"])) for i in items
+        ]
+
+    # Boot times
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        try:
+            self._put_boot(sample, ttl)
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+
+    def _put_boot(self, sample: BootSample, ttl: timedelta) -> None:
+        self._db.put_item(
+            TableName=self.table,
+            Item=self._key(f"BOOT#{sample.pool}#{_iso(sample.launched_at)}#{sample.claim_id}") | {
+                "sample": {"S": sample.model_dump_json(by_alias=True)},
+                TTL_ATTRIBUTE: _epoch(self.clock.now() + ttl),
+            },
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": SORT_KEY},
+        )
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """Launch time leads the sort key: the query reads from `since` on, in launch order."""
+        now = self.clock.now().timestamp()
+        prefix = f"BOOT#{pool}#"
+        return [
+            BootSample.model_validate_json(item["sample"]["S"])
+            for item in self._query(prefix, start=prefix + _iso(since)) if float(item[TTL_ATTRIBUTE]["N"]) > now
         ]
 
     # Table access

@@ -222,6 +222,8 @@ def node_from_json(node: Mapping[str, Any]) -> ClusterNode:
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready" and c.get("status") == "True"),
+                 None)
     return ClusterNode(
         name=metadata["name"],
         provider_id=spec.get("providerID") or None,
@@ -230,8 +232,9 @@ def node_from_json(node: Mapping[str, Any]) -> ClusterNode:
                      for t in spec.get("taints") or ()),
         allocatable=_resources(status.get("allocatable"), f"allocatable of node {metadata['name']}"),
         unschedulable=bool(spec.get("unschedulable")),
-        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
+        ready=ready is not None,
         created_at=_time(metadata.get("creationTimestamp")),
+        ready_since=_time(ready.get("lastTransitionTime")) if ready is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.boot import BootSample
 
 __all__ = ["MemoryStateStore", "apply_transition"]
 
@@ -49,6 +50,8 @@ class MemoryStateStore:
         self._pods: dict[str, tuple[str, datetime]] = {}
         self._unavailable: dict[tuple[str, str, str], tuple[datetime, str]] = {}
         self._demand: dict[str, dict[datetime, float]] = {}
+        self._boots: dict[str, dict[str, tuple[BootSample, datetime]]] = {}
+        """Pool → `<launch time>#<claim id>` → (sample, expiry)."""
 
     # NodeClaims
 
@@ -137,3 +140,18 @@ class MemoryStateStore:
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
         return sorted((b, g) for b, g in self._demand.get(pool, {}).items() if b >= since)
+
+    # Boot times
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        key = f"{sample.launched_at.isoformat()}#{sample.claim_id}"
+        self._boots.setdefault(sample.pool, {}).setdefault(key, (sample, self.clock.now() + ttl))
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """Expired samples are dropped as they are read (TTL deletion), so a weeks-long simulation stays small."""
+        now = self.clock.now()
+        kept = self._boots.get(pool, {})
+        for key in [k for k, (_, until) in kept.items() if until <= now]:
+            del kept[key]
+        found = [sample for sample, _ in kept.values() if sample.launched_at >= since]
+        return sorted(found, key=lambda s: (s.launched_at, s.claim_id))
