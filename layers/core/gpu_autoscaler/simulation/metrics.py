@@ -116,6 +116,8 @@ class RunResult:
     seconds: float
     timeline: Timeline
     policy: dict[str, Any] = field(default_factory=dict)
+    cost_breakdown: dict[str, float] = field(default_factory=dict)
+    """The cost split into `costs.COST_PARTS` plus `other`, adding up to `cost`."""
 
     @property
     def gpu_allocation(self) -> float:
@@ -149,5 +151,6 @@ class RunResult:
             "evictions": self.evictions,
             "simulatedDays": round(self.end / 86400, 3),
             "runSeconds": round(self.seconds, 2),
+            "costBreakdown": {part: round(usd, 2) for part, usd in self.cost_breakdown.items()},
             "policy": self.policy,
         }
