@@ -22,9 +22,10 @@ def test_the_ledger_splits_one_instance_by_its_state() -> None:
     ledger = CostLedger()
     ledger.launched("i-1", 0.0, price_per_hour=3600.0 * 4, gpus=4)  # 4 USD a second, 1 a GPU-second
     ledger.ready("i-1", 10.0)  # 40 booting
-    ledger.pod_started("i-1", "a", 20.0, share=1.0, bound_per_gpu_second=0.5)  # 40 empty, not held: lag
+    ledger.pod_started("i-1", "a", 20.0, share=1.0, bound_per_gpu_second=0.5,  # 40 empty, not held: lag
+                       allocatable_per_gpu_second=0.75)
     ledger.pod_started("i-1", "b", 20.0, share=0.5, bound_per_gpu_second=None)
-    # 20..30: 1.5 GPUs used: work 0.5/s, premium (1.5 - 0.5)/s, fragmentation 2.5/s
+    # 20..30: 1.5 GPUs used: work 0.5/s, overhead 0.25/s, premium (1.5 - 0.75)/s, fragmentation 2.5/s
     ledger.pod_stopped("a", 30.0)
     ledger.pod_stopped("b", 30.0)
     ledger.warm("i-1", 30.0, held=True)
@@ -32,7 +33,8 @@ def test_the_ledger_splits_one_instance_by_its_state() -> None:
     ledger.terminated("i-1", 45.0)  # 20 under notice
     parts = ledger.breakdown(total=4.0 * 45)
     assert parts == pytest.approx({
-        "lowerBound": 5.0, "booting": 40.0, "warmIdle": 40.0, "fragmentation": 25.0, "pricePremium": 10.0,
+        "lowerBound": 5.0, "booting": 40.0, "warmIdle": 40.0, "fragmentation": 25.0, "nodeOverhead": 2.5,
+        "pricePremium": 7.5,
         "consolidationLag": 40.0, "spotInterruption": 20.0, "other": 0.0,
     })
 
@@ -60,6 +62,19 @@ def test_a_dearer_type_forced_by_memory_is_a_premium_and_its_idle_gpus_are_fragm
     assert parts["lowerBound"] == pytest.approx(3.912 / 4)
     assert parts["pricePremium"] == pytest.approx(0.0, abs=1e-9), "the bound already pays for the memory"
     assert parts["fragmentation"] == pytest.approx(3.912 * 3 / 4), "three GPUs idle for the pod's hour"
+
+
+def test_a_pod_asking_a_whole_node_pays_the_reservations_as_overhead_not_premium() -> None:
+    catalog = make_catalog(("g4dn.xlarge", "g4dn.12xlarge"), spot=False)
+    # 4 vCPU: all of a g4dn.xlarge's capacity (the bound's price), but kubelet reservations leave less
+    # allocatable, so only the 4-GPU type holds it: the difference is overhead, no policy's choice.
+    trace = make_trace(make_pod(arrival=0.0, duration=3600.0, cpu=4000, memory=8192))
+    result = PolicyRun(build_policy("ours", make_config(), catalog, trace.pods), trace, catalog,
+                       sim_settings()).run()
+    parts = result.cost_breakdown
+    assert parts["lowerBound"] == pytest.approx(0.526)
+    assert parts["nodeOverhead"] == pytest.approx(3.912 / 4 - 0.526)
+    assert parts["pricePremium"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_warm_capacity_held_by_a_window_is_warm_idle() -> None:
@@ -116,4 +131,5 @@ def test_the_parts_add_up_to_the_cost_and_the_bound_is_the_lower_bound(drawn, se
         assert parts["lowerBound"] == pytest.approx(result.lower_bound, rel=1e-9, abs=1e-9), name
         assert abs(parts["other"]) <= 1e-6 * max(result.cost, 1.0), name
         waste = {k: v for k, v in parts.items() if k not in ("lowerBound", "pricePremium", "other")}
+        assert parts["pricePremium"] >= -1e-6 * max(result.cost, 1.0), name
         assert all(v >= -1e-9 for v in waste.values()), (name, waste)

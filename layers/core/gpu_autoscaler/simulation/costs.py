@@ -7,9 +7,12 @@ interval's cost is split exactly by that state:
 - booting: launch until the node is Ready — GPUs billed before anything can run on them;
 - the pods' own work, each pod's GPU share at the cheapest USD per GPU-second that could hold it (`p*`, the
   lower bound's price: summed over a run this *is* the lower bound, since a pod accrues only while it runs);
-- price premium: what the pods' share of the node costs above that (`share × (price per GPU − p*)`): a dearer
-  type than the cheapest per GPU that could hold them (forced by CPU, memory, GPU model or zone, or chosen by
-  capacity, Spot availability or a gang's single type);
+- node overhead: the bound prices a pod on raw capacity, but kubelet and system reservations come off every
+  node; `share × (p_alloc − p*)`, where `p_alloc` is the cheapest per GPU-second of a type whose *allocatable*
+  holds the pod in the pool it runs in, is what no policy avoids (all run on the same nodes);
+- price premium: what the pods' share of the node costs above that (`share × (price per GPU − p_alloc)`): a
+  dearer type than the cheapest per GPU that could hold them, chosen to pack several pods, by capacity or Spot
+  availability, a pool's requirements or a gang's single type;
 - fragmentation: the unallocated GPUs of a node that runs pods;
 - warm idle: an empty node that pre-warm holds (a window or the forecast);
 - consolidation lag: an empty node nobody holds, kept until consolidation removes it;
@@ -30,7 +33,9 @@ COST_PARTS = {
     "booting": "instances from launch until their node is Ready",
     "warmIdle": "empty nodes held by pre-warm (a scaling window or the forecast)",
     "fragmentation": "GPUs left unallocated on nodes running pods",
-    "pricePremium": "the pods' share of their node above the cheapest per-GPU price that could hold them",
+    "nodeOverhead": "the pods' share priced up from the bound's raw capacity to the cheapest type whose allocatable "
+                    "(less kubelet and system reservations) holds them",
+    "pricePremium": "the pods' share of their node above the cheapest per-GPU price whose allocatable holds them",
     "consolidationLag": "empty nodes no one holds, until consolidation removes them",
     "spotInterruption": "nodes under a Spot interruption warning, less their pods' own work",
 }
@@ -45,8 +50,8 @@ class _Instance:
     ready: bool = False
     noticed: bool = False
     warm: bool = False
-    pods: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Pod key → (GPU share, cheapest USD per GPU-second that could hold it; 0 if none could)."""
+    pods: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Pod key → (GPU share, the bound's USD per GPU-second for it, the same on allocatable; 0 if none)."""
 
 
 class CostLedger:
@@ -71,12 +76,16 @@ class CostLedger:
         if found is not None and found.warm != held:
             self._change(instance_id, at, warm=held)
 
-    def pod_started(self, instance_id: str, pod: str, at: float, share: float, bound_per_gpu_second: float | None
-                    ) -> None:
+    def pod_started(self, instance_id: str, pod: str, at: float, share: float, bound_per_gpu_second: float | None,
+                    allocatable_per_gpu_second: float | None = None) -> None:
+        """`bound_per_gpu_second`: the lower bound's price for the pod (None: no type holds it);
+        `allocatable_per_gpu_second`: the cheapest whose allocatable holds it where it runs (None: the same)."""
         found = self._accrue(instance_id, at)
         if found is None:
             return
-        found.pods[pod] = (share, bound_per_gpu_second or 0.0)
+        bound = bound_per_gpu_second or 0.0
+        on_allocatable = bound if allocatable_per_gpu_second is None else max(bound, allocatable_per_gpu_second)
+        found.pods[pod] = (share, bound, on_allocatable)
         self._pod_instance[pod] = instance_id
 
     def pod_stopped(self, pod: str, at: float) -> None:
@@ -128,14 +137,16 @@ class CostLedger:
         if not instance.ready:
             parts["booting"] += cost
             return
-        work = sum(share * price for share, price in instance.pods.values()) * seconds
+        work = sum(share * bound for share, bound, _ in instance.pods.values()) * seconds
         parts["lowerBound"] += work
         if instance.noticed:
             parts["spotInterruption"] += cost - work
             return
-        allocated = min(sum(share for share, _ in instance.pods.values()), instance.gpus)
+        overhead = sum(share * (on_allocatable - bound) for share, bound, on_allocatable in instance.pods.values())
+        parts["nodeOverhead"] += overhead * seconds
+        allocated = min(sum(share for share, _, _ in instance.pods.values()), instance.gpus)
         used = cost * allocated / instance.gpus if instance.gpus > 0 else cost
-        parts["pricePremium"] += used - work
+        parts["pricePremium"] += used - work - overhead * seconds
         idle = cost - used
         if instance.pods:
             parts["fragmentation"] += idle

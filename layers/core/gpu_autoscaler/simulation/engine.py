@@ -245,8 +245,9 @@ class PolicyRun:
             pod.waited += self.t - (pod.pending_since if pod.pending_since is not None else self.t)
             pod.pending_since = None
             pod.started_at = self.t
-            self.ledger.pod_started(node.instance.instance_id, pod.uid, self.t, pod.trace.share,
-                                    self.prices.per_gpu_second(pod.trace))
+            self.ledger.pod_started(
+                node.instance.instance_id, pod.uid, self.t, pod.trace.share, self.prices.per_gpu_second(pod.trace),
+                self.prices.per_gpu_second_allocatable(pod.trace, pod.requests, node.pool, self.config.overhead))
             if pod.first_started is None:
                 pod.first_started = self.t
             self._verdict(pod, None)

@@ -123,4 +123,5 @@ class SimulationReport:
 
 
 _SHORT = {"lowerBound": "bound", "booting": "boot", "warmIdle": "warm", "fragmentation": "frag.",
-          "pricePremium": "premium", "consolidationLag": "lag", "spotInterruption": "spot int."}
+          "nodeOverhead": "overhead", "pricePremium": "premium", "consolidationLag": "lag",
+          "spotInterruption": "spot int."}
