@@ -77,7 +77,7 @@ def write_plots(report: SimulationReport, out: Path) -> list[Path]:
     ax.grid(alpha=0.3, which="both")
     paths.append(_save(fig, out / PLOTS[2]))
 
-    fig, ax = plt.subplots(figsize=(10, 5))
+    fig, ax = plt.subplots(figsize=(11, 5))
     names = [r.name for r in report.results]
     bottom = np.zeros(len(names))
     parts = [*COST_PARTS, "other"]
@@ -90,7 +90,7 @@ def write_plots(report: SimulationReport, out: Path) -> list[Path]:
     for x, r in enumerate(report.results):
         ax.annotate(f"${r.cost:,.0f}", (x, bottom[x]), ha="center", va="bottom", fontsize=8)
     ax.set(ylabel="USD", title=f"{title}: where the cost goes")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="y")
     paths.append(_save(fig, out / PLOTS[3]))
     return paths
