@@ -38,7 +38,7 @@ def test_simulate_writes_the_report_the_plots_and_the_table(tmp_path: Path) -> N
     assert report["gpuMapping"]["T4"]["instanceTypes"][0].startswith("g4dn.")
     assert report["settings"]["seed"] == 1
     assert report["settings"]["zones"] == ["us-east-1a", "us-east-1b", "us-east-1c"]
-    for name in ("gpus.png", "cost.png", "waits.png"):
+    for name in ("gpus.png", "cost.png", "waits.png", "costs.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fixed-node-group" in result.output and "÷ bound" in result.output
 

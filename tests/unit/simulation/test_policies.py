@@ -8,7 +8,7 @@ from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
 from gpu_autoscaler.domain.packing.binpack import pack
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.resources import GPU
-from gpu_autoscaler.simulation.policies import FIXED_POOL, PodShaper, build_policy, choose_fixed_type
+from gpu_autoscaler.simulation.policies import FIXED_POOL, POLICY_NAMES, PodShaper, build_policy, choose_fixed_type
 from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool
 
 SHARED = make_pool("gpu-shared", weight=1, taints=[{"key": "gpu-autoscaler/shared", "value": "true",
@@ -68,3 +68,17 @@ def test_without_a_sharing_pool_a_fraction_takes_a_whole_gpu() -> None:
     karpenter = build_policy("karpenter-like", CONFIG, make_catalog(), [make_pod()])
     pod = PodShaper(karpenter.config).pending(make_pod(gpus=1, milli=100))
     assert pod.requests[GPU] == "1" and not pod.node_selector
+
+
+def test_karpenter_overlay_keeps_the_pools_gpu_sharing_as_a_node_overlay_would_advertise_it() -> None:
+    shared = make_pool("gpu-shared", capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
+    config = make_config(make_pool(), shared)
+    catalog = make_catalog()
+    pods = [make_pod(i, arrival=0.0, gpus=1, milli=250) for i in range(4)]
+    overlay = build_policy("karpenter-overlay", config, catalog, pods)
+    plain = build_policy("karpenter-like", config, catalog, pods)
+    assert overlay.packer is plain.packer, "Karpenter's first-fit decreasing either way"
+    assert overlay.config.pool("gpu-shared").gpu_sharing.replicas == 4
+    assert plain.config.pool("gpu-shared").gpu_sharing.mode == "none"
+    assert not overlay.config.predictive.enabled and not overlay.config.scaling_windows
+    assert "karpenter-overlay" not in POLICY_NAMES, "on request only: the default report keeps its four policies"

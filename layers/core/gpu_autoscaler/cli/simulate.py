@@ -17,7 +17,7 @@ import typer
 
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
-from gpu_autoscaler.simulation.policies import POLICY_NAMES
+from gpu_autoscaler.simulation.policies import KNOWN_POLICIES, OPTIONAL_POLICIES, POLICY_NAMES
 from gpu_autoscaler.simulation.settings import BootTimesError, SimulationSettings, read_boot_times
 from gpu_autoscaler.simulation.trace import TraceError, read_trace
 
@@ -43,7 +43,8 @@ def simulate_command(
         Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
     ] = None,
     policy: Annotated[
-        list[str] | None, typer.Option("--policy", help=f"repeatable; default all: {', '.join(POLICY_NAMES)}")
+        list[str] | None, typer.Option("--policy", help=f"repeatable; default: {', '.join(POLICY_NAMES)}; "
+                                                          f"also: {', '.join(OPTIONAL_POLICIES)}")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="seeds Spot interruptions and capacity errors")] = 0,
     boot_seconds: Annotated[float, typer.Option("--boot-seconds", help="launch to Ready, seconds", min=0)] = 300.0,
@@ -70,9 +71,9 @@ def simulate_command(
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("gpu_autoscaler").setLevel(logging.ERROR)
     chosen = list(dict.fromkeys(policy or POLICY_NAMES))
-    unknown = [p for p in chosen if p not in POLICY_NAMES]
+    unknown = [p for p in chosen if p not in KNOWN_POLICIES]
     if unknown:
-        raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICY_NAMES)}",
+        raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(KNOWN_POLICIES)}",
                                  param_hint="--policy")
     try:
         config = load_config(config_file)

@@ -57,6 +57,7 @@ from gpu_autoscaler.services.prewarm import PERIOD, SolverPlanner
 from gpu_autoscaler.services.reconcile import ReconcileService
 from gpu_autoscaler.simulation.cloud import SimulatedCloud, interruption_hazard
 from gpu_autoscaler.simulation.cluster import SimPod, SimulatedCluster
+from gpu_autoscaler.simulation.costs import CostLedger
 from gpu_autoscaler.simulation.metrics import GpuPrices, RunResult, Timeline
 from gpu_autoscaler.simulation.policies import PodShaper
 from gpu_autoscaler.simulation.services import EventQueue, PolicyPacker, SimulatedConsolidate, SimulatedPrewarm
@@ -64,7 +65,7 @@ from gpu_autoscaler.simulation.store import SimulationStateStore
 from gpu_autoscaler.simulation.trace import TRACE_EPOCH
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
     from gpu_autoscaler.config import Config
@@ -151,6 +152,8 @@ class PolicyRun:
         self.provisioned = 0.0
         self.rate = 0.0
         self.timeline = Timeline()
+        self.prices = GpuPrices(catalog, self.config.zones)
+        self.ledger = CostLedger()
         self.never_ran: dict[str, int] = {}
         """Pods the trace ran that never started here, by reason."""
         self.cancelled: dict[str, int] = {}
@@ -242,6 +245,9 @@ class PolicyRun:
             pod.waited += self.t - (pod.pending_since if pod.pending_since is not None else self.t)
             pod.pending_since = None
             pod.started_at = self.t
+            self.ledger.pod_started(
+                node.instance.instance_id, pod.uid, self.t, pod.trace.share, self.prices.per_gpu_second(pod.trace),
+                self.prices.per_gpu_second_allocatable(pod.trace, pod.requests, node.pool, self.config.overhead))
             if pod.first_started is None:
                 pod.first_started = self.t
             self._verdict(pod, None)
@@ -329,6 +335,7 @@ class PolicyRun:
 
     def _stop_running(self, pod: SimPod) -> None:
         self.running -= 1
+        self.ledger.pod_stopped(pod.uid, self.t)
         if pod.running_on is not None:
             self.running_demand[pod.running_on[0]] -= pod.running_on[1]
             pod.running_on = None
@@ -402,6 +409,7 @@ class PolicyRun:
     def _launched(self, instance: SimulatedInstance) -> None:
         self.provisioned += instance.instance_type.gpus
         self.rate += instance.price_per_hour
+        self.ledger.launched(instance.instance_id, self.t, instance.price_per_hour, instance.instance_type.gpus)
         self.push(self.t + self.settings.boot(instance.instance_type, self.rng), _READY, instance)
         if instance.capacity_type == "spot":
             hazard = interruption_hazard(instance.interruption_band, self.settings.spot_monthly_interruption)
@@ -412,6 +420,7 @@ class PolicyRun:
     def _terminated(self, instance: SimulatedInstance) -> None:
         self.provisioned -= instance.instance_type.gpus
         self.rate -= instance.price_per_hour
+        self.ledger.terminated(instance.instance_id, self.t)
         node = self.cluster.node_of_instance(instance.instance_id)
         if node is not None:
             self.cluster.remove(node, "instance terminated")
@@ -422,6 +431,8 @@ class PolicyRun:
         """The node joins; the consolidate function's reconcile step registers its claim on the next minute."""
         if not instance.alive:
             return
+        self.ledger.ready(instance.instance_id, self.t)
+        self._mark_warm([instance])
         self.cluster.join(instance, self.config.pool(instance.pool))
         self._dirty = True
         step = self.settings.consolidation_interval
@@ -444,6 +455,7 @@ class PolicyRun:
         if not instance.alive:
             return
         self.interruption_count += 1
+        self.ledger.noticed(instance.instance_id, self.t)
         self.interruptions.handle(parse_notice(self._event(instance, "EC2 Spot Instance Interruption Warning", {
             "instance-id": instance.instance_id, "instance-action": "terminate",
             "instance-action-time": _iso(self.moment(self.t + 120)),
@@ -582,9 +594,21 @@ class PolicyRun:
         if self.config.predictive.enabled:
             self._record_demand()
         outcome = self.prewarm.run(ScheduleTick(trigger="rate", scheduled_time=self.clock.now()))
+        self._mark_warm([self.cloud.instances[i] for i in self.ledger.instance_ids()])
         if outcome.released or outcome.handed_over:
             self._consolidate_on(self.t, empty=True)
         self.push(self.t + PERIOD.total_seconds(), _PREWARM)
+
+    def _mark_warm(self, instances: Iterable[SimulatedInstance]) -> None:
+        """Tell the cost ledger which instances pre-warm holds now. Holds change on pre-warm's ticks (it takes
+        and lets go of capacity then) and when a window's `warmUntil` passes — seen here on the next tick, so
+        at most one period of an expired hold is counted as warm rather than as consolidation lag."""
+        if self.prewarm is None:
+            return
+        now = self.clock.now()
+        for instance in instances:
+            claim = self.store.get_claim(instance.claim_id) if instance.claim_id else None
+            self.ledger.warm(instance.instance_id, self.t, claim is not None and warm_held(claim, now))
 
     def _record_demand(self) -> None:
         """Pending plus running GPUs per pool, as the reconcile step records them (its tally, kept as pods come
@@ -611,12 +635,13 @@ class PolicyRun:
                 self._never_started(pod, f"never placed: {pod.verdict}" if pod.verdict else "still waiting at the end")
         for instance in self.cloud.alive():
             instance.terminated_at = self.t
+        self.ledger.close(self.t)
         self.provisioned = 0.0
         self.rate = 0.0
         self._record()
 
     def _result(self, seconds: float) -> RunResult:
-        prices = GpuPrices(self.catalog, self.config.zones)
+        prices = self.prices
         lower = 0.0
         allocated = 0.0
         waits = []
@@ -644,6 +669,7 @@ class PolicyRun:
             spot_share=spot / cost if cost > 0 else 0.0, capacity_errors=self.cloud.capacity_errors,
             launch_failures=self.launch_failures, consolidations=self.consolidations, evictions=self.evictions,
             end=self.t, seconds=seconds, timeline=self.timeline, policy=self.policy.to_json(),
+            cost_breakdown=self.ledger.breakdown(cost),
         )
 
 

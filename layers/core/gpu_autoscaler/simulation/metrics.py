@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+from gpu_autoscaler.domain.packing.fit import allocatable, fits
 
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from gpu_autoscaler.config import NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.simulation.trace import TracePod
 
@@ -40,6 +43,21 @@ class GpuPrices:
             if prices:
                 self._types.append((t, min(prices) / t.gpus / 3600))
         self._cache: dict[tuple[object, ...], float | None] = {}
+        self._allocatable_cache: dict[tuple[object, ...], float | None] = {}
+
+    def per_gpu_second_allocatable(self, pod: TracePod, requests: Mapping[str, int], pool: NodePool,
+                                   overhead: Overhead) -> float | None:
+        """The same, on what a node of each type in `pool` offers pods (its allocatable, reservations off) for
+        the pod's requests as shaped for that pool: the cost decomposition's node overhead."""
+        key = (pod.cpu_milli, pod.memory_mib, pod.gpus, pod.gpu_milli, pod.gpu_names, pool.name)
+        if key not in self._allocatable_cache:
+            fitting = [
+                price for t, price in self._types
+                if (not pod.gpu_names or (t.gpu_model or "").lower() in pod.gpu_names)
+                and fits(requests, allocatable(t, pool, overhead).as_dict())
+            ]
+            self._allocatable_cache[key] = min(fitting) if fitting else None
+        return self._allocatable_cache[key]
 
     def per_gpu_second(self, pod: TracePod) -> float | None:
         key = (pod.cpu_milli, pod.memory_mib, pod.gpus, pod.gpu_names)
@@ -116,6 +134,8 @@ class RunResult:
     seconds: float
     timeline: Timeline
     policy: dict[str, Any] = field(default_factory=dict)
+    cost_breakdown: dict[str, float] = field(default_factory=dict)
+    """The cost split into `costs.COST_PARTS` plus `other`, adding up to `cost`."""
 
     @property
     def gpu_allocation(self) -> float:
@@ -149,5 +169,6 @@ class RunResult:
             "evictions": self.evictions,
             "simulatedDays": round(self.end / 86400, 3),
             "runSeconds": round(self.seconds, 2),
+            "costBreakdown": {part: round(usd, 2) for part, usd in self.cost_breakdown.items()},
             "policy": self.policy,
         }

@@ -3,7 +3,8 @@
 - `gpus.png`: GPUs provisioned (solid) and requested — running, and pending for capacity that can come —
   (dotted) over time: the whole trace, and its busiest day in detail;
 - `cost.png`: cumulative cost over time;
-- `waits.png`: the distribution of waits for capacity (share of pods that waited at most x seconds).
+- `waits.png`: the distribution of waits for capacity (share of pods that waited at most x seconds);
+- `costs.png`: each policy's cost as a stacked bar of its parts (the bound, then each kind of waste).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpu_autoscaler.simulation.costs import COST_PARTS
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PLOTS", "write_plots"]
 
-PLOTS = ("gpus.png", "cost.png", "waits.png")
+PLOTS = ("gpus.png", "cost.png", "waits.png", "costs.png")
 _DAY = 86400.0
 
 
@@ -73,6 +76,23 @@ def write_plots(report: SimulationReport, out: Path) -> list[Path]:
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3, which="both")
     paths.append(_save(fig, out / PLOTS[2]))
+
+    fig, ax = plt.subplots(figsize=(11, 5))
+    names = [r.name for r in report.results]
+    bottom = np.zeros(len(names))
+    parts = [*COST_PARTS, "other"]
+    for i, part in enumerate(parts):
+        values = np.asarray([max(0.0, r.cost_breakdown.get(part, 0.0)) for r in report.results])
+        if not values.any():
+            continue
+        ax.bar(names, values, bottom=bottom, color=colors[i % len(colors)], label=part)
+        bottom += values
+    for x, r in enumerate(report.results):
+        ax.annotate(f"${r.cost:,.0f}", (x, bottom[x]), ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel="USD", title=f"{title}: where the cost goes")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3, axis="y")
+    paths.append(_save(fig, out / PLOTS[3]))
     return paths
 
 

@@ -9,6 +9,9 @@ differs is the configuration it runs with and the packing method:
 - `karpenter-like`: Karpenter's scheduler — first-fit decreasing by CPU then memory, the cheapest type
   that fits each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod
   takes whole GPUs), no scaling windows and no prediction.
+- `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
+  as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
+  `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
 - `fixed-node-group`: a Cluster-Autoscaler node group: one instance type, On-Demand, first-fit packing, no
   sharing, no windows, no prediction, empty or underused nodes removed after 10 minutes (CA's
   `scale-down-unneeded-time`). The type is given, or the cheapest per GPU among those that hold at least 99 %
@@ -47,10 +50,15 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.taints import Taint
     from gpu_autoscaler.simulation.trace import TracePod
 
-__all__ = ["FIXED_COVERAGE", "FIXED_POOL", "POLICY_NAMES", "Policy", "PodShaper", "build_policy", "choose_fixed_type"]
+__all__ = ["FIXED_COVERAGE", "FIXED_POOL", "KNOWN_POLICIES", "OPTIONAL_POLICIES", "POLICY_NAMES", "Policy",
+           "PodShaper", "build_policy", "choose_fixed_type"]
 
-PolicyName = Literal["ours", "ours-no-prediction", "karpenter-like", "fixed-node-group"]
+PolicyName = Literal["ours", "ours-no-prediction", "karpenter-like", "fixed-node-group", "karpenter-overlay"]
 POLICY_NAMES: tuple[PolicyName, ...] = ("ours", "ours-no-prediction", "karpenter-like", "fixed-node-group")
+"""The default set."""
+OPTIONAL_POLICIES: tuple[PolicyName, ...] = ("karpenter-overlay",)
+"""Run when asked for by name (`--policy`)."""
+KNOWN_POLICIES: tuple[PolicyName, ...] = POLICY_NAMES + OPTIONAL_POLICIES
 FIXED_POOL = "node-group"
 FIXED_COVERAGE = 0.99
 """Share of the trace's GPU pods the fixed node group's type must hold."""
@@ -90,14 +98,17 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
     if name == "ours-no-prediction":
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}
         return Policy(name, parse_config(data), pack, "the given configuration with predictive pre-warm off")
-    if name == "karpenter-like":
-        for pool in data["nodePools"]:
-            pool["gpuSharing"] = {"mode": "none"}
+    if name in ("karpenter-like", "karpenter-overlay"):
+        overlay = name == "karpenter-overlay"
+        if not overlay:
+            for pool in data["nodePools"]:
+                pool["gpuSharing"] = {"mode": "none"}
         data["scalingWindows"] = []
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}
+        sharing = "with the pools' GPU sharing advertised by a NodeOverlay" if overlay else "without GPU sharing"
         return Policy(name, parse_config(data), first_fit_decreasing,
-                      "first-fit decreasing (CPU, then memory), cheapest fitting type; the same pools without "
-                      "GPU sharing, windows or prediction")
+                      f"first-fit decreasing (CPU, then memory), cheapest fitting type; the same pools {sharing}, "
+                      "no windows or prediction")
     if name == "fixed-node-group":
         chosen = fixed_type or choose_fixed_type(base, catalog, pods)
         if chosen not in catalog:
@@ -112,7 +123,7 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}
         return Policy(name, parse_config(data), first_fit_decreasing,
                       f"one node group of {chosen} (On-Demand), first-fit, scale-down after 10 min", chosen)
-    raise ValueError(f"unknown policy '{name}'; known: {', '.join(POLICY_NAMES)}")
+    raise ValueError(f"unknown policy '{name}'; known: {', '.join(KNOWN_POLICIES)}")
 
 
 def choose_fixed_type(base: Config, catalog: Catalog, pods: Sequence[TracePod]) -> str:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.simulation.costs import COST_PARTS
 from gpu_autoscaler.simulation.metrics import percentile
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ METRICS = {
     "neverRan": "pods the trace ran that never started here, by reason",
     "cancelledWhilePending": "pods the trace itself deleted while pending (they never ran there either) that were "
                              "not started here before that, by reason; not counted as never ran",
+    "costBreakdown": {**COST_PARTS, "other": "the cost less the parts above: what accrued outside the ledger"},
 }
 
 
@@ -77,6 +79,25 @@ class SimulationReport:
 
     def print_table(self, console: Console) -> None:
         console.print(self.table())
+        console.print(self.cost_table())
+
+    def cost_table(self) -> Any:
+        """Where each policy's dollars go: the bound, then each kind of waste, as shares of its cost."""
+        from rich.table import Table
+
+        table = Table(title="where the cost goes (% of each policy's cost)",
+                      caption="bound: the pods' own work at the cheapest price that could hold them; the rest is waste "
+                              "by kind; report.json has them in USD (costBreakdown) and says what each counts")
+        parts = [*COST_PARTS, "other"]
+        table.add_column("policy")
+        table.add_column("cost", justify="right")
+        for part in parts:
+            table.add_column(_SHORT.get(part, part), justify="right")
+        for r in self.results:
+            shares = [r.cost_breakdown.get(part, 0.0) / r.cost if r.cost > 0 else 0.0 for part in parts]
+            table.add_row(r.name, f"{r.cost:,.0f}", *(f"{100 * share:.1f}" for share in shares))
+        return table
+
 
     def table(self) -> Any:
         from rich.table import Table
@@ -99,3 +120,8 @@ class SimulationReport:
                 f"{percentile(r.waits, 99):.0f}", str(r.interruptions), str(sum(r.never_ran.values())),
             )
         return table
+
+
+_SHORT = {"lowerBound": "bound", "booting": "boot", "warmIdle": "warm", "fragmentation": "frag.",
+          "nodeOverhead": "overhead", "pricePremium": "premium", "consolidationLag": "lag",
+          "spotInterruption": "spot int."}
