@@ -1,4 +1,5 @@
-"""The embedded AWS: moto in server mode on 127.0.0.1, holding what the stack would create.
+"""The embedded AWS: moto in server mode on 127.0.0.1, holding what the stack would create,
+behind the strict layer (`emulator.strict`) that refuses what AWS refuses.
 
 Handlers, tests, `invoke`, the emulator and the demo all talk to it over real HTTP with real boto3
 clients (`AWS_ENDPOINT_URL`), so nothing in the code under test knows it is not AWS.
@@ -131,8 +132,6 @@ class EmbeddedAws:
         self.stop()
 
     def _start_server(self) -> None:
-        from moto.server import ThreadedMotoServer
-
         moto_fixes.apply()
         if self._port:
             # moto's server thread dies silently on a taken port and start() would wait forever: check first.
@@ -143,7 +142,7 @@ class EmbeddedAws:
         werkzeug = logging.getLogger("werkzeug")
         if werkzeug.level == logging.NOTSET:
             werkzeug.setLevel(logging.WARNING)  # one access-log line per boto3 call otherwise
-        self._server = ThreadedMotoServer(ip_address=self._host, port=self._port, verbose=False)
+        self._server = _strict_moto_server()(ip_address=self._host, port=self._port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self._endpoint_url = f"http://{host}:{port}"
@@ -242,6 +241,24 @@ class EmbeddedAws:
             "subnets": dict(r.zone_subnets),
             "securityGroups": dict(r.security_group_ids),
         }
+
+
+def _strict_moto_server() -> type[ThreadedMotoServer]:
+    """moto's threaded server with the strict layer wrapped around its application (`emulator.strict`)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    from gpu_autoscaler.emulator.strict import StrictLayer
+
+    class StrictMotoServer(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = StrictLayer(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return StrictMotoServer
 
 
 def _clients(region: str, endpoint_url: str) -> AwsClients:
