@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpu_autoscaler.config import CapacityType
+from gpu_autoscaler.config import BlockDeviceMapping, CapacityType
 
 __all__ = [
     "CAPACITY_ERROR_CODES",
@@ -144,6 +144,9 @@ class FleetRequest(_Frozen):
     tags: dict[str, str] = Field(default_factory=dict)
     """On every instance and volume the request launches (the launch template adds the ownership tag too)."""
     reservation: ReservationOptions | None = None
+    block_device_mappings: tuple[BlockDeviceMapping, ...] = ()
+    """The pool's volumes, on every override (what the pool sets is what the instance gets); empty: the
+    launch template's."""
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetRequest:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
+from gpu_autoscaler.domain.launch_templates import ebs_api
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.fleet import ErrorKind, FleetError, FleetResult, LaunchedInstance, classify_error
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
@@ -65,6 +66,8 @@ def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
                 override["MaxPrice"] = f"{o.max_price:.5f}"
             if o.image_id:
                 override["ImageId"] = o.image_id
+            if request.block_device_mappings:
+                override["BlockDeviceMappings"] = ebs_api(request.block_device_mappings)
             overrides.append(override)
         configs.append({"LaunchTemplateSpecification": spec, "Overrides": overrides})
     params: dict[str, Any] = {
