@@ -16,7 +16,8 @@ simulated capacity.
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
   mark their offering unavailable (for the configured TTL), throttling backs off with jitter
-  (`backoff_delay`), a spent token moves to the next attempt, anything else ends the launch.
+  (`backoff_delay`), a spent token moves to the next attempt, an error about one instance type drops that
+  type from the launch, anything else ends the launch.
 """
 
 from __future__ import annotations
@@ -431,6 +432,9 @@ class ResultReading:
     """Instances to terminate: an all-or-nothing request that came back short, or more than asked for."""
     unavailable: tuple[tuple[tuple[str, str, str], str], ...] = ()
     """(offering, error code) to mark unavailable."""
+    dropped: tuple[tuple[str, str, str], ...] = ()
+    """Offerings EC2 refused for their instance type (an invalid parameter for that type): left out of this
+    launch's next attempts, not recorded as missing capacity for everyone."""
     throttled: bool = False
     conflict: bool = False
     fatal: FleetError | None = None
@@ -451,6 +455,7 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
         strays += [i.instance_id for i in launched]
         launched = []
     marks: dict[tuple[str, str, str], str] = {}
+    dropped: dict[tuple[str, str, str], None] = {}
     fatal = None
     for error in result.errors:
         if error.kind is ErrorKind.UNAVAILABLE:
@@ -458,6 +463,9 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
             for offering in offerings:
                 if offering is not None:
                     marks.setdefault(offering, error.code)
+        elif error.kind is ErrorKind.FATAL and error.instance_type:
+            # About one type only (Karpenter drops such a type and launches the rest): every offering of it.
+            dropped.update((o, None) for o in request.offerings if o[0] == error.instance_type)
         elif error.kind is ErrorKind.FATAL and fatal is None:
             fatal = error
     if short and not marks and not result.errors:
@@ -467,6 +475,7 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
         launched=tuple(launched),
         strays=tuple(strays),
         unavailable=tuple(marks.items()),
+        dropped=tuple(dropped),
         throttled=ErrorKind.THROTTLED in result.error_kinds,
         conflict=ErrorKind.CONFLICT in result.error_kinds,
         fatal=fatal,

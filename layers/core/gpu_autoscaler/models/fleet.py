@@ -51,9 +51,12 @@ CAPACITY_ERROR_CODES = frozenset({
     "InsufficientFreeAddressesInSubnet",
     "SpotMaxPriceTooLow",
     "Unsupported",
+    "MaxFleetCountExceeded",
+    "InstanceLimitExceeded",
 })
-"""EC2 cannot give this offering now (no capacity, a quota, a full reservation or subnet, not offered there):
-the offering is marked unavailable for a while and the claim goes on with what is left."""
+"""EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
+subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
+left. A request-level one (no instance type named) marks every offering the request asked."""
 THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
 """The client token was used before with other parameters: that attempt is spent, the next one has its own."""
@@ -67,7 +70,8 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"
     """The attempt's token is spent: try again under the next attempt's token."""
     FATAL = "fatal"
-    """Anything else (invalid parameter, permissions, launch template): retrying will not help."""
+    """Anything else (invalid parameter, permissions, launch template): retrying will not help. When EC2 names
+    the instance type it is about, only that type is dropped from the launch (`domain.fleet.read_result`)."""
 
 
 def classify_error(code: str) -> ErrorKind:

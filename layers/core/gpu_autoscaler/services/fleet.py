@@ -254,6 +254,10 @@ class FleetService:
             errors.extend(reading.errors)
             self._terminate_strays(reading.strays, outcome)
             self._mark_unavailable(reading.unavailable, unavailable, outcome)
+            if reading.dropped:
+                logger.info("dropping %s from this launch: %s", sorted({o[0] for o in reading.dropped}),
+                            "; ".join(f"{e.code} {e.message}" for e in reading.errors if e.instance_type))
+                unavailable.update(reading.dropped)
             done = self._record_launches(remaining, reading.launched, outcome)
             remaining = [c for c in remaining if c.id not in done]
             if not remaining:
