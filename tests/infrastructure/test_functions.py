@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from typing import TYPE_CHECKING, Any
 
 import aws_cdk.aws_lambda as lambda_

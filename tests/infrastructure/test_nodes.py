@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.domain.launch_templates import block_device_mappings
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import ResourceNames
-from gpu_autoscaler.domain.launch_templates import block_device_mappings
 from infra.nodes import role_name
 from tests.infrastructure.conftest import infrastructure_config_data
 
