@@ -421,7 +421,25 @@ class Config(_Model):
         for window in self.scaling_windows:
             if window.node_pool not in names:
                 raise ValueError(f"scaling window '{window.name}' names unknown node pool '{window.node_pool}'")
+        for index, pool in enumerate(self.node_pools):
+            self._ephemeral_volume_fits(index, pool)
         return self
+
+    def _ephemeral_volume_fits(self, index: int, pool: NodePool) -> None:
+        """A pool that maps its own volumes must map the one kubelet's ephemeral storage lives on (AL2023's
+        root, Bottlerocket's data volume), at least as large as the `ephemeralStorage` the packer plans with."""
+        if not pool.block_device_mappings:
+            return
+        device = "/dev/xvdb" if self.pool_ami(pool).family == "Bottlerocket" else "/dev/xvda"
+        mapping = next((m for m in pool.block_device_mappings if m.device_name == device), None)
+        where = f"nodePools[{index}]"
+        if mapping is None:
+            raise ValueError(f"{where}.blockDeviceMappings: no {device}, the volume kubelet's ephemeral storage "
+                             f"lives on ({self.pool_ami(pool).family})")
+        size = mapping.ebs.size_gib
+        if size is not None and size * GIB < parse_quantity(pool.ephemeral_storage):
+            raise ValueError(f"{where}.ephemeralStorage: {pool.ephemeral_storage} exceeds the {size} GiB of "
+                             f"{device}; set it to what the volume holds")
 
     def pool_ami(self, pool: NodePool) -> Ami:
         """The image a pool's nodes boot: its own, else the global one."""

@@ -11,6 +11,7 @@ from tests.unit.fleet.builders import TEMPLATE, TYPES, make_claim, make_config, 
 
 POOL_AMI = {"family": "AL2023", "version": "v20261120", "x86_64": "ami-0aaaaaaaaaaaaaaa1",
             "arm64": "ami-0aaaaaaaaaaaaaaa2"}
+ROOT_ONLY = {"deviceName": "/dev/xvda", "ebs": {"volumeSize": 50}}
 DATA_VOLUME = {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "500Gi", "volumeType": "gp3", "iops": 6000,
                                                    "throughput": 500, "snapshotId": "snap-0123456789abcdef0"}}
 ROOT = {"deviceName": "/dev/xvda", "ebs": {"volumeSize": 120}}
@@ -105,3 +106,11 @@ def test_a_latest_image_is_an_explicit_choice() -> None:
     assert config.pool("gpu-burst").ami is not None
     with pytest.raises(ConfigError, match="needs resolve:ssm"):
         make_config(pool_gpu_burst={"ami": {**POOL_AMI, "version": "latest"}})
+
+
+def test_the_ephemeral_volume_must_hold_ephemeral_storage() -> None:
+    with pytest.raises(ConfigError, match=r"nodePools\[1\]\.ephemeralStorage: 100Gi exceeds the 50 GiB"):
+        make_config(pool_gpu_burst={"blockDeviceMappings": [ROOT_ONLY]})
+    with pytest.raises(ConfigError, match=r"nodePools\[1\]\.blockDeviceMappings: no /dev/xvda"):
+        make_config(pool_gpu_burst={"blockDeviceMappings": [DATA_VOLUME]})
+    assert make_config(pool_gpu_burst={"blockDeviceMappings": [ROOT_ONLY], "ephemeralStorage": "50Gi"})
