@@ -18,7 +18,8 @@ How a request flows:
    `<Response><Errors><Error><Code>…`; query: `<ErrorResponse>`; JSON: `__type`).
 4. Then every **answer** registered for it runs; the first that returns an `Answer` (a dict the
    service's output shape serializes, or raw bytes) is sent instead of moto's. This is how actions moto
-   lacks (DescribeCapacityReservations) are stood in for.
+   lacks (DescribeCapacityReservations) are stood in for; `request.forward(params)` asks moto on the
+   stand-in's behalf (with other parameters if need be) and hands back its parsed answer to build on.
 5. Otherwise moto answers.
 
 How a rule module plugs in (one module per service, named after it: `ec2.py`, `iam.py`, `events.py`):
@@ -50,6 +51,7 @@ from gpu_autoscaler.emulator.strict.core import (
     answer,
     check,
     load_rules,
+    on_reset,
     strict_layer_disabled,
 )
 
@@ -61,5 +63,6 @@ __all__ = [
     "answer",
     "check",
     "load_rules",
+    "on_reset",
     "strict_layer_disabled",
 ]

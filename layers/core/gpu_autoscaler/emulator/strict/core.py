@@ -23,7 +23,7 @@ from gpu_autoscaler.emulator.strict import wire
 if TYPE_CHECKING:
     from botocore.model import OperationModel
 
-__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "answer", "check", "load_rules",
+__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "answer", "check", "load_rules", "on_reset",
            "strict_layer_disabled"]
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class AwsRequest:
     access_key: str
     protocol: str
     operation: OperationModel | None = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _forward: Callable[[bytes], tuple[int, list[tuple[str, str]], bytes]] | None = field(default=None, repr=False)
 
     @property
     def account(self) -> str:
@@ -82,6 +82,14 @@ class AwsRequest:
         account = backends[self.account]
         return account[self.region] if self.region in account else account["global"]
 
+    def forward(self, params: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        """Ask moto (with `params` instead of the request's, if given) and return (status, parsed answer in
+        boto3's shape, `Error` on a refusal): how a stand-in builds on what moto does (EC2/query protocols)."""
+        assert self._forward is not None and self.operation is not None
+        body = wire.serialize(self.protocol, self.operation, self.params if params is None else params)
+        status, headers, payload = self._forward(body)
+        return status, wire.parse_response(self.protocol, self.operation, status, headers, payload)
+
 
 Check = Callable[[AwsRequest], None]
 Respond = Callable[[AwsRequest], "Answer | None"]
@@ -89,7 +97,13 @@ Respond = Callable[[AwsRequest], "Answer | None"]
 _checks: dict[tuple[str, str], list[Check]] = {}
 _answers: dict[tuple[str, str], list[Respond]] = {}
 _services: set[str] = set()
-_state = threading.local()
+_resets: list[Callable[[], None]] = []
+
+
+def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
+    """Register what a stand-in must forget when moto's state is reset (`/moto-api/reset`)."""
+    _resets.append(hook)
+    return hook
 
 
 def check(service: str, *actions: str) -> Callable[[Check], Check]:
@@ -158,6 +172,9 @@ class StrictLayer:
         self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("PATH_INFO") == "/moto-api/reset":
+            for hook in _resets:
+                hook()
         scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
         if not _Switch.enabled or scope is None or scope["service"] not in _services:
             return self.app(environ, start_response)
@@ -172,6 +189,7 @@ class StrictLayer:
             return self.app(environ, start_response)
         if request is None:
             return self.app(environ, start_response)
+        request._forward = lambda new_body: self._ask_moto(environ, new_body)
         key = (request.service, request.action)
         try:
             for rule in _checks.get(key, ()):
@@ -190,6 +208,26 @@ class StrictLayer:
             start_response(f"{status} Bad Request", [*headers, ("Content-Length", str(len(payload)))])
             return [payload]
         return self.app(environ, start_response)
+
+
+    def _ask_moto(self, environ: dict[str, Any], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        inner = dict(environ)
+        inner["wsgi.input"] = io.BytesIO(body)
+        inner["CONTENT_LENGTH"] = str(len(body))
+        answer: dict[str, Any] = {}
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
+            answer["status"], answer["headers"] = int(status.split()[0]), headers
+            return lambda _: None
+
+        chunks = self.app(inner, start)
+        try:
+            payload = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        return answer["status"], answer["headers"], payload
 
 
 def _request(environ: dict[str, Any], body: bytes, scope: re.Match[str]) -> AwsRequest | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.parse
 import uuid
 from datetime import datetime
 from functools import cache
@@ -26,7 +27,8 @@ import botocore.session
 if TYPE_CHECKING:
     from botocore.model import OperationModel, ServiceModel, Shape
 
-__all__ = ["error_response", "ec2_response", "operation_model", "parse_params", "service_model"]
+__all__ = ["ec2_response", "error_response", "operation_model", "parse_params", "parse_response", "serialize",
+           "service_model"]
 
 _MODEL_NAMES = {"servicequotas": "service-quotas", "states": "stepfunctions", "execute-api": "apigateway"}
 """SigV4 signing names that differ from botocore's model names."""
@@ -215,3 +217,25 @@ def _xml_value(value: Any, shape: Shape) -> str:
     if kind == "timestamp" and isinstance(value, datetime):
         return value.strftime("%Y-%m-%dT%H:%M:%S.000Z")
     return escape(str(value))
+
+
+def serialize(protocol: str, operation: OperationModel, params: dict[str, Any]) -> bytes:
+    """A request body as botocore would send these parameters (for asking moto on a stand-in's behalf)."""
+    from botocore.serialize import create_serializer
+
+    request = create_serializer(protocol).serialize_to_request(params, operation)
+    body = request["body"]
+    if isinstance(body, dict):
+        return urllib.parse.urlencode(body).encode()
+    return body if isinstance(body, bytes) else str(body).encode()
+
+
+def parse_response(protocol: str, operation: OperationModel, status: int, headers: list[tuple[str, str]],
+                   payload: bytes) -> dict[str, Any]:
+    """An answer as boto3 returns it (an `Error` key on a refusal)."""
+    from botocore.parsers import create_parser
+
+    shape = operation.output_shape if status < 300 else None
+    parsed = create_parser(protocol).parse(
+        {"body": payload, "headers": dict(headers), "status_code": status}, shape)  # type: ignore[arg-type]
+    return dict(parsed)
