@@ -106,6 +106,7 @@ class EmbeddedAws:
             self._start_server()
             self._clients = _clients(self.config.region, self.endpoint_url)
             _register_images(self.config, self._clients)
+            _register_reservations(self.config, self._clients)
             self._resources = provision(self._clients, self.config, visibility_timeout=self._visibility_timeout)
         except BaseException:
             self.stop()
@@ -302,3 +303,19 @@ def _register_images(config: Config, clients: AwsClients) -> None:
             boot_mode="uefi-preferred",
             region_name=config.region,
         )
+
+
+def _register_reservations(config: Config, clients: AwsClients) -> None:
+    """The configuration's capacity reservations, where it says what they hold (instance type, zone, count):
+    on AWS they pre-exist with those ids; here the strict layer's Capacity Reservations stand-in holds them."""
+    from gpu_autoscaler.emulator.strict.ec2_capacity_reservations import Reservation, register_reservation
+
+    account = clients.client("sts").get_caller_identity()["Account"]
+    for pool in config.node_pools:
+        for cr in pool.capacity_reservations:
+            if cr.instance_type and cr.availability_zone:
+                count = cr.instance_count if cr.instance_count is not None else 1
+                register_reservation(Reservation(
+                    id=cr.id, account=account, region=config.region, instance_type=cr.instance_type,
+                    zone=cr.availability_zone, total=count, available=count, match="targeted", kind=cr.type,
+                ))

@@ -182,12 +182,13 @@ def _fleet(request: AwsRequest) -> Answer | None:
     # On-Demand: instances that may run in open reservations do, and use them up.
     status, result = request.forward()
     if status < 300:
-        configs = request.params.get("LaunchTemplateConfigs", [])
         for item in result.get("Instances", []):
-            spec = configs[0].get("LaunchTemplateSpecification") if configs else None
-            _consume_open(request, spec, str(item.get("InstanceType", "")),
-                          item.get("AvailabilityZone") or _zone_of_subnet(request, item.get("SubnetId")),
-                          len(item.get("InstanceIds", [])))
+            chosen = item.get("LaunchTemplateAndOverrides") or {}
+            override = chosen.get("Overrides") or {}
+            zone = item.get("AvailabilityZone") or override.get("AvailabilityZone") or _zone_of_subnet(
+                request, item.get("SubnetId") or override.get("SubnetId"))
+            _consume_open(request, chosen.get("LaunchTemplateSpecification"), str(item.get("InstanceType", "")),
+                          zone, len(item.get("InstanceIds", [])))
     return _reply(request, status, result)
 
 
