@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.domain.launch_templates import (
+    TAG_ZONE,
     launch_template_data,
     placement_group_key,
     template_variants,
@@ -326,9 +327,6 @@ def _create_launch_templates(
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
         )["LaunchTemplate"]["LaunchTemplateId"])
     return ids
-
-
-TAG_ZONE = "gpu-autoscaler/zone"
 
 
 def _create_placement_groups(ec2: Any, config: Config, names: ResourceNames, tags: dict[str, str]) -> dict[str, str]:
