@@ -167,7 +167,8 @@ class Functions(Construct):
         self._launch_template_id = launch_template_id
         self._launch_templates = launch_templates or {"on-demand": launch_template_id}
         self._placement_groups = placement_groups or {}
-        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()))
+        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()),
+                                   placement_groups=list(self._placement_groups.values()))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in FUNCTION_SPECS:
