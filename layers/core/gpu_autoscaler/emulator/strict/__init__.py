@@ -20,7 +20,8 @@ How a request flows:
    service's output shape serializes, or raw bytes) is sent instead of moto's. This is how actions moto
    lacks (DescribeCapacityReservations) are stood in for; `request.forward(params)` asks moto on the
    stand-in's behalf (with other parameters if need be) and hands back its parsed answer to build on.
-5. Otherwise moto answers.
+5. Otherwise moto answers. Then every **after** hook registered for it sees the answer and may complete
+   moto's state with what AWS would also have done (the volumes a launch maps, for instance).
 
 How a rule module plugs in (one module per service, named after it: `ec2.py`, `iam.py`, `events.py`; a
 stand-in for an API moto lacks sits beside it as `<service>_<what>.py`: `ec2_capacity_reservations.py`,
@@ -51,6 +52,7 @@ from gpu_autoscaler.emulator.strict.core import (
     AwsRequest,
     Refusal,
     StrictLayer,
+    after,
     answer,
     check,
     load_rules,
@@ -63,6 +65,7 @@ __all__ = [
     "AwsRequest",
     "Refusal",
     "StrictLayer",
+    "after",
     "answer",
     "check",
     "load_rules",
