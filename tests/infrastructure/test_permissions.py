@@ -114,23 +114,24 @@ def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None
         f"arn:aws:ec2:us-east-1:{ACCOUNT}:{kind}/*" for kind in LAUNCHED
     )
     # What a launch only uses is named: the configured subnets, groups, AMIs, reservations, our template.
-    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
     expected = {
         *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{s}" for s in config.network.subnets.values()),
         *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/{g}" for g in config.network.security_groups),
         f"arn:aws:ec2:us-east-1::image/{config.ami.x86_64}",
         f"arn:aws:ec2:us-east-1::image/{config.ami.arm64}",
         f"arn:aws:ec2:us-east-1:{ACCOUNT}:capacity-reservation/cr-0123456789abcdef0",
-        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}",
+        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids),
         "arn:aws:ec2:us-east-1::snapshot/*",
     }
     assert {flat(r) for r in untagged[0]["Resource"]} == expected
 
 
 def test_the_only_launch_template_the_fleet_may_version_is_ours(synthesized: Synthesized) -> None:
-    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
     [statement] = allowed(synthesized, "fleet", "ec2:CreateLaunchTemplateVersion")
-    assert flat(statement["Resource"]) == f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}"
+    assert sorted(flat(r) for r in statement["Resource"]) == sorted(
+        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids)
     assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
 
 
@@ -186,3 +187,26 @@ def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:
 def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:
     for role in synthesized.of_type("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_efa_placement_groups_and_latest_images_are_allowed_to_launch() -> None:
+    import aws_cdk as cdk
+
+    from gpu_autoscaler.config import parse_config
+    from infra.permissions import Ec2Permissions
+    from tests.infrastructure.conftest import infrastructure_config_data
+
+    data = infrastructure_config_data()
+    parameter = "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+    pool = next(p for p in data["nodePools"] if p["name"] == "gpu-burst")
+    pool["ami"] = {"family": "AL2023", "version": "latest", "x86_64": f"resolve:ssm:{parameter}"}
+    stack = cdk.Stack(cdk.App(), "P", env=cdk.Environment(account=ACCOUNT, region="us-east-1"))
+    grant = Ec2Permissions(stack, parse_config(data), launch_template_ids=["lt-1"],
+                           placement_groups=["pg-a"]).launch()
+    statements = {s["Sid"]: s for s in (stack.resolve(x.to_statement_json()) for x in grant.statements)}
+    used = {flat(r) for r in statements["LaunchFromConfiguredResources"]["Resource"]}
+    assert f"arn:aws:ec2:us-east-1:{ACCOUNT}:placement-group/pg-a" in used
+    assert "arn:aws:ec2:us-east-1::image/*" in used
+    resolve = statements["ResolveLatestImages"]
+    assert resolve["Action"] == "ssm:GetParameters"
+    assert flat(resolve["Resource"]) == f"arn:aws:ssm:us-east-1::parameter{parameter}"

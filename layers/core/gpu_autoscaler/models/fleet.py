@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpu_autoscaler.config import CapacityType
+from gpu_autoscaler.config import BlockDeviceMapping, CapacityType
 
 __all__ = [
     "CAPACITY_ERROR_CODES",
@@ -51,9 +51,12 @@ CAPACITY_ERROR_CODES = frozenset({
     "InsufficientFreeAddressesInSubnet",
     "SpotMaxPriceTooLow",
     "Unsupported",
+    "MaxFleetCountExceeded",
+    "InstanceLimitExceeded",
 })
-"""EC2 cannot give this offering now (no capacity, a quota, a full reservation or subnet, not offered there):
-the offering is marked unavailable for a while and the claim goes on with what is left."""
+"""EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
+subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
+left. A request-level one (no instance type named) marks every offering the request asked."""
 THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
 """The client token was used before with other parameters: that attempt is spent, the next one has its own."""
@@ -67,7 +70,8 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"
     """The attempt's token is spent: try again under the next attempt's token."""
     FATAL = "fatal"
-    """Anything else (invalid parameter, permissions, launch template): retrying will not help."""
+    """Anything else (invalid parameter, permissions, launch template): retrying will not help. When EC2 names
+    the instance type it is about, only that type is dropped from the launch (`domain.fleet.read_result`)."""
 
 
 def classify_error(code: str) -> ErrorKind:
@@ -96,6 +100,8 @@ class FleetOverride(_Frozen):
     """USD/h cap for Spot; None pays the current Spot price (AWS advises against a cap)."""
     image_id: str | None = None
     """The AMI when it differs from the launch template's (the arm64 image for Graviton types)."""
+    placement_group: str | None = None
+    """A cluster placement group to launch into (an EFA gang's, in this override's zone)."""
 
 
 class LaunchConfig(_Frozen):
@@ -103,6 +109,8 @@ class LaunchConfig(_Frozen):
 
     user_data: str = ""
     """Raw (not base64) user data; the adapter encodes it. ≤ 16 KB raw, EC2's limit."""
+    launch_template_id: str | None = None
+    """This entry's template when it differs from the request's (an EFA template)."""
     overrides: tuple[FleetOverride, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -144,6 +152,9 @@ class FleetRequest(_Frozen):
     tags: dict[str, str] = Field(default_factory=dict)
     """On every instance and volume the request launches (the launch template adds the ownership tag too)."""
     reservation: ReservationOptions | None = None
+    block_device_mappings: tuple[BlockDeviceMapping, ...] = ()
+    """The pool's volumes, on every override (what the pool sets is what the instance gets); empty: the
+    launch template's."""
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetRequest:
