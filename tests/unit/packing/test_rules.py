@@ -105,8 +105,8 @@ def test_node_selector_on_gpu_name_and_zone() -> None:
     ({"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["g6", "g6f", "g5"]}, "p5.4xlarge"),
     ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt", "values": ["90000"]}, "g5.12xlarge"),
     ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["3000"]}, "g6f.large"),
-    ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6f.large"),
-    ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6f.large"),
+    ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6.xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6.xlarge"),
 ])
 def test_required_node_affinity_operators(expression: dict[str, Any], expected: str) -> None:
     pod = make_pod(gpus=1, cpu="500m", memory="1Gi", requiredNodeAffinity=[{"matchExpressions": [expression]}])
@@ -235,7 +235,46 @@ def test_vcpu_quota_given_to_solve_wins_and_family_keys_narrow() -> None:
 def test_time_sliced_pods_share_a_gpu() -> None:
     pool = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
     plan = solve(make_pods(4, gpus=1, cpu="400m", memory="1Gi"), pool)
+    assert len(plan.claims) == 1 and first_types(plan) == ["g6.xlarge"]
+    fractions = {**pool, "requirements": [{"key": "gpu-autoscaler/gpu-fraction", "operator": "Exists"}]}
+    plan = solve(make_pods(4, gpus=1, cpu="400m", memory="1Gi"), fractions)
     assert len(plan.claims) == 1 and first_types(plan) == ["g6f.large"]
+
+
+# Fractional-GPU types (g6f: one device that is 1/8 of an L4)
+
+L4 = {"karpenter.k8s.aws/instance-gpu-name": "l4"}
+
+
+def test_a_whole_gpu_pod_never_gets_a_fraction_of_one() -> None:
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi", nodeSelector=L4)], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g6.xlarge"]
+    assert all("g6f.large" not in c.instance_types for c in plan.claims)
+
+
+def test_a_pod_selecting_on_the_fraction_or_gpu_memory_gets_one() -> None:
+    pool = make_pool(capacityTypes=["on-demand"])
+    by_fraction = make_pod(gpus=1, cpu="1", memory="2Gi", nodeSelector={"gpu-autoscaler/gpu-fraction": "0.125"})
+    by_memory = make_pod(gpus=1, cpu="1", memory="2Gi", requiredNodeAffinity=[{"matchExpressions": [
+        {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["4000"]}]}])
+    assert first_types(solve([by_fraction], pool)) == ["g6f.large"]
+    assert first_types(solve([by_memory], pool)) == ["g6f.large"]
+
+
+def test_a_pool_of_fractions_only_says_why_whole_gpu_pods_are_not_placed() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], requirements=[
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g6f", "g6"]},
+        {"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large"]}])
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi")], pool)
+    assert first_types(plan) == ["g6f.large"]  # the pool named g6f: it opted in
+    pool = make_pool(capacityTypes=["on-demand"], requirements=[
+        {"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large"]}])
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi")], pool)
+    assert not plan.claims
+    assert reason(plan) == (
+        "pool gpu: only fractional-GPU types (g6f) have 1 GPU, and they serve only pods that select on "
+        "gpu-autoscaler/gpu-fraction or karpenter.k8s.aws/instance-gpu-memory, or pools whose requirements "
+        "ask for them")
 
 
 def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
@@ -348,7 +387,7 @@ def test_every_fitting_offering_unavailable_is_said_so() -> None:
 def test_candidates_are_ranked_capped_and_all_fit() -> None:
     plan = solve([make_pod(cpu="500m", memory="1Gi")], make_pool(capacityTypes=["on-demand"]))
     claim = plan.claims[0]
-    assert claim.instance_types[0] == "g6f.large" and len(claim.instance_types) <= MAX_CANDIDATES
+    assert claim.instance_types[0] == "g6.xlarge" and len(claim.instance_types) <= MAX_CANDIDATES
     assert claim.zones == ("us-east-1a", "us-east-1b")
 
 

@@ -34,6 +34,7 @@ from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable
+from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
@@ -86,6 +87,8 @@ class _PoolView:
     """Per instance type (catalog order): what pods may request on a node of it in this pool."""
     capacity_order: tuple[CapacityType, ...]
     reservations: frozenset[str]
+    fractional_ok: bool = False
+    """The pool asks for fractional-GPU types, so any pod it places may go to one (see `fractional`)."""
 
 
 @dataclass
@@ -159,6 +162,9 @@ class Solver:
         self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
         self.clock = clock
         self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
+        self.fractional = FractionalTypes(self.index.types)
+        self.partitioned = np.array([t.partitioned for t in self.index.types], bool)[self.index.type_of]
+        """[O] offerings of fractional-GPU types: only for pods or pools that ask (see `fractional`)."""
         ordered = sorted(config.node_pools, key=lambda p: (-p.weight, p.name))
         self.pools = [self._view(pool, i) for i, pool in enumerate(ordered)]
         self._pool_by_name = {v.pool.name: v for v in self.pools}
@@ -183,7 +189,13 @@ class Solver:
         for requirement in pool.requirements:
             base &= idx.requirement_mask(requirement, fixed)
         alloc = [allocatable(t, pool, self.config.overhead).as_dict() for t in idx.types]
-        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations)
+        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations,
+                         self.fractional.requirements_ask(pool.requirements))
+
+    def excludes_fractional(self, view: _PoolView, cls: PodClass) -> bool:
+        """Fractional-GPU offerings are closed to this class in this pool: neither asked for them."""
+        return (bool(self.fractional) and not view.fractional_ok
+                and not self.fractional.selector_asks(cls.node_selector, cls.affinity))
 
     def matrix(self, pool: str, names: tuple[str, ...]) -> np.ndarray:
         """[T, R] allocatable of every catalog type in the pool, on the given resource axes."""
@@ -322,7 +334,11 @@ class _Pass:
                 rows.append(self.s.selector_mask(view, cls))
         which = np.array([selectors[c.constraint_key[:2]] for c in self.classes], np.int64)
         selected = np.stack(rows)[which]
-        return selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
+        ok = selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
+        if self.s.fractional and not view.fractional_ok:
+            closed = np.array([self.s.excludes_fractional(view, c) for c in self.classes], bool)
+            ok &= ~(closed[:, None] & self.s.partitioned[None, :])
+        return ok
 
     def _charge_live_claims(self) -> None:
         """Pool limits and quotas count every live claim; pending reserved claims hold their reservation."""
@@ -437,6 +453,8 @@ class _Pass:
     def _compatible(self, c: int, claim: NodeClaim, view: _PoolView, types: list[InstanceType]) -> bool:
         cls = self.classes[c]
         if not tolerates_all(cls.tolerations, view.pool.taints):
+            return False
+        if any(t.partitioned for t in types) and self.s.excludes_fractional(view, cls):
             return False
         if not cls.node_selector and not cls.affinity:
             return True
@@ -864,14 +882,25 @@ class _Pass:
                 parts.append(f"pool {name}: taint {', '.join(blocked)} not tolerated")
                 continue
             allowed = view.base & self.s.selector_mask(view, cls)
+            fractional = np.zeros_like(allowed)
+            if self.s.excludes_fractional(view, cls):
+                fractional = allowed & self.s.partitioned
+                allowed = allowed & ~self.s.partitioned
+            matrix = self.matrices[view.position]
+            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
+            if not (allowed & fits).any() and (fractional & fits).any():
+                parts.append(
+                    f"pool {name}: only fractional-GPU types ({self.s.fractional.describe()}) have "
+                    f"{describe_need(cls)}, and they serve only pods that select on "
+                    f"{' or '.join(sorted(OPT_IN_KEYS))}, or pools whose requirements ask for them"
+                )
+                continue
             if not allowed.any():
                 parts.append(
                     f"pool {name}: no offering matches the pod's node constraints "
                     f"({describe_constraints(cls, view.fixed_labels)}) within the pool's requirements"
                 )
                 continue
-            matrix = self.matrices[view.position]
-            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
             if not (allowed & fits).any():
                 types = np.unique(idx.type_of[allowed])
                 short = [n for r, n in enumerate(self.names) if self.req[c][r] > matrix[types, r].max()]
