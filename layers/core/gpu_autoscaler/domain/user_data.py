@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Literal
 
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.taints import Taint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from gpu_autoscaler.config import CapacityType, Config, GpuSharing, NodePool
-    from gpu_autoscaler.models.taints import Taint
 
 __all__ = [
     "GANG_LABEL",
@@ -43,6 +43,7 @@ __all__ = [
     "al2023_user_data",
     "bottlerocket_user_data",
     "cluster_dns_ip",
+    "gang_taint",
     "kubelet_may_set",
     "label_value",
     "node_labels",
@@ -160,6 +161,13 @@ def node_labels(
     return kept, tuple(sorted(set(wanted) - set(kept)))
 
 
+def gang_taint(gang: str) -> Taint:
+    """Keeps a gang's nodes for the gang until it is bound: registered by the kubelet with the node, tolerated
+    by the gang's pods (the agent adds the toleration to them), removed by the agent once no member is pending,
+    so no other pod takes the room first and leaves the gang waiting for another node."""
+    return Taint(key=GANG_LABEL, value=label_value(gang), effect="NoSchedule")
+
+
 def node_setup(
     pool: NodePool,
     capacity_type: CapacityType,
@@ -172,7 +180,7 @@ def node_setup(
     known = instance_type if isinstance(instance_type, InstanceType) else None
     return NodeSetup(
         labels=labels,
-        taints=tuple(pool.taints),
+        taints=(*pool.taints, gang_taint(gang)) if gang else tuple(pool.taints),
         max_pods=known.max_pods if known else None,
         time_slicing_replicas=pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else None,
         mig_profiles=_mig_profiles(pool.gpu_sharing, known),
