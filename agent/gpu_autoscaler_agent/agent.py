@@ -19,6 +19,7 @@ from kubernetes import config as kube_config
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler_agent.dispatcher import Dispatcher
+from gpu_autoscaler_agent.gangs import GangHold
 from gpu_autoscaler_agent.health import HealthServer, Metrics
 from gpu_autoscaler_agent.podgroups import KubernetesPodGroups
 from gpu_autoscaler_agent.selection import PodSelector
@@ -86,6 +87,7 @@ class Agent:
             field_selector=settings.field_selector,
             watch_timeout=settings.watch_timeout_seconds,
             backoff=watch_backoff,
+            gangs=GangHold(api, self.metrics),
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

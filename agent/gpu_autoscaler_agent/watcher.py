@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from gpu_autoscaler_agent.dispatcher import PodSink
+    from gpu_autoscaler_agent.gangs import GangHold
     from gpu_autoscaler_agent.health import Metrics
     from gpu_autoscaler_agent.selection import PodGroupSource, PodSelector
 
@@ -59,7 +60,9 @@ class PodWatcher:
         page_size: int = 500,
         backoff: Backoff | None = None,
         core_api: client.CoreV1Api | None = None,
+        gangs: GangHold | None = None,
     ) -> None:
+        """`gangs`: keeps gang nodes for their gang (tolerations on members, taints off once bound)."""
         self._core = core_api or client.CoreV1Api(api_client)
         self._sink = sink
         self._selector = selector
@@ -70,6 +73,7 @@ class PodWatcher:
         self._page_size = page_size
         self._backoff = backoff or Backoff(initial=0.5, maximum=30.0)
         self._watch: _RawWatch | None = None
+        self._gangs = gangs
         self.synced = threading.Event()
         """Set once the first full list has been handed over: the agent has a complete view."""
 
@@ -81,6 +85,8 @@ class PodWatcher:
                 if version is None:
                     version = self.sync()
                 version = self._watch_from(version, stop)
+                if self._gangs is not None:
+                    self._gangs.sweep()
                 failures = 0
                 self._metrics.inc("watch_restarts_total", reason="timeout")
                 continue
@@ -114,7 +120,11 @@ class PodWatcher:
         """List every pod, hand over the reportable ones as the complete set, return the list's version."""
         pods, version = self._list()
         self._metrics.inc("pods_seen_total", len(pods))
+        if self._gangs is not None:
+            self._gangs.forget_all()
         reports = [r for r in (self.report(pod) for pod in pods) if r is not None]
+        if self._gangs is not None:
+            self._gangs.sweep()
         self._sink.replace_all(reports)
         self._metrics.inc("relists_total")
         self.synced.set()
@@ -170,6 +180,8 @@ class PodWatcher:
         if not uid:
             return
         report = None if kind == "DELETED" else self.report(pod)
+        if report is None and self._gangs is not None:
+            self._gangs.track(uid, None)
         if report is None:
             self._sink.remove(uid)
         else:
@@ -183,6 +195,11 @@ class PodWatcher:
         ref = group_ref(pod)
         try:
             group = resolve_group(ref, self._groups) if ref is not None else None
+            gang = f"{metadata.get('namespace') or 'default'}/{group.name}" if group is not None else None
+            if gang is not None and self._gangs is not None:
+                pod = self._gangs.tolerate(pod, gang)
+                metadata = pod.get("metadata") or {}
+                self._gangs.track(str(metadata.get("uid")), gang)
             entry = pending_pod(pod, group)
         except (ValidationError, ValueError) as error:
             log.error("cannot report pod %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error)
