@@ -289,7 +289,31 @@ def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
     assert reason(plan) == ("no offering in pool gpu has 1 GPU (pool gpu partitions GPUs into MIG 1g.10gb slices)")
 
 
-# Gangs
+
+# Zones from volumes and spread
+
+
+def test_a_pod_goes_where_its_volume_is() -> None:
+    plan = solve([make_pod(volumeZones=["us-east-1b"])], make_pool(capacityTypes=["on-demand"]))
+    assert [c.zones for c in plan.claims] == [("us-east-1b",)]
+    both = make_pod(volumeZones=["us-east-1b"], nodeSelector={"topology.kubernetes.io/zone": "us-east-1a"})
+    plan = solve([both], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims and "topology.kubernetes.io/zone In us-east-1b" in reason(plan)
+    plan = solve([make_pod(volumeZones=[])], make_pool(capacityTypes=["on-demand"]))
+    assert reason(plan) == "its persistent volumes have no zone in common: no node can attach them all"
+
+
+def test_pods_spread_over_zones_get_nodes_in_each_zone() -> None:
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+               "zoneCounts": {"us-east-1a": 1}}]
+    pods = make_pods(5, gpus=1, cpu="1", memory="2Gi", topologySpreadConstraints=spread)
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"]))
+    zones = sorted(c.zones for c in plan.claims for _ in c.pods)
+    assert zones == [("us-east-1a",)] * 2 + [("us-east-1b",)] * 3  # 1 running in 1a: 3 + 3 once placed
+    anyway = [{**spread[0], "whenUnsatisfiable": "ScheduleAnyway"}]
+    plan = solve(make_pods(2, gpus=4, cpu="1", memory="2Gi", topologySpreadConstraints=anyway),
+                 make_pool(capacityTypes=["on-demand"]))
+    assert all(c.zones == ("us-east-1a", "us-east-1b") for c in plan.claims)  # not enforced: no pinning
 
 
 def test_gang_is_placed_whole_in_one_zone() -> None:

@@ -16,7 +16,7 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["PendingPod", "PendingPodsDocument", "PodGroup"]
+__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "TopologySpread"]
 
 
 class _Wire(BaseModel):
@@ -28,6 +28,27 @@ class PodGroup(_Wire):
 
     name: str = Field(min_length=1)
     min_member: int = Field(alias="minMember", ge=1)
+
+
+class TopologySpread(_Wire):
+    """A `topologySpreadConstraints` entry over zones that kube-scheduler enforces (`DoNotSchedule`): new
+    nodes for the pods that share it are spread over zones, so the scheduler can place them all."""
+
+    max_skew: int = Field(alias="maxSkew", ge=1)
+    topology_key: str = Field(alias="topologyKey", min_length=1)
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = Field(
+        default="DoNotSchedule", alias="whenUnsatisfiable")
+    zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
+    """Matching pods already running per zone, when the agent knows them (absent zones count 0)."""
+
+
+class DeviceRequest(_Wire):
+    """One device request of a pod's DRA claim (resource.k8s.io/v1 `devices.requests[].exactly`)."""
+
+    device_class: str = Field(alias="deviceClassName", min_length=1)
+    count: int = Field(default=1, ge=1)
+    claim: str = ""
+    """The claim (or template) it comes from, for reasons."""
 
 
 class PendingPod(_Wire):
@@ -42,6 +63,15 @@ class PendingPod(_Wire):
     priority: int = 0
     pod_group: PodGroup | None = Field(default=None, alias="podGroup")
     annotations: dict[str, str] = Field(default_factory=dict)
+    volume_zones: tuple[str, ...] | None = Field(default=None, alias="volumeZones")
+    """Zones every one of the pod's persistent volumes can be used in (bound volumes' node affinity, or the
+    allowed topologies of a WaitForFirstConsumer class); absent when they allow any. Empty: no common zone."""
+    topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
+    """The pod's zone spread constraints (only those keyed on the zone)."""
+    device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
+    """What the pod's Dynamic Resource Allocation claims ask for, per device class."""
+    unplannable: str | None = None
+    """Why the agent knows no node we launch can run the pod (a DRA claim it cannot read, say)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, ignored_types=(cached_property,))
 

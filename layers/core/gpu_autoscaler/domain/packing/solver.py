@@ -46,6 +46,7 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
+from gpu_autoscaler.domain.packing.zones import spread_over_zones, spreads, with_volume_zones
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.requirements import Requirement
@@ -294,18 +295,14 @@ class _Pass:
                 self.covered[pod.uid] = claim_id
             else:
                 fresh.append(pod)
-        self.classes = classify(fresh)
-        extra = sorted({n for c in self.classes for n in c.requests if n not in BASE_RESOURCES})
-        self.names: tuple[str, ...] = BASE_RESOURCES + tuple(extra)
-        self.req = np.array(
-            [[c.requests[n] for n in self.names] for c in self.classes], np.int64
-        ).reshape(len(self.classes), len(self.names))
-        self.rem = np.array([c.count for c in self.classes], np.int64)
-        self._taken = [0] * len(self.classes)
+        self.unschedulable: list[Unschedulable] = []
         self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
-        self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
-        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
-        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+        self._classify(self._placeable(fresh))
+        if any(spreads(c.example) for c in self.classes):
+            of_class = {p.uid: c.index for c in self.classes for p in c.pods}
+            zones = [self._class_zones(c) for c in range(len(self.classes))]
+            self._classify(spread_over_zones([p for c in self.classes for p in c.pods],
+                                             lambda pod: zones[of_class[pod.uid]]))
         self.limits = [LimitLedger(v.pool) for v in solver.pools]
         self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
@@ -313,10 +310,43 @@ class _Pass:
         self._tiers: dict[tuple[int, str], _TierArrays] = {}
         self.nodes: list[_Node] = []
         self.existing: dict[str, list[str]] = {}
-        self.unschedulable: list[Unschedulable] = []
         self._charge_live_claims()
 
     # Setup
+
+    def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
+        """Pods pinned to their volumes' zones; those the agent or their volumes rule out are unschedulable."""
+        out = []
+        for pod in pods:
+            if pod.unplannable:
+                self.unschedulable.append(Unschedulable(pod.uid, pod.key, pod.unplannable))
+            elif pod.volume_zones is not None and not pod.volume_zones:
+                self.unschedulable.append(Unschedulable(
+                    pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
+            else:
+                out.append(pod)
+        return with_volume_zones(out) if any(p.volume_zones for p in out) else out
+
+    def _classify(self, pods: list[PendingPod]) -> None:
+        solver = self.s
+        self.classes = classify(pods)
+        extra = sorted({n for c in self.classes for n in c.requests if n not in BASE_RESOURCES})
+        self.names: tuple[str, ...] = BASE_RESOURCES + tuple(extra)
+        self.req = np.array(
+            [[c.requests[n] for n in self.names] for c in self.classes], np.int64
+        ).reshape(len(self.classes), len(self.names))
+        self.rem = np.array([c.count for c in self.classes], np.int64)
+        self._taken = [0] * len(self.classes)
+        self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
+        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
+        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+
+    def _class_zones(self, c: int) -> list[str]:
+        """Zones where some pool has an offering that may hold a pod of the class."""
+        hit = np.zeros(len(self.idx.zones), bool)
+        for ok in self.ok:
+            hit[self.idx.zone_of[ok[c]]] = True
+        return [self.idx.zones[z] for z in np.flatnonzero(hit)]
 
     def _class_masks(self, view: _PoolView) -> np.ndarray:
         n_classes = len(self.classes)
