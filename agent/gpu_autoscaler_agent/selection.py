@@ -129,6 +129,11 @@ class PodSelector:
         self.gpu_taint_keys = tuple(gpu_taint_keys)
 
     def is_gpu_pod(self, pod: Pod) -> bool:
+        """A GPU request or toleration; or DRA claims, which may ask for GPUs (the watcher reads them to know)."""
+        return (requests_gpus(pod) or tolerates_gpu_pool(pod, self.gpu_taint_keys)
+                or bool(pod.get("spec", {}).get("resourceClaims")))
+
+    def gpu_by_spec(self, pod: Pod) -> bool:
         return requests_gpus(pod) or tolerates_gpu_pool(pod, self.gpu_taint_keys)
 
     def reportable(self, pod: Pod) -> bool:

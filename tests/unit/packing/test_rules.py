@@ -316,6 +316,33 @@ def test_pods_spread_over_zones_get_nodes_in_each_zone() -> None:
     assert all(c.zones == ("us-east-1a", "us-east-1b") for c in plan.claims)  # not enforced: no pinning
 
 
+# Dynamic Resource Allocation claims
+
+
+def test_dra_gpu_claims_are_planned_as_whole_gpus() -> None:
+    dra = [{"deviceClassName": "gpu.nvidia.com", "count": 4, "claim": "train-gpus"}]
+    plan = solve([make_pod(gpus=None, cpu="8", memory="32Gi", deviceRequests=dra)],
+                 make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.12xlarge"]
+    assert all(make_catalog().instance_type(t).gpu_devices >= 4 for t in plan.claims[0].instance_types)
+
+
+def test_dra_claims_that_cannot_be_satisfied_are_told_why() -> None:
+    shared = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
+    gpu = make_pod(gpus=None, deviceRequests=[{"deviceClassName": "gpu.nvidia.com", "count": 1}])
+    assert reason(solve([gpu], shared)).endswith(
+        "(pool gpu shares or partitions its GPUs; DRA devices of class gpu.nvidia.com are whole GPUs)")
+    nic = make_pod(gpus=1, deviceRequests=[{"deviceClassName": "rdma.example.com", "count": 1}])
+    plan = solve([nic], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims
+    assert reason(plan).endswith("(DRA devices are planned for class gpu.nvidia.com only, not rdma.example.com)")
+    told = make_pod(gpus=None, unplannable="its DRA claims cannot be planned for: claim c asks for all devices")
+    assert reason(solve([told], make_pool())) == "its DRA claims cannot be planned for: claim c asks for all devices"
+
+
+# Gangs
+
+
 def test_gang_is_placed_whole_in_one_zone() -> None:
     pods = make_gang("train", 6, gpus=8, cpu="90", memory="700Gi")
     plan = solve(pods, make_pool(capacityTypes=["on-demand"]))

@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
-from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.resources import DRA_PREFIX, Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "TopologySpread"]
+__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "TopologySpread", "with_device_requests"]
 
 
 class _Wire(BaseModel):
@@ -97,6 +97,18 @@ class PendingPod(_Wire):
     def gang(self) -> str | None:
         """Gang identity, scoped to the namespace as pod groups are."""
         return f"{self.namespace}/{self.pod_group.name}" if self.pod_group else None
+
+
+def with_device_requests(pod: PendingPod) -> PendingPod:
+    """The pod with its DRA device requests as requests of `resource.k8s.io/<device class>`, so nodes are sized
+    for them like for any other resource (a new model, so `resources` is computed afresh)."""
+    totals: dict[str, int] = {}
+    for request in pod.device_requests:
+        name = DRA_PREFIX + request.device_class
+        totals[name] = totals.get(name, 0) + request.count
+    data = pod.model_dump(by_alias=True)
+    data["requests"] = {**pod.requests, **{k: str(v) for k, v in totals.items()}}
+    return PendingPod.model_validate(data)
 
 
 class PendingPodsDocument(_Wire):

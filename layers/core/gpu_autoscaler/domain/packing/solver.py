@@ -33,7 +33,7 @@ import numpy as np
 from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
-from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable
+from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable, dra_devices
 from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
@@ -49,8 +49,9 @@ from gpu_autoscaler.domain.packing.results import (
 from gpu_autoscaler.domain.packing.zones import spread_over_zones, spreads, with_volume_zones
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.pods import with_device_requests
 from gpu_autoscaler.models.requirements import Requirement
-from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX
+from gpu_autoscaler.models.resources import CPU, DRA_PREFIX, GPU, MEMORY, MIG_PREFIX, NVIDIA_GPU_CLASS
 from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class Solver:
                 base[i] = False
         for requirement in pool.requirements:
             base &= idx.requirement_mask(requirement, fixed)
-        alloc = [allocatable(t, pool, self.config.overhead).as_dict() for t in idx.types]
+        alloc = [allocatable(t, pool, self.config.overhead).as_dict() | dra_devices(t, pool) for t in idx.types]
         return _PoolView(pool, position, fixed, base, alloc, allowed, reservations,
                          self.fractional.requirements_ask(pool.requirements))
 
@@ -325,6 +326,7 @@ class _Pass:
                     pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
             else:
                 out.append(pod)
+        out = [with_device_requests(p) if p.device_requests else p for p in out]
         return with_volume_zones(out) if any(p.volume_zones for p in out) else out
 
     def _classify(self, pods: list[PendingPod]) -> None:
@@ -961,6 +963,13 @@ def _matches(cls: PodClass, labels: Mapping[str, str]) -> bool:
 
 def _sharing_hint(view: _PoolView, cls: PodClass) -> str:
     sharing = view.pool.gpu_sharing
+    dra = [n.removeprefix(DRA_PREFIX) for n in cls.requests if n.startswith(DRA_PREFIX)]
+    others = [d for d in dra if d != NVIDIA_GPU_CLASS]
+    if others:
+        return f" (DRA devices are planned for class {NVIDIA_GPU_CLASS} only, not {', '.join(others)})"
+    if dra and sharing.mode != "none":
+        return (f" (pool {view.pool.name} shares or partitions its GPUs; DRA devices of class {NVIDIA_GPU_CLASS} "
+                "are whole GPUs)")
     if sharing.mode == "mig" and cls.requests[GPU]:
         return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
     wants_mig = [n.removeprefix(MIG_PREFIX) for n in cls.requests if n.startswith(MIG_PREFIX)]
