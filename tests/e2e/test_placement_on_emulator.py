@@ -1,4 +1,6 @@
-"""A gang's capacity goes to the gang: two 8-GPU members created together with three 1-GPU pods, on the emulator.
+"""Pods get the nodes they can use, on the emulator: a gang keeps its nodes, a pod gets a node where its volume is.
+
+A gang's capacity goes to the gang: two 8-GPU members created together with three 1-GPU pods.
 
 Without a hold, kube-scheduler binds the small pods into the first gang node to join; the gang (all or nothing)
 no longer fits, waits another scheduling round and another boot, and a node ends up bought for nothing. With the
@@ -89,3 +91,30 @@ def test_a_gang_created_with_small_pods_binds_after_one_boot_and_no_node_is_wast
         assert set(nodes) == used, f"nodes launched and left unused: {sorted(set(nodes) - used)}"
         assert pods["train-0"] != pods["train-1"]
         assert not any(t.key == "gpu-autoscaler/gang" for n in core.list_node().items for t in n.spec.taints or ())
+
+
+def test_a_pod_with_a_zonal_volume_gets_a_node_in_the_volumes_zone(session: EmulatorSession) -> None:
+    with session.kube.client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": "data"}})
+        core.create_persistent_volume({"metadata": {"name": "pv-features"}, "spec": {
+            "capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0feature"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1c"]}]}]}}}})
+        core.create_namespaced_persistent_volume_claim("data", {"metadata": {"name": "features"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3", "volumeName": "pv-features",
+            "resources": {"requests": {"storage": "500Gi"}}}})
+        reader = _pod("reader", 1)
+        reader["spec"]["volumes"] = [{"name": "features", "persistentVolumeClaim": {"claimName": "features"}}]
+        core.create_namespaced_pod("data", reader)
+
+        def node() -> Any:
+            name = core.read_namespaced_pod("reader", "data").spec.node_name
+            return core.read_node(name) if name else None
+
+        deadline = time.monotonic() + (BOOT_SECONDS + 60) / SPEED
+        while (found := node()) is None:
+            assert time.monotonic() < deadline, "the pod was never bound"
+            time.sleep(0.2)
+        assert found.metadata.labels["topology.kubernetes.io/zone"] == "us-east-1c"
