@@ -63,7 +63,7 @@ class GangHold:
                           else {"op": "add", "path": "/spec/tolerations", "value": [wanted]})
         try:
             response: Any = self._core.patch_namespaced_pod(
-                metadata.get("name"), metadata.get("namespace") or "default", operations, _preload_content=False)
+                str(metadata.get("name")), metadata.get("namespace") or "default", operations, _preload_content=False)
         except ApiException as error:
             if error.status in (*_GONE, 422):
                 log.info("pod %s/%s changed before its gang toleration was added; next time",
@@ -118,10 +118,11 @@ class GangHold:
     def _untaint(self, node: Mapping[str, Any]) -> None:
         metadata = node.get("metadata") or {}
         taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != GANG_LABEL]
-        operations = [{"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
-                      {"op": "replace", "path": "/spec/taints", "value": taints}]
+        operations: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
+            {"op": "replace", "path": "/spec/taints", "value": taints}]
         try:
-            self._core.patch_node(metadata.get("name"), operations)
+            self._core.patch_node(str(metadata.get("name")), operations)
         except ApiException as error:
             if error.status in (*_GONE, 422):
                 log.info("node %s changed before its gang taint was removed; the next sweep does it",

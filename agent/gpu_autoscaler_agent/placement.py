@@ -19,6 +19,7 @@ import json
 import logging
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -122,7 +123,7 @@ class KubernetesPlacement:
                 name = f"{metadata.get('name')}-{volume.get('name')}"
             else:
                 continue
-            zones = self._cached(("pvc", namespace, name), lambda n=name: self._claim_zones(namespace, n))
+            zones = self._cached(("pvc", namespace, name), partial(self._claim_zones, namespace, name))
             if zones is not None:
                 result = set(zones) if result is None else result & set(zones)
         return sorted(result) if result is not None else None

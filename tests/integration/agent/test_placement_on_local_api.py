@@ -144,7 +144,9 @@ def test_dra_claims_are_reported_as_device_requests_or_with_why_not(
         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})
     core.create_namespaced_pod(NS, claims_pod("trainer", "two-gpus"))
     unschedulable(core, "trainer")
-    agent.clock.advance(timedelta(minutes=1))  # what the agent read of the cluster's classes is read again
+    clock = agent.clock
+    assert isinstance(clock, FixedClock)
+    clock.advance(timedelta(minutes=1))  # what the agent read of the cluster's classes is read again
     agent.run_once()
     assert reported(queue)["trainer"]["deviceRequests"] == [
         {"deviceClassName": "gpu.nvidia.com", "count": 2, "claim": "two-gpus"}]
