@@ -10,6 +10,10 @@
   with how many matching pods already run in each zone (their nodes' zone label), so new nodes even them out.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
 
+- Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
+  pod itself are copied: no two such pods may share a node, so the packer gives each its own.
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
+
 Reads are cached for a few seconds: a Deployment's replicas share their claims' class and their selector.
 """
 
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["ZONE_KEYS", "KubernetesPlacement", "label_selector_text", "zone_spread"]
+__all__ = ["ZONE_KEYS", "KubernetesPlacement", "label_selector_text", "node_anti_affinity", "selects", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,38 @@ def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod's zone spread constraints kube-scheduler enforces, as written."""
     return [dict(c) for c in spec.get("topologySpreadConstraints") or ()
             if c.get("topologyKey") in ZONE_KEYS and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or ():
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
+        present = key in labels
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
+                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True
+
+
+def node_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Required anti-affinity terms on the node that the pod's own labels match (same namespace)."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
+    out = []
+    for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+        if term.get("topologyKey") != "kubernetes.io/hostname" or term.get("namespaceSelector"):
+            continue
+        namespaces = term.get("namespaces") or ()
+        if namespaces and (metadata.get("namespace") or "default") not in namespaces:
+            continue
+        if selects(term.get("labelSelector"), labels):
+            out.append({"topologyKey": term["topologyKey"], "labelSelector": term.get("labelSelector") or {}})
+    return out
 
 
 def label_selector_text(selector: Mapping[str, Any] | None) -> str | None:

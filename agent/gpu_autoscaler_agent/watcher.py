@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
-from gpu_autoscaler_agent.placement import zone_spread
+from gpu_autoscaler_agent.placement import node_anti_affinity, zone_spread
 from gpu_autoscaler_agent.selection import group_ref, resolve_group
 from gpu_autoscaler_agent.sender import Backoff
 
@@ -232,6 +232,8 @@ class PodWatcher:
                       for c in zone_spread(spec)]
             if spread:
                 context["topologySpreadConstraints"] = spread
+        if apart := node_anti_affinity(pod):
+            context["podAntiAffinity"] = apart
         if self._claims is not None and has_claims(pod):
             requests: list[dict[str, Any]] = []
             try:

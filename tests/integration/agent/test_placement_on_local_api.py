@@ -92,7 +92,7 @@ def test_volume_zones_come_from_bound_volumes_and_late_binding_classes(
     assert "volumeZones" not in pods["free"]
 
 
-def test_zone_spread_is_reported_with_the_matching_pods_per_zone(
+def test_zone_spread_and_anti_affinity_are_reported(
     api: client.ApiClient, kube: LocalKubernetes, agent: Agent, queue: Queue,
 ) -> None:
     core = client.CoreV1Api(api)
@@ -103,12 +103,19 @@ def test_zone_spread_is_reported_with_the_matching_pods_per_zone(
     spread = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
               "labelSelector": {"matchLabels": {"app": "web"}}}
     anyway = {**spread, "whenUnsatisfiable": "ScheduleAnyway", "topologyKey": "kubernetes.io/hostname"}
-    core.create_namespaced_pod(NS, pod("web-1", labels={"app": "web"}, topologySpreadConstraints=[spread, anyway]))
+    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["web"]}]}}
+    other = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}
+    core.create_namespaced_pod(NS, pod("web-1", labels={"app": "web"}, topologySpreadConstraints=[spread, anyway],
+                                       affinity={"podAntiAffinity": {
+                                           "requiredDuringSchedulingIgnoredDuringExecution": [apart, other]}}))
     unschedulable(core, "web-1")
     assert core.read_namespaced_pod("web-0", NS).spec.node_name
     agent.run_once()
-    assert reported(queue)["web-1"]["topologySpreadConstraints"] == [
+    web = reported(queue)["web-1"]
+    assert web["topologySpreadConstraints"] == [
         {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "zoneCounts": {"us-east-1a": 1}}]
+    assert web["podAntiAffinity"] == [apart]  # the term that matches the pod itself: one per node
 
 
 def test_dra_claims_are_reported_as_device_requests_or_with_why_not(

@@ -316,6 +316,15 @@ def test_pods_spread_over_zones_get_nodes_in_each_zone() -> None:
     assert all(c.zones == ("us-east-1a", "us-east-1b") for c in plan.claims)  # not enforced: no pinning
 
 
+def test_pods_that_repel_each_other_on_a_node_get_a_node_each() -> None:
+    apart = [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    together = solve(make_pods(4, gpus=2, cpu="4", memory="16Gi"), make_pool(capacityTypes=["on-demand"]))
+    assert sorted(len(c.pods) for c in together.claims) == [2, 2]
+    plan = solve(make_pods(4, gpus=2, cpu="4", memory="16Gi", podAntiAffinity=apart),
+                 make_pool(capacityTypes=["on-demand"]))
+    assert sorted(len(c.pods) for c in plan.claims) == [1, 1, 1, 1]
+
+
 # Dynamic Resource Allocation claims
 
 

@@ -16,7 +16,8 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "TopologySpread", "with_device_requests"]
+__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "PodAntiAffinity", "TopologySpread",
+           "device_totals", "with_requests"]
 
 
 class _Wire(BaseModel):
@@ -51,6 +52,14 @@ class DeviceRequest(_Wire):
     """The claim (or template) it comes from, for reasons."""
 
 
+class PodAntiAffinity(_Wire):
+    """A required pod anti-affinity term the pod matches itself (so no two such pods share a topology domain);
+    the agent sends those keyed on the node (`kubernetes.io/hostname`): one such pod per new node."""
+
+    topology_key: str = Field(alias="topologyKey", min_length=1)
+    label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
+
+
 class PendingPod(_Wire):
     uid: str = Field(min_length=1)
     namespace: str = "default"
@@ -68,6 +77,7 @@ class PendingPod(_Wire):
     allowed topologies of a WaitForFirstConsumer class); absent when they allow any. Empty: no common zone."""
     topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
     """The pod's zone spread constraints (only those keyed on the zone)."""
+    pod_anti_affinity: tuple[PodAntiAffinity, ...] = Field(default=(), alias="podAntiAffinity")
     device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
     """What the pod's Dynamic Resource Allocation claims ask for, per device class."""
     unplannable: str | None = None
@@ -99,16 +109,23 @@ class PendingPod(_Wire):
         return f"{self.namespace}/{self.pod_group.name}" if self.pod_group else None
 
 
-def with_device_requests(pod: PendingPod) -> PendingPod:
-    """The pod with its DRA device requests as requests of `resource.k8s.io/<device class>`, so nodes are sized
-    for them like for any other resource (a new model, so `resources` is computed afresh)."""
+def with_requests(pod: PendingPod, extra: dict[str, int]) -> PendingPod:
+    """The pod asking for more (a new model, so `resources` is computed afresh): the packer sizes nodes for
+    what is not a resource request in the Pod (DRA devices, one-per-node) as for any other resource."""
+    if not extra:
+        return pod
+    data = pod.model_dump(by_alias=True)
+    data["requests"] = {**pod.requests, **{k: str(v) for k, v in extra.items()}}
+    return PendingPod.model_validate(data)
+
+
+def device_totals(pod: PendingPod) -> dict[str, int]:
+    """DRA device requests as `resource.k8s.io/<device class>` counts."""
     totals: dict[str, int] = {}
     for request in pod.device_requests:
         name = DRA_PREFIX + request.device_class
         totals[name] = totals.get(name, 0) + request.count
-    data = pod.model_dump(by_alias=True)
-    data["requests"] = {**pod.requests, **{k: str(v) for k, v in totals.items()}}
-    return PendingPod.model_validate(data)
+    return totals
 
 
 class PendingPodsDocument(_Wire):

@@ -46,10 +46,16 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
-from gpu_autoscaler.domain.packing.zones import spread_over_zones, spreads, with_volume_zones
+from gpu_autoscaler.domain.packing.zones import (
+    ONE_PER_NODE_PREFIX,
+    one_per_node,
+    spread_over_zones,
+    spreads,
+    with_volume_zones,
+)
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
-from gpu_autoscaler.models.pods import with_device_requests
+from gpu_autoscaler.models.pods import device_totals, with_requests
 from gpu_autoscaler.models.requirements import Requirement
 from gpu_autoscaler.models.resources import CPU, DRA_PREFIX, GPU, MEMORY, MIG_PREFIX, NVIDIA_GPU_CLASS
 from gpu_autoscaler.models.taints import tolerates_all
@@ -205,7 +211,9 @@ class Solver:
         found = self._matrices.get(key)
         if found is None:
             view = self._pool_by_name[pool]
-            found = np.array([[a.get(n, 0) for n in names] for a in view.allocatable], np.int64).reshape(
+            # Every node has room for one pod of each one-per-node group (pod anti-affinity on the node).
+            found = np.array([[a.get(n, 1 if n.startswith(ONE_PER_NODE_PREFIX) else 0) for n in names]
+                              for a in view.allocatable], np.int64).reshape(
                 len(view.allocatable), len(names)
             )
             self._matrices[key] = found
@@ -326,7 +334,8 @@ class _Pass:
                     pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
             else:
                 out.append(pod)
-        out = [with_device_requests(p) if p.device_requests else p for p in out]
+        out = [with_requests(p, {**device_totals(p), **one_per_node(p)})
+               if p.device_requests or p.pod_anti_affinity else p for p in out]
         return with_volume_zones(out) if any(p.volume_zones for p in out) else out
 
     def _classify(self, pods: list[PendingPod]) -> None:

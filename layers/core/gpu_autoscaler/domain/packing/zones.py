@@ -1,4 +1,4 @@
-"""Zones a pod's placement depends on beyond its node selector: its volumes, and its zone spread.
+"""Where a pod may go beyond its node selector: its volumes' zones, its zone spread, its anti-affinity.
 
 Both become plain zone requirements on the pod (a copy, same uid), so everything downstream — offering masks,
 candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if the pod had selected the zone:
@@ -8,10 +8,15 @@ candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if t
 - a `DoNotSchedule` zone spread constraint shares the pods that carry it out over the zones that can hold
   them, each pod pinned to one, levelling from the counts the agent reported (water-filling keeps the skew
   at most one, within any `maxSkew`). Gang members are not spread: a gang is placed whole in one zone.
+
+Required pod anti-affinity on the node (`kubernetes.io/hostname`) among pods the term matches becomes a request
+of one unit of a resource every node has one of (`one_per_node`), so no plan puts two of them on one node.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -23,9 +28,22 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["SPREAD_KEYS", "pin_to_zones", "spread_over_zones", "spreads", "with_volume_zones"]
+__all__ = ["ONE_PER_NODE_PREFIX", "SPREAD_KEYS", "one_per_node", "pin_to_zones", "spread_over_zones", "spreads",
+           "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
+HOSTNAME = "kubernetes.io/hostname"
+ONE_PER_NODE_PREFIX = "gpu-autoscaler/one-per-node-"
+
+
+def one_per_node(pod: PendingPod) -> dict[str, int]:
+    """One unit of the pod's anti-affinity group (namespace and selector) per hostname-keyed term."""
+    out = {}
+    for term in pod.pod_anti_affinity:
+        if term.topology_key == HOSTNAME:
+            text = json.dumps([pod.namespace, term.label_selector], sort_keys=True)
+            out[ONE_PER_NODE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:12]] = 1
+    return out
 
 
 def pin_to_zones(pod: PendingPod, zones: Iterable[str]) -> PendingPod:
