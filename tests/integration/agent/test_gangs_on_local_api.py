@@ -152,3 +152,19 @@ def test_kai_gangs_and_kueue_jobs_and_jobsets_are_reported_as_gangs(
         "plain-0": None,  # Kueue does not manage it: its pods start as they come
         "llm-workers-0-0": {"name": "jobset.llm", "minMember": 7},
     }
+
+
+def test_a_node_held_for_a_gang_with_nothing_pending_is_released_on_the_next_list(
+    api: client.ApiClient, kube: LocalKubernetes, agent: Agent,
+) -> None:
+    core = client.CoreV1Api(api)
+    taint = gang_taint("default/gone")  # the gang was deleted while its node booted
+    kube.add_instance(SimulatedInstance(
+        "i-0late", "g5.12xlarge", "us-east-1a",
+        Resources.from_quantities({"cpu": "48", "memory": "192Gi", "nvidia.com/gpu": "4", "pods": "50"}),
+        labels={GANG_LABEL: taint.value}, taints=(taint,)))
+    node = wait(lambda: core.list_node().items, "the node")[0].metadata.name
+    core.create_namespaced_pod(NS, gpu_pod("someone"))
+    agent.run_once()
+    assert all(t.key != GANG_LABEL for t in core.read_node(node).spec.taints or ())
+    wait(lambda: core.read_namespaced_pod("someone", NS).spec.node_name == node, "another pod to use the node")
