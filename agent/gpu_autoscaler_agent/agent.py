@@ -18,8 +18,11 @@ from kubernetes import config as kube_config
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler_agent.claims import KubernetesClaims
 from gpu_autoscaler_agent.dispatcher import Dispatcher
+from gpu_autoscaler_agent.gangs import GangHold
 from gpu_autoscaler_agent.health import HealthServer, Metrics
+from gpu_autoscaler_agent.placement import KubernetesPlacement
 from gpu_autoscaler_agent.podgroups import KubernetesPodGroups
 from gpu_autoscaler_agent.selection import PodSelector
 from gpu_autoscaler_agent.sender import Backoff, QueueSender
@@ -86,6 +89,9 @@ class Agent:
             field_selector=settings.field_selector,
             watch_timeout=settings.watch_timeout_seconds,
             backoff=watch_backoff,
+            gangs=GangHold(api, self.metrics),
+            placement=KubernetesPlacement(api, self.clock),
+            claims=KubernetesClaims(api, self.clock),
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -36,8 +36,11 @@ be tens of kilobytes and would crowd pods out of a message."""
 Pod = Mapping[str, Any]
 
 
-def pending_pod(pod: Pod, group: PodGroup | None = None) -> dict[str, Any]:
-    """One `pods[]` entry, validated; raises ValueError (pydantic's ValidationError) naming what is wrong."""
+def pending_pod(pod: Pod, group: PodGroup | None = None, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One `pods[]` entry, validated; raises ValueError (pydantic's ValidationError) naming what is wrong.
+
+    `context`: what the agent learnt about the pod from other objects (its volumes' zones, its zone spread with
+    counts, its DRA device requests, why it cannot be planned), as optional document fields."""
     metadata = pod.get("metadata", {})
     spec = pod.get("spec", {})
     entry: dict[str, Any] = {
@@ -62,6 +65,7 @@ def pending_pod(pod: Pod, group: PodGroup | None = None) -> dict[str, Any]:
     }
     if annotations:
         entry["annotations"] = annotations
+    entry.update({k: v for k, v in (context or {}).items() if v is not None})
     PendingPod.model_validate(entry)
     return entry
 

@@ -1,4 +1,5 @@
-"""Gang sizes the pods do not carry: PodGroup resources (coscheduling, Volcano) and labelled members.
+"""Gang sizes the pods do not carry: PodGroup resources (coscheduling, KAI, Volcano), labelled members, and
+the Jobs and JobSets Kueue admits whole.
 
 Answers are cached for a while: every pod of an eight-pod gang asks the same question within a second.
 """
@@ -26,8 +27,12 @@ log = logging.getLogger(__name__)
 
 POD_GROUP_RESOURCES = {
     "coscheduling": ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+    "kai": ("scheduling.run.ai", "v2alpha2", "podgroups"),
     "volcano": ("scheduling.volcano.sh", "v1beta1", "podgroups"),
 }
+JOBSET_RESOURCE = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""On a Job or JobSet Kueue manages (the label, or the older annotation of the same name)."""
 _MEMBER_LABELS = {"coscheduling": COSCHEDULING_LABEL, "kueue": KUEUE_GROUP_LABEL}
 _ABSENT = (403, 404)
 """Not found, or not allowed (the ClusterRole only grants the groups of schedulers it was told about)."""
@@ -44,9 +49,11 @@ class KubernetesPodGroups:
         *,
         custom_api: client.CustomObjectsApi | None = None,
         core_api: client.CoreV1Api | None = None,
+        batch_api: client.BatchV1Api | None = None,
     ) -> None:
         self._custom = custom_api or client.CustomObjectsApi(api_client)
         self._core = core_api or client.CoreV1Api(api_client)
+        self._batch = batch_api or client.BatchV1Api(api_client)
         self._clock = clock
         self._ttl = ttl
         self._cache: dict[tuple[str, GroupRef], tuple[datetime, int | None]] = {}
@@ -56,6 +63,9 @@ class KubernetesPodGroups:
 
     def member_count(self, ref: GroupRef) -> int | None:
         return self._cached("members", ref, self._count_members)
+
+    def workload_size(self, ref: GroupRef) -> int | None:
+        return self._cached("workload", ref, self._fetch_workload_size)
 
     def _cached(self, what: str, ref: GroupRef, fetch: Any) -> int | None:
         now = self._clock.now()
@@ -83,6 +93,30 @@ class KubernetesPodGroups:
         value = (obj.get("spec") or {}).get("minMember")
         return value if isinstance(value, int) and value >= 1 else None
 
+    def _fetch_workload_size(self, ref: GroupRef) -> int | None:
+        try:
+            if ref.kind == "job":
+                response: Any = self._batch.read_namespaced_job(ref.name, ref.namespace, _preload_content=False)
+                obj = json.loads(response.data)
+            elif ref.kind == "jobset":
+                obj = self._custom.get_namespaced_custom_object(*JOBSET_RESOURCE[:2], ref.namespace,
+                                                                JOBSET_RESOURCE[2], ref.name)
+            else:
+                return None
+        except ApiException as error:
+            if error.status in _ABSENT:
+                return None
+            raise
+        metadata = obj.get("metadata") or {}
+        if KUEUE_QUEUE_LABEL not in (metadata.get("labels") or {}) | (metadata.get("annotations") or {}):
+            return None
+        spec = obj.get("spec") or {}
+        if ref.kind == "job":
+            return _job_pods(spec)
+        total = sum(int(r.get("replicas", 1)) * _job_pods((r.get("template") or {}).get("spec") or {})
+                    for r in spec.get("replicatedJobs") or ())
+        return total or None
+
     def _count_members(self, ref: GroupRef) -> int | None:
         label = _MEMBER_LABELS.get(ref.kind)
         if label is None:
@@ -98,3 +132,10 @@ class KubernetesPodGroups:
         items = json.loads(response.data).get("items") or []
         live = [p for p in items if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         return len(live) or None
+
+
+def _job_pods(spec: dict[str, Any]) -> int:
+    """Pods a Job runs at once: its parallelism (default 1), never more than its completions."""
+    parallelism = int(spec.get("parallelism", 1) or 0)
+    completions = spec.get("completions")
+    return min(parallelism, int(completions)) if completions is not None else parallelism

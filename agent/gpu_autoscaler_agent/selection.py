@@ -1,5 +1,12 @@
 """Which pods the agent reports, and which gang each belongs to.
 
+Gangs are recognised by the conventions their schedulers use: Kueue pod groups (label
+`kueue.x-k8s.io/pod-group-name`, size in annotation `kueue.x-k8s.io/pod-group-total-count`), the coscheduling
+plugin (label `scheduling.x-k8s.io/pod-group` and its PodGroup), NVIDIA KAI scheduler (`pod-group-name`, an
+annotation its pod-grouper sets, or a label, with a `scheduling.run.ai` PodGroup), Volcano, and workloads Kueue
+admits whole: a batch Job or a JobSet labelled `kueue.x-k8s.io/queue-name` (its pods start together or not at
+all, so they are planned as one gang of the Job's parallelism, or the JobSet's replicas × parallelism).
+
 Pods arrive as plain mappings in their Kubernetes JSON shape (camelCase, quantity strings), exactly as
 the API server sends them, so nothing here needs the Kubernetes client and the tests need no server.
 """
@@ -16,6 +23,8 @@ from gpu_autoscaler.models.resources import is_gpu_resource, parse_quantity
 
 __all__ = [
     "COSCHEDULING_LABEL",
+    "JOBSET_LABEL",
+    "KAI_GROUP_KEY",
     "KUEUE_GROUP_LABEL",
     "KUEUE_TOTAL_ANNOTATION",
     "VOLCANO_GROUP_ANNOTATIONS",
@@ -34,13 +43,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Pod = Mapping[str, Any]
-GroupKind = Literal["kueue", "coscheduling", "volcano"]
+GroupKind = Literal["kueue", "coscheduling", "kai", "volcano", "job", "jobset"]
 
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 VOLCANO_MIN_MEMBER_ANNOTATION = "scheduling.volcano.sh/group-min-member"
+KAI_GROUP_KEY = "pod-group-name"
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+WORKLOAD_KINDS = ("job", "jobset")
+"""Gangs only when Kueue manages the workload: the source says so (and how big it is), or it is no gang."""
 
 _HARD_EFFECTS = (None, "", "NoSchedule", "NoExecute")
 
@@ -116,6 +129,11 @@ class PodSelector:
         self.gpu_taint_keys = tuple(gpu_taint_keys)
 
     def is_gpu_pod(self, pod: Pod) -> bool:
+        """A GPU request or toleration; or DRA claims, which may ask for GPUs (the watcher reads them to know)."""
+        return (requests_gpus(pod) or tolerates_gpu_pool(pod, self.gpu_taint_keys)
+                or bool(pod.get("spec", {}).get("resourceClaims")))
+
+    def gpu_by_spec(self, pod: Pod) -> bool:
         return requests_gpus(pod) or tolerates_gpu_pool(pod, self.gpu_taint_keys)
 
     def reportable(self, pod: Pod) -> bool:
@@ -133,7 +151,7 @@ class GroupRef:
 
 
 def group_ref(pod: Pod) -> GroupRef | None:
-    """Kueue, then the coscheduling plugin, then Volcano: the conventions gangs already use."""
+    """Kueue, the coscheduling plugin, KAI, Volcano, then the JobSet or Job the pod belongs to."""
     metadata = pod.get("metadata", {})
     labels = metadata.get("labels") or {}
     annotations = metadata.get("annotations") or {}
@@ -142,9 +160,16 @@ def group_ref(pod: Pod) -> GroupRef | None:
         return GroupRef("kueue", namespace, name, _count(annotations.get(KUEUE_TOTAL_ANNOTATION)))
     if name := labels.get(COSCHEDULING_LABEL):
         return GroupRef("coscheduling", namespace, name)
+    if name := annotations.get(KAI_GROUP_KEY) or labels.get(KAI_GROUP_KEY):
+        return GroupRef("kai", namespace, name)
     for key in VOLCANO_GROUP_ANNOTATIONS:
         if name := annotations.get(key):
             return GroupRef("volcano", namespace, name, _count(annotations.get(VOLCANO_MIN_MEMBER_ANNOTATION)))
+    if name := labels.get(JOBSET_LABEL):
+        return GroupRef("jobset", namespace, name)
+    for owner in metadata.get("ownerReferences") or ():
+        if owner.get("kind") == "Job" and str(owner.get("apiVersion", "")).startswith("batch/") and owner.get("name"):
+            return GroupRef("job", namespace, owner["name"])
     return None
 
 
@@ -170,14 +195,22 @@ class PodGroupSource(Protocol):
         """How many live pods carry the group's label; None when members cannot be found by label."""
         ...
 
+    def workload_size(self, ref: GroupRef) -> int | None:
+        """Pods a Kueue-managed Job or JobSet starts together; None when Kueue does not manage it."""
+        ...
 
-def resolve_group(ref: GroupRef, source: PodGroupSource) -> PodGroup:
+
+def resolve_group(ref: GroupRef, source: PodGroupSource) -> PodGroup | None:
     """The pod's own count wins, then the PodGroup resource, then the members seen; at least 1.
 
     A gang whose size is unknown is still reported under its name, so the packer keeps its pods together.
+    A Job or JobSet is a gang only when Kueue admits it (None otherwise), named after its kind.
     """
+    if ref.kind in WORKLOAD_KINDS:
+        total = source.workload_size(ref)
+        return PodGroup(name=f"{ref.kind}.{ref.name}", min_member=total) if total else None
     size = ref.min_member
-    if size is None and ref.kind in ("coscheduling", "volcano"):
+    if size is None and ref.kind in ("coscheduling", "kai", "volcano"):
         size = source.min_member(ref)
     if size is None and ref.kind in ("coscheduling", "kueue"):
         size = source.member_count(ref)

@@ -18,7 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_autoscaler_agent.batcher import Report
+from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
+from gpu_autoscaler_agent.placement import node_anti_affinity, zone_spread
 from gpu_autoscaler_agent.selection import group_ref, resolve_group
 from gpu_autoscaler_agent.sender import Backoff
 
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from gpu_autoscaler_agent.dispatcher import PodSink
+    from gpu_autoscaler_agent.gangs import GangHold
     from gpu_autoscaler_agent.health import Metrics
+    from gpu_autoscaler_agent.placement import KubernetesPlacement
     from gpu_autoscaler_agent.selection import PodGroupSource, PodSelector
 
 __all__ = ["PodWatcher"]
@@ -59,7 +63,12 @@ class PodWatcher:
         page_size: int = 500,
         backoff: Backoff | None = None,
         core_api: client.CoreV1Api | None = None,
+        gangs: GangHold | None = None,
+        placement: KubernetesPlacement | None = None,
+        claims: KubernetesClaims | None = None,
     ) -> None:
+        """`gangs`: keeps gang nodes for their gang (tolerations on members, taints off once bound);
+        `placement`: volume zones and zone spread; `claims`: DRA device requests (each None: not reported)."""
         self._core = core_api or client.CoreV1Api(api_client)
         self._sink = sink
         self._selector = selector
@@ -70,6 +79,9 @@ class PodWatcher:
         self._page_size = page_size
         self._backoff = backoff or Backoff(initial=0.5, maximum=30.0)
         self._watch: _RawWatch | None = None
+        self._gangs = gangs
+        self._placement = placement
+        self._claims = claims
         self.synced = threading.Event()
         """Set once the first full list has been handed over: the agent has a complete view."""
 
@@ -81,6 +93,8 @@ class PodWatcher:
                 if version is None:
                     version = self.sync()
                 version = self._watch_from(version, stop)
+                if self._gangs is not None:
+                    self._gangs.sweep()
                 failures = 0
                 self._metrics.inc("watch_restarts_total", reason="timeout")
                 continue
@@ -114,7 +128,11 @@ class PodWatcher:
         """List every pod, hand over the reportable ones as the complete set, return the list's version."""
         pods, version = self._list()
         self._metrics.inc("pods_seen_total", len(pods))
+        if self._gangs is not None:
+            self._gangs.forget_all()
         reports = [r for r in (self.report(pod) for pod in pods) if r is not None]
+        if self._gangs is not None:
+            self._gangs.sweep()
         self._sink.replace_all(reports)
         self._metrics.inc("relists_total")
         self.synced.set()
@@ -170,6 +188,8 @@ class PodWatcher:
         if not uid:
             return
         report = None if kind == "DELETED" else self.report(pod)
+        if report is None and self._gangs is not None:
+            self._gangs.track(uid, None)
         if report is None:
             self._sink.remove(uid)
         else:
@@ -182,10 +202,47 @@ class PodWatcher:
         metadata = pod.get("metadata") or {}
         ref = group_ref(pod)
         try:
+            context = self._context(pod)
+            if context is None:
+                return None
             group = resolve_group(ref, self._groups) if ref is not None else None
-            entry = pending_pod(pod, group)
+            gang = f"{metadata.get('namespace') or 'default'}/{group.name}" if group is not None else None
+            if gang is not None and self._gangs is not None:
+                pod = self._gangs.tolerate(pod, gang)
+                metadata = pod.get("metadata") or {}
+                self._gangs.track(str(metadata.get("uid")), gang)
+            entry = pending_pod(pod, group, context)
         except (ValidationError, ValueError) as error:
             log.error("cannot report pod %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error)
             self._metrics.inc("pods_invalid_total")
             return None
         return Report.of(entry, str(metadata.get("resourceVersion") or ""))
+
+    def _context(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What other objects say about where the pod may go; None when its DRA claims ask for no GPU and
+        nothing else makes it a GPU pod (it was a candidate for its claims alone)."""
+        context: dict[str, Any] = {}
+        spec = pod.get("spec") or {}
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        if self._placement is not None:
+            context["volumeZones"] = self._placement.volume_zones(pod)
+            spread = [{"maxSkew": c.get("maxSkew", 1), "topologyKey": c["topologyKey"],
+                       "whenUnsatisfiable": "DoNotSchedule",
+                       "zoneCounts": self._placement.zone_counts(namespace, c.get("labelSelector"))}
+                      for c in zone_spread(spec)]
+            if spread:
+                context["topologySpreadConstraints"] = spread
+        if apart := node_anti_affinity(pod):
+            context["podAntiAffinity"] = apart
+        if self._claims is not None and has_claims(pod):
+            requests: list[dict[str, Any]] = []
+            try:
+                requests = self._claims.device_requests(pod)
+            except ClaimsUnplannable as error:
+                context["unplannable"] = f"its DRA claims cannot be planned for: {error}"
+            if requests:
+                context["deviceRequests"] = requests
+            gpu = any(is_gpu_class(r["deviceClassName"]) for r in requests)
+            if not (gpu or "unplannable" in context or self._selector.gpu_by_spec(pod)):
+                return None
+        return context

@@ -34,6 +34,7 @@ from scipy.sparse import csr_matrix
 from gpu_autoscaler.config import CAPACITY_ORDER, Config, NodePool
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable
+from gpu_autoscaler.domain.packing.fractional import FractionalTypes
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.taints import tolerates_all
 
@@ -145,13 +146,18 @@ def _pool_tiers(config: Config, catalog: Catalog, names: list[str]) -> list[_Tie
 def _assign(tiers: list[_Tier], classes: list[PodClass], requests: list[np.ndarray], catalog: Catalog) -> int:
     """Put each class in the first tier that may hold it (gangs: where all members may go); unplaceable pods."""
     feasible: dict[tuple[int, int], set[int]] = {}
+    fractional = FractionalTypes(catalog.instance_types())
     for c, cls in enumerate(classes):
         pod = cls.example
         for t_i, tier in enumerate(tiers):
             if not tolerates_all(pod.tolerations, tier.pool.taints):
                 continue
+            # Fractional-GPU types only for pods or pools that ask for them (the rule, not the solver's masks).
+            fractions = fractional.requirements_ask(tier.pool.requirements) or fractional.selector_asks(
+                pod.node_selector.items(), pod.required_node_affinity)
             ok = {o for o, offering in enumerate(tier.offerings)
-                  if (tier.cap[o] >= requests[c]).all() and _pod_matches(pod, _labels(offering, catalog, tier.pool))}
+                  if (tier.cap[o] >= requests[c]).all() and _pod_matches(pod, _labels(offering, catalog, tier.pool))
+                  and (fractions or not catalog.instance_type(offering.instance_type).partitioned)}
             if ok:
                 feasible[(c, t_i)] = ok
     groups: dict[str, list[int]] = {}

@@ -33,12 +33,16 @@ def test_every_resource_is_present_and_listed_in_the_kustomization(manifests: di
     assert sorted(listed) == sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
-def test_the_role_only_reads(manifests: dict[str, Any]) -> None:
+def test_the_role_reads_and_patches_only_pods_and_nodes(manifests: dict[str, Any]) -> None:
     rules = manifests["ClusterRole"]["rules"]
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]} in rules
-    assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in rules)
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]} in rules
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]} in rules
+    writes = [rule["resources"] for rule in rules if set(rule["verbs"]) - {"get", "list", "watch"}]
+    assert writes == [["pods"], ["nodes"]] and all(
+        set(rule["verbs"]) - {"get", "list", "watch"} <= {"patch"} for rule in rules)
     groups = {g for rule in rules for g in rule["apiGroups"]}
-    assert groups == {"", "scheduling.x-k8s.io", "scheduling.volcano.sh"}
+    assert groups == {"", "storage.k8s.io", "resource.k8s.io", "batch", "jobset.x-k8s.io", "scheduling.x-k8s.io",
+                      "scheduling.run.ai", "scheduling.volcano.sh"}
     subject = manifests["ClusterRoleBinding"]["subjects"][0]
     account = manifests["ServiceAccount"]["metadata"]
     assert (subject["name"], subject["namespace"]) == (account["name"], account["namespace"])

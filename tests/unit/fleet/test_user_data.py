@@ -15,6 +15,7 @@ from gpu_autoscaler.domain.user_data import (
     MIG_CONFIG_LABEL,
     ClusterBootstrap,
     cluster_dns_ip,
+    gang_taint,
     kubelet_may_set,
     label_value,
     node_setup,
@@ -71,6 +72,18 @@ def test_names_alone_still_give_the_family_labels() -> None:
     assert setup.labels[GANG_LABEL] == "training.train-42"
     assert L.CLAIM_LABEL not in setup.labels and setup.max_pods is None
     assert "maxPods" not in render_user_data(AL2023, setup)
+
+
+def test_a_gang_node_is_born_tainted_for_its_gang_alone() -> None:
+    setup = node_setup(CONFIG.pool("gpu-burst"), "spot", instance_type=TYPES["p5.48xlarge"], gang="training/train-42")
+    flags = kubelet_flags(node_config(render_user_data(AL2023, setup)))
+    assert flags["register-with-taints"].split(",") == [
+        "nvidia.com/gpu=true:NoSchedule", "gpu-autoscaler/gang=training.train-42:NoSchedule"]
+    assert gang_taint("training/train-42") == setup.taints[-1]
+    toml = tomllib.loads(render_user_data(BOTTLEROCKET, setup))
+    assert toml["settings"]["kubernetes"]["node-taints"]["gpu-autoscaler/gang"] == ["training.train-42:NoSchedule"]
+    plain = node_setup(CONFIG.pool("gpu-burst"), "spot", instance_type=TYPES["p5.48xlarge"])
+    assert all(t.key != GANG_LABEL for t in plain.taints)
 
 
 def test_labels_the_kubelet_may_not_set_are_refused_by_the_configuration() -> None:

@@ -105,8 +105,8 @@ def test_node_selector_on_gpu_name_and_zone() -> None:
     ({"key": "karpenter.k8s.aws/instance-family", "operator": "NotIn", "values": ["g6", "g6f", "g5"]}, "p5.4xlarge"),
     ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt", "values": ["40000"]}, "p5.4xlarge"),
     ({"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["3000"]}, "g6f.large"),
-    ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6f.large"),
-    ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6f.large"),
+    ({"key": "example.com/gpu-class", "operator": "DoesNotExist"}, "g6.xlarge"),
+    ({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "Exists"}, "g6.xlarge"),
 ])
 def test_required_node_affinity_operators(expression: dict[str, Any], expected: str) -> None:
     pod = make_pod(gpus=1, cpu="500m", memory="1Gi", requiredNodeAffinity=[{"matchExpressions": [expression]}])
@@ -235,7 +235,46 @@ def test_vcpu_quota_given_to_solve_wins_and_family_keys_narrow() -> None:
 def test_time_sliced_pods_share_a_gpu() -> None:
     pool = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
     plan = solve(make_pods(4, gpus=1, cpu="400m", memory="1Gi"), pool)
+    assert len(plan.claims) == 1 and first_types(plan) == ["g6.xlarge"]
+    fractions = {**pool, "requirements": [{"key": "gpu-autoscaler/gpu-fraction", "operator": "Exists"}]}
+    plan = solve(make_pods(4, gpus=1, cpu="400m", memory="1Gi"), fractions)
     assert len(plan.claims) == 1 and first_types(plan) == ["g6f.large"]
+
+
+# Fractional-GPU types (g6f: one device that is 1/8 of an L4)
+
+L4 = {"karpenter.k8s.aws/instance-gpu-name": "l4"}
+
+
+def test_a_whole_gpu_pod_never_gets_a_fraction_of_one() -> None:
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi", nodeSelector=L4)], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g6.xlarge"]
+    assert all("g6f.large" not in c.instance_types for c in plan.claims)
+
+
+def test_a_pod_selecting_on_the_fraction_or_gpu_memory_gets_one() -> None:
+    pool = make_pool(capacityTypes=["on-demand"])
+    by_fraction = make_pod(gpus=1, cpu="1", memory="2Gi", nodeSelector={"gpu-autoscaler/gpu-fraction": "0.125"})
+    by_memory = make_pod(gpus=1, cpu="1", memory="2Gi", requiredNodeAffinity=[{"matchExpressions": [
+        {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Lt", "values": ["4000"]}]}])
+    assert first_types(solve([by_fraction], pool)) == ["g6f.large"]
+    assert first_types(solve([by_memory], pool)) == ["g6f.large"]
+
+
+def test_a_pool_of_fractions_only_says_why_whole_gpu_pods_are_not_placed() -> None:
+    pool = make_pool(capacityTypes=["on-demand"], requirements=[
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g6f", "g6"]},
+        {"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large"]}])
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi")], pool)
+    assert first_types(plan) == ["g6f.large"]  # the pool named g6f: it opted in
+    pool = make_pool(capacityTypes=["on-demand"], requirements=[
+        {"key": "karpenter.k8s.aws/instance-size", "operator": "In", "values": ["large"]}])
+    plan = solve([make_pod(gpus=1, cpu="1", memory="2Gi")], pool)
+    assert not plan.claims
+    assert reason(plan) == (
+        "pool gpu: only fractional-GPU types (g6f) have 1 GPU, and they serve only pods that select on "
+        "gpu-autoscaler/gpu-fraction or karpenter.k8s.aws/instance-gpu-memory, or pools whose requirements "
+        "ask for them")
 
 
 def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
@@ -248,6 +287,66 @@ def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
     assert sorted(len(c.pods) for c in plan.claims) == [2, 7]
     plan = solve([make_pod(gpus=1)], pool)
     assert reason(plan) == ("no offering in pool gpu has 1 GPU (pool gpu partitions GPUs into MIG 1g.10gb slices)")
+
+
+
+# Zones from volumes and spread
+
+
+def test_a_pod_goes_where_its_volume_is() -> None:
+    plan = solve([make_pod(volumeZones=["us-east-1b"])], make_pool(capacityTypes=["on-demand"]))
+    assert [c.zones for c in plan.claims] == [("us-east-1b",)]
+    both = make_pod(volumeZones=["us-east-1b"], nodeSelector={"topology.kubernetes.io/zone": "us-east-1a"})
+    plan = solve([both], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims and "topology.kubernetes.io/zone In us-east-1b" in reason(plan)
+    plan = solve([make_pod(volumeZones=[])], make_pool(capacityTypes=["on-demand"]))
+    assert reason(plan) == "its persistent volumes have no zone in common: no node can attach them all"
+
+
+def test_pods_spread_over_zones_get_nodes_in_each_zone() -> None:
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+               "zoneCounts": {"us-east-1a": 1}}]
+    pods = make_pods(5, gpus=1, cpu="1", memory="2Gi", topologySpreadConstraints=spread)
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"]))
+    zones = sorted(c.zones for c in plan.claims for _ in c.pods)
+    assert zones == [("us-east-1a",)] * 2 + [("us-east-1b",)] * 3  # 1 running in 1a: 3 + 3 once placed
+    anyway = [{**spread[0], "whenUnsatisfiable": "ScheduleAnyway"}]
+    plan = solve(make_pods(2, gpus=4, cpu="1", memory="2Gi", topologySpreadConstraints=anyway),
+                 make_pool(capacityTypes=["on-demand"]))
+    assert all(c.zones == ("us-east-1a", "us-east-1b") for c in plan.claims)  # not enforced: no pinning
+
+
+def test_pods_that_repel_each_other_on_a_node_get_a_node_each() -> None:
+    apart = [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    together = solve(make_pods(4, gpus=2, cpu="4", memory="16Gi"), make_pool(capacityTypes=["on-demand"]))
+    assert sorted(len(c.pods) for c in together.claims) == [2, 2]
+    plan = solve(make_pods(4, gpus=2, cpu="4", memory="16Gi", podAntiAffinity=apart),
+                 make_pool(capacityTypes=["on-demand"]))
+    assert sorted(len(c.pods) for c in plan.claims) == [1, 1, 1, 1]
+
+
+# Dynamic Resource Allocation claims
+
+
+def test_dra_gpu_claims_are_planned_as_whole_gpus() -> None:
+    dra = [{"deviceClassName": "gpu.nvidia.com", "count": 4, "claim": "train-gpus"}]
+    plan = solve([make_pod(gpus=None, cpu="8", memory="32Gi", deviceRequests=dra)],
+                 make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.12xlarge"]
+    assert all(make_catalog().instance_type(t).gpu_devices >= 4 for t in plan.claims[0].instance_types)
+
+
+def test_dra_claims_that_cannot_be_satisfied_are_told_why() -> None:
+    shared = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
+    gpu = make_pod(gpus=None, deviceRequests=[{"deviceClassName": "gpu.nvidia.com", "count": 1}])
+    assert reason(solve([gpu], shared)).endswith(
+        "(pool gpu shares or partitions its GPUs; DRA devices of class gpu.nvidia.com are whole GPUs)")
+    nic = make_pod(gpus=1, deviceRequests=[{"deviceClassName": "rdma.example.com", "count": 1}])
+    plan = solve([nic], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims
+    assert reason(plan).endswith("(DRA devices are planned for class gpu.nvidia.com only, not rdma.example.com)")
+    told = make_pod(gpus=None, unplannable="its DRA claims cannot be planned for: claim c asks for all devices")
+    assert reason(solve([told], make_pool())) == "its DRA claims cannot be planned for: claim c asks for all devices"
 
 
 # Gangs
@@ -348,7 +447,7 @@ def test_every_fitting_offering_unavailable_is_said_so() -> None:
 def test_candidates_are_ranked_capped_and_all_fit() -> None:
     plan = solve([make_pod(cpu="500m", memory="1Gi")], make_pool(capacityTypes=["on-demand"]))
     claim = plan.claims[0]
-    assert claim.instance_types[0] == "g6f.large" and len(claim.instance_types) <= MAX_CANDIDATES
+    assert claim.instance_types[0] == "g6.xlarge" and len(claim.instance_types) <= MAX_CANDIDATES
     assert claim.zones == ("us-east-1a", "us-east-1b")
 
 

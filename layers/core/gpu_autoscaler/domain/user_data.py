@@ -35,12 +35,12 @@ from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
 from gpu_autoscaler.models.labels import kubelet_may_set
+from gpu_autoscaler.models.taints import Taint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from gpu_autoscaler.config import CapacityType, Config, GpuSharing, NodePool
-    from gpu_autoscaler.models.taints import Taint
 
 __all__ = [
     "DEVICE_PLUGIN_CONFIG_LABEL",
@@ -54,6 +54,7 @@ __all__ = [
     "bottlerocket_user_data",
     "cluster_dns_ip",
     "device_plugin_config",
+    "gang_taint",
     "kubelet_may_set",
     "label_value",
     "node_labels",
@@ -174,6 +175,13 @@ def device_plugin_config(sharing: GpuSharing) -> str | None:
     return None
 
 
+def gang_taint(gang: str) -> Taint:
+    """Keeps a gang's nodes for the gang until it is bound: registered by the kubelet with the node, tolerated
+    by the gang's pods (the agent adds the toleration to them), removed by the agent once no member is pending,
+    so no other pod takes the room first and leaves the gang waiting for another node."""
+    return Taint(key=GANG_LABEL, value=label_value(gang), effect="NoSchedule")
+
+
 def node_setup(
     pool: NodePool,
     capacity_type: CapacityType,
@@ -186,7 +194,7 @@ def node_setup(
     known = instance_type if isinstance(instance_type, InstanceType) else None
     return NodeSetup(
         labels=labels,
-        taints=tuple(pool.taints),
+        taints=(*pool.taints, gang_taint(gang)) if gang else tuple(pool.taints),
         max_pods=known.max_pods if known else None,
         time_slicing_replicas=pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else None,
         mig_profiles=_mig_profiles(pool.gpu_sharing, known),

@@ -85,7 +85,24 @@ DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_n
 PDBS = ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",))
 PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, short_names=("pg",))
 
-RESOURCES: tuple[ResourceType, ...] = (NAMESPACES, NODES, PODS, EVENTS, CONFIGMAPS, DAEMONSETS, PDBS, PODGROUPS)
+# What the agent reads about a pending pod beyond the pod (packk8s): its volumes' zones, its gang's workload,
+# its DRA claims. Stored and served as written; no controller acts on them here.
+PVS = ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",))
+PVCS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",))
+STORAGECLASSES = ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, subresources=(),
+                              short_names=("sc",))
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True)
+JOBSETS = ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True)
+KAI_PODGROUPS = ResourceType("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True)
+RESOURCECLAIMS = ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCECLAIMTEMPLATES = ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
+                                      True, subresources=())
+DEVICECLASSES = ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, subresources=())
+
+RESOURCES: tuple[ResourceType, ...] = (
+    NAMESPACES, NODES, PODS, EVENTS, CONFIGMAPS, DAEMONSETS, PDBS, PODGROUPS,
+    PVS, PVCS, STORAGECLASSES, JOBS, JOBSETS, KAI_PODGROUPS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, DEVICECLASSES,
+)
 
 
 class ApiError(Exception):

@@ -64,6 +64,8 @@ class InstanceType(BaseModel):
             out[L.INSTANCE_GPU_NAME] = _kebab(self.gpu_model)
             out[L.INSTANCE_GPU_COUNT] = str(self.gpu_devices)
             out[L.INSTANCE_GPU_MEMORY] = str(round(self.gpu_memory_mib / max(self.gpu_devices, 1)))
+        if self.partitioned:
+            out[L.INSTANCE_GPU_FRACTION] = f"{self.gpus / self.gpu_devices:g}"
         if self.gpu_manufacturer:
             out[L.INSTANCE_GPU_MANUFACTURER] = _kebab(self.gpu_manufacturer)
         return out
@@ -71,6 +73,11 @@ class InstanceType(BaseModel):
     @property
     def is_gpu(self) -> bool:
         return self.gpu_devices > 0
+
+    @property
+    def partitioned(self) -> bool:
+        """Each device is a fraction of a GPU (g6f.large: one device, 1/8 of an L4)."""
+        return self.is_gpu and self.gpus < self.gpu_devices
 
 
 class Offering(BaseModel):

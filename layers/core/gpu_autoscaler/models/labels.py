@@ -9,6 +9,7 @@ __all__ = [
     "INSTANCE_FAMILY",
     "INSTANCE_GENERATION",
     "INSTANCE_GPU_COUNT",
+    "INSTANCE_GPU_FRACTION",
     "INSTANCE_GPU_MANUFACTURER",
     "INSTANCE_GPU_MEMORY",
     "INSTANCE_GPU_NAME",
@@ -33,6 +34,9 @@ INSTANCE_GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
 INSTANCE_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 INSTANCE_GPU_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
 INSTANCE_GPU_MANUFACTURER = "karpenter.k8s.aws/instance-gpu-manufacturer"
+INSTANCE_GPU_FRACTION = "gpu-autoscaler/gpu-fraction"
+"""On partitioned types only (g6f, gr6f): the share of one GPU the instance has (`0.125`), EC2's
+`GpuPartitionSize`. Selecting on it (or on GPU memory) is how a pod says a fraction of a GPU will do."""
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"

@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
-from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.resources import DRA_PREFIX, Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["PendingPod", "PendingPodsDocument", "PodGroup"]
+__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "PodAntiAffinity", "TopologySpread",
+           "device_totals", "with_requests"]
 
 
 class _Wire(BaseModel):
@@ -28,6 +29,35 @@ class PodGroup(_Wire):
 
     name: str = Field(min_length=1)
     min_member: int = Field(alias="minMember", ge=1)
+
+
+class TopologySpread(_Wire):
+    """A `topologySpreadConstraints` entry over zones that kube-scheduler enforces (`DoNotSchedule`): new
+    nodes for the pods that share it are spread over zones, so the scheduler can place them all."""
+
+    max_skew: int = Field(alias="maxSkew", ge=1)
+    topology_key: str = Field(alias="topologyKey", min_length=1)
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = Field(
+        default="DoNotSchedule", alias="whenUnsatisfiable")
+    zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
+    """Matching pods already running per zone, when the agent knows them (absent zones count 0)."""
+
+
+class DeviceRequest(_Wire):
+    """One device request of a pod's DRA claim (resource.k8s.io/v1 `devices.requests[].exactly`)."""
+
+    device_class: str = Field(alias="deviceClassName", min_length=1)
+    count: int = Field(default=1, ge=1)
+    claim: str = ""
+    """The claim (or template) it comes from, for reasons."""
+
+
+class PodAntiAffinity(_Wire):
+    """A required pod anti-affinity term the pod matches itself (so no two such pods share a topology domain);
+    the agent sends those keyed on the node (`kubernetes.io/hostname`): one such pod per new node."""
+
+    topology_key: str = Field(alias="topologyKey", min_length=1)
+    label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
 
 
 class PendingPod(_Wire):
@@ -42,6 +72,16 @@ class PendingPod(_Wire):
     priority: int = 0
     pod_group: PodGroup | None = Field(default=None, alias="podGroup")
     annotations: dict[str, str] = Field(default_factory=dict)
+    volume_zones: tuple[str, ...] | None = Field(default=None, alias="volumeZones")
+    """Zones every one of the pod's persistent volumes can be used in (bound volumes' node affinity, or the
+    allowed topologies of a WaitForFirstConsumer class); absent when they allow any. Empty: no common zone."""
+    topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
+    """The pod's zone spread constraints (only those keyed on the zone)."""
+    pod_anti_affinity: tuple[PodAntiAffinity, ...] = Field(default=(), alias="podAntiAffinity")
+    device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
+    """What the pod's Dynamic Resource Allocation claims ask for, per device class."""
+    unplannable: str | None = None
+    """Why the agent knows no node we launch can run the pod (a DRA claim it cannot read, say)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, ignored_types=(cached_property,))
 
@@ -67,6 +107,25 @@ class PendingPod(_Wire):
     def gang(self) -> str | None:
         """Gang identity, scoped to the namespace as pod groups are."""
         return f"{self.namespace}/{self.pod_group.name}" if self.pod_group else None
+
+
+def with_requests(pod: PendingPod, extra: dict[str, int]) -> PendingPod:
+    """The pod asking for more (a new model, so `resources` is computed afresh): the packer sizes nodes for
+    what is not a resource request in the Pod (DRA devices, one-per-node) as for any other resource."""
+    if not extra:
+        return pod
+    data = pod.model_dump(by_alias=True)
+    data["requests"] = {**pod.requests, **{k: str(v) for k, v in extra.items()}}
+    return PendingPod.model_validate(data)
+
+
+def device_totals(pod: PendingPod) -> dict[str, int]:
+    """DRA device requests as `resource.k8s.io/<device class>` counts."""
+    totals: dict[str, int] = {}
+    for request in pod.device_requests:
+        name = DRA_PREFIX + request.device_class
+        totals[name] = totals.get(name, 0) + request.count
+    return totals
 
 
 class PendingPodsDocument(_Wire):

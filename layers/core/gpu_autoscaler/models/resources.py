@@ -14,6 +14,9 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = [
     "CPU",
+    "DRA_GPU",
+    "DRA_PREFIX",
+    "NVIDIA_GPU_CLASS",
     "EPHEMERAL_STORAGE",
     "GPU",
     "MEMORY",
@@ -29,6 +32,11 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 PODS = "pods"
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+DRA_PREFIX = "resource.k8s.io/"
+"""How the packer names devices a pod asks for through DRA claims: `resource.k8s.io/<device class>`."""
+NVIDIA_GPU_CLASS = "gpu.nvidia.com"
+"""The NVIDIA DRA driver's DeviceClass of whole GPUs (one device per GPU)."""
+DRA_GPU = DRA_PREFIX + NVIDIA_GPU_CLASS
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),

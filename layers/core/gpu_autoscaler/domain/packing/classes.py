@@ -61,6 +61,8 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
         # tolerations costs more than the rest of the grouping.
         affinity = pod.required_node_affinity
         group = pod.pod_group
+        spread = tuple([(t.topology_key, t.max_skew, t.when_unsatisfiable, tuple(sorted(t.zone_counts.items())))
+                        for t in pod.topology_spread]) if pod.topology_spread else ()
         raw = (
             tuple(pod.requests.items()),
             tuple(pod.node_selector.items()) if pod.node_selector else (),
@@ -69,12 +71,14 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
             tuple([(t.key, t.operator, t.value, t.effect, t.toleration_seconds) for t in pod.tolerations]),
             pod.priority,
             (pod.namespace, group.name) if group else None,
+            spread,
         )
         found = by_raw.get(raw)
         if found is None:
             requests = pod_requests(pod)
             selector = tuple(sorted(pod.node_selector.items()))
-            canonical = (requests, selector, pod.required_node_affinity, pod.tolerations, pod.priority, pod.gang)
+            canonical = (requests, selector, pod.required_node_affinity, pod.tolerations, pod.priority, pod.gang,
+                         spread)
             found = by_canonical.get(canonical)
             if found is None:
                 found = PodClass(

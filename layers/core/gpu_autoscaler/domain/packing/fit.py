@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
 from gpu_autoscaler.models.resources import (
     CPU,
+    DRA_GPU,
     EPHEMERAL_STORAGE,
     GPU,
     MEMORY,
@@ -45,6 +46,7 @@ __all__ = [
     "EVICTION_NODEFS_SHARE",
     "VM_MEMORY_OVERHEAD",
     "allocatable",
+    "dra_devices",
     "fits",
     "gpu_equivalent",
     "node_capacity",
@@ -76,6 +78,18 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
     replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
     values[GPU] = instance_type.gpu_devices * replicas
     return Resources(values)
+
+
+def dra_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
+    """Devices a node offers to DRA claims: whole NVIDIA GPUs (`resource.k8s.io/gpu.nvidia.com`, one device per
+    GPU, as the NVIDIA DRA driver publishes them) in pools that neither share nor partition their GPUs.
+
+    Not part of what the kubelet advertises: ResourceSlices are published by the driver, not as node resources.
+    """
+    nvidia = (instance_type.gpu_manufacturer or "").upper() == "NVIDIA"
+    if pool.gpu_sharing.mode != "none" or instance_type.partitioned or not nvidia:
+        return {}
+    return {DRA_GPU: instance_type.gpu_devices}
 
 
 def node_overhead(overhead: Overhead, capacity: Mapping[str, int]) -> Resources:

@@ -33,7 +33,8 @@ import numpy as np
 from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
-from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable
+from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable, dra_devices
+from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
@@ -45,10 +46,18 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
+from gpu_autoscaler.domain.packing.zones import (
+    ONE_PER_NODE_PREFIX,
+    one_per_node,
+    spread_over_zones,
+    spreads,
+    with_volume_zones,
+)
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.pods import device_totals, with_requests
 from gpu_autoscaler.models.requirements import Requirement
-from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX
+from gpu_autoscaler.models.resources import CPU, DRA_PREFIX, GPU, MEMORY, MIG_PREFIX, NVIDIA_GPU_CLASS
 from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
@@ -86,6 +95,8 @@ class _PoolView:
     """Per instance type (catalog order): what pods may request on a node of it in this pool."""
     capacity_order: tuple[CapacityType, ...]
     reservations: frozenset[str]
+    fractional_ok: bool = False
+    """The pool asks for fractional-GPU types, so any pod it places may go to one (see `fractional`)."""
 
 
 @dataclass
@@ -159,6 +170,9 @@ class Solver:
         self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
         self.clock = clock
         self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
+        self.fractional = FractionalTypes(self.index.types)
+        self.partitioned = np.array([t.partitioned for t in self.index.types], bool)[self.index.type_of]
+        """[O] offerings of fractional-GPU types: only for pods or pools that ask (see `fractional`)."""
         ordered = sorted(config.node_pools, key=lambda p: (-p.weight, p.name))
         self.pools = [self._view(pool, i) for i, pool in enumerate(ordered)]
         self._pool_by_name = {v.pool.name: v for v in self.pools}
@@ -182,8 +196,14 @@ class Solver:
                 base[i] = False
         for requirement in pool.requirements:
             base &= idx.requirement_mask(requirement, fixed)
-        alloc = [allocatable(t, pool, self.config.overhead).as_dict() for t in idx.types]
-        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations)
+        alloc = [allocatable(t, pool, self.config.overhead).as_dict() | dra_devices(t, pool) for t in idx.types]
+        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations,
+                         self.fractional.requirements_ask(pool.requirements))
+
+    def excludes_fractional(self, view: _PoolView, cls: PodClass) -> bool:
+        """Fractional-GPU offerings are closed to this class in this pool: neither asked for them."""
+        return (bool(self.fractional) and not view.fractional_ok
+                and not self.fractional.selector_asks(cls.node_selector, cls.affinity))
 
     def matrix(self, pool: str, names: tuple[str, ...]) -> np.ndarray:
         """[T, R] allocatable of every catalog type in the pool, on the given resource axes."""
@@ -191,7 +211,9 @@ class Solver:
         found = self._matrices.get(key)
         if found is None:
             view = self._pool_by_name[pool]
-            found = np.array([[a.get(n, 0) for n in names] for a in view.allocatable], np.int64).reshape(
+            # Every node has room for one pod of each one-per-node group (pod anti-affinity on the node).
+            found = np.array([[a.get(n, 1 if n.startswith(ONE_PER_NODE_PREFIX) else 0) for n in names]
+                              for a in view.allocatable], np.int64).reshape(
                 len(view.allocatable), len(names)
             )
             self._matrices[key] = found
@@ -282,18 +304,14 @@ class _Pass:
                 self.covered[pod.uid] = claim_id
             else:
                 fresh.append(pod)
-        self.classes = classify(fresh)
-        extra = sorted({n for c in self.classes for n in c.requests if n not in BASE_RESOURCES})
-        self.names: tuple[str, ...] = BASE_RESOURCES + tuple(extra)
-        self.req = np.array(
-            [[c.requests[n] for n in self.names] for c in self.classes], np.int64
-        ).reshape(len(self.classes), len(self.names))
-        self.rem = np.array([c.count for c in self.classes], np.int64)
-        self._taken = [0] * len(self.classes)
+        self.unschedulable: list[Unschedulable] = []
         self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
-        self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
-        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
-        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+        self._classify(self._placeable(fresh))
+        if any(spreads(c.example) for c in self.classes):
+            of_class = {p.uid: c.index for c in self.classes for p in c.pods}
+            zones = [self._class_zones(c) for c in range(len(self.classes))]
+            self._classify(spread_over_zones([p for c in self.classes for p in c.pods],
+                                             lambda pod: zones[of_class[pod.uid]]))
         self.limits = [LimitLedger(v.pool) for v in solver.pools]
         self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
@@ -301,10 +319,45 @@ class _Pass:
         self._tiers: dict[tuple[int, str], _TierArrays] = {}
         self.nodes: list[_Node] = []
         self.existing: dict[str, list[str]] = {}
-        self.unschedulable: list[Unschedulable] = []
         self._charge_live_claims()
 
     # Setup
+
+    def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
+        """Pods pinned to their volumes' zones; those the agent or their volumes rule out are unschedulable."""
+        out = []
+        for pod in pods:
+            if pod.unplannable:
+                self.unschedulable.append(Unschedulable(pod.uid, pod.key, pod.unplannable))
+            elif pod.volume_zones is not None and not pod.volume_zones:
+                self.unschedulable.append(Unschedulable(
+                    pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
+            else:
+                out.append(pod)
+        out = [with_requests(p, {**device_totals(p), **one_per_node(p)})
+               if p.device_requests or p.pod_anti_affinity else p for p in out]
+        return with_volume_zones(out) if any(p.volume_zones for p in out) else out
+
+    def _classify(self, pods: list[PendingPod]) -> None:
+        solver = self.s
+        self.classes = classify(pods)
+        extra = sorted({n for c in self.classes for n in c.requests if n not in BASE_RESOURCES})
+        self.names: tuple[str, ...] = BASE_RESOURCES + tuple(extra)
+        self.req = np.array(
+            [[c.requests[n] for n in self.names] for c in self.classes], np.int64
+        ).reshape(len(self.classes), len(self.names))
+        self.rem = np.array([c.count for c in self.classes], np.int64)
+        self._taken = [0] * len(self.classes)
+        self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
+        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
+        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+
+    def _class_zones(self, c: int) -> list[str]:
+        """Zones where some pool has an offering that may hold a pod of the class."""
+        hit = np.zeros(len(self.idx.zones), bool)
+        for ok in self.ok:
+            hit[self.idx.zone_of[ok[c]]] = True
+        return [self.idx.zones[z] for z in np.flatnonzero(hit)]
 
     def _class_masks(self, view: _PoolView) -> np.ndarray:
         n_classes = len(self.classes)
@@ -322,7 +375,11 @@ class _Pass:
                 rows.append(self.s.selector_mask(view, cls))
         which = np.array([selectors[c.constraint_key[:2]] for c in self.classes], np.int64)
         selected = np.stack(rows)[which]
-        return selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
+        ok = selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
+        if self.s.fractional and not view.fractional_ok:
+            closed = np.array([self.s.excludes_fractional(view, c) for c in self.classes], bool)
+            ok &= ~(closed[:, None] & self.s.partitioned[None, :])
+        return ok
 
     def _charge_live_claims(self) -> None:
         """Pool limits and quotas count every live claim; pending reserved claims hold their reservation."""
@@ -437,6 +494,8 @@ class _Pass:
     def _compatible(self, c: int, claim: NodeClaim, view: _PoolView, types: list[InstanceType]) -> bool:
         cls = self.classes[c]
         if not tolerates_all(cls.tolerations, view.pool.taints):
+            return False
+        if any(t.partitioned for t in types) and self.s.excludes_fractional(view, cls):
             return False
         if not cls.node_selector and not cls.affinity:
             return True
@@ -864,14 +923,25 @@ class _Pass:
                 parts.append(f"pool {name}: taint {', '.join(blocked)} not tolerated")
                 continue
             allowed = view.base & self.s.selector_mask(view, cls)
+            fractional = np.zeros_like(allowed)
+            if self.s.excludes_fractional(view, cls):
+                fractional = allowed & self.s.partitioned
+                allowed = allowed & ~self.s.partitioned
+            matrix = self.matrices[view.position]
+            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
+            if not (allowed & fits).any() and (fractional & fits).any():
+                parts.append(
+                    f"pool {name}: only fractional-GPU types ({self.s.fractional.describe()}) have "
+                    f"{describe_need(cls)}, and they serve only pods that select on "
+                    f"{' or '.join(sorted(OPT_IN_KEYS))}, or pools whose requirements ask for them"
+                )
+                continue
             if not allowed.any():
                 parts.append(
                     f"pool {name}: no offering matches the pod's node constraints "
                     f"({describe_constraints(cls, view.fixed_labels)}) within the pool's requirements"
                 )
                 continue
-            matrix = self.matrices[view.position]
-            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
             if not (allowed & fits).any():
                 types = np.unique(idx.type_of[allowed])
                 short = [n for r, n in enumerate(self.names) if self.req[c][r] > matrix[types, r].max()]
@@ -902,6 +972,13 @@ def _matches(cls: PodClass, labels: Mapping[str, str]) -> bool:
 
 def _sharing_hint(view: _PoolView, cls: PodClass) -> str:
     sharing = view.pool.gpu_sharing
+    dra = [n.removeprefix(DRA_PREFIX) for n in cls.requests if n.startswith(DRA_PREFIX)]
+    others = [d for d in dra if d != NVIDIA_GPU_CLASS]
+    if others:
+        return f" (DRA devices are planned for class {NVIDIA_GPU_CLASS} only, not {', '.join(others)})"
+    if dra and sharing.mode != "none":
+        return (f" (pool {view.pool.name} shares or partitions its GPUs; DRA devices of class {NVIDIA_GPU_CLASS} "
+                "are whole GPUs)")
     if sharing.mode == "mig" and cls.requests[GPU]:
         return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
     wants_mig = [n.removeprefix(MIG_PREFIX) for n in cls.requests if n.startswith(MIG_PREFIX)]

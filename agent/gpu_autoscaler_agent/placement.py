@@ -1,0 +1,210 @@
+"""Where a pending pod may go, beyond its node selector: the zones of its volumes, and its zone spread.
+
+- Volumes: a pod's persistent volume claims (and generic ephemeral volumes, whose claim is `<pod>-<volume>`).
+  A bound claim's PersistentVolume says where it can be attached in its `spec.nodeAffinity` (the EBS CSI driver
+  writes `topology.ebs.csi.aws.com/zone`, newer versions `topology.kubernetes.io/zone`); an unbound claim of a
+  `WaitForFirstConsumer` class will be provisioned where the pod lands, within the class's `allowedTopologies`.
+  kube-scheduler's VolumeBinding filter requires the node to satisfy all of them, so the zones are intersected.
+  (https://kubernetes.io/docs/concepts/storage/storage-classes/#volume-binding-mode, #allowed-topologies)
+- Spread: `topologySpreadConstraints` keyed on the zone with `whenUnsatisfiable: DoNotSchedule` are copied
+  with how many matching pods already run in each zone (their nodes' zone label), so new nodes even them out.
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
+
+- Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
+  pod itself are copied: no two such pods may share a node, so the packer gives each its own.
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
+
+Reads are cached for a few seconds: a Deployment's replicas share their claims' class and their selector.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from datetime import datetime
+
+    from gpu_autoscaler.clock import Clock
+
+__all__ = ["ZONE_KEYS", "KubernetesPlacement", "label_selector_text", "node_anti_affinity", "selects", "zone_spread"]
+
+log = logging.getLogger(__name__)
+
+ZONE_KEYS = frozenset({"topology.kubernetes.io/zone", "topology.ebs.csi.aws.com/zone",
+                       "failure-domain.beta.kubernetes.io/zone"})
+_ABSENT = (403, 404)
+
+
+def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod's zone spread constraints kube-scheduler enforces, as written."""
+    return [dict(c) for c in spec.get("topologySpreadConstraints") or ()
+            if c.get("topologyKey") in ZONE_KEYS and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or ():
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
+        present = key in labels
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
+                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True
+
+
+def node_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Required anti-affinity terms on the node that the pod's own labels match (same namespace)."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
+    out = []
+    for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+        if term.get("topologyKey") != "kubernetes.io/hostname" or term.get("namespaceSelector"):
+            continue
+        namespaces = term.get("namespaces") or ()
+        if namespaces and (metadata.get("namespace") or "default") not in namespaces:
+            continue
+        if selects(term.get("labelSelector"), labels):
+            out.append({"topologyKey": term["topologyKey"], "labelSelector": term.get("labelSelector") or {}})
+    return out
+
+
+def label_selector_text(selector: Mapping[str, Any] | None) -> str | None:
+    """A LabelSelector as the `labelSelector` query string; None when it cannot be written as one."""
+    if not selector:
+        return None
+    parts = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for e in selector.get("matchExpressions") or ():
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(str(key))
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            return None
+    return ",".join(parts) or None
+
+
+def _zones_of_terms(terms: Iterable[Mapping[str, Any]], expressions: str) -> set[str] | None:
+    """Union over ORed terms of the zones each allows; None when one of them allows any zone."""
+    zones: set[str] = set()
+    for term in terms:
+        allowed: set[str] | None = None
+        for e in term.get(expressions) or ():
+            if e.get("key") in ZONE_KEYS and e.get("operator", "In") == "In":
+                values = set(e.get("values") or ())
+                allowed = values if allowed is None else allowed & values
+        if allowed is None:
+            return None
+        zones |= allowed
+    return zones
+
+
+class KubernetesPlacement:
+    def __init__(self, api_client: client.ApiClient, clock: Clock, ttl: timedelta = timedelta(seconds=10), *,
+                 core_api: client.CoreV1Api | None = None, storage_api: client.StorageV1Api | None = None) -> None:
+        self._core = core_api or client.CoreV1Api(api_client)
+        self._storage = storage_api or client.StorageV1Api(api_client)
+        self._clock = clock
+        self._ttl = ttl
+        self._cache: dict[tuple[str, ...], tuple[datetime, Any]] = {}
+
+    def _cached(self, key: tuple[str, ...], fetch: Callable[[], Any]) -> Any:
+        now = self._clock.now()
+        hit = self._cache.get(key)
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        value = fetch()
+        if len(self._cache) > 4096:
+            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self._ttl}
+        self._cache[key] = (now, value)
+        return value
+
+    def _read(self, call: Callable[..., Any], *args: str) -> dict[str, Any] | None:
+        try:
+            response: Any = call(*args, _preload_content=False)
+        except ApiException as error:
+            if error.status in _ABSENT:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
+    # Volumes
+
+    def volume_zones(self, pod: Mapping[str, Any]) -> list[str] | None:
+        """Zones where every persistent volume of the pod can be used; None when they do not restrict it."""
+        metadata = pod.get("metadata") or {}
+        namespace = metadata.get("namespace") or "default"
+        result: set[str] | None = None
+        for volume in (pod.get("spec") or {}).get("volumes") or ():
+            if claim := (volume.get("persistentVolumeClaim") or {}).get("claimName"):
+                name = claim
+            elif volume.get("ephemeral"):
+                name = f"{metadata.get('name')}-{volume.get('name')}"
+            else:
+                continue
+            zones = self._cached(("pvc", namespace, name), partial(self._claim_zones, namespace, name))
+            if zones is not None:
+                result = set(zones) if result is None else result & set(zones)
+        return sorted(result) if result is not None else None
+
+    def _claim_zones(self, namespace: str, name: str) -> frozenset[str] | None:
+        claim = self._read(self._core.read_namespaced_persistent_volume_claim, name, namespace)
+        if claim is None:
+            return None
+        spec = claim.get("spec") or {}
+        if volume := spec.get("volumeName"):
+            pv = self._read(self._core.read_persistent_volume, volume)
+            terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
+                "nodeSelectorTerms") or ()
+            zones = _zones_of_terms(terms, "matchExpressions") if terms else None
+        elif class_name := spec.get("storageClassName"):
+            storage_class = self._read(self._storage.read_storage_class, class_name) or {}
+            topologies = storage_class.get("allowedTopologies") or ()
+            late = storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
+            zones = _zones_of_terms(topologies, "matchLabelExpressions") if late and topologies else None
+        else:
+            zones = None
+        return frozenset(zones) if zones is not None else None
+
+    # Spread
+
+    def zone_counts(self, namespace: str, selector: Mapping[str, Any] | None) -> dict[str, int]:
+        """Running pods the selector matches, per zone of their nodes."""
+        text = label_selector_text(selector)
+        if text is None:
+            return {}
+        return dict(self._cached(("spread", namespace, text), lambda: self._count(namespace, text)))
+
+    def _count(self, namespace: str, selector: str) -> dict[str, int]:
+        response: Any = self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+        nodes = [(p.get("spec") or {}).get("nodeName") for p in json.loads(response.data).get("items") or ()
+                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        zone_of = self._cached(("nodes",), self._node_zones)
+        return dict(Counter(zone_of[n] for n in nodes if n and n in zone_of))
+
+    def _node_zones(self) -> dict[str, str]:
+        response: Any = self._core.list_node(_preload_content=False)
+        out = {}
+        for node in json.loads(response.data).get("items") or ():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            zone = next((labels[k] for k in sorted(ZONE_KEYS) if k in labels), None)
+            if zone:
+                out[node["metadata"]["name"]] = zone
+        return out
