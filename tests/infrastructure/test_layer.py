@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -168,3 +170,52 @@ def test_the_layer_keeps_the_model_of_every_service_the_functions_call() -> None
     created = _clients_created()
     assert {"ec2", "sqs", "dynamodb"} <= created
     assert created <= BOTOCORE_SERVICES, created - BOTOCORE_SERVICES
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Top-level modules a file imports when it runs (not those under `if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(
+        node.test) for child in node.body for n in ast.walk(child)}  # fmt: skip
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def _distributions_installed_by(requirements: list[str]) -> set[str]:
+    """The requirements and, through their metadata here, everything they pull in (extras included)."""
+    seen: set[str] = set()
+    pending = [Requirement(spec) for spec in requirements]
+    while pending:
+        requirement = pending.pop()
+        name = requirement.name.lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        for spec in metadata.requires(requirement.name) or []:
+            child = Requirement(spec)
+            extras = requirement.extras or {""}
+            if child.marker is None or any(child.marker.evaluate({"extra": extra}) for extra in extras):
+                pending.append(child)
+    return seen
+
+
+def test_the_layer_holds_everything_the_functions_import() -> None:
+    """A function imports nothing its layer lacks: the packer's numpy was a development dependency only, so
+    the deployed packer could not even start; zoneinfo needs tzdata where the runtime has no zone files."""
+    shipped = [p for p in PACKAGE.rglob("*.py")
+               if p.relative_to(PACKAGE).parts[0] not in {"emulator", "simulation", "cli"}]  # fmt: skip
+    modules = set().union(*(_runtime_imports(p) for p in [*shipped, *(ROOT / "functions").rglob("*.py")]))
+    third_party = modules - set(sys.stdlib_module_names) - {"gpu_autoscaler", "__future__"}
+    owners = metadata.packages_distributions()
+    bundled = _distributions_installed_by(runtime_requirements())
+    missing = {m: owners.get(m) for m in third_party
+               if not any(d.lower().replace("_", "-") in bundled for d in owners.get(m, []))}  # fmt: skip
+    assert not missing, f"imported by the functions but not in the layer: {missing}"
+    assert "tzdata" in _names(runtime_requirements()), "zoneinfo's fallback when the runtime has no zone files"

@@ -1,0 +1,76 @@
+"""`python -m benchmarks cold-start`: each function's cold-start import time and peak memory, with the layer.
+
+Each handler is imported in a fresh interpreter (`-I -S`: no site-packages, no PYTHONPATH) whose path holds
+only the function's folder and the layer's `python/` directory, as Lambda lays them out (`/var/task`,
+`/opt/python`). The layer is built for this machine's architecture and Python with the same pins and slimming
+as the deployed one. Import time is what Lambda bills as Init beyond the runtime's own start; peak memory is
+the process's maximum resident set after the import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from benchmarks.deploy import layer_size_mb, local_layer
+from gpu_autoscaler.naming import FUNCTIONS
+from infra.layer import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PROBE = """
+import json, resource, sys, time
+started = time.perf_counter()
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import handler
+imported = time.perf_counter() - started
+kubernetes = "kubernetes.client" in sys.modules
+print(json.dumps({"import_s": imported, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "modules": len(sys.modules), "kubernetes": kubernetes}))
+"""
+
+ENVIRONMENT = {
+    "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "TABLE_NAME": "ml-prod-gpu-autoscaler", "CONFIG_PARAMETER": "/gpu-autoscaler/ml-prod/config",
+    "LAUNCH_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-launch",
+    "DRAIN_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-drain",
+    "LAUNCH_TEMPLATE_ID": "lt-0123456789abcdef0", "POWERTOOLS_METRICS_NAMESPACE": "GpuAutoscaler",
+}  # fmt: skip
+"""What the stack gives every function (`infra.functions.Functions.environment`), with made-up values: the
+import touches no AWS."""
+
+
+def import_once(function: str, layer: Path) -> dict[str, float]:
+    env = {**ENVIRONMENT, "POWERTOOLS_SERVICE_NAME": function, "AWS_LAMBDA_FUNCTION_NAME": function}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE, str(ROOT / "functions" / function),
+                             str(layer)], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"{function}: the handler does not import with the layer alone:\n{result.stderr[-3000:]}")
+    figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
+    figures["process_s"] = wall
+    return figures
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks cold-start")
+    parser.add_argument("--runs", type=int, default=3, help="fresh interpreters per function (median shown)")
+    args = parser.parse_args(argv)
+    layer = local_layer()
+    print(f"layer for {sys.platform}/{sys.version_info.major}.{sys.version_info.minor}: {layer_size_mb(layer):.1f} MB")
+    print(f"{'function':<14}{'import (s)':>11}{'process (s)':>13}{'peak RSS (MB)':>15}{'modules':>9}  kubernetes")
+    for function in FUNCTIONS:
+        runs = [import_once(function, layer) for _ in range(args.runs)]
+        print(f"{function:<14}{statistics.median(r['import_s'] for r in runs):>11.2f}"
+              f"{statistics.median(r['process_s'] for r in runs):>13.2f}"
+              f"{max(r['peak_mb'] for r in runs):>15.0f}{int(runs[0]['modules']):>9}  "
+              f"{'imported' if runs[0]['kubernetes'] else '-'}")
+    return 0
