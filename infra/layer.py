@@ -54,8 +54,10 @@ LAYER_CACHE_ENV = "GPU_AUTOSCALER_LAYER_CACHE"
 NOT_NEEDED_AT_RUNTIME = frozenset({"typer", "rich"})
 """Dependencies of the command line only: no function imports them."""
 
-BOTOCORE_SERVICES = frozenset({"dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts"})
-"""The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls).
+BOTOCORE_SERVICES = frozenset({"dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray"})
+"""The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls),
+and X-Ray, whose client the X-Ray SDK behind Powertools' Tracer creates at import (`python -m benchmarks
+cold-start` imports every handler with the layer alone and fails on a missing model).
 The layer ships its own botocore, pinned in pyproject.toml, because the fleet sends CreateFleet members
 (`LaunchTemplateSpecificationUserData`, `ReservedCapacityOptions.CapacityReservationTarget`) that a Lambda
 runtime's older botocore refuses with ParamValidationError; the other ~430 service models are dropped."""
@@ -65,10 +67,12 @@ UNUSED_PATHS = (
     # The asyncio Kubernetes client (kubernetes>=35) and what only it imports: the functions use the sync one.
     "kubernetes/aio",
     "aiohttp", "aiohttp_retry", "aiosignal", "aiohappyeyeballs", "yarl", "multidict", "frozenlist", "propcache",
+    # numpy's Fortran wrapper generator and build helpers: never imported by `import numpy`.
+    "numpy/f2py", "numpy/distutils",
 )  # fmt: skip
 """Removed after the install, relative to the layer's `python/` directory (with their `*.dist-info`)."""
 
-SLIMMING_VERSION = 1
+SLIMMING_VERSION = 2
 """Part of the cache key: bump it when `slim` or its lists change, so no stale cached tree is reused."""
 
 _PLATFORM_TAG = {"arm64": "aarch64", "x86_64": "x86_64"}
@@ -106,7 +110,7 @@ def layer_cache_dir() -> Path:
 
 def slim(target: Path) -> None:
     """Delete from an installed layer what no function imports: unused packages, botocore's other service
-    models, byte code and console scripts."""
+    models, numpy's own tests, type stubs, byte code and console scripts."""
     for relative in UNUSED_PATHS:
         path = target / relative
         if path.is_dir():
@@ -118,6 +122,10 @@ def slim(target: Path) -> None:
         for service in data.iterdir():
             if service.is_dir() and service.name not in BOTOCORE_SERVICES:
                 shutil.rmtree(service)
+    for tests in [p for p in (target / "numpy").rglob("tests") if p.is_dir()]:
+        shutil.rmtree(tests, ignore_errors=True)
+    for stub in target.rglob("*.pyi"):  # type stubs: read by type checkers, never imported
+        stub.unlink()
     for cache in list(target.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
 

@@ -5,20 +5,22 @@ from __future__ import annotations
 import os
 import platform
 import sys
-import tempfile
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infra.layer import PACKAGE, ROOT, PipLayerBundling, runtime_requirements
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["LOCAL_ARCHITECTURE", "local_layer"]
 
 LOCAL_ARCHITECTURE = {"x86_64": "x86_64", "AMD64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}[platform.machine()]
 
 
-def local_layer(directory: Path | None = None) -> Path:
+def local_layer(directory: Path) -> Path:
     """The layer as synth builds it (same pins, same slimming, same cache), for this machine's architecture
     and Python, so its handlers can be imported here: returns its `python/` directory."""
-    out = directory or Path(tempfile.mkdtemp(prefix="gpu-autoscaler-layer-"))
+    out = directory
     bundling = PipLayerBundling(
         package_dir=ROOT / "layers" / "core" / PACKAGE,
         requirements=runtime_requirements(),

@@ -98,11 +98,13 @@ class FakePip:
 
     def __call__(self, target: Path) -> None:
         self.runs += 1
-        for relative in ("boto3/__init__.py", "botocore/__init__.py", "botocore/data/endpoints.json",
-                         "botocore/data/ec2/2016-11-15/service-2.json.gz", "botocore/data/s3/x/service-2.json.gz",
-                         "botocore/data/sqs/x/service-2.json.gz", "kubernetes/client/__init__.py",
-                         "kubernetes/aio/client/__init__.py", "aiohttp/__init__.py", "bin/normalizer",
-                         "yarl/__init__.py", "yarl-1.25.1.dist-info/METADATA", "pydantic/__pycache__/x.pyc"):  # fmt: skip
+        for relative in (
+            "boto3/__init__.py", "botocore/__init__.py", "botocore/data/endpoints.json",
+            "botocore/data/ec2/2016-11-15/service-2.json.gz", "botocore/data/s3/x/service-2.json.gz",
+            "botocore/data/sqs/x/service-2.json.gz", "kubernetes/client/__init__.py",
+            "kubernetes/aio/client/__init__.py", "aiohttp/__init__.py", "bin/normalizer",
+            "yarl/__init__.py", "yarl-1.25.1.dist-info/METADATA", "pydantic/__pycache__/x.pyc",
+        ):  # fmt: skip
             (target / relative).parent.mkdir(parents=True, exist_ok=True)
             (target / relative).write_text("x")
 
