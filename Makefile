@@ -7,6 +7,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m infra.node
 	touch $(STAMP)
 
 .PHONY: setup demo test lint synth deploy bench
