@@ -77,6 +77,10 @@ SLIMMING_VERSION = 2
 
 _PLATFORM_TAG = {"arm64": "aarch64", "x86_64": "x86_64"}
 
+MANYLINUX = ("manylinux_2_34", "manylinux_2_28", "manylinux2014")
+"""The wheel platforms the Lambda Python runtimes run (Amazon Linux 2023, glibc 2.34): numpy ≥ 2.3 publishes
+only manylinux_2_28 wheels for aarch64, so asking for manylinux2014 alone finds no numpy for Python 3.14."""
+
 
 def runtime_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     """The project's own dependency pins, less what only the command line needs.
@@ -186,7 +190,10 @@ class PipLayerBundling:
         self._pip_install(building)
         slim(building)
         (building / ".complete").write_text(json.dumps(self.requirements) + "\n")
-        shutil.rmtree(cached, ignore_errors=True)
+        if (cached / ".complete").is_file():  # a concurrent synth finished first: keep its tree, drop ours
+            shutil.rmtree(building, ignore_errors=True)
+            return cached
+        shutil.rmtree(cached, ignore_errors=True)  # an interrupted build's leftovers
         building.rename(cached)  # atomic: a concurrent synth sees a whole tree or none
         return cached
 
@@ -194,7 +201,7 @@ class PipLayerBundling:
         return [
             sys.executable, "-m", "pip", "install",
             "--quiet", "--disable-pip-version-check", "--no-compile",
-            "--platform", f"manylinux2014_{_PLATFORM_TAG[self.architecture]}",
+            *(part for glibc in MANYLINUX for part in ("--platform", f"{glibc}_{_PLATFORM_TAG[self.architecture]}")),
             "--only-binary=:all:",
             "--implementation", "cp",
             "--python-version", self.python_version,

@@ -84,9 +84,10 @@ def _bundling(tmp_path: Path, requirements: list[str] | None = None) -> PipLayer
 def test_pip_installs_manylinux_wheels_for_the_lambda_platform(tmp_path: Path) -> None:
     command = _bundling(tmp_path).pip_command(Path("/out/python"))
     assert command[:4] == [sys.executable, "-m", "pip", "install"]
-    for flag, value in (("--platform", "manylinux2014_aarch64"), ("--python-version", "3.14"),
-                        ("--target", "/out/python"), ("--implementation", "cp")):  # fmt: skip
+    for flag, value in (("--python-version", "3.14"), ("--target", "/out/python"), ("--implementation", "cp")):
         assert command[command.index(flag) + 1] == value
+    platforms = [command[i + 1] for i, part in enumerate(command) if part == "--platform"]
+    assert platforms == ["manylinux_2_34_aarch64", "manylinux_2_28_aarch64", "manylinux2014_aarch64"]
     assert "--only-binary=:all:" in command
 
 
