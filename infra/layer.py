@@ -174,6 +174,7 @@ class PipLayerBundling:
         material = {
             "requirements": sorted(self.requirements),
             "architecture": self.architecture,
+            "platforms": list(MANYLINUX),
             "python": self.python_version,
             "slimming": [SLIMMING_VERSION, sorted(UNUSED_PATHS), sorted(BOTOCORE_SERVICES)],
         }
