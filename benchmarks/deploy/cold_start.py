@@ -4,7 +4,8 @@ Each handler is imported in a fresh interpreter (`-I -S -B`: no site-packages, n
 kept, as on Lambda's read-only `/opt`) whose path holds only the function's folder and the layer's `python/`
 directory, as Lambda lays them out (`/var/task`, `/opt/python`). The layer is built for this machine's
 architecture and Python with the same pins and slimming as the deployed one. Import time is what Lambda bills
-as Init beyond the runtime's own start; peak memory is the process's maximum resident set after the import.
+as Init beyond the runtime's own start; CPU is the whole process's CPU time, the figure least moved by other
+load on the machine; peak memory is the process's maximum resident set after the import.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import handler
 imported = time.perf_counter() - started
 kubernetes = "kubernetes.client" in sys.modules
-print(json.dumps({"import_s": imported, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"import_s": imported, "cpu_s": time.process_time(),
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "modules": len(sys.modules), "kubernetes": kubernetes}))
 """
 
@@ -69,11 +71,13 @@ def main(argv: list[str]) -> int:
 
 def _report(layer: Path, runs_per_function: int) -> int:
     print(f"layer for {sys.platform}/{sys.version_info.major}.{sys.version_info.minor}: {layer_size_mb(layer):.1f} MB")
-    print(f"{'function':<14}{'import (s)':>11}{'process (s)':>13}{'peak RSS (MB)':>15}{'modules':>9}  kubernetes")
+    print(f"{'function':<14}{'import (s)':>11}{'process (s)':>13}{'CPU (s)':>9}{'peak RSS (MB)':>15}{'modules':>9}"
+          "  kubernetes")
     for function in FUNCTIONS:
         runs = [import_once(function, layer) for _ in range(runs_per_function)]
         print(f"{function:<14}{statistics.median(r['import_s'] for r in runs):>11.2f}"
               f"{statistics.median(r['process_s'] for r in runs):>13.2f}"
+              f"{statistics.median(r['cpu_s'] for r in runs):>9.2f}"
               f"{max(r['peak_mb'] for r in runs):>15.0f}{int(runs[0]['modules']):>9}  "
               f"{'imported' if runs[0]['kubernetes'] else '-'}")
     return 0
