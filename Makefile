@@ -7,9 +7,12 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m infra.node
 	touch $(STAMP)
 
-.PHONY: setup demo test lint synth deploy bench
+CHECKOV_VENV ?= .venv-checkov
+
+.PHONY: setup demo test lint synth deploy bench checkov
 setup: $(STAMP)
 
 demo: setup
@@ -30,3 +33,11 @@ deploy: setup
 
 bench: setup
 	$(PY) -m benchmarks
+
+# checkov pins boto3 1.35, older than this project's: it gets an environment of its own.
+$(CHECKOV_VENV)/bin/checkov:
+	python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov>=3.3,<4'
+
+checkov: setup $(CHECKOV_VENV)/bin/checkov
+	$(PY) -m pytest tests/infrastructure/test_compliance.py -q -k checkov

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """The CDK app: configuration from cdk.json's `gpu-autoscaler` context, one stack, cdk-nag AwsSolutions checks.
 
-An invalid configuration stops synth with one line naming each field and its reason. Nothing here calls AWS:
-synth needs no credentials.
+An invalid configuration stops synth with one line naming each field and its reason; an unsupported Node.js
+gets one line naming the version to install (`infra.node`). Nothing here calls AWS: synth needs no credentials.
 """
 
 from __future__ import annotations
 
 import sys
 
-import aws_cdk as cdk
-
-from gpu_autoscaler.config import ConfigError
-from infra.application import build
+from infra.node import check_node, node_version
 
 
 def main() -> None:
+    check_node(node_version())
+    # Imported after the check: importing aws_cdk starts jsii's Node.js process.
+    import aws_cdk as cdk
+
+    from gpu_autoscaler.config import ConfigError
+    from infra.application import build
+
     app = cdk.App()
     try:
         build(app)

@@ -19,6 +19,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                          "Alibaba GPU trace: warm hits, waits and idle GPU-hours for none / windows / predictive"),
     "simulation": ("benchmarks.simulation.replay",
                    "the whole Alibaba GPU trace, four policies, through the simulator: time vs 60 s, the table"),
+    "synth": ("benchmarks.deploy.synth",
+              "cdk synth's app with the real layer on a clean checkout: empty layer cache, then cached"),
+    "cold-start": ("benchmarks.deploy.cold_start",
+                   "each function's import time and peak memory in a fresh interpreter with the layer alone"),
+    "itn-cordon": ("benchmarks.deploy.interruption_path",
+                   "Spot warning on the emulator's bus → node cordoned, the interruption function cold-started"),
 }
 
 

@@ -10,6 +10,7 @@ from aws_cdk import Aspects
 from cdk_nag import AwsSolutionsChecks
 
 from gpu_autoscaler.config import CONTEXT_KEY, ConfigError, load_config, parse_config
+from infra.checkov import CheckovSkips
 from infra.stack import GpuAutoscalerStack, stack_id
 
 if TYPE_CHECKING:
@@ -37,8 +38,10 @@ def config_from_context(app: App) -> Config:
 
 
 def build(app: App, *, layer_dependencies: bool | None = None) -> GpuAutoscalerStack:
-    """One stack for the configured cluster, with cdk-nag's AwsSolutions checks on everything in the app."""
+    """One stack for the configured cluster, with cdk-nag's AwsSolutions checks on everything in the app and
+    checkov's accepted findings written into the template with their reasons."""
     config = config_from_context(app)
     stack = GpuAutoscalerStack(app, stack_id(config.cluster_name), config=config, layer_dependencies=layer_dependencies)
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    Aspects.of(app).add(CheckovSkips())
     return stack

@@ -37,18 +37,18 @@ class Monitoring(Construct):
         for label, dlq in dead_letter_queues.items():
             self.alarms[f"dlq-{label}"] = self._any_above_zero(
                 f"{_camel(label)}DlqNotEmpty",
-                alarm_name=f"{names.prefix}-{label}-dlq-not-empty",
+                alarm_name=names.alarm(f"{label}-dlq-not-empty"),
                 alarm_description=f"Messages in the {label} dead-letter queue: look at them, fix, redrive.",
                 metric=dlq.metric_approximate_number_of_messages_visible(period=_PERIOD, statistic="Maximum"),
             )
         for name, function in functions.items():
             self.alarms[f"errors-{name}"] = self._any_above_zero(
                 f"{_camel(name)}Errors",
-                alarm_name=f"{names.prefix}-{name}-errors",
+                alarm_name=names.alarm(f"{name}-errors"),
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
                 metric=function.metric_errors(period=_PERIOD, statistic="Sum"),
             )
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.prefix)
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.dashboard)
         fns = list(functions.items())
         self.dashboard.add_widgets(
             _graph("Invocations", [f.metric_invocations(label=n) for n, f in fns]),

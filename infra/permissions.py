@@ -24,20 +24,14 @@ if TYPE_CHECKING:
 __all__ = ["EC2_READ_ACTIONS", "Capability", "Ec2Permissions", "PolicyGrant", "Wildcard"]
 
 EC2_READ_ACTIONS = (
-    "ec2:DescribeAvailabilityZones",
     "ec2:DescribeCapacityReservations",
-    "ec2:DescribeFleets",
-    "ec2:DescribeImages",
-    "ec2:DescribeInstanceStatus",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
-    "ec2:DescribeLaunchTemplateVersions",
-    "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
 )
+"""Exactly the Describe calls the functions make (the infrastructure tests compare this with the code)."""
 
 _CREATED_BY_LAUNCH = ("fleet", "instance", "volume", "network-interface", "spot-instances-request")
 
@@ -52,7 +46,7 @@ class Capability(StrEnum):
     READ_PRICES = "read-prices"
     """The Pricing API and the EC2 service quotas."""
     LAUNCH = "launch"
-    """CreateFleet / RunInstances with the ownership tag, pass the node role, version the launch template, and
+    """CreateFleet / RunInstances with the ownership tag, pass the node role, and
     eks:DescribeCluster on this cluster for what the nodes' user data needs and the configuration leaves out
     (certificate authority, service CIDR)."""
     OWNED_INSTANCES = "owned-instances"
@@ -190,11 +184,6 @@ class Ec2Permissions:
                         f"aws:RequestTag/{TAG_CLUSTER}": self.config.cluster_name,
                     }
                 },
-            ),
-            iam.PolicyStatement(
-                sid="VersionNodeLaunchTemplate",
-                actions=["ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"],
-                resources=launch_templates,
             ),
             iam.PolicyStatement(
                 sid="PassNodeRole",

@@ -46,9 +46,9 @@ class WorkQueues(Construct):
         super().__init__(scope, construct_id)
         queue_names = {
             WorkQueue.PENDING_PODS: (names.pending_pods_queue, names.pending_pods_dlq),
-            WorkQueue.INTERRUPTION: (names.interruption_queue, names.dlq(names.interruption_queue)),
-            WorkQueue.LAUNCH: (names.launch_queue, names.dlq(names.launch_queue)),
-            WorkQueue.DRAIN: (names.drain_queue, names.dlq(names.drain_queue)),
+            WorkQueue.INTERRUPTION: (names.interruption_queue, names.interruption_dlq),
+            WorkQueue.LAUNCH: (names.launch_queue, names.launch_dlq),
+            WorkQueue.DRAIN: (names.drain_queue, names.drain_dlq),
         }
         self.queues: dict[WorkQueue, sqs.Queue] = {}
         self.dead_letter_queues: dict[WorkQueue, sqs.Queue] = {}

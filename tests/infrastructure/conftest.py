@@ -65,8 +65,11 @@ class Synthesized:
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    data = infrastructure_config_data()
-    outdir = tmp_path_factory.mktemp("cdk.out")
+    return synthesize(infrastructure_config_data(), tmp_path_factory.mktemp("cdk.out"))
+
+
+def synthesize(data: dict[str, Any], outdir: Path) -> Synthesized:
+    """The app as `app.py` builds it, for this configuration, with the package-only layer."""
     app = cdk.App(outdir=str(outdir), context={CONTEXT_KEY: data, LAYER_DEPENDENCIES_CONTEXT: "false"})
     stack = build(app)
     assembly = app.synth()

@@ -9,6 +9,7 @@ import aws_cdk.aws_lambda as lambda_
 
 from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from gpu_autoscaler.settings import FunctionSettings
+from gpu_autoscaler.wiring import FULL_VCPU_MB
 from infra.functions import FUNCTION_SPECS
 from infra.queues import WorkQueue
 
@@ -118,3 +119,8 @@ def test_scheduled_functions_send_failed_ticks_to_the_scheduler_dlq(synthesized:
     assert set(configs) == expected
     for config in configs.values():
         assert config["DestinationConfig"] == {"OnFailure": {"Destination": {"Fn::GetAtt": [dlq_id, "Arn"]}}}
+
+
+def test_the_interruption_function_gets_a_whole_vcpu(synthesized: Synthesized) -> None:
+    """Its cold start is on the Spot warning → cordon path, which has 5 s of the two-minute notice."""
+    assert _function(synthesized, "interruption")["MemorySize"] >= FULL_VCPU_MB == 1769

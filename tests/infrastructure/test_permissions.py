@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import botocore.session
+from botocore import xform_name
+
+import gpu_autoscaler
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import FUNCTIONS
 from infra.queues import WorkQueue
@@ -14,6 +20,8 @@ if TYPE_CHECKING:
 ACCOUNT = "111122223333"
 STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts"}
 """Actions without resource-level permissions (plus ec2:Describe*, checked by prefix)."""
+PACKAGE = Path(gpu_autoscaler.__file__).parent
+FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
 LAUNCHED = ("fleet", "instance", "volume", "network-interface", "spot-instances-request")
 
 
@@ -127,11 +135,36 @@ def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None
     assert {flat(r) for r in untagged[0]["Resource"]} == expected
 
 
-def test_the_only_launch_template_the_fleet_may_version_is_ours(synthesized: Synthesized) -> None:
-    lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
-    [statement] = allowed(synthesized, "fleet", "ec2:CreateLaunchTemplateVersion")
-    assert sorted(flat(r) for r in statement["Resource"]) == sorted(
-        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids)
+_NOT_IN_FUNCTIONS = {"emulator", "simulation", "cli"}
+"""Stand-ins for AWS, and the command line, which runs with its user's credentials rather than a function's role."""
+
+
+def ec2_operations_called(root: Path = PACKAGE) -> set[str]:
+    """Every EC2 API action the shipped code calls (`client.describe_instances(`, `get_paginator("...")`), found
+    by name in the source."""
+    operations = {xform_name(op): op for op in botocore.session.get_session().get_service_model("ec2").operation_names}
+    called: set[str] = set()
+    for path in [*root.rglob("*.py"), *FUNCTIONS_DIR.rglob("*.py")]:
+        if path.is_relative_to(root) and path.relative_to(root).parts[0] in _NOT_IN_FUNCTIONS:
+            continue
+        source = path.read_text()
+        names = re.findall(r"\.([a-z_]+)\(", source) + re.findall(r"""get_paginator\(["']([a-z_]+)["']\)""", source)
+        called.update(f"ec2:{operations[name]}" for name in names if name in operations)
+    return called
+
+
+def test_ec2_permissions_are_exactly_what_the_code_calls(synthesized: Synthesized) -> None:
+    """Nothing granted that no code calls (issue 14, defect 12), nothing called that is not granted. An instant
+    CreateFleet also needs ec2:RunInstances: EC2 authorizes the launches it makes with the caller's permissions
+    (EC2 User Guide, "EC2 Fleet prerequisites")."""
+    granted = {
+        action
+        for name in FUNCTIONS
+        for statement in statements_of(synthesized, name)
+        for action in _listed(statement["Action"])
+        if action.startswith("ec2:")
+    }
+    assert granted == ec2_operations_called() | {"ec2:RunInstances"}
     assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
 
 

@@ -24,9 +24,9 @@ def test_nine_queues_all_encrypted_with_their_names(synthesized: Synthesized) ->
     queues = synthesized.of_type("AWS::SQS::Queue")
     assert sorted(q["Properties"]["QueueName"] for q in queues.values()) == sorted([
         names.pending_pods_queue, names.pending_pods_dlq,
-        names.interruption_queue, names.dlq(names.interruption_queue),
-        names.launch_queue, names.dlq(names.launch_queue),
-        names.drain_queue, names.dlq(names.drain_queue),
+        names.interruption_queue, names.interruption_dlq,
+        names.launch_queue, names.launch_dlq,
+        names.drain_queue, names.drain_dlq,
         names.scheduler_dlq,
     ])  # fmt: skip
     for queue in queues.values():

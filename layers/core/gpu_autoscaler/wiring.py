@@ -18,6 +18,7 @@ from gpu_autoscaler.naming import FUNCTIONS
 __all__ = [
     "ASYNC_MAX_EVENT_AGE_SECONDS",
     "ASYNC_RETRY_ATTEMPTS",
+    "FULL_VCPU_MB",
     "FUNCTION_WIRING",
     "MAX_RECEIVE_COUNT",
     "QUEUES",
@@ -68,6 +69,10 @@ class FunctionWiring:
     """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
 
 
+FULL_VCPU_MB = 1769
+"""Lambda's memory setting at which a function gets one whole vCPU (Lambda developer guide, memory and
+computing power)."""
+
 FUNCTION_WIRING: dict[str, FunctionWiring] = {
     w.name: w
     for w in (
@@ -76,7 +81,10 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         FunctionWiring("packer", timeout_seconds=60, memory_mb=1024, queue="pending-pods", reserved_concurrency=1),
         FunctionWiring("fleet", timeout_seconds=120, memory_mb=512, queue="launch", batch_size=5, max_concurrency=5,
                        recursive=True),
-        FunctionWiring("interruption", timeout_seconds=60, memory_mb=512, queue="interruption"),
+        # A full vCPU (Lambda allocates CPU in proportion to memory, one vCPU at 1,769 MB): the Spot warning →
+        # cordon path with a cold start is CPU-bound, ~3.6 CPU-seconds (`python -m benchmarks itn-cordon`),
+        # more than the 5 s budget on 512 MB's third of a vCPU.
+        FunctionWiring("interruption", timeout_seconds=60, memory_mb=FULL_VCPU_MB, queue="interruption"),
         FunctionWiring("drain", timeout_seconds=300, memory_mb=512, queue="drain", batch_size=1, max_concurrency=10,
                        recursive=True),
         FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),

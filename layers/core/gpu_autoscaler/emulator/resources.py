@@ -82,9 +82,9 @@ FUNCTION_TIMEOUTS = {name: wiring.timeout_seconds for name, wiring in FUNCTION_W
 def queue_specs(names: ResourceNames) -> list[QueueSpec]:
     pairs = {
         "pending-pods": (names.pending_pods_queue, names.pending_pods_dlq),
-        "interruption": (names.interruption_queue, names.dlq(names.interruption_queue)),
-        "launch": (names.launch_queue, names.dlq(names.launch_queue)),
-        "drain": (names.drain_queue, names.dlq(names.drain_queue)),
+        "interruption": (names.interruption_queue, names.interruption_dlq),
+        "launch": (names.launch_queue, names.launch_dlq),
+        "drain": (names.drain_queue, names.drain_dlq),
     }
     return [
         QueueSpec(logical, name, dlq, name.endswith(".fifo"), visibility_timeout(logical))

@@ -34,8 +34,9 @@ __all__ = ["ScheduleSpec", "create_rules", "create_schedules", "function_arn", "
 
 
 def rule_name(names: ResourceNames, rule: str) -> str:
-    """`<cluster>-gpu-autoscaler-<rule>` (the stack lets CloudFormation name its rules; the emulator needs names)."""
-    return f"{names.prefix}-{rule}"
+    """`<cluster>-gpu-autoscaler-<rule>`, shortened to fit (the stack lets CloudFormation name its rules; the
+    emulator needs names)."""
+    return names.rule(rule)
 
 
 def function_arn(names: ResourceNames, function: str, region: str, account: str = DEFAULT_ACCOUNT) -> str:
@@ -75,7 +76,7 @@ def _scheduler_role(clients: AwsClients, names: ResourceNames, tags: dict[str, s
                        "Action": "sts:AssumeRole"}],
     }  # fmt: skip
     return str(clients.client("iam").create_role(
-        RoleName=f"{names.prefix}-scheduler", AssumeRolePolicyDocument=json.dumps(trust),
+        RoleName=names.role("scheduler"), AssumeRolePolicyDocument=json.dumps(trust),
         Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
         Description="EventBridge Scheduler: invoke the prewarm and consolidate functions, nothing else",
     )["Role"]["Arn"])
@@ -132,6 +133,11 @@ class ScheduleSpec:
     max_retries: int
 
 
+def _short_function_name(names: ResourceNames, arn: str) -> str:
+    physical = arn.rsplit(":", 1)[1]
+    return names.function_of(physical) or physical
+
+
 def read_schedules(clients: AwsClients, names: ResourceNames) -> list[ScheduleSpec]:
     """Every enabled schedule of the stack's group, read back from the endpoint."""
     scheduler = clients.client("scheduler")
@@ -146,7 +152,7 @@ def read_schedules(clients: AwsClients, names: ResourceNames) -> list[ScheduleSp
             name=schedule["Name"],
             expression=schedule["ScheduleExpression"],
             timezone=schedule.get("ScheduleExpressionTimezone"),
-            function=target["Arn"].rsplit(":", 1)[1].removeprefix(names.prefix + "-"),
+            function=_short_function_name(names, target["Arn"]),
             target_arn=target["Arn"],
             input=target.get("Input", "{}"),
             max_retries=int(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 0)),
