@@ -28,10 +28,12 @@ EC2_READ_ACTIONS = (
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
+    "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
 )
-"""Exactly the Describe calls the functions make (the infrastructure tests compare this with the code)."""
+"""Exactly the Describe calls the functions make (the infrastructure tests compare this with the code);
+DescribeSecurityGroups: the fleet checks an EFA pool's security group lets all traffic in from itself."""
 
 _CREATED_BY_LAUNCH = ("fleet", "instance", "volume", "network-interface", "spot-instances-request")
 

@@ -23,6 +23,7 @@ from infra.layer import (
     layer_dependencies_enabled,
     runtime_requirements,
 )
+from tests.infrastructure.sources import function_sources
 
 if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
@@ -162,7 +163,7 @@ def test_a_failed_install_leaves_nothing_in_the_cache(tmp_path: Path, monkeypatc
 def _clients_created() -> set[str]:
     """Service names of every `client("...")` in what the functions run (not the emulator, simulator, CLI)."""
     found: set[str] = set()
-    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "functions").rglob("*.py")]:
+    for path in function_sources():
         if path.is_relative_to(PACKAGE) and path.relative_to(PACKAGE).parts[0] in {"emulator", "simulation", "cli"}:
             continue
         found.update(re.findall(r"""(?:client|resource)\(\s*["']([a-z0-9-]+)["']""", path.read_text()))

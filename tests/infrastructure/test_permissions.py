@@ -13,6 +13,7 @@ import gpu_autoscaler
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import FUNCTIONS
 from infra.queues import WorkQueue
+from tests.infrastructure.sources import function_sources
 
 if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
@@ -140,11 +141,11 @@ _NOT_IN_FUNCTIONS = {"emulator", "simulation", "cli"}
 
 
 def ec2_operations_called(root: Path = PACKAGE) -> set[str]:
-    """Every EC2 API action the shipped code calls (`client.describe_instances(`, `get_paginator("...")`), found
-    by name in the source."""
+    """Every EC2 API action the functions' code calls (`client.describe_instances(`, `get_paginator("...")`), found
+    by name in the import closure of their handlers."""
     operations = {xform_name(op): op for op in botocore.session.get_session().get_service_model("ec2").operation_names}
     called: set[str] = set()
-    for path in [*root.rglob("*.py"), *FUNCTIONS_DIR.rglob("*.py")]:
+    for path in function_sources():
         if path.is_relative_to(root) and path.relative_to(root).parts[0] in _NOT_IN_FUNCTIONS:
             continue
         source = path.read_text()

@@ -110,7 +110,9 @@ class ResourceNames:
 
     def capacity_launch_template(self, capacity_type: str) -> str:
         """The launch template of one capacity type (`domain.launch_templates`): On-Demand's is `launch_template`."""
-        return self.launch_template if capacity_type == "on-demand" else f"{self.launch_template}-{capacity_type}"
+        if capacity_type == "on-demand":
+            return self.launch_template
+        return self._fit("launch_template", f"-node-{capacity_type}")
 
     @property
     def instance_profile(self) -> str:
