@@ -30,8 +30,8 @@ from tests.conftest import example_config_data
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.emulator.machines import Machine
+    from gpu_autoscaler.models.catalog import InstanceType
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
 TYPES = ("g4dn.xlarge", "g5.12xlarge", "g5.48xlarge", "p4d.24xlarge")

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.fleet import (
@@ -113,6 +114,8 @@ class LaunchContext:
     instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
     """What is known of the candidate types (architecture, GPUs, max pods); names alone work too."""
     launch_template_version: str = "$Default"
+    overhead: Overhead = field(default_factory=Overhead)
+    """The configuration's: the kubelet reservations the user data states are the ones the packer planned with."""
 
     @classmethod
     def from_config(
@@ -136,6 +139,7 @@ class LaunchContext:
             images=images,
             bootstrap=bootstrap or ClusterBootstrap.from_config(config),
             instance_types={t.name: t for t in instance_types},
+            overhead=config.overhead,
         )
 
 
@@ -335,7 +339,7 @@ def build_request(
         )
         known = context.instance_types.get(instance_type)
         setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
-                           claim_id=single_claim, gang=gang)
+                           claim_id=single_claim, gang=gang, overhead=context.overhead)
         configs.setdefault(render_user_data(context.bootstrap, setup), []).append(override)
     all_or_nothing = gang is not None and len(claims) > 1
     return FleetRequest(

@@ -7,6 +7,10 @@ Two AMI families, as the configuration's `ami.family` says:
   `--register-with-taints`, so the Node is born with them: no pod lands before the taints exist.
 - Bottlerocket: TOML settings (`settings.kubernetes.*`, and the NVIDIA device plugin's sharing settings).
 
+Both state the kubelet's reservations (kube-reserved, system-reserved, hard eviction thresholds) the packer
+planned with (`domain/packing/reserved.py`), so the node's allocatable is what was planned, not what the
+AMI would pick by itself.
+
 The node carries the pool's labels, Karpenter's well-known labels of its instance type (so pod selectors on
 `karpenter.k8s.aws/instance-gpu-name` and the like match it), its pool and capacity type, and the identity
 of the claim it was launched for. The kubelet refuses to start with labels in the `kubernetes.io` and
@@ -24,7 +28,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.packing.mig import mig_gpu
+from gpu_autoscaler.domain.packing.reserved import KubeletReservations, kubelet_reservations
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.labels import kubelet_may_set
@@ -52,6 +58,7 @@ __all__ = [
     "node_labels",
     "node_setup",
     "render_user_data",
+    "reservation_settings",
 ]
 
 GANG_LABEL = "gpu-autoscaler/gang"
@@ -113,6 +120,8 @@ class NodeSetup:
     """Bottlerocket's `mig.profile`: GPU (`a100.40gb`) → partition profile (`1g.5gb`)."""
     skipped_labels: tuple[str, ...] = ()
     """Label keys left out because the kubelet may not set them."""
+    reservations: KubeletReservations | None = None
+    """What the kubelet holds back (None for a type known by name only: the AMI's defaults apply)."""
 
 
 def label_value(text: str) -> str:
@@ -169,7 +178,9 @@ def node_setup(
     instance_type: InstanceType | str,
     claim_id: str | None = None,
     gang: str | None = None,
+    overhead: Overhead | None = None,
 ) -> NodeSetup:
+    """`overhead`: the configuration's, which the packer planned with (its default when not given)."""
     labels, skipped = node_labels(pool, capacity_type, instance_type=instance_type, claim_id=claim_id, gang=gang)
     known = instance_type if isinstance(instance_type, InstanceType) else None
     return NodeSetup(
@@ -179,6 +190,7 @@ def node_setup(
         time_slicing_replicas=pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else None,
         mig_profiles=_mig_profiles(pool.gpu_sharing, known),
         skipped_labels=skipped,
+        reservations=kubelet_reservations(known, overhead or Overhead()) if known else None,
     )
 
 
@@ -219,8 +231,12 @@ def al2023_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str:
     if bootstrap.service_cidr:
         cluster.append(f"    cidr: {q(bootstrap.service_cidr)}")
     kubelet = ["  kubelet:"]
-    if setup.max_pods:
-        kubelet += ["    config:", f"      maxPods: {int(setup.max_pods)}"]
+    config = [f"maxPods: {int(setup.max_pods)}"] if setup.max_pods else []
+    if setup.reservations:
+        for key, values in reservation_settings(setup.reservations, "AL2023").items():
+            config += [f"{key}:", *(f"  {q(name)}: {q(value)}" for name, value in values.items())]
+    if config:
+        kubelet += ["    config:", *(f"      {line}" for line in config)]
     flags = []
     if setup.labels:
         flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in setup.labels.items()))
@@ -251,6 +267,16 @@ def al2023_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str:
     ])
 
 
+def reservation_settings(reservations: KubeletReservations,
+                         family: Literal["AL2023", "Bottlerocket"]) -> dict[str, dict[str, str]]:
+    """The kubelet's reservations as the family's settings name them (nodeadm's `spec.kubelet.config` is
+    a KubeletConfiguration; Bottlerocket's `settings.kubernetes` keys), empty ones left out."""
+    names = (("kubeReserved", "systemReserved", "evictionHard") if family == "AL2023"
+             else ("kube-reserved", "system-reserved", "eviction-hard"))
+    values = (reservations.kube_reserved, reservations.system_reserved, reservations.eviction_hard)
+    return {name: dict(sorted(v.items())) for name, v in zip(names, values, strict=True) if v}
+
+
 def _toml_table(name: str, values: Mapping[str, object]) -> list[str]:
     lines = [f"[{name}]"]
     for key, value in values.items():
@@ -269,6 +295,9 @@ def bottlerocket_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str
     if setup.max_pods:
         kubernetes["max-pods"] = int(setup.max_pods)
     lines = _toml_table("settings.kubernetes", kubernetes)
+    if setup.reservations:
+        for key, values in reservation_settings(setup.reservations, "Bottlerocket").items():
+            lines += _toml_table(f"settings.kubernetes.{key}", values)
     if setup.labels:
         lines += _toml_table("settings.kubernetes.node-labels", setup.labels)
     if setup.taints:
