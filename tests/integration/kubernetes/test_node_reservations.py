@@ -42,9 +42,9 @@ COMPARED = ("cpu", "memory", "pods")
 def ec2_facts() -> Iterator[dict[str, tuple[InstanceType, Machine]]]:
     """Per type: the packer's view (catalog adapter) and the launched machine's (EC2 DescribeInstances)."""
     with mock_aws():
-        ec2 = boto3.client("ec2", region_name="us-east-1")
+        ec2: Any = boto3.client("ec2", region_name="us-east-1")
         image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        facts = {}
+        facts: dict[str, tuple[InstanceType, Machine]] = {}
         for raw in ec2.describe_instance_types(InstanceTypes=list(TYPES))["InstanceTypes"]:
             name = raw["InstanceType"]
             instance_id = ec2.run_instances(ImageId=image, InstanceType=name, MinCount=1,
