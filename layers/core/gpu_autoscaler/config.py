@@ -285,10 +285,38 @@ class Disruption(_Model):
 
 
 class Overhead(_Model):
-    """Resources each node spends before pods: daemonsets and kube-reserved, as quantity strings."""
+    """Resources each node spends before pods, as quantity strings.
+
+    `daemonsets`: the requests of the pods every node runs (the packer keeps room for them). The kubelet's
+    reservations default to an EKS AMI's own (`domain/packing/reserved.py`); what is set here replaces the
+    default key by key, and the user data states the result to every node so it offers what was planned."""
 
     daemonsets: dict[str, str] = Field(default_factory=lambda: {"cpu": "200m", "memory": "256Mi"})
-    kube_reserved: dict[str, str] = Field(default_factory=lambda: {"cpu": "100m", "memory": "1Gi"})
+    kube_reserved: dict[str, str] = Field(default_factory=dict)
+    """Over the EKS default: cpu by the core-count ladder, memory 11Mi × max pods + 255Mi, ephemeral-storage 1Gi."""
+    system_reserved: dict[str, str] = Field(default_factory=dict)
+    eviction_hard: dict[str, str] = Field(default_factory=dict)
+    """Over the EKS default: memory.available 100Mi, nodefs.available 10%, nodefs.inodesFree 5%."""
+
+    @field_validator("kube_reserved", "system_reserved", "daemonsets")
+    @classmethod
+    def _quantities(cls, values: dict[str, str]) -> dict[str, str]:
+        for name, quantity in values.items():
+            try:
+                parse_quantity(quantity)
+            except ValueError:
+                raise ValueError(f"{name}: '{quantity}' is not a Kubernetes quantity") from None
+        return values
+
+    @field_validator("eviction_hard")
+    @classmethod
+    def _thresholds(cls, values: dict[str, str]) -> dict[str, str]:
+        for signal, threshold in values.items():
+            try:
+                float(threshold[:-1]) if threshold.endswith("%") else parse_quantity(threshold)
+            except ValueError:
+                raise ValueError(f"{signal}: '{threshold}' is neither a quantity nor a percentage") from None
+        return values
 
 
 _PRE_PULL_CHARACTERS = 8192

@@ -51,7 +51,10 @@ def test_al2023_node_config_joins_the_cluster_with_labels_and_taints() -> None:
     assert document["spec"]["cluster"] == {
         "name": "ml-prod", "apiServerEndpoint": "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com",
         "certificateAuthority": CA, "cidr": "10.100.0.0/16"}
-    assert document["spec"]["kubelet"]["config"] == {"maxPods": 100}
+    assert document["spec"]["kubelet"]["config"] == {
+        "maxPods": 100,
+        "kubeReserved": {"cpu": "550m", "ephemeral-storage": "1Gi", "memory": "1355Mi"},  # 11Mi × 100 + 255Mi
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"}}
     flags = kubelet_flags(document)
     labels = dict(pair.split("=", 1) for pair in flags["node-labels"].split(","))
     assert labels == {
@@ -127,6 +130,8 @@ def test_bottlerocket_settings() -> None:
     assert kubernetes["node-labels"][L.CLAIM_LABEL] == "c-1"
     assert kubernetes["node-labels"][L.NODE_POOL] == "gpu-shared"
     assert kubernetes["node-taints"] == {"gpu-autoscaler/shared": ["true:NoSchedule"]}
+    assert kubernetes["kube-reserved"] == {"cpu": "80m", "ephemeral-storage": "1Gi", "memory": "893Mi"}
+    assert kubernetes["eviction-hard"]["memory.available"] == "100Mi" and "system-reserved" not in kubernetes
     nvidia = settings["kubelet-device-plugins"]["nvidia"]
     assert nvidia["device-sharing-strategy"] == "time-slicing" and nvidia["time-slicing"]["replicas"] == 4
 

@@ -6,7 +6,6 @@ import pytest
 
 from gpu_autoscaler.config import GpuSharing, NodePool, Overhead
 from gpu_autoscaler.domain.packing.fit import (
-    EVICTION_MEMORY,
     VM_MEMORY_OVERHEAD,
     allocatable,
     fits,
@@ -41,9 +40,37 @@ def test_allocatable_subtracts_daemonsets_kube_reserved_and_eviction_thresholds(
     capacity = node_capacity(t, pool())
     alloc = allocatable(t, pool(), overhead)
     assert alloc["cpu"] == 4000 - 300
-    assert alloc["memory"] == capacity["memory"] - 256 * 2**20 - GI - EVICTION_MEMORY
+    assert alloc["memory"] == capacity["memory"] - 256 * 2**20 - GI - 100 * 2**20
     assert alloc["pods"] == 58 - 3
     assert alloc["ephemeral-storage"] == 100 * GI - GI - 10 * GI
+
+
+def test_by_default_a_node_reserves_what_an_eks_ami_would() -> None:
+    """kube-reserved memory 11Mi × max pods + 255Mi, cpu by the core ladder, 1Gi of disk; eviction at 100Mi."""
+    t = make_type("g5.12xlarge")  # 48 vCPUs, 234 pods
+    capacity = node_capacity(t, pool())
+    alloc = allocatable(t, pool(), Overhead(daemonsets={}))
+    assert alloc["cpu"] == 48_000 - (60 + 10 + 10 + 110)
+    assert alloc["memory"] == capacity["memory"] - (11 * 234 + 255) * 2**20 - 100 * 2**20
+    assert alloc["ephemeral-storage"] == 100 * GI - GI - 10 * GI
+
+
+def test_configured_reservations_replace_the_defaults_key_by_key() -> None:
+    t = make_type("g5.12xlarge")
+    default = allocatable(t, pool(), Overhead(daemonsets={}))
+    custom = allocatable(t, pool(), Overhead(daemonsets={}, kube_reserved={"memory": "1Gi"},
+                                             system_reserved={"cpu": "500m"},
+                                             eviction_hard={"memory.available": "1%"}))
+    capacity = node_capacity(t, pool())
+    assert custom["cpu"] == default["cpu"] - 500
+    assert custom["memory"] == capacity["memory"] - GI - -(-capacity["memory"] // 100)
+
+
+def test_an_overhead_that_is_not_a_quantity_is_refused() -> None:
+    with pytest.raises(ValueError, match="systemReserved|system_reserved"):
+        Overhead.model_validate({"systemReserved": {"memory": "lots"}})
+    with pytest.raises(ValueError, match="neither a quantity nor a percentage"):
+        Overhead.model_validate({"evictionHard": {"memory.available": "ten%"}})
 
 
 def test_time_slicing_multiplies_gpu_devices_by_replicas() -> None:

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.launch_templates import (
     block_device_mappings,
     efa_count,
@@ -148,6 +149,9 @@ class LaunchContext:
             return ()
         return block_device_mappings(ami, ephemeral_gib(pool))
 
+    overhead: Overhead = field(default_factory=Overhead)
+    """The configuration's: the kubelet reservations the user data states are the ones the packer planned with."""
+
     @classmethod
     def from_config(
         cls,
@@ -175,6 +179,7 @@ class LaunchContext:
             launch_templates=dict(launch_templates or {}),
             ami=config.ami,
             placement_groups=dict(placement_groups or {}),
+            overhead=config.overhead,
         )
 
 
@@ -384,7 +389,7 @@ def build_request(
             if pool.efa and all_or_nothing else None,
         )
         setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
-                           claim_id=single_claim, gang=gang)
+                           claim_id=single_claim, gang=gang, overhead=context.overhead)
         template = context.template_for(attempt.capacity_type, efa) if efa else None
         configs.setdefault((render_user_data(context.bootstrap, setup), template), []).append(override)
     return FleetRequest(

@@ -12,6 +12,10 @@ pull/unpack on both families; `prePullImages` (AL2023 only; the configuration re
 shell-script part to the MIME document that pulls the images before the kubelet starts, so the node registers
 with them on disk.
 
+Both state the kubelet's reservations (kube-reserved, system-reserved, hard eviction thresholds) the packer
+planned with (`domain/packing/reserved.py`), so the node's allocatable is what was planned, not what the
+AMI would pick by itself.
+
 The node carries the pool's labels, Karpenter's well-known labels of its instance type (so pod selectors on
 `karpenter.k8s.aws/instance-gpu-name` and the like match it), its pool and capacity type, and the identity
 of the claim it was launched for. The kubelet refuses to start with labels in the `kubernetes.io` and
@@ -30,7 +34,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.packing.mig import mig_gpu
+from gpu_autoscaler.domain.packing.reserved import KubeletReservations, kubelet_reservations
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
@@ -61,6 +67,7 @@ __all__ = [
     "node_setup",
     "pre_pull_script",
     "render_user_data",
+    "reservation_settings",
 ]
 
 GANG_LABEL = "gpu-autoscaler/gang"
@@ -126,6 +133,8 @@ class NodeSetup:
     """Pulled before the kubelet starts (AL2023)."""
     soci: bool = False
     """The SOCI snapshotter, parallel pull/unpack mode."""
+    reservations: KubeletReservations | None = None
+    """What the kubelet holds back (None for a type known by name only: the AMI's defaults apply)."""
 
 
 def label_value(text: str) -> str:
@@ -189,7 +198,9 @@ def node_setup(
     instance_type: InstanceType | str,
     claim_id: str | None = None,
     gang: str | None = None,
+    overhead: Overhead | None = None,
 ) -> NodeSetup:
+    """`overhead`: the configuration's, which the packer planned with (its default when not given)."""
     labels, skipped = node_labels(pool, capacity_type, instance_type=instance_type, claim_id=claim_id, gang=gang)
     known = instance_type if isinstance(instance_type, InstanceType) else None
     return NodeSetup(
@@ -201,6 +212,7 @@ def node_setup(
         skipped_labels=skipped,
         pre_pull_images=tuple(pool.pre_pull_images),
         soci=pool.soci,
+        reservations=kubelet_reservations(known, overhead or Overhead()) if known else None,
     )
 
 
@@ -241,8 +253,12 @@ def al2023_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str:
     if bootstrap.service_cidr:
         cluster.append(f"    cidr: {q(bootstrap.service_cidr)}")
     kubelet = ["  kubelet:"]
-    if setup.max_pods:
-        kubelet += ["    config:", f"      maxPods: {int(setup.max_pods)}"]
+    config = [f"maxPods: {int(setup.max_pods)}"] if setup.max_pods else []
+    if setup.reservations:
+        for key, values in reservation_settings(setup.reservations, "AL2023").items():
+            config += [f"{key}:", *(f"  {q(name)}: {q(value)}" for name, value in values.items())]
+    if config:
+        kubelet += ["    config:", *(f"      {line}" for line in config)]
     flags = []
     if setup.labels:
         flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in setup.labels.items()))
@@ -315,6 +331,16 @@ def pre_pull_script(images: Iterable[str]) -> str:
     return "\n".join([*lines, "exit 0"])
 
 
+def reservation_settings(reservations: KubeletReservations,
+                         family: Literal["AL2023", "Bottlerocket"]) -> dict[str, dict[str, str]]:
+    """The kubelet's reservations as the family's settings name them (nodeadm's `spec.kubelet.config` is
+    a KubeletConfiguration; Bottlerocket's `settings.kubernetes` keys), empty ones left out."""
+    names = (("kubeReserved", "systemReserved", "evictionHard") if family == "AL2023"
+             else ("kube-reserved", "system-reserved", "eviction-hard"))
+    values = (reservations.kube_reserved, reservations.system_reserved, reservations.eviction_hard)
+    return {name: dict(sorted(v.items())) for name, v in zip(names, values, strict=True) if v}
+
+
 def _toml_table(name: str, values: Mapping[str, object]) -> list[str]:
     lines = [f"[{name}]"]
     for key, value in values.items():
@@ -337,6 +363,9 @@ def bottlerocket_user_data(bootstrap: ClusterBootstrap, setup: NodeSetup) -> str
         # The snapshotter setting alone: its pull mode defaults to parallel-pull-unpack, the only mode
         # Bottlerocket models (settings.container-runtime-plugins.soci-snapshotter.pull-mode).
         lines += _toml_table("settings.container-runtime", {"snapshotter": "soci"})
+    if setup.reservations:
+        for key, values in reservation_settings(setup.reservations, "Bottlerocket").items():
+            lines += _toml_table(f"settings.kubernetes.{key}", values)
     if setup.labels:
         lines += _toml_table("settings.kubernetes.node-labels", setup.labels)
     if setup.taints:

@@ -11,8 +11,9 @@ nowhere else. A node's allocatable is what kubelet would report for it:
   strategy names them: `nvidia.com/mig-<profile>` (mixed) or `nvidia.com/gpu` (single);
   a partitioned type (g6f) advertises its partition as one device;
 
-less the configured daemonset overhead and kube-reserved, and kubelet's default hard eviction thresholds
-(memory 100 Mi, node filesystem 10 %). Every pod also takes one of the node's `pods`.
+less what the kubelet holds back (kube-reserved, system-reserved, hard eviction thresholds: the model of
+`reserved`, which the user data states to every node, so the Node's allocatable is this plan) and the
+configured daemonsets' requests. Every pod also takes one of the node's `pods`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
+from gpu_autoscaler.domain.packing.reserved import kubelet_reservations
 from gpu_autoscaler.models.resources import (
     CPU,
     DRA_GPU,
@@ -42,8 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_RESOURCES",
-    "EVICTION_MEMORY",
-    "EVICTION_NODEFS_SHARE",
     "VM_MEMORY_OVERHEAD",
     "allocatable",
     "dra_devices",
@@ -55,8 +55,6 @@ __all__ = [
 ]
 
 VM_MEMORY_OVERHEAD = 0.075
-EVICTION_MEMORY = 100 * 2**20
-EVICTION_NODEFS_SHARE = 0.10
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS, GPU)
 """Resources every node has a figure for; any other resource a pod asks for is zero unless the pool makes it."""
 
@@ -92,20 +90,16 @@ def dra_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
     return {DRA_GPU: instance_type.gpu_devices}
 
 
-def node_overhead(overhead: Overhead, capacity: Mapping[str, int]) -> Resources:
-    """Daemonsets + kube-reserved from configuration, and kubelet's hard eviction thresholds."""
-    reserved = Resources.from_quantities(overhead.daemonsets) + Resources.from_quantities(overhead.kube_reserved)
-    eviction = {
-        MEMORY: EVICTION_MEMORY,
-        EPHEMERAL_STORAGE: math.ceil(capacity.get(EPHEMERAL_STORAGE, 0) * EVICTION_NODEFS_SHARE),
-    }
-    return reserved + eviction
+def node_overhead(instance_type: InstanceType, overhead: Overhead, capacity: Mapping[str, int]) -> Resources:
+    """What the kubelet holds back on a node of this type (as its user data tells it), plus the daemonsets."""
+    held_back = kubelet_reservations(instance_type, overhead).held_back(capacity)
+    return held_back + Resources.from_quantities(overhead.daemonsets)
 
 
 def allocatable(instance_type: InstanceType, pool: NodePool, overhead: Overhead) -> Resources:
     """What pods may request on a node of this type in this pool (never below zero)."""
     capacity = node_capacity(instance_type, pool)
-    left = capacity - node_overhead(overhead, capacity)
+    left = capacity - node_overhead(instance_type, overhead, capacity)
     return Resources({name: max(value, 0) for name, value in left.items()})
 
 

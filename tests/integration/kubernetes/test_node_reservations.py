@@ -1,0 +1,109 @@
+"""What the packer plans on a node is what the node offers: kubelet reservations, on the emulator.
+
+The packer's side is the project's own: the instance type as its catalog adapter reads EC2's
+DescribeInstanceTypes, `allocatable()` for the pool, and the user data the fleet request carries for it.
+The node's side is the emulator's: the machine EC2 (moto) launched, and the simulated kubelet that
+computes allocatable from that machine and the user data alone, with the EKS AMIs' defaults for anything
+the user data leaves out.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from gpu_autoscaler.adapters.aws.instance_types import instance_type_from_api
+from gpu_autoscaler.config import Config, parse_config
+from gpu_autoscaler.domain.fleet import Attempt, LaunchContext, build_request
+from gpu_autoscaler.domain.packing.fit import allocatable
+from gpu_autoscaler.emulator.kubelet import SimulatedInstance
+from gpu_autoscaler.emulator.machines import describe_machine
+from gpu_autoscaler.models.claims import NodeClaim
+from gpu_autoscaler.models.resources import Resources
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from gpu_autoscaler.emulator.machines import Machine
+    from gpu_autoscaler.models.catalog import InstanceType
+
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
+TYPES = ("g4dn.xlarge", "g5.12xlarge", "g5.48xlarge", "p4d.24xlarge")
+COMPARED = ("cpu", "memory", "pods")
+
+
+@pytest.fixture(scope="module")
+def ec2_facts() -> Iterator[dict[str, tuple[InstanceType, Machine]]]:
+    """Per type: the packer's view (catalog adapter) and the launched machine's (EC2 DescribeInstances)."""
+    with mock_aws():
+        ec2: Any = boto3.client("ec2", region_name="us-east-1")
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        facts: dict[str, tuple[InstanceType, Machine]] = {}
+        for raw in ec2.describe_instance_types(InstanceTypes=list(TYPES))["InstanceTypes"]:
+            name = raw["InstanceType"]
+            instance_id = ec2.run_instances(ImageId=image, InstanceType=name, MinCount=1,
+                                            MaxCount=1)["Instances"][0]["InstanceId"]
+            machine, _ = describe_machine(ec2, instance_id)
+            facts[name] = (instance_type_from_api(raw, {}), machine)
+        yield facts
+
+
+def config_for(family: str, overhead: dict[str, Any] | None = None) -> Config:
+    data = example_config_data()
+    data["ami"]["family"] = family
+    data["kubernetes"].update({"certificateAuthority": CA, "serviceCidr": "10.100.0.0/16"})
+    if overhead is not None:
+        data["overhead"] = overhead
+    return parse_config(data)
+
+
+def launched_user_data(config: Config, pool_name: str, instance_type: InstanceType) -> str:
+    """The user data the fleet request launches a node of this type with (the real request builder)."""
+    pool = config.pool(pool_name)
+    claim = NodeClaim(cluster=config.cluster_name, id="claim-1", pool=pool.name, capacity_type="on-demand",
+                      zones=("us-east-1a",), instance_types=(instance_type.name,), price_per_hour=1.0,
+                      created_at=datetime(2026, 11, 24, tzinfo=UTC))
+    context = LaunchContext.from_config(config, "lt-0123456789abcdef0", instance_types=[instance_type])
+    request = build_request([claim], pool, Attempt(1, "on-demand", ((instance_type.name, "us-east-1a"),)), context)
+    [launch] = request.launch_configs
+    return launch.user_data
+
+
+def node_allocatable(config: Config, pool_name: str, name: str,
+                     facts: dict[str, tuple[InstanceType, Machine]]) -> tuple[Resources, Resources]:
+    """(what the node's kubelet reports, what the packer plans room for plus the daemonsets it counted)."""
+    instance_type, machine = facts[name]
+    user_data = launched_user_data(config, pool_name, instance_type)
+    node = SimulatedInstance.from_user_data("i-0aaa", machine, "us-east-1a", user_data)
+    reported = node.allocatable
+    assert reported is not None
+    daemonsets = Resources.from_quantities(config.overhead.daemonsets)
+    planned = allocatable(instance_type, config.pool(pool_name), config.overhead) + daemonsets
+    return (Resources({k: reported.get(k, 0) for k in COMPARED}),
+            Resources({k: planned.get(k, 0) for k in COMPARED}))
+
+
+@pytest.mark.parametrize("family", ["AL2023", "Bottlerocket"])
+@pytest.mark.parametrize("name", TYPES)
+def test_the_node_offers_what_the_packer_planned(
+        family: str, name: str, ec2_facts: dict[str, tuple[InstanceType, Machine]]) -> None:
+    """The default overhead: the Node's allocatable is the packer's room for pods plus the daemonsets'
+    requests (those are pods the node runs, not kubelet reservations)."""
+    reported, planned = node_allocatable(config_for(family), "gpu-burst", name, ec2_facts)
+    assert reported == planned
+
+
+@pytest.mark.parametrize("family", ["AL2023", "Bottlerocket"])
+def test_a_configured_overhead_reaches_the_node_too(
+        family: str, ec2_facts: dict[str, tuple[InstanceType, Machine]]) -> None:
+    overhead = {"daemonsets": {"cpu": "500m", "memory": "1Gi"},
+                "kubeReserved": {"cpu": "250m", "memory": "2Gi"},
+                "systemReserved": {"cpu": "100m", "memory": "512Mi"}}
+    reported, planned = node_allocatable(config_for(family, overhead), "gpu-burst", "p4d.24xlarge", ec2_facts)
+    assert reported == planned
