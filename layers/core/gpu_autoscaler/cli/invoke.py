@@ -198,8 +198,10 @@ def invoke_command(
     output: OutputOption = None,
 ) -> None:
     """Run one handler on one event locally; print what it changed and its response."""
-    if aws and (endpoint_url or launch_first):
-        raise typer.BadParameter("--aws goes with neither --endpoint-url nor --launch-first")
+    if aws and endpoint_url:
+        raise typer.BadParameter("give --aws or --endpoint-url, not both")
+    if launch_first and (aws or endpoint_url):
+        raise typer.BadParameter("--launch-first starts its own emulator: not with --aws or --endpoint-url")
     configure_logging(logging.ERROR)
     directory = functions_dir or default_functions_dir()
     try:
