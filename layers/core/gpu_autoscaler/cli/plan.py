@@ -117,9 +117,10 @@ def plan_command(
     except json.JSONDecodeError as error:
         raise fail(f"{pods}: not valid JSON ({error})", EXIT_INPUT) from None
     except ValidationError as error:
-        for line in describe_validation(error)[:-1]:
-            typer.echo(f"error: {pods}: {line}", err=True)
-        raise fail(f"{pods}: {describe_validation(error)[-1]}", EXIT_INPUT) from None
+        *first, last = describe_validation(error)
+        for line in first:
+            typer.echo(f"error: {pods}: not a pending-pods document: {line}", err=True)
+        raise fail(f"{pods}: not a pending-pods document: {last}", EXIT_INPUT) from None
     if document.cluster != config.cluster_name:
         note(f"note: the document is for cluster '{document.cluster}', the configuration for "
              f"'{config.cluster_name}'; planning with the configuration")
