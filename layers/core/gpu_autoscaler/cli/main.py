@@ -59,4 +59,5 @@ from gpu_autoscaler.cli import emulator  # noqa: E402, F401
 from gpu_autoscaler.cli import invoke  # noqa: E402, F401
 from gpu_autoscaler.cli import plan  # noqa: E402, F401
 from gpu_autoscaler.cli import simulate  # noqa: E402, F401
+from gpu_autoscaler.cli import status  # noqa: E402, F401
 # isort: on
