@@ -55,6 +55,7 @@ def _root(
 # isort: off
 from gpu_autoscaler.cli import catalog  # noqa: E402, F401
 from gpu_autoscaler.cli import demo  # noqa: E402, F401
+from gpu_autoscaler.cli import doctor  # noqa: E402, F401
 from gpu_autoscaler.cli import emulator  # noqa: E402, F401
 from gpu_autoscaler.cli import invoke  # noqa: E402, F401
 from gpu_autoscaler.cli import plan  # noqa: E402, F401

@@ -8,6 +8,7 @@ in `gpu_autoscaler.cli.status_report`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from datetime import UTC, datetime
@@ -178,8 +179,7 @@ def status_command(
             raise fail(str(error)) from None
         if watch and chosen is Output.table:
             typer.echo("\033[2J\033[H", nl=False)  # clear the terminal between refreshes
-        printer = _print_cost if cost else _print_status
-        emit(report, chosen, lambda: printer(report, where))
+        emit(report, chosen, functools.partial(_print_cost if cost else _print_status, report, where))
         if not watch:
             return
         try:
