@@ -85,7 +85,8 @@ def test_a_bad_quantity_is_one_line_with_its_path(tmp_path: Path, config_file: P
     pods = _pods(tmp_path, {"cpu": "1", "nvidia.com/gpu": "1"}, {"cpu": "lots", "nvidia.com/gpu": "1"})
     result = runner.invoke(app, ["plan", "--pods", str(pods), "--config", str(config_file)])
     assert result.exit_code == 2
-    assert _one_error_line(result) == f"error: {pods}: not a pending-pods document: pods[1].requests.cpu: 'lots' is not a Kubernetes quantity"
+    assert _one_error_line(result) == (
+        f"error: {pods}: not a pending-pods document: pods[1].requests.cpu: 'lots' is not a Kubernetes quantity")
     negative = _pods(tmp_path, {"cpu": "1", "nvidia.com/gpu": "-1"})
     result = runner.invoke(app, ["plan", "--pods", str(negative), "--config", str(config_file)])
     assert _one_error_line(result).endswith(

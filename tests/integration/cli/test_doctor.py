@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from typer.testing import CliRunner
@@ -22,6 +21,9 @@ from gpu_autoscaler.cli.doctor_checks import (
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import Config, load_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
@@ -79,7 +81,8 @@ def test_quotas_below_a_pools_limit_fail_with_the_increase_to_ask_for(aws: Embed
 
 
 def test_an_unknown_or_wrong_architecture_ami_fails(aws: EmbeddedAws) -> None:
-    missing = aws.config.model_copy(update={"ami": aws.config.ami.model_copy(update={"x86_64": "ami-00000000000000bad"})})
+    bad_image = aws.config.ami.model_copy(update={"x86_64": "ami-00000000000000bad"})
+    missing = aws.config.model_copy(update={"ami": bad_image})
     assert "fail" in _statuses(check_amis(_context(aws, missing)))
     swapped = aws.config.model_copy(update={"ami": aws.config.ami.model_copy(update={"arm64": aws.config.ami.x86_64})})
     arm = {c.name: c for c in check_amis(_context(aws, swapped))}["AMI arm64"]
