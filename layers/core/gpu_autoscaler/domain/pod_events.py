@@ -19,14 +19,16 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterPod
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EventRecorder", "PodEvent", "events_for_plan"]
+__all__ = ["EventRecorder", "PodEvent", "disruption_events", "events_for_plan"]
 
 PLANNED = "GpuCapacityPlanned"
 LAUNCHED = "GpuCapacityLaunched"
 REGISTERED = "GpuNodeRegistered"
 UNSCHEDULABLE = "GpuCapacityUnavailable"
+DISRUPTING = "GpuNodeDisrupting"
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,11 @@ def events_for_plan(pods: Sequence[PendingPod], plan: Plan, claims: Mapping[str,
             reason, message = _about(found)
             events.append(PodEvent(pod.uid, pod.namespace, pod.name, reason, message))
     return events
+
+
+def disruption_events(pods: Sequence[ClusterPod], node: str, claim: NodeClaim, reason: str) -> list[PodEvent]:
+    """Evicted pods hear why their node goes, in the words of the drain request (Spot warning, consolidation with
+    its saving, drift, a scheduled retirement)."""
+    what = f"{claim.instance_type or _types(claim)} {claim.capacity_type}"
+    return [PodEvent(p.uid, p.namespace, p.name, DISRUPTING, f"evicted: node {node} ({what}, claim {claim.id}) is "
+                     f"being drained: {reason}") for p in pods]
