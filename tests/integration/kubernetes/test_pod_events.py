@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+
 from kubernetes import client
 
 from gpu_autoscaler.adapters.kubernetes.events import KubernetesEventRecorder, event_name
