@@ -94,6 +94,9 @@ def configure_logging(normal: int = logging.WARNING) -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         root.addHandler(handler)
     root.setLevel(level)
+    for handler in root.handlers:  # a library logger set to INFO (Powertools') propagates past the root's level
+        if type(handler) is logging.StreamHandler:  # the console's, not a test harness's capture
+            handler.setLevel(level)
     for name in ("werkzeug", "botocore", "urllib3", "moto"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
 
