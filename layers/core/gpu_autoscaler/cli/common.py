@@ -90,9 +90,9 @@ def configure_logging(normal: int = logging.WARNING) -> None:
     level = {Verbosity.quiet: logging.ERROR, Verbosity.normal: normal, Verbosity.verbose: logging.INFO}[verbosity()]
     root = logging.getLogger()
     if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-        root.addHandler(handler)
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        root.addHandler(console)
     root.setLevel(level)
     for handler in root.handlers:  # a library logger set to INFO (Powertools') propagates past the root's level
         if type(handler) is logging.StreamHandler:  # the console's, not a test harness's capture
