@@ -108,7 +108,7 @@ def test_version_short_help_and_completion() -> None:
     short = runner.invoke(app, ["-h"], terminal_width=80)
     assert short.exit_code == 0 and "--install-completion" in short.stdout and "--quiet" in short.stdout
     assert all(len(line) <= 80 for line in short.stdout.splitlines())
-    for command in ("catalog", "plan", "invoke", "demo", "simulate"):
+    for command in ("catalog", "plan", "invoke", "demo", "simulate", "emulator", "status", "doctor"):
         page = runner.invoke(app, [command, "--help"], terminal_width=80)
         assert page.exit_code == 0 and "--output" in page.stdout, command
         assert all(len(line) <= 80 for line in page.stdout.splitlines()), command
