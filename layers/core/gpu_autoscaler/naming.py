@@ -27,6 +27,11 @@ class ResourceNames:
         return f"{self.cluster}-gpu-autoscaler"
 
     @property
+    def stack(self) -> str:
+        """The CloudFormation stack (`doctor` reads its outputs after a deploy)."""
+        return "GpuAutoscaler-" + self.cluster.replace("_", "-")
+
+    @property
     def table(self) -> str:
         return self.prefix
 

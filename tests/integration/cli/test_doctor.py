@@ -117,3 +117,50 @@ def test_an_invalid_configuration_is_the_first_failed_line(tmp_path: Path) -> No
     result = runner.invoke(app, ["doctor", "--config", str(path)])
     assert result.exit_code == 2 and result.stderr.startswith("FAIL  configuration: ")
     assert "nodePools[0].capacityTypes[0]" in result.stderr
+
+
+class _Paginator:
+    def __init__(self, entries: list[str]) -> None:
+        self.entries = entries
+
+    def paginate(self, **_: Any) -> list[dict[str, Any]]:
+        return [{"accessEntries": self.entries}]
+
+
+class _DeployedAccount:
+    """CloudFormation with the stack's role outputs and EKS with the given access entries (moto has no EKS access
+    entries API)."""
+
+    def __init__(self, entries: list[str]) -> None:
+        self.entries = entries
+
+    def client(self, service: str) -> Any:
+        test = self
+
+        class Client:
+            def describe_stacks(self, StackName: str) -> dict[str, Any]:  # noqa: N803 - boto3's argument name
+                assert StackName == "GpuAutoscaler-ml-prod"
+                return {"Stacks": [{"Outputs": [
+                    {"OutputKey": "DrainRoleArn", "OutputValue": "arn:aws:iam::123456789012:role/drain"},
+                    {"OutputKey": "PackerRoleArn", "OutputValue": "arn:aws:iam::123456789012:role/packer"},
+                    {"OutputKey": "TableName", "OutputValue": "t"}]}]}
+
+            def get_paginator(self, name: str) -> _Paginator:
+                return _Paginator(test.entries)
+
+        return Client()
+
+
+def test_after_a_deploy_each_kubernetes_function_needs_its_access_entry(aws: EmbeddedAws) -> None:
+    from gpu_autoscaler.cli.doctor_checks import check_function_access
+
+    def checks(entries: list[str]) -> list[Any]:
+        return check_function_access(DoctorContext(aws.config, _DeployedAccount(entries), None))  # type: ignore[arg-type]
+
+    [missing] = checks(["arn:aws:iam::123456789012:role/drain"])
+    assert missing.name == "EKS access entry Packer" and missing.status == "fail"
+    assert "create-access-entry" in missing.fix and "role/packer" in missing.fix
+    [ok] = checks(["arn:aws:iam::123456789012:role/drain", "arn:aws:iam::123456789012:role/packer"])
+    assert ok.status == "pass" and ok.detail == "Drain, Packer"
+    [before] = check_function_access(_context(aws))
+    assert before.status == "pass" and "not deployed yet" in before.detail

@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
+from gpu_autoscaler.naming import ResourceNames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -237,10 +238,51 @@ def check_node_identity(ctx: DoctorContext) -> list[Check]:
     return results
 
 
+def _access_entries(ctx: DoctorContext) -> list[str]:
+    eks = ctx.clients.client("eks")
+    entries: list[str] = []
+    for page in eks.get_paginator("list_access_entries").paginate(clusterName=ctx.config.cluster_name):
+        entries += page["accessEntries"]
+    return entries
+
+
+def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
+    """The deployed stack's `<Function>RoleArn` outputs (the functions that reach Kubernetes); None before a
+    deploy."""
+    try:
+        [stack] = ctx.clients.client("cloudformation").describe_stacks(StackName=ResourceNames(
+            ctx.config.cluster_name).stack)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in str(error):
+            return None
+        raise
+    return {o["OutputKey"].removesuffix("RoleArn"): o["OutputValue"] for o in stack.get("Outputs", [])
+            if o["OutputKey"].endswith("RoleArn")}
+
+
+def check_function_access(ctx: DoctorContext) -> list[Check]:
+    """After a deploy, each function that reaches Kubernetes has an access entry for its role."""
+    roles = _function_roles(ctx)
+    if roles is None:
+        return [Check("EKS access entries (functions)", "pass", "stack not deployed yet: run doctor again after "
+                      "cdk deploy to check the functions' roles")]
+    try:
+        entries = set(_access_entries(ctx))
+    except (ClientError, BotoCoreError) as error:
+        return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
+                      "map the stack's …RoleArn outputs in aws-auth, or allow eks:ListAccessEntries")]
+    missing = {name: arn for name, arn in sorted(roles.items()) if arn not in entries}
+    if not missing:
+        return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
+    return [Check(f"EKS access entry {name}", "fail", f"{arn} has no access entry",
+                  f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} --principal-arn {arn} "
+                  "(then grant it the RBAC in the README)") for name, arn in missing.items()]
+
+
 def check_access_entries(ctx: DoctorContext) -> list[Check]:
     """The node role may join the cluster: an EKS access entry of type EC2_LINUX (or an aws-auth mapping)."""
     try:
-        entries = ctx.clients.client("eks").list_access_entries(clusterName=ctx.config.cluster_name)["accessEntries"]
+        entries = _access_entries(ctx)
     except (ClientError, BotoCoreError) as error:
         return [Check("EKS access entry (node role)", "warn", f"cannot list access entries ({_code(error)}); "
                       "if the cluster uses the aws-auth ConfigMap, map the node role there",
@@ -320,7 +362,7 @@ def check_reservations(ctx: DoctorContext) -> list[Check]:
 
 CHECKS: tuple[Callable[[DoctorContext], list[Check]], ...] = (
     check_offerings, check_quotas, check_spot_role, check_subnets, check_amis, check_node_identity,
-    check_access_entries, check_efa_security_groups, check_reservations,
+    check_access_entries, check_function_access, check_efa_security_groups, check_reservations,
 )
 
 
