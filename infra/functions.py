@@ -105,7 +105,8 @@ class FunctionSpec:
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec(
         FUNCTION_WIRING["packer"],
-        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES}),
+        # KUBERNETES: it posts Events on the pods it decides for (see README, "Why is my pod pending").
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.KUBERNETES}),
         description="Pack pending GPU pods onto in-flight claims and new NodeClaims",
     ),
     FunctionSpec(

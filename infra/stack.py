@@ -29,7 +29,7 @@ __all__ = ["GpuAutoscalerStack", "stack_id"]
 
 
 def stack_id(cluster_name: str) -> str:
-    return "GpuAutoscaler-" + cluster_name.replace("_", "-")
+    return ResourceNames(cluster_name).stack
 
 
 class GpuAutoscalerStack(Stack):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import queue
+import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -214,6 +215,7 @@ class Dispatcher:
             head = self._outbox[0]
             if head.retry_at is not None and now < head.retry_at:
                 return
+            started = time.monotonic()
             try:
                 self._sender.send(head.body, head.dedup_id)
             except SendFailed as error:
@@ -221,6 +223,7 @@ class Dispatcher:
                 if not error.rejected:
                     return
                 continue
+            self._metrics.observe("send_latency_seconds", time.monotonic() - started)
             self._outbox.popleft()
             self._delivered(head.batch, self._clock.now())
 

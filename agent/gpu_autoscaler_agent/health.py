@@ -32,6 +32,7 @@ _FAMILIES = {
     "send_failures_total": ("counter", "SendMessage attempts that failed (each is retried)."),
     "lag_seconds": ("gauge", "Age of the oldest pod report not yet accepted by the queue (0 when none waits)."),
     "report_latency_seconds": ("summary", "Time from a pod report being queued to its message being accepted."),
+    "send_latency_seconds": ("summary", "Duration of each accepted SendMessage call (the queue's round trip)."),
     "resyncs_total": ("counter", "Periodic resyncs (every pending pod reported again)."),
     "relists_total": ("counter", "Full lists of pods (at start, and after a watch expired)."),
     "watch_restarts_total": ("counter", "Watches re-opened, by reason."),

@@ -79,3 +79,14 @@ def test_the_timeline_tells_every_step(demo: dict[str, Any]) -> None:
         assert any(text.startswith(step) for text in story), step
     kinds = {e["kind"] for e in demo["timeline"]}
     assert {"lambda", "ec2", "node", "pods"} <= kinds
+
+
+def test_the_summary_counts_gpus_and_events_apart_and_the_headings_come_in_order(demo: dict[str, Any]) -> None:
+    summary = demo["summary"]
+    assert summary["speed"] > 1  # the summary says node boots ran this many times faster than on EC2
+    physical = summary["physicalGpus"]
+    assert 0 < physical["launched"] < physical["peakSlots"]  # time-sliced GPUs advertise several slots each
+    assert summary["interruptionEvents"]["EC2 Spot Instance Interruption Warning"] == 1
+    assert summary["interruptionEvents"]["EC2 Instance State-change Notification"] >= 1
+    headings = [e["text"][:2] for e in demo["timeline"] if e["kind"] == "story" and e["text"][:1].isdigit()]
+    assert headings == sorted(headings) and headings[:2] == ["1.", "2."]

@@ -204,7 +204,7 @@ def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synt
     user data, and is not a Kubernetes client (no role output to grant RBAC to)."""
     cluster = synthesized.config.cluster_name
     holders = [name for name in FUNCTIONS if allowed(synthesized, name, "eks:DescribeCluster")]
-    assert holders == ["fleet", "interruption", "drain", "prewarm", "consolidate"]
+    assert holders == ["packer", "fleet", "interruption", "drain", "prewarm", "consolidate"]  # packer: pod Events
     for name in holders:
         [statement] = allowed(synthesized, name, "eks:DescribeCluster")
         assert flat(statement["Resource"]) == f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/{cluster}"

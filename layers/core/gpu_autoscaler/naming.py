@@ -71,6 +71,11 @@ class ResourceNames:
         return fit(self.prefix, NAME_LIMITS[kind], keep=suffix)
 
     @property
+    def stack(self) -> str:
+        """The CloudFormation stack (`doctor` reads its outputs after a deploy)."""
+        return "GpuAutoscaler-" + self.cluster.replace("_", "-")
+
+    @property
     def table(self) -> str:
         return self._fit("table")
 

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[3]
 
-def _invoke(*args: str) -> Any:
-    return runner.invoke(app, ["invoke", *args])
+def _invoke(*args: str, verbose: bool = False) -> Any:
+    """`invoke`; the handler's own logs and metrics reach stderr only with `--verbose`."""
+    return runner.invoke(app, [*(["--verbose"] if verbose else []), "invoke", *args])
 
 
 def test_endpoint_url_runs_against_the_running_emulator(
@@ -50,8 +51,14 @@ def test_endpoint_url_runs_against_the_running_emulator(
     assert response["tables"] == [names.table]
     assert response["functionName"] == names.function("echo")
     assert 0 < response["remainingMs"] <= 5_000
-    assert "a log line on stdout" in result.stderr and '"handled"' in result.stderr
+    assert "a log line on stdout" not in result.stderr and '"handled"' not in result.stderr
     assert f"the emulator at {aws.endpoint_url}" in result.stderr
+    assert "echo: done" in result.stderr and "queue messages: launch +1" in result.stderr
+    verbose = _invoke("echo", str(event_file), "--config", str(config_file), "--functions-dir", str(functions_dir),
+                      "--endpoint-url", aws.endpoint_url, "--timeout", "5", verbose=True)
+    assert "a log line on stdout" in verbose.stderr and '"handled"' in verbose.stderr
+    for message in sqs.receive_message(QueueUrl=aws.queue_url("launch"), MaxNumberOfMessages=10)["Messages"]:
+        sqs.delete_message(QueueUrl=aws.queue_url("launch"), ReceiptHandle=message["ReceiptHandle"])
 
 
 def test_each_invocation_is_a_cold_start(
@@ -74,7 +81,7 @@ def test_powertools_logs_and_metrics_go_to_stderr_on_every_invocation(
     args = ("powertools", str(event_file), "--config", str(config_file), "--functions-dir", str(functions_dir),
             "--endpoint-url", aws.endpoint_url)
     for _ in range(2):  # the second import must configure its Logger afresh, not find the first one's
-        result = _invoke(*args)
+        result = _invoke(*args, verbose=True)
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == {"placed": 8}
         log = next(json.loads(line) for line in result.stderr.splitlines() if '"placing pods"' in line)

@@ -204,3 +204,15 @@ def test_undelivered_counts_queued_and_failing_pods(h: Harness) -> None:
     assert h.dispatcher.undelivered == 2
     h.advance(1)
     assert h.dispatcher.undelivered == 0
+
+
+def test_each_accepted_send_is_timed_and_a_failed_one_is_not(h: Harness) -> None:
+    h.sender.fail_next(1)
+    h.dispatcher.upsert(report("a"))
+    h.advance(1)
+    assert h.metrics.value("send_latency_seconds_count") == 0 and h.metrics.value("send_failures_total",
+                                                                                   reason="throttled") == 1
+    h.advance(2)
+    assert h.metrics.value("send_latency_seconds_count") == 1
+    assert h.metrics.value("send_latency_seconds_sum") >= 0
+    assert "gpu_autoscaler_agent_send_latency_seconds_count 1\n" in h.metrics.render()

@@ -1,15 +1,15 @@
-"""`gpu-autoscaler demo [--json]`: the end-to-end story on the emulator, narrated, in under a minute.
+"""`gpu-autoscaler demo [-o json|yaml]`: the end-to-end story on the emulator, narrated, in under a minute.
 
 Starts the emulator (moto, the local Kubernetes API, the functions, the agent) with the demo's tuning of the
 configuration, tells the story (`gpu_autoscaler.emulator.demo`) as a timeline, and ends with a summary
-table. With `--json` the same comes out as one JSON document whose `summary` holds `podsPlaced`,
-`instancesLaunched`, `interruptionsHandled` and `deadLetters`, among others.
+table. With `-o json` (or the deprecated `--json`) the same comes out as one JSON document whose `summary`
+holds `podsPlaced`, `instancesLaunched`, `interruptionsHandled`, `interruptionEvents`, `physicalGpus`, `speed`
+and `deadLetters`, among others.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpu_autoscaler.cli.common import EXIT_INPUT, Output, OutputOption, choose_output, emit, fail
 from gpu_autoscaler.cli.emulator import file_logging
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
@@ -56,7 +57,8 @@ def run_demo(
 
 @app.command("demo")
 def demo_command(
-    as_json: Annotated[bool, typer.Option("--json", help="print the timeline and summary as JSON")] = False,
+    output: OutputOption = None,
+    legacy_json: Annotated[bool, typer.Option("--json", hidden=True)] = False,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
     ] = None,
@@ -65,11 +67,12 @@ def demo_command(
     ] = None,
 ) -> None:
     """The end-to-end story on the embedded emulator: burst, Spot interruption, pre-warm, consolidation."""
+    chosen = choose_output(output, "json" if legacy_json else None, flag="--json")
+    as_json = chosen is not Output.table
     try:
         base = load_config(config_file)
     except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(error), EXIT_INPUT) from None
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     with contextlib.ExitStack() as stack:
         directory = log_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-autoscaler-demo-")))
@@ -78,10 +81,7 @@ def demo_command(
             console.print(f"[bold]gpu-autoscaler demo[/] — cluster {base.cluster_name}, {base.region}, on the embedded "
                           "emulator; starting it…")
         result = run_demo(base, log_dir=directory, on_entry=None if as_json else _printer(console))
-    if as_json:
-        sys.stdout.write(json.dumps(result.as_json(), indent=2) + "\n")
-        return
-    _print_summary(console, result)
+    emit(result.as_json(), chosen, lambda: _print_summary(console, result))
 
 
 def _printer(console: Console) -> Any:
@@ -100,20 +100,26 @@ def _print_summary(console: Console, result: DemoResult) -> None:
     table.add_column("value", overflow="fold")
     table.add_row("pods placed", f"{s['podsPlaced']} of {s['podsCreated']} created")
     ttc = s["timeToCapacitySeconds"]
-    table.add_row("time to capacity", f"{ttc:.1f} s (burst created → every pod bound)" if ttc is not None
-                  else "not reached")
+    speed = s.get("speed", 1)
+    table.add_row("time to capacity", (f"{ttc:.1f} s (burst created → every pod bound; emulator time: node boots "
+                                       f"run {speed:g}× faster than on EC2)") if ttc is not None else "not reached")
     table.add_row("instances launched", f"{s['instancesLaunched']} ({s['instancesRunning']} running at the end): "
                   + ", ".join(f"{n}× {t}" for t, n in sorted(s["instanceTypes"].items())))
     usd = s["usdPerHour"]
     series = " → ".join(f"{p['usdPerHour']:.2f}@{p['t']:.0f}s" for p in usd["samples"][:12])
     table.add_row("USD/h over time", f"peak {usd['peak']:.2f}, end {usd['end']:.2f}; {series}")
     alloc = s["gpuAllocation"]
-    table.add_row("GPU allocation", f"peak {alloc['peakAllocated']} of {alloc['peakGpus']} GPUs allocated; "
+    physical = s.get("physicalGpus", {})
+    table.add_row("GPUs", f"{physical.get('launched', '?')} physical GPUs launched; peak "
+                  f"{alloc['peakGpus']} GPU slots advertised (time-sliced GPUs count once per replica)")
+    table.add_row("GPU allocation", f"peak {alloc['peakAllocated']} of {alloc['peakGpus']} slots allocated; "
                   f"mean {alloc['meanAllocation']:.0%} while nodes were up")
     spot = s["spotWarning"]
     spot_text = (f"{spot.get('instance')}: cordoned {spot.get('cordoned')}, terminated {spot.get('terminated')}"
                  + (f" after {spot['seconds']:.1f} s" if "seconds" in spot else "")) if spot else "not run"
-    table.add_row("interruption events handled", f"{s['interruptionsHandled']} (Spot warning {spot_text})")
+    kinds = ", ".join(f"{n}× {kind}" for kind, n in s.get("interruptionEvents", {}).items()) or "none"
+    table.add_row("interruption events", f"{kinds}; {s['interruptionsHandled']} handled by the interruption "
+                  f"function (Spot warning {spot_text})")
     calls = ", ".join(f"{f} {v['invocations']}×/{v['records']} rec/{v['failures']} failed"
                       for f, v in s["invocations"].items())
     table.add_row("function invocations", calls)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
+from gpu_autoscaler.cli.common import Output, OutputOption, emit
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
 from gpu_autoscaler.emulator.aws import EmulatorError
@@ -101,8 +102,10 @@ def emulator_command(
         Path | None, typer.Option("--endpoints-file", help="also write the endpoints as JSON here")
     ] = None,
     agent: Annotated[bool, typer.Option("--agent/--no-agent", help="run the in-cluster agent")] = True,
+    output: OutputOption = None,
 ) -> None:
-    """Run the whole pipeline locally (moto, the functions, a Kubernetes API with kubelets) until Ctrl-C."""
+    """Run the whole pipeline locally (moto, the functions, a Kubernetes API with kubelets) until Ctrl-C.
+    With -o json|yaml the endpoints are one document on stdout and the running commentary goes to stderr."""
     from gpu_autoscaler.emulator.session import EmulatorSession  # the Kubernetes side loads only when used
 
     try:
@@ -110,7 +113,8 @@ def emulator_command(
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    console = sys.stdout
+    document = output not in (None, Output.table)
+    console = sys.stderr if document else sys.stdout
     with contextlib.ExitStack() as stack:
         directory = state_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-autoscaler-")))
         directory.mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,10 @@ def emulator_command(
             )
         )
         endpoints = session.endpoints()
-        print_endpoints(endpoints, console, log_path)
+        if document and output is not None:
+            emit({**endpoints, "functionLog": str(log_path)}, output, lambda: None)
+        else:
+            print_endpoints(endpoints, console, log_path)
         if endpoints_file is not None:
             endpoints_file.write_text(json.dumps({**endpoints, "functionLog": str(log_path)}, indent=2))
         console.write("ready; Ctrl-C to stop\n")

@@ -1,32 +1,65 @@
-"""The `gpu-autoscaler` command line: one module per command, registered here."""
+"""The `gpu-autoscaler` command line: one module per command, registered here.
+
+The root takes the flags every command shares (`--verbose`, `--quiet`, `--version`); each command takes
+`-o/--output json|yaml|table` (`gpu_autoscaler.cli.common`). `--install-completion` sets up shell completion.
+"""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated
+
 import typer
+
+from gpu_autoscaler.cli.common import Verbosity, set_verbosity
 
 app = typer.Typer(
     name="gpu-autoscaler",
     help="Serverless capacity manager for Kubernetes GPU nodes on AWS. "
     "Every command runs on the embedded emulator unless given --aws.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
 )
 
 
+def _version() -> str:
+    try:
+        return package_version("gpu-autoscaler")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpu-autoscaler {_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    # A callback keeps `app` a group of subcommands even while only one command is registered.
-    pass
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show logs (the handlers', the emulator's)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="only the result and errors")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", callback=_print_version, is_eager=True)
+    ] = False,
+) -> None:
+    if verbose and quiet:
+        raise typer.BadParameter("give --verbose or --quiet, not both")
+    set_verbosity(Verbosity.verbose if verbose else Verbosity.quiet if quiet else Verbosity.normal)
 
 
 # Each command module registers itself on `app` when imported: one line per command.
 # isort: off
 from gpu_autoscaler.cli import catalog  # noqa: E402, F401
 from gpu_autoscaler.cli import demo  # noqa: E402, F401
+from gpu_autoscaler.cli import doctor  # noqa: E402, F401
 from gpu_autoscaler.cli import emulator  # noqa: E402, F401
 from gpu_autoscaler.cli import invoke  # noqa: E402, F401
 from gpu_autoscaler.cli import plan  # noqa: E402, F401
 from gpu_autoscaler.cli import simulate  # noqa: E402, F401
 from gpu_autoscaler.cli import snapshot  # noqa: E402, F401
+from gpu_autoscaler.cli import status  # noqa: E402, F401
 # isort: on

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from enum import StrEnum
 from pathlib import Path  # noqa: TC003 (Typer reads the annotations at run time)
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,6 +17,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from gpu_autoscaler.cli.common import (
+    EXIT_INPUT,
+    EXIT_PARTIAL,
+    OutputOption,
+    choose_output,
+    configure_logging,
+    describe_validation,
+    emit,
+    fail,
+    note,
+)
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.config import ConfigError, load_config
@@ -33,6 +43,8 @@ __all__ = ["offline_catalog", "plan_command", "read_pods"]
 
 
 class Format(StrEnum):
+    """`--format`: the deprecated spelling of `-o/--output`."""
+
     json = "json"
     table = "table"
 
@@ -89,26 +101,30 @@ def plan_command(
     config_file: Annotated[
         Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
     ] = None,
-    output: Annotated[Format, typer.Option("--format", help="json or table")] = Format.table,
+    output: OutputOption = None,
+    legacy_format: Annotated[Format | None, typer.Option("--format", hidden=True)] = None,
 ) -> None:
-    """The packing decision for a pending-pods document, as a dry run: new claims and unschedulable pods."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(message)s", stream=sys.stderr)
+    """The packing decision for a pending-pods document, as a dry run: new claims and unschedulable pods.
+    Exits 3 when a pod cannot be placed."""
+    chosen_output = choose_output(output, legacy_format.value if legacy_format else None)
+    configure_logging(logging.ERROR)
     try:
         config = load_config(config_file)
     except ConfigError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(error), EXIT_INPUT) from None
     try:
         document = read_pods(pods, config)
-    except (json.JSONDecodeError, ValidationError) as error:
-        typer.echo(f"{pods}: not a pending-pods document: {error}", err=True)
-        raise typer.Exit(2) from None
+    except json.JSONDecodeError as error:
+        raise fail(f"{pods}: not valid JSON ({error})", EXIT_INPUT) from None
+    except ValidationError as error:
+        *first, last = describe_validation(error)
+        for line in first:
+            typer.echo(f"error: {pods}: not a pending-pods document: {line}", err=True)
+        raise fail(f"{pods}: not a pending-pods document: {last}", EXIT_INPUT) from None
     if document.cluster != config.cluster_name:
-        typer.echo(f"note: the document is for cluster '{document.cluster}', the configuration for "
-                   f"'{config.cluster_name}'; planning with the configuration", err=True)
+        note(f"note: the document is for cluster '{document.cluster}', the configuration for "
+             f"'{config.cluster_name}'; planning with the configuration")
     plan = Solver(config, offline_catalog(config), SystemClock()).solve(document.pods)
-    if output is Format.json:
-        typer.echo(json.dumps(plan.to_json(), indent=2))
-    else:
-        _print_table(plan, document)
+    emit(plan.to_json(), chosen_output, lambda: _print_table(plan, document))
+    if plan.unschedulable:
+        raise typer.Exit(EXIT_PARTIAL)

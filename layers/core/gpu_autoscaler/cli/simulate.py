@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpu_autoscaler.cli.common import Output, OutputOption, emit, note
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
 from gpu_autoscaler.simulation.policies import KNOWN_POLICIES, OPTIONAL_POLICIES, POLICY_NAMES
@@ -38,7 +39,9 @@ class TraceFormat(StrEnum):
 def simulate_command(
     trace: Annotated[Path, typer.Option("--trace", help="trace file", exists=True, dir_okay=False)],
     out: Annotated[Path, typer.Option("--out", help="directory for report.json and the plots", file_okay=False)],
-    trace_format: Annotated[TraceFormat, typer.Option("--format", help="alibaba-v2023 or csv")] = TraceFormat.alibaba,
+    trace_format: Annotated[TraceFormat, typer.Option(
+        "--format", help="trace format: alibaba-v2023, or csv (columns: see the README)")] = TraceFormat.alibaba,
+    output: OutputOption = None,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
     ] = None,
@@ -103,8 +106,8 @@ def simulate_command(
     from rich.console import Console
 
     console = Console(width=140)
-    report.print_table(console)
-    console.print(f"wrote {', '.join(str(p) for p in written)} ({report.seconds:.1f} s)")
+    emit(report.to_json(), output or Output.table, lambda: report.print_table(console))
+    note(f"wrote {', '.join(str(p) for p in written)} ({report.seconds:.1f} s)")
 
 
 def _run(replay: Trace, config: Config, policies: list[str], settings: SimulationSettings,

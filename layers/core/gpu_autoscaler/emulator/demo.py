@@ -208,6 +208,8 @@ class DemoStory:
         self._marks: dict[str, float] = {}
         self._spot: dict[str, Any] = {}
         """What became of the Spot warning: instance, cordoned, terminated, seconds."""
+        self._events: Counter[str] = Counter()
+        """Interruption-queue events put on the bus, by detail-type: the story's warnings and EC2's state changes."""
 
     # ---- recording ---------------------------------------------------------------------------------------
 
@@ -237,6 +239,8 @@ class DemoStory:
             self.record("ec2", f"EC2 launched {instance.instance_id} {instance.instance_type} {instance.capacity_type} "
                                f"in {instance.zone} (tags {', '.join(f'{k}={v}' for k, v in sorted(tags.items()))})")
         elif instance.state != previous:
+            # The emulated EC2 puts one `EC2 Instance State-change Notification` per state change it observes.
+            self._events["EC2 Instance State-change Notification"] += 1
             self.record("ec2", f"EC2 {instance.instance_id} {instance.instance_type}: {previous} → {instance.state}")
 
     # ---- sampling ----------------------------------------------------------------------------------------
@@ -355,13 +359,14 @@ class DemoStory:
             namespace: Any = {"metadata": {"name": NAMESPACE}}  # the client sends plain manifests as they are
             self.core.create_namespace(namespace)
         pods = workload()
+        # The next heading goes first: what it announces starts as soon as the first pod exists.
+        self.record("story", "2. The agent reports them; the packer decides; CreateFleet launches; nodes join; "
+                             "pods bind")
         self._marks["burst"] = self._now()
         for manifest in pods:
             self._create_pod(manifest)
         self._observed.replicas = {app: replicas for app, (replicas, _) in DEPLOYMENTS.items()}
         names = [p["metadata"]["name"] for p in pods]
-        self.record("story", "2. The agent reports them; the packer decides; CreateFleet launches; nodes join; "
-                             "pods bind")
         placed = self._wait(lambda: all(n in self._observed.bound for n in names), self.step_timeout + 25)
         if placed:
             self._marks["capacity"] = max(self._observed.bound[n] for n in names)
@@ -381,6 +386,7 @@ class DemoStory:
         self._spot.update(instance=instance.instance_id, node=node, cordoned=False, terminated=False)
         self.record("story", f"3. EC2 warns that Spot instance {instance.instance_id} ({instance.instance_type}, "
                              f"node {node}) will be reclaimed in 2 minutes")
+        self._events["EC2 Spot Instance Interruption Warning"] += 1
         self.session.pipeline.put_event(
             "aws.ec2", "EC2 Spot Instance Interruption Warning",
             {"instance-id": instance.instance_id, "instance-action": "terminate"},
@@ -445,6 +451,15 @@ class DemoStory:
 
     # ---- observations ------------------------------------------------------------------------------------
 
+    def _physical_gpus(self) -> dict[str, int]:
+        """Peak physical GPUs (the instance types' count) against the GPU slots the nodes advertised: with
+        time-slicing, a device plugin advertises each GPU `replicas` times (NVIDIA k8s-device-plugin, "Shared
+        Access to GPUs with CUDA Time-Slicing"), so slots exceed GPUs."""
+        gpus_by_type = {t.name: t.gpus for t in self.catalog.instance_types()}
+        launched = self.session.pipeline.instances.instances().values()
+        physical = sum(int(gpus_by_type.get(i.instance_type, 0)) for i in launched)
+        return {"launched": physical, "peakSlots": max((s.gpus for s in self.samples), default=0)}
+
     def _spot_instance_with_pods(self) -> tuple[LaunchedInstance, str] | None:
         by_node: Counter[str] = Counter(
             p["spec"]["nodeName"] for p in self.session.kube.objects("pods") if p.get("spec", {}).get("nodeName")
@@ -508,11 +523,14 @@ class DemoStory:
             "instancesRunning": sum(1 for i in instances.values() if i.state in ("pending", "running")),
             "instanceTypes": dict(Counter(f"{i.instance_type} {i.capacity_type}" for i in instances.values())),
             "interruptionsHandled": interruptions,
+            "interruptionEvents": dict(sorted(self._events.items())),
+            "speed": self.session.speed,
             "spotWarning": dict(self._spot),
             "usdPerHour": {"peak": round(peak.usd_per_hour, 2) if peak else 0.0,
                            "end": round(last.usd_per_hour, 2) if last else 0.0,
                            "samples": _usd_series(self.samples)},
             "gpuAllocation": _allocation(self.samples),
+            "physicalGpus": self._physical_gpus(),
             "invocations": by_function,
             "deadLetters": len(letters),
             "deadLetterMessages": [{"queue": d.queue, "body": d.body[:500]} for d in letters],

@@ -24,6 +24,7 @@ def apply() -> None:
         return
     _event_account()
     _quiet_unknown_services()
+    _answer_what_moto_lacks()
     _applied = True
 
 
@@ -64,3 +65,53 @@ def _quiet_unknown_services() -> None:
         return original(self, host)
 
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
+
+
+def _answer_what_moto_lacks() -> None:
+    """A service moto does not have, or an action it has not implemented, is answered as an error response.
+
+    moto fails such a request inside its WSGI app (an `AttributeError` while it builds an app for no backend, a
+    `NotImplementedError` from the action); werkzeug then prints the traceback on stderr and answers 500, and
+    the client sees a response it cannot parse. AWS answers an action a service does not support with HTTP 400
+    and the error code `InvalidAction` (EC2 API reference, "Common client error codes"; the JSON protocols'
+    `UnknownOperationException`); the emulator answers the same way, in the request's protocol, and logs one
+    line at DEBUG.
+    """
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    original_get_application = DomainDispatcherApplication.get_application
+
+    def get_application(self: Any, environ: dict[str, Any]) -> Any:
+        try:
+            return original_get_application(self, environ)
+        except AttributeError:  # no backend: moto cannot build an app for `None`
+            return _unsupported
+
+    def call(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        try:
+            return self.get_application(environ)(environ, start_response)
+        except NotImplementedError as error:
+            return _unsupported(environ, start_response, str(error))
+
+    DomainDispatcherApplication.get_application = get_application  # type: ignore[method-assign]
+    DomainDispatcherApplication.__call__ = call  # type: ignore[method-assign]
+
+
+def _unsupported(environ: dict[str, Any], start_response: Any, reason: str = "") -> list[bytes]:
+    """The error response for a request the emulator cannot serve, in the request's protocol."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    credential = environ.get("HTTP_AUTHORIZATION", "")
+    service = credential.split("/")[3] if credential.count("/") >= 4 else environ.get("HTTP_HOST", "?")
+    message = reason or f"the emulator (moto) has no {service} API"
+    log.debug("emulator cannot serve %s %s: %s", service, target or environ.get("PATH_INFO", ""), message)
+    if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):  # query and EC2 protocols
+        code = "InvalidAction"
+        body = (f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors>"
+                "<RequestID>emulator</RequestID></Response>")
+        content_type = "text/xml"
+    else:
+        code = "UnknownOperationException"
+        body = json.dumps({"__type": code, "message": message})
+        content_type = "application/x-amz-json-1.1"
+    start_response("400 Bad Request", [("Content-Type", content_type), ("x-amzn-ErrorType", code)])
+    return [body.encode()]

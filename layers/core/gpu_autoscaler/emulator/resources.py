@@ -275,8 +275,11 @@ def _create_security_groups(
                 "Tags": _tag_list({**tags, "Name": f"{names.prefix}-nodes", TAG_EMULATES: configured}),
             }],
         )["GroupId"]
-        # Nodes talk to each other (kubelet, CNI, NCCL over EFA): the rule EKS node groups and EFA need.
+        # As an EKS cluster security group: all traffic from members to members (EKS User Guide, "Amazon EKS
+        # security group requirements"), which EFA needs too (EC2 User Guide, "Get started with EFA").
         ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}])
+        ec2.authorize_security_group_egress(GroupId=group_id, IpPermissions=[
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}])
     return groups
 
@@ -304,6 +307,14 @@ def _create_node_identity(
         "InstanceProfile"
     ]["Arn"]
     iam.add_role_to_instance_profile(InstanceProfileName=names.instance_profile, RoleName=role_name)
+    # An account that has launched Spot before holds EC2's Spot service-linked role (EC2 User Guide, "Service-
+    # linked role for Spot Instance requests"); the emulator's account is one.
+    # moto's CreateServiceLinkedRole would name it `AWSServiceRoleForspot`; AWS's name and path are these.
+    if any("spot" in pool.capacity_types for pool in config.node_pools):
+        spot_trust = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "spot.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+        iam.create_role(RoleName="AWSServiceRoleForEC2Spot", Path="/aws-service-role/spot.amazonaws.com/",
+                        AssumeRolePolicyDocument=json.dumps(spot_trust))
     return role_arn, profile_arn
 
 

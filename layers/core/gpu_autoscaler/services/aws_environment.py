@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
     from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
     from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.pod_events import EventRecorder
     from gpu_autoscaler.ports import ClusterAPI
     from gpu_autoscaler.services.fleet import FleetService
     from gpu_autoscaler.services.packer import PackerService
@@ -84,7 +85,16 @@ class AwsEnvironment:
         from gpu_autoscaler.services.packer import PackerService
 
         return PackerService(self.config, self.store, self.catalog, self.launch_queue, clock=self.clock,
-                             quotas=self.quotas)
+                             quotas=self.quotas, events=self.pod_events)
+
+    @cached_property
+    def pod_events(self) -> EventRecorder:
+        """Events on the pods the packer decides for, posted through the EKS token as the other functions reach
+        the API; connected on the first event."""
+        from gpu_autoscaler.adapters.aws.eks_token import eks_api_client
+        from gpu_autoscaler.adapters.kubernetes.events import KubernetesEventRecorder
+
+        return KubernetesEventRecorder(lambda: eks_api_client(self.config, self.clients, self.clock), clock=self.clock)
 
     @cached_property
     def terminations(self) -> FleetService:

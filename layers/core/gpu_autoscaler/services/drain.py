@@ -41,6 +41,7 @@ from gpu_autoscaler.domain.drain import (
     plan_drain,
 )
 from gpu_autoscaler.domain.interruption import replacement_pods
+from gpu_autoscaler.domain.pod_events import disruption_events
 from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import EvictionOutcome
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.domain.pod_events import EventRecorder
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.messages import DrainRequest
     from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
@@ -156,6 +158,9 @@ def node_of(nodes: Sequence[ClusterNode], claim: NodeClaim, name: str | None = N
 
 
 class DrainService:
+    events: EventRecorder | None = None
+    """Where evicted pods are told why their node goes (Kubernetes Events); set by `aws_drain_service`."""
+
     def __init__(
         self,
         cluster_name: str,
@@ -226,6 +231,7 @@ class DrainService:
             return None
         self._free_room(request, claim, step.evict)
         outcomes = self._evict(step, outcome)
+        self._tell_evicted(request, claim, step.evict, outcomes)
         outcome.reason = step.reason
         return continuation(request, step, outcomes, now)
 
@@ -275,6 +281,13 @@ class DrainService:
             except StaleClaim:
                 claim = self.store.get_claim(claim.id) or claim
         return claim
+
+    def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod],
+                      outcomes: Sequence[EvictionOutcome]) -> None:
+        if self.events is None:
+            return
+        evicted = [pod for pod, result in zip(pods, outcomes, strict=False) if result.evicted]
+        self.events.record(disruption_events(evicted, request.node_name, claim, request.reason))
 
     def _evict(self, step: DrainStep, outcome: DrainOutcome) -> list[EvictionOutcome]:
         results = []
@@ -349,5 +362,7 @@ def aws_drain_service(settings: FunctionSettings, clock: Clock | None = None) ->
     from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
     env = AwsEnvironment(settings, clock)
-    return DrainService(env.config.cluster_name, env.store, env.cluster, env.terminations, env.drain_queue,
-                        clock=env.clock)
+    service = DrainService(env.config.cluster_name, env.store, env.cluster, env.terminations, env.drain_queue,
+                           clock=env.clock)
+    service.events = env.pod_events
+    return service

@@ -38,6 +38,7 @@ from gpu_autoscaler.domain.packing.results import (
     requests_attribute,
 )
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES, Solver
+from gpu_autoscaler.domain.pod_events import events_for_plan
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.domain.pod_events import EventRecorder
     from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
     from gpu_autoscaler.ports import CatalogSource, LaunchQueue, QuotaSource, StateStore
     from gpu_autoscaler.settings import FunctionSettings
@@ -117,8 +119,11 @@ class PackerService:
         *,
         clock: Clock,
         quotas: QuotaSource | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
+        """`events`: where the pods are told what became of them (Kubernetes Events); none in the simulator."""
         self.config = config
+        self.events = events
         self.store = store
         self.launches = launches
         self.clock = clock
@@ -207,6 +212,9 @@ class PackerService:
         demand = self._record_demand(document.pods, plan, by_id)
         for item in plan.unschedulable:
             logger.warning("pod %s cannot be placed: %s", item.name, item.reason)
+        if self.events is not None:
+            named = {**{c.id: c for c in plan.claims}, **by_id, **{c.id: c for c in created}}
+            self.events.record(events_for_plan(document.pods, plan, named))
         return PackOutcome(
             cluster=self.config.cluster_name,
             pods=len(document.pods),

@@ -1,0 +1,378 @@
+"""The preflight checks of `gpu-autoscaler doctor`: one function per check, each returning pass / warn / fail lines.
+
+Each check reads the account (EC2, IAM, EKS, Service Quotas) through boto3 clients and compares it with the
+configuration; none changes anything. A check that cannot read what it needs warns and says why, so a missing
+permission or an API the emulator lacks never ends in a traceback. The fix names the command or setting to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
+from gpu_autoscaler.naming import ResourceNames
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.config import Config, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.catalog import InstanceType
+
+__all__ = ["CHECKS", "Check", "DoctorContext", "run_checks"]
+
+Status = Literal["pass", "warn", "fail"]
+SPOT_ROLE = "AWSServiceRoleForEC2Spot"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        return {"check": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class DoctorContext:
+    """What the checks read: the configuration, clients at the account, and how its ids map there."""
+
+    config: Config
+    clients: AwsClients
+    catalog: Catalog | None
+    subnet_ids: dict[str, str] = field(default_factory=dict)
+    """Configuration subnet id → the account's (identity on AWS; the emulator's stand-ins otherwise)."""
+    security_group_ids: dict[str, str] = field(default_factory=dict)
+    instance_profile: str | None = None
+    """The stack's instance profile name, when the stack is deployed (checked if present)."""
+
+    def subnet(self, configured: str) -> str:
+        return self.subnet_ids.get(configured, configured)
+
+    def security_group(self, configured: str) -> str:
+        return self.security_group_ids.get(configured, configured)
+
+    def candidates(self, pool: NodePool) -> list[InstanceType]:
+        """GPU instance types the pool's requirements allow."""
+        if self.catalog is None:
+            return []
+        return [t for t in self.catalog.instance_types()
+                if t.gpus > 0 and all(r.matches(t.labels) for r in pool.requirements)]
+
+
+def _code(error: Exception) -> str:
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code", "ClientError"))
+    return type(error).__name__
+
+
+# ---- the checks --------------------------------------------------------------------------------------------
+
+
+def check_offerings(ctx: DoctorContext) -> list[Check]:
+    """Each pool's instance types are offered in its zones, for its capacity types."""
+    if ctx.catalog is None:
+        return [Check("offerings", "warn", "the catalog could not be read", "see the error above; rerun with -v")]
+    results = []
+    zones = ctx.config.zones
+    for pool in ctx.config.node_pools:
+        names = {t.name for t in ctx.candidates(pool)}
+        wanted = {c for c in pool.capacity_types if c != "reserved"}
+        offered = {o.zone for o in ctx.catalog.offerings() if o.instance_type in names and o.capacity_type in wanted}
+        missing = [z for z in zones if z not in offered]
+        if not names:
+            results.append(Check(f"offerings {pool.name}", "fail", "no GPU instance type meets the pool's "
+                                 "requirements in this region", "widen nodePools[].requirements"))
+        elif not offered:
+            results.append(Check(f"offerings {pool.name}", "fail" if wanted else "pass",
+                                 f"none of {len(names)} types offered in {', '.join(zones)}" if wanted else
+                                 "reserved capacity only (checked with the reservations)",
+                                 "add subnets in zones that offer them, or widen the requirements"))
+        else:
+            results.append(Check(
+                f"offerings {pool.name}", "warn" if missing else "pass",
+                f"{len(names)} types; offered in {', '.join(sorted(offered))}" +
+                (f"; none in {', '.join(missing)}" if missing else ""),
+                "drop those zones' subnets or widen the requirements" if missing else ""))
+    return results
+
+
+def check_quotas(ctx: DoctorContext) -> list[Check]:
+    """vCPU quotas (G/VT and P, On-Demand and Spot) against what each pool's GPU limit can launch."""
+    try:
+        client = ctx.clients.client("service-quotas")
+    except (BotoCoreError, ClientError):
+        client = None
+    quotas = ServiceQuotasSource(client, ctx.config.vcpu_quotas).vcpu_quotas()
+    results = []
+    for pool in ctx.config.node_pools:
+        if pool.limits.gpus is None:
+            results.append(Check(f"vCPU quota {pool.name}", "pass", "no GPU limit on the pool: quotas bound it"))
+            continue
+        for capacity in sorted({"on-demand" if c == "reserved" else c for c in pool.capacity_types}):
+            types = [t for t in ctx.candidates(pool) if t.gpus >= 1]
+            if not types:
+                continue
+            groups = {quota_group(t) for t in types}
+            for group in sorted(groups):
+                per_gpu = max(t.vcpu / t.gpus for t in types if quota_group(t) == group)
+                need = int(per_gpu * pool.limits.gpus)
+                key = f"{group}/{capacity}"
+                have = quotas.get(key)
+                code = QUOTA_CODES.get(key, "?")
+                name = f"vCPU quota {pool.name} {key}"
+                if have is None:
+                    results.append(Check(name, "warn", f"unknown (Service Quotas {code} not readable); the pool's "
+                                         f"limit of {pool.limits.gpus} GPUs needs up to {need} vCPUs",
+                                         f'set "vcpuQuotas": {{"{key}": N}} or allow servicequotas:GetServiceQuota'))
+                elif have < need:
+                    results.append(Check(name, "fail", f"{have} vCPUs; the pool's limit of {pool.limits.gpus} GPUs "
+                                         f"needs up to {need}",
+                                         f"aws service-quotas request-service-quota-increase --service-code ec2 "
+                                         f"--quota-code {code} --desired-value {need}"))
+                else:
+                    results.append(Check(name, "pass", f"{have} vCPUs ≥ {need} for {pool.limits.gpus} GPUs"))
+    return results
+
+
+def check_spot_role(ctx: DoctorContext) -> list[Check]:
+    """EC2 needs its Spot service-linked role before the first Spot launch of an account."""
+    if not any("spot" in p.capacity_types for p in ctx.config.node_pools):
+        return [Check("spot service-linked role", "pass", "no pool launches Spot")]
+    try:
+        ctx.clients.client("iam").get_role(RoleName=SPOT_ROLE)
+    except ClientError as error:
+        if _code(error) == "NoSuchEntity":
+            return [Check("spot service-linked role", "fail", f"{SPOT_ROLE} does not exist",
+                          "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com")]
+        return [Check("spot service-linked role", "warn", f"cannot read ({_code(error)})", "allow iam:GetRole")]
+    return [Check("spot service-linked role", "pass", f"{SPOT_ROLE} exists")]
+
+
+def check_subnets(ctx: DoctorContext) -> list[Check]:
+    """Each subnet has addresses for at least the largest node's pods (VPC CNI: one address per pod)."""
+    need = max((t.max_pods for p in ctx.config.node_pools for t in ctx.candidates(p)), default=110)
+    results = []
+    ec2 = ctx.clients.client("ec2")
+    for zone, configured in sorted(ctx.config.network.subnets.items()):
+        try:
+            [subnet] = ec2.describe_subnets(SubnetIds=[ctx.subnet(configured)])["Subnets"]
+        except ClientError as error:
+            results.append(Check(f"subnet {zone}", "fail", f"{configured}: {_code(error)}",
+                                 "fix network.subnets in the configuration"))
+            continue
+        free = int(subnet["AvailableIpAddressCount"])
+        if subnet["AvailabilityZone"] != zone:
+            results.append(Check(f"subnet {zone}", "fail", f"{configured} is in {subnet['AvailabilityZone']}",
+                                 "map each zone to a subnet in that zone"))
+        elif free < need:
+            results.append(Check(f"subnet {zone}", "fail", f"{free} free addresses < {need} pods of the largest node",
+                                 "use a larger subnet, or turn on prefixDelegation"))
+        else:
+            results.append(Check(f"subnet {zone}", "pass", f"{subnet['SubnetId']}: {free} free addresses "
+                                 f"(≥ {need}, the largest node's max pods)"))
+    return results
+
+
+def check_amis(ctx: DoctorContext) -> list[Check]:
+    """The configured AMIs exist, have their architecture, and carry the pinned version in their name."""
+    ami = ctx.config.ami
+    results = []
+    for architecture, image_id in (("x86_64", ami.x86_64), ("arm64", ami.arm64)):
+        if image_id is None:
+            continue
+        try:
+            images = ctx.clients.client("ec2").describe_images(ImageIds=[image_id])["Images"]
+        except ClientError as error:
+            images, reason = [], _code(error)
+        else:
+            reason = "not found"
+        name = f"AMI {architecture}"
+        if not images:
+            results.append(Check(name, "fail", f"{image_id}: {reason}",
+                                 "aws ssm get-parameter --name /aws/service/eks/optimized-ami/<k8s version>/"
+                                 "amazon-linux-2023/x86_64/nvidia/recommended/image_id"))
+            continue
+        image = images[0]
+        if image.get("Architecture") != architecture:
+            results.append(Check(name, "fail", f"{image_id} is {image.get('Architecture')}",
+                                 f"set ami.{architecture} to an {architecture} image"))
+        elif ami.version not in (image.get("Name") or ""):
+            results.append(Check(name, "warn",
+                                 f"{image_id} ({image.get('Name')}) does not name version {ami.version}",
+                                 "set ami.version to the image's release, so drift is visible"))
+        else:
+            results.append(Check(name, "pass", f"{image_id} {image.get('Name')}"))
+    return results
+
+
+def check_node_identity(ctx: DoctorContext) -> list[Check]:
+    """The node role exists and trusts EC2; the stack's instance profile (once deployed) holds it."""
+    role_name = ctx.config.node_role.rsplit("/", 1)[1]
+    iam = ctx.clients.client("iam")
+    try:
+        role = iam.get_role(RoleName=role_name)["Role"]
+    except ClientError as error:
+        return [Check("node role", "fail", f"{role_name}: {_code(error)}",
+                      "create the node role (EKS: AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryReadOnly)")]
+    trust = str(role.get("AssumeRolePolicyDocument", ""))
+    results = [Check("node role", "pass" if "ec2.amazonaws.com" in trust else "fail", role["Arn"],
+                     "" if "ec2.amazonaws.com" in trust else "let ec2.amazonaws.com assume the role")]
+    if ctx.instance_profile:
+        try:
+            profile = iam.get_instance_profile(InstanceProfileName=ctx.instance_profile)["InstanceProfile"]
+            holds = any(r["RoleName"] == role_name for r in profile.get("Roles", []))
+            results.append(Check("instance profile", "pass" if holds else "fail", ctx.instance_profile,
+                                 "" if holds else f"add {role_name} to the instance profile (cdk deploy does)"))
+        except ClientError as error:
+            results.append(Check("instance profile", "warn", f"{ctx.instance_profile}: {_code(error)}",
+                                 "cdk deploy creates it"))
+    return results
+
+
+def _access_entries(ctx: DoctorContext) -> list[str]:
+    eks = ctx.clients.client("eks")
+    entries: list[str] = []
+    for page in eks.get_paginator("list_access_entries").paginate(clusterName=ctx.config.cluster_name):
+        entries += page["accessEntries"]
+    return entries
+
+
+def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
+    """The deployed stack's `<Function>RoleArn` outputs (the functions that reach Kubernetes); None before a
+    deploy."""
+    try:
+        [stack] = ctx.clients.client("cloudformation").describe_stacks(StackName=ResourceNames(
+            ctx.config.cluster_name).stack)["Stacks"]
+    except ClientError as error:
+        if "does not exist" in str(error):
+            return None
+        raise
+    return {o["OutputKey"].removesuffix("RoleArn"): o["OutputValue"] for o in stack.get("Outputs", [])
+            if o["OutputKey"].endswith("RoleArn")}
+
+
+def check_function_access(ctx: DoctorContext) -> list[Check]:
+    """After a deploy, each function that reaches Kubernetes has an access entry for its role."""
+    roles = _function_roles(ctx)
+    if roles is None:
+        return [Check("EKS access entries (functions)", "pass", "stack not deployed yet: run doctor again after "
+                      "cdk deploy to check the functions' roles")]
+    try:
+        entries = set(_access_entries(ctx))
+    except (ClientError, BotoCoreError) as error:
+        return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
+                      "map the stack's …RoleArn outputs in aws-auth, or allow eks:ListAccessEntries")]
+    missing = {name: arn for name, arn in sorted(roles.items()) if arn not in entries}
+    if not missing:
+        return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
+    return [Check(f"EKS access entry {name}", "fail", f"{arn} has no access entry",
+                  f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} --principal-arn {arn} "
+                  "(then grant it the RBAC in the README)") for name, arn in missing.items()]
+
+
+def check_access_entries(ctx: DoctorContext) -> list[Check]:
+    """The node role may join the cluster: an EKS access entry of type EC2_LINUX (or an aws-auth mapping)."""
+    try:
+        entries = _access_entries(ctx)
+    except (ClientError, BotoCoreError) as error:
+        return [Check("EKS access entry (node role)", "warn", f"cannot list access entries ({_code(error)}); "
+                      "if the cluster uses the aws-auth ConfigMap, map the node role there",
+                      f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} --principal-arn "
+                      f"{ctx.config.node_role} --type EC2_LINUX")]
+    found = ctx.config.node_role in entries
+    return [Check("EKS access entry (node role)", "pass" if found else "fail", ctx.config.node_role,
+                  "" if found else f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} "
+                  f"--principal-arn {ctx.config.node_role} --type EC2_LINUX")]
+
+
+def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:
+    """A pool of EFA instance types needs a security group allowing all traffic to and from itself (EC2 User
+    Guide, "Get started with EFA": prepare an EFA-enabled security group)."""
+    efa_pools = [p.name for p in ctx.config.node_pools if (t := ctx.candidates(p)) and all(x.efa for x in t)]
+    if not efa_pools:
+        return [Check("EFA security group", "pass", "no pool of EFA-only instance types")]
+    ids = [ctx.security_group(g) for g in ctx.config.network.security_groups]
+    try:
+        groups = ctx.clients.client("ec2").describe_security_groups(GroupIds=ids)["SecurityGroups"]
+    except ClientError as error:
+        return [Check("EFA security group", "fail", f"{', '.join(ids)}: {_code(error)}",
+                      "fix network.securityGroups")]
+
+    def to_self(group: dict[str, Any], rules: str) -> bool:
+        return any(r.get("IpProtocol") == "-1" and any(p.get("GroupId") == group["GroupId"]
+                                                      for p in r.get("UserIdGroupPairs", []))
+                   for r in group.get(rules, []))
+
+    if any(to_self(g, "IpPermissions") and to_self(g, "IpPermissionsEgress") for g in groups):
+        return [Check("EFA security group", "pass", f"pools {', '.join(efa_pools)}: a group allows itself")]
+    pools = ", ".join(efa_pools)
+    return [Check("EFA security group", "warn", f"pools {pools}: no group allows all traffic to and from itself "
+                  "(EFA traffic between nodes would be dropped)",
+                  f"aws ec2 authorize-security-group-ingress --group-id {ids[0]} --protocol -1 "
+                  f"--source-group {ids[0]} (and the same egress rule)")]
+
+
+def check_reservations(ctx: DoctorContext) -> list[Check]:
+    """Each configured capacity reservation exists, is active, and fits its pool (type and zone)."""
+    results = []
+    for pool in ctx.config.node_pools:
+        allowed = {t.name for t in ctx.candidates(pool)}
+        for reservation in pool.capacity_reservations:
+            name = f"reservation {reservation.id}"
+            try:
+                found = ctx.clients.client("ec2").describe_capacity_reservations(
+                    CapacityReservationIds=[reservation.id])["CapacityReservations"]
+            except (ClientError, BotoCoreError) as error:
+                code = _code(error)
+                if "NotFound" in code or "Malformed" in code:
+                    results.append(Check(name, "fail", f"pool {pool.name}: {code}",
+                                         "fix nodePools[].capacityReservations"))
+                else:
+                    results.append(Check(name, "warn", f"pool {pool.name}: cannot describe ({code})",
+                                         "allow ec2:DescribeCapacityReservations"))
+                continue
+            if not found:
+                results.append(Check(name, "fail", f"pool {pool.name}: not found",
+                                     "fix nodePools[].capacityReservations"))
+                continue
+            cr = found[0]
+            problems = []
+            if cr.get("State") != "active":
+                problems.append(f"state {cr.get('State')}")
+            if allowed and cr.get("InstanceType") not in allowed:
+                problems.append(f"{cr.get('InstanceType')} is not among the pool's types")
+            if cr.get("AvailabilityZone") not in ctx.config.zones:
+                problems.append(f"zone {cr.get('AvailabilityZone')} has no configured subnet")
+            results.append(Check(name, "fail" if problems else "pass",
+                                 f"pool {pool.name}: " + ("; ".join(problems) if problems else
+                                 f"active, {cr.get('InstanceType')} in {cr.get('AvailabilityZone')}, "
+                                 f"{cr.get('AvailableInstanceCount')} of {cr.get('TotalInstanceCount')} free"),
+                                 "match the reservation to the pool, or drop it" if problems else ""))
+    return results or [Check("capacity reservations", "pass", "none configured")]
+
+
+CHECKS: tuple[Callable[[DoctorContext], list[Check]], ...] = (
+    check_offerings, check_quotas, check_spot_role, check_subnets, check_amis, check_node_identity,
+    check_access_entries, check_function_access, check_efa_security_groups, check_reservations,
+)
+
+
+def run_checks(ctx: DoctorContext) -> list[Check]:
+    """Every check in order; one that breaks unexpectedly is reported as a failed line, not a traceback."""
+    results: list[Check] = []
+    for check in CHECKS:
+        try:
+            results += check(ctx)
+        except (ClientError, BotoCoreError) as error:
+            results.append(Check(check.__name__.removeprefix("check_"), "fail", f"AWS error: {error}",
+                                 "check the credentials' permissions"))
+    return results

@@ -1,0 +1,101 @@
+"""What a pending GPU pod is told about its capacity: Kubernetes Events, as `kubectl describe pod` shows them.
+
+The packer knows, for every pod the agent reports, what it decided: a new claim (instance types, capacity type,
+zones, price), room on a claim already in flight, a claim that has launched or registered, or why the pod cannot
+be placed (the solver's reason, verbatim). Pods stay reported while pending, so each report tells the pod where
+its capacity is, as Karpenter's `Nominated` and `FailedScheduling` events do on its pods. These are plain values;
+`adapters/kubernetes/events.py` posts them, deduplicated and rate-limited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from gpu_autoscaler.models.claims import ClaimState
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = ["EventRecorder", "PodEvent", "disruption_events", "events_for_plan"]
+
+PLANNED = "GpuCapacityPlanned"
+LAUNCHED = "GpuCapacityLaunched"
+REGISTERED = "GpuNodeRegistered"
+UNSCHEDULABLE = "GpuCapacityUnavailable"
+DISRUPTING = "GpuNodeDisrupting"
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    uid: str
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+class EventRecorder(Protocol):
+    """Posts events on pods; best effort (an event that cannot be posted is logged, never raised)."""
+
+    def record(self, events: Sequence[PodEvent]) -> int:
+        """Post what is new or due; return how many were written."""
+        ...
+
+
+def _types(claim: NodeClaim) -> str:
+    if claim.instance_type:
+        return claim.instance_type
+    shown = ", ".join(claim.instance_types[:3])
+    return shown + (f" (+{len(claim.instance_types) - 3} more)" if len(claim.instance_types) > 3 else "")
+
+
+def _about(claim: NodeClaim) -> PodEventText:
+    price = claim.launched_price_per_hour if claim.launched_price_per_hour is not None else claim.price_per_hour
+    where = claim.zone or ", ".join(claim.zones)
+    if claim.state is ClaimState.REGISTERED and claim.node_name:
+        return REGISTERED, f"node {claim.node_name} of claim {claim.id} ({_types(claim)} {claim.capacity_type} in " \
+            f"{where}) registered; the scheduler binds the pod there"
+    if claim.state in (ClaimState.LAUNCHED, ClaimState.REGISTERED) and claim.instance_id:
+        return LAUNCHED, f"claim {claim.id} launched {claim.instance_id} ({_types(claim)} {claim.capacity_type} in " \
+            f"{where}, {price:.4f} USD/h); waiting for its node to register"
+    return PLANNED, f"planned onto claim {claim.id} in pool {claim.pool}: {_types(claim)} {claim.capacity_type} " \
+        f"in {where}, {price:.4f} USD/h"
+
+
+PodEventText = tuple[str, str]
+
+
+def events_for_plan(pods: Sequence[PendingPod], plan: Plan, claims: Mapping[str, NodeClaim]) -> list[PodEvent]:
+    """One event per reported pod: where its capacity is (a claim planned now, in flight or registered), or why
+    there is none. `claims` holds every claim the plan names, new or live, by id."""
+    owner: dict[str, str] = dict(plan.covered)
+    for claim_id, uids in plan.existing.items():
+        owner.update(dict.fromkeys(uids, claim_id))
+    for claim in plan.claims:
+        owner.update(dict.fromkeys(claim.pods, claim.id))
+    reasons = {u.pod: u.reason for u in plan.unschedulable}
+    events = []
+    for pod in pods:
+        if pod.uid in reasons:
+            events.append(PodEvent(pod.uid, pod.namespace, pod.name, UNSCHEDULABLE, reasons[pod.uid], "Warning"))
+            continue
+        found = claims.get(owner.get(pod.uid, ""))
+        if found is not None:
+            reason, message = _about(found)
+            events.append(PodEvent(pod.uid, pod.namespace, pod.name, reason, message))
+    return events
+
+
+def disruption_events(pods: Sequence[ClusterPod], node: str, claim: NodeClaim, reason: str) -> list[PodEvent]:
+    """Evicted pods hear why their node goes, in the words of the drain request (Spot warning, consolidation with
+    its saving, drift, a scheduled retirement)."""
+    what = f"{claim.instance_type or _types(claim)} {claim.capacity_type}"
+    return [PodEvent(p.uid, p.namespace, p.name, DISRUPTING, f"evicted: node {node} ({what}, claim {claim.id}) is "
+                     f"being drained: {reason}") for p in pods]

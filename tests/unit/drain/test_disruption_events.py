@@ -1,0 +1,45 @@
+"""Evicted pods are told why their node goes (issue 18 part 1): one Event per evicted pod, the request's reason."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
+from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.pod_events import DISRUPTING
+from gpu_autoscaler.services.drain import DrainService
+from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
+from tests.unit.drain.fakes import RecordingFleet
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.domain.pod_events import PodEvent
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.posted: list[PodEvent] = []
+
+    def record(self, events: Sequence[PodEvent]) -> int:
+        self.posted += events
+        return len(events)
+
+
+def test_each_evicted_pod_hears_the_drain_reason() -> None:
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    store.create_claim(make_claim())
+    cluster = MemoryCluster([make_node()], [make_pod("web-0"), make_pod("web-1"),
+                                            make_pod("ds-0", owner_kind="DaemonSet")])
+    service = DrainService("ml-prod", store, cluster, RecordingFleet(store), MemoryDrainQueue(clock), clock=clock,
+                           sleep=lambda seconds: clock.advance(timedelta(seconds=seconds)))
+    service.events = events = RecordingEvents()
+    request = make_request()
+    service.drain(request, timedelta(seconds=60))
+    assert sorted(e.name for e in events.posted) == ["web-0", "web-1"]  # evicted ones only, never the DaemonSet's
+    assert {e.reason for e in events.posted} == {DISRUPTING}
+    assert all(request.reason in e.message and request.node_name in e.message for e in events.posted)

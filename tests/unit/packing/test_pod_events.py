@@ -1,0 +1,57 @@
+"""The packer tells each reported pod where its capacity is, or why there is none (issue 18 part 1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.pod_events import LAUNCHED, PLANNED, REGISTERED, UNSCHEDULABLE, PodEvent
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
+from gpu_autoscaler.services.packer import PackerService
+from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pod, make_pool
+from tests.unit.packing.fakes import FakeStateStore, RecordingLaunchQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.posted: list[PodEvent] = []
+
+    def record(self, events: Sequence[PodEvent]) -> int:
+        self.posted += events
+        return len(events)
+
+
+def _document(pods: list[PendingPod]) -> PendingPodsDocument:
+    return PendingPodsDocument.model_validate({"schemaVersion": 1, "cluster": "test", "sentAt": NOW.isoformat(),
+                                               "pods": [p.model_dump(by_alias=True) for p in pods]})
+
+
+def test_each_pod_hears_of_its_claim_as_it_is_planned_launched_and_registered() -> None:
+    clock = FixedClock(NOW)
+    store, events = FakeStateStore(clock), RecordingEvents()
+    service = PackerService(make_config(make_pool()), store, make_catalog(), RecordingLaunchQueue(), clock=clock,
+                            events=events)
+    pod, too_big = make_pod(), make_pod(gpus=64, cpu="20", memory="64Gi")
+    outcome = service.handle(_document([pod, too_big]), source="m-1")
+    planned, failed = events.posted
+    claim = store.claims[outcome.created[0]]
+    assert (planned.uid, planned.reason, planned.type) == (pod.uid, PLANNED, "Normal")
+    assert f"planned onto claim {claim.id} in pool {claim.pool}: {claim.instance_types[0]}" in planned.message
+    assert f"{claim.price_per_hour:.4f} USD/h" in planned.message and claim.capacity_type in planned.message
+    [reason] = [u.reason for u in service.plan(_document([too_big]))[0].unschedulable]
+    assert (failed.uid, failed.reason, failed.type, failed.message) == (too_big.uid, UNSCHEDULABLE, "Warning", reason)
+
+    launched = store.transition(claim, ClaimState.LAUNCHED, instance_id="i-0abc", instance_type=claim.instance_types[0],
+                                zone="us-east-1a")
+    events.posted.clear()
+    service.handle(_document([pod]), source="m-2")
+    [event] = events.posted
+    assert event.reason == LAUNCHED and "launched i-0abc" in event.message and "us-east-1a" in event.message
+    store.transition(launched, ClaimState.REGISTERED, node_name="ip-10-0-1-5")
+    events.posted.clear()
+    service.handle(_document([pod]), source="m-3")
+    assert [(e.reason, "node ip-10-0-1-5" in e.message) for e in events.posted] == [(REGISTERED, True)]
