@@ -252,3 +252,55 @@ def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config
     _, params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
     for spec in params["TagSpecifications"]:
         assert {"Key": L.TAG_CLUSTER, "Value": "ml-prod"} in spec["Tags"]
+
+
+class OlderBotocore:
+    """An EC2 client whose botocore predates a member the request uses: it refuses the call before sending it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def create_fleet(self, **_: Any) -> dict[str, Any]:
+        from botocore.exceptions import ParamValidationError
+
+        self.calls += 1
+        raise ParamValidationError(report='Unknown parameter in LaunchTemplateConfigs[0].LaunchTemplateSpecification: '
+                                          '"LaunchTemplateSpecificationUserData", must be one of: LaunchTemplateId, '
+                                          'LaunchTemplateName, Version')
+
+
+def test_a_parameter_the_sdk_does_not_know_ends_the_claim_as_a_configuration_error(
+        store: DynamoStateStore, config: Config) -> None:
+    client = OlderBotocore()
+    service = FleetService(config, store, Ec2Compute(client, config.cluster_name), clock=SystemClock(),
+                           launch_template_id=TEMPLATE, sleep=lambda _: None)
+    claim = new_claim(store, "stub-old-sdk", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    outcome = launch(service, claim.id)  # no exception: the message is not retried, the claim ends
+    assert client.calls == 1  # not retried, and no other capacity type tried with the same SDK
+    assert outcome.failed[0].code == "ParamValidationError"
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.TERMINATED
+    assert "LaunchTemplateSpecificationUserData" in stored.reason and "botocore" in stored.reason
+    assert store.assignments(list(claim.pods)) == {}
+
+
+def test_a_fresh_account_without_the_spot_role_falls_back_to_on_demand(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """EC2 refuses the first Spot launch of an account whose AWSServiceRoleForEC2Spot does not exist and cannot be
+    created by the caller: a configuration error, logged as one; the pool allows On-Demand, so the claim goes on."""
+    _, stubber = ec2
+    claim = new_claim(store, "stub-no-spot-role", zones=("us-east-1a",), instance_types=("g6.xlarge",))
+    _, spot_params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
+    on_demand, od_params = expected(config, [claim], 1, "on-demand", [("g6.xlarge", "us-east-1a")])
+    stubber.add_client_error(
+        "create_fleet", service_error_code="AuthFailure.ServiceLinkedRoleCreationNotPermitted",
+        service_message="The provided credentials do not have permission to create the service-linked role for "
+                        "EC2 Spot Instances.", http_status_code=400, expected_params=spot_params)
+    stubber.add_response("create_fleet", launched(on_demand, "i-0fff000000000001", "g6.xlarge", "us-east-1a",
+                                                  "on-demand"), od_params)
+    launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.LAUNCHED and stored.capacity_type == "on-demand"
+    assert ("g6.xlarge", "us-east-1a", "spot") in store.unavailable_offerings()
+    assert "iam:CreateServiceLinkedRole" in caplog.text

@@ -18,7 +18,9 @@ __all__ = [
     "CAPACITY_ERROR_CODES",
     "CONFLICT_ERROR_CODES",
     "MAX_LAUNCH_CONFIGS",
+    "CONFIGURATION_ERROR_CODES",
     "MAX_OVERRIDES",
+    "PARAM_VALIDATION_ERROR",
     "THROTTLING_ERROR_CODES",
     "AllocationStrategy",
     "ErrorKind",
@@ -54,6 +56,14 @@ CAPACITY_ERROR_CODES = frozenset({
 })
 """EC2 cannot give this offering now (no capacity, a quota, a full reservation or subnet, not offered there):
 the offering is marked unavailable for a while and the claim goes on with what is left."""
+CONFIGURATION_ERROR_CODES = frozenset({"AuthFailure.ServiceLinkedRoleCreationNotPermitted"})
+"""The account is not set up for this capacity type (EC2 User Guide, "Service-linked role for Spot Instance
+requests": the first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`).
+Its offerings are marked unavailable like a capacity error, so the claim falls back to another capacity type where
+the pool allows, and the error is logged as a configuration problem for an operator to fix."""
+PARAM_VALIDATION_ERROR = "ParamValidationError"
+"""botocore refused to send the request (a member its service model lacks: an SDK older than the code). Not EC2's
+answer, and no retry or other capacity type helps: the claim ends with the SDK named."""
 THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
 """The client token was used before with other parameters: that attempt is spent, the next one has its own."""
@@ -71,7 +81,7 @@ class ErrorKind(StrEnum):
 
 
 def classify_error(code: str) -> ErrorKind:
-    if code in CAPACITY_ERROR_CODES:
+    if code in CAPACITY_ERROR_CODES or code in CONFIGURATION_ERROR_CODES:
         return ErrorKind.UNAVAILABLE
     if code in THROTTLING_ERROR_CODES:
         return ErrorKind.THROTTLED

@@ -47,6 +47,7 @@ from gpu_autoscaler.domain.fleet import (
 from gpu_autoscaler.domain.user_data import ClusterBootstrap
 from gpu_autoscaler.errors import GpuAutoscalerError, RequestThrottled, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.fleet import PARAM_VALIDATION_ERROR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -262,7 +263,8 @@ class FleetService:
                 self._backoff(outcome.throttled, outcome)
             attempt = next_attempt(remaining, pool, attempt, unavailable, context, repeat=reading.repeat)
         if fatal is not None:
-            reason, code = f"EC2 refused the launch: {fatal.code} {fatal.message}".strip(), fatal.code
+            said = "the launch request was not sent" if fatal.code == PARAM_VALIDATION_ERROR else "EC2 refused the launch"
+            reason, code = f"{said}: {fatal.code} {fatal.message}".strip(), fatal.code
         elif errors:
             reason, code = describe_failure(errors, "")
         elif calls == 0:

@@ -18,11 +18,20 @@ import base64
 import logging
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+import botocore
+from botocore.exceptions import ClientError, ParamValidationError
 
 from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
 from gpu_autoscaler.errors import RequestThrottled
-from gpu_autoscaler.models.fleet import ErrorKind, FleetError, FleetResult, LaunchedInstance, classify_error
+from gpu_autoscaler.models.fleet import (
+    CONFIGURATION_ERROR_CODES,
+    PARAM_VALIDATION_ERROR,
+    ErrorKind,
+    FleetError,
+    FleetResult,
+    LaunchedInstance,
+    classify_error,
+)
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 
 if TYPE_CHECKING:
@@ -39,6 +48,12 @@ TAG_EMULATES = "gpu-autoscaler/emulates"
 """On a subnet an emulator created: the configuration's subnet id it stands in for (`emulator.resources`)."""
 _DEFAULT_TARGET = {"spot": "spot", "on-demand": "on-demand", "reserved": "reserved-capacity"}
 _GONE = frozenset({"shutting-down", "terminated"})
+_CONFIGURATION_HINTS = {
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
+        "the account has no AWSServiceRoleForEC2Spot and this function may not create it: grant "
+        "iam:CreateServiceLinkedRole for spot.amazonaws.com (the stack does) or create the role once with "
+        "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`; Spot is skipped meanwhile"),
+}
 _FILTER_CHUNK = 100
 
 
@@ -125,11 +140,23 @@ class Ec2Compute:
     def create_fleet(self, request: FleetRequest) -> FleetResult:
         try:
             response = self._ec2.create_fleet(**render_create_fleet(request))
+        except ParamValidationError as error:
+            # Not a ClientError: botocore refused before sending. Without this the handler's except misses it and
+            # every launch dead-letters; as a request-level error it ends the claim, once, with the SDK named.
+            message = (f"botocore {botocore.__version__} in this function does not know a parameter of the request "
+                       f"({error}); the function needs the botocore the layer pins")
+            logger.error("CreateFleet not sent: %s", message)
+            return FleetResult(errors=(FleetError(code=PARAM_VALIDATION_ERROR, message=message,
+                                                  capacity_type=request.capacity_type),))
         except ClientError as error:
             code = _code(error)
             if classify_error(code) is ErrorKind.THROTTLED:
                 raise RequestThrottled(f"CreateFleet throttled: {_message(error)}") from error
-            logger.warning("CreateFleet refused: %s %s", code, _message(error))
+            if code in CONFIGURATION_ERROR_CODES:
+                logger.error("CreateFleet refused for a configuration of the account, not capacity: %s %s — %s",
+                             code, _message(error), _CONFIGURATION_HINTS.get(code, ""))
+            else:
+                logger.warning("CreateFleet refused: %s %s", code, _message(error))
             return FleetResult(errors=(FleetError(code=code, message=_message(error),
                                                   capacity_type=request.capacity_type),))
         instances = self._instances(request, response.get("Instances") or [])
