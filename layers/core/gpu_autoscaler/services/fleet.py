@@ -263,7 +263,8 @@ class FleetService:
                 self._backoff(outcome.throttled, outcome)
             attempt = next_attempt(remaining, pool, attempt, unavailable, context, repeat=reading.repeat)
         if fatal is not None:
-            said = "the launch request was not sent" if fatal.code == PARAM_VALIDATION_ERROR else "EC2 refused the launch"
+            not_sent = fatal.code == PARAM_VALIDATION_ERROR
+            said = "the launch request was not sent" if not_sent else "EC2 refused the launch"
             reason, code = f"{said}: {fatal.code} {fatal.message}".strip(), fatal.code
         elif errors:
             reason, code = describe_failure(errors, "")
