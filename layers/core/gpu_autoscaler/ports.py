@@ -80,12 +80,14 @@ class StateStore(Protocol):
     def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]: ...
 
     def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
-        """Conditional on the stored state still being `claim.state`; raises `StaleClaim` otherwise."""
+        """Conditional on the stored claim still being `claim.state` at `claim.version` (nothing written since
+        `claim` was read); raises `StaleClaim` otherwise. Returns the claim as stored, its version bumped."""
         ...
 
     def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
-        """Change fields of a claim, not its state: conditional on the stored state still being `claim.state`,
-        raises `StaleClaim` otherwise. The packer adds pods (and their requests) to claims in flight this way."""
+        """Change fields of a claim, not its state: conditional like `transition` on `claim.state` and
+        `claim.version`, raises `StaleClaim` otherwise (`services.claim_writes` says who retries and who gives up).
+        The packer adds pods (and their requests) to claims in flight this way."""
         ...
 
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:

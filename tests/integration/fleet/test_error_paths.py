@@ -290,17 +290,17 @@ def test_a_fresh_account_without_the_spot_role_falls_back_to_on_demand(
     """EC2 refuses the first Spot launch of an account whose AWSServiceRoleForEC2Spot does not exist and cannot be
     created by the caller: a configuration error, logged as one; the pool allows On-Demand, so the claim goes on."""
     _, stubber = ec2
-    claim = new_claim(store, "stub-no-spot-role", zones=("us-east-1a",), instance_types=("g6.xlarge",))
-    _, spot_params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
-    on_demand, od_params = expected(config, [claim], 1, "on-demand", [("g6.xlarge", "us-east-1a")])
+    claim = new_claim(store, "stub-no-spot-role", zones=("us-east-1c",), instance_types=("g6.xlarge",))
+    _, spot_params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1c")])
+    on_demand, od_params = expected(config, [claim], 1, "on-demand", [("g6.xlarge", "us-east-1c")])
     stubber.add_client_error(
         "create_fleet", service_error_code="AuthFailure.ServiceLinkedRoleCreationNotPermitted",
         service_message="The provided credentials do not have permission to create the service-linked role for "
                         "EC2 Spot Instances.", http_status_code=400, expected_params=spot_params)
-    stubber.add_response("create_fleet", launched(on_demand, "i-0fff000000000001", "g6.xlarge", "us-east-1a",
+    stubber.add_response("create_fleet", launched(on_demand, "i-0fff000000000001", "g6.xlarge", "us-east-1c",
                                                   "on-demand"), od_params)
     launch(service, claim.id)
     stored = store.get_claim(claim.id)
     assert stored is not None and stored.state is ClaimState.LAUNCHED and stored.capacity_type == "on-demand"
-    assert ("g6.xlarge", "us-east-1a", "spot") in store.unavailable_offerings()
+    assert ("g6.xlarge", "us-east-1c", "spot") in store.unavailable_offerings()
     assert "iam:CreateServiceLinkedRole" in caplog.text
