@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
-    from gpu_autoscaler.models.fleet import FleetRequest, FleetResult
+    from gpu_autoscaler.models.fleet import FleetRequest, FleetResult, OwnedInstance
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.taints import Taint
 
@@ -26,6 +26,7 @@ __all__ = [
     "DisruptionBudgets",
     "DrainQueue",
     "LaunchQueue",
+    "OwnedInstances",
     "QuotaSource",
     "StateStore",
 ]
@@ -116,6 +117,14 @@ class Compute(Protocol):
 
     def terminate(self, instance_ids: Sequence[str]) -> list[str]:
         """Terminate those carrying this cluster's ownership tag; returns the ids terminated, never others."""
+        ...
+
+
+class OwnedInstances(Protocol):
+    """What EC2 lists of this cluster's instances: the garbage collector's view of the cloud."""
+
+    def owned_instances(self) -> list[OwnedInstance]:
+        """Every instance tagged `gpu-autoscaler/cluster = <cluster>`, terminated ones included while EC2 shows them."""
         ...
 
 

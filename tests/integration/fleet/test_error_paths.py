@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import Stubber
 
 from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, render_create_fleet
 from gpu_autoscaler.clock import SystemClock
@@ -225,25 +225,49 @@ def test_an_unfulfillable_gang_launches_nothing_and_releases_every_pod(
     assert store.assignments([c.pods[0] for c in claims]) == {}
 
 
-def owned(instance_id: str, cluster: str | None, state: str = "running") -> dict[str, Any]:
-    tags = [{"Key": L.TAG_CLUSTER, "Value": cluster}] if cluster else []
-    return {"Reservations": [{"Instances": [{"InstanceId": instance_id, "State": {"Name": state, "Code": 16},
-                                             "Tags": tags}]}]}
+def terminating(*instance_ids: str) -> dict[str, Any]:
+    return {"TerminatingInstances": [{"InstanceId": i, "CurrentState": {"Name": "shutting-down", "Code": 32},
+                                      "PreviousState": {"Name": "running", "Code": 16}} for i in instance_ids]}
 
 
-def test_terminate_checks_the_ownership_tag_itself(ec2: tuple[Any, Stubber]) -> None:
+def test_terminate_asks_ec2_directly_without_describing_first(ec2: tuple[Any, Stubber]) -> None:
+    """A just-launched instance may not show in DescribeInstances yet (eventual consistency): skipping what it does
+    not show leaked instances. IAM's ownership condition decides what may be terminated."""
     client, stubber = ec2
-    compute = Ec2Compute(client, "ml-prod")
-    # A filter that let through someone else's instance: the tag check in code still refuses it.
-    stubber.add_response("describe_instances", owned("i-0eee000000000001", "ml-dev"),
-                         {"Filters": ANY})
-    assert compute.terminate(["i-0eee000000000001"]) == []
-    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod"), {"Filters": ANY})
-    stubber.add_response("terminate_instances", {"TerminatingInstances": []},
-                         {"InstanceIds": ["i-0eee000000000002"]})
-    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]
-    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod", "terminated"), {"Filters": ANY})
-    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]  # already gone: nothing to call
+    stubber.add_response("terminate_instances", terminating("i-0eee000000000001", "i-0eee000000000002"),
+                         {"InstanceIds": ["i-0eee000000000001", "i-0eee000000000002"]})
+    assert Ec2Compute(client, "ml-prod").terminate(["i-0eee000000000001", "i-0eee000000000002"]) == [
+        "i-0eee000000000001", "i-0eee000000000002"]
+
+
+def test_one_unknown_id_fails_the_whole_call_so_each_id_is_asked_alone(ec2: tuple[Any, Stubber]) -> None:
+    """EC2 refuses a multi-id TerminateInstances as a whole when one id is not known (yet): nothing was
+    terminated. Each id alone then, the unknown one again with backoff; only what EC2 confirmed is reported."""
+    client, stubber = ec2
+    sleeps: list[float] = []
+    compute = Ec2Compute(client, "ml-prod", sleep=sleeps.append, rng=random.Random(5))
+    ids = ["i-0eee000000000003", "i-0eee000000000004", "i-0eee000000000005"]
+    not_found = "The instance ID 'i-0eee000000000004' does not exist"
+    stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                             service_message=not_found, expected_params={"InstanceIds": ids})
+    stubber.add_response("terminate_instances", terminating(ids[0]), {"InstanceIds": [ids[0]]})
+    stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                             service_message=not_found, expected_params={"InstanceIds": [ids[1]]})
+    stubber.add_response("terminate_instances", terminating(ids[1]), {"InstanceIds": [ids[1]]})  # now known
+    stubber.add_client_error("terminate_instances", service_error_code="UnauthorizedOperation",
+                             service_message="You are not authorized to perform this operation.",
+                             expected_params={"InstanceIds": [ids[2]]})  # someone else's: IAM refuses it
+    assert compute.terminate(ids) == ids[:2]
+    assert len(sleeps) == 1
+
+
+def test_an_id_ec2_never_learns_of_is_not_reported_terminated(ec2: tuple[Any, Stubber]) -> None:
+    client, stubber = ec2
+    compute = Ec2Compute(client, "ml-prod", sleep=lambda _: None)
+    for _ in range(5):
+        stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                                 expected_params={"InstanceIds": ["i-0eee000000000006"]})
+    assert compute.terminate(["i-0eee000000000006"]) == []
 
 
 def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config: Config) -> None:

@@ -7,6 +7,7 @@ here, so a request that EC2 would refuse cannot be built.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -30,6 +31,7 @@ __all__ = [
     "FleetResult",
     "LaunchConfig",
     "LaunchedInstance",
+    "OwnedInstance",
     "ReservationOptions",
     "ReservationType",
     "classify_error",
@@ -224,3 +226,21 @@ class FleetResult(_Frozen):
     @property
     def error_kinds(self) -> set[ErrorKind]:
         return {e.kind for e in self.errors}
+
+
+class OwnedInstance(_Frozen):
+    """An instance carrying this cluster's ownership tag, as DescribeInstances shows it (garbage collection and
+    Capacity Block ends look at these)."""
+
+    instance_id: str
+    state: str
+    """EC2's state name: pending, running, stopping, stopped, shutting-down, terminated."""
+    launched_at: datetime | None = None
+    claim_id: str | None = None
+    """Its `gpu-autoscaler/claim` tag."""
+    capacity_reservation_id: str | None = None
+    """The reservation (On-Demand Capacity Reservation or Capacity Block) it runs in, if any."""
+
+    @property
+    def gone(self) -> bool:
+        return self.state in ("shutting-down", "terminated")
