@@ -155,6 +155,7 @@ class Functions(Construct):
         table: dynamodb.ITable,
         parameter: ssm.IStringParameter,
         launch_template_id: str,
+        launch_templates: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._names = names
@@ -163,7 +164,8 @@ class Functions(Construct):
         self._table = table
         self._parameter = parameter
         self._launch_template_id = launch_template_id
-        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_id=launch_template_id)
+        self._launch_templates = launch_templates or {"on-demand": launch_template_id}
+        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in FUNCTION_SPECS:
@@ -181,6 +183,7 @@ class Functions(Construct):
         }
         if Capability.LAUNCH in spec.capabilities:
             env["LAUNCH_TEMPLATE_ID"] = self._launch_template_id
+            env["LAUNCH_TEMPLATES"] = Stack.of(self).to_json_string(self._launch_templates)
         return env
 
     def _create(self, spec: FunctionSpec) -> None:

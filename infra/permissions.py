@@ -78,10 +78,10 @@ class PolicyGrant:
 class Ec2Permissions:
     """Builds the statements of the AWS-facing capabilities for one stack and configuration."""
 
-    def __init__(self, stack: Stack, config: Config, *, launch_template_id: str) -> None:
+    def __init__(self, stack: Stack, config: Config, *, launch_template_ids: list[str]) -> None:
         self.stack = stack
         self.config = config
-        self.launch_template_id = launch_template_id
+        self.launch_template_ids = launch_template_ids
         self.owner = {TAG_CLUSTER: config.cluster_name}
 
     def grant(self, capability: Capability) -> PolicyGrant:
@@ -155,9 +155,9 @@ class Ec2Permissions:
 
     def launch(self) -> PolicyGrant:
         created = [self._ec2_arn(kind, "*") for kind in _CREATED_BY_LAUNCH]
-        launch_template = self._ec2_arn("launch-template", self.launch_template_id)
+        launch_templates = [self._ec2_arn("launch-template", t) for t in self.launch_template_ids]
         used = [
-            launch_template,
+            *launch_templates,
             *(self._ec2_arn("subnet", subnet) for subnet in sorted(self.config.network.subnets.values())),
             *(self._ec2_arn("security-group", group) for group in self.config.network.security_groups),
             *(self._ec2_arn("image", ami, account=False) for ami in self._amis()),
@@ -190,7 +190,7 @@ class Ec2Permissions:
             iam.PolicyStatement(
                 sid="VersionNodeLaunchTemplate",
                 actions=["ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"],
-                resources=[launch_template],
+                resources=launch_templates,
             ),
             iam.PolicyStatement(
                 sid="PassNodeRole",
@@ -238,8 +238,11 @@ class Ec2Permissions:
         )]
 
     def _amis(self) -> list[str]:
-        ami = self.config.ami
-        return [image for image in (ami.x86_64, ami.arm64) if image]
+        """Every pinned image a launch may use: the global one and the pools' own (`resolve:ssm:` ids
+        name no image in advance)."""
+        amis = [self.config.ami, *(pool.ami for pool in self.config.node_pools if pool.ami)]
+        images = [i for ami in amis for i in (ami.x86_64, ami.arm64) if i and i.startswith("ami-")]
+        return list(dict.fromkeys(images))
 
     def _reservations(self) -> list[str]:
         return sorted({cr.id for pool in self.config.node_pools for cr in pool.capacity_reservations})

@@ -74,6 +74,7 @@ class GpuAutoscalerStack(Stack):
             table=self.table,
             parameter=self.parameter,
             launch_template_id=self.nodes.launch_template_id,
+            launch_templates=self.nodes.launch_template_ids,
         )
         self.interruption_rules = InterruptionRules(
             self,

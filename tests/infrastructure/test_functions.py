@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import aws_cdk.aws_lambda as lambda_
@@ -52,10 +53,10 @@ def test_one_layer_for_the_same_runtime_and_architecture(synthesized: Synthesize
 
 def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
     stack = synthesized.stack
-    launch_template = synthesized.logical_id(stack.nodes.launch_template)
+    templates = {ct: synthesized.logical_id(t) for ct, t in stack.nodes.templates.items()}
     for spec in FUNCTION_SPECS:
         env = _function(synthesized, spec.name)["Environment"]["Variables"]
-        expected = COMMON_ENV | ({"LAUNCH_TEMPLATE_ID"} if spec.name == "fleet" else set())
+        expected = COMMON_ENV | ({"LAUNCH_TEMPLATE_ID", "LAUNCH_TEMPLATES"} if spec.name == "fleet" else set())
         assert set(env) == expected, spec.name
         assert env["CONFIG_PARAMETER"] == {"Ref": synthesized.logical_id(stack.parameter)}
         assert env["TABLE_NAME"] == {"Ref": synthesized.logical_id(stack.table)}
@@ -64,7 +65,9 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
         assert env["POWERTOOLS_SERVICE_NAME"] == spec.name
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "GpuAutoscaler"
         if spec.name == "fleet":
-            assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": launch_template}
+            assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": templates["on-demand"]}
+            joined = json.dumps(env["LAUNCH_TEMPLATES"])
+            assert all(logical in joined for logical in templates.values())
         settings_names = {f.alias for f in FunctionSettings.model_fields.values()}
         assert set(env) - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"} <= settings_names
 

@@ -2,39 +2,65 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.domain.launch_templates import block_device_mappings
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import ResourceNames
-from infra.nodes import _volumes, role_name
+from infra.nodes import role_name
 from tests.infrastructure.conftest import infrastructure_config_data
 
 if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
 
 
-def test_launch_template_pins_the_ami_requires_imdsv2_and_encrypts_volumes(synthesized: Synthesized) -> None:
+def _templates(synthesized: Synthesized) -> dict[str, dict[str, Any]]:
+    """Launch template name → its properties."""
+    return {t["Properties"]["LaunchTemplateName"]: t["Properties"]
+            for t in synthesized.of_type("AWS::EC2::LaunchTemplate").values()}
+
+
+def test_launch_templates_pin_the_ami_require_imdsv2_and_encrypt_volumes(synthesized: Synthesized) -> None:
     config = synthesized.config
-    [template] = synthesized.of_type("AWS::EC2::LaunchTemplate").values()
-    assert template["Properties"]["LaunchTemplateName"] == ResourceNames(config.cluster_name).launch_template
-    data = template["Properties"]["LaunchTemplateData"]
-    assert data["ImageId"] == config.ami.x86_64
-    assert data["MetadataOptions"]["HttpTokens"] == "required"
-    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
-    assert data["SecurityGroupIds"] == config.network.security_groups
-    assert data["BlockDeviceMappings"] and all(m["Ebs"]["Encrypted"] is True for m in data["BlockDeviceMappings"])
+    names = ResourceNames(config.cluster_name)
+    templates = _templates(synthesized)
+    assert set(templates) == {names.capacity_launch_template(ct) for ct in ("spot", "on-demand", "reserved")}
     profile_id = synthesized.logical_id(synthesized.stack.nodes.instance_profile)
-    assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile_id, "Arn"]}}
+    for properties in templates.values():
+        data = properties["LaunchTemplateData"]
+        assert data["ImageId"] == config.ami.x86_64
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        assert data["SecurityGroupIds"] == config.network.security_groups
+        assert data["BlockDeviceMappings"] and all(m["Ebs"]["Encrypted"] is True for m in data["BlockDeviceMappings"])
+        assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile_id, "Arn"]}}
 
 
-def test_launched_resources_and_the_template_carry_the_ownership_tag(synthesized: Synthesized) -> None:
-    [template] = synthesized.of_type("AWS::EC2::LaunchTemplate").values()
+def test_only_the_spot_template_tags_spot_requests(synthesized: Synthesized) -> None:
+    """Issue 14 defect 1: EC2 refuses `spot-instances-request` tags on a launch that creates no Spot request."""
+    names = ResourceNames(synthesized.config.cluster_name)
+    templates = _templates(synthesized)
     owner = [{"Key": TAG_CLUSTER, "Value": synthesized.config.cluster_name}]
-    specs = template["Properties"]["LaunchTemplateData"]["TagSpecifications"]
-    assert {s["ResourceType"] for s in specs} == {"instance", "volume", "network-interface", "spot-instances-request"}
-    assert all(s["Tags"] == owner for s in specs)
-    assert template["Properties"]["TagSpecifications"] == [{"ResourceType": "launch-template", "Tags": owner}]
+    common = {"instance", "volume", "network-interface"}
+    for capacity_type, kinds in (("spot", common | {"spot-instances-request"}), ("on-demand", common),
+                                 ("reserved", common)):
+        properties = templates[names.capacity_launch_template(capacity_type)]
+        specs = properties["LaunchTemplateData"]["TagSpecifications"]
+        assert {s["ResourceType"] for s in specs} == kinds, capacity_type
+        assert all(s["Tags"] == owner for s in specs)
+        assert properties["TagSpecifications"] == [{"ResourceType": "launch-template", "Tags": owner}]
+
+
+def test_spot_and_on_demand_launches_stay_out_of_open_reservations(synthesized: Synthesized) -> None:
+    """Issue 14 defect 2: without a preference, On-Demand launches consume open reservations (the reserved pool's)."""
+    names = ResourceNames(synthesized.config.cluster_name)
+    templates = _templates(synthesized)
+    for capacity_type in ("spot", "on-demand"):
+        data = templates[names.capacity_launch_template(capacity_type)]["LaunchTemplateData"]
+        assert data["CapacityReservationSpecification"] == {"CapacityReservationPreference": "none"}
+    reserved = templates[names.capacity_launch_template("reserved")]["LaunchTemplateData"]
+    assert "CapacityReservationSpecification" not in reserved  # each reserved CreateFleet names its reservations
 
 
 def test_instance_profile_wraps_the_configured_node_role(synthesized: Synthesized) -> None:
@@ -49,8 +75,8 @@ def test_instance_profile_wraps_the_configured_node_role(synthesized: Synthesize
 def test_bottlerocket_gets_an_os_and_a_data_volume() -> None:
     data = infrastructure_config_data()
     data["ami"]["family"] = "Bottlerocket"
-    volumes = _volumes(parse_config(data).ami.family)
-    assert [(v.device_name, v.ebs.volume_size, v.ebs.encrypted) for v in volumes] == [  # type: ignore[union-attr]
+    volumes = block_device_mappings(parse_config(data).ami, 200)
+    assert [(v.device_name, v.ebs.size_gib, v.ebs.encrypted) for v in volumes] == [
         ("/dev/xvda", 4, True),
         ("/dev/xvdb", 200, True),
     ]

@@ -114,23 +114,24 @@ def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None
         f"arn:aws:ec2:us-east-1:{ACCOUNT}:{kind}/*" for kind in LAUNCHED
     )
     # What a launch only uses is named: the configured subnets, groups, AMIs, reservations, our template.
-    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
     expected = {
         *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{s}" for s in config.network.subnets.values()),
         *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/{g}" for g in config.network.security_groups),
         f"arn:aws:ec2:us-east-1::image/{config.ami.x86_64}",
         f"arn:aws:ec2:us-east-1::image/{config.ami.arm64}",
         f"arn:aws:ec2:us-east-1:{ACCOUNT}:capacity-reservation/cr-0123456789abcdef0",
-        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}",
+        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids),
         "arn:aws:ec2:us-east-1::snapshot/*",
     }
     assert {flat(r) for r in untagged[0]["Resource"]} == expected
 
 
 def test_the_only_launch_template_the_fleet_may_version_is_ours(synthesized: Synthesized) -> None:
-    lt_id = synthesized.logical_id(synthesized.stack.nodes.launch_template)
+    lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
     [statement] = allowed(synthesized, "fleet", "ec2:CreateLaunchTemplateVersion")
-    assert flat(statement["Resource"]) == f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}"
+    assert sorted(flat(r) for r in statement["Resource"]) == sorted(
+        f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids)
     assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
 
 

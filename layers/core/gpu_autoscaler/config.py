@@ -32,12 +32,14 @@ from gpu_autoscaler.models.taints import Taint
 __all__ = [
     "CONTEXT_KEY",
     "Ami",
+    "BlockDeviceMapping",
     "Budget",
     "CapacityReservation",
     "CapacityType",
     "Config",
     "ConfigError",
     "Disruption",
+    "EbsVolume",
     "GpuSharing",
     "NodePool",
     "Overhead",
@@ -104,11 +106,100 @@ class Network(_Model):
         return subnets
 
 
+_PINNED_AMI = r"^ami-[0-9a-f]+$"
+_SSM_AMI = r"^resolve:ssm:/\S+$"
+LATEST = "latest"
+
+
 class Ami(_Model):
+    """The node image, pinned by id. A new AMI drifts every node of the fleet, so following the latest
+    release is an explicit choice: `version: "latest"` with EC2's `resolve:ssm:<parameter>` image ids
+    (the public AMI parameters EKS and Bottlerocket publish), resolved by EC2 at each launch."""
+
     family: Literal["AL2023", "Bottlerocket"]
-    version: str
-    x86_64: str = Field(pattern=r"^ami-[0-9a-f]+$")
-    arm64: str | None = Field(default=None, pattern=r"^ami-[0-9a-f]+$")
+    version: str = Field(min_length=1)
+    x86_64: str = Field(pattern=f"{_PINNED_AMI}|{_SSM_AMI}")
+    arm64: str | None = Field(default=None, pattern=f"{_PINNED_AMI}|{_SSM_AMI}")
+
+    @model_validator(mode="after")
+    def _pinned_unless_latest(self) -> Ami:
+        ids = [i for i in (self.x86_64, self.arm64) if i]
+        follows = [i for i in ids if i.startswith("resolve:ssm:")]
+        if follows and self.version != LATEST:
+            raise ValueError(f"'{follows[0]}' follows the latest AMI: say so with version '{LATEST}' "
+                             "(or pin an ami- id)")
+        if self.version == LATEST and len(follows) != len(ids):
+            raise ValueError(f"version '{LATEST}' needs resolve:ssm:<parameter> image ids; pinned ami- ids "
+                             "take the AMI's release version")
+        return self
+
+
+VolumeType = Literal["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"]
+GIB = 1024**3
+_VOLUME_SIZES_GIB: dict[str, tuple[int, int]] = {
+    "gp2": (1, 16384), "gp3": (1, 16384), "io1": (4, 16384), "io2": (4, 65536),
+    "st1": (125, 16384), "sc1": (125, 16384), "standard": (1, 1024),
+}
+"""EC2 API Reference, LaunchTemplateEbsBlockDeviceRequest `VolumeSize`: supported sizes per volume type."""
+_IOPS: dict[str, tuple[int, int]] = {"gp3": (3000, 16000), "io1": (100, 64000), "io2": (100, 256000)}
+"""Same page, `Iops`: only gp3, io1 and io2 take it; io1 and io2 require it."""
+_THROUGHPUT_MIBS = (125, 1000)
+"""Same page, `Throughput`: gp3 only."""
+
+
+class EbsVolume(_Model):
+    """Karpenter's EC2NodeClass `blockDeviceMappings[].ebs`, checked against EC2's documented limits."""
+
+    volume_size: str | int | None = None
+    """A quantity (`200Gi`) or GiB; may be left out with `snapshotId` (the snapshot's size)."""
+    volume_type: VolumeType = "gp3"
+    iops: int | None = Field(default=None, ge=1)
+    throughput: int | None = Field(default=None, ge=1)
+    """MiB/s."""
+    encrypted: bool = True
+    delete_on_termination: bool = True
+    snapshot_id: str | None = Field(default=None, pattern=r"^snap-[0-9a-f]+$")
+    """A snapshot to restore: a data volume pre-seeded with container images starts nodes without pulls."""
+
+    @property
+    def size_gib(self) -> int | None:
+        if self.volume_size is None:
+            return None
+        if isinstance(self.volume_size, int):
+            return self.volume_size
+        return -(-int(parse_quantity(self.volume_size)) // GIB)
+
+    @model_validator(mode="after")
+    def _ec2_limits(self) -> EbsVolume:
+        kind = self.volume_type
+        size = self.size_gib
+        if size is None and self.snapshot_id is None:
+            raise ValueError("give volumeSize, snapshotId or both")
+        if size is not None:
+            low, high = _VOLUME_SIZES_GIB[kind]
+            if not low <= size <= high:
+                raise ValueError(f"volumeSize {size} GiB is outside {low}-{high} GiB, what {kind} allows")
+        if self.iops is not None:
+            if kind not in _IOPS:
+                raise ValueError(f"iops applies to gp3, io1 and io2 volumes, not {kind}")
+            low, high = _IOPS[kind]
+            if not low <= self.iops <= high:
+                raise ValueError(f"iops {self.iops} is outside {low}-{high}, what {kind} allows")
+        elif kind in ("io1", "io2"):
+            raise ValueError(f"{kind} volumes need iops")
+        if self.throughput is not None:
+            if kind != "gp3":
+                raise ValueError(f"throughput applies to gp3 volumes only, not {kind}")
+            if not _THROUGHPUT_MIBS[0] <= self.throughput <= _THROUGHPUT_MIBS[1]:
+                raise ValueError(f"throughput {self.throughput} MiB/s is outside 125-1000, what gp3 allows")
+        return self
+
+
+class BlockDeviceMapping(_Model):
+    """Karpenter's EC2NodeClass `blockDeviceMappings[]`: one EBS volume of the node."""
+
+    device_name: str = Field(pattern=r"^/dev/(sd[a-z]{1,2}|xvd[a-z]{1,2}|nvme\d+n\d+)$")
+    ebs: EbsVolume
 
 
 class CapacityReservation(_Model):
@@ -211,12 +302,27 @@ class NodePool(_Model):
     ephemeral_storage: str = "100Gi"
     """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
 
+    ami: Ami | None = None
+    """The pool's own node image (the global `ami` shape); absent, the global one."""
+    block_device_mappings: list[BlockDeviceMapping] = Field(default_factory=list)
+    """The pool's volumes (Karpenter's EC2NodeClass shape); absent, one volume of `ephemeralStorage` (and
+    Bottlerocket's OS volume). Whatever is set here is what each instance of the pool is launched with."""
+
     @field_validator("ephemeral_storage")
     @classmethod
     def _storage_quantity(cls, value: str) -> str:
         if parse_quantity(value) <= 0:
             raise ValueError(f"'{value}' must be a positive quantity such as '100Gi'")
         return value
+
+    @field_validator("block_device_mappings")
+    @classmethod
+    def _distinct_devices(cls, mappings: list[BlockDeviceMapping]) -> list[BlockDeviceMapping]:
+        devices = [m.device_name for m in mappings]
+        repeated = sorted({d for d in devices if devices.count(d) > 1})
+        if repeated:
+            raise ValueError(f"device {repeated[0]} is mapped more than once")
+        return mappings
 
     @model_validator(mode="after")
     def _reserved_needs_reservations(self) -> NodePool:
@@ -319,7 +425,29 @@ class Config(_Model):
         for window in self.scaling_windows:
             if window.node_pool not in names:
                 raise ValueError(f"scaling window '{window.name}' names unknown node pool '{window.node_pool}'")
+        for index, pool in enumerate(self.node_pools):
+            self._ephemeral_volume_fits(index, pool)
         return self
+
+    def _ephemeral_volume_fits(self, index: int, pool: NodePool) -> None:
+        """A pool that maps its own volumes must map the one kubelet's ephemeral storage lives on (AL2023's
+        root, Bottlerocket's data volume), at least as large as the `ephemeralStorage` the packer plans with."""
+        if not pool.block_device_mappings:
+            return
+        device = "/dev/xvdb" if self.pool_ami(pool).family == "Bottlerocket" else "/dev/xvda"
+        mapping = next((m for m in pool.block_device_mappings if m.device_name == device), None)
+        where = f"nodePools[{index}]"
+        if mapping is None:
+            raise ValueError(f"{where}.blockDeviceMappings: no {device}, the volume kubelet's ephemeral storage "
+                             f"lives on ({self.pool_ami(pool).family})")
+        size = mapping.ebs.size_gib
+        if size is not None and size * GIB < parse_quantity(pool.ephemeral_storage):
+            raise ValueError(f"{where}.ephemeralStorage: {pool.ephemeral_storage} exceeds the {size} GiB of "
+                             f"{device}; set it to what the volume holds")
+
+    def pool_ami(self, pool: NodePool) -> Ami:
+        """The image a pool's nodes boot: its own, else the global one."""
+        return pool.ami or self.ami
 
     def pool(self, name: str) -> NodePool:
         for pool in self.node_pools:

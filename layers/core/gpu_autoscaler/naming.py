@@ -63,6 +63,10 @@ class ResourceNames:
         """The nodes' launch template (pinned AMI, instance profile, security groups, IMDSv2)."""
         return f"{self.prefix}-node"
 
+    def capacity_launch_template(self, capacity_type: str) -> str:
+        """The launch template of one capacity type (`domain.launch_templates`): On-Demand's is `launch_template`."""
+        return self.launch_template if capacity_type == "on-demand" else f"{self.launch_template}-{capacity_type}"
+
     @property
     def instance_profile(self) -> str:
         """The instance profile wrapping the configured node role."""

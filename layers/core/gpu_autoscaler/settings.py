@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["FunctionSettings", "load_settings"]
 
@@ -18,9 +19,18 @@ class FunctionSettings(BaseModel):
     launch_queue_url: str | None = Field(default=None, alias="LAUNCH_QUEUE_URL")
     drain_queue_url: str | None = Field(default=None, alias="DRAIN_QUEUE_URL")
     launch_template_id: str | None = Field(default=None, alias="LAUNCH_TEMPLATE_ID")
-    """The stack's node launch template (pinned AMI, IMDSv2, encrypted EBS); given to the fleet function."""
+    """The stack's On-Demand node launch template (pinned AMI, IMDSv2, encrypted EBS); given to the fleet function."""
+    launch_templates: dict[str, str] = Field(default_factory=dict, alias="LAUNCH_TEMPLATES")
+    """Capacity type → launch template id, as JSON (`domain.launch_templates`: one per capacity type);
+    a capacity type missing here launches from `LAUNCH_TEMPLATE_ID`."""
     region: str = Field(default="us-east-1", alias="AWS_REGION")
     endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
+
+
+    @field_validator("launch_templates", mode="before")
+    @classmethod
+    def _json(cls, value: object) -> object:
+        return json.loads(value) if isinstance(value, str) else value
 
 
 def load_settings(environ: dict[str, str] | None = None) -> FunctionSettings:

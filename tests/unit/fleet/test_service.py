@@ -420,3 +420,32 @@ def test_prices_come_from_a_domain_catalog_too_and_the_plan_stands_in_otherwise(
     h.launch("b")
     assert h.claim("a").launched_price_per_hour == pytest.approx(0.35)
     assert h.claim("b").launched_price_per_hour == pytest.approx(0.51)  # not in the catalog: the planned price
+
+
+def test_an_error_on_one_instance_type_drops_that_type_and_tries_the_rest() -> None:
+    """Issue 14 defect 10: `InvalidParameterValue` for g6.xlarge alone must not end the claim."""
+    def bad_type(request):
+        return FleetResult(errors=tuple(
+            FleetError(code="InvalidParameterValue", message="g6.xlarge is not supported", instance_type="g6.xlarge",
+                       zone=o.zone, capacity_type=request.capacity_type)
+            for o in request.overrides if o.instance_type == "g6.xlarge"))
+    h = Harness(bad_type)
+    h.add(make_claim())
+    outcome = h.launch("gpu-burst-a1b2c")
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.state is ClaimState.LAUNCHED and claim.instance_type == "g5.xlarge"
+    assert len(h.compute.requests) == 2
+    assert {o.instance_type for o in h.compute.requests[1].overrides} == {"g5.xlarge"}
+    assert not outcome.failed
+    # Dropped for this launch only: not recorded as unavailable capacity for every other claim.
+    assert not h.store.unavailable_offerings()
+
+
+def test_a_fleet_quota_is_a_capacity_error_not_the_end() -> None:
+    """Issue 14 defect 10: `MaxFleetCountExceeded` marks what was asked unavailable; the claim goes on."""
+    h = Harness(FleetResult(errors=(FleetError(code="MaxFleetCountExceeded", message="too many fleets"),)))
+    h.add(make_claim(capacity_type="spot"))
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.LAUNCHED
+    assert h.compute.requests[1].capacity_type == "on-demand"  # the pool falls back
+    assert outcome.unavailable

@@ -16,7 +16,8 @@ simulated capacity.
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
   mark their offering unavailable (for the configured TTL), throttling backs off with jitter
-  (`backoff_delay`), a spent token moves to the next attempt, anything else ends the launch.
+  (`backoff_delay`), a spent token moves to the next attempt, an error about one instance type drops that
+  type from the launch, anything else ends the launch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.launch_templates import block_device_mappings, ephemeral_gib
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.fleet import (
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from random import Random
 
-    from gpu_autoscaler.config import CapacityType, Config, NodePool
+    from gpu_autoscaler.config import Ami, BlockDeviceMapping, CapacityType, Config, NodePool
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.fleet import AllocationStrategy
@@ -113,6 +115,28 @@ class LaunchContext:
     instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
     """What is known of the candidate types (architecture, GPUs, max pods); names alone work too."""
     launch_template_version: str = "$Default"
+    launch_templates: Mapping[str, str] = field(default_factory=dict)
+    """Capacity type → launch template (`domain.launch_templates`); absent ones use `launch_template_id`."""
+    ami: Ami | None = None
+    """The global image (its family decides the default volumes); absent, launches carry no volumes."""
+
+    def template_for(self, capacity_type: CapacityType) -> str:
+        return self.launch_templates.get(capacity_type, self.launch_template_id)
+
+    def images_for(self, pool: NodePool) -> Mapping[str, str]:
+        """Architecture → AMI for a pool's nodes: its own image where it sets one, else the global one."""
+        if pool.ami is None:
+            return self.images
+        return {"x86_64": pool.ami.x86_64, **({"arm64": pool.ami.arm64} if pool.ami.arm64 else {})}
+
+    def volumes_for(self, pool: NodePool) -> tuple[BlockDeviceMapping, ...]:
+        """The pool's volumes (its `blockDeviceMappings`, else its `ephemeralStorage`); none without an image."""
+        if pool.block_device_mappings:
+            return tuple(pool.block_device_mappings)
+        ami = pool.ami or self.ami
+        if ami is None:
+            return ()
+        return block_device_mappings(ami, ephemeral_gib(pool))
 
     @classmethod
     def from_config(
@@ -123,6 +147,7 @@ class LaunchContext:
         subnet_ids: Mapping[str, str] | None = None,
         instance_types: Iterable[InstanceType] = (),
         bootstrap: ClusterBootstrap | None = None,
+        launch_templates: Mapping[str, str] | None = None,
     ) -> LaunchContext:
         """`subnet_ids` maps the configuration's subnet ids to the endpoint's (identity where absent)."""
         mapping = subnet_ids or {}
@@ -136,6 +161,8 @@ class LaunchContext:
             images=images,
             bootstrap=bootstrap or ClusterBootstrap.from_config(config),
             instance_types={t.name: t for t in instance_types},
+            launch_templates=dict(launch_templates or {}),
+            ami=config.ami,
         )
 
 
@@ -202,16 +229,19 @@ def candidate_offerings(
     capacity_type: CapacityType,
     unavailable: Iterable[tuple[str, str, str]],
     context: LaunchContext,
+    images: Mapping[str, str] | None = None,
 ) -> tuple[tuple[str, str], ...]:
     """The (type, zone) pairs every claim accepts, ranked by type then zone, not known to be unavailable,
-    in a zone we have a subnet for, of an architecture we have an image for; ≤ 60, ≤ 50 types."""
+    in a zone we have a subnet for, of an architecture we have an image for (`images`, default the
+    context's); ≤ 60, ≤ 50 types."""
+    images = context.images if images is None else images
     blocked = set(unavailable)
     types = _shared([c.instance_types for c in claims])
     zones = [z for z in _shared([c.zones for c in claims]) if z in context.zone_subnets]
     out: list[tuple[str, str]] = []
     used_types: list[str] = []
     for instance_type in types:
-        if architecture(instance_type, context.instance_types) not in context.images:
+        if architecture(instance_type, context.instance_types) not in images:
             continue
         for zone in zones:
             if (instance_type, zone, capacity_type) in blocked:
@@ -235,7 +265,7 @@ def first_attempt(
     """The claims' own capacity type with what is available of their candidates; else the fallback."""
     capacity_type = claims[0].capacity_type
     blocked = set(unavailable)
-    offerings = candidate_offerings(claims, capacity_type, blocked, context)
+    offerings = candidate_offerings(claims, capacity_type, blocked, context, context.images_for(pool))
     if offerings:
         return Attempt(0, capacity_type, offerings)
     return _fallback(claims, pool, capacity_type, 0, blocked, context)
@@ -257,7 +287,7 @@ def next_attempt(
     if number >= MAX_ATTEMPTS:
         return None
     blocked = set(unavailable)
-    left = candidate_offerings(claims, previous.capacity_type, blocked, context)
+    left = candidate_offerings(claims, previous.capacity_type, blocked, context, context.images_for(pool))
     if left and (repeat or set(left) != set(previous.offerings)):
         return Attempt(number, previous.capacity_type, left)
     return _fallback(claims, pool, previous.capacity_type, number, blocked, context)
@@ -273,7 +303,7 @@ def _fallback(
 ) -> Attempt | None:
     if capacity_type == "on-demand" or "on-demand" not in pool.capacity_types:
         return None
-    offerings = candidate_offerings(claims, "on-demand", unavailable, context)
+    offerings = candidate_offerings(claims, "on-demand", unavailable, context, context.images_for(pool))
     return Attempt(number, "on-demand", offerings) if offerings else None
 
 
@@ -324,6 +354,7 @@ def build_request(
     ids = tuple(c.id for c in claims)
     single_claim = claims[0].id if len(claims) == 1 else None
     configs: dict[str, list[FleetOverride]] = {}
+    images = context.images_for(pool)
     for rank, (instance_type, zone) in enumerate(attempt.offerings):
         arch = architecture(instance_type, context.instance_types)
         override = FleetOverride(
@@ -331,7 +362,8 @@ def build_request(
             zone=zone,
             subnet_id=context.zone_subnets[zone],
             priority=float(rank),
-            image_id=context.images[arch] if arch != "x86_64" else None,
+            # The templates hold the global x86_64 image; anything else is named per override.
+            image_id=images[arch] if images[arch] != context.images.get("x86_64") else None,
         )
         known = context.instance_types.get(instance_type)
         setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
@@ -350,12 +382,13 @@ def build_request(
         min_target_capacity=len(ids) if all_or_nothing else None,
         single_availability_zone=all_or_nothing,
         single_instance_type=all_or_nothing and pool.efa,
-        launch_template_id=context.launch_template_id,
+        launch_template_id=context.template_for(attempt.capacity_type),
         launch_template_version=context.launch_template_version,
         launch_configs=tuple(LaunchConfig(user_data=ud, overrides=tuple(o)) for ud, o in configs.items()),
         client_token=client_token(context.cluster, ids, attempt.number),
         tags=fleet_tags(context.cluster, pool.name, claims, gang),
         reservation=reservation_options(claims, pool) if attempt.capacity_type == "reserved" else None,
+        block_device_mappings=context.volumes_for(pool),
     )
 
 
@@ -399,6 +432,9 @@ class ResultReading:
     """Instances to terminate: an all-or-nothing request that came back short, or more than asked for."""
     unavailable: tuple[tuple[tuple[str, str, str], str], ...] = ()
     """(offering, error code) to mark unavailable."""
+    dropped: tuple[tuple[str, str, str], ...] = ()
+    """Offerings EC2 refused for their instance type (an invalid parameter for that type): left out of this
+    launch's next attempts, not recorded as missing capacity for everyone."""
     throttled: bool = False
     conflict: bool = False
     fatal: FleetError | None = None
@@ -419,6 +455,7 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
         strays += [i.instance_id for i in launched]
         launched = []
     marks: dict[tuple[str, str, str], str] = {}
+    dropped: dict[tuple[str, str, str], None] = {}
     fatal = None
     for error in result.errors:
         if error.kind is ErrorKind.UNAVAILABLE:
@@ -426,6 +463,9 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
             for offering in offerings:
                 if offering is not None:
                     marks.setdefault(offering, error.code)
+        elif error.kind is ErrorKind.FATAL and error.instance_type:
+            # About one type only (Karpenter drops such a type and launches the rest): every offering of it.
+            dropped.update((o, None) for o in request.offerings if o[0] == error.instance_type)
         elif error.kind is ErrorKind.FATAL and fatal is None:
             fatal = error
     if short and not marks and not result.errors:
@@ -435,6 +475,7 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
         launched=tuple(launched),
         strays=tuple(strays),
         unavailable=tuple(marks.items()),
+        dropped=tuple(dropped),
         throttled=ErrorKind.THROTTLED in result.error_kinds,
         conflict=ErrorKind.CONFLICT in result.error_kinds,
         fatal=fatal,

@@ -1,4 +1,5 @@
-"""The embedded AWS: moto in server mode on 127.0.0.1, holding what the stack would create.
+"""The embedded AWS: moto in server mode on 127.0.0.1, holding what the stack would create,
+behind the strict layer (`emulator.strict`) that refuses what AWS refuses.
 
 Handlers, tests, `invoke`, the emulator and the demo all talk to it over real HTTP with real boto3
 clients (`AWS_ENDPOINT_URL`), so nothing in the code under test knows it is not AWS.
@@ -105,6 +106,7 @@ class EmbeddedAws:
             self._start_server()
             self._clients = _clients(self.config.region, self.endpoint_url)
             _register_images(self.config, self._clients)
+            _register_reservations(self.config, self._clients)
             self._resources = provision(self._clients, self.config, visibility_timeout=self._visibility_timeout)
         except BaseException:
             self.stop()
@@ -131,8 +133,6 @@ class EmbeddedAws:
         self.stop()
 
     def _start_server(self) -> None:
-        from moto.server import ThreadedMotoServer
-
         moto_fixes.apply()
         if self._port:
             # moto's server thread dies silently on a taken port and start() would wait forever: check first.
@@ -143,7 +143,7 @@ class EmbeddedAws:
         werkzeug = logging.getLogger("werkzeug")
         if werkzeug.level == logging.NOTSET:
             werkzeug.setLevel(logging.WARNING)  # one access-log line per boto3 call otherwise
-        self._server = ThreadedMotoServer(ip_address=self._host, port=self._port, verbose=False)
+        self._server = _strict_moto_server()(ip_address=self._host, port=self._port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self._endpoint_url = f"http://{host}:{port}"
@@ -244,6 +244,24 @@ class EmbeddedAws:
         }
 
 
+def _strict_moto_server() -> type[ThreadedMotoServer]:
+    """moto's threaded server with the strict layer wrapped around its application (`emulator.strict`)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    from gpu_autoscaler.emulator.strict import StrictLayer
+
+    class StrictMotoServer(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = StrictLayer(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return StrictMotoServer
+
+
 def _clients(region: str, endpoint_url: str) -> AwsClients:
     core = botocore.session.get_session()
     core.register_component("data_loader", _models)
@@ -285,3 +303,19 @@ def _register_images(config: Config, clients: AwsClients) -> None:
             boot_mode="uefi-preferred",
             region_name=config.region,
         )
+
+
+def _register_reservations(config: Config, clients: AwsClients) -> None:
+    """The configuration's capacity reservations, where it says what they hold (instance type, zone, count):
+    on AWS they pre-exist with those ids; here the strict layer's Capacity Reservations stand-in holds them."""
+    from gpu_autoscaler.emulator.strict.ec2_capacity_reservations import Reservation, register_reservation
+
+    account = clients.client("sts").get_caller_identity()["Account"]
+    for pool in config.node_pools:
+        for cr in pool.capacity_reservations:
+            if cr.instance_type and cr.availability_zone:
+                count = cr.instance_count if cr.instance_count is not None else 1
+                register_reservation(Reservation(
+                    id=cr.id, account=account, region=config.region, instance_type=cr.instance_type,
+                    zone=cr.availability_zone, total=count, available=count, match="targeted", kind=cr.type,
+                ))

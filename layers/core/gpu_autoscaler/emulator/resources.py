@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from gpu_autoscaler.domain.launch_templates import CAPACITY_TYPES, launch_template_data
 from gpu_autoscaler.emulator.triggers import create_rules, create_schedules
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
@@ -103,6 +104,8 @@ class StackResources:
     queue_arns: dict[str, str]
     launch_template_id: str | None = None
     launch_template_name: str | None = None
+    launch_templates: dict[str, str] = field(default_factory=dict)
+    """Capacity type → launch template id (`launch_template_id` is the On-Demand one)."""
     vpc_id: str | None = None
     subnet_ids: dict[str, str] = field(default_factory=dict)
     """Configuration subnet id → subnet id at the endpoint (identity on real AWS)."""
@@ -136,6 +139,8 @@ class StackResources:
         }
         if self.launch_template_id:
             env["LAUNCH_TEMPLATE_ID"] = self.launch_template_id
+        if self.launch_templates:
+            env["LAUNCH_TEMPLATES"] = json.dumps(self.launch_templates, sort_keys=True)
         if function:
             env["AWS_LAMBDA_FUNCTION_NAME"] = names.function(function)
         return env
@@ -149,7 +154,7 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     security_groups = _create_security_groups(clients.client("ec2"), config, names, vpc_id, tags)
     role_arn, profile_arn = _create_node_identity(clients.client("iam"), config, names, tags)
     _create_cluster(clients.client("eks"), config, zone_subnets)
-    template_id = _create_launch_template(
+    templates = _create_launch_templates(
         clients.client("ec2"), config, names, list(security_groups.values()), profile_arn, tags
     )
     urls, arns = _create_queues(clients.client("sqs"), names, tags, visibility_timeout)
@@ -163,8 +168,9 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
-        launch_template_id=template_id, launch_template_name=names.launch_template, vpc_id=vpc_id,
-        subnet_ids=subnet_ids, zone_subnets=zone_subnets, security_group_ids=security_groups,
+        launch_template_id=templates["on-demand"], launch_template_name=names.launch_template,
+        launch_templates=templates, vpc_id=vpc_id, subnet_ids=subnet_ids, zone_subnets=zone_subnets,
+        security_group_ids=security_groups,
         node_role_arn=role_arn, instance_profile_arn=profile_arn, image_ids=_image_ids(config),
     )
 
@@ -181,12 +187,15 @@ def discover(clients: AwsClients, config: Config) -> StackResources:
     _require(clients.client("ssm").get_parameter, "SSM parameter", names.config_parameter, Name=names.config_parameter)
     ec2 = clients.client("ec2")
     vpc_id, subnet_ids, security_groups = _find_network(ec2, config)
-    template_id = _find_launch_template(ec2, names.launch_template)
+    templates: dict[str, str] = {ct: found for ct in CAPACITY_TYPES
+                 if (found := _find_launch_template(ec2, names.capacity_launch_template(ct)))}
+    template_id = templates.get("on-demand")
     role_arn, profile_arn = _find_node_identity(clients.client("iam"), names)
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
         launch_template_id=template_id, launch_template_name=names.launch_template if template_id else None,
+        launch_templates=templates,
         vpc_id=vpc_id, subnet_ids=subnet_ids,
         zone_subnets={zone: subnet_ids[subnet] for zone, subnet in config.network.subnets.items()},
         security_group_ids=security_groups, node_role_arn=role_arn, instance_profile_arn=profile_arn,
@@ -285,48 +294,26 @@ def _create_node_identity(
     return role_arn, profile_arn
 
 
-DATA_VOLUME_GIB = 200
-BOTTLEROCKET_OS_VOLUME_GIB = 4
-LAUNCHED_RESOURCE_TYPES = ("instance", "volume", "network-interface", "spot-instances-request")
-
-
-def _volumes(config: Config) -> list[dict[str, Any]]:
-    def volume(device: str, size: int) -> dict[str, Any]:
-        return {
-            "DeviceName": device,
-            "Ebs": {"VolumeSize": size, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
-        }
-
-    if config.ami.family == "Bottlerocket":
-        # Bottlerocket keeps the OS on /dev/xvda, images and containers on /dev/xvdb.
-        return [volume("/dev/xvda", BOTTLEROCKET_OS_VOLUME_GIB), volume("/dev/xvdb", DATA_VOLUME_GIB)]
-    return [volume("/dev/xvda", DATA_VOLUME_GIB)]
-
-
-def _create_launch_template(
+def _create_launch_templates(
     ec2: Any, config: Config, names: ResourceNames, security_groups: list[str], profile_arn: str,
     tags: dict[str, str],
-) -> str:
-    """The template CreateFleet names, as the stack writes it (infra/nodes.py): pinned AMI, instance profile,
-    IMDSv2 only with one hop, encrypted gp3, the ownership tag on everything a launch creates.
+) -> dict[str, str]:
+    """The templates CreateFleet names, one per capacity type, as the stack writes them (infra/nodes.py and
+    `domain.launch_templates`, which says why there are three). Capacity type → template id.
 
-    Instance type, subnet (and the arm64 image) come from each fleet request's overrides, so one template
-    serves every pool.
+    Instance type, subnet, volumes and the image come from each fleet request's overrides, so three
+    templates serve every pool.
     """
-    data = {
-        "ImageId": config.ami.x86_64,
-        "IamInstanceProfile": {"Arn": profile_arn},
-        "SecurityGroupIds": security_groups,
-        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
-        "BlockDeviceMappings": _volumes(config),
-        "Monitoring": {"Enabled": True},
-        "TagSpecifications": [{"ResourceType": kind, "Tags": _tag_list(tags)} for kind in LAUNCHED_RESOURCE_TYPES],
-    }
-    return str(ec2.create_launch_template(
-        LaunchTemplateName=names.launch_template, LaunchTemplateData=data,
-        VersionDescription=f"{config.ami.family} {config.ami.version}",
-        TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
-    )["LaunchTemplate"]["LaunchTemplateId"])
+    ids: dict[str, str] = {}
+    for capacity_type in CAPACITY_TYPES:
+        data = launch_template_data(config, capacity_type, security_groups=security_groups,
+                                    instance_profile_arn=profile_arn)
+        ids[capacity_type] = str(ec2.create_launch_template(
+            LaunchTemplateName=names.capacity_launch_template(capacity_type), LaunchTemplateData=data,
+            VersionDescription=f"{config.ami.family} {config.ami.version} {capacity_type}",
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
+        )["LaunchTemplate"]["LaunchTemplateId"])
+    return ids
 
 
 def _create_queues(

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpu_autoscaler.config import CapacityType
+from gpu_autoscaler.config import BlockDeviceMapping, CapacityType
 
 __all__ = [
     "CAPACITY_ERROR_CODES",
@@ -55,9 +55,12 @@ CAPACITY_ERROR_CODES = frozenset({
     "InsufficientFreeAddressesInSubnet",
     "SpotMaxPriceTooLow",
     "Unsupported",
+    "MaxFleetCountExceeded",
+    "InstanceLimitExceeded",
 })
-"""EC2 cannot give this offering now (no capacity, a quota, a full reservation or subnet, not offered there):
-the offering is marked unavailable for a while and the claim goes on with what is left."""
+"""EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
+subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
+left. A request-level one (no instance type named) marks every offering the request asked."""
 CONFIGURATION_ERROR_CODES = frozenset({"AuthFailure.ServiceLinkedRoleCreationNotPermitted"})
 """The account is not set up for this capacity type (EC2 User Guide, "Service-linked role for Spot Instance
 requests": the first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`).
@@ -79,7 +82,8 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"
     """The attempt's token is spent: try again under the next attempt's token."""
     FATAL = "fatal"
-    """Anything else (invalid parameter, permissions, launch template): retrying will not help."""
+    """Anything else (invalid parameter, permissions, launch template): retrying will not help. When EC2 names
+    the instance type it is about, only that type is dropped from the launch (`domain.fleet.read_result`)."""
 
 
 def classify_error(code: str) -> ErrorKind:
@@ -156,6 +160,9 @@ class FleetRequest(_Frozen):
     tags: dict[str, str] = Field(default_factory=dict)
     """On every instance and volume the request launches (the launch template adds the ownership tag too)."""
     reservation: ReservationOptions | None = None
+    block_device_mappings: tuple[BlockDeviceMapping, ...] = ()
+    """The pool's volumes, on every override (what the pool sets is what the instance gets); empty: the
+    launch template's."""
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetRequest:

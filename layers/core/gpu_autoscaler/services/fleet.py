@@ -156,6 +156,7 @@ class FleetService:
         *,
         clock: Clock,
         launch_template_id: str | None = None,
+        launch_templates: Mapping[str, str] | None = None,
         subnet_ids: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         catalog: CatalogSource | Catalog | None = None,
         bootstrap: ClusterBootstrap | Callable[[], ClusterBootstrap] | None = None,
@@ -166,12 +167,14 @@ class FleetService:
         launch); `catalog`: instance types (architecture, GPU labels, max pods) and prices, read on first
         launch; `bootstrap`: the cluster's coordinates for the user data (default: the configuration's), or
         a function giving them on first launch, which may raise to fail the launch (and is asked again by
-        the next one). Without `launch_template_id` the service only terminates (drain, consolidation)."""
+        the next one); `launch_templates`: capacity type → template, where one differs from `launch_template_id`.
+        Without `launch_template_id` the service only terminates (drain, consolidation)."""
         self.config = config
         self.store = store
         self.compute = compute
         self.clock = clock
         self._launch_template_id = launch_template_id
+        self._launch_templates = dict(launch_templates or {})
         self._subnet_ids = subnet_ids
         self._catalog = catalog
         self._bootstrap = bootstrap if bootstrap is not None else ClusterBootstrap.from_config(config)
@@ -194,7 +197,7 @@ class FleetService:
             types = self._catalog.instance_types() if self._catalog is not None else ()
             self._context = LaunchContext.from_config(
                 self.config, self._launch_template_id, subnet_ids=subnets, instance_types=types,
-                bootstrap=bootstrap,
+                bootstrap=bootstrap, launch_templates=self._launch_templates,
             )
             missing = bootstrap.missing()
             if missing and not self._warned_bootstrap:
@@ -254,6 +257,10 @@ class FleetService:
             errors.extend(reading.errors)
             self._terminate_strays(reading.strays, outcome)
             self._mark_unavailable(reading.unavailable, unavailable, outcome)
+            if reading.dropped:
+                logger.info("dropping %s from this launch: %s", sorted({o[0] for o in reading.dropped}),
+                            "; ".join(f"{e.code} {e.message}" for e in reading.errors if e.instance_type))
+                unavailable.update(reading.dropped)
             done = self._record_launches(remaining, reading.launched, outcome)
             remaining = [c for c in remaining if c.id not in done]
             if not remaining:
@@ -483,6 +490,7 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
         Ec2Compute(ec2, config.cluster_name),
         clock=env.clock,
         launch_template_id=settings.launch_template_id,
+        launch_templates=settings.launch_templates,
         subnet_ids=lambda: resolve_subnets(ec2, config),
         catalog=env.catalog,
         bootstrap=lambda: cluster_bootstrap(config, env.clients.client("eks")),

@@ -28,6 +28,7 @@ import botocore
 from botocore.exceptions import ClientError, ParamValidationError
 
 from gpu_autoscaler.domain.fleet import assign_claims, backoff_delay, launched_capacity_type
+from gpu_autoscaler.domain.launch_templates import ebs_api
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.fleet import (
     CONFIGURATION_ERROR_CODES,
@@ -93,6 +94,8 @@ def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
                 override["MaxPrice"] = f"{o.max_price:.5f}"
             if o.image_id:
                 override["ImageId"] = o.image_id
+            if request.block_device_mappings:
+                override["BlockDeviceMappings"] = ebs_api(request.block_device_mappings)
             overrides.append(override)
         configs.append({"LaunchTemplateSpecification": spec, "Overrides": overrides})
     params: dict[str, Any] = {
