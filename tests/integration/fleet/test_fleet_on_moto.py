@@ -181,3 +181,27 @@ def test_a_malformed_request_fails_alone(aws: EmbeddedAws, fleet: ModuleType, st
 def test_the_sample_event_runs(fleet: ModuleType) -> None:
     event = json.loads((ROOT / "events" / "fleet-launch-request.json").read_text())
     assert fleet.handler(event, local_context("fleet")) == {"batchItemFailures": []}
+
+
+def test_a_fresh_account_that_may_not_create_the_spot_role_launches_on_demand(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    """Through the strict layer: the account has no AWSServiceRoleForEC2Spot and the caller may not create it,
+    so EC2 answers every Spot override with AuthFailure.ServiceLinkedRoleCreationNotPermitted; the pool allows
+    On-Demand, so the claim launches there."""
+    from gpu_autoscaler.emulator.strict import ec2_instances
+
+    account = aws.clients.client("sts").get_caller_identity()["Account"]
+    iam = aws.clients.client("iam")
+    try:
+        iam.delete_role(RoleName=ec2_instances.SPOT_ROLE)  # an earlier Spot launch in this package created it
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    ec2_instances.set_spot_role_creation(account, permitted=False)
+    try:
+        new_claim(store, "gpu-burst-no-spot-role", zones=("us-east-1c",), instance_types=("g6.xlarge",))
+        _, response = deliver(aws, fleet, request("gpu-burst-no-spot-role"))
+    finally:
+        ec2_instances.set_spot_role_creation(account, permitted=True)
+    assert response == {"batchItemFailures": []}
+    claim = store.get_claim("gpu-burst-no-spot-role")
+    assert claim is not None and claim.state is ClaimState.LAUNCHED and claim.capacity_type == "on-demand"
