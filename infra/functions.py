@@ -156,6 +156,7 @@ class Functions(Construct):
         parameter: ssm.IStringParameter,
         launch_template_id: str,
         launch_templates: dict[str, str] | None = None,
+        placement_groups: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._names = names
@@ -165,7 +166,9 @@ class Functions(Construct):
         self._parameter = parameter
         self._launch_template_id = launch_template_id
         self._launch_templates = launch_templates or {"on-demand": launch_template_id}
-        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()))
+        self._placement_groups = placement_groups or {}
+        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()),
+                                   placement_groups=list(self._placement_groups.values()))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in FUNCTION_SPECS:
@@ -186,6 +189,8 @@ class Functions(Construct):
         if Capability.LAUNCH in spec.capabilities:
             env["LAUNCH_TEMPLATE_ID"] = self._launch_template_id
             env["LAUNCH_TEMPLATES"] = Stack.of(self).to_json_string(self._launch_templates)
+            if self._placement_groups:
+                env["PLACEMENT_GROUPS"] = Stack.of(self).to_json_string(self._placement_groups)
         return env
 
     def _create(self, spec: FunctionSpec) -> None:

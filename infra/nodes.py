@@ -17,11 +17,16 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpu_autoscaler.domain.launch_templates import CAPACITY_TYPES, launch_template_data
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.domain.launch_templates import (
+    TAG_ZONE,
+    launch_template_data,
+    placement_group_key,
+    template_variants,
+)
+from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_NODE_POOL
 
 if TYPE_CHECKING:
-    from gpu_autoscaler.config import CapacityType, Config
+    from gpu_autoscaler.config import Config
     from gpu_autoscaler.naming import ResourceNames
 
 __all__ = ["NodeLaunchTemplate", "role_name"]
@@ -43,15 +48,15 @@ class NodeLaunchTemplate(Construct):
             roles=[role_name(config.node_role)],
         )
         owner = [CfnTag(key=TAG_CLUSTER, value=config.cluster_name)]
-        self.templates: dict[CapacityType, ec2.CfnLaunchTemplate] = {}
-        for capacity_type in CAPACITY_TYPES:
-            construct = "LaunchTemplate" if capacity_type == "on-demand" else \
-                f"{''.join(p.title() for p in capacity_type.split('-'))}LaunchTemplate"
+        self.templates: dict[str, ec2.CfnLaunchTemplate] = {}
+        for key, (capacity_type, efa) in template_variants(config).items():
+            construct = "LaunchTemplate" if key == "on-demand" else \
+                f"{''.join(p.title() for p in key.replace('/', '-').split('-'))}LaunchTemplate"
             template = ec2.CfnLaunchTemplate(
                 self,
                 construct,
-                launch_template_name=names.capacity_launch_template(capacity_type),
-                version_description=f"{config.ami.family} {config.ami.version} {capacity_type}",
+                launch_template_name=names.capacity_launch_template(key.replace("/", "-")),
+                version_description=f"{config.ami.family} {config.ami.version} {key}",
                 launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(),
                 tag_specifications=[
                     ec2.CfnLaunchTemplate.LaunchTemplateTagSpecificationProperty(
@@ -61,9 +66,22 @@ class NodeLaunchTemplate(Construct):
             )
             template.add_property_override("LaunchTemplateData", launch_template_data(
                 config, capacity_type, security_groups=list(config.network.security_groups),
-                instance_profile_arn=self.instance_profile.attr_arn,
+                instance_profile_arn=self.instance_profile.attr_arn, efa_interfaces=efa,
             ))
-            self.templates[capacity_type] = template
+            self.templates[key] = template
+        # EFA gangs launch into a cluster placement group of their pool in their zone (EC2 User Guide,
+        # "Placement groups": a cluster group packs instances close together in one Availability Zone).
+        self.placement_groups: dict[str, ec2.CfnPlacementGroup] = {}
+        for pool in config.node_pools:
+            if not pool.efa:
+                continue
+            for zone in config.zones:
+                key = placement_group_key(pool.name, zone)
+                self.placement_groups[key] = ec2.CfnPlacementGroup(
+                    self, f"{''.join(p.title() for p in f'{pool.name}-{zone}'.split('-'))}PlacementGroup",
+                    strategy="cluster",
+                    tags=[*owner, CfnTag(key=TAG_NODE_POOL, value=pool.name), CfnTag(key=TAG_ZONE, value=zone)],
+                )
 
     @property
     def launch_template_id(self) -> str:
@@ -72,5 +90,10 @@ class NodeLaunchTemplate(Construct):
 
     @property
     def launch_template_ids(self) -> dict[str, str]:
-        """Capacity type → template id: the fleet function's `LAUNCH_TEMPLATES`."""
-        return {capacity_type: template.ref for capacity_type, template in self.templates.items()}
+        """Template key (capacity type, `/efaN`) → template id: the fleet function's `LAUNCH_TEMPLATES`."""
+        return {key: template.ref for key, template in self.templates.items()}
+
+    @property
+    def placement_group_names(self) -> dict[str, str]:
+        """`pool/zone` → cluster placement group name: the fleet function's `PLACEMENT_GROUPS`."""
+        return {key: group.ref for key, group in self.placement_groups.items()}

@@ -75,6 +75,7 @@ class GpuAutoscalerStack(Stack):
             parameter=self.parameter,
             launch_template_id=self.nodes.launch_template_id,
             launch_templates=self.nodes.launch_template_ids,
+            placement_groups=self.nodes.placement_group_names,
         )
         self.interruption_rules = InterruptionRules(
             self,

@@ -29,7 +29,9 @@ class FunctionSettings(BaseModel):
     endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
 
 
-    @field_validator("launch_templates", mode="before")
+    placement_groups: dict[str, str] = Field(default_factory=dict, alias="PLACEMENT_GROUPS")
+    """`pool/zone` → cluster placement group of an EFA pool, as JSON."""
+    @field_validator("launch_templates", "placement_groups", mode="before")
     @classmethod
     def _json(cls, value: object) -> object:
         return json.loads(value) if isinstance(value, str) else value

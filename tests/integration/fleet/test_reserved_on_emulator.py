@@ -30,16 +30,16 @@ def test_on_demand_claims_leave_the_reservation_and_reserved_claims_launch_into_
         aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
     account = aws.clients.client("sts").get_caller_identity()["Account"]
     register_reservation(Reservation(id=RESERVATION, account=account, region="us-east-1",
-                                     instance_type="p4d.24xlarge", zone="us-east-1b", total=1, available=1))
+                                     instance_type="p4d.24xlarge", zone="us-east-1c", total=1, available=1))
     new_claim(store, "gpu-reserved-od1", pool="gpu-reserved", capacity_type="on-demand",
-              instance_types=("p4d.24xlarge",), zones=("us-east-1b",), price_per_hour=32.77)
+              instance_types=("p4d.24xlarge",), zones=("us-east-1c",), price_per_hour=32.77)
     assert deliver(aws, fleet, request("gpu-reserved-od1"))[1] == {"batchItemFailures": []}
     on_demand = store.get_claim("gpu-reserved-od1")
     assert on_demand is not None and on_demand.state is ClaimState.LAUNCHED, on_demand and on_demand.reason
     assert available(aws) == 1  # the On-Demand launch said `none`: the reservation is still whole
 
     new_claim(store, "gpu-reserved-res1", pool="gpu-reserved", capacity_type="reserved",
-              instance_types=("p4d.24xlarge",), zones=("us-east-1b",), price_per_hour=0.0,
+              instance_types=("p4d.24xlarge",), zones=("us-east-1c",), price_per_hour=0.0,
               reservation_id=RESERVATION)
     assert deliver(aws, fleet, request("gpu-reserved-res1"))[1] == {"batchItemFailures": []}
     reserved = store.get_claim("gpu-reserved-res1")

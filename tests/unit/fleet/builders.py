@@ -25,10 +25,10 @@ TYPES = {
                                max_pods=58),
     "p5.48xlarge": InstanceType(name="p5.48xlarge", vcpu=192, memory_mib=2097152, gpus=8, gpu_devices=8,
                                 gpu_model="H100", gpu_manufacturer="NVIDIA", gpu_memory_mib=655360, efa=True,
-                                max_pods=100),
+                                efa_interfaces=32, max_pods=100),
     "p4d.24xlarge": InstanceType(name="p4d.24xlarge", vcpu=96, memory_mib=1179648, gpus=8, gpu_devices=8,
                                  gpu_model="A100", gpu_manufacturer="NVIDIA", gpu_memory_mib=327680, efa=True,
-                                 max_pods=737),
+                                 efa_interfaces=4, max_pods=737),
 }
 
 

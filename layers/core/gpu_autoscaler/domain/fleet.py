@@ -28,7 +28,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.launch_templates import block_device_mappings, ephemeral_gib
+from gpu_autoscaler.domain.launch_templates import (
+    block_device_mappings,
+    efa_count,
+    efa_template_key,
+    ephemeral_gib,
+    placement_group_key,
+)
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.fleet import (
@@ -120,8 +126,12 @@ class LaunchContext:
     ami: Ami | None = None
     """The global image (its family decides the default volumes); absent, launches carry no volumes."""
 
-    def template_for(self, capacity_type: CapacityType) -> str:
-        return self.launch_templates.get(capacity_type, self.launch_template_id)
+    placement_groups: Mapping[str, str] = field(default_factory=dict)
+    """`pool/zone` → the cluster placement group an EFA pool's gangs launch into there."""
+
+    def template_for(self, capacity_type: CapacityType, efa_interfaces: int = 0) -> str:
+        return self.launch_templates.get(efa_template_key(capacity_type, efa_interfaces),
+                                         self.launch_templates.get(capacity_type, self.launch_template_id))
 
     def images_for(self, pool: NodePool) -> Mapping[str, str]:
         """Architecture → AMI for a pool's nodes: its own image where it sets one, else the global one."""
@@ -148,6 +158,7 @@ class LaunchContext:
         instance_types: Iterable[InstanceType] = (),
         bootstrap: ClusterBootstrap | None = None,
         launch_templates: Mapping[str, str] | None = None,
+        placement_groups: Mapping[str, str] | None = None,
     ) -> LaunchContext:
         """`subnet_ids` maps the configuration's subnet ids to the endpoint's (identity where absent)."""
         mapping = subnet_ids or {}
@@ -163,6 +174,7 @@ class LaunchContext:
             instance_types={t.name: t for t in instance_types},
             launch_templates=dict(launch_templates or {}),
             ami=config.ami,
+            placement_groups=dict(placement_groups or {}),
         )
 
 
@@ -353,10 +365,14 @@ def build_request(
     gang = gang or claims[0].gang
     ids = tuple(c.id for c in claims)
     single_claim = claims[0].id if len(claims) == 1 else None
-    configs: dict[str, list[FleetOverride]] = {}
+    configs: dict[tuple[str, str | None], list[FleetOverride]] = {}
     images = context.images_for(pool)
+    all_or_nothing = gang is not None and len(claims) > 1
     for rank, (instance_type, zone) in enumerate(attempt.offerings):
         arch = architecture(instance_type, context.instance_types)
+        known = context.instance_types.get(instance_type)
+        # EFA pools: each type from the template with its EFA count; a gang in its zone's placement group.
+        efa = efa_count(known.efa_interfaces) if pool.efa and known is not None else 0
         override = FleetOverride(
             instance_type=instance_type,
             zone=zone,
@@ -364,12 +380,13 @@ def build_request(
             priority=float(rank),
             # The templates hold the global x86_64 image; anything else is named per override.
             image_id=images[arch] if images[arch] != context.images.get("x86_64") else None,
+            placement_group=context.placement_groups.get(placement_group_key(pool.name, zone))
+            if pool.efa and all_or_nothing else None,
         )
-        known = context.instance_types.get(instance_type)
         setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
                            claim_id=single_claim, gang=gang)
-        configs.setdefault(render_user_data(context.bootstrap, setup), []).append(override)
-    all_or_nothing = gang is not None and len(claims) > 1
+        template = context.template_for(attempt.capacity_type, efa) if efa else None
+        configs.setdefault((render_user_data(context.bootstrap, setup), template), []).append(override)
     return FleetRequest(
         cluster=context.cluster,
         pool=pool.name,
@@ -384,7 +401,8 @@ def build_request(
         single_instance_type=all_or_nothing and pool.efa,
         launch_template_id=context.template_for(attempt.capacity_type),
         launch_template_version=context.launch_template_version,
-        launch_configs=tuple(LaunchConfig(user_data=ud, overrides=tuple(o)) for ud, o in configs.items()),
+        launch_configs=tuple(LaunchConfig(user_data=ud, launch_template_id=template, overrides=tuple(o))
+                             for (ud, template), o in configs.items()),
         client_token=client_token(context.cluster, ids, attempt.number),
         tags=fleet_tags(context.cluster, pool.name, claims, gang),
         reservation=reservation_options(claims, pool) if attempt.capacity_type == "reserved" else None,

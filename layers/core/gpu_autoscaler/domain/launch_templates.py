@@ -16,6 +16,12 @@ One template per capacity type, because EC2 refuses what one template for all wo
 
 Volumes and image are per pool and go with each launch (CreateFleet overrides carry `BlockDeviceMappings`
 and `ImageId`), so three templates serve every pool.
+
+EFA pools need network interfaces at launch, which CreateFleet overrides cannot carry: for them there is a
+template per capacity type and EFA count (`efa_template_key`), with one EFA per network card (EC2 User Guide,
+"Elastic Fabric Adapter", "Maximize network bandwidth": network card 0 holds the primary interface, device
+index 0; every other card an EFA at device index 1), and the security groups on the interfaces (EC2 refuses
+instance-level groups next to network interfaces).
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ __all__ = [
     "BOTTLEROCKET_OS_VOLUME_GIB",
     "CAPACITY_TYPES",
     "DATA_VOLUME_GIB",
+    "EFA_INTERFACE_COUNTS",
+    "TAG_ZONE",
+    "efa_count",
+    "efa_template_key",
+    "placement_group_key",
+    "template_variants",
     "block_device_mappings",
     "ebs_api",
     "ephemeral_device",
@@ -44,6 +56,11 @@ __all__ = [
 ]
 
 CAPACITY_TYPES: tuple[CapacityType, ...] = ("on-demand", "spot", "reserved")
+TAG_ZONE = "gpu-autoscaler/zone"
+"""On an EFA pool's placement group (with `gpu-autoscaler/node-pool`): the zone it serves."""
+EFA_INTERFACE_COUNTS = (1, 2, 4, 8, 16, 32)
+"""The EFA templates made when a pool has `efa: true`: a type gets the largest count it takes (its network
+cards: g5.48xlarge 1, p4d 4, p5en 16, p5 32); EC2 allows fewer EFAs than the maximum."""
 DATA_VOLUME_GIB = 200
 """The templates' own volume: every launch overrides it with its pool's (`pool_block_device_mappings`)."""
 BOTTLEROCKET_OS_VOLUME_GIB = 4
@@ -102,8 +119,40 @@ def ebs_api(mappings: tuple[BlockDeviceMapping, ...] | list[BlockDeviceMapping])
     return out
 
 
+def efa_template_key(capacity_type: str, efa_interfaces: int) -> str:
+    """The key of a template in `LAUNCH_TEMPLATES`: the capacity type, and `/efa<N>` for an EFA template."""
+    return f"{capacity_type}/efa{efa_interfaces}" if efa_interfaces else capacity_type
+
+
+def efa_count(max_interfaces: int) -> int:
+    """The EFA template a type launches from: the largest count it takes (0: the type has no EFA)."""
+    return max((n for n in EFA_INTERFACE_COUNTS if n <= max_interfaces), default=0)
+
+
+def template_variants(config: Config) -> dict[str, tuple[CapacityType, int]]:
+    """Every template the stack makes: key → (capacity type, EFA interfaces). EFA templates only for the
+    capacity types EFA pools launch (their own, and On-Demand they may fall back to)."""
+    variants: dict[str, tuple[CapacityType, int]] = {ct: (ct, 0) for ct in CAPACITY_TYPES}
+    for pool in config.node_pools:
+        if pool.efa:
+            for ct in {*pool.capacity_types, "on-demand"}:
+                variants.update({efa_template_key(ct, n): (ct, n) for n in EFA_INTERFACE_COUNTS})
+    return variants
+
+
+def placement_group_key(pool: str, zone: str) -> str:
+    """The key of an EFA pool's cluster placement group in one zone (`PLACEMENT_GROUPS`)."""
+    return f"{pool}/{zone}"
+
+
+def _efa_interfaces(count: int, security_groups: list[str]) -> list[dict[str, Any]]:
+    return [{"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa",
+             "Groups": list(security_groups), "DeleteOnTermination": True} for card in range(count)]
+
+
 def launch_template_data(
-    config: Config, capacity_type: CapacityType, *, security_groups: list[str], instance_profile_arn: str
+    config: Config, capacity_type: CapacityType, *, security_groups: list[str], instance_profile_arn: str,
+    efa_interfaces: int = 0,
 ) -> dict[str, Any]:
     """The `LaunchTemplateData` of one capacity type's template: pinned AMI (x86_64; arm64 types override
     it), the instance profile, IMDSv2 only with one hop (pods do not borrow the node's credentials),
@@ -120,4 +169,7 @@ def launch_template_data(
     }
     if capacity_type != "reserved":
         data["CapacityReservationSpecification"] = {"CapacityReservationPreference": "none"}
+    if efa_interfaces:
+        del data["SecurityGroupIds"]
+        data["NetworkInterfaces"] = _efa_interfaces(efa_interfaces, security_groups)
     return data

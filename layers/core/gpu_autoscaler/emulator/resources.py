@@ -18,9 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpu_autoscaler.domain.launch_templates import CAPACITY_TYPES, launch_template_data
+from gpu_autoscaler.domain.launch_templates import (
+    TAG_ZONE,
+    launch_template_data,
+    placement_group_key,
+    template_variants,
+)
 from gpu_autoscaler.emulator.triggers import create_rules, create_schedules
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_NODE_POOL
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
 from gpu_autoscaler.wiring import FUNCTION_WIRING, MAX_RECEIVE_COUNT, QUEUES, visibility_timeout
 
@@ -105,7 +110,9 @@ class StackResources:
     launch_template_id: str | None = None
     launch_template_name: str | None = None
     launch_templates: dict[str, str] = field(default_factory=dict)
-    """Capacity type → launch template id (`launch_template_id` is the On-Demand one)."""
+    """Template key (`domain.launch_templates`) → launch template id (`launch_template_id` is the On-Demand one)."""
+    placement_groups: dict[str, str] = field(default_factory=dict)
+    """`pool/zone` → an EFA pool's cluster placement group."""
     vpc_id: str | None = None
     subnet_ids: dict[str, str] = field(default_factory=dict)
     """Configuration subnet id → subnet id at the endpoint (identity on real AWS)."""
@@ -143,6 +150,8 @@ class StackResources:
             env["LAUNCH_TEMPLATES"] = json.dumps(self.launch_templates, sort_keys=True)
         if function in (None, "packer"):
             env["PENDING_PODS_DLQ_URL"] = self.queue_urls["pending-pods-dlq"]
+        if self.placement_groups:
+            env["PLACEMENT_GROUPS"] = json.dumps(self.placement_groups, sort_keys=True)
         if function:
             env["AWS_LAMBDA_FUNCTION_NAME"] = names.function(function)
         return env
@@ -159,6 +168,7 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     templates = _create_launch_templates(
         clients.client("ec2"), config, names, list(security_groups.values()), profile_arn, tags
     )
+    placement_groups = _create_placement_groups(clients.client("ec2"), config, names, tags)
     urls, arns = _create_queues(clients.client("sqs"), names, tags, visibility_timeout)
     create_rules(clients, names, arns["interruption"], arns["interruption" + DLQ_SUFFIX], tags)
     create_schedules(clients, config, names, arns[SCHEDULER_DLQ], tags)
@@ -171,8 +181,8 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
         launch_template_id=templates["on-demand"], launch_template_name=names.launch_template,
-        launch_templates=templates, vpc_id=vpc_id, subnet_ids=subnet_ids, zone_subnets=zone_subnets,
-        security_group_ids=security_groups,
+        launch_templates=templates, placement_groups=placement_groups, vpc_id=vpc_id, subnet_ids=subnet_ids,
+        zone_subnets=zone_subnets, security_group_ids=security_groups,
         node_role_arn=role_arn, instance_profile_arn=profile_arn, image_ids=_image_ids(config),
     )
 
@@ -189,15 +199,15 @@ def discover(clients: AwsClients, config: Config) -> StackResources:
     _require(clients.client("ssm").get_parameter, "SSM parameter", names.config_parameter, Name=names.config_parameter)
     ec2 = clients.client("ec2")
     vpc_id, subnet_ids, security_groups = _find_network(ec2, config)
-    templates: dict[str, str] = {ct: found for ct in CAPACITY_TYPES
-                 if (found := _find_launch_template(ec2, names.capacity_launch_template(ct)))}
+    templates: dict[str, str] = {key: found for key in template_variants(config)
+                 if (found := _find_launch_template(ec2, names.capacity_launch_template(key.replace("/", "-"))))}
     template_id = templates.get("on-demand")
     role_arn, profile_arn = _find_node_identity(clients.client("iam"), names)
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
         launch_template_id=template_id, launch_template_name=names.launch_template if template_id else None,
-        launch_templates=templates,
+        launch_templates=templates, placement_groups=_find_placement_groups(ec2, config),
         vpc_id=vpc_id, subnet_ids=subnet_ids,
         zone_subnets={zone: subnet_ids[subnet] for zone, subnet in config.network.subnets.items()},
         security_group_ids=security_groups, node_role_arn=role_arn, instance_profile_arn=profile_arn,
@@ -259,7 +269,7 @@ def _create_security_groups(
 ) -> dict[str, str]:
     groups: dict[str, str] = {}
     for configured in config.network.security_groups:
-        groups[configured] = ec2.create_security_group(
+        group_id = groups[configured] = ec2.create_security_group(
             GroupName=f"{names.prefix}-{configured}", VpcId=vpc_id,
             Description=f"stands in for {configured} of cluster {config.cluster_name}",
             TagSpecifications=[{
@@ -267,6 +277,9 @@ def _create_security_groups(
                 "Tags": _tag_list({**tags, "Name": f"{names.prefix}-nodes", TAG_EMULATES: configured}),
             }],
         )["GroupId"]
+        # Nodes talk to each other (kubelet, CNI, NCCL over EFA): the rule EKS node groups and EFA need.
+        ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}])
     return groups
 
 
@@ -300,22 +313,48 @@ def _create_launch_templates(
     ec2: Any, config: Config, names: ResourceNames, security_groups: list[str], profile_arn: str,
     tags: dict[str, str],
 ) -> dict[str, str]:
-    """The templates CreateFleet names, one per capacity type, as the stack writes them (infra/nodes.py and
-    `domain.launch_templates`, which says why there are three). Capacity type → template id.
+    """The templates CreateFleet names, one per capacity type (and EFA count, for EFA pools), as the stack
+    writes them (infra/nodes.py and `domain.launch_templates`, which says why). Template key → id.
 
-    Instance type, subnet, volumes and the image come from each fleet request's overrides, so three
+    Instance type, subnet, volumes and the image come from each fleet request's overrides, so these
     templates serve every pool.
     """
     ids: dict[str, str] = {}
-    for capacity_type in CAPACITY_TYPES:
+    for key, (capacity_type, efa) in template_variants(config).items():
         data = launch_template_data(config, capacity_type, security_groups=security_groups,
-                                    instance_profile_arn=profile_arn)
-        ids[capacity_type] = str(ec2.create_launch_template(
-            LaunchTemplateName=names.capacity_launch_template(capacity_type), LaunchTemplateData=data,
-            VersionDescription=f"{config.ami.family} {config.ami.version} {capacity_type}",
+                                    instance_profile_arn=profile_arn, efa_interfaces=efa)
+        ids[key] = str(ec2.create_launch_template(
+            LaunchTemplateName=names.capacity_launch_template(key.replace("/", "-")), LaunchTemplateData=data,
+            VersionDescription=f"{config.ami.family} {config.ami.version} {key}",
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
         )["LaunchTemplate"]["LaunchTemplateId"])
     return ids
+
+
+def _create_placement_groups(ec2: Any, config: Config, names: ResourceNames, tags: dict[str, str]) -> dict[str, str]:
+    """An EFA pool's cluster placement group per zone, as the stack makes them: `pool/zone` → name."""
+    groups: dict[str, str] = {}
+    for pool in config.node_pools:
+        if not pool.efa:
+            continue
+        for zone in config.zones:
+            name = f"{names.prefix}-{pool.name}-{zone}"
+            group_tags = {**tags, TAG_NODE_POOL: pool.name, TAG_ZONE: zone}
+            ec2.create_placement_group(GroupName=name, Strategy="cluster", TagSpecifications=[
+                {"ResourceType": "placement-group", "Tags": _tag_list(group_tags)}])
+            groups[placement_group_key(pool.name, zone)] = name
+    return groups
+
+
+def _find_placement_groups(ec2: Any, config: Config) -> dict[str, str]:
+    found = _optional(ec2.describe_placement_groups,
+                      Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [config.cluster_name]}])
+    groups: dict[str, str] = {}
+    for group in (found or {}).get("PlacementGroups", []):
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags") or []}
+        if TAG_NODE_POOL in tags and TAG_ZONE in tags:
+            groups[placement_group_key(tags[TAG_NODE_POOL], tags[TAG_ZONE])] = group["GroupName"]
+    return groups
 
 
 def _create_queues(

@@ -33,6 +33,8 @@ class InstanceType(BaseModel):
     gpu_memory_mib: int = 0
     """Total GPU memory of the instance."""
     efa: bool = False
+    efa_interfaces: int = 0
+    """EFA interfaces the type takes (`EfaInfo.MaximumEfaInterfaces`): one per network card on multi-card types."""
     max_pods: int = 110
     capacity_types: tuple[CapacityType, ...] = ("on-demand", "spot")
 

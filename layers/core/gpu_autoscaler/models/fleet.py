@@ -112,6 +112,8 @@ class FleetOverride(_Frozen):
     """USD/h cap for Spot; None pays the current Spot price (AWS advises against a cap)."""
     image_id: str | None = None
     """The AMI when it differs from the launch template's (the arm64 image for Graviton types)."""
+    placement_group: str | None = None
+    """A cluster placement group to launch into (an EFA gang's, in this override's zone)."""
 
 
 class LaunchConfig(_Frozen):
@@ -119,6 +121,8 @@ class LaunchConfig(_Frozen):
 
     user_data: str = ""
     """Raw (not base64) user data; the adapter encodes it. ≤ 16 KB raw, EC2's limit."""
+    launch_template_id: str | None = None
+    """This entry's template when it differs from the request's (an EFA template)."""
     overrides: tuple[FleetOverride, ...] = Field(min_length=1)
 
     @model_validator(mode="after")

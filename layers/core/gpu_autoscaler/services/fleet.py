@@ -157,6 +157,8 @@ class FleetService:
         clock: Clock,
         launch_template_id: str | None = None,
         launch_templates: Mapping[str, str] | None = None,
+        placement_groups: Mapping[str, str] | None = None,
+        efa_check: Callable[[], str | None] | None = None,
         subnet_ids: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         catalog: CatalogSource | Catalog | None = None,
         bootstrap: ClusterBootstrap | Callable[[], ClusterBootstrap] | None = None,
@@ -167,7 +169,9 @@ class FleetService:
         launch); `catalog`: instance types (architecture, GPU labels, max pods) and prices, read on first
         launch; `bootstrap`: the cluster's coordinates for the user data (default: the configuration's), or
         a function giving them on first launch, which may raise to fail the launch (and is asked again by
-        the next one); `launch_templates`: capacity type → template, where one differs from `launch_template_id`.
+        the next one); `launch_templates`: template key (`domain.launch_templates`) → template, where one differs
+        from `launch_template_id`; `placement_groups`: `pool/zone` → an EFA pool's cluster placement group;
+        `efa_check`: why EFA traffic would not flow (the security group), asked before an EFA pool's first launch.
         Without `launch_template_id` the service only terminates (drain, consolidation)."""
         self.config = config
         self.store = store
@@ -175,6 +179,9 @@ class FleetService:
         self.clock = clock
         self._launch_template_id = launch_template_id
         self._launch_templates = dict(launch_templates or {})
+        self._placement_groups = dict(placement_groups or {})
+        self._efa_check = efa_check
+        self._efa_problem: tuple[str | None] | None = None
         self._subnet_ids = subnet_ids
         self._catalog = catalog
         self._bootstrap = bootstrap if bootstrap is not None else ClusterBootstrap.from_config(config)
@@ -198,6 +205,7 @@ class FleetService:
             self._context = LaunchContext.from_config(
                 self.config, self._launch_template_id, subnet_ids=subnets, instance_types=types,
                 bootstrap=bootstrap, launch_templates=self._launch_templates,
+                placement_groups=self._placement_groups,
             )
             missing = bootstrap.missing()
             if missing and not self._warned_bootstrap:
@@ -238,6 +246,10 @@ class FleetService:
             pool = self.config.pool(claims[0].pool)
         except KeyError:
             self._fail(claims, f"node pool '{claims[0].pool}' is no longer configured", "UnknownPool", outcome)
+            return
+        problem = self._efa_preflight() if pool.efa else None
+        if problem is not None:
+            self._fail(claims, problem, "EfaSecurityGroup", outcome)
             return
         unavailable = set(self.store.unavailable_offerings())
         attempt, replay = self._resume(claims, pool, context, unavailable)
@@ -283,6 +295,16 @@ class FleetService:
         else:
             reason, code = "EC2 launched nothing and reported no error", "NoCapacity"
         self._fail(remaining, reason, code, outcome)
+
+    def _efa_preflight(self) -> str | None:
+        """The EFA security group check, asked once per warm Lambda (a fix needs a new invocation anyway)."""
+        if self._efa_check is None:
+            return None
+        if self._efa_problem is None:
+            self._efa_problem = (self._efa_check(),)
+            if self._efa_problem[0]:
+                logger.error("EFA pools cannot launch: %s", self._efa_problem[0])
+        return self._efa_problem[0]
 
     def _mark_unavailable(self, marks: Sequence[tuple[tuple[str, str, str], str]],
                           unavailable: set[tuple[str, str, str]], outcome: LaunchOutcome) -> None:
@@ -477,7 +499,12 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
     could never join.
     """
     from gpu_autoscaler.adapters.aws.cluster_bootstrap import cluster_bootstrap
-    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, resolve_subnets
+    from gpu_autoscaler.adapters.aws.fleet import (
+        Ec2Compute,
+        efa_security_group_problem,
+        resolve_security_groups,
+        resolve_subnets,
+    )
     from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
     env = AwsEnvironment(settings, clock)
@@ -491,6 +518,9 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
         clock=env.clock,
         launch_template_id=settings.launch_template_id,
         launch_templates=settings.launch_templates,
+        placement_groups=settings.placement_groups,
+        efa_check=lambda: efa_security_group_problem(
+            ec2, list(resolve_security_groups(ec2, config).values())),
         subnet_ids=lambda: resolve_subnets(ec2, config),
         catalog=env.catalog,
         bootstrap=lambda: cluster_bootstrap(config, env.clients.client("eks")),

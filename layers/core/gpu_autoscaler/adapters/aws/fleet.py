@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.models.fleet import FleetRequest
 
-__all__ = ["TAG_EMULATES", "Ec2Compute", "render_create_fleet", "resolve_subnets"]
+__all__ = ["TAG_EMULATES", "Ec2Compute", "efa_security_group_problem", "render_create_fleet",
+           "resolve_security_groups", "resolve_subnets"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
     configs = []
     for config in request.launch_configs:
         spec: dict[str, Any] = {
-            "LaunchTemplateId": request.launch_template_id,
+            "LaunchTemplateId": config.launch_template_id or request.launch_template_id,
             "Version": request.launch_template_version,
         }
         if config.user_data:
@@ -94,6 +95,8 @@ def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
                 override["MaxPrice"] = f"{o.max_price:.5f}"
             if o.image_id:
                 override["ImageId"] = o.image_id
+            if o.placement_group:
+                override["Placement"] = {"GroupName": o.placement_group}
             if request.block_device_mappings:
                 override["BlockDeviceMappings"] = ebs_api(request.block_device_mappings)
             overrides.append(override)
@@ -316,6 +319,32 @@ class Ec2Compute:
         return out
 
 
+def efa_security_group_problem(ec2_client: Any, group_ids: Sequence[str]) -> str | None:
+    """Why EFA traffic would not flow between the nodes, or None. EC2 User Guide, "Get started with EFA",
+    "Prepare an EFA-enabled security group": the group must allow all inbound and all outbound traffic from
+    and to itself — otherwise NCCL (libfabric) times out once the job starts. Enough if one of the nodes'
+    groups does."""
+    groups = ec2_client.describe_security_groups(GroupIds=list(group_ids)).get("SecurityGroups", [])
+
+    def to_itself(group: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
+        return any(rule.get("IpProtocol") == "-1" and any(
+            pair.get("GroupId") == group["GroupId"] for pair in rule.get("UserIdGroupPairs") or [])
+            for rule in rules)
+
+    def outbound(group: dict[str, Any]) -> bool:
+        rules = group.get("IpPermissionsEgress") or []
+        return to_itself(group, rules) or any(
+            rule.get("IpProtocol") == "-1" and any(r.get("CidrIp") == "0.0.0.0/0" for r in rule.get("IpRanges") or [])
+            for rule in rules)
+
+    if any(to_itself(g, g.get("IpPermissions") or []) and outbound(g) for g in groups):
+        return None
+    names = ", ".join(group_ids)
+    return (f"EFA needs a node security group that allows all traffic from itself (inbound and outbound); "
+            f"none of {names} does. Add an inbound rule 'All traffic' with source the group itself "
+            "(and outbound all traffic), or NCCL jobs will time out")
+
+
 def resolve_subnets(ec2_client: Any, config: Config) -> dict[str, str]:
     """Configuration subnet id → the subnet to launch in. Identity on AWS; on an emulator, the stand-in
     subnets it tagged with `gpu-autoscaler/emulates` (moto cannot create a subnet with a chosen id)."""
@@ -330,3 +359,17 @@ def resolve_subnets(ec2_client: Any, config: Config) -> dict[str, str]:
         if tags.get(TAG_EMULATES) in configured:
             stand_ins[tags[TAG_EMULATES]] = subnet["SubnetId"]
     return {subnet: stand_ins.get(subnet, subnet) for subnet in configured}
+
+
+def resolve_security_groups(ec2_client: Any, config: Config) -> dict[str, str]:
+    """Configuration security group id → the group at the endpoint: identity on AWS, the emulator's
+    stand-ins (tagged `gpu-autoscaler/emulates`) on an emulator."""
+    response = ec2_client.describe_security_groups(Filters=[
+        {"Name": f"tag:{TAG_CLUSTER}", "Values": [config.cluster_name]},
+        {"Name": "tag-key", "Values": [TAG_EMULATES]},
+    ])
+    stand_ins = {}
+    for group in response.get("SecurityGroups", []):
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags") or []}
+        stand_ins[tags.get(TAG_EMULATES)] = group["GroupId"]
+    return {group: stand_ins.get(group, group) for group in config.network.security_groups}

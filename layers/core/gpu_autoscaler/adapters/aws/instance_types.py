@@ -142,6 +142,7 @@ def instance_type_from_api(
         gpu_manufacturer=facts.gpu_manufacturer if facts else None,
         gpu_memory_mib=facts.gpu_memory_mib if facts else 0,
         efa=bool((raw.get("NetworkInfo") or {}).get("EfaSupported")),
+        efa_interfaces=int(((raw.get("NetworkInfo") or {}).get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0),
         max_pods=max_pods(enis, ipv4, vcpus, prefix_delegation),
         capacity_types=_capacity_types(raw),
     )
