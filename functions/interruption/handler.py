@@ -94,7 +94,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         raise
     metrics.add_metric(name="Notices", unit=MetricUnit.Count, value=1)
     results = [act_once()(key={"kind": str(notice.kind), "instanceId": instance}, notice=notice)
-               for instance in notice.instance_ids]
+               for instance in service().instances_for(notice)]
     return {"eventId": notice.event_id, "kind": str(notice.kind), "instances": results}
 
 

@@ -223,6 +223,32 @@ def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> Non
         assert "ManagedPolicyArns" not in role["Properties"]
 
 
+def test_the_fleet_may_create_the_spot_service_linked_role_and_nothing_else(synthesized: Synthesized) -> None:
+    """A fresh account has no AWSServiceRoleForEC2Spot; the first Spot launch creates it (or fails with
+    AuthFailure.ServiceLinkedRoleCreationNotPermitted)."""
+    (statement,) = allowed(synthesized, "fleet", "iam:CreateServiceLinkedRole")
+    assert statement["Condition"] == {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}
+    assert flat(statement["Resource"]) == (
+        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot")
+    others = [f for f in FUNCTIONS if f != "fleet" and allowed(synthesized, f, "iam:CreateServiceLinkedRole")]
+    assert others == []
+
+
+def test_only_the_packer_may_dead_letter_a_document_itself(synthesized: Synthesized) -> None:
+    """A document that can never parse goes to the pending-pods DLQ at once (FIFO: it would hold the group back)."""
+    queues = synthesized.stack.queues
+    dlq = synthesized.logical_id(queues.dead_letter_queues[WorkQueue.PENDING_PODS])
+
+    def may_send(function: str) -> bool:
+        return any(flat(resource) == "${" + dlq + ".Arn}"
+                   for s in allowed(synthesized, function, "sqs:SendMessage") for resource in _listed(s["Resource"]))
+
+    assert [f for f in FUNCTIONS if may_send(f)] == ["packer"]
+    packer = synthesized.stack.functions.functions["packer"]
+    env = synthesized.resources[synthesized.logical_id(packer)]["Properties"]["Environment"]["Variables"]
+    assert env["PENDING_PODS_DLQ_URL"] == {"Ref": dlq}
+
+
 def test_efa_placement_groups_and_latest_images_are_allowed_to_launch() -> None:
     import aws_cdk as cdk
 

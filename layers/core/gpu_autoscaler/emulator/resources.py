@@ -148,6 +148,8 @@ class StackResources:
             env["LAUNCH_TEMPLATE_ID"] = self.launch_template_id
         if self.launch_templates:
             env["LAUNCH_TEMPLATES"] = json.dumps(self.launch_templates, sort_keys=True)
+        if function in (None, "packer"):
+            env["PENDING_PODS_DLQ_URL"] = self.queue_urls["pending-pods-dlq"]
         if self.placement_groups:
             env["PLACEMENT_GROUPS"] = json.dumps(self.placement_groups, sort_keys=True)
         if function:

@@ -10,7 +10,9 @@
    Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
    `measuredLeadTime.history`, and marks the claim (`bootSeconds`) so it is recorded once. Pre-warm turns a
    pool's samples into its lead time.
-4. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+4. Garbage collection (`services.garbage_collection`, where the service is given a collector): owned instances
+   no live claim accounts for are terminated, claims whose instance is gone are closed.
+5. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE, observe_boot
 from gpu_autoscaler.domain.drain import movable
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
+from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
@@ -42,8 +45,9 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.resources import Resources
     from gpu_autoscaler.ports import ClusterAPI, StateStore
     from gpu_autoscaler.services.drain import FleetTermination
+    from gpu_autoscaler.services.garbage_collection import CollectionOutcome, GarbageCollector
 
-__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService", "launched_at"]
+__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,30 +64,27 @@ class ReconcileOutcome:
     boots: list[BootSample] = field(default_factory=list)
     """Boot times recorded this tick."""
 
+    collected: CollectionOutcome | None = None
+
     def summary(self) -> dict[str, Any]:
         return {"registered": self.registered, "timedOut": self.timed_out,
                 "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
                            "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
                           for b in self.boots],
-                "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())}}
-
-
-def launched_at(claim: NodeClaim) -> datetime:
-    """When the claim's instance was launched (its last Launched transition), else when it was created."""
-    for step in reversed(claim.history):
-        if step.state is ClaimState.LAUNCHED:
-            return step.at
-    return claim.created_at
+                "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())},
+                "garbageCollection": self.collected.summary() if self.collected is not None else None}
 
 
 class ReconcileService:
     def __init__(self, config: Config, store: StateStore, cluster: ClusterAPI, fleet: FleetTermination, *,
-                 clock: Clock) -> None:
+                 clock: Clock, collector: GarbageCollector | None = None) -> None:
+        """`collector`: the garbage collector to run each tick (the Lambda's; the simulator has no leaks)."""
         self.config = config
         self.store = store
         self.cluster = cluster
         self.fleet = fleet
         self.clock = clock
+        self.collector = collector
 
     def run(self, nodes: Sequence[ClusterNode] | None = None, pods: Sequence[ClusterPod] | None = None,
             ) -> ReconcileOutcome:
@@ -102,6 +103,8 @@ class ReconcileService:
                 self._observe_boot(claim, node, now, outcome)
             elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
                 self._maybe_time_out(claim, now, outcome)
+        if self.collector is not None:
+            outcome.collected = self.collector.run(nodes)
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome
