@@ -92,12 +92,15 @@ class KubernetesCluster:
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
         drain asks only once its node is empty, and nodes hold a handful)."""
-        found = [a for a in self._list(self._storage.list_volume_attachment)
-                 if ((a.get("spec") or {}).get("nodeName")) == node_name]
-        return [VolumeAttachment(name=a["metadata"]["name"], node_name=node_name,
-                                 persistent_volume=(pv := ((a["spec"].get("source") or {}).get("persistentVolumeName"))),
-                                 claim=self._claim_of(pv) if pv else None)
-                for a in found]
+        out = []
+        for attachment in self._list(self._storage.list_volume_attachment):
+            spec = attachment.get("spec") or {}
+            if spec.get("nodeName") != node_name:
+                continue
+            volume = (spec.get("source") or {}).get("persistentVolumeName") or None
+            out.append(VolumeAttachment(name=attachment["metadata"]["name"], node_name=node_name,
+                                        persistent_volume=volume, claim=self._claim_of(volume) if volume else None))
+        return out
 
     def _claim_of(self, volume: str) -> str | None:
         try:
