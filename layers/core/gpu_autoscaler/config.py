@@ -210,6 +210,11 @@ class NodePool(_Model):
     """Node boot plus image pull: how early warm capacity must be asked for."""
     ephemeral_storage: str = "100Gi"
     """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
+    termination_grace_period: Duration | None = None
+    """Karpenter's NodePool `spec.template.spec.terminationGracePeriod`: how long a voluntary drain (consolidation,
+    drift, rebalance) of one of the pool's nodes may be held by PodDisruptionBudgets and do-not-disrupt pods,
+    counted from its cordon; then the pods are deleted (each early enough to get its own grace period) and the
+    node goes. Unset: a voluntary drain waits for them however long it takes."""
 
     @field_validator("ephemeral_storage")
     @classmethod
@@ -283,10 +288,11 @@ class Timeouts(_Model):
     """How long after its node registered a claim still covers the pods it was made for: a pod still pending
     after that lost its room to other pods the scheduler put there, and is planned again."""
     interruption_drain: Duration = timedelta(minutes=30)
-    """How long a rebalance drain may wait on PodDisruptionBudgets once its replacement is Ready (or
-    `rebalanceDrainAfter` has passed); after that the node goes regardless."""
+    """A rebalance drain's deadline after `rebalanceDrainAfter`: a drain not started by then (its replacement
+    never initialized) leaves the node. Budgets are never overridden by it (see `terminationGracePeriod`)."""
     consolidation_drain: Duration = timedelta(minutes=30)
-    """Deadline of a consolidation's (voluntary) drain: its replacement Ready and its PDBs satisfied by then."""
+    """Deadline of a consolidation's (voluntary) drain: a drain whose replacements are not initialized by then
+    leaves the node. Budgets are never overridden by it (see the pool's `terminationGracePeriod`)."""
 
 
 class Config(_Model):

@@ -16,6 +16,7 @@ from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState, StateTransition
 from gpu_autoscaler.models.cluster import ClusterNode
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.services.consolidate import ConsolidateService
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService
@@ -107,7 +108,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
     assert rig.store.get_claim(replacement.id).state is ClaimState.PENDING
     assert DISRUPTION_ATTRIBUTE in rig.claim(big).attributes
 
-    # The drain waits while the replacement is on its way, and evicts once its node is Ready.
+    # The drain waits while the replacement is on its way, and evicts once its node is initialized.
     drainer = DrainService(rig.config.cluster_name, rig.store, rig.kube, rig.fleet, rig.journal.drain_queue,
                            clock=rig.clock, sleep=lambda s: rig.clock.advance(timedelta(seconds=s)))
     waited = drainer.drain(drain)
@@ -117,7 +118,8 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
                                   instance_type=replacement.instance_types[0], zone=replacement.zones[0])
     provider_id = f"aws:///{replacement.zones[0]}/i-0replacement"
     rig.kube.add_node(ClusterNode(name="ip-10-9-9-9.ec2.internal", ready=True, taints=(TAINT,),
-                                  provider_id=provider_id, created_at=rig.clock.now()))
+                                  provider_id=provider_id, created_at=rig.clock.now(),
+                                  allocatable=Resources.from_quantities({"nvidia.com/gpu": "4"})))
     rig.service.run()  # reconcile registers it
     assert rig.store.get_claim(replacement.id).state is ClaimState.REGISTERED
     rig.clock.advance(timedelta(seconds=30))

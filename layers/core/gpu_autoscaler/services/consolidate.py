@@ -209,12 +209,14 @@ class ConsolidateService:
         if launch:
             self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=launch))
             outcome.launch_requests.append(launch)
+        pool = next((p for p in self.config.node_pools if p.name == decision.pool), None)
         for name, claim in zip(decision.nodes, marked, strict=True):
             request = DrainRequest(
                 cluster=self.config.cluster_name, node_name=name, instance_id=claim.instance_id, claim_id=claim.id,
                 reason=f"consolidation ({decision.reason}): {decision.detail}", involuntary=False,
                 deadline=deadline, replacement_claim_id=replacement_ids[0] if replacement_ids else None,
                 replacement_claim_ids=replacement_ids[1:], wait_until=wait_until,
+                termination_grace_period=pool.termination_grace_period if pool is not None else None,
             )
             self.drains.send(request)
             outcome.drain_requests.append(request)
