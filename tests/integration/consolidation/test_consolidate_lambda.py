@@ -20,7 +20,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.config import Config, parse_config
-from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
