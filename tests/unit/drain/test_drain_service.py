@@ -126,8 +126,10 @@ def test_an_involuntary_drain_deletes_what_remains_in_time_for_each_pods_grace()
 def test_do_not_disrupt_blocks_a_voluntary_drain_but_not_an_involuntary_one() -> None:
     h = Harness("web-0")
     h.cluster.add_pod(make_pod("train-0", annotations=DND))
+    h.cluster.taint(NODE, DRAIN_TAINT)  # consolidation's, from its decision
     voluntary = h.drain(make_request(reason="consolidation"))
     assert voluntary.status == "abandoned" and "team-a/train-0" in voluntary.reason
+    assert DRAIN_TAINT not in h.cluster.get_node(NODE).taints  # type: ignore[union-attr]
     assert h.cluster.calls.cordoned == [] and h.cluster.calls.evicted == []
     assert h.claim_state() is ClaimState.REGISTERED and h.queue.messages == []
 

@@ -228,6 +228,8 @@ class DrainService:
         if step.action is DrainAction.ABANDON:
             outcome.status, outcome.reason = "abandoned", step.reason
             logger.info("drain of %s abandoned: %s", request.node_name, step.reason)
+            if node is not None:  # consolidation's taint: the node takes pods again
+                self.cluster.untaint(node.name, DRAIN_TAINT)
             return None
         if step.cordon and node is not None:
             claim = self._start(node, claim, request.reason)
