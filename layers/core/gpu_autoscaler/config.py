@@ -290,6 +290,9 @@ class Timeouts(_Model):
     interruption_drain: Duration = timedelta(minutes=30)
     """A rebalance drain's deadline after `rebalanceDrainAfter`: a drain not started by then (its replacement
     never initialized) leaves the node. Budgets are never overridden by it (see `terminationGracePeriod`)."""
+    consolidation_validation: Duration = timedelta(seconds=15)
+    """How long a consolidation decision must still hold before it is carried out (Karpenter's 15 s); it is
+    looked at again by the first consolidate tick this long after the one that took it."""
     consolidation_drain: Duration = timedelta(minutes=30)
     """Deadline of a consolidation's (voluntary) drain: a drain whose replacements are not initialized by then
     leaves the node. Budgets are never overridden by it (see the pool's `terminationGracePeriod`)."""

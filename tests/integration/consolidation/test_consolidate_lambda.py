@@ -54,6 +54,7 @@ def config(kube: LocalKubernetes) -> Config:
         if pool["name"] == POOL:
             pool["disruption"] = {"consolidateAfter": "0s", "minNodeAge": "0s", "spotToSpot": True,
                                   "budgets": [{"nodes": "100%"}]}
+    data["timeouts"] = {**data.get("timeouts", {}), "consolidationValidation": "0s"}  # validated on the next tick
     return parse_config(data)
 
 
@@ -118,7 +119,13 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
         launched_price_per_hour=16.288, node_name=node,
     ))
 
-    summary = invoke(aws, json.loads((ROOT / "events" / "consolidate-rate.json").read_text()))
+    tick = json.loads((ROOT / "events" / "consolidate-rate.json").read_text())
+    proposed = invoke(aws, tick)
+    assert [d["nodes"] for d in proposed["proposed"]] == [[node]] and proposed["decisions"] == []
+    assert take(aws, "launch") == [] and take(aws, "drain") == []
+    taints = kube.objects("nodes")[0]["spec"]["taints"]
+    assert {"key": "gpu-autoscaler/disrupted", "value": "", "effect": "NoSchedule"} in taints  # no new pod lands
+    summary = invoke(aws, tick)  # the next tick validates the decision and carries it out
     [decision] = summary["decisions"]
     assert (decision["reason"], decision["action"], decision["nodes"]) == ("Underutilized", "replace", [node])
     assert decision["savingPerHour"] > 0
@@ -130,7 +137,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     assert drain.replacement_claim_id == replacement["claim"]
     assert DISRUPTION_ATTRIBUTE in store.get_claim("nc-candidate").attributes
 
-    # The drain looks, finds the replacement not Ready, and leaves the node alone.
+    # The drain looks, finds the replacement not initialized, and leaves the node alone.
     cluster = KubernetesCluster(kube.client())
     fleet = FleetService(config, store, Ec2Compute(aws.clients.client("ec2"), config.cluster_name), clock=SystemClock())
     drainer = DrainService(config.cluster_name, store, cluster, fleet,

@@ -20,7 +20,8 @@ def test_discovery_names_the_groups_and_resources_clients_look_for(api: client.A
     assert client.VersionApi(api).get_code().major == "1"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     groups = {g.name: g.preferred_version.group_version for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups == {"apps": "apps/v1", "policy": "policy/v1", "scheduling.x-k8s.io": "scheduling.x-k8s.io/v1alpha1"}
+    assert groups == {"apps": "apps/v1", "policy": "policy/v1", "scheduling.x-k8s.io": "scheduling.x-k8s.io/v1alpha1",
+                      "storage.k8s.io": "storage.k8s.io/v1"}
     core = {r.name for r in client.CoreV1Api(api).get_api_resources().resources}
     assert {"nodes", "pods", "pods/eviction", "pods/status", "pods/binding"} <= core
     policy = {r.name: r.kind for r in client.PolicyV1Api(api).get_api_resources().resources}

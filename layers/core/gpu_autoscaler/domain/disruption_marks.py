@@ -49,7 +49,8 @@ DISRUPTION_ATTRIBUTE = "disruption"
 """NodeClaim attribute of a node consolidation decided to disrupt: JSON `{"reason", "until", "replacements"}`
 (plus, while proposed, `validateAfter`, `action`, `claims`, `replacementCount`, `priceAfter`)."""
 VALIDATION_DELAY = timedelta(seconds=15)
-"""Karpenter's `commandValidationDelay`: a decision is acted on only if it still holds this long after."""
+"""Karpenter's `commandValidationDelay`: a decision is acted on only if it still holds this long after (the
+default of `timeouts.consolidationValidation`)."""
 PROPOSAL_TTL = timedelta(minutes=5)
 """A proposal not validated by then (the consolidate function failing) lapses."""
 
@@ -74,9 +75,10 @@ def disruption_mark(reason: str, until: datetime, replacements: Sequence[str]) -
 
 
 def proposal_mark(reason: str, action: str, claims: Sequence[str], now: datetime, replacements: int,
-                  price_after: float) -> str:
+                  price_after: float, delay: timedelta = VALIDATION_DELAY) -> str:
+    """The mark of a proposal, to be validated `delay` later (`timeouts.consolidationValidation`)."""
     return json.dumps({"reason": reason, "until": (now + PROPOSAL_TTL).isoformat(), "replacements": [],
-                       "validateAfter": (now + VALIDATION_DELAY).isoformat(), "action": action,
+                       "validateAfter": (now + delay).isoformat(), "action": action,
                        "claims": list(claims), "replacementCount": replacements,
                        "priceAfter": round(price_after, 6)}, separators=(",", ":"))
 

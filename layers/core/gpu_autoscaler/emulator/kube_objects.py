@@ -19,9 +19,12 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PDBS",
+    "PERSISTENTVOLUMECLAIMS",
+    "PERSISTENTVOLUMES",
     "PODGROUPS",
     "PODS",
     "RESOURCES",
+    "VOLUMEATTACHMENTS",
     "ApiError",
     "ResourceType",
     "format_quantity",
@@ -82,8 +85,14 @@ EVENTS = ResourceType(
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",))
 PDBS = ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",))
 PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, short_names=("pg",))
+# Storage, for the attach/detach controller (`kube_storage`).
+PERSISTENTVOLUMES = ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",))
+PERSISTENTVOLUMECLAIMS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True,
+                                      short_names=("pvc",))
+VOLUMEATTACHMENTS = ResourceType("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False)
 
-RESOURCES: tuple[ResourceType, ...] = (NAMESPACES, NODES, PODS, EVENTS, DAEMONSETS, PDBS, PODGROUPS)
+RESOURCES: tuple[ResourceType, ...] = (NAMESPACES, NODES, PODS, EVENTS, DAEMONSETS, PDBS, PODGROUPS,
+                                       PERSISTENTVOLUMES, PERSISTENTVOLUMECLAIMS, VOLUMEATTACHMENTS)
 
 
 class ApiError(Exception):

@@ -235,7 +235,7 @@ class ConsolidateService:
         """Mark and taint; a later tick validates. The marks come first: a taint without a live mark is taken
         off by the next tick, a mark without a taint only keeps other decisions away until it lapses."""
         mark = proposal_mark(decision.reason, decision.action, decision.claims, now, len(decision.replacements),
-                             decision.price_after)
+                             decision.price_after, self.config.timeouts.consolidation_validation)
         marked = self._mark(decision, current, mark, outcome)
         if marked is None:
             return
