@@ -127,8 +127,8 @@ class DrainStep:
     """do-not-disrupt pods the drain waits for without evicting them."""
     skipped: tuple[ClusterPod, ...] = ()
     """Pods the drain does not wait for: mirror, finished, tolerating the drain taint, stuck terminating."""
-    poll: timedelta = REPLACEMENT_POLL
-    """WAIT: how often to look."""
+    poll: timedelta | None = None
+    """WAIT: how often to look (None: `REPLACEMENT_POLL`)."""
     until: datetime | None = None
     """Look again no later than this (a WAIT's end, the next pod's deletion time)."""
 
@@ -270,7 +270,7 @@ def continuation(request: DrainRequest, step: DrainStep, outcomes: Sequence[Evic
     goes), nor past the next pod's deletion time."""
     backoff = request.backoff
     if step.action is DrainAction.WAIT:
-        delay = step.poll
+        delay = step.poll or REPLACEMENT_POLL
     else:
         progressed = any(o.evicted or o.gone for o in outcomes) or bool(step.delete)
         refused = any(o.blocked for o in outcomes) or bool(step.held)
