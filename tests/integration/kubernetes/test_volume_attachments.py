@@ -84,7 +84,7 @@ def _drain(kube: LocalKubernetes, cluster: KubernetesCluster, clock: FixedClock,
         kube.reconcile()  # the controllers act meanwhile: the pod goes, then its volume is detached
 
     drainer = DrainService("ml-prod", store, cluster, Fleet(), MemoryDrainQueue(clock), clock=clock, sleep=sleep)
-    request = DrainRequest(cluster="ml-prod", nodeName=node, instanceId="i-0aaa", claimId="c-1", reason="drift",
+    request = DrainRequest(cluster="ml-prod", node_name=node, instance_id="i-0aaa", claim_id="c-1", reason="drift",
                            deadline=NOW + timedelta(minutes=10))
     outcome = drainer.drain(request, budget=timedelta(minutes=2))
     assert outcome.status == "finished" and outcome.evicted == ["default/db-0"]
