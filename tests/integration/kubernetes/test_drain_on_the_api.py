@@ -1,5 +1,6 @@
-"""VolumeAttachments on the local API: the attach/detach controller keeps them, the adapter reads them, and a
-drain terminates the instance only once its volumes are detached (issue 15 item 6)."""
+"""VolumeAttachments and taints on the local API: the attach/detach controller keeps the attachments, the adapter
+reads them, a drain terminates the instance only once its volumes are detached (issue 15 item 6), and the
+adapter adds and removes consolidation's taint (item 5)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.emulator.kube_storage import DETACH_TIME
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -89,3 +91,18 @@ def _drain(kube: LocalKubernetes, cluster: KubernetesCluster, clock: FixedClock,
     outcome = drainer.drain(request, budget=timedelta(minutes=2))
     assert outcome.status == "finished" and outcome.evicted == ["default/db-0"]
     assert attached_at_termination == [0] and clock.now() >= NOW + DETACH_TIME
+
+
+def test_consolidations_taint_keeps_new_pods_off_and_comes_off_again(
+        core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster) -> None:
+    """The disrupted taint through the adapter: other taints kept, the node schedulable for tolerating pods."""
+    kube.add_instance(make_instance())
+    node = wait_for(lambda: node_names(core), what="node")[0]
+    cluster.taint(node, DRAIN_TAINT)
+    cluster.taint(node, DRAIN_TAINT)  # once only
+    seen = next(n for n in cluster.list_nodes() if n.name == node)
+    assert [t.key for t in seen.taints].count(DRAIN_TAINT.key) == 1 and not seen.unschedulable
+    assert len(seen.taints) == 2  # the GPU taint is still there
+    cluster.untaint(node, DRAIN_TAINT)
+    cluster.untaint("gone-node", DRAIN_TAINT)  # a node already gone is no error
+    assert DRAIN_TAINT not in next(n for n in cluster.list_nodes() if n.name == node).taints
