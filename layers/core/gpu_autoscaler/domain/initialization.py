@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
     from gpu_autoscaler.models.cluster import ClusterNode
-    from gpu_autoscaler.models.taints import Taint
 
 __all__ = ["EPHEMERAL_TAINTS", "not_initialized"]
 
@@ -36,18 +35,14 @@ _NODE_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, PODS})
 """Reported by the kubelet itself from its first status: only the others wait for a device plugin."""
 
 
-def not_initialized(node: ClusterNode, requested: Mapping[str, int],
-                    startup_taints: Iterable[Taint] = ()) -> str | None:
-    """Why `node` cannot take the pods it was made for yet, or None once it can."""
+def not_initialized(node: ClusterNode, requested: Mapping[str, int]) -> str | None:
+    """Why `node` cannot take the pods it was made for yet, or None once it can. (Pools have no startup taints
+    of their own to wait for: the configuration has no such field yet.)"""
     if not node.ready:
         return "node is not Ready"
     for taint in node.taints:
         if (taint.key, taint.effect) in EPHEMERAL_TAINTS:
             return f"taint {taint.key}:{taint.effect} is still on it"
-    startup = {(t.key, t.value, t.effect) for t in startup_taints}
-    for taint in node.taints:
-        if (taint.key, taint.value, taint.effect) in startup:
-            return f"startup taint {taint.key}:{taint.effect} is still on it"
     allocatable = node.allocatable
     for name, quantity in sorted(requested.items()):
         if quantity > 0 and name not in _NODE_RESOURCES and allocatable[name] <= 0:
