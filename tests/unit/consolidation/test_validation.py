@@ -83,3 +83,12 @@ def test_a_node_annotated_do_not_disrupt_is_not_consolidated() -> None:
     scene.pod(big, gpus=4, cpu="16", memory="64Gi")
     outcome = Rig(scene).service.run()
     assert outcome.proposed == [] and outcome.result.skipped[big] == "do-not-disrupt: the node is annotated"
+
+
+def test_a_node_whose_gpus_are_not_advertised_is_not_a_candidate() -> None:
+    """Karpenter's candidates are initialized nodes: here the claim was made for 4 GPUs the node does not show."""
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge", attributes={"requests": '{"nvidia.com/gpu":4}'})
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    outcome = Rig(scene).service.run()
+    assert outcome.proposed == [] and outcome.result.skipped[big].startswith("not initialized: nvidia.com/gpu")

@@ -23,7 +23,7 @@ CRITICAL = "system-cluster-critical"
 def _with_replacement(h: Harness, **node: object) -> None:
     """A replacement claim made for one GPU, Registered, its Node Ready (with `node`'s overrides)."""
     h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=NEW, state=ClaimState.REGISTERED,
-                                    attributes={REQUESTS_ATTRIBUTE: '{"nvidia.com/gpu":1000}'}))
+                                    attributes={REQUESTS_ATTRIBUTE: '{"nvidia.com/gpu":1}'}))
     h.cluster.add_node(make_node(NEW, instance_id="i-0bbb", **node))
 
 
@@ -169,3 +169,12 @@ def test_a_node_annotated_do_not_disrupt_is_left_by_a_voluntary_drain_not_by_an_
     voluntary = plan_drain(make_request(), node, [make_pod()], NOW)
     assert voluntary.action is DrainAction.ABANDON and "do-not-disrupt" in voluntary.reason
     assert plan_drain(make_request(involuntary=True), node, [make_pod()], NOW).action is DrainAction.EVICT
+
+
+def test_a_terminating_pod_needs_no_room_elsewhere_unless_a_statefulset_waits_for_it() -> None:
+    from gpu_autoscaler.domain.interruption import replacement_pods
+
+    going = NOW + timedelta(seconds=20)
+    pods = [make_pod("web-0", deletion_timestamp=going),
+            make_pod("db-0", owner_kind="StatefulSet", deletion_timestamp=going), make_pod("web-1")]
+    assert sorted(p.name for p in replacement_pods(pods)) == ["db-0", "web-1"]

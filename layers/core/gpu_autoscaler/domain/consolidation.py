@@ -60,9 +60,10 @@ from weakref import WeakKeyDictionary
 from gpu_autoscaler.domain.budgets import allowed_disruptions
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drift import drift_reason
+from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
-from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -438,13 +439,9 @@ class _Pass:
             return f"state: claim is {claim.state.value}"
         if disrupting(claim, self.now) and not validating:
             return "disrupting: a consolidation drain is under way"
-        if not item.node.ready or item.node.unschedulable:
-            return "not ready or cordoned"
-        if item.node.do_not_disrupt:
-            return "do-not-disrupt: the node is annotated"
-        for entry in item.pods:
-            if entry.protected:
-                return f"do-not-disrupt: pod {entry.pod.key}"
+        why = _node_why_not(item, claim)
+        if why is not None:
+            return why
         if warm_held(claim, self.now):
             return f"warm: held by {claim.warm}"
         if self.now - _born(n) < n.pool.disruption.min_node_age:
@@ -749,6 +746,23 @@ def consolidate(
     `quotas`: vCPU quotas for this pass (default: the solver's).
     """
     return _Pass(config, solver, nodes, claims, unavailable, quotas).run()
+
+
+def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:
+    """What on the node itself keeps it from voluntary disruption: not Ready or cordoned, not initialized (as
+    Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod."""
+    node = item.node
+    if not node.ready or node.unschedulable:
+        return "not ready or cordoned"
+    why = not_initialized(node, claim_requests(claim))
+    if why is not None:
+        return f"not initialized: {why}"
+    if node.do_not_disrupt:
+        return "do-not-disrupt: the node is annotated"
+    for entry in item.pods:
+        if entry.protected:
+            return f"do-not-disrupt: pod {entry.pod.key}"
+    return None
 
 
 def _full(claim: NodeClaim) -> NodeClaim:

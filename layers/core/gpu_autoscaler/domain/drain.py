@@ -142,8 +142,12 @@ class Continuation:
 
 
 def movable(pod: ClusterPod) -> bool:
-    """A pod that needs room elsewhere when its node goes (a DaemonSet pod has its place on every node)."""
-    return pod.owner_kind != "DaemonSet" and not pod.mirror and pod.phase not in _FINISHED_PHASES
+    """A pod that needs room elsewhere when its node goes (Karpenter's `IsReschedulable`): not a DaemonSet pod
+    (it has its place on every node), not a mirror or finished pod, and not terminating — its controller's new
+    pod is pending already and reported as such — except a StatefulSet's, whose successor waits for it to go."""
+    if pod.owner_kind == "DaemonSet" or pod.mirror or pod.phase in _FINISHED_PHASES:
+        return False
+    return pod.deletion_timestamp is None or pod.owner_kind == "StatefulSet"
 
 
 def _tolerates_drain(pod: ClusterPod) -> bool:
