@@ -46,6 +46,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ClaimsRegistered", unit=MetricUnit.Count, value=len(outcome.reconcile.registered))
     metrics.add_metric(name="RegistrationTimeouts", unit=MetricUnit.Count, value=len(outcome.reconcile.timed_out))
     metrics.add_metric(name="ConsolidationSavingPerHour", unit=MetricUnit.NoUnit, value=outcome.saving)
+    metrics.add_metric(name="ConsolidationsProposed", unit=MetricUnit.Count, value=len(outcome.proposed))
+    metrics.add_metric(name="ConsolidationsRejected", unit=MetricUnit.Count, value=len(outcome.rejected))
     dimensions = {**metrics.default_dimensions, "service": "consolidate"}
     for reason, (count, saving) in outcome.by_reason().items():
         # One EMF document per reason: a dimension of its own, which the handler-wide metrics cannot carry.

@@ -26,6 +26,17 @@ def test_round_trips_through_json(config_data: dict[str, Any]) -> None:
     assert parse_config(json.loads(config.to_json())) == config
 
 
+def test_a_pools_termination_grace_period_is_optional_and_a_duration(config_data: dict[str, Any]) -> None:
+    from datetime import timedelta
+
+    assert parse_config(config_data).node_pools[0].termination_grace_period is None
+    config_data["nodePools"][0]["terminationGracePeriod"] = "2h"
+    assert parse_config(config_data).node_pools[0].termination_grace_period == timedelta(hours=2)
+    config_data["nodePools"][0]["terminationGracePeriod"] = "whenever"
+    with pytest.raises(ConfigError, match="nodePools.0..terminationGracePeriod: 'whenever' is not a duration"):
+        parse_config(config_data)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

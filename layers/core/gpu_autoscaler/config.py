@@ -369,6 +369,12 @@ class NodePool(_Model):
     """The pool's volumes (Karpenter's EC2NodeClass shape); absent, one volume of `ephemeralStorage` (and
     Bottlerocket's OS volume). Whatever is set here is what each instance of the pool is launched with."""
 
+    termination_grace_period: Duration | None = None
+    """Karpenter's NodePool `spec.template.spec.terminationGracePeriod`: how long a voluntary drain (consolidation,
+    drift, rebalance) of one of the pool's nodes may be held by PodDisruptionBudgets and do-not-disrupt pods,
+    counted from its cordon; then the pods are deleted (each early enough to get its own grace period) and the
+    node goes. Unset: a voluntary drain waits for them however long it takes."""
+
     @field_validator("ephemeral_storage")
     @classmethod
     def _storage_quantity(cls, value: str) -> str:
@@ -476,10 +482,14 @@ class Timeouts(_Model):
     """How long after its node registered a claim still covers the pods it was made for: a pod still pending
     after that lost its room to other pods the scheduler put there, and is planned again."""
     interruption_drain: Duration = timedelta(minutes=30)
-    """How long a rebalance drain may wait on PodDisruptionBudgets once its replacement is Ready (or
-    `rebalanceDrainAfter` has passed); after that the node goes regardless."""
+    """A rebalance drain's deadline after `rebalanceDrainAfter`: a drain not started by then (its replacement
+    never initialized) leaves the node. Budgets are never overridden by it (see `terminationGracePeriod`)."""
+    consolidation_validation: Duration = timedelta(seconds=15)
+    """How long a consolidation decision must still hold before it is carried out (Karpenter's 15 s); it is
+    looked at again by the first consolidate tick this long after the one that took it."""
     consolidation_drain: Duration = timedelta(minutes=30)
-    """Deadline of a consolidation's (voluntary) drain: its replacement Ready and its PDBs satisfied by then."""
+    """Deadline of a consolidation's (voluntary) drain: a drain whose replacements are not initialized by then
+    leaves the node. Budgets are never overridden by it (see the pool's `terminationGracePeriod`)."""
     garbage_collection_grace: Duration = timedelta(minutes=5)
     """How old an instance of ours must be before the garbage collector terminates it for having no live claim,
     and how long a claim's instance may be missing from DescribeInstances before the claim is closed: longer than

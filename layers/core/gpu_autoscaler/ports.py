@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
-    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
     from gpu_autoscaler.models.fleet import FleetRequest, FleetResult, OwnedInstance
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.taints import Taint
@@ -48,11 +48,27 @@ class ClusterAPI(Protocol):
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]: ...
 
-    def cordon(self, node_name: str, taint: Taint) -> None: ...
+    def cordon(self, node_name: str, taint: Taint) -> None:
+        """`spec.unschedulable` and `taint`, idempotently."""
+        ...
+
+    def taint(self, node_name: str, taint: Taint) -> None:
+        """Add `taint` (once); the node stays schedulable for pods tolerating it."""
+        ...
+
+    def untaint(self, node_name: str, taint: Taint) -> None:
+        """Remove `taint` (key and effect) if present; a node already gone is not an error."""
+        ...
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome: ...
 
-    def delete_pod(self, pod: ClusterPod) -> None: ...
+    def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
+        """Bypasses budgets; `grace_period_seconds` shortens the pod's own."""
+        ...
+
+    def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        """The node's storage.k8s.io/v1 VolumeAttachments (each gone once its volume is detached)."""
+        ...
 
     def delete_node(self, node_name: str) -> None: ...
 

@@ -20,7 +20,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.config import Config, parse_config
-from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
@@ -56,6 +56,7 @@ def config(kube: LocalKubernetes) -> Config:
         if pool["name"] == POOL:
             pool["disruption"] = {"consolidateAfter": "0s", "minNodeAge": "0s", "spotToSpot": True,
                                   "budgets": [{"nodes": "100%"}]}
+    data["timeouts"] = {**data.get("timeouts", {}), "consolidationValidation": "0s"}  # validated on the next tick
     return parse_config(data)
 
 
@@ -131,7 +132,13 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
         launched_price_per_hour=16.288, node_name=node,
     ))
 
-    summary = invoke(aws, json.loads((ROOT / "events" / "consolidate-rate.json").read_text()))
+    tick = json.loads((ROOT / "events" / "consolidate-rate.json").read_text())
+    proposed = invoke(aws, tick)
+    assert [d["nodes"] for d in proposed["proposed"]] == [[node]] and proposed["decisions"] == []
+    assert take(aws, "launch") == [] and take(aws, "drain") == []
+    taints = kube.objects("nodes")[0]["spec"]["taints"]
+    assert {"key": "gpu-autoscaler/disrupted", "value": "", "effect": "NoSchedule"} in taints  # no new pod lands
+    summary = invoke(aws, tick)  # the next tick validates the decision and carries it out
     [decision] = summary["decisions"]
     assert (decision["reason"], decision["action"], decision["nodes"]) == ("Underutilized", "replace", [node])
     assert decision["savingPerHour"] > 0
@@ -143,7 +150,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     assert drain.replacement_claim_id == replacement["claim"]
     assert DISRUPTION_ATTRIBUTE in store.get_claim("nc-candidate").attributes
 
-    # The drain looks, finds the replacement not Ready, and leaves the node alone.
+    # The drain looks, finds the replacement not initialized, and leaves the node alone.
     cluster = KubernetesCluster(kube.client())
     fleet = FleetService(config, store, Ec2Compute(aws.clients.client("ec2"), config.cluster_name), clock=SystemClock())
     drainer = DrainService(config.cluster_name, store, cluster, fleet,

@@ -110,8 +110,9 @@ def test_do_not_disrupt_blocks_a_voluntary_drain_but_not_a_spot_one(
     kept = store.get_claim(claim.id)
     assert kept is not None and kept.state is ClaimState.REGISTERED
 
+    # At the deadline minus its grace period (30 s: already due) the do-not-disrupt pod is deleted.
     spot = request_for(claim, reason="spot interruption warning", involuntary=True,
-                       deadline=datetime.now(UTC) + timedelta(seconds=90))
+                       deadline=datetime.now(UTC) + timedelta(seconds=5))
     assert deliver(aws, drain, spot) is None
     assert cluster.list_pods(claim.node_name) == []
     ended = store.get_claim(claim.id)

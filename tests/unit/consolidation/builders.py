@@ -78,14 +78,15 @@ class Cluster:
 
     def node(self, instance_type: str = "g5.12xlarge", *, capacity_type: str = "on-demand",
              zone: str = "us-east-1a", age: timedelta = timedelta(hours=2), pool: str = "gpu",
-             empty_for: timedelta | None = timedelta(hours=1), **claim: Any) -> str:
+             empty_for: timedelta | None = timedelta(hours=1), node_annotations: dict[str, str] | None = None,
+             **claim: Any) -> str:
         n = next(_serial)
         name = f"ip-10-0-0-{n}.ec2.internal"
         instance_id = f"i-{n:017x}"
         self.nodes.append(ClusterNode(
             name=name, provider_id=f"aws:///{zone}/{instance_id}", taints=(TAINT,), ready=True,
             labels={"karpenter.sh/nodepool": pool, "kubernetes.io/arch": "amd64"},
-            created_at=self.clock.now() - age,
+            created_at=self.clock.now() - age, annotations=node_annotations or {},
         ))
         price = self.catalog.price((instance_type, zone, capacity_type))
         values: dict[str, Any] = {

@@ -9,14 +9,16 @@ from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryClust
 from gpu_autoscaler.adapters.memory.disruption_budgets import MemoryDisruptionBudgets
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
-from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE, EMPTY_SINCE_ATTRIBUTE
+from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, pool_hash
 from gpu_autoscaler.domain.forecast import bucket_start
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState, StateTransition
 from gpu_autoscaler.models.cluster import ClusterNode
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.services.consolidate import ConsolidateService
+from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.services.consolidate import ConsolidateOutcome, ConsolidateService
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService
 from gpu_autoscaler.services.reconcile import ReconcileService
@@ -85,6 +87,13 @@ class Rig:
     def claim(self, node: str):
         return self.store.get_claim(self.scene.claims[node].id)
 
+    def decide(self) -> ConsolidateOutcome:
+        """Two ticks a minute apart, as the schedule fires them: the first proposes, the second validates and
+        carries out; the second's outcome."""
+        self.service.run()
+        self.clock.advance(timedelta(minutes=1))
+        return self.service.run()
+
     def sent(self, kind: str) -> list[Any]:
         return [request for what, request in self.journal.entries if what == kind]
 
@@ -94,7 +103,8 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
     big = scene.node("g5.48xlarge")
     scene.pod(big, gpus=4, cpu="16", memory="64Gi")
     rig = Rig(scene)
-    outcome = rig.service.run()
+    outcome = rig.decide()
+    decided = rig.clock.now()
     [decision] = outcome.acted
     [replacement] = decision.replacements
     assert [what for what, _ in rig.journal.entries] == ["launch", "drain"]
@@ -102,12 +112,12 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
     [drain] = rig.sent("drain")
     assert (drain.node_name, drain.claim_id, drain.involuntary) == (big, rig.scene.claims[big].id, False)
     assert drain.replacements == [replacement.id]
-    assert drain.deadline == NOW + rig.config.timeouts.consolidation_drain
-    assert drain.wait_until == NOW + rig.config.timeouts.registration_ttl
+    assert drain.deadline == decided + rig.config.timeouts.consolidation_drain
+    assert drain.wait_until == decided + rig.config.timeouts.registration_ttl
     assert rig.store.get_claim(replacement.id).state is ClaimState.PENDING
     assert DISRUPTION_ATTRIBUTE in rig.claim(big).attributes
 
-    # The drain waits while the replacement is on its way, and evicts once its node is Ready.
+    # The drain waits while the replacement is on its way, and evicts once its node is initialized.
     drainer = DrainService(rig.config.cluster_name, rig.store, rig.kube, rig.fleet, rig.journal.drain_queue,
                            clock=rig.clock, sleep=lambda s: rig.clock.advance(timedelta(seconds=s)))
     waited = drainer.drain(drain)
@@ -117,7 +127,8 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
                                   instance_type=replacement.instance_types[0], zone=replacement.zones[0])
     provider_id = f"aws:///{replacement.zones[0]}/i-0replacement"
     rig.kube.add_node(ClusterNode(name="ip-10-9-9-9.ec2.internal", ready=True, taints=(TAINT,),
-                                  provider_id=provider_id, created_at=rig.clock.now()))
+                                  provider_id=provider_id, created_at=rig.clock.now(),
+                                  allocatable=Resources.from_quantities({"nvidia.com/gpu": "4"})))
     rig.service.run()  # reconcile registers it
     assert rig.store.get_claim(replacement.id).state is ClaimState.REGISTERED
     rig.clock.advance(timedelta(seconds=30))
@@ -133,7 +144,7 @@ def test_a_node_being_consolidated_is_not_decided_on_again() -> None:
     big = scene.node("g5.48xlarge")
     scene.pod(big, gpus=4, cpu="16", memory="64Gi")
     rig = Rig(scene)
-    assert len(rig.service.run().acted) == 1
+    assert len(rig.decide().acted) == 1
     second = rig.service.run()
     assert second.acted == []
     assert second.result.skipped[big].startswith("disrupting")
@@ -148,7 +159,7 @@ def test_an_empty_node_is_removed_once_empty_for_consolidate_after() -> None:
     assert first.acted == []
     assert rig.claim(empty).attributes[EMPTY_SINCE_ATTRIBUTE] == NOW.isoformat()
     rig.clock.advance(timedelta(minutes=6))
-    [decision] = rig.service.run().acted
+    [decision] = rig.decide().acted
     assert decision.reason == "Empty"
     [drain] = rig.sent("drain")
     assert drain.replacements == [] and rig.sent("launch") == []
@@ -178,7 +189,7 @@ def test_do_not_disrupt_and_disruption_budgets_protect_nodes_through_the_service
     assert outcome.result.skipped[guarded].startswith("do-not-disrupt")
     assert outcome.result.skipped[budgeted].startswith("pdb")
     rig.kube.remove_budget("team", "db")
-    assert [d.nodes for d in rig.service.run().acted] == [(budgeted,)]
+    assert [d.nodes for d in rig.decide().acted] == [(budgeted,)]
 
 
 def test_warm_capacity_survives_while_its_window_is_open_and_not_after() -> None:
@@ -188,7 +199,7 @@ def test_warm_capacity_survives_while_its_window_is_open_and_not_after() -> None
     rig = Rig(scene)
     assert rig.service.run().acted == []
     rig.clock.set(until + timedelta(minutes=6))
-    assert [d.nodes for d in rig.service.run().acted] == [(warm,)]
+    assert [d.nodes for d in rig.decide().acted] == [(warm,)]
 
 
 # Reconcile

@@ -17,16 +17,16 @@ from tests.unit.drain.builders import NOW, make_node, make_pod, make_request
 DND = {"karpenter.sh/do-not-disrupt": "true"}
 
 
-def test_evicts_workload_pods_and_skips_daemonset_mirror_and_finished_ones() -> None:
+def test_evicts_workload_pods_first_and_skips_mirror_and_finished_ones() -> None:
     pods = [make_pod("web-0"), make_pod("ds-0", owner_kind="DaemonSet"), make_pod("static-0", mirror=True),
             make_pod("job-0", phase="Succeeded")]
     step = plan_drain(make_request(), make_node(), pods, NOW)
     assert step.action is DrainAction.EVICT and step.cordon
-    assert [p.name for p in step.evict] == ["web-0"]
-    assert sorted(p.name for p in step.skipped) == ["ds-0", "job-0", "static-0"]
+    assert [p.name for p in step.evict] == ["web-0"]  # the DaemonSet pod's tier comes after
+    assert sorted(p.name for p in step.skipped) == ["job-0", "static-0"]
 
 
-def test_a_node_already_tainted_by_us_is_not_cordoned_again() -> None:
+def test_a_node_already_cordoned_by_us_is_not_cordoned_again() -> None:
     step = plan_drain(make_request(), make_node(taints=(DRAIN_TAINT,), unschedulable=True), [make_pod()], NOW)
     assert step.action is DrainAction.EVICT and not step.cordon
 
@@ -38,33 +38,36 @@ def test_do_not_disrupt_stops_a_voluntary_drain_before_it_starts() -> None:
     assert "team-a/train-0" in step.reason
 
 
-def test_do_not_disrupt_is_evicted_by_a_forced_or_involuntary_drain() -> None:
-    pods = [make_pod("train-0", annotations=DND)]
+def test_do_not_disrupt_is_held_by_an_involuntary_drain_then_deleted_in_time_for_its_grace() -> None:
+    pods = [make_pod("train-0", annotations=DND, termination_grace_period_seconds=30)]
     for request in (make_request(force=True), make_request(involuntary=True)):
         step = plan_drain(request, make_node(), pods, NOW)
-        assert step.action is DrainAction.EVICT and [p.name for p in step.evict] == ["train-0"]
+        assert step.action is DrainAction.EVICT and not step.evict and [p.name for p in step.held] == ["train-0"]
+        assert step.until == request.deadline - timedelta(seconds=30)
+        due = plan_drain(request, make_node(), pods, request.deadline - timedelta(seconds=30))
+        assert [p.name for p in due.delete] == ["train-0"] and due.delete_grace == 30
 
 
-def test_a_started_voluntary_drain_holds_do_not_disrupt_pods_until_the_deadline() -> None:
+def test_a_started_voluntary_drain_holds_do_not_disrupt_pods_and_never_deletes_them() -> None:
     pods = [make_pod("web-0"), make_pod("train-0", annotations=DND)]
-    node = make_node(taints=(DRAIN_TAINT,))
+    node = make_node(taints=(DRAIN_TAINT,), unschedulable=True)
     step = plan_drain(make_request(), node, pods, NOW)
     assert [p.name for p in step.evict] == ["web-0"] and [p.name for p in step.held] == ["train-0"]
-    late = plan_drain(make_request(), node, pods, NOW + timedelta(minutes=10))
-    assert late.action is DrainAction.FINISH and sorted(p.name for p in late.delete) == ["train-0", "web-0"]
+    late = plan_drain(make_request(), node, pods, NOW + timedelta(days=1))
+    assert late.action is DrainAction.EVICT and not late.delete and [p.name for p in late.held] == ["train-0"]
 
 
-def test_finishes_when_empty_of_movable_pods_or_the_node_is_gone() -> None:
-    step = plan_drain(make_request(), make_node(), [make_pod("ds-0", owner_kind="DaemonSet")], NOW)
+def test_finishes_when_empty_of_pods_to_wait_for_or_the_node_is_gone() -> None:
+    step = plan_drain(make_request(), make_node(), [make_pod("static-0", mirror=True)], NOW)
     assert step.action is DrainAction.FINISH and step.reason == "node is empty" and not step.delete
     assert plan_drain(make_request(), None, [], NOW).reason == "node is gone"
 
 
-def test_past_the_deadline_what_remains_is_deleted() -> None:
+def test_past_an_involuntary_deadline_what_remains_is_deleted() -> None:
     request = make_request(involuntary=True, deadline=NOW)
-    step = plan_drain(request, make_node(), [make_pod("web-0"), make_pod("ds-0", owner_kind="DaemonSet")], NOW)
-    assert step.action is DrainAction.FINISH and step.reason == "deadline passed"
-    assert [p.name for p in step.delete] == ["web-0"]
+    step = plan_drain(request, make_node(), [make_pod("web-0"), make_pod("static-0", mirror=True)], NOW)
+    assert step.action is DrainAction.FINISH and step.reason == "termination time reached"
+    assert [p.name for p in step.delete] == ["web-0"] and step.delete_grace == 1
 
 
 def test_waits_for_the_replacement_until_wait_until_then_evicts() -> None:
@@ -79,7 +82,7 @@ def test_waits_for_the_replacement_until_wait_until_then_evicts() -> None:
 
 def test_a_wait_is_polled_no_later_than_wait_until() -> None:
     request = make_request(wait_until=NOW + timedelta(seconds=7))
-    after = continuation(request, DrainStep(DrainAction.WAIT, "w"), [], NOW)
+    after = continuation(request, DrainStep(DrainAction.WAIT, "w", until=request.wait_until), [], NOW)
     assert after.delay == timedelta(seconds=7)
     assert after.request.attempt == 1 and after.request.started_at == NOW
 
@@ -100,8 +103,8 @@ def test_refused_evictions_back_off_exponentially_up_to_a_minute() -> None:
     assert progressed.request.backoff == 0 and progressed.delay < timedelta(seconds=10)
 
 
-def test_no_delay_runs_past_the_deadline() -> None:
-    request = make_request(deadline=NOW + timedelta(seconds=30), backoff=3)
+def test_no_delay_runs_past_an_involuntary_deadline() -> None:
+    request = make_request(involuntary=True, deadline=NOW + timedelta(seconds=30), backoff=3)
     step = DrainStep(DrainAction.EVICT, "holding", held=(make_pod(),))
     after = continuation(request, step, [], NOW)
     assert after.delay == timedelta(seconds=30)

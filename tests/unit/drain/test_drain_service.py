@@ -61,9 +61,9 @@ def test_a_simple_drain_finishes_in_one_invocation() -> None:
     h.cluster.add_pod(make_pod("ds-0", owner_kind="DaemonSet"))
     outcome = h.drain(make_request(), budget=timedelta(seconds=60))
     assert outcome.status == "finished" and outcome.reason == "node is empty"
-    assert sorted(outcome.evicted) == ["team-a/web-0", "team-a/web-1"]
+    assert sorted(outcome.evicted) == ["team-a/ds-0", "team-a/web-0", "team-a/web-1"]
     assert h.cluster.calls.cordoned == [NODE]
-    assert h.cluster.calls.evicted == ["team-a/web-0", "team-a/web-1"]  # never the DaemonSet pod
+    assert h.cluster.calls.evicted == ["team-a/web-0", "team-a/web-1", "team-a/ds-0"]  # the DaemonSet pod last
     assert h.cluster.calls.deleted_nodes == [NODE] and h.cluster.list_pods() == []
     assert h.fleet.terminated and h.claim_state() is ClaimState.TERMINATED
     states = [t.state for t in h.store.get_claim("c-1").history]  # type: ignore[union-attr]
@@ -111,34 +111,37 @@ def test_a_real_budget_blocks_until_replicas_are_back() -> None:
     assert h.drain(message).status == "finished"
 
 
-def test_an_involuntary_drain_deletes_what_remains_at_the_deadline() -> None:
+def test_an_involuntary_drain_deletes_what_remains_in_time_for_each_pods_grace() -> None:
+    """Blocked by a PDB and do-not-disrupt: each pod is deleted at the deadline minus its own grace period."""
     h = Harness("web-0", "train-0", annotations=DND)
     h.cluster.add_blocker(lambda pod: "PDB never lets go")
     outcomes = h.run_until_done(make_request(involuntary=True, deadline=NOW + timedelta(seconds=90)))
-    last = outcomes[-1]
-    assert last.status == "finished" and last.reason == "deadline passed"
-    assert sorted(last.deleted) == ["team-a/train-0", "team-a/web-0"]
-    assert h.clock.now() == NOW + timedelta(seconds=90)
+    assert outcomes[-1].status == "finished"
+    assert sorted(k for o in outcomes for k in o.deleted) == ["team-a/train-0", "team-a/web-0"]
+    assert h.cluster.calls.delete_graces == [30, 30]
+    assert NOW + timedelta(seconds=60) <= h.clock.now() < NOW + timedelta(seconds=90)
     assert h.claim_state() is ClaimState.TERMINATED and h.cluster.calls.deleted_nodes == [NODE]
 
 
 def test_do_not_disrupt_blocks_a_voluntary_drain_but_not_an_involuntary_one() -> None:
     h = Harness("web-0")
     h.cluster.add_pod(make_pod("train-0", annotations=DND))
+    h.cluster.taint(NODE, DRAIN_TAINT)  # consolidation's, from its decision
     voluntary = h.drain(make_request(reason="consolidation"))
     assert voluntary.status == "abandoned" and "team-a/train-0" in voluntary.reason
+    assert DRAIN_TAINT not in h.cluster.get_node(NODE).taints  # type: ignore[union-attr]
     assert h.cluster.calls.cordoned == [] and h.cluster.calls.evicted == []
     assert h.claim_state() is ClaimState.REGISTERED and h.queue.messages == []
 
-    involuntary = h.drain(make_request(reason="spot interruption warning", involuntary=True))
-    assert involuntary.status == "finished"
-    assert sorted(h.cluster.calls.evicted) == ["team-a/train-0", "team-a/web-0"]
+    outcomes = h.run_until_done(make_request(reason="spot interruption warning", involuntary=True))
+    assert outcomes[0].status == "continued" and outcomes[-1].status == "finished"
+    assert h.cluster.calls.evicted == ["team-a/web-0"] and h.cluster.calls.deleted_pods == ["team-a/train-0"]
 
 
-def test_a_forced_voluntary_drain_evicts_do_not_disrupt_pods() -> None:
+def test_a_forced_voluntary_drain_deletes_do_not_disrupt_pods_at_its_deadline() -> None:
     h = Harness("train-0", annotations=DND)
-    assert h.drain(make_request(force=True)).status == "finished"
-    assert h.cluster.calls.evicted == ["team-a/train-0"]
+    outcomes = h.run_until_done(make_request(force=True))
+    assert outcomes[-1].status == "finished" and h.cluster.calls.deleted_pods == ["team-a/train-0"]
 
 
 def test_replacement_first_waits_for_the_replacement_node_to_be_ready() -> None:
@@ -146,7 +149,7 @@ def test_replacement_first_waits_for_the_replacement_node_to_be_ready() -> None:
     h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
     request = make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=10))
     first = h.drain(request, budget=timedelta(seconds=30))
-    assert first.status == "continued" and first.reason == "replacement not Ready yet"
+    assert first.status == "continued" and first.reason == "replacement not initialized yet"
     assert h.cluster.calls.cordoned == [] and h.cluster.calls.evicted == []
     # The replacement joins: registered, its node Ready.
     h.cluster.add_node(make_node("ip-10-0-2-9.ec2.internal", instance_id="i-0bbb"))
@@ -163,7 +166,7 @@ def test_replacement_first_stops_waiting_at_wait_until() -> None:
     h = Harness("web-0")
     h.store.create_claim(make_claim(id="c-2", instance_id="i-0bbb", node_name=None, state=ClaimState.LAUNCHED))
     outcomes = h.run_until_done(make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=2)))
-    assert outcomes[-1].status == "finished" and outcomes[0].reason == "replacement not Ready yet"
+    assert outcomes[-1].status == "finished" and outcomes[0].reason == "replacement not initialized yet"
     assert NOW + timedelta(minutes=2) <= h.clock.now() < NOW + timedelta(minutes=3)
     assert h.cluster.calls.evicted == ["team-a/web-0"]
 

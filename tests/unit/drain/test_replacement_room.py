@@ -115,7 +115,8 @@ def test_the_evicted_pods_successors_land_on_the_replacement_not_on_a_second_nod
     sent = len(s.launches.sent)
 
     outcome = s.drainer.drain(request, budget=timedelta(seconds=60))
-    assert outcome.status == "finished" and sorted(outcome.evicted) == ["ml/infer-0", "ml/infer-1"]
+    assert outcome.status == "continued" and "AWS reclaims" in outcome.reason  # emptied; the instance waits
+    assert outcome.evicted == ["ml/infer-0", "ml/infer-1", "kube-system/nvidia-device-plugin"]
     emptied = s.replacements()
     assert all(c.pods == () and claim_requests(c) == Resources() for c in emptied)
     assert s.store.assignments(["uid-0", "uid-1"]) == {}
@@ -146,7 +147,7 @@ def test_a_crash_between_freeing_the_room_and_evicting_is_repaired_by_the_redeli
     assert all(c.pods == () and claim_requests(c) == Resources() for c in freed)
 
     outcome = s.drainer.drain(request, budget=timedelta(seconds=60))  # SQS redelivers the same message
-    assert outcome.status == "finished"
+    assert outcome.status == "continued" and s.cluster.list_pods(NODE) == []
     assert s.replacements() == freed  # the repeat took nothing off twice (no negative room, no write)
     packed = s.packer.handle(s.pending_document(), source="agent-message-2")
     assert packed.created == () and packed.placed_in_flight == 2

@@ -73,6 +73,23 @@ def test_rebalance_replaces_first_or_is_ignored(config: Config) -> None:
     assert not decide(notice, "i-0b662ef9931388ba0", make_claim(), ignoring, NOW).drain
 
 
+def test_spot_warning_keeps_the_instance_until_aws_takes_it(config: Config) -> None:
+    notice = parse_notice(real_event("spot_interruption_warning.json"))
+    response = decide(notice, "i-0b662ef9931388ba0", make_claim(), config.pool("gpu-burst"), notice.time)
+    assert response.terminate_after == notice.deadline
+
+
+def test_a_scheduled_change_is_involuntary_and_a_rebalance_carries_the_pools_grace(config: Config) -> None:
+    """Only an involuntary deadline may override budgets; a voluntary drain forces nothing unless its pool's
+    terminationGracePeriod says so."""
+    health = parse_notice(real_event("aws_health_scheduled_change.json"))
+    assert decide(health, health.instance_ids[0], make_claim(), config.pool("gpu-burst"), NOW).involuntary
+    pool = config.pool("gpu-burst").model_copy(update={"termination_grace_period": timedelta(hours=1)})
+    rebalance = decide(parse_notice(real_event("rebalance_recommendation.json")), "i-0b662ef9931388ba0",
+                       make_claim(), pool, NOW)
+    assert not rebalance.involuntary and rebalance.termination_grace_period == timedelta(hours=1)
+
+
 def test_state_change_closes_the_claim(config: Config) -> None:
     event = real_event("ec2_state_change.json")
     event["detail"]["state"] = "terminated"

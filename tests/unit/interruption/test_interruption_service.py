@@ -115,14 +115,23 @@ def test_the_replacement_avoids_the_offering_spot_took_back() -> None:
     assert h.new_claims() and all(c.price_per_hour > 0.40 for c in h.new_claims())
 
 
-def test_after_a_spot_warning_the_drain_evicts_do_not_disrupt_pods_and_ends_the_node() -> None:
+def test_after_a_spot_warning_do_not_disrupt_pods_get_their_grace_and_the_node_goes_when_aws_takes_it() -> None:
+    """do-not-disrupt pods are held, then deleted at the drain deadline minus their grace period (10:26:30 − 30 s);
+    the instance is terminated at the warning's instance-action-time (10:27:00), not before."""
     h = Harness(SPOT, at("2026-11-22T10:25:00Z"), do_not_disrupt=True)
     h.service.handle(parse_notice(event("spot-interruption-warning")))
     (drain,) = h.drains.receive()
+    assert drain.terminate_after == at("2026-11-22T10:27:00Z")
     drainer = DrainService("test", h.store, h.cluster, h.fleet, h.drains, clock=h.clock,
                            sleep=lambda s: h.clock.advance(timedelta(seconds=s)))
-    outcome = drainer.drain(drain, budget=timedelta(seconds=60))
-    assert outcome.status == "finished" and sorted(outcome.evicted) == ["ml/infer-0", "ml/infer-1"]
+    outcomes = [drainer.drain(drain, budget=timedelta(seconds=60))]
+    while (visible := h.drains.next_visible()) is not None:
+        h.clock.set(max(visible, h.clock.now()))
+        outcomes.extend(drainer.drain(message, budget=timedelta(seconds=60)) for message in h.drains.receive())
+    assert outcomes[-1].status == "finished" and h.clock.now() == at("2026-11-22T10:27:00Z")
+    deleted = sorted(k for o in outcomes for k in o.deleted)  # the device plugin's time has come too
+    assert deleted == ["kube-system/nvidia-device-plugin", "ml/infer-0", "ml/infer-1"]
+    assert h.cluster.calls.delete_graces == [30, 30, 30]
     assert h.claim_now().state is ClaimState.TERMINATED and h.cluster.get_node(h.node) is None
     # The replacement was asked for before the drain even started.
     assert h.launches.sent and h.fleet.terminated == [("nc-old", h.fleet.terminated[0][1])]
@@ -178,7 +187,7 @@ def test_scheduled_change_replaces_then_drains_before_the_scheduled_start() -> N
     start = at("2026-11-26T15:00:00Z")
     assert drain.deadline < start and drain.deadline > start - timedelta(minutes=1)
     assert drain.wait_until is not None and drain.wait_until < drain.deadline
-    assert ids and sorted(drain.replacements) == ids and not drain.involuntary
+    assert ids and sorted(drain.replacements) == ids and drain.involuntary  # the instance goes at the start
 
 
 def test_reservation_interruption_is_involuntary_and_immediate() -> None:

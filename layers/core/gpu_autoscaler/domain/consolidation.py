@@ -11,6 +11,11 @@ packer's own decision. The nodes that stay are shown to the solver as claims in 
 requests are what their pods use, so it places the moving pods on their free room first (the packer's
 rule 2) and plans new nodes only for the rest — exactly Karpenter's scheduling simulation.
 
+A decision is first a proposal (`domain.disruption_marks`): the pass that finds it returns it in `decisions`;
+the service taints its nodes and marks their claims, and the pass of a later tick, once `VALIDATION_DELAY` has
+passed, looks at the same nodes again before anything else (`validated` / `invalidated`), as Karpenter's
+validation does — only a decision that still holds is carried out.
+
 One pass, in Karpenter's order, each decision applied to the pass's picture before the next is looked
 for (the nodes removed are no longer destinations; the room the moved pods take is taken):
 
@@ -53,10 +58,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from weakref import WeakKeyDictionary
 
 from gpu_autoscaler.domain.budgets import allowed_disruptions
+from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drift import drift_reason
+from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
-from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -75,7 +82,6 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.pods import PendingPod
 
 __all__ = [
-    "DISRUPTION_ATTRIBUTE",
     "EMPTY_SINCE_ATTRIBUTE",
     "MULTI_NODE_MAX_CANDIDATES",
     "REPLACES_ATTRIBUTE",
@@ -84,9 +90,8 @@ __all__ = [
     "ConsolidationResult",
     "Decision",
     "NodePod",
+    "Rejection",
     "consolidate",
-    "disruption_mark",
-    "disruption_until",
     "empty_since",
     "node_pods",
     "warm_held",
@@ -97,11 +102,6 @@ MULTI_NODE_MAX_CANDIDATES = 100
 """Karpenter's bound on one multi-node attempt: beyond it the binary search costs more than it finds."""
 REPLACES_ATTRIBUTE = "replaces"
 """NodeClaim attribute of a replacement: the claim ids of the nodes it replaces, comma-separated."""
-DISRUPTION_ATTRIBUTE = "disruption"
-"""NodeClaim attribute of a node consolidation decided to drain: JSON `{"reason", "until", "replacements"}`.
-Until the drain cordons it (and makes the claim Draining) or `until` passes (the drain gave up: a
-do-not-disrupt pod appeared), the node is being disrupted: no second decision, no pods planned onto it,
-and it counts against its pool's budgets."""
 EMPTY_SINCE_ATTRIBUTE = "emptySince"
 """NodeClaim attribute: ISO instant since which its node has had no pods to move."""
 _EPS = 1e-9
@@ -121,6 +121,8 @@ class NodePod:
     """Its requests and placement constraints, in the packer's terms."""
     evictable: bool = True
     """Its PodDisruptionBudgets allow an eviction now."""
+    protected: bool = False
+    """`karpenter.sh/do-not-disrupt` is active on it now (`"true"`, or a duration not yet run out)."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +184,21 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Rejection:
+    """A proposal that no longer holds: its marks come off, and its taints."""
+
+    nodes: tuple[str, ...]
+    claims: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class ConsolidationResult:
     decisions: tuple[Decision, ...] = ()
+    """New proposals: to be tainted and marked, and validated by a later tick."""
+    validated: tuple[Decision, ...] = ()
+    """Proposals that still hold (with the replacements planned now): to be carried out."""
+    invalidated: tuple[Rejection, ...] = ()
     skipped: Mapping[str, str] = field(default_factory=dict)
     """Node name → why it was left alone (only for our nodes that were looked at)."""
     budgets: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
@@ -209,22 +224,26 @@ class ConsolidationResult:
 # Building the input
 
 
-def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection[str] = ()) -> tuple[NodePod, ...]:
+def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection[str] = (),
+              now: datetime | None = None) -> tuple[NodePod, ...]:
     """The pods that would move if `node` were drained (as an interruption's replacement sees them: DaemonSet,
     mirror and finished pods stay out).
 
     A pod running on a node tolerates that node's hard taints, so those tolerations are added even where
-    the pod's spec was not read in full. `blocked`: uids whose eviction a PodDisruptionBudget forbids now.
+    the pod's spec was not read in full. `blocked`: uids whose eviction a PodDisruptionBudget forbids now;
+    `now`: when do-not-disrupt durations are weighed (without it, any duration protects).
     """
     tolerate = tuple(
         Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
         for t in node.taints if t.effect != "PreferNoSchedule"
     )
     out = []
-    for pod in replacement_pods(p for p in pods if p.node_name == node.name):
+    on_node = [p for p in pods if p.node_name == node.name]
+    protected = {p.uid for p in on_node if p.do_not_disrupt_active(now)}
+    for pod in replacement_pods(on_node):
         missing = tuple(t for t in tolerate if t not in pod.tolerations)
         moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
-        out.append(NodePod(moved, evictable=pod.uid not in blocked))
+        out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected))
     return tuple(out)
 
 
@@ -233,27 +252,6 @@ def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetim
     if pods:
         return None
     return previous if previous is not None and previous <= now else now
-
-
-def disruption_mark(reason: str, until: datetime, replacements: Sequence[str]) -> str:
-    return json.dumps({"reason": reason, "until": until.isoformat(), "replacements": list(replacements)},
-                      separators=(",", ":"))
-
-
-def disruption_until(claim: NodeClaim) -> datetime | None:
-    """When the consolidation drain marked on this claim gives up, if one is; None otherwise."""
-    raw = claim.attributes.get(DISRUPTION_ATTRIBUTE)
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(json.loads(raw)["until"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _disrupting(claim: NodeClaim, now: datetime) -> bool:
-    until = disruption_until(claim)
-    return claim.state is ClaimState.DRAINING or (until is not None and now < until)
 
 
 def warm_held(claim: NodeClaim, now: datetime) -> bool:
@@ -400,18 +398,18 @@ class _Pass:
 
     def _budget_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         sizes: dict[str, int] = {}
-        disrupting: dict[str, int] = {}
+        counted: dict[str, int] = {}
         for n in self.nodes:
             if n.item.claim is None:
                 continue
             sizes[n.claim.pool] = sizes.get(n.claim.pool, 0) + 1
-            if _disrupting(n.claim, self.now) or n.item.node.unschedulable:
-                disrupting[n.claim.pool] = disrupting.get(n.claim.pool, 0) + 1
+            if disrupting(n.claim, self.now) or n.item.node.unschedulable:
+                counted[n.claim.pool] = counted.get(n.claim.pool, 0) + 1
         for claim in self.others:
             if claim.state is ClaimState.DRAINING:
                 sizes[claim.pool] = sizes.get(claim.pool, 0) + 1
-                disrupting[claim.pool] = disrupting.get(claim.pool, 0) + 1
-        return sizes, disrupting
+                counted[claim.pool] = counted.get(claim.pool, 0) + 1
+        return sizes, counted
 
     # Budgets
 
@@ -429,8 +427,8 @@ class _Pass:
 
     # Eligibility
 
-    def why_not(self, n: _Node) -> str | None:
-        """Why this node may not be disrupted voluntarily at all, or None."""
+    def why_not(self, n: _Node, *, validating: bool = False) -> str | None:
+        """Why this node may not be disrupted voluntarily at all, or None (`validating`: its own proposal aside)."""
         item = n.item
         if item.claim is None:
             return "not ours: no NodeClaim launched it"
@@ -439,13 +437,11 @@ class _Pass:
             return f"pool: {claim.pool} is not configured (drift replaces it once its pods can move)"
         if claim.state is not ClaimState.REGISTERED:
             return f"state: claim is {claim.state.value}"
-        if _disrupting(claim, self.now):
+        if disrupting(claim, self.now) and not validating:
             return "disrupting: a consolidation drain is under way"
-        if not item.node.ready or item.node.unschedulable:
-            return "not ready or cordoned"
-        for entry in item.pods:
-            if entry.pod.do_not_disrupt:
-                return f"do-not-disrupt: pod {entry.pod.key}"
+        why = _node_why_not(item, claim)
+        if why is not None:
+            return why
         if warm_held(claim, self.now):
             return f"warm: held by {claim.warm}"
         if self.now - _born(n) < n.pool.disruption.min_node_age:
@@ -490,7 +486,7 @@ class _Pass:
         claim = n.claim
         node = n.item.node
         return (claim.state is ClaimState.REGISTERED and node.ready and not node.unschedulable
-                and n.capacity is not None and bool(claim.zone or claim.zones) and not _disrupting(claim, self.now))
+                and n.capacity is not None and bool(claim.zone or claim.zones) and not disrupting(claim, self.now))
 
     def simulate(self, group: Sequence[_Node]) -> tuple[Plan, dict[str, str]]:
         pods = [entry.pod for n in group for entry in n.item.pods]
@@ -568,13 +564,16 @@ class _Pass:
     def _worst(self, claim: NodeClaim, instance_type: str) -> float:
         return max(self._zone_prices(claim, instance_type), default=float("inf"))
 
-    def apply(self, decision: Decision) -> None:
-        self.decisions.append(decision)
+    def apply(self, decision: Decision, *, proposal: bool = True) -> None:
+        """Take the decision into the pass's picture; a new proposal also uses up its pool's budget (a validated
+        one was counted among the disrupting nodes already)."""
+        if proposal:
+            self.decisions.append(decision)
+            self.taken[decision.pool] = self.taken.get(decision.pool, 0) + len(decision.nodes)
         for name in decision.nodes:
             node = next(n for n in self.nodes if n.name == name)
             node.removed = True
             self.skipped.pop(name, None)
-        self.taken[decision.pool] = self.taken.get(decision.pool, 0) + len(decision.nodes)
         moved = {entry.pod.uid: entry.pod for n in self.nodes if n.name in decision.nodes for entry in n.item.pods}
         for name, uids in decision.destinations.items():
             target = next(n for n in self.nodes if n.name == name)
@@ -585,6 +584,7 @@ class _Pass:
     # Phases
 
     def run(self) -> ConsolidationResult:
+        validated, invalidated = self._validate()
         eligible: list[_Node] = []
         for n in self.nodes:
             why = self.why_not(n)
@@ -603,7 +603,49 @@ class _Pass:
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
-        return ConsolidationResult(tuple(self.decisions), dict(self.skipped), self.budget_start)
+        return ConsolidationResult(tuple(self.decisions), tuple(validated), tuple(invalidated), dict(self.skipped),
+                                   self.budget_start)
+
+    def _validate(self) -> tuple[list[Decision], list[Rejection]]:
+        """The proposals due for validation, looked at again on the current picture, before anything new."""
+        due: dict[tuple[str, ...], Proposal] = {}
+        for n in self.nodes:
+            found = proposal(n.claim) if n.item.claim is not None else None
+            if found is not None and found.validate_after <= self.now < found.until:
+                due.setdefault(found.claims, found)
+        validated: list[Decision] = []
+        invalidated: list[Rejection] = []
+        for claims, pending in sorted(due.items()):
+            group = [self.by_claim[c] for c in claims if c in self.by_claim]
+            outcome = self._recheck(group, pending) if len(group) == len(claims) else "a node of it is gone"
+            if isinstance(outcome, Decision):
+                self.apply(outcome, proposal=False)
+                validated.append(outcome)
+            else:
+                invalidated.append(Rejection(tuple(n.name for n in group), claims, outcome))
+        return validated, invalidated
+
+    def _recheck(self, group: list[_Node], pending: Proposal) -> Decision | str:
+        """The decision again, or why it no longer holds: every node still a candidate, and the pods still going
+        where they went — no new node where none was planned, no more and no dearer replacements (Karpenter's
+        `validateCommand`)."""
+        for n in group:
+            why = self.why_not(n, validating=True)
+            if why is not None:
+                return f"{n.name}: {why}"
+        reason: DisruptionReason = pending.reason  # type: ignore[assignment]
+        if reason == "Empty" and any(n.item.pods for n in group):
+            return "no longer empty"
+        if reason == "Drifted" and drift_reason(self.config, self.catalog, group[0].claim) is None:
+            return "no longer drifted"
+        found = self.evaluate(group, reason)
+        if isinstance(found, str):
+            return found
+        if found.action != pending.action or len(found.replacements) > pending.replacements:
+            return f"the pods now need {len(found.replacements)} new nodes, {pending.replacements} were planned"
+        if reason != "Drifted" and found.price_after > pending.price_after + 1e-6:
+            return f"the replacements now cost ${found.price_after:.4f}/h, ${pending.price_after:.4f}/h were planned"
+        return found
 
     def _drift(self, eligible: list[_Node]) -> None:
         for n in eligible:
@@ -704,6 +746,23 @@ def consolidate(
     `quotas`: vCPU quotas for this pass (default: the solver's).
     """
     return _Pass(config, solver, nodes, claims, unavailable, quotas).run()
+
+
+def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:
+    """What on the node itself keeps it from voluntary disruption: not Ready or cordoned, not initialized (as
+    Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod."""
+    node = item.node
+    if not node.ready or node.unschedulable:
+        return "not ready or cordoned"
+    why = not_initialized(node, claim_requests(claim))
+    if why is not None:
+        return f"not initialized: {why}"
+    if node.do_not_disrupt:
+        return "do-not-disrupt: the node is annotated"
+    for entry in item.pods:
+        if entry.protected:
+            return f"do-not-disrupt: pod {entry.pod.key}"
+    return None
 
 
 def _full(claim: NodeClaim) -> NodeClaim:

@@ -1,22 +1,34 @@
-"""Draining a node: which pods to evict, skip, hold or delete, when it is done, and when to look again.
+"""Draining a node: which pods to evict, hold or delete, when it is done, and when to look again.
 
 Pure: a node, its pods, the `DrainRequest` and the time in; a `DrainStep` out, then a `Continuation` once the
 step's evictions have been tried. The drain service acts on these; the simulator can too.
 
-The rules, as Kubernetes' `kubectl drain` and Karpenter's termination controller apply them:
+The rules, as Karpenter's termination controller applies them (kubernetes-sigs/karpenter
+`pkg/controllers/node/termination/terminator/`, `pkg/utils/pod/scheduling.go`):
 
-- DaemonSet pods and mirror (static) pods are never evicted: their controller would put them straight back,
-  and they go with the node. Pods that have finished (Succeeded, Failed) hold nothing.
-- A voluntary drain (consolidation, rebalance, scheduled change) that is not forced leaves a node alone if a
-  pod on it carries `karpenter.sh/do-not-disrupt: "true"` when the drain would start. If such a pod appears
-  after the drain started, it is held, not evicted, until the deadline.
-- An involuntary drain (Spot, capacity reservation) evicts do-not-disrupt pods too: the node goes anyway.
-- Replacement first: while a replacement is not Ready and `wait_until` has not come, wait, node untouched. A
-  voluntary drain whose replacement failed, or is still not Ready at the deadline, leaves the node alone:
-  without the replacement its pods would have nowhere to go.
+- The drain waits for every pod of the node except mirror (static) pods, finished pods (Succeeded, Failed),
+  pods that tolerate the drain taint (they may stay: a DaemonSet tolerating everything, a node agent) and pods
+  stuck terminating (`deletionTimestamp` — the end of their grace period — more than `STUCK_TERMINATING` ago:
+  their kubelet is gone, the pod garbage collector removes them with the Node).
+- A terminating pod is never evicted again: it is on its way out.
+- Evictions go in tiers, each only once the one before is gone: non-critical pods, non-critical DaemonSet pods,
+  critical pods (priority class `system-cluster-critical` / `system-node-critical`), critical DaemonSet pods —
+  Kubernetes' graceful node shutdown order, so a node's logging and networking outlive its workloads.
+- `karpenter.sh/do-not-disrupt` (on a pod: `"true"` or a duration since the pod started; on the Node:
+  `"true"`) makes a voluntary drain leave the node alone if it has not started; a started drain, or an
+  involuntary one, holds such pods — it neither evicts nor deletes them until their deletion time.
+- Replacement first: while a replacement is not initialized and `wait_until` has not come, wait, node
+  untouched. A voluntary drain whose replacement failed, or is still not initialized at the deadline, leaves the
+  node alone: without the replacement its pods would have nowhere to go.
 - Evictions go through the Eviction API; a 429 (PodDisruptionBudget) is retried with exponential backoff.
-- At the deadline, what remains is deleted (no PDB), and the node goes: the instance terminated through the
-  fleet, the Node object deleted. An empty node goes at once.
+- Deletion (bypassing budgets and do-not-disrupt) has a node termination time: an involuntary (or forced)
+  drain's deadline, or a voluntary drain's `cordonedAt + terminationGracePeriod`; a voluntary drain without a
+  termination grace period never deletes. Each pod is deleted at that time minus its own
+  `terminationGracePeriodSeconds`, so its grace ends no later than the node; at the time itself what remains is
+  deleted and the node goes.
+- Once no pod is left to wait for, the node still stays while VolumeAttachments of its volumes are not detached
+  (until the node's termination time, if it has one) and before `terminate_after` (the moment AWS reclaims a
+  Spot instance); then the instance is terminated through the fleet and the Node object deleted.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from datetime import datetime
 
-    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
     from gpu_autoscaler.models.messages import DrainRequest
 
 __all__ = [
@@ -43,18 +55,26 @@ __all__ = [
     "MAX_DELAY",
     "REPLACEMENT_POLL",
     "SETTLE",
+    "STUCK_TERMINATING",
+    "VOLUME_POLL",
     "Continuation",
     "DrainAction",
     "DrainStep",
     "Replacements",
     "continuation",
+    "drainable",
+    "eviction_tiers",
+    "hold_termination",
     "is_drained_by_us",
     "movable",
     "plan_drain",
+    "termination_time",
 ]
 
 DRAIN_TAINT = Taint(key="gpu-autoscaler/disrupted", value="", effect="NoSchedule")
-"""Ours, next to `spec.unschedulable`: says who cordoned the node, and that a drain has started."""
+"""Ours, like Karpenter's `karpenter.sh/disrupted:NoSchedule`: put on a node when consolidation chooses it (so no
+new pod lands there while it is re-validated and its replacements boot) and kept by its drain, which also sets
+`spec.unschedulable`. Pods that tolerate it are left on the node."""
 
 BACKOFF_BASE = timedelta(seconds=5)
 MAX_BACKOFF = timedelta(seconds=60)
@@ -65,6 +85,9 @@ MAX_DELAY = timedelta(seconds=900)
 SETTLE = timedelta(seconds=2)
 """After evictions went through: time for the pods to terminate before looking again."""
 REPLACEMENT_POLL = timedelta(seconds=20)
+VOLUME_POLL = timedelta(seconds=5)
+STUCK_TERMINATING = timedelta(minutes=1)
+"""Past its `deletionTimestamp` by this much, a terminating pod counts as gone (Karpenter's `IsStuckTerminating`)."""
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -73,7 +96,7 @@ class Replacements(StrEnum):
     """Where the capacity a drain waits for stands."""
 
     READY = "ready"
-    """None asked for, or every one Registered with a Ready node."""
+    """None asked for, or every one Registered with an initialized node."""
     WAITING = "waiting"
     FAILED = "failed"
     """One ended (or vanished) before it was ever Registered: a voluntary drain has lost its reason to go on."""
@@ -81,12 +104,12 @@ class Replacements(StrEnum):
 
 class DrainAction(StrEnum):
     ABANDON = "abandon"
-    """Voluntary, not forced, and the node runs a do-not-disrupt pod: leave it as it is."""
+    """Voluntary, not started, and the node (or a pod on it) is do-not-disrupt: leave it as it is."""
     WAIT = "wait"
-    """A replacement is not Ready yet and `wait_until` has not come: look again later."""
+    """Not yet: a replacement is not initialized, volumes are still attached, or AWS has not reclaimed the node."""
     EVICT = "evict"
     FINISH = "finish"
-    """Empty (of pods that matter) or past the deadline: delete what remains, terminate, delete the Node."""
+    """Nothing left to wait for, or past the termination time: delete what remains, terminate, delete the Node."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +120,17 @@ class DrainStep:
     """Mark the node unschedulable and taint it: the drain starts now."""
     evict: tuple[ClusterPod, ...] = ()
     delete: tuple[ClusterPod, ...] = ()
+    """Deleted, bypassing budgets and do-not-disrupt: their deletion time has come."""
+    delete_grace: int | None = None
+    """Grace period (seconds) for those deletions: what is left until the node's termination time."""
     held: tuple[ClusterPod, ...] = ()
-    """do-not-disrupt pods a started voluntary drain waits for."""
+    """do-not-disrupt pods the drain waits for without evicting them."""
     skipped: tuple[ClusterPod, ...] = ()
-    """DaemonSet, mirror and finished pods: left to go with the node."""
+    """Pods the drain does not wait for: mirror, finished, tolerating the drain taint, stuck terminating."""
+    poll: timedelta | None = None
+    """WAIT: how often to look (None: `REPLACEMENT_POLL`)."""
+    until: datetime | None = None
+    """Look again no later than this (a WAIT's end, the next pod's deletion time)."""
 
 
 @dataclass(frozen=True)
@@ -112,12 +142,60 @@ class Continuation:
 
 
 def movable(pod: ClusterPod) -> bool:
-    """A pod the drain must move off the node before it can go."""
-    return pod.owner_kind != "DaemonSet" and not pod.mirror and pod.phase not in _FINISHED_PHASES
+    """A pod that needs room elsewhere when its node goes (Karpenter's `IsReschedulable`): not a DaemonSet pod
+    (it has its place on every node), not a mirror or finished pod, and not terminating — its controller's new
+    pod is pending already and reported as such — except a StatefulSet's, whose successor waits for it to go."""
+    if pod.owner_kind == "DaemonSet" or pod.mirror or pod.phase in _FINISHED_PHASES:
+        return False
+    return pod.deletion_timestamp is None or pod.owner_kind == "StatefulSet"
+
+
+def _tolerates_drain(pod: ClusterPod) -> bool:
+    return any(t.tolerates(DRAIN_TAINT) for t in pod.tolerations)
+
+
+def drainable(pod: ClusterPod, now: datetime) -> bool:
+    """A pod the drain must see gone before the node can go (Karpenter's `IsWaitingEviction`)."""
+    if pod.mirror or pod.phase in _FINISHED_PHASES or _tolerates_drain(pod):
+        return False
+    return pod.deletion_timestamp is None or now - pod.deletion_timestamp <= STUCK_TERMINATING
+
+
+def eviction_tiers(pods: Iterable[ClusterPod]) -> list[tuple[ClusterPod, ...]]:
+    """Non-critical, non-critical DaemonSet, critical, critical DaemonSet: the order pods leave a node."""
+    tiers: list[list[ClusterPod]] = [[], [], [], []]
+    for pod in pods:
+        tiers[2 * pod.critical + (pod.owner_kind == "DaemonSet")].append(pod)
+    return [tuple(t) for t in tiers]
 
 
 def is_drained_by_us(node: ClusterNode) -> bool:
-    return any(t.key == DRAIN_TAINT.key and t.effect == DRAIN_TAINT.effect for t in node.taints)
+    """Cordoned by a drain: unschedulable and carrying our taint (the taint alone is consolidation's mark)."""
+    return node.unschedulable and any(t.key == DRAIN_TAINT.key and t.effect == DRAIN_TAINT.effect
+                                      for t in node.taints)
+
+
+def termination_time(request: DrainRequest, now: datetime | None = None) -> datetime | None:
+    """When the node goes whatever its pods say: an involuntary (or forced) drain's deadline; a voluntary one's
+    `cordonedAt + terminationGracePeriod` (once cordoned; `now` stands in for a drain cordoning now); else None."""
+    if request.involuntary or request.force:
+        return request.deadline
+    if request.termination_grace_period is None:
+        return None
+    cordoned = request.cordoned_at or now
+    return cordoned + request.termination_grace_period if cordoned is not None else None
+
+
+def _deletion_due(pod: ClusterPod, node_time: datetime, now: datetime) -> bool:
+    """Karpenter's `needsForceDelete`: a pod not yet terminating is deleted once its own grace period would run
+    past the node's termination time; a terminating one again only if its grace ends after it."""
+    if pod.deletion_timestamp is not None:
+        return pod.deletion_timestamp > max(node_time, now) + timedelta(seconds=1)
+    return now >= node_time - timedelta(seconds=pod.termination_grace_period_seconds)
+
+
+def _grace(node_time: datetime, now: datetime) -> int:
+    return max(1, math.ceil((node_time - now).total_seconds()))
 
 
 def plan_drain(request: DrainRequest, node: ClusterNode | None, pods: Iterable[ClusterPod], now: datetime,
@@ -126,40 +204,79 @@ def plan_drain(request: DrainRequest, node: ClusterNode | None, pods: Iterable[C
     if node is None:
         return DrainStep(DrainAction.FINISH, "node is gone")
     pods = list(pods)
-    moving = tuple(p for p in pods if movable(p))
-    skipped = tuple(p for p in pods if not movable(p))
+    waiting = tuple(p for p in pods if drainable(p, now))
+    skipped = tuple(p for p in pods if p not in waiting)
     voluntary = not request.involuntary and not request.force
-    protected = tuple(p for p in moving if p.do_not_disrupt) if voluntary else ()
     started = is_drained_by_us(node)
-    if protected and not started:
-        names = ", ".join(p.key for p in protected)
-        return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: do-not-disrupt pods {names}",
-                         skipped=skipped, held=protected)
-    if now >= request.deadline:
-        if voluntary and not started and moving and replacements is not Replacements.READY:
-            return DrainStep(DrainAction.ABANDON, "replacement not Ready by the deadline", skipped=skipped)
-        return DrainStep(DrainAction.FINISH, "deadline passed", cordon=not started, delete=moving, skipped=skipped)
-    if not moving:
+    protected = tuple(p for p in waiting if p.deletion_timestamp is None and p.do_not_disrupt_active(now))
+    if voluntary and not started:
+        if node.do_not_disrupt:
+            return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: node {node.name} is do-not-disrupt",
+                             skipped=skipped)
+        if protected:
+            names = ", ".join(p.key for p in protected)
+            return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: do-not-disrupt pods {names}",
+                             skipped=skipped, held=protected)
+        if now >= request.deadline and waiting and replacements is not Replacements.READY:
+            return DrainStep(DrainAction.ABANDON, "replacement not initialized by the deadline", skipped=skipped)
+    node_time = termination_time(request, None if started else now)
+    if node_time is not None and now >= node_time:
+        return DrainStep(DrainAction.FINISH, "termination time reached", cordon=not started,
+                         delete=tuple(p for p in waiting if _deletion_due(p, node_time, now)), delete_grace=1,
+                         skipped=skipped)
+    if not waiting:
         return DrainStep(DrainAction.FINISH, "node is empty", skipped=skipped)
     if replacements is Replacements.FAILED and voluntary and not started:
-        return DrainStep(DrainAction.ABANDON, "replacement failed before it was Ready", skipped=skipped)
+        return DrainStep(DrainAction.ABANDON, "replacement failed before it was initialized", skipped=skipped)
     if replacements is Replacements.WAITING and now < (request.wait_until or request.deadline):
-        return DrainStep(DrainAction.WAIT, "replacement not Ready yet", skipped=skipped)
-    evict = tuple(p for p in moving if p not in protected)
-    reason = "evicting" if evict else "holding do-not-disrupt pods"
-    return DrainStep(DrainAction.EVICT, reason, cordon=not started, evict=evict, held=protected, skipped=skipped)
+        return DrainStep(DrainAction.WAIT, "replacement not initialized yet", skipped=skipped,
+                         until=request.wait_until or request.deadline)
+    due = tuple(p for p in waiting if node_time is not None and _deletion_due(p, node_time, now))
+    rest = [p for p in waiting if p not in due]
+    tier = next((t for t in eviction_tiers(rest) if t), ())
+    active = [p for p in tier if p.deletion_timestamp is None]
+    held = tuple(p for p in active if p in protected)
+    evict = tuple(p for p in active if p not in protected)
+    reason = "evicting" if evict or due else "holding do-not-disrupt pods" if held else "waiting for pods to terminate"
+    next_due = None
+    if node_time is not None:  # look again no later than the next pod's deletion time, and the node's
+        times = [node_time - timedelta(seconds=p.termination_grace_period_seconds) for p in rest]
+        next_due = min((t for t in times if t > now), default=node_time)
+    return DrainStep(DrainAction.EVICT, reason, cordon=not started, evict=evict, held=held, skipped=skipped,
+                     delete=due, delete_grace=_grace(node_time, now) if due and node_time is not None else None,
+                     until=next_due)
+
+
+def hold_termination(request: DrainRequest, pods: Sequence[ClusterPod], attachments: Sequence[VolumeAttachment],
+                     now: datetime) -> DrainStep | None:
+    """With no pod left to wait for: what still keeps the instance (a WAIT step), or None when it may go.
+
+    VolumeAttachments of the node's volumes must be detached first (the attach/detach controller deletes them
+    once their pods are gone), except those of pods that stay (tolerating the drain, stuck) and inline ones
+    — Karpenter's `filterVolumeAttachments` — and no longer once the node's termination time has passed.
+    A Spot node is not terminated before AWS reclaims it (`terminate_after`)."""
+    node_time = termination_time(request)
+    staying = {f"{p.namespace}/{c}" for p in pods if not drainable(p, now) for c in p.volume_claims}
+    pending = [a for a in attachments if a.persistent_volume and a.claim not in staying]
+    if pending and (node_time is None or now < node_time):
+        names = ", ".join(sorted(a.name for a in pending))
+        return DrainStep(DrainAction.WAIT, f"waiting for VolumeAttachments to detach: {names}", poll=VOLUME_POLL,
+                         until=node_time)
+    if request.terminate_after is not None and now < request.terminate_after:
+        return DrainStep(DrainAction.WAIT, f"AWS reclaims the instance at {request.terminate_after.isoformat()}",
+                         poll=request.terminate_after - now, until=request.terminate_after)
+    return None
 
 
 def continuation(request: DrainRequest, step: DrainStep, outcomes: Sequence[EvictionOutcome],
                  now: datetime) -> Continuation:
-    """When to look again after a WAIT or EVICT step, never past the deadline (at which the node goes)."""
+    """When to look again after a WAIT or EVICT step: never past the node's termination time (at which it
+    goes), nor past the next pod's deletion time."""
     backoff = request.backoff
     if step.action is DrainAction.WAIT:
-        delay = REPLACEMENT_POLL
-        wait_until = request.wait_until or request.deadline
-        delay = min(delay, max(wait_until - now, timedelta(0)))
+        delay = step.poll or REPLACEMENT_POLL
     else:
-        progressed = any(o.evicted or o.gone for o in outcomes)
+        progressed = any(o.evicted or o.gone for o in outcomes) or bool(step.delete)
         refused = any(o.blocked for o in outcomes) or bool(step.held)
         if progressed:
             backoff, delay = 0, SETTLE
@@ -168,8 +285,16 @@ def continuation(request: DrainRequest, step: DrainStep, outcomes: Sequence[Evic
             backoff += 1
         else:
             delay = SETTLE
-    delay = min(delay, MAX_DELAY, max(request.deadline - now, timedelta(0)))
-    delay = timedelta(seconds=max(1, math.ceil(delay.total_seconds())))
+    if step.until is not None:
+        delay = min(delay, max(step.until - now, timedelta(0)))
+    cordoned = request.cordoned_at
+    if cordoned is None and step.action is DrainAction.EVICT:
+        cordoned = now
     moved = request.model_copy(update={"attempt": request.attempt + 1, "backoff": backoff,
-                                       "started_at": request.started_at or now})
+                                       "started_at": request.started_at or now, "cordoned_at": cordoned})
+    node_time = termination_time(moved)
+    if node_time is not None:
+        delay = min(delay, max(node_time - now, timedelta(0)))
+    delay = min(delay, MAX_DELAY)
+    delay = timedelta(seconds=max(1, math.ceil(delay.total_seconds())))
     return Continuation(moved, delay)

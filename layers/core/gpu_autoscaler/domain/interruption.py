@@ -143,6 +143,10 @@ class Response(BaseModel):
     """Drain only once the replacement is Ready (or at `wait_until`)."""
     wait_until: datetime | None = None
     """The latest moment the drain waits for the replacement; the evictions then have until `drain_deadline`."""
+    terminate_after: datetime | None = None
+    """A Spot warning's `instance-action-time`: the instance is not terminated before AWS reclaims it."""
+    termination_grace_period: timedelta | None = None
+    """A voluntary drain's (rebalance) terminationGracePeriod, the pool's."""
     close: bool = False
     """The instance is gone or going: end the claim, release its pods, delete the Node."""
     reason: str = ""
@@ -155,19 +159,24 @@ def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | 
     if notice.kind is NoticeKind.STATE_CHANGE:
         return Response(close=True, reason=f"instance {notice.state}", **base)
     if notice.kind is NoticeKind.SPOT_INTERRUPTION:
-        deadline = max((notice.deadline or now + SPOT_WARNING) - DRAIN_MARGIN, now)
+        action = notice.deadline or now + SPOT_WARNING
+        deadline = max(action - DRAIN_MARGIN, now)
         return Response(cordon_now=True, replace=True, mark_unavailable=True, drain=True, involuntary=True,
-                        drain_deadline=deadline, wait_until=now, reason="spot interruption warning", **base)
+                        drain_deadline=deadline, wait_until=now, terminate_after=action,
+                        reason="spot interruption warning", **base)
     if notice.kind is NoticeKind.REBALANCE:
         if pool is not None and pool.disruption.rebalance == "ignore":
             return Response(reason="rebalance recommendation ignored by pool setting", **base)
         after = pool.disruption.rebalance_drain_after if pool else timedelta(minutes=10)
         return Response(replace=True, drain=True, wait_for_replacement=True, wait_until=now + after,
-                        drain_deadline=now + after + drain_timeout, reason="rebalance recommendation", **base)
+                        drain_deadline=now + after + drain_timeout, reason="rebalance recommendation",
+                        termination_grace_period=pool.termination_grace_period if pool else None, **base)
+    # A reservation's end and a scheduled change (retirement, reboot, maintenance) take the instance at their
+    # time whatever runs on it: involuntary, so what remains is deleted in time for its grace period.
     deadline = max((notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10), now)
-    involuntary = notice.kind in (NoticeKind.RESERVATION_INTERRUPTION, NoticeKind.CAPACITY_BLOCK_EXPIRY)
-    return Response(replace=True, drain=True, involuntary=involuntary, wait_for_replacement=True,
-                    cordon_now=involuntary, mark_unavailable=involuntary, drain_deadline=deadline,
+    reservation = notice.kind in (NoticeKind.RESERVATION_INTERRUPTION, NoticeKind.CAPACITY_BLOCK_EXPIRY)
+    return Response(replace=True, drain=True, involuntary=True, wait_for_replacement=True,
+                    cordon_now=reservation, mark_unavailable=reservation, drain_deadline=deadline,
                     wait_until=max(deadline - EVICTION_WINDOW, now), reason=str(notice.kind).replace("-", " "),
                     **base)
 

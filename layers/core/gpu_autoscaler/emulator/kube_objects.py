@@ -23,6 +23,7 @@ __all__ = [
     "PODGROUPS",
     "PODS",
     "RESOURCES",
+    "VOLUMEATTACHMENTS",
     "ApiError",
     "ResourceType",
     "format_quantity",
@@ -84,9 +85,9 @@ CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, subresource
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",))
 PDBS = ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",))
 PODGROUPS = ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, short_names=("pg",))
-
-# What the agent reads about a pending pod beyond the pod (packk8s): its volumes' zones, its gang's workload,
-# its DRA claims. Stored and served as written; no controller acts on them here.
+# Volumes: the attach/detach controller (`kube_storage`) acts on PVs, PVCs and VolumeAttachments; the agent reads
+# a pending pod's volumes' zones, its gang's workload and its DRA claims, stored and served as written.
+VOLUMEATTACHMENTS = ResourceType("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False)
 PVS = ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",))
 PVCS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",))
 STORAGECLASSES = ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, subresources=(),
@@ -102,6 +103,7 @@ DEVICECLASSES = ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceCl
 RESOURCES: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, CONFIGMAPS, DAEMONSETS, PDBS, PODGROUPS,
     PVS, PVCS, STORAGECLASSES, JOBS, JOBSETS, KAI_PODGROUPS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, DEVICECLASSES,
+    VOLUMEATTACHMENTS,
 )
 
 

@@ -6,6 +6,8 @@ uses, with the semantics clients depend on:
 
 - core/v1 `nodes`, `pods` (with `status`, `binding` and `eviction`), `namespaces`, `events`, `configmaps`; apps/v1
   `daemonsets`; policy/v1 `poddisruptionbudgets`; scheduling.x-k8s.io/v1alpha1 `podgroups` (coscheduling);
+  core/v1 `persistentvolumes`, `persistentvolumeclaims` and storage.k8s.io/v1 `volumeattachments`, kept by an
+  attach/detach controller (`kube_storage`);
 - get, list (label and field selectors — `spec.nodeName`, `status.phase`… — `limit`/`continue`), create,
   update, patch (JSON patch, merge patch, strategic merge patch), delete with preconditions, garbage
   collection through ownerReferences;
@@ -59,6 +61,7 @@ from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 from gpu_autoscaler.emulator.kube_http import ApiHttpServer
 from gpu_autoscaler.emulator.kube_scheduler import Scheduler
+from gpu_autoscaler.emulator.kube_storage import AttachDetach
 from gpu_autoscaler.emulator.kube_store import Store
 from gpu_autoscaler.emulator.kubelet import BootstrapError, Kubelets, SimulatedInstance
 from gpu_autoscaler.emulator.machines import describe_machine
@@ -105,6 +108,7 @@ class LocalKubernetes:
         self.device_plugin = NvidiaDevicePlugin(self.api, self.clock, self.kubelets, delay=device_plugin_delay)
         self.scheduler = Scheduler(self.api, self.clock)
         self.daemonsets = DaemonSets(self.api)
+        self.volumes = AttachDetach(self.api, self.clock)
         self._host = host
         self._port = port
         self._run_controllers = run_controllers
@@ -229,6 +233,7 @@ class LocalKubernetes:
             result = self.scheduler.schedule()
             self.kubelets.start_pods()
             self.kubelets.stop_pods()
+            self.volumes.reconcile()
             self.api.refresh_budgets()
             return result
 

@@ -1,17 +1,24 @@
-"""What the autoscaler sees of the Kubernetes cluster: nodes and the pods bound to them."""
+"""What the autoscaler sees of the Kubernetes cluster: nodes, the pods bound to them, volume attachments."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpu_autoscaler.models.durations import parse_duration
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
 
-__all__ = ["ClusterNode", "ClusterPod", "EvictionOutcome"]
+__all__ = ["CRITICAL_PRIORITY_CLASSES", "ClusterNode", "ClusterPod", "EvictionOutcome", "VolumeAttachment"]
+
+CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+"""Pods of these classes are evicted after every other pod of a node (Kubernetes' graceful node shutdown order,
+which Karpenter's terminator follows)."""
+DEFAULT_GRACE_SECONDS = 30
+"""`spec.terminationGracePeriodSeconds` when a pod does not say (the API server's default)."""
 
 
 class ClusterNode(BaseModel):
@@ -28,6 +35,13 @@ class ClusterNode(BaseModel):
     created_at: datetime | None = None
     ready_since: datetime | None = None
     """The Ready condition's `lastTransitionTime`, while the node is Ready: its boot's end, for boot times."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def do_not_disrupt(self) -> bool:
+        """`karpenter.sh/do-not-disrupt: "true"` on the Node: no voluntary disruption of it (Karpenter reads only
+        "true" at node level; durations are a pod-level form)."""
+        return self.annotations.get(DO_NOT_DISRUPT) == "true"
 
     @property
     def instance_id(self) -> str | None:
@@ -55,14 +69,46 @@ class ClusterPod(BaseModel):
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
     created_at: datetime | None = None
+    priority_class_name: str | None = None
+    started_at: datetime | None = None
+    """`status.startTime`: a do-not-disrupt duration counts from it."""
+    deletion_timestamp: datetime | None = None
+    """`metadata.deletionTimestamp`: set once the pod is being deleted (evicted or deleted), to the moment its
+    grace period ends; the pod stays listed, terminating, until its kubelet confirms it stopped."""
+    termination_grace_period_seconds: int = DEFAULT_GRACE_SECONDS
+    volume_claims: tuple[str, ...] = ()
+    """Names of the PersistentVolumeClaims its volumes use (same namespace)."""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def do_not_disrupt(self) -> bool:
-        return self.annotations.get(DO_NOT_DISRUPT) == "true"
+    def terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def critical(self) -> bool:
+        return self.priority_class_name in CRITICAL_PRIORITY_CLASSES
+
+    def do_not_disrupt_active(self, now: datetime | None = None) -> bool:
+        """`karpenter.sh/do-not-disrupt` as Karpenter reads it (pkg/utils/pod `IsDoNotDisruptActive`): "true"
+        protects for as long as it is there; a duration (`"30m"`, `"1h30m"`) protects until the pod's start time
+        plus that long (always, while the start is unknown or `now` is not given); anything else is as if absent."""
+        value = self.annotations.get(DO_NOT_DISRUPT)
+        if value is None:
+            return False
+        if value == "true":
+            return True
+        try:
+            duration = parse_duration(value)
+        except ValueError:
+            return False
+        if duration <= timedelta(0):
+            return False
+        if self.started_at is None or now is None:
+            return True
+        return now < self.started_at + duration
 
 
 class EvictionOutcome(BaseModel):
@@ -74,3 +120,18 @@ class EvictionOutcome(BaseModel):
     """A PodDisruptionBudget refused the eviction (HTTP 429): retry later."""
     gone: bool = False
     message: str = ""
+
+
+class VolumeAttachment(BaseModel):
+    """A storage.k8s.io/v1 VolumeAttachment on a node: the attach/detach controller deletes it once the volume is
+    detached, which happens only after the pods using it are gone. Terminating the instance before then risks
+    the volume's data (Karpenter's termination controller waits for them)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    node_name: str
+    persistent_volume: str | None = None
+    """`spec.source.persistentVolumeName` (None for an inline volume)."""
+    claim: str | None = None
+    """`namespace/name` of the PersistentVolumeClaim bound to that volume, when known."""

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpu_autoscaler.models.durations import Duration
+
 __all__ = ["DrainRequest", "LaunchRequest", "ScheduleTick"]
 
 
@@ -31,7 +33,13 @@ class LaunchRequest(_Message):
 
 
 class DrainRequest(_Message):
-    """interruption / consolidate / reconcile → drain (drain queue); re-enqueued with a delay to continue."""
+    """interruption / consolidate / reconcile → drain (drain queue); re-enqueued with a delay to continue.
+
+    Who may delete pods, bypassing PodDisruptionBudgets and `karpenter.sh/do-not-disrupt`: an involuntary drain
+    (or a forced one) at `deadline`, when AWS takes the instance; a voluntary one (consolidation, rebalance,
+    drift) only at `cordonedAt + terminationGracePeriod`, and never without one — it waits for the budgets, as
+    Karpenter does. Every field after `deadline` is optional, so older messages still parse.
+    """
 
     cluster: str
     node_name: str = Field(alias="nodeName")
@@ -39,9 +47,12 @@ class DrainRequest(_Message):
     claim_id: str | None = Field(default=None, alias="claimId")
     reason: str
     involuntary: bool = False
-    """Spot interruption, scheduled change: evict do-not-disrupt pods too, delete what remains at the deadline."""
+    """AWS takes the instance at `deadline` (Spot warning, reservation or capacity block end, scheduled change):
+    what remains then is deleted; each pod is deleted early enough to get its own grace period before it."""
     force: bool = False
+    """An operator's drain with an involuntary drain's deadline."""
     deadline: datetime
+    """Involuntary: when the node goes. Voluntary: how long an unstarted drain may wait for its replacements."""
     replacement_claim_id: str | None = Field(default=None, alias="replacementClaimId")
     """Drain only once this claim's node is Ready (or the deadline comes)."""
     attempt: int = 0
@@ -54,6 +65,14 @@ class DrainRequest(_Message):
     """Consecutive passes refused (PodDisruptionBudget 429, do-not-disrupt pods held): the retry exponent."""
     started_at: datetime | None = Field(default=None, alias="startedAt")
     """When the first attempt ran: carried along so the drain's whole duration can be measured."""
+    termination_grace_period: Duration | None = Field(default=None, alias="terminationGracePeriod")
+    """A voluntary drain's Karpenter `terminationGracePeriod` (the node pool's): how long after the node was
+    cordoned its pods may still block it; past it they are deleted. None: wait for them however long it takes."""
+    cordoned_at: datetime | None = Field(default=None, alias="cordonedAt")
+    """When this drain cordoned the node (or first found it cordoned): the start of `terminationGracePeriod`."""
+    terminate_after: datetime | None = Field(default=None, alias="terminateAfter")
+    """Never terminate the instance before this (a Spot warning's `instance-action-time`): AWS reclaims it then,
+    and until then pods still finishing their grace period, or tolerating the drain, keep running."""
 
     @property
     def replacements(self) -> list[str]:

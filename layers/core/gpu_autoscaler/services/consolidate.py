@@ -5,17 +5,22 @@
 2. Build the picture the pure decision needs (`domain.consolidation`): every Node with its claim (by
    providerID), the pods that would move, which of them a PodDisruptionBudget blocks now, how long an empty
    node has been empty (the claim's `emptySince`, kept here), and the pods still on their way to it.
-3. Decide, with the packer's solver over the current catalog.
-4. Act on each decision, in an order that is safe to stop anywhere:
-   - mark the nodes' claims as being disrupted (a conditional write: a claim that moved on meanwhile drops
-     the decision), so the next tick neither decides again nor plans pods onto them;
+3. Decide, with the packer's solver over the current catalog: the proposals of earlier ticks due for
+   validation are looked at again first (`domain.disruption_marks`), then new ones are looked for.
+4. Take the disrupted taint off nodes whose mark lapsed (a proposal no tick validated, a drain that gave up).
+5. Reject each proposal that no longer holds: its marks off, its taints off.
+6. Propose each new decision: mark the nodes' claims (a conditional write: a claim that moved on meanwhile
+   drops the decision) and taint the nodes (`domain.drain.DRAIN_TAINT`, NoSchedule), so no new pod lands on
+   them; nothing more until a later tick validates it.
+7. Carry out each validated decision, in an order that is safe to stop anywhere:
+   - mark the nodes' claims as being disrupted until the drain's deadline, with the replacements;
    - store the replacement claims and ask the fleet to launch them;
    - one voluntary `DrainRequest` per node, naming every replacement: the drain waits until they are all
      Registered and Ready (at most `timeouts.registrationTtl`) before it cordons and evicts, and ends by
      `timeouts.consolidationDrain`.
    A run that stops halfway leaves marks that expire at the deadline and replacement claims that are
    launched (an empty node, consolidated later) or, never launched, ended by the registration timeout.
-5. Log each decision with the USD/h it saves; the handler counts them per reason.
+8. Log each decision with the USD/h it saves; the handler counts them per reason.
 """
 
 from __future__ import annotations
@@ -27,16 +32,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.consolidation import (
-    DISRUPTION_ATTRIBUTE,
     EMPTY_SINCE_ATTRIBUTE,
     ConsolidationNode,
     ConsolidationResult,
     Decision,
+    Rejection,
     consolidate,
-    disruption_mark,
     empty_since,
     node_pods,
 )
+from gpu_autoscaler.domain.disruption_marks import (
+    DISRUPTION_ATTRIBUTE,
+    disruption_mark,
+    disruption_until,
+    proposal_mark,
+)
+from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
@@ -66,7 +77,12 @@ class ConsolidateOutcome:
     reconcile: ReconcileOutcome
     result: ConsolidationResult
     acted: list[Decision] = field(default_factory=list)
-    """Decisions carried out (a decision whose claims moved on meanwhile is dropped)."""
+    """Decisions carried out once validated (a decision whose claims moved on meanwhile is dropped)."""
+    proposed: list[Decision] = field(default_factory=list)
+    """New decisions: nodes tainted and marked, to be validated by a later tick."""
+    rejected: list[Rejection] = field(default_factory=list)
+    untainted: list[str] = field(default_factory=list)
+    """Nodes whose disrupted taint came off: their proposal was rejected or lapsed, or their drain gave up."""
     dropped: list[str] = field(default_factory=list)
     launch_requests: list[list[str]] = field(default_factory=list)
     drain_requests: list[DrainRequest] = field(default_factory=list)
@@ -85,6 +101,9 @@ class ConsolidateOutcome:
         return {
             "reconcile": self.reconcile.summary(),
             "decisions": [d.to_json() for d in self.acted],
+            "proposed": [d.to_json() for d in self.proposed],
+            "rejected": [{"nodes": list(r.nodes), "reason": r.reason} for r in self.rejected],
+            "untainted": self.untainted,
             "dropped": self.dropped,
             "savingPerHour": round(self.saving, 6),
             "skipped": result["skipped"],
@@ -137,7 +156,12 @@ class ConsolidateService:
         )
         outcome = ConsolidateOutcome(reconciled, result)
         current = {i.claim.id: i.claim for i in items if i.claim is not None}
+        self._untaint_lapsed(items, now, outcome)
+        for rejection in result.invalidated:
+            self._reject(rejection, current, outcome)
         for decision in result.decisions:
+            self._propose(decision, current, now, outcome)
+        for decision in result.validated:
             self._act(decision, current, now, outcome)
         if logger.isEnabledFor(logging.INFO):  # the summary is built for the log alone
             logger.info("consolidation tick", extra={"consolidation": outcome.summary(),
@@ -161,7 +185,7 @@ class ConsolidateService:
         items = []
         for node in nodes:
             claim = by_instance.get(node.instance_id) if node.instance_id else None
-            members = node_pods(node, on_node.get(node.name, ()), blocked)
+            members = node_pods(node, on_node.get(node.name, ()), blocked, now)
             since = None
             if claim is not None and claim.state is ClaimState.REGISTERED:
                 claim, since = self._track_empty(claim, members, now)
@@ -186,14 +210,43 @@ class ConsolidateService:
 
     # Acting
 
-    def _act(self, decision: Decision, current: dict[str, NodeClaim], now: datetime,
-             outcome: ConsolidateOutcome) -> None:
-        deadline = now + self.config.timeouts.consolidation_drain
-        # A replacement not Registered and Ready within the registration TTL never will be (reconcile ends it):
-        # the drain stops waiting then, and its pods go back to the packer.
-        wait_until = min(now + self.config.timeouts.registration_ttl, deadline)
-        replacement_ids = [c.id for c in decision.replacements]
-        mark = disruption_mark(decision.reason, deadline, replacement_ids)
+    def _untaint_lapsed(self, items: Sequence[ConsolidationNode], now: datetime, outcome: ConsolidateOutcome) -> None:
+        """Our taint off nodes of ours that are not being drained and whose mark has lapsed (or is gone)."""
+        for item in items:
+            node, claim = item.node, item.claim
+            if claim is None or claim.state is not ClaimState.REGISTERED or is_drained_by_us(node):
+                continue
+            if not any(t.key == DRAIN_TAINT.key and t.effect == DRAIN_TAINT.effect for t in node.taints):
+                continue
+            until = disruption_until(claim)
+            if until is None or now >= until:
+                self.cluster.untaint(node.name, DRAIN_TAINT)
+                outcome.untainted.append(node.name)
+
+    def _reject(self, rejection: Rejection, current: dict[str, NodeClaim], outcome: ConsolidateOutcome) -> None:
+        self._unmark([current[c] for c in rejection.claims if c in current])
+        for name in rejection.nodes:
+            self.cluster.untaint(name, DRAIN_TAINT)
+            outcome.untainted.append(name)
+        outcome.rejected.append(rejection)
+        logger.info("consolidation of %s rejected on validation: %s", ", ".join(rejection.nodes), rejection.reason)
+
+    def _propose(self, decision: Decision, current: dict[str, NodeClaim], now: datetime,
+                 outcome: ConsolidateOutcome) -> None:
+        """Mark and taint; a later tick validates. The marks come first: a taint without a live mark is taken
+        off by the next tick, a mark without a taint only keeps other decisions away until it lapses."""
+        mark = proposal_mark(decision.reason, decision.action, decision.claims, now, len(decision.replacements),
+                             decision.price_after, self.config.timeouts.consolidation_validation)
+        marked = self._mark(decision, current, mark, outcome)
+        if marked is None:
+            return
+        for name in decision.nodes:
+            self.cluster.taint(name, DRAIN_TAINT)
+        outcome.proposed.append(decision)
+
+    def _mark(self, decision: Decision, current: dict[str, NodeClaim], mark: str,
+              outcome: ConsolidateOutcome) -> list[NodeClaim] | None:
+        """Write `mark` on every claim of the decision (conditional writes); None, marks undone, if one moved on."""
         marked: list[NodeClaim] = []
         for claim_id in decision.claims:
             claim = current[claim_id]
@@ -204,18 +257,34 @@ class ConsolidateService:
                 self._unmark(marked)
                 outcome.dropped.append(f"{', '.join(decision.nodes)}: claim {claim_id} moved on")
                 logger.info("consolidation of %s dropped: claim %s moved on", ", ".join(decision.nodes), claim_id)
-                return
+                return None
         current.update({c.id: c for c in marked})
+        return marked
+
+    def _act(self, decision: Decision, current: dict[str, NodeClaim], now: datetime,
+             outcome: ConsolidateOutcome) -> None:
+        deadline = now + self.config.timeouts.consolidation_drain
+        # A replacement not Registered and Ready within the registration TTL never will be (reconcile ends it):
+        # the drain stops waiting then, and its pods go back to the packer.
+        wait_until = min(now + self.config.timeouts.registration_ttl, deadline)
+        replacement_ids = [c.id for c in decision.replacements]
+        marked = self._mark(decision, current, disruption_mark(decision.reason, deadline, replacement_ids), outcome)
+        if marked is None:
+            for name in decision.nodes:
+                self.cluster.untaint(name, DRAIN_TAINT)
+            return
         launch = [c.id for c in decision.replacements if self._store_replacement(c)]
         if launch:
             self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=launch))
             outcome.launch_requests.append(launch)
+        pool = next((p for p in self.config.node_pools if p.name == decision.pool), None)
         for name, claim in zip(decision.nodes, marked, strict=True):
             request = DrainRequest(
                 cluster=self.config.cluster_name, node_name=name, instance_id=claim.instance_id, claim_id=claim.id,
                 reason=f"consolidation ({decision.reason}): {decision.detail}", involuntary=False,
                 deadline=deadline, replacement_claim_id=replacement_ids[0] if replacement_ids else None,
                 replacement_claim_ids=replacement_ids[1:], wait_until=wait_until,
+                termination_grace_period=pool.termination_grace_period if pool is not None else None,
             )
             self.drains.send(request)
             outcome.drain_requests.append(request)

@@ -9,9 +9,15 @@
    Otherwise the request goes back on the drain queue with that delay (attempt + 1, at most 15 minutes), and
    this message is done: a 30-minute PodDisruptionBudget wait becomes a handful of messages, and an
    invocation that dies leaves the original message to be redelivered.
-3. Finish (node empty, gone or past its deadline): delete what remains, terminate the instance through the
-   fleet (the only termination path), then delete the Node object — in that order, since a kubelet still
-   running would register the Node again.
+3. Finish (no pod left to wait for, node gone, or its termination time reached): delete what remains; wait
+   while its VolumeAttachments are still attached and, on a Spot warning, until AWS reclaims the instance
+   (`domain.drain.hold_termination`); then terminate the instance through the fleet (the only termination
+   path) and delete the Node object — in that order, since a kubelet still running would register the Node
+   again.
+
+Replacements count as ready once initialized (`domain.initialization`): Registered, the Node Ready, its
+ephemeral taints gone and every extended resource the claim was made for allocatable — not at Node Ready,
+when the device plugin has not yet advertised a single GPU.
 
 Just before pods are evicted or deleted (or deleted with their Node), they are taken off the replacement claims
 still in flight that were made for them (`free_replaced_room`, `services.packer.free_room` says why then):
@@ -37,10 +43,14 @@ from gpu_autoscaler.domain.drain import (
     DrainStep,
     Replacements,
     continuation,
+    hold_termination,
     movable,
     plan_drain,
+    termination_time,
 )
+from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
+from gpu_autoscaler.domain.packing.results import claim_requests
 from gpu_autoscaler.domain.pod_events import disruption_events
 from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -90,7 +100,7 @@ class DrainOutcome:
 
     node: str
     status: str = "continued"
-    """`finished`, `continued` (re-enqueued), `abandoned` (do-not-disrupt) or `ignored` (not ours)."""
+    """`finished`, `continued` (re-enqueued), `abandoned` (do-not-disrupt, no replacement) or `ignored`."""
     reason: str = ""
     passes: int = 0
     evicted: list[str] = field(default_factory=list)
@@ -223,13 +233,19 @@ class DrainService:
         if step.action is DrainAction.ABANDON:
             outcome.status, outcome.reason = "abandoned", step.reason
             logger.info("drain of %s abandoned: %s", request.node_name, step.reason)
+            if node is not None:  # consolidation's taint: the node takes pods again
+                self.cluster.untaint(node.name, DRAIN_TAINT)
             return None
         if step.cordon and node is not None:
             claim = self._start(node, claim, request.reason)
+        self._free_room(request, claim, (*step.delete, *step.evict))
+        self._delete(request, step, outcome)
         if step.action is DrainAction.FINISH:
-            self._finish(request, claim, node, step, outcome)
-            return None
-        self._free_room(request, claim, step.evict)
+            held = hold_termination(request, pods, self.cluster.volume_attachments(node.name), now) if node else None
+            if held is None:
+                self._finish(request, claim, node, step, outcome)
+                return None
+            step = held
         outcomes = self._evict(step, outcome)
         self._tell_evicted(request, claim, step.evict, outcomes)
         outcome.reason = step.reason
@@ -237,13 +253,15 @@ class DrainService:
 
     def _api_failed(self, request: DrainRequest, claim: NodeClaim, error: KubernetesApiError,
                     outcome: DrainOutcome) -> Continuation | None:
-        """The Kubernetes API failed mid-pass. Before the deadline: try again soon, backing off like a refused
-        eviction (SQS would only redeliver after its visibility timeout). At or past it: the instance goes
-        anyway, through the fleet; the Node object is left for the API to come back."""
+        """The Kubernetes API failed mid-pass. Before the node's termination time (or without one: a voluntary
+        drain never forces): try again soon, backing off like a refused eviction (SQS would only redeliver after
+        its visibility timeout). At or past it: the instance goes anyway, through the fleet; the Node object is
+        left for the API to come back."""
         now = self.clock.now()
         logger.warning("drain of %s: Kubernetes API failed: %s", request.node_name, error)
         outcome.reason = f"Kubernetes API failed: {error}"
-        if now < request.deadline:
+        node_time = termination_time(request)
+        if node_time is None or now < node_time:
             return continuation(request, DrainStep(DrainAction.EVICT, outcome.reason), [_API_REFUSAL], now)
         current = self.store.get_claim(claim.id) or claim
         if current.state is not ClaimState.TERMINATED:
@@ -301,15 +319,17 @@ class DrainService:
                 logger.info("eviction of %s refused: %s", pod.key, result.message)
         return results
 
-    def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
-                outcome: DrainOutcome) -> DrainOutcome:
-        self._free_room(request, claim, step.delete)
+    def _delete(self, request: DrainRequest, step: DrainStep, outcome: DrainOutcome) -> None:
+        """Pods whose deletion time has come: deleted with what is left of the node's time as grace period."""
         for pod in step.delete:
-            self.cluster.delete_pod(pod)
+            self.cluster.delete_pod(pod, step.delete_grace)
             outcome.deleted.append(pod.key)
         if step.delete:
-            logger.warning("drain of %s reached its deadline: deleted %s", request.node_name,
-                           ", ".join(outcome.deleted))
+            logger.warning("drain of %s deleted %s (grace %ss): their node's termination time comes", request.node_name,
+                           ", ".join(p.key for p in step.delete), step.delete_grace)
+
+    def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
+                outcome: DrainOutcome) -> DrainOutcome:
         current = self.store.get_claim(claim.id) or claim
         if current.state is not ClaimState.TERMINATED:
             self.fleet.terminate(current, f"drained ({step.reason}): {request.reason}")
@@ -333,7 +353,7 @@ class DrainService:
         return outcome
 
     def _replacements(self, request: DrainRequest) -> Replacements:
-        """READY once every replacement is Registered with a Ready node; FAILED if one ended (or vanished)
+        """READY once every replacement is Registered with an initialized node; FAILED if one ended (or vanished)
         without ever registering; WAITING otherwise."""
         nodes: list[ClusterNode] | None = None
         waiting = False
@@ -352,7 +372,10 @@ class DrainService:
                 continue
             nodes = self.cluster.list_nodes() if nodes is None else nodes
             node = node_of(nodes, claim, claim.node_name) or node_of(nodes, claim)
-            waiting = waiting or (node is not None and not node.ready)
+            why = not_initialized(node, claim_requests(claim)) if node is not None else "its Node is gone"
+            if why is not None:
+                logger.info("drain of %s waits for replacement %s: %s", request.node_name, claim.id, why)
+                waiting = True
         return Replacements.WAITING if waiting else Replacements.READY
 
 

@@ -10,7 +10,10 @@
   planned for the node's pods through the packer (claims stored, launch requested) and an involuntary drain is
   requested with the warning's deadline.
 - Rebalance (unless the pool ignores it), AWS Health scheduled change: replacement first, then a drain that
-  waits for it to be Ready (or `rebalanceDrainAfter`, or shortly before the scheduled start).
+  waits for it to be initialized (or `rebalanceDrainAfter`, or shortly before the scheduled start). A
+  rebalance drain is voluntary (it forces nothing unless the pool has a `terminationGracePeriod`); a scheduled
+  change is involuntary: the instance goes at its start.
+- A Spot warning's drain does not terminate the instance before the warning's `instance-action-time`.
 
 A Capacity Block's expiration warning names the reservation, not instances: its instances are the live claims
 launched into it (`NodeClaim.reservation_id`), and, where a claim does not say, the instances DescribeInstances
@@ -236,6 +239,8 @@ class InterruptionService:
             replacement_claim_id=replacements[0] if replacements else None,
             replacement_claim_ids=replacements[1:],
             wait_until=response.wait_until if response.wait_for_replacement else now,
+            terminate_after=response.terminate_after,
+            termination_grace_period=response.termination_grace_period,
         )
         self.drains.send(request)
         return request

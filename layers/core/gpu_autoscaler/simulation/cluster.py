@@ -23,7 +23,7 @@ from gpu_autoscaler.domain.packing.index import OS_LABEL
 from gpu_autoscaler.domain.user_data import node_labels
 from gpu_autoscaler.errors import NodeNotFound
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
 from gpu_autoscaler.models.requirements import terms_match
 from gpu_autoscaler.models.resources import CPU, GPU, Resources
 from gpu_autoscaler.models.taints import tolerates_all
@@ -160,7 +160,9 @@ class SimulatedCluster:
 
     def schedule(self, pods: Iterable[SimPod]) -> list[tuple[SimPod, SimNode]]:
         """Bind what fits, in the order given; returns the bindings made."""
-        ready = [n for n in self.nodes.values() if not n.cordoned]
+        # A taint added after the node joined (consolidation's disrupted taint) keeps every trace pod off it: none
+        # tolerates it.
+        ready = [n for n in self.nodes.values() if not n.cordoned and len(n.taints) == len(n.pool.taints)]
         if not ready:
             return []
         bound = []
@@ -249,6 +251,24 @@ class SimulatedCluster:
         node._view = None
         node.version += 1
 
+    def taint(self, node_name: str, taint: Taint) -> None:
+        node = self._node(node_name)
+        if taint not in node.taints:
+            node.taints = (*node.taints, taint)
+            node._view = None
+            node.version += 1
+
+    def untaint(self, node_name: str, taint: Taint) -> None:
+        node = self.nodes.get(node_name)
+        if node is not None and taint in node.taints:
+            node.taints = tuple(t for t in node.taints if t != taint)
+            node._view = None
+            node.version += 1
+
+    def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        """Trace pods use no persistent volumes."""
+        return []
+
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
         found = self._bound(pod)
         if found is None:
@@ -256,7 +276,7 @@ class SimulatedCluster:
         self.unbind(found, "evicted")
         return EvictionOutcome(pod=pod.key, evicted=True)
 
-    def delete_pod(self, pod: ClusterPod) -> None:
+    def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
         found = self._bound(pod)
         if found is not None:
             self.unbind(found, "deleted")

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.consolidation import ConsolidationNode, disruption_until, node_pods, warm_held
+from gpu_autoscaler.domain.consolidation import ConsolidationNode, node_pods, warm_held
+from gpu_autoscaler.domain.disruption_marks import awaiting_validation, disruption_until
 from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
@@ -161,6 +162,8 @@ class PolicyRun:
         self.interruption_count = 0
         self.launch_failures = 0
         self.consolidations = 0
+        self._validating = False
+        """The last underutilized pass proposed decisions: the next one runs to validate them."""
         self.evictions = 0
         self._pack_at: float | None = None
         self._schedule_at: float | None = None
@@ -507,13 +510,18 @@ class PolicyRun:
                 self._picture_pools = pools
                 outcome = self.consolidate_empty.run()
                 self.consolidations += len(outcome.acted)
-                if any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
+                if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
                     self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
             return
-        if self._dirty and self._candidates(empty=False):
+        if (self._dirty or self._validating) and self._candidates(empty=False):
             self._dirty = False
             self._picture_pools = None
-            self.consolidations += len(self.consolidate.run().acted)
+            outcome = self.consolidate.run()
+            self.consolidations += len(outcome.acted)
+            self._validating = bool(outcome.proposed)
+            if outcome.proposed:  # validated on the next minute, as the consolidate schedule would
+                self._consolidate_on(self.t + self.settings.consolidation_interval, empty=False)
+                return
         self._consolidate_on(self.t + self.settings.underutilized_interval, empty=False)
 
     def _candidates(self, *, empty: bool) -> set[str]:
@@ -537,7 +545,7 @@ class PolicyRun:
             if claim is None or claim.state is not ClaimState.REGISTERED or warm_held(claim, now):
                 continue
             until = disruption_until(claim)
-            if until is None or now >= until:
+            if until is None or now >= until or awaiting_validation(claim, now):
                 found.add(node.pool.name)
         return found
 

@@ -6,9 +6,12 @@ turned into the domain's `ClusterNode` / `ClusterPod` with the same formulas the
 (`models.pod_spec`), so a pod's requests here are what the packer planned with.
 
 Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable` and the node's taints,
-conditional on the resourceVersion read (retried on conflict); eviction is a policy/v1 Eviction with the
+conditional on the resourceVersion read (retried on conflict) — tainting and untainting alone patch the same
+way; eviction is a policy/v1 Eviction with the
 pod's uid as precondition — 429 means a PodDisruptionBudget refused it (retry later), 404 (or a uid
-mismatch: the name now belongs to a new pod) means the pod is gone. Anything else is a
+mismatch: the name now belongs to a new pod) means the pod is gone. VolumeAttachments (storage.k8s.io/v1) are
+listed and filtered by `spec.nodeName` here (the API offers no field selector for it), each resolved to the
+claim its PersistentVolume is bound to. Anything else is a
 `KubernetesApiError`, so the caller's message is retried whole.
 """
 
@@ -25,7 +28,13 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
-from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+from gpu_autoscaler.models.cluster import (
+    DEFAULT_GRACE_SECONDS,
+    ClusterNode,
+    ClusterPod,
+    EvictionOutcome,
+    VolumeAttachment,
+)
 from gpu_autoscaler.models.pod_spec import effective_requests, required_node_affinity
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import Resources
@@ -59,6 +68,7 @@ class KubernetesCluster:
         core_api: k8s.CoreV1Api | None = None,
     ) -> None:
         self._core = core_api or k8s.CoreV1Api(api_client)
+        self._storage = k8s.StorageV1Api(api_client)
         self._page_size = page_size
         self._timeout = request_timeout
 
@@ -78,6 +88,29 @@ class KubernetesCluster:
         """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else None
         return [pod_from_json(p) for p in self._list(self._core.list_pod_for_all_namespaces, selector)]
+
+    def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
+        drain asks only once its node is empty, and nodes hold a handful)."""
+        out = []
+        for attachment in self._list(self._storage.list_volume_attachment):
+            spec = attachment.get("spec") or {}
+            if spec.get("nodeName") != node_name:
+                continue
+            volume = (spec.get("source") or {}).get("persistentVolumeName") or None
+            out.append(VolumeAttachment(name=attachment["metadata"]["name"], node_name=node_name,
+                                        persistent_volume=volume, claim=self._claim_of(volume) if volume else None))
+        return out
+
+    def _claim_of(self, volume: str) -> str | None:
+        try:
+            pv = self._json(self._core.read_persistent_volume, volume)
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise _api_error(f"read persistentvolume {volume}", error) from error
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        return f"{ref['namespace']}/{ref['name']}" if ref.get("name") and ref.get("namespace") else None
 
     def _list(self, call: Callable[..., Any], field_selector: str | None = None) -> list[dict[str, Any]]:
         """All pages of one list; an expired continue token (410) starts the list again."""
@@ -100,18 +133,35 @@ class KubernetesCluster:
 
     def cordon(self, node_name: str, taint: Taint) -> None:
         """`spec.unschedulable` and our taint (added once, replacing one with the same key and effect)."""
+        self._patch_taints(node_name, taint, add=True, unschedulable=True)
+
+    def taint(self, node_name: str, taint: Taint) -> None:
+        """Our taint only (the node stays schedulable for pods that tolerate it): added once."""
+        self._patch_taints(node_name, taint, add=True)
+
+    def untaint(self, node_name: str, taint: Taint) -> None:
+        """Our taint (key and effect) removed, if there; a node already gone is not an error."""
+        try:
+            self._patch_taints(node_name, taint, add=False)
+        except NodeNotFound:
+            return
+
+    def _patch_taints(self, node_name: str, taint: Taint, *, add: bool, unschedulable: bool = False) -> None:
         for _ in range(_CORDON_ATTEMPTS):
             node = self._read_node(node_name)
             spec = node.get("spec") or {}
             taints = list(spec.get("taints") or ())
             wanted = taint.model_dump()
             present = any(_same_taint(t, wanted) for t in taints)
-            if spec.get("unschedulable") and present:
+            if present is add and (not unschedulable or spec.get("unschedulable")):
                 return
             taints = [t for t in taints if not (t.get("key") == taint.key and t.get("effect") == taint.effect)]
-            taints.append(wanted)
-            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                     "spec": {"unschedulable": True, "taints": taints}}
+            if add:
+                taints.append(wanted)
+            body: dict[str, Any] = {"taints": taints}
+            if unschedulable:
+                body["unschedulable"] = True
+            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": body}
             try:
                 self._call(self._core.patch_node, node_name, patch, _content_type=STRATEGIC_MERGE)
                 return
@@ -119,9 +169,9 @@ class KubernetesCluster:
                 if error.status == _NOT_FOUND:
                     raise NodeNotFound(f"node {node_name} not found") from error
                 if error.status != _CONFLICT:
-                    raise _api_error(f"cordon {node_name}", error) from error
-                log.debug("node %s changed while being cordoned; reading it again", node_name)
-        raise KubernetesApiError(f"node {node_name} kept changing while being cordoned", _CONFLICT)
+                    raise _api_error(f"taint {node_name}", error) from error
+                log.debug("node %s changed while its taints were patched; reading it again", node_name)
+        raise KubernetesApiError(f"node {node_name} kept changing while its taints were patched", _CONFLICT)
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
         body = k8s.V1Eviction(
@@ -140,9 +190,12 @@ class KubernetesCluster:
             raise _api_error(f"evict {pod.key}", error) from error
         return EvictionOutcome(pod=pod.key, evicted=True)
 
-    def delete_pod(self, pod: ClusterPod) -> None:
-        """Bypasses budgets; only this pod (uid precondition), and one already gone is not an error."""
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid))
+    def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
+        """Bypasses budgets; only this pod (uid precondition), and one already gone is not an error.
+        `grace_period_seconds` shortens the pod's own (never below 1: 0 would remove it from etcd before its
+        kubelet stopped it)."""
+        grace = max(1, grace_period_seconds) if grace_period_seconds is not None else None
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid), grace_period_seconds=grace)
         try:
             self._call(self._core.delete_namespaced_pod, pod.name, pod.namespace, body=options)
         except ApiException as error:
@@ -235,7 +288,12 @@ def node_from_json(node: Mapping[str, Any]) -> ClusterNode:
         ready=ready is not None,
         created_at=_time(metadata.get("creationTimestamp")),
         ready_since=_time(ready.get("lastTransitionTime")) if ready is not None else None,
+        annotations=dict(metadata.get("annotations") or {}),
     )
+
+
+def _grace_seconds(value: Any) -> int:
+    return int(value) if value is not None else DEFAULT_GRACE_SECONDS
 
 
 def _owner_kind(metadata: Mapping[str, Any]) -> str | None:
@@ -269,6 +327,12 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
         "phase": (pod.get("status") or {}).get("phase") or "Pending",
         "priority": int(spec.get("priority") or 0),
         "created_at": _time(metadata.get("creationTimestamp")),
+        "priority_class_name": spec.get("priorityClassName") or None,
+        "started_at": _time((pod.get("status") or {}).get("startTime")),
+        "deletion_timestamp": _time(metadata.get("deletionTimestamp")),
+        "termination_grace_period_seconds": _grace_seconds(spec.get("terminationGracePeriodSeconds")),
+        "volume_claims": tuple(v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes") or ()
+                               if (v.get("persistentVolumeClaim") or {}).get("claimName")),
     }
     try:
         return ClusterPod(

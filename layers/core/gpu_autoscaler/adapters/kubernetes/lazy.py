@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
     from gpu_autoscaler.models.taints import Taint
     from gpu_autoscaler.ports import ClusterAPI
 
@@ -47,11 +47,20 @@ class LazyCluster:
     def cordon(self, node_name: str, taint: Taint) -> None:
         self._api().cordon(node_name, taint)
 
+    def taint(self, node_name: str, taint: Taint) -> None:
+        self._api().taint(node_name, taint)
+
+    def untaint(self, node_name: str, taint: Taint) -> None:
+        self._api().untaint(node_name, taint)
+
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
         return self._api().evict(pod)
 
-    def delete_pod(self, pod: ClusterPod) -> None:
-        self._api().delete_pod(pod)
+    def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
+        self._api().delete_pod(pod, grace_period_seconds)
+
+    def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        return self._api().volume_attachments(node_name)
 
     def delete_node(self, node_name: str) -> None:
         self._api().delete_node(node_name)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.errors import NodeNotFound
-from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
+from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -70,7 +70,11 @@ class _Calls:
     """Pod keys (`namespace/name`) evicted, in order."""
     blocked: list[str] = field(default_factory=list)
     deleted_pods: list[str] = field(default_factory=list)
+    delete_graces: list[int | None] = field(default_factory=list)
+    """The grace period asked for with each pod deletion (None: the pod's own)."""
     deleted_nodes: list[str] = field(default_factory=list)
+    tainted: list[str] = field(default_factory=list)
+    untainted: list[str] = field(default_factory=list)
 
 
 class MemoryCluster:
@@ -86,6 +90,7 @@ class MemoryCluster:
         self._nodes: dict[str, ClusterNode] = {}
         self._pods: dict[str, ClusterPod] = {}
         self._budgets: dict[str, DisruptionBudget] = {}
+        self._attachments: dict[str, VolumeAttachment] = {}
         self._blockers: list[EvictionBlocker] = []
         self._fail_next: dict[str, Exception] = {}
         self._recreate = recreate_evicted
@@ -120,6 +125,14 @@ class MemoryCluster:
         pod = self._pods[pod_uid].model_copy(update={"node_name": node_name, "phase": phase})
         self._pods[pod_uid] = pod
         return pod
+
+    def attach(self, attachment: VolumeAttachment) -> VolumeAttachment:
+        """A volume attached to a node (what the attach/detach controller records)."""
+        self._attachments[attachment.name] = attachment
+        return attachment
+
+    def detach(self, name: str) -> None:
+        self._attachments.pop(name, None)
 
     def add_budget(self, budget: DisruptionBudget) -> DisruptionBudget:
         if budget.expected is None:
@@ -170,6 +183,26 @@ class MemoryCluster:
         self._nodes[node_name] = node.model_copy(update={"unschedulable": True, "taints": taints})
         self.calls.cordoned.append(node_name)
 
+    def taint(self, node_name: str, taint: Taint) -> None:
+        self._maybe_fail("taint")
+        node = self._node(node_name)
+        if taint not in node.taints:
+            self._nodes[node_name] = node.model_copy(update={"taints": (*node.taints, taint)})
+        self.calls.tainted.append(node_name)
+
+    def untaint(self, node_name: str, taint: Taint) -> None:
+        self._maybe_fail("untaint")
+        node = self._nodes.get(node_name)
+        if node is None:
+            return
+        kept = tuple(t for t in node.taints if not (t.key == taint.key and t.effect == taint.effect))
+        self._nodes[node_name] = node.model_copy(update={"taints": kept})
+        self.calls.untainted.append(node_name)
+
+    def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        self._maybe_fail("volume_attachments")
+        return [a for a in self._attachments.values() if a.node_name == node_name]
+
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
         self._maybe_fail("evict")
         current = self._pods.get(pod.uid)
@@ -183,7 +216,7 @@ class MemoryCluster:
         self.calls.evicted.append(current.key)
         return EvictionOutcome(pod=current.key, evicted=True)
 
-    def delete_pod(self, pod: ClusterPod) -> None:
+    def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
         """Bypasses disruption budgets, as a DELETE does; a pod already gone is not an error."""
         self._maybe_fail("delete_pod")
         current = self._pods.get(pod.uid)
@@ -191,6 +224,7 @@ class MemoryCluster:
             return
         self._remove(current)
         self.calls.deleted_pods.append(current.key)
+        self.calls.delete_graces.append(grace_period_seconds)
 
     def delete_node(self, node_name: str) -> None:
         """Pods left on the node go with it (the pod GC would delete them); a missing node is fine."""

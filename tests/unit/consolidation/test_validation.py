@@ -1,0 +1,94 @@
+"""Consolidation taints what it chooses at once, and acts only on a decision that still holds a tick later
+(issue 15 item 5; Karpenter's `karpenter.sh/disrupted:NoSchedule` taint and 15-second validation)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE, PROPOSAL_TTL, proposal
+from gpu_autoscaler.domain.drain import DRAIN_TAINT
+from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from tests.unit.consolidation.builders import NOW, Cluster, pool_config
+from tests.unit.consolidation.test_service import Rig
+
+
+def _scene() -> tuple[Rig, str]:
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    return Rig(scene), big
+
+
+def _tainted(rig: Rig, node: str) -> bool:
+    found = rig.kube.get_node(node)
+    assert found is not None
+    return DRAIN_TAINT in found.taints and not found.unschedulable
+
+
+def test_a_chosen_node_is_tainted_at_once_and_nothing_else_happens_until_validated() -> None:
+    rig, big = _scene()
+    first = rig.service.run()
+    assert [d.nodes for d in first.proposed] == [(big,)] and first.acted == []
+    assert _tainted(rig, big)  # no new pod lands on it from now on
+    assert rig.journal.entries == []  # no replacement launched, no drain asked for
+    pending = proposal(rig.claim(big))
+    assert pending is not None and pending.validate_after == NOW + timedelta(seconds=15)
+
+    again = rig.service.run()  # a tick before the validation delay: it waits
+    assert again.acted == [] and again.rejected == [] and again.proposed == []
+
+    rig.clock.advance(timedelta(minutes=1))
+    validated = rig.service.run()
+    assert [d.nodes for d in validated.acted] == [(big,)]
+    assert [what for what, _ in rig.journal.entries] == ["launch", "drain"]
+    assert proposal(rig.claim(big)) is None and _tainted(rig, big)  # the drain's mark now; taint kept
+
+
+def test_a_decision_that_no_longer_holds_is_dropped_and_the_taint_comes_off() -> None:
+    rig, big = _scene()
+    rig.service.run()
+    assert _tainted(rig, big)
+    rig.kube.add_pod(rig.scene.pod(big, gpus=0, annotations={DO_NOT_DISRUPT: "true"}))
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert outcome.acted == [] and [r.nodes for r in outcome.rejected] == [(big,)]
+    assert "do-not-disrupt" in outcome.rejected[0].reason
+    assert not _tainted(rig, big) and DISRUPTION_ATTRIBUTE not in rig.claim(big).attributes
+    assert rig.journal.entries == []
+
+
+def test_a_proposal_no_tick_validated_lapses_and_its_taint_comes_off() -> None:
+    rig, big = _scene()
+    rig.service.run()
+    rig.kube.add_pod(rig.scene.pod(big, gpus=0, annotations={DO_NOT_DISRUPT: "true"}))  # not proposed again
+    rig.clock.advance(PROPOSAL_TTL + timedelta(seconds=1))
+    outcome = rig.service.run()
+    assert outcome.untainted == [big] and not _tainted(rig, big) and outcome.acted == []
+
+
+def test_a_do_not_disrupt_duration_protects_only_until_it_has_run_out() -> None:
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi", annotations={DO_NOT_DISRUPT: "2h"},
+              started_at=NOW - timedelta(hours=1))
+    rig = Rig(scene)
+    assert rig.service.run().result.skipped[big].startswith("do-not-disrupt")
+    rig.clock.advance(timedelta(hours=1, minutes=1))
+    assert [d.nodes for d in rig.service.run().proposed] == [(big,)]
+
+
+def test_a_node_annotated_do_not_disrupt_is_not_consolidated() -> None:
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge", node_annotations={DO_NOT_DISRUPT: "true"})
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    outcome = Rig(scene).service.run()
+    assert outcome.proposed == [] and outcome.result.skipped[big] == "do-not-disrupt: the node is annotated"
+
+
+def test_a_node_whose_gpus_are_not_advertised_is_not_a_candidate() -> None:
+    """Karpenter's candidates are initialized nodes: here the claim was made for 4 GPUs the node does not show."""
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge", attributes={"requests": '{"nvidia.com/gpu":4}'})
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    outcome = Rig(scene).service.run()
+    assert outcome.proposed == [] and outcome.result.skipped[big].startswith("not initialized: nvidia.com/gpu")

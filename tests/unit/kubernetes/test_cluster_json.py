@@ -1,0 +1,32 @@
+"""What the Kubernetes adapter reads of a Pod and a Node for drains: termination, priority class, start time,
+claims, grace period, node annotations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpu_autoscaler.adapters.kubernetes.cluster import node_from_json, pod_from_json
+
+
+def test_a_terminating_pod_reads_with_its_deletion_time_grace_class_start_and_claims() -> None:
+    pod = pod_from_json({
+        "metadata": {"uid": "u1", "namespace": "ml", "name": "db-0", "deletionTimestamp": "2026-11-22T10:00:30Z",
+                     "annotations": {"karpenter.sh/do-not-disrupt": "30m"}},
+        "spec": {"nodeName": "n1", "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 120,
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+                             {"name": "tmp", "emptyDir": {}}],
+                 "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Running", "startTime": "2026-11-22T09:00:00Z"},
+    })
+    assert pod.terminating and pod.deletion_timestamp == datetime(2026, 11, 22, 10, 0, 30, tzinfo=UTC)
+    assert pod.critical and pod.termination_grace_period_seconds == 120
+    assert pod.volume_claims == ("data-db-0",)
+    assert not pod.do_not_disrupt_active(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))  # started an hour ago
+    plain = pod_from_json({"metadata": {"uid": "u2", "name": "web-0"}, "spec": {}, "status": {}})
+    assert not plain.terminating and plain.termination_grace_period_seconds == 30 and not plain.critical
+
+
+def test_a_node_reads_with_its_annotations() -> None:
+    node = node_from_json({"metadata": {"name": "n1", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                           "spec": {}, "status": {}})
+    assert node.do_not_disrupt
