@@ -34,7 +34,10 @@ def built() -> Iterator[tuple[Catalog, list[logging.LogRecord]]]:
             records.append(record)
 
     handler = Collect(logging.WARNING)
-    logging.getLogger("gpu_autoscaler").addHandler(handler)
+    logger = logging.getLogger("gpu_autoscaler")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # a command run in this process earlier (CliRunner) may have quietened it
+    logger.addHandler(handler)
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                            "AWS_DEFAULT_REGION": "us-east-1"}.items():
@@ -43,7 +46,8 @@ def built() -> Iterator[tuple[Catalog, list[logging.LogRecord]]]:
             source = Ec2CatalogSource.from_config(AwsClients("us-east-1"), config)
             catalog = source.catalog()
             catalog_again = Catalog(source.instance_types(), source.offerings())
-    logging.getLogger("gpu_autoscaler").removeHandler(handler)
+    logger.removeHandler(handler)
+    logger.setLevel(level)
     assert catalog_again.all_offerings() == catalog.all_offerings()
     yield catalog, records
 

@@ -15,6 +15,7 @@ from gpu_autoscaler.cli.doctor_checks import (
     check_amis,
     check_efa_security_groups,
     check_quotas,
+    check_reservations,
     check_spot_role,
     check_subnets,
 )
@@ -29,9 +30,24 @@ ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
 
 
+RESERVATION = {"id": "cr-0123456789abcdef0", "instanceType": "p5.48xlarge", "availabilityZone": "us-east-1a",
+               "instanceCount": 2}
+"""The example's reservation, with what the emulator needs to hold it in its account (the example names only its
+id: an account without it fails the doctor's reservation check, as it should)."""
+
+
 @pytest.fixture(scope="module")
-def aws() -> Iterator[EmbeddedAws]:
-    with EmbeddedAws(load_config(ROOT / "cdk.json")) as embedded:
+def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = json.loads((ROOT / "cdk.json").read_text())["context"]["gpu-autoscaler"]
+    data["nodePools"][0]["capacityReservations"] = [RESERVATION]
+    path = tmp_path_factory.mktemp("doctor") / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def aws(config_file: Path) -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(load_config(config_file)) as embedded:
         yield embedded
 
 
@@ -46,8 +62,9 @@ def _statuses(checks: list[Any]) -> set[str]:
     return {c.status for c in checks}
 
 
-def test_the_emulators_account_passes_and_warns_only_where_it_cannot_answer(aws: EmbeddedAws) -> None:
-    result = runner.invoke(app, ["doctor", "--endpoint-url", aws.endpoint_url, "--config", str(ROOT / "cdk.json"),
+def test_the_emulators_account_passes_and_warns_only_where_it_cannot_answer(aws: EmbeddedAws, config_file: Path
+                                                                           ) -> None:
+    result = runner.invoke(app, ["doctor", "--endpoint-url", aws.endpoint_url, "--config", str(config_file),
                                  "-o", "json"])
     assert result.exit_code == 0, result.output
     checks = {c["check"]: c for c in json.loads(result.stdout)}
@@ -164,3 +181,13 @@ def test_after_a_deploy_each_kubernetes_function_needs_its_access_entry(aws: Emb
     assert ok.status == "pass" and ok.detail == "Drain, Packer"
     [before] = check_function_access(_context(aws))
     assert before.status == "pass" and "not deployed yet" in before.detail
+
+
+def test_a_reservation_the_account_does_not_hold_fails(aws: EmbeddedAws) -> None:
+    pools = [aws.config.node_pools[0].model_copy(update={"capacity_reservations": [
+        aws.config.node_pools[0].capacity_reservations[0].model_copy(update={"id": "cr-0fffffffffffffff0"})]}),
+        *aws.config.node_pools[1:]]
+    [check] = [c for c in check_reservations(_context(aws, aws.config.model_copy(update={"node_pools": pools})))
+               if c.status != "pass"]
+    assert check.status == "fail" and check.name == "reservation cr-0fffffffffffffff0"
+    assert "NotFound" in check.detail and "capacityReservations" in check.fix

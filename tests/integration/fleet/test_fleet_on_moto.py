@@ -223,8 +223,10 @@ def test_owned_instances_lists_the_clusters_instances_for_the_garbage_collector(
 
     ours = run({L.TAG_CLUSTER: "ml-prod", L.TAG_CLAIM: "gc-listed"})
     other = run({L.TAG_CLUSTER: "ml-dev"})
+    builder = run({L.TAG_CLUSTER: "ml-prod", L.TAG_SNAPSHOT_BUILDER: "ml-prod"})
     listed = {i.instance_id: i for i in Ec2Compute(ec2, "ml-prod").owned_instances()}
     assert ours in listed and other not in listed
+    assert builder not in listed, "a snapshot builder is ours but no node: the collector must not take it"
     instance = listed[ours]
     assert instance.claim_id == "gc-listed" and instance.state in ("pending", "running") and not instance.gone
     assert instance.launched_at is not None and abs((datetime.now(UTC) - instance.launched_at).total_seconds()) < 120

@@ -40,6 +40,8 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
     service.events = events = RecordingEvents()
     request = make_request()
     service.drain(request, timedelta(seconds=60))
-    assert sorted(e.name for e in events.posted) == ["web-0", "web-1"]  # evicted ones only, never the DaemonSet's
+    # Every evicted pod hears why, the DaemonSet's too: Karpenter's order evicts it last, once the others are gone.
+    assert [e.name for e in events.posted][-1] == "ds-0"
+    assert sorted(e.name for e in events.posted) == ["ds-0", "web-0", "web-1"]
     assert {e.reason for e in events.posted} == {DISRUPTING}
     assert all(request.reason in e.message and request.node_name in e.message for e in events.posted)

@@ -55,6 +55,8 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TAG_CLUSTER = "gpu-autoscaler/cluster"
 TAG_NODE_POOL = "gpu-autoscaler/node-pool"
 TAG_CLAIM = "gpu-autoscaler/claim"
+TAG_SNAPSHOT_BUILDER = "gpu-autoscaler/snapshot-builder"
+"""On the instance `gpu-autoscaler snapshot` builds a data volume on: ours, but no node (the collector skips it)."""
 
 _KUBELET_ALLOWED = frozenset({
     "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",

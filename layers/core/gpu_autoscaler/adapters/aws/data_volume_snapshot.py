@@ -18,8 +18,10 @@ documents; written here from its steps):
    snapshot is `completed`.
 5. Terminate the instance, whatever happened before (unless asked to keep it, to look at a failure).
 
-The builder instance is tagged `gpu-autoscaler/snapshot-builder = <cluster>`, not with the cluster's
-ownership tag: the autoscaler's own clean-up must not take it for a node that lost its claim.
+The builder instance carries the cluster's ownership tag, as everything the project launches does (the stack
+lets its roles terminate only what carries it, and so does the emulator's IAM stand-in), and
+`gpu-autoscaler/snapshot-builder = <cluster>`, which the garbage collector skips: it is no node that lost its
+claim.
 
 Every AWS call goes through the boto3 clients given, so the procedure runs on the embedded moto up to what
 moto can do: moto has no SSM inventory (`DescribeInstanceInformation`) and records Run Command invocations
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
+from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_SNAPSHOT_BUILDER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -57,7 +60,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-BUILDER_TAG = "gpu-autoscaler/snapshot-builder"
+BUILDER_TAG = TAG_SNAPSHOT_BUILDER
 DATA_DEVICE = "/dev/xvdb"
 """Bottlerocket's data volume: containerd's images live here."""
 OS_DEVICE = "/dev/xvda"
@@ -170,7 +173,8 @@ class _Builder:
 
     def launch(self) -> str:
         r = self.request
-        tags = [{"Key": BUILDER_TAG, "Value": r.cluster}, {"Key": "Name", "Value": f"{r.cluster}/snapshot-builder"}]
+        tags = [{"Key": TAG_CLUSTER, "Value": r.cluster}, {"Key": BUILDER_TAG, "Value": r.cluster},
+                {"Key": "Name", "Value": f"{r.cluster}/snapshot-builder"}]
         kwargs: dict[str, Any] = {
             "ImageId": r.ami, "InstanceType": r.instance_type, "MinCount": 1, "MaxCount": 1,
             "SubnetId": r.subnet_id, "SecurityGroupIds": list(r.security_group_ids),

@@ -40,7 +40,7 @@ from gpu_autoscaler.models.fleet import (
     OwnedInstance,
     classify_error,
 )
-from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, TAG_SNAPSHOT_BUILDER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -300,8 +300,8 @@ class Ec2Compute:
             for reservation in page.get("Reservations", []):
                 for item in reservation.get("Instances", []):
                     tags = {t["Key"]: t["Value"] for t in item.get("Tags") or []}
-                    if tags.get(TAG_CLUSTER) != self.cluster:
-                        continue
+                    if tags.get(TAG_CLUSTER) != self.cluster or TAG_SNAPSHOT_BUILDER in tags:
+                        continue  # another cluster's, or `gpu-autoscaler snapshot`'s builder: no node
                     out.append(OwnedInstance(
                         instance_id=item["InstanceId"], state=item["State"]["Name"],
                         launched_at=item.get("LaunchTime"), claim_id=tags.get(TAG_CLAIM),
