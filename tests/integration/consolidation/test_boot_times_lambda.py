@@ -15,8 +15,10 @@ from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_h
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
+from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim, StateTransition
 from tests.conftest import example_config_data
 
@@ -57,8 +59,16 @@ def test_a_joined_nodes_boot_is_recorded_once_in_the_table(aws: EmbeddedAws, kub
         instance_id=INSTANCE, instance_type="g5.xlarge", zone="us-east-1a",
     ))
     types = {t.name: t for t in Ec2CatalogSource.from_config(aws.clients, config).instance_types()}
-    kube.add_instance(SimulatedInstance.from_catalog(INSTANCE, types["g5.xlarge"], "us-east-1a", "spot",
-                                                     config.pool(POOL), config.overhead))
+    # The node registers from the user data the fleet renders for this type and pool, as the kubelet would.
+    bootstrap = ClusterBootstrap(cluster_name=config.cluster_name, endpoint="https://EXAMPLE.eks.amazonaws.com",
+                                 family="AL2023", certificate_authority="LS0tLS1CRUdJTg==",
+                                 service_cidr="10.100.0.0/16")
+    user_data = render_user_data(bootstrap, node_setup(config.pool(POOL), "spot", instance_type=types["g5.xlarge"],
+                                                       claim_id="nc-boot", overhead=config.overhead))
+    machine = Machine("g5.xlarge", vcpus=4, memory_mib=16384, gpu=Gpu("A10G", "NVIDIA", 1, 22888), max_enis=4,
+                      ipv4_per_eni=15, root_volume_gib=100)
+    kube.add_instance(SimulatedInstance.from_user_data(INSTANCE, machine, "us-east-1a", user_data,
+                                                       capacity_type="spot"))
     kube.reconcile()
 
     path = handler_path(default_functions_dir(), "consolidate")

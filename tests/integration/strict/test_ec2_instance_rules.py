@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,9 @@ def test_the_fleet_adapter_terminates_an_instance_ec2_does_not_know_yet(aws: Emb
 
 def test_spot_without_the_role_and_without_permission_to_create_it(aws: EmbeddedAws, ec2: Any, account: str) -> None:
     iam = aws.clients.client("iam")
+    # A fresh account: the emulator's account is set up with the role (as `doctor` wants it); remove it.
+    with contextlib.suppress(iam.exceptions.NoSuchEntityException):
+        iam.delete_role(RoleName=SPOT_ROLE)
     ec2_instances.set_spot_role_creation(account, permitted=False)
     try:
         spot = {"ImageId": aws.config.ami.x86_64, "InstanceType": "g6.xlarge", "MinCount": 1, "MaxCount": 1,
