@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -149,7 +149,10 @@ def test_a_spot_warning_on_the_bus_drains_and_replaces_the_node(emulator: dict[s
     before = {i["InstanceId"] for i in _instances(ec2)}
     _aws(emulator, "events").put_events(Entries=[{
         "Source": "aws.ec2", "DetailType": "EC2 Spot Instance Interruption Warning",
-        "Detail": json.dumps({"instance-id": victim, "instance-action": "terminate"}),
+        # As EC2 sends it, with the time it takes the instance; 10 s ahead rather than two minutes (the drain waits
+        # for it before terminating).
+        "Detail": json.dumps({"instance-id": victim, "instance-action": "terminate", "instance-action-time": (
+            datetime.now(UTC) + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")}),
         "Resources": [f"arn:aws:ec2:{emulator['region']}:123456789012:instance/{victim}"],
     }])
 
