@@ -198,6 +198,7 @@ class Ec2Permissions:
                 resources=[self.config.node_role],
                 conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
             ),
+            *self._spot_service_linked_role(),
             iam.PolicyStatement(
                 sid="ReadNodeBootstrap",
                 actions=["eks:DescribeCluster"],
@@ -220,6 +221,21 @@ class Ec2Permissions:
             ),
         ]
         return PolicyGrant(statements, wildcards)
+
+    def _spot_service_linked_role(self) -> list[iam.PolicyStatement]:
+        """The first Spot launch in an account creates `AWSServiceRoleForEC2Spot` on the caller's behalf; without
+        this, EC2 answers `AuthFailure.ServiceLinkedRoleCreationNotPermitted` (EC2 User Guide, "Service-linked role
+        for Spot Instance requests"). Only that role, only for spot.amazonaws.com, only if a pool may use Spot."""
+        if not any("spot" in pool.capacity_types for pool in self.config.node_pools):
+            return []
+        role = self.stack.format_arn(service="iam", region="", resource="role",
+                                     resource_name="aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot")
+        return [iam.PolicyStatement(
+            sid="CreateSpotServiceLinkedRole",
+            actions=["iam:CreateServiceLinkedRole"],
+            resources=[role],
+            conditions={"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
+        )]
 
     def _amis(self) -> list[str]:
         """Every pinned image a launch may use: the global one and the pools' own (`resolve:ssm:` ids

@@ -1,9 +1,11 @@
 """packer: pending-pods documents (SQS FIFO, one per record) → NodeClaims stored and launch requests sent.
 
-Each record is handled on its own (Powertools `BatchProcessor`, partial batch failure): a record that is
-not a valid pending-pods document fails alone, its validation error logged, and SQS redrives it to the
-dead-letter queue after `maxReceiveCount`; the rest of the batch goes on. Documents are snapshots of what
-is pending and every step is idempotent per pod, so a later record never depends on an earlier one.
+The queue is FIFO (group = cluster), so records are handled in order and the batch stops at the first failure
+(Powertools `SqsFifoPartialProcessor`): the failed record and every later one of its group are reported in
+`batchItemFailures` and come back in order, as AWS Lambda's SQS guide asks of FIFO consumers ("stop processing
+messages after the first failure and return all failed and unprocessed messages"). A record that is not a
+valid pending-pods document has its validation error logged, and SQS redrives it to the dead-letter queue
+after `maxReceiveCount`; the records behind it are delivered again meanwhile and packed once it is gone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from pydantic import ValidationError
 
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -28,7 +30,10 @@ if TYPE_CHECKING:
 logger = Logger(service="packer")
 tracer = Tracer(service="packer")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+"""Only the failed record's group stops (a group is one cluster; another cluster's documents go on)."""
+processor.raise_on_entire_batch_failure = False  # report every record failed rather than raise; the constructor
+# of this Powertools version does not take the option its base class has (powertools-lambda-python#7596)
 
 
 @functools.cache

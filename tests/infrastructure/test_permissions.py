@@ -187,3 +187,14 @@ def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:
 def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:
     for role in synthesized.of_type("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_the_fleet_may_create_the_spot_service_linked_role_and_nothing_else(synthesized: Synthesized) -> None:
+    """A fresh account has no AWSServiceRoleForEC2Spot; the first Spot launch creates it (or fails with
+    AuthFailure.ServiceLinkedRoleCreationNotPermitted)."""
+    (statement,) = allowed(synthesized, "fleet", "iam:CreateServiceLinkedRole")
+    assert statement["Condition"] == {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}
+    assert flat(statement["Resource"]) == (
+        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot")
+    others = [f for f in FUNCTIONS if f != "fleet" and allowed(synthesized, f, "iam:CreateServiceLinkedRole")]
+    assert others == []

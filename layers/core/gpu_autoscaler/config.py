@@ -393,6 +393,10 @@ class Timeouts(_Model):
     `rebalanceDrainAfter` has passed); after that the node goes regardless."""
     consolidation_drain: Duration = timedelta(minutes=30)
     """Deadline of a consolidation's (voluntary) drain: its replacement Ready and its PDBs satisfied by then."""
+    garbage_collection_grace: Duration = timedelta(minutes=5)
+    """How old an instance of ours must be before the garbage collector terminates it for having no live claim,
+    and how long a claim's instance may be missing from DescribeInstances before the claim is closed: longer than
+    a launch takes to be recorded, and than EC2's eventual consistency (`services.garbage_collection`)."""
 
 
 class Config(_Model):

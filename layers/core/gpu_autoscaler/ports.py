@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome
-    from gpu_autoscaler.models.fleet import FleetRequest, FleetResult
+    from gpu_autoscaler.models.fleet import FleetRequest, FleetResult, OwnedInstance
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.taints import Taint
 
@@ -26,6 +26,7 @@ __all__ = [
     "DisruptionBudgets",
     "DrainQueue",
     "LaunchQueue",
+    "OwnedInstances",
     "QuotaSource",
     "StateStore",
 ]
@@ -80,12 +81,14 @@ class StateStore(Protocol):
     def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]: ...
 
     def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
-        """Conditional on the stored state still being `claim.state`; raises `StaleClaim` otherwise."""
+        """Conditional on the stored claim still being `claim.state` at `claim.version` (nothing written since
+        `claim` was read); raises `StaleClaim` otherwise. Returns the claim as stored, its version bumped."""
         ...
 
     def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
-        """Change fields of a claim, not its state: conditional on the stored state still being `claim.state`,
-        raises `StaleClaim` otherwise. The packer adds pods (and their requests) to claims in flight this way."""
+        """Change fields of a claim, not its state: conditional like `transition` on `claim.state` and
+        `claim.version`, raises `StaleClaim` otherwise (`services.claim_writes` says who retries and who gives up).
+        The packer adds pods (and their requests) to claims in flight this way."""
         ...
 
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
@@ -114,6 +117,14 @@ class Compute(Protocol):
 
     def terminate(self, instance_ids: Sequence[str]) -> list[str]:
         """Terminate those carrying this cluster's ownership tag; returns the ids terminated, never others."""
+        ...
+
+
+class OwnedInstances(Protocol):
+    """What EC2 lists of this cluster's instances: the garbage collector's view of the cloud."""
+
+    def owned_instances(self) -> list[OwnedInstance]:
+        """Every instance tagged `gpu-autoscaler/cluster = <cluster>`, terminated ones included while EC2 shows them."""
         ...
 
 

@@ -24,6 +24,7 @@ from gpu_autoscaler.domain.consolidation import DISRUPTION_ATTRIBUTE
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService, aws_fleet_service
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 POOL = "gpu-burst"
-CANDIDATE = "i-0c0501da7e0000001"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -98,8 +98,15 @@ def join(kube: LocalKubernetes, aws: EmbeddedAws, config: Config, instance_id: s
 
 def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
         aws: EmbeddedAws, kube: LocalKubernetes, config: Config, store: DynamoStateStore) -> None:
-    # A g5.48xlarge (8 GPUs) left holding one 4-GPU pod.
-    node = join(kube, aws, config, CANDIDATE, "g5.48xlarge", "us-east-1a", "on-demand")
+    # A g5.48xlarge (8 GPUs) of ours, left holding one 4-GPU pod (a real instance: the garbage collector closes a
+    # claim whose instance EC2 does not have).
+    candidate = aws.clients.client("ec2").run_instances(
+        ImageId=config.ami.x86_64, InstanceType="g5.48xlarge", MinCount=1, MaxCount=1,
+        SubnetId=aws.zone_subnets["us-east-1a"],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": config.cluster_name},
+                                                                  {"Key": TAG_CLAIM, "Value": "nc-candidate"}]}],
+    )["Instances"][0]["InstanceId"]
+    node = join(kube, aws, config, candidate, "g5.48xlarge", "us-east-1a", "on-demand")
     core = k8s.CoreV1Api(kube.client())
     core.create_namespaced_pod("default", {
         "metadata": {"name": "train-0", "labels": {"app": "train"}},
@@ -114,7 +121,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     store.create_claim(NodeClaim(
         cluster=config.cluster_name, id="nc-candidate", pool=POOL, capacity_type="on-demand", zones=("us-east-1a",),
         instance_types=("g5.48xlarge",), price_per_hour=16.288, state=ClaimState.REGISTERED,
-        created_at=now - timedelta(hours=2), instance_id=CANDIDATE, instance_type="g5.48xlarge", zone="us-east-1a",
+        created_at=now - timedelta(hours=2), instance_id=candidate, instance_type="g5.48xlarge", zone="us-east-1a",
         launched_price_per_hour=16.288, node_name=node,
     ))
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import Stubber
 
 from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, render_create_fleet
 from gpu_autoscaler.clock import SystemClock
@@ -225,25 +225,49 @@ def test_an_unfulfillable_gang_launches_nothing_and_releases_every_pod(
     assert store.assignments([c.pods[0] for c in claims]) == {}
 
 
-def owned(instance_id: str, cluster: str | None, state: str = "running") -> dict[str, Any]:
-    tags = [{"Key": L.TAG_CLUSTER, "Value": cluster}] if cluster else []
-    return {"Reservations": [{"Instances": [{"InstanceId": instance_id, "State": {"Name": state, "Code": 16},
-                                             "Tags": tags}]}]}
+def terminating(*instance_ids: str) -> dict[str, Any]:
+    return {"TerminatingInstances": [{"InstanceId": i, "CurrentState": {"Name": "shutting-down", "Code": 32},
+                                      "PreviousState": {"Name": "running", "Code": 16}} for i in instance_ids]}
 
 
-def test_terminate_checks_the_ownership_tag_itself(ec2: tuple[Any, Stubber]) -> None:
+def test_terminate_asks_ec2_directly_without_describing_first(ec2: tuple[Any, Stubber]) -> None:
+    """A just-launched instance may not show in DescribeInstances yet (eventual consistency): skipping what it does
+    not show leaked instances. IAM's ownership condition decides what may be terminated."""
     client, stubber = ec2
-    compute = Ec2Compute(client, "ml-prod")
-    # A filter that let through someone else's instance: the tag check in code still refuses it.
-    stubber.add_response("describe_instances", owned("i-0eee000000000001", "ml-dev"),
-                         {"Filters": ANY})
-    assert compute.terminate(["i-0eee000000000001"]) == []
-    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod"), {"Filters": ANY})
-    stubber.add_response("terminate_instances", {"TerminatingInstances": []},
-                         {"InstanceIds": ["i-0eee000000000002"]})
-    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]
-    stubber.add_response("describe_instances", owned("i-0eee000000000002", "ml-prod", "terminated"), {"Filters": ANY})
-    assert compute.terminate(["i-0eee000000000002"]) == ["i-0eee000000000002"]  # already gone: nothing to call
+    stubber.add_response("terminate_instances", terminating("i-0eee000000000001", "i-0eee000000000002"),
+                         {"InstanceIds": ["i-0eee000000000001", "i-0eee000000000002"]})
+    assert Ec2Compute(client, "ml-prod").terminate(["i-0eee000000000001", "i-0eee000000000002"]) == [
+        "i-0eee000000000001", "i-0eee000000000002"]
+
+
+def test_one_unknown_id_fails_the_whole_call_so_each_id_is_asked_alone(ec2: tuple[Any, Stubber]) -> None:
+    """EC2 refuses a multi-id TerminateInstances as a whole when one id is not known (yet): nothing was
+    terminated. Each id alone then, the unknown one again with backoff; only what EC2 confirmed is reported."""
+    client, stubber = ec2
+    sleeps: list[float] = []
+    compute = Ec2Compute(client, "ml-prod", sleep=sleeps.append, rng=random.Random(5))
+    ids = ["i-0eee000000000003", "i-0eee000000000004", "i-0eee000000000005"]
+    not_found = "The instance ID 'i-0eee000000000004' does not exist"
+    stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                             service_message=not_found, expected_params={"InstanceIds": ids})
+    stubber.add_response("terminate_instances", terminating(ids[0]), {"InstanceIds": [ids[0]]})
+    stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                             service_message=not_found, expected_params={"InstanceIds": [ids[1]]})
+    stubber.add_response("terminate_instances", terminating(ids[1]), {"InstanceIds": [ids[1]]})  # now known
+    stubber.add_client_error("terminate_instances", service_error_code="UnauthorizedOperation",
+                             service_message="You are not authorized to perform this operation.",
+                             expected_params={"InstanceIds": [ids[2]]})  # someone else's: IAM refuses it
+    assert compute.terminate(ids) == ids[:2]
+    assert len(sleeps) == 1
+
+
+def test_an_id_ec2_never_learns_of_is_not_reported_terminated(ec2: tuple[Any, Stubber]) -> None:
+    client, stubber = ec2
+    compute = Ec2Compute(client, "ml-prod", sleep=lambda _: None)
+    for _ in range(5):
+        stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                                 expected_params={"InstanceIds": ["i-0eee000000000006"]})
+    assert compute.terminate(["i-0eee000000000006"]) == []
 
 
 def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config: Config) -> None:
@@ -252,3 +276,55 @@ def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config
     _, params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
     for spec in params["TagSpecifications"]:
         assert {"Key": L.TAG_CLUSTER, "Value": "ml-prod"} in spec["Tags"]
+
+
+class OlderBotocore:
+    """An EC2 client whose botocore predates a member the request uses: it refuses the call before sending it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def create_fleet(self, **_: Any) -> dict[str, Any]:
+        from botocore.exceptions import ParamValidationError
+
+        self.calls += 1
+        raise ParamValidationError(report='Unknown parameter in LaunchTemplateConfigs[0].LaunchTemplateSpecification: '
+                                          '"LaunchTemplateSpecificationUserData", must be one of: LaunchTemplateId, '
+                                          'LaunchTemplateName, Version')
+
+
+def test_a_parameter_the_sdk_does_not_know_ends_the_claim_as_a_configuration_error(
+        store: DynamoStateStore, config: Config) -> None:
+    client = OlderBotocore()
+    service = FleetService(config, store, Ec2Compute(client, config.cluster_name), clock=SystemClock(),
+                           launch_template_id=TEMPLATE, sleep=lambda _: None)
+    claim = new_claim(store, "stub-old-sdk", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    outcome = launch(service, claim.id)  # no exception: the message is not retried, the claim ends
+    assert client.calls == 1  # not retried, and no other capacity type tried with the same SDK
+    assert outcome.failed[0].code == "ParamValidationError"
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.TERMINATED
+    assert "LaunchTemplateSpecificationUserData" in stored.reason and "botocore" in stored.reason
+    assert store.assignments(list(claim.pods)) == {}
+
+
+def test_a_fresh_account_without_the_spot_role_falls_back_to_on_demand(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """EC2 refuses the first Spot launch of an account whose AWSServiceRoleForEC2Spot does not exist and cannot be
+    created by the caller: a configuration error, logged as one; the pool allows On-Demand, so the claim goes on."""
+    _, stubber = ec2
+    claim = new_claim(store, "stub-no-spot-role", zones=("us-east-1c",), instance_types=("g6.xlarge",))
+    _, spot_params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1c")])
+    on_demand, od_params = expected(config, [claim], 1, "on-demand", [("g6.xlarge", "us-east-1c")])
+    stubber.add_client_error(
+        "create_fleet", service_error_code="AuthFailure.ServiceLinkedRoleCreationNotPermitted",
+        service_message="The provided credentials do not have permission to create the service-linked role for "
+                        "EC2 Spot Instances.", http_status_code=400, expected_params=spot_params)
+    stubber.add_response("create_fleet", launched(on_demand, "i-0fff000000000001", "g6.xlarge", "us-east-1c",
+                                                  "on-demand"), od_params)
+    launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.LAUNCHED and stored.capacity_type == "on-demand"
+    assert ("g6.xlarge", "us-east-1c", "spot") in store.unavailable_offerings()
+    assert "iam:CreateServiceLinkedRole" in caplog.text

@@ -139,6 +139,27 @@ def test_a_batch_with_a_poison_message(aws: EmbeddedAws, packer: ModuleType, sto
     assert {r.get("gang") for r in requests} == {None, "training/train-42"}
 
 
+def test_a_fifo_batch_stops_at_its_first_failure_and_returns_the_rest(aws: EmbeddedAws, packer: ModuleType,
+                                                                      store: DynamoStateStore) -> None:
+    """The queue is FIFO: a document after a failed one in its group must not be packed ahead of it (AWS Lambda's
+    SQS guide and Powertools' `SqsFifoPartialProcessor`); both go back, in order."""
+    before = {c.id for c in store.list_claims()}
+    messages = [{**m, "Attributes": {**m.get("Attributes", {}), "MessageGroupId": "ml-prod"}} for m in (
+        _fake_message("m-poison", POISON), _fake_message("m-doc", DOCUMENT))]
+    event = sqs_event(messages, aws.resources.queue_arns["pending-pods"])
+    response = packer.handler(event, local_context("packer"))
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-poison"}, {"itemIdentifier": "m-doc"}]}
+    assert {c.id for c in store.list_claims()} == before
+
+
+def _fake_message(message_id: str, body: str) -> dict[str, Any]:
+    """A message as ReceiveMessage returns it, not taken from the queue (so nothing needs settling after)."""
+    import hashlib
+
+    return {"MessageId": message_id, "ReceiptHandle": f"handle-{message_id}", "Body": body,
+            "MD5OfBody": hashlib.md5(body.encode()).hexdigest(), "Attributes": {"ApproximateReceiveCount": "1"}}
+
+
 def test_the_same_document_delivered_again_provisions_nothing_more(aws: EmbeddedAws, packer: ModuleType,
                                                                     store: DynamoStateStore) -> None:
     before = {c.id for c in store.list_claims()}

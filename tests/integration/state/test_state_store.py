@@ -82,6 +82,29 @@ def test_lifecycle_writes_are_conditional_and_leave_a_history(clock_and_store: t
     assert store.get_claim("claim-1") == done
 
 
+def test_every_conditional_write_checks_the_version_not_only_the_state(
+        clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    """Two functions read one claim; both update it without changing its state. The second works from a copy the
+    first has outdated, so it loses (StaleClaim) instead of overwriting the first's change."""
+    _, store = clock_and_store
+    store.create_claim(claim())
+    read_by_packer = store.get_claim("claim-1")
+    read_by_consolidate = store.get_claim("claim-1")
+    assert read_by_packer is not None and read_by_consolidate is not None
+    assert read_by_packer.version == 0
+    added = store.update_claim(read_by_packer, pods=("p1", "p2", "p3"))
+    assert added.version == 1
+    with pytest.raises(StaleClaim):
+        store.update_claim(read_by_consolidate, attributes={"emptySince": "2026-11-23T12:00:00+00:00"})
+    with pytest.raises(StaleClaim):  # a lifecycle step from the outdated copy loses too
+        store.transition(read_by_consolidate, ClaimState.TERMINATED, "stale")
+    stored = store.get_claim("claim-1")
+    assert stored == added and stored.pods == ("p1", "p2", "p3") and stored.attributes == {}
+    launched = store.transition(added, ClaimState.LAUNCHED, "launched", instance_id="i-0v")
+    assert launched.version == 2
+    assert store.claim_for_instance("i-0v") == launched
+
+
 def test_a_pod_is_covered_by_one_live_claim_at_a_time(clock_and_store: tuple[FixedClock, StateStore]) -> None:
     clock, store = clock_and_store
     first, second = claim("a", ("p1", "p2")), claim("b", ("p2", "p3"))

@@ -277,6 +277,46 @@ def test_a_claim_that_moved_on_during_launch_has_its_instance_terminated() -> No
     assert not outcome.launched
 
 
+def test_pods_added_to_a_claim_while_it_launches_keep_the_launch() -> None:
+    """The packer adds a pod to the Pending claim between the fleet's attempt write and EC2's answer (a new
+    version, same state): the launch is recorded on the fresh copy, not taken for a stray and terminated."""
+    h = Harness()
+    (claim,) = h.add(make_claim())
+
+    def launch_while_the_packer_adds_a_pod(request):
+        result = launch_first(request)
+        current = h.claim(claim.id)
+        h.store.update_claim(current, pods=(*current.pods, "pod-late"))
+        return result
+
+    h.compute.answers.append(launch_while_the_packer_adds_a_pod)
+    outcome = h.launch(claim.id)
+    stored = h.claim(claim.id)
+    assert stored.state is ClaimState.LAUNCHED and "pod-late" in stored.pods
+    assert not h.compute.terminated and len(outcome.launched) == 1
+
+
+def test_pods_added_while_the_attempt_is_recorded_do_not_skip_the_claim() -> None:
+    """The packer's write lands between the fleet's read and its attempt write: the fleet reads again and goes on."""
+    h = Harness()
+    (claim,) = h.add(make_claim())
+    write = h.store.update_claim
+    raced: list[str] = []
+
+    def packer_first(copy, **changes):
+        if not raced:
+            raced.append(copy.id)
+            current = h.claim(copy.id)
+            write(current, pods=(*current.pods, "pod-late"))
+        return write(copy, **changes)
+
+    h.store.update_claim = packer_first  # type: ignore[method-assign]
+    outcome = h.launch(claim.id)
+    assert raced and not outcome.skipped
+    stored = h.claim(claim.id)
+    assert stored.state is ClaimState.LAUNCHED and "pod-late" in stored.pods
+
+
 def test_reserved_claims_launch_reserved_and_fall_back_to_on_demand() -> None:
     h = Harness(FleetResult())  # no instance, no error: what moto answers a reserved-capacity request
     h.add(make_claim(id="r", pool="gpu-reserved", capacity_type="reserved", instance_types=("p5.48xlarge",),

@@ -21,6 +21,20 @@ def test_quota_keys_by_class_and_family() -> None:
     assert quota_group(make_type("g5.xlarge").model_copy(update={"name": "gr6.4xlarge"})) == "g"
 
 
+def test_p5_spot_has_its_own_quota_and_p4_keeps_the_older_one() -> None:
+    """Service Quotas (EC2 User Guide, "Spot Instance quotas"): "All P4, P3 and P2 Spot Instance Requests"
+    (L-7212CCBC) and "All P5 Spot Instance Requests" (L-C4BD4855); On-Demand P is one quota for all."""
+    assert QUOTA_CODES["p/spot"] == "L-7212CCBC"
+    assert QUOTA_CODES["p5/spot"] == "L-C4BD4855"
+    assert quota_keys(make_type("p4d.24xlarge"), "spot")[0] == "p/spot"
+    p5en = make_type("p5.48xlarge").model_copy(update={"name": "p5en.48xlarge"})
+    assert quota_keys(p5en, "spot") == ("p5/spot", "p5en/spot")
+    assert quota_keys(p5en, "on-demand")[0] == "p/on-demand"
+    ledger = VcpuLedger({"p/spot": 1000, "p5/spot": 0})
+    assert ledger.admits_type(make_type("p4d.24xlarge"), "spot")
+    assert not ledger.admits_type(make_type("p5.48xlarge"), "spot")  # a zero P5 quota, whatever P4's is
+
+
 def test_ledger_charges_the_largest_candidate_per_key() -> None:
     ledger = VcpuLedger({"g/spot": 100, "g5/spot": 10})
     consumption = ledger.consumption([make_type("g5.xlarge"), make_type("g5.2xlarge"), make_type("g6.xlarge")], "spot")

@@ -9,6 +9,13 @@ What Lambda's pollers do, with the stack's settings (`gpu_autoscaler.wiring`):
   an identifier that names no record of the batch, or a handler that raised, fails the whole batch;
 - failed records are left alone: they become visible again after the queue's visibility timeout, and on
   the receive after `maxReceiveCount` deliveries SQS (moto too) moves them to the dead-letter queue.
+
+FIFO queues (`.fifo`), as Lambda's "Lambda parameters for Amazon SQS event source mappings" page gives them: a
+batch is at most 10 messages and there is no batching window (one receive per batch), so a batch is what SQS
+hands over in group order. SQS itself holds back a group while any of its messages is in flight, so a group is
+never in two batches at once however many workers poll. Lambda deletes exactly the records the function did
+not report failed; keeping a group in order is the function's part (it must report the first failure and every
+record after it: "Implementing partial batch responses", AWS Lambda developer guide).
 """
 
 from __future__ import annotations
@@ -62,6 +69,19 @@ class QueuePoller:
     _busy: int = field(default=0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.fifo and (self.wiring.batch_size > SQS_MAX_BATCH or self.wiring.batching_window_seconds > 0):
+            # CreateEventSourceMapping refuses these for a FIFO queue; so does the emulator, naming the setting.
+            raise ValueError(
+                f"{self.wiring.name}: a FIFO queue's event source mapping takes a batch size of at most "
+                f"{SQS_MAX_BATCH} and no batching window (given {self.wiring.batch_size}, "
+                f"{self.wiring.batching_window_seconds} s)"
+            )
+
+    @property
+    def fifo(self) -> bool:
+        return self.queue_url.endswith(".fifo")
+
     @property
     def busy(self) -> bool:
         """A batch is received and not yet settled."""
@@ -94,7 +114,7 @@ class QueuePoller:
     def _receive(self, stop: threading.Event | None) -> list[dict[str, Any]]:
         wanted = self.wiring.batch_size
         messages = self._receive_call(min(wanted, SQS_MAX_BATCH), self.wait_seconds)
-        if not messages or self.wiring.batching_window_seconds <= 0:
+        if not messages or self.fifo or self.wiring.batching_window_seconds <= 0:
             return messages
         deadline = time.monotonic() + self.wiring.batching_window_seconds
         while len(messages) < wanted and time.monotonic() < deadline and not (stop and stop.is_set()):

@@ -69,6 +69,10 @@ class NodeClaim(BaseModel):
     warm: str | None = None
     """Set for warm capacity: `window:<name>` or `forecast`; consolidation leaves it alone while held."""
     attributes: dict[str, str] = Field(default_factory=dict)
+    version: int = Field(default=0, ge=0)
+    """Bumped by every stored write. Each conditional write (`StateStore.transition`, `update_claim`) succeeds only
+    on the version it was read at, so two functions updating one claim cannot overwrite each other's change; the
+    loser gets `StaleClaim`, reads again and decides again (or gives up), as its caller documents."""
 
     @property
     def live(self) -> bool:

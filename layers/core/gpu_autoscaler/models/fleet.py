@@ -7,6 +7,7 @@ here, so a request that EC2 would refuse cannot be built.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -18,7 +19,9 @@ __all__ = [
     "CAPACITY_ERROR_CODES",
     "CONFLICT_ERROR_CODES",
     "MAX_LAUNCH_CONFIGS",
+    "CONFIGURATION_ERROR_CODES",
     "MAX_OVERRIDES",
+    "PARAM_VALIDATION_ERROR",
     "THROTTLING_ERROR_CODES",
     "AllocationStrategy",
     "ErrorKind",
@@ -28,6 +31,7 @@ __all__ = [
     "FleetResult",
     "LaunchConfig",
     "LaunchedInstance",
+    "OwnedInstance",
     "ReservationOptions",
     "ReservationType",
     "classify_error",
@@ -57,6 +61,14 @@ CAPACITY_ERROR_CODES = frozenset({
 """EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
 subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
 left. A request-level one (no instance type named) marks every offering the request asked."""
+CONFIGURATION_ERROR_CODES = frozenset({"AuthFailure.ServiceLinkedRoleCreationNotPermitted"})
+"""The account is not set up for this capacity type (EC2 User Guide, "Service-linked role for Spot Instance
+requests": the first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`).
+Its offerings are marked unavailable like a capacity error, so the claim falls back to another capacity type where
+the pool allows, and the error is logged as a configuration problem for an operator to fix."""
+PARAM_VALIDATION_ERROR = "ParamValidationError"
+"""botocore refused to send the request (a member its service model lacks: an SDK older than the code). Not EC2's
+answer, and no retry or other capacity type helps: the claim ends with the SDK named."""
 THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
 """The client token was used before with other parameters: that attempt is spent, the next one has its own."""
@@ -75,7 +87,7 @@ class ErrorKind(StrEnum):
 
 
 def classify_error(code: str) -> ErrorKind:
-    if code in CAPACITY_ERROR_CODES:
+    if code in CAPACITY_ERROR_CODES or code in CONFIGURATION_ERROR_CODES:
         return ErrorKind.UNAVAILABLE
     if code in THROTTLING_ERROR_CODES:
         return ErrorKind.THROTTLED
@@ -225,3 +237,21 @@ class FleetResult(_Frozen):
     @property
     def error_kinds(self) -> set[ErrorKind]:
         return {e.kind for e in self.errors}
+
+
+class OwnedInstance(_Frozen):
+    """An instance carrying this cluster's ownership tag, as DescribeInstances shows it (garbage collection and
+    Capacity Block ends look at these)."""
+
+    instance_id: str
+    state: str
+    """EC2's state name: pending, running, stopping, stopped, shutting-down, terminated."""
+    launched_at: datetime | None = None
+    claim_id: str | None = None
+    """Its `gpu-autoscaler/claim` tag."""
+    capacity_reservation_id: str | None = None
+    """The reservation (On-Demand Capacity Reservation or Capacity Block) it runs in, if any."""
+
+    @property
+    def gone(self) -> bool:
+        return self.state in ("shutting-down", "terminated")

@@ -1,6 +1,7 @@
 """The consolidate use case, every minute: reconcile, then give back what is not needed.
 
-1. List the cluster once; reconcile (`services.reconcile`): registrations, registration timeouts, demand.
+1. List the cluster once; reconcile (`services.reconcile`): registrations, registration timeouts, garbage
+   collection of leaked instances and of claims whose instance is gone (`services.garbage_collection`), demand.
 2. Build the picture the pure decision needs (`domain.consolidation`): every Node with its claim (by
    providerID), the pods that would move, which of them a PodDisruptionBudget blocks now, how long an empty
    node has been empty (the claim's `emptySince`, kept here), and the pods still on their way to it.
@@ -272,7 +273,12 @@ def aws_consolidate_service(settings: FunctionSettings, clock: Clock | None = No
         api = eks_api_client(config, env.clients, env.clock)
         cluster = KubernetesCluster(api)
         budgets = budgets or KubernetesDisruptionBudgets(api)
-    reconcile = ReconcileService(config, store, cluster, env.terminations, clock=env.clock)
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+    from gpu_autoscaler.services.garbage_collection import GarbageCollector
+
+    ec2 = Ec2Compute(env.clients.client("ec2"), config.cluster_name)
+    collector = GarbageCollector(config, store, ec2, ec2, env.terminations, cluster, clock=env.clock)
+    reconcile = ReconcileService(config, store, cluster, env.terminations, clock=env.clock, collector=collector)
     return ConsolidateService(
         config, store, cluster, launches, drains, reconcile,
         solver=env.packer.solver, clock=env.clock, budgets=budgets, quotas=env.quotas,

@@ -23,6 +23,7 @@ Safe to call again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -47,6 +48,8 @@ from gpu_autoscaler.domain.fleet import (
 from gpu_autoscaler.domain.user_data import ClusterBootstrap
 from gpu_autoscaler.errors import GpuAutoscalerError, RequestThrottled, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.fleet import PARAM_VALIDATION_ERROR
+from gpu_autoscaler.services.claim_writes import write_fresh
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -281,7 +284,9 @@ class FleetService:
                 self._backoff(outcome.throttled, outcome)
             attempt = next_attempt(remaining, pool, attempt, unavailable, context, repeat=reading.repeat)
         if fatal is not None:
-            reason, code = f"EC2 refused the launch: {fatal.code} {fatal.message}".strip(), fatal.code
+            not_sent = fatal.code == PARAM_VALIDATION_ERROR
+            said = "the launch request was not sent" if not_sent else "EC2 refused the launch"
+            reason, code = f"{said}: {fatal.code} {fatal.message}".strip(), fatal.code
         elif errors:
             reason, code = describe_failure(errors, "")
         elif calls == 0:
@@ -339,12 +344,14 @@ class FleetService:
                         outcome: LaunchOutcome) -> list[NodeClaim]:
         """Write the attempt on each claim before asking EC2; a claim that moved on meanwhile drops out."""
         token = client_token(context.cluster, [c.id for c in claims], attempt.number)
+        recorded = attempt.to_json(token)
         kept = []
         for claim in claims:
-            try:
-                fresh = self.store.get_claim(claim.id) or claim
-                kept.append(self.store.update_claim(
-                    claim, attributes={**fresh.attributes, ATTEMPT_ATTRIBUTE: attempt.to_json(token)}
+            try:  # retried on a fresh copy while still Pending (the packer may have added pods meanwhile)
+                kept.append(write_fresh(
+                    self.store, claim,
+                    lambda c: self.store.update_claim(c, attributes={**c.attributes, ATTEMPT_ATTRIBUTE: recorded}),
+                    still=_pending,
                 ))
             except StaleClaim:
                 outcome.skipped.append((claim.id, "moved on while it was being launched"))
@@ -380,12 +387,14 @@ class FleetService:
             if claim is None:
                 continue
             price = self._price(instance, claim)
-            try:
-                self.store.transition(
-                    claim, ClaimState.LAUNCHED, f"launched {instance.instance_type} in {instance.zone}",
-                    instance_id=instance.instance_id, instance_type=instance.instance_type, zone=instance.zone,
-                    capacity_type=instance.capacity_type, launched_price_per_hour=price,
-                )
+            record = functools.partial(
+                self.store.transition, to=ClaimState.LAUNCHED,
+                reason=f"launched {instance.instance_type} in {instance.zone}", instance_id=instance.instance_id,
+                instance_type=instance.instance_type, zone=instance.zone, capacity_type=instance.capacity_type,
+                launched_price_per_hour=price,
+            )
+            try:  # retried on a fresh copy while still Pending: only a change of state makes the instance a stray
+                write_fresh(self.store, claim, record, still=_pending)
             except StaleClaim:
                 current = self.store.get_claim(claim.id)
                 if current is not None and current.instance_id == instance.instance_id:
@@ -434,7 +443,8 @@ class FleetService:
     def _fail(self, claims: Sequence[NodeClaim], reason: str, code: str, outcome: LaunchOutcome) -> None:
         for claim in claims:
             try:
-                closed = self.store.transition(claim, ClaimState.TERMINATED, reason)
+                closed = write_fresh(self.store, claim,
+                                     lambda c: self.store.transition(c, ClaimState.TERMINATED, reason), still=_pending)
             except StaleClaim:
                 logger.info("claim %s moved on before it could be closed; left as it is", claim.id)
                 continue
@@ -471,6 +481,10 @@ class FleetService:
             logger.info("claim %s terminated: %s", closed.id, reason)
             return closed
         raise StaleClaim(f"claim {claim.id} kept changing while it was being terminated")
+
+
+def _pending(claim: NodeClaim) -> bool:
+    return claim.state is ClaimState.PENDING
 
 
 def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) -> FleetService:

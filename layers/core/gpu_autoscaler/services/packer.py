@@ -42,6 +42,7 @@ from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.services.claim_writes import write_fresh
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 
 if TYPE_CHECKING:
@@ -228,17 +229,22 @@ class PackerService:
         if not newly:
             return 0
         # Read it again: the plan's copy may be seconds old, and writing from it would put back pods a drain
-        # took off meanwhile (`free_room`), with their requests.
+        # took off meanwhile (`free_room`), with their requests. Another writer between this read and the write
+        # (the fleet recording its attempt) makes it read and add again (`claim_writes.write_fresh`).
         current = self.store.get_claim(claim.id) or claim
-        added = [u for u in newly if u not in current.pods]
-        if not added:
-            return len(newly)
-        total = claim_requests(current)
-        for uid in added:
-            total = total + pod_requests(pods[uid])
-        attributes = {**current.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+
+        def add(copy: NodeClaim) -> NodeClaim:
+            added = [u for u in newly if u not in copy.pods]
+            if not added:
+                return copy
+            total = claim_requests(copy)
+            for uid in added:
+                total = total + pod_requests(pods[uid])
+            attributes = {**copy.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+            return self.store.update_claim(copy, pods=tuple(copy.pods) + tuple(added), attributes=attributes)
+
         try:
-            self.store.update_claim(current, pods=tuple(current.pods) + tuple(added), attributes=attributes)
+            write_fresh(self.store, current, add, still=lambda c: c.state is current.state)
         except StaleClaim:
             # The claim moved on (launched or registered) meanwhile: the pods stay assigned to it and its
             # node is the one they will run on; only the room bookkeeping of a claim in flight is skipped.

@@ -6,7 +6,9 @@
 2. Registration timeout: a claim whose Node has not joined within `timeouts.registrationTtl` of its launch
    (or, never launched, of its creation) is ended through the fleet — its instance terminated if there is
    one, the claim Terminated, its pods released so the packer plans them again.
-3. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+3. Garbage collection (`services.garbage_collection`, where the service is given a collector): owned instances
+   no live claim accounts for are terminated, claims whose instance is gone are closed.
+4. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.drain import movable
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
+from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
@@ -36,8 +39,9 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.resources import Resources
     from gpu_autoscaler.ports import ClusterAPI, StateStore
     from gpu_autoscaler.services.drain import FleetTermination
+    from gpu_autoscaler.services.garbage_collection import CollectionOutcome, GarbageCollector
 
-__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService", "launched_at"]
+__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,28 +55,24 @@ class ReconcileOutcome:
     timed_out: list[str] = field(default_factory=list)
     """Claim ids ended because no Node joined in time."""
     demand: dict[str, float] = field(default_factory=dict)
+    collected: CollectionOutcome | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"registered": self.registered, "timedOut": self.timed_out,
-                "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())}}
-
-
-def launched_at(claim: NodeClaim) -> datetime:
-    """When the claim's instance was launched (its last Launched transition), else when it was created."""
-    for step in reversed(claim.history):
-        if step.state is ClaimState.LAUNCHED:
-            return step.at
-    return claim.created_at
+                "demandGpus": {k: round(v, 3) for k, v in sorted(self.demand.items())},
+                "garbageCollection": self.collected.summary() if self.collected is not None else None}
 
 
 class ReconcileService:
     def __init__(self, config: Config, store: StateStore, cluster: ClusterAPI, fleet: FleetTermination, *,
-                 clock: Clock) -> None:
+                 clock: Clock, collector: GarbageCollector | None = None) -> None:
+        """`collector`: the garbage collector to run each tick (the Lambda's; the simulator has no leaks)."""
         self.config = config
         self.store = store
         self.cluster = cluster
         self.fleet = fleet
         self.clock = clock
+        self.collector = collector
 
     def run(self, nodes: Sequence[ClusterNode] | None = None, pods: Sequence[ClusterPod] | None = None,
             ) -> ReconcileOutcome:
@@ -89,6 +89,8 @@ class ReconcileService:
                 self._register(claim, node, outcome)
             elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
                 self._maybe_time_out(claim, now, outcome)
+        if self.collector is not None:
+            outcome.collected = self.collector.run(nodes)
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome

@@ -6,28 +6,44 @@ fleet, the instances and their volumes. The answer's `Instances` and `Errors` be
 throttled call raises `RequestThrottled` (the caller backs off), any other refusal of the whole call comes
 back as a request-level error, for the domain to classify like the per-override ones.
 
-Termination acts only on instances that carry `gpu-autoscaler/cluster = <cluster>`: the DescribeInstances
-filter asks for them and the tags are checked again here, so an instance of someone else's is never
-touched whatever the filter does (IAM enforces the same condition). It is idempotent: an instance of ours
-already shutting down or gone counts as terminated.
+Termination calls TerminateInstances directly, without describing first: EC2 is eventually consistent, so a
+just-launched instance may be missing from DescribeInstances (EC2 API reference, "Eventual consistency in the
+Amazon EC2 API"), and skipping it leaked it. What may be terminated is IAM's to say: this role may terminate only
+instances carrying `gpu-autoscaler/cluster = <cluster>` (`infra.permissions`), so someone else's instance answers
+`UnauthorizedOperation`. A call for several ids fails as a whole when one of them is refused or not known yet
+(`InvalidInstanceID.NotFound`): then each id is asked alone, a not-yet-known one again with backoff, and only
+what EC2 confirmed is reported terminated. It is idempotent: EC2 answers for an instance already shutting down
+or terminated as for any other. `owned_instances` lists the cluster's instances for the garbage collector.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import random
+import time
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+import botocore
+from botocore.exceptions import ClientError, ParamValidationError
 
-from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
+from gpu_autoscaler.domain.fleet import assign_claims, backoff_delay, launched_capacity_type
 from gpu_autoscaler.domain.launch_templates import ebs_api
 from gpu_autoscaler.errors import RequestThrottled
-from gpu_autoscaler.models.fleet import ErrorKind, FleetError, FleetResult, LaunchedInstance, classify_error
+from gpu_autoscaler.models.fleet import (
+    CONFIGURATION_ERROR_CODES,
+    PARAM_VALIDATION_ERROR,
+    ErrorKind,
+    FleetError,
+    FleetResult,
+    LaunchedInstance,
+    OwnedInstance,
+    classify_error,
+)
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.models.fleet import FleetRequest
@@ -40,8 +56,20 @@ logger = logging.getLogger(__name__)
 TAG_EMULATES = "gpu-autoscaler/emulates"
 """On a subnet an emulator created: the configuration's subnet id it stands in for (`emulator.resources`)."""
 _DEFAULT_TARGET = {"spot": "spot", "on-demand": "on-demand", "reserved": "reserved-capacity"}
-_GONE = frozenset({"shutting-down", "terminated"})
+_CONFIGURATION_HINTS = {
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
+        "the account has no AWSServiceRoleForEC2Spot and this function may not create it: grant "
+        "iam:CreateServiceLinkedRole for spot.amazonaws.com (the stack does) or create the role once with "
+        "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`; Spot is skipped meanwhile"),
+}
 _FILTER_CHUNK = 100
+_TERMINATE_CHUNK = 1000
+"""TerminateInstances takes up to 1000 ids per call."""
+NOT_FOUND = "InvalidInstanceID.NotFound"
+NOT_FOUND_RETRIES = 4
+"""Asks of one id EC2 does not know yet (eventual consistency: seconds after its launch), with backoff."""
+_REFUSED = frozenset({"UnauthorizedOperation", "OperationNotPermitted", "InvalidInstanceID.Malformed"})
+"""Per id: not ours (IAM's ownership condition), protected from termination, or not an instance id."""
 
 
 def _tags(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -122,20 +150,35 @@ def _message(error: ClientError) -> str:
 class Ec2Compute:
     """`Compute` for one cluster, over an EC2 client (AWS or moto)."""
 
-    def __init__(self, ec2_client: Any, cluster_name: str) -> None:
+    def __init__(self, ec2_client: Any, cluster_name: str, *, sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None) -> None:
         self._ec2 = ec2_client
         self.cluster = cluster_name
+        self._sleep = sleep
+        self._rng = rng or random.Random()
 
     # ---- launch -------------------------------------------------------------------------------------------
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
         try:
             response = self._ec2.create_fleet(**render_create_fleet(request))
+        except ParamValidationError as error:
+            # Not a ClientError: botocore refused before sending. Without this the handler's except misses it and
+            # every launch dead-letters; as a request-level error it ends the claim, once, with the SDK named.
+            message = (f"botocore {botocore.__version__} in this function does not know a parameter of the request "
+                       f"({error}); the function needs the botocore the layer pins")
+            logger.error("CreateFleet not sent: %s", message)
+            return FleetResult(errors=(FleetError(code=PARAM_VALIDATION_ERROR, message=message,
+                                                  capacity_type=request.capacity_type),))
         except ClientError as error:
             code = _code(error)
             if classify_error(code) is ErrorKind.THROTTLED:
                 raise RequestThrottled(f"CreateFleet throttled: {_message(error)}") from error
-            logger.warning("CreateFleet refused: %s %s", code, _message(error))
+            if code in CONFIGURATION_ERROR_CODES:
+                logger.error("CreateFleet refused for a configuration of the account, not capacity: %s %s — %s",
+                             code, _message(error), _CONFIGURATION_HINTS.get(code, ""))
+            else:
+                logger.warning("CreateFleet refused: %s %s", code, _message(error))
             return FleetResult(errors=(FleetError(code=code, message=_message(error),
                                                   capacity_type=request.capacity_type),))
         instances = self._instances(request, response.get("Instances") or [])
@@ -202,35 +245,71 @@ class Ec2Compute:
 
     def terminate(self, instance_ids: Sequence[str]) -> list[str]:
         wanted = list(dict.fromkeys(instance_ids))
-        if not wanted:
-            return []
-        owned: dict[str, str] = {}
-        for instance in self._describe(wanted, owned_only=True):
-            tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
-            if tags.get(TAG_CLUSTER) != self.cluster:
-                continue  # the filter said ours; the tags say otherwise: not ours
-            owned[instance["InstanceId"]] = instance["State"]["Name"]
-        foreign = [i for i in wanted if i not in owned]
-        if foreign:
-            logger.warning("not terminating %s: no such instance carrying %s=%s",
-                           ", ".join(foreign), TAG_CLUSTER, self.cluster)
-        running = [i for i, state in owned.items() if state not in _GONE]
-        if running:
+        done: list[str] = []
+        for start in range(0, len(wanted), _TERMINATE_CHUNK):
+            chunk = wanted[start:start + _TERMINATE_CHUNK]
+            if len(chunk) == 1:
+                done += self._terminate_one(chunk[0])
+                continue
             try:
-                self._ec2.terminate_instances(InstanceIds=running)
+                done += self._terminate_call(chunk)
             except ClientError as error:
-                if _code(error) == "RequestLimitExceeded":
-                    raise RequestThrottled(f"TerminateInstances throttled: {_message(error)}") from error
-                if _code(error) != "InvalidInstanceID.NotFound":
-                    raise
-        return [i for i in wanted if i in owned]
+                if _code(error) not in {NOT_FOUND, *_REFUSED}:
+                    raise self._terminate_error(error) from error
+                # The whole call failed for one id: nothing was terminated. Each id alone, so the rest go.
+                for instance_id in chunk:
+                    done += self._terminate_one(instance_id)
+        return done
 
-    def _describe(self, instance_ids: Sequence[str], *, owned_only: bool = False) -> list[dict[str, Any]]:
+    def _terminate_call(self, instance_ids: list[str]) -> list[str]:
+        answer = self._ec2.terminate_instances(InstanceIds=instance_ids)
+        return [i["InstanceId"] for i in answer.get("TerminatingInstances") or []]
+
+    def _terminate_one(self, instance_id: str) -> list[str]:
+        for retry in range(NOT_FOUND_RETRIES + 1):
+            try:
+                return self._terminate_call([instance_id])
+            except ClientError as error:
+                code = _code(error)
+                if code in _REFUSED:
+                    logger.warning("not terminating %s: %s %s (not carrying %s=%s?)", instance_id, code,
+                                   _message(error), TAG_CLUSTER, self.cluster)
+                    return []
+                if code != NOT_FOUND:
+                    raise self._terminate_error(error) from error
+                if retry == NOT_FOUND_RETRIES:
+                    logger.warning("instance %s still unknown to EC2 after %d tries: not terminated here (the "
+                                   "garbage collector ends it if it appears)", instance_id, retry + 1)
+                    return []
+                self._sleep(backoff_delay(retry, self._rng))
+        return []  # pragma: no cover
+
+    @staticmethod
+    def _terminate_error(error: ClientError) -> Exception:
+        if _code(error) == "RequestLimitExceeded":
+            return RequestThrottled(f"TerminateInstances throttled: {_message(error)}")
+        return error
+
+    def owned_instances(self) -> list[OwnedInstance]:
+        out = []
+        filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}]
+        for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page.get("Reservations", []):
+                for item in reservation.get("Instances", []):
+                    tags = {t["Key"]: t["Value"] for t in item.get("Tags") or []}
+                    if tags.get(TAG_CLUSTER) != self.cluster:
+                        continue
+                    out.append(OwnedInstance(
+                        instance_id=item["InstanceId"], state=item["State"]["Name"],
+                        launched_at=item.get("LaunchTime"), claim_id=tags.get(TAG_CLAIM),
+                        capacity_reservation_id=item.get("CapacityReservationId"),
+                    ))
+        return out
+
+    def _describe(self, instance_ids: Sequence[str]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for start in range(0, len(instance_ids), _FILTER_CHUNK):
             filters = [{"Name": "instance-id", "Values": list(instance_ids[start:start + _FILTER_CHUNK])}]
-            if owned_only:
-                filters.append({"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]})
             for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
                 for reservation in page.get("Reservations", []):
                     out.extend(reservation.get("Instances", []))

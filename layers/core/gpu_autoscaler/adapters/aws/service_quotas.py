@@ -1,6 +1,6 @@
 """vCPU quotas from Service Quotas, cached, with the configuration's `vcpuQuotas` as override and fallback.
 
-GPU instances count against four EC2 quotas (`QUOTA_CODES`: On-Demand and Spot, G/VT and P). They change
+GPU instances count against five EC2 quotas (`QUOTA_CODES`: On-Demand G/VT and P; Spot G/VT, P2-P4 and P5). They change
 rarely and the API is slow and throttled, so answers are kept for `ttl`. Where the API does not answer
 (no permission, a region without it, moto, which has no EC2 quotas), the configuration's values stand
 alone, and that is logged once. Configuration values always win: they exist to override.

@@ -4,7 +4,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 
 | sort key | holds |
 | --- | --- |
-| `CLAIM#<id>` | the NodeClaim as JSON, its `state` (the condition of every lifecycle write) |
+| `CLAIM#<id>` | the NodeClaim as JSON, its `state` and `version` (the condition of every write) |
 | `INSTANCE#<instance-id>` | the claim that launched it: interruption events name instances, not claims |
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from gpu_autoscaler.adapters.memory.state_store import apply_transition
+from gpu_autoscaler.adapters.memory.state_store import apply_transition, apply_update, check_version
 from gpu_autoscaler.clock import Clock, SystemClock
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -79,26 +79,33 @@ class DynamoStateStore:
         if stored is None:
             raise StaleClaim(f"claim {claim.id} is not stored")
         moved = apply_transition(stored, claim.state, to, self.clock.now(), reason, changes)
-        self._replace(moved, expected=claim.state)
+        check_version(stored, claim)
+        self._replace(moved, read=claim)
         return moved
 
     def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
         stored = self.get_claim(claim.id)
-        if stored is None or stored.state is not claim.state:
-            raise StaleClaim(f"claim {claim.id} is not stored in state {claim.state}")
-        updated = stored.model_copy(update={**changes, "updated_at": self.clock.now()})
-        self._replace(updated, expected=claim.state)
+        if stored is None:
+            raise StaleClaim(f"claim {claim.id} is not stored")
+        updated = apply_update(stored, claim, self.clock.now(), changes)
+        self._replace(updated, read=claim)
         return updated
 
-    def _replace(self, claim: NodeClaim, expected: ClaimState) -> None:
-        """One transaction: the claim, conditional on its stored state, and its instance pointer with it."""
+    def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
+        """One transaction: the claim, conditional on the state and version it was `read` at (another writer
+        between our read and this write makes it fail), and its instance pointer with it. An item written before
+        claims had versions has no `version` attribute: it counts as version 0."""
+        version = "#version = :version"
+        if read.version == 0:
+            version = f"(attribute_not_exists(#version) OR {version})"
         writes: list[dict[str, Any]] = [{
             "Put": {
                 "TableName": self.table,
                 "Item": self._claim_item(claim),
-                "ConditionExpression": "#state = :expected",
-                "ExpressionAttributeNames": {"#state": "state"},
-                "ExpressionAttributeValues": {":expected": {"S": expected.value}},
+                "ConditionExpression": f"#state = :expected AND {version}",
+                "ExpressionAttributeNames": {"#state": "state", "#version": "version"},
+                "ExpressionAttributeValues": {":expected": {"S": read.state.value},
+                                              ":version": {"N": str(read.version)}},
             }
         }]
         if claim.instance_id:
@@ -107,12 +114,13 @@ class DynamoStateStore:
             self._db.transact_write_items(TransactItems=writes)
         except ClientError as error:
             if _code(error) == "TransactionCanceledException":
-                raise StaleClaim(f"claim {claim.id} moved on from {expected} while we wrote it") from error
+                raise StaleClaim(f"claim {claim.id} changed since version {read.version} while we wrote it") from error
             raise
 
     def _claim_item(self, claim: NodeClaim) -> dict[str, Any]:
         item = self._key(f"CLAIM#{claim.id}") | {
             "state": {"S": claim.state.value},
+            "version": {"N": str(claim.version)},
             "pool": {"S": claim.pool},
             "claim": {"S": claim.model_dump_json()},
         }

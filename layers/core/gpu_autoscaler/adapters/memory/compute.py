@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
-from gpu_autoscaler.models.fleet import FleetError, FleetResult, LaunchedInstance
+from gpu_autoscaler.models.fleet import FleetError, FleetResult, LaunchedInstance, OwnedInstance
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ class MemoryInstance:
     launched_at: datetime | None = None
     user_data: str = ""
     claim_id: str | None = None
+    reservation_id: str | None = None
 
 
 @dataclass
@@ -99,9 +100,11 @@ class MemoryCompute:
         lifecycle = "spot" if request.capacity_type == "spot" else "on-demand"
         capacity_type = launched_capacity_type(request.capacity_type, lifecycle)
         claim = request.claim_ids[0] if len(request.claim_ids) == 1 else None
+        reservation = request.reservation.reservation_ids[0] if request.reservation is not None else None
         self.instances[instance_id] = MemoryInstance(
             instance_id, override.instance_type, override.zone, capacity_type, dict(request.tags),
             launched_at=self.clock.now() if self.clock else None, user_data=user_data, claim_id=claim,
+            reservation_id=reservation,
         )
         return LaunchedInstance(instance_id=instance_id, instance_type=override.instance_type, zone=override.zone,
                                 capacity_type=capacity_type, subnet_id=override.subnet_id, lifecycle=lifecycle,
@@ -123,6 +126,14 @@ class MemoryCompute:
             instance.state = "terminated"
             done.append(instance_id)
         return done
+
+    def owned_instances(self) -> list[OwnedInstance]:
+        return [
+            OwnedInstance(instance_id=i.instance_id, state=i.state, launched_at=i.launched_at,
+                          claim_id=i.tags.get(TAG_CLAIM) or i.claim_id, capacity_reservation_id=i.reservation_id)
+            for i in self.instances.values()
+            if i.tags.get(TAG_CLUSTER) == self.cluster
+        ]
 
     def add_foreign(self, instance_type: str, zone: str, tags: dict[str, str] | None = None) -> str:
         """An instance someone else launched (without our ownership tag, unless `tags` says otherwise)."""

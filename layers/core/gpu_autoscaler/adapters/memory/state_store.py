@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["MemoryStateStore", "apply_transition"]
+__all__ = ["MemoryStateStore", "apply_transition", "apply_update", "check_version"]
 
 
 def apply_transition(stored: NodeClaim, expected: ClaimState, to: ClaimState, now: datetime, reason: str,
                      changes: dict[str, object]) -> NodeClaim:
     """The one definition of a lifecycle step, shared by both stores: checked against the stored state and
-    the allowed transitions, recorded in the claim's history."""
+    the allowed transitions, recorded in the claim's history, the version bumped."""
     if stored.state is not expected:
         raise StaleClaim(f"claim {stored.id} is {stored.state}, not {expected}")
     if to not in ALLOWED_TRANSITIONS[stored.state]:
@@ -35,7 +35,23 @@ def apply_transition(stored: NodeClaim, expected: ClaimState, to: ClaimState, no
         "updated_at": now,
         "reason": reason or stored.reason,
         "history": (*stored.history, StateTransition(state=to, at=now, reason=reason)),
+        "version": stored.version + 1,
     })
+
+
+def check_version(stored: NodeClaim, claim: NodeClaim) -> None:
+    """The write is based on `claim`; it stands only if nothing was written since `claim` was read."""
+    if stored.version != claim.version:
+        raise StaleClaim(f"claim {claim.id} is at version {stored.version}, the copy written from is at "
+                         f"{claim.version}: it changed since it was read")
+
+
+def apply_update(stored: NodeClaim, claim: NodeClaim, now: datetime, changes: dict[str, object]) -> NodeClaim:
+    """The one definition of a field update (not of the state), shared by both stores."""
+    if stored.state is not claim.state:
+        raise StaleClaim(f"claim {claim.id} is {stored.state}, not {claim.state}")
+    check_version(stored, claim)
+    return stored.model_copy(update={**changes, "updated_at": now, "version": stored.version + 1})
 
 
 class MemoryStateStore:
@@ -69,15 +85,14 @@ class MemoryStateStore:
         return [c for c in self._claims.values() if wanted is None or c.state in wanted]
 
     def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
-        moved = apply_transition(self._current(claim), claim.state, to, self.clock.now(), reason, changes)
+        stored = self._current(claim)
+        moved = apply_transition(stored, claim.state, to, self.clock.now(), reason, changes)
+        check_version(stored, claim)
         self._store(moved)
         return moved
 
     def update_claim(self, claim: NodeClaim, **changes: object) -> NodeClaim:
-        stored = self._current(claim)
-        if stored.state is not claim.state:
-            raise StaleClaim(f"claim {claim.id} is {stored.state}, not {claim.state}")
-        updated = stored.model_copy(update={**changes, "updated_at": self.clock.now()})
+        updated = apply_update(self._current(claim), claim, self.clock.now(), changes)
         self._store(updated)
         return updated
 

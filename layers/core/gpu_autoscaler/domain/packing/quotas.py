@@ -1,10 +1,15 @@
 """vCPU service quotas and pool limits: budgets a plan must stay within, counting what is already live.
 
-EC2 limits running vCPUs per instance class and purchase option: "Running On-Demand G and VT instances",
-"All P Spot Instance Requests" and so on. A quota is keyed here as `<group>/<capacity type>` (`g/spot`,
-`p/on-demand`), the group being the Service Quotas class of the type (`g` for g*, gr* and vt*; `p` for
-p*); `<family>/<capacity type>` (`p5/on-demand`) narrows a budget to one family and is checked as well.
-Instances launched into a capacity reservation count against the On-Demand quota.
+EC2 limits running vCPUs per instance class and purchase option (EC2 User Guide, "On-Demand Instance quotas"
+and "Spot Instance quotas"): "Running On-Demand G and VT instances", "Running On-Demand P instances" (every P
+family), "All G and VT Spot Instance Requests", "All P4, P3 and P2 Spot Instance Requests", "All P5 Spot
+Instance Requests". A quota is keyed here as `<group>/<capacity type>` (`g/spot`, `p/on-demand`, `p5/spot`), the
+group being the class CloudWatch's `AWS/Usage` metrics name (`G/Spot`, `P/OnDemand`, `P5/Spot`): `g` for g*, gr*
+and vt*; `p` for p* except that Spot P5 types (p5, p5e, p5en) are `p5`. `<family>/<capacity type>`
+(`p4d/on-demand`) narrows a budget to one family and is checked as well (for the p5 family it is the P5 class
+key itself). Spot types of later P generations have no quota of their own in that list: they get a class of
+their own (`p6/spot`), unknown unless configured, and EC2's own refusal (`MaxSpotInstanceCountExceeded`, a
+capacity error) is the backstop. Instances launched into a capacity reservation count against On-Demand.
 
 A claim that is not launched yet may become any of its candidates, so it is charged the most any of them
 would take: the largest vCPU count per quota key, the most GPUs and the highest price for pool limits.
@@ -34,26 +39,35 @@ QUOTA_CODES: dict[str, str] = {
     "p/on-demand": "L-417A185B",
     "g/spot": "L-3819A6DF",
     "p/spot": "L-7212CCBC",
+    "p5/spot": "L-C4BD4855",
 }
 """Service Quotas codes (service `ec2`) of the vCPU quotas GPU instances count against."""
 
 _GROUPS = (("vt", "g"), ("gr", "g"), ("g", "g"), ("p", "p"), ("dl", "dl"), ("inf", "inf"), ("trn", "trn"))
 _LETTERS = re.compile(r"^[a-z]+")
+_GENERATION = re.compile(r"^p(\d+)")
 
 
-def quota_group(instance_type: InstanceType) -> str:
+def quota_group(instance_type: InstanceType, capacity_type: CapacityType = "on-demand") -> str:
     letters = _LETTERS.match(instance_type.name)
     prefix = letters.group(0) if letters else instance_type.name
     for start, group in _GROUPS:
         if prefix.startswith(start):
-            return group
+            return _spot_p_class(instance_type) if group == "p" and capacity_type == "spot" else group
     return "standard"
+
+
+def _spot_p_class(instance_type: InstanceType) -> str:
+    """`p` for P2-P4 ("All P4, P3 and P2 Spot Instance Requests"), `p5` for P5, `p<n>` for a later generation."""
+    generation = _GENERATION.match(instance_type.name)
+    number = int(generation.group(1)) if generation else 0
+    return "p" if number <= 4 else f"p{number}"
 
 
 def quota_keys(instance_type: InstanceType, capacity_type: CapacityType) -> tuple[str, str]:
     """(group key, family key) of the quotas an instance of this type and capacity type counts against."""
     purchase = "on-demand" if capacity_type == "reserved" else capacity_type
-    return f"{quota_group(instance_type)}/{purchase}", f"{instance_type.family}/{purchase}"
+    return f"{quota_group(instance_type, purchase)}/{purchase}", f"{instance_type.family}/{purchase}"
 
 
 class VcpuLedger:

@@ -1,0 +1,49 @@
+"""How a function retries a claim write another function got in first with (`StaleClaim`).
+
+Every conditional write of a claim (`StateStore.transition`, `update_claim`) stands only on the version it was
+read at. When it loses, the caller follows one of two policies, each chosen where it is called:
+
+- **Retry** (`write_fresh`): the change still makes sense on whatever the other writer did, so read again, check
+  the claim is still in a state the change applies to, recompute the change from the fresh copy and write again,
+  up to `WRITE_ATTEMPTS` times. Used where losing would lose work or capacity: the fleet recording a launch
+  attempt, an instance launched, a claim that cannot launch; the packer adding pods to a claim in flight; the
+  fleet ending a claim (`FleetService.terminate`); a notice or drain moving a claim to Draining.
+- **Give up** (catch `StaleClaim`, log, move on): the change was decided from a picture that is now outdated, and
+  the next tick decides again from a fresh one. Used by consolidation (its disruption marks and `emptySince`),
+  reconcile (Registered: next minute), prewarm (warm holds: next tick).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.errors import StaleClaim
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.ports import StateStore
+
+__all__ = ["WRITE_ATTEMPTS", "write_fresh"]
+
+WRITE_ATTEMPTS = 3
+"""Writers of one claim are few (packer, fleet, reconcile, a notice, a drain): three reads settle any race."""
+
+
+def write_fresh(store: StateStore, claim: NodeClaim, write: Callable[[NodeClaim], NodeClaim],
+                still: Callable[[NodeClaim], bool]) -> NodeClaim:
+    """`write(copy)` from `claim`, then, after each conflict, from a fresh copy for which `still(copy)` holds.
+
+    Raises `StaleClaim` when the claim is gone, no longer `still` what the write applies to, or keeps changing.
+    """
+    current = claim
+    for _ in range(WRITE_ATTEMPTS):
+        try:
+            return write(current)
+        except StaleClaim:
+            fresh = store.get_claim(claim.id)
+            if fresh is None or not still(fresh):
+                raise
+            current = fresh
+    raise StaleClaim(f"claim {claim.id} kept changing under {WRITE_ATTEMPTS} writes")

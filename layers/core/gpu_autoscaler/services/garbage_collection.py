@@ -1,0 +1,90 @@
+"""The garbage collector, run by reconcile on the consolidation schedule (rate(1 minute)).
+
+One DescribeInstances listing of the cluster's owned instances (tag `gpu-autoscaler/cluster`), then the claims;
+`domain.garbage_collection` decides, this acts:
+
+- a leaked instance (no live claim, older than `timeouts.garbageCollectionGrace`) is terminated (IAM lets this
+  function terminate only what carries the ownership tag) and its Node, if it joined, deleted;
+- a live claim whose instance is gone is closed through the fleet's one termination path (claim Terminated, its
+  pods released for the packer), and its Node deleted.
+
+Safe to repeat: termination is idempotent and the claim writes are conditional.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.domain.garbage_collection import collect
+from gpu_autoscaler.errors import NodeNotFound, StaleClaim
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.models.cluster import ClusterNode
+    from gpu_autoscaler.ports import ClusterAPI, Compute, OwnedInstances, StateStore
+    from gpu_autoscaler.services.drain import FleetTermination
+
+__all__ = ["CollectionOutcome", "GarbageCollector"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectionOutcome:
+    terminated: list[str] = field(default_factory=list)
+    """Leaked instance ids terminated."""
+    closed: list[str] = field(default_factory=list)
+    """Claim ids closed because their instance is gone."""
+
+    def summary(self) -> dict[str, Any]:
+        return {"terminatedInstances": self.terminated, "closedClaims": self.closed}
+
+
+class GarbageCollector:
+    def __init__(self, config: Config, store: StateStore, inventory: OwnedInstances, compute: Compute,
+                 fleet: FleetTermination, cluster: ClusterAPI, *, clock: Clock) -> None:
+        self.config = config
+        self.store = store
+        self.inventory = inventory
+        self.compute = compute
+        self.fleet = fleet
+        self.cluster = cluster
+        self.clock = clock
+
+    def run(self, nodes: Sequence[ClusterNode]) -> CollectionOutcome:
+        instances = self.inventory.owned_instances()  # the cloud first, then the claims (see the domain module)
+        claims = self.store.list_claims()
+        decision = collect(instances, claims, self.clock.now(), self.config.timeouts.garbage_collection_grace)
+        outcome = CollectionOutcome()
+        node_of = {n.instance_id: n for n in nodes if n.instance_id}
+        if decision.leaked:
+            ids = [i.instance_id for i in decision.leaked]
+            outcome.terminated = self.compute.terminate(ids)
+            for instance_id in ids:
+                logger.warning("instance %s has no live claim: %s", instance_id,
+                               "terminated" if instance_id in outcome.terminated else "termination not confirmed")
+            for instance_id in outcome.terminated:
+                self._delete_node(node_of.get(instance_id))
+        for claim in decision.gone:
+            try:
+                self.fleet.terminate(claim, f"instance {claim.instance_id} is gone (garbage collection)")
+            except StaleClaim:
+                logger.info("claim %s changed while being closed; looked at again next tick", claim.id)
+                continue
+            outcome.closed.append(claim.id)
+            self._delete_node(node_of.get(claim.instance_id or ""))
+            logger.warning("claim %s closed: its instance %s is gone", claim.id, claim.instance_id)
+        return outcome
+
+    def _delete_node(self, node: ClusterNode | None) -> None:
+        if node is None:
+            return
+        try:
+            self.cluster.delete_node(node.name)
+        except NodeNotFound:
+            pass

@@ -1,0 +1,79 @@
+"""The garbage collector: owned instances without a live claim terminated after the grace, claims whose instance
+is gone closed; nothing younger than the grace touched (EC2's eventual consistency, launches being recorded)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
+from gpu_autoscaler.adapters.memory.compute import MemoryCompute, MemoryInstance
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.domain.garbage_collection import collect
+from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.fleet import OwnedInstance
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
+from gpu_autoscaler.services.fleet import FleetService
+from gpu_autoscaler.services.garbage_collection import GarbageCollector
+from tests.conftest import example_config_data
+from tests.unit.drain.builders import NOW, make_claim, make_node
+
+GRACE = timedelta(minutes=5)
+
+
+def owned(instance_id: str, age: timedelta, state: str = "running", claim: str | None = None) -> OwnedInstance:
+    return OwnedInstance(instance_id=instance_id, state=state, launched_at=NOW - age, claim_id=claim)
+
+
+def test_an_old_instance_without_a_live_claim_is_a_leak_and_a_young_one_is_not_yet() -> None:
+    claims = [make_claim(id="c-1", instance_id="i-live"),
+              make_claim(id="c-2", instance_id="i-closed", state=ClaimState.TERMINATED),
+              make_claim(id="c-3", instance_id=None, state=ClaimState.PENDING)]
+    instances = [owned("i-live", timedelta(hours=1)), owned("i-closed", timedelta(hours=1)),
+                 owned("i-young", timedelta(seconds=30)), owned("i-launching", timedelta(hours=1), claim="c-3"),
+                 owned("i-ending", timedelta(hours=1), state="shutting-down")]
+    decision = collect(instances, claims, NOW, GRACE)
+    assert [i.instance_id for i in decision.leaked] == ["i-closed"]
+    assert decision.gone == []
+
+
+def test_a_claim_whose_instance_is_gone_is_closed_after_the_grace() -> None:
+    launched = make_claim(id="c-new", instance_id="i-new", state=ClaimState.LAUNCHED, created_at=NOW)
+    claims = [make_claim(id="c-1", instance_id="i-vanished"),
+              make_claim(id="c-2", instance_id="i-terminated"),
+              launched]  # no Launched step in its history: created now, not shown by EC2 yet
+    instances = [owned("i-terminated", timedelta(hours=1), state="terminated")]
+    decision = collect(instances, claims, NOW, GRACE)
+    assert sorted(c.id for c in decision.gone) == ["c-1", "c-2"]
+
+
+def test_the_collector_terminates_leaks_and_closes_claims_through_the_fleet() -> None:
+    config = parse_config(example_config_data())
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    compute = MemoryCompute("ml-prod", clock)
+    tags = {TAG_CLUSTER: "ml-prod"}
+    compute.instances["i-leak"] = MemoryInstance("i-leak", "g6.xlarge", "us-east-1a", "spot",
+                                                 {**tags, TAG_CLAIM: "c-old"}, launched_at=NOW - timedelta(hours=2))
+    compute.instances["i-mine"] = MemoryInstance("i-mine", "g6.xlarge", "us-east-1a", "spot", dict(tags),
+                                                 launched_at=NOW - timedelta(hours=2))
+    foreign = compute.add_foreign("g6.xlarge", "us-east-1a")
+    store.create_claim(make_claim(id="c-old", instance_id="i-leak", state=ClaimState.TERMINATED))
+    store.create_claim(make_claim(id="c-mine", instance_id="i-mine"))
+    store.create_claim(make_claim(id="c-lost", instance_id="i-lost", pods=("pod-a",), node_name="node-lost"))
+    store.assign_pods("c-lost", ["pod-a"], timedelta(minutes=30))
+    cluster = MemoryCluster([make_node("node-leak", "i-leak"), make_node("node-lost", "i-lost"),
+                             make_node("node-mine", "i-mine")])
+    fleet = FleetService(config, store, compute, clock=clock)
+    collector = GarbageCollector(config, store, compute, compute, fleet, cluster, clock=clock)
+
+    outcome = collector.run(cluster.list_nodes())
+    assert outcome.terminated == ["i-leak"] and outcome.closed == ["c-lost"]
+    assert compute.instances["i-leak"].state == "terminated"
+    assert compute.instances["i-mine"].state == "running" and compute.instances[foreign].state == "running"
+    lost = store.get_claim("c-lost")
+    assert lost is not None and lost.state is ClaimState.TERMINATED and "gone" in lost.reason
+    assert store.assignments(["pod-a"]) == {}
+    assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
+    assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": []}
