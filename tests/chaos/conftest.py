@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import os
 import random
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.chaos.rig import running_rig
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.chaos.rig import ChaosRig
 
 SOAK = os.environ.get("GPU_AUTOSCALER_CHAOS_SOAK", "") not in ("", "0", "false")
 
@@ -26,3 +34,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/chaos/" in str(item.fspath):
             item.add_marker(pytest.mark.chaos)
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def rig() -> Iterator[ChaosRig]:
+    """One running emulator for the suite (starting one costs ~15 s); every scenario gives everything back."""
+    with running_rig() as running:
+        yield running

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -72,6 +73,13 @@ class CrashPlan:
     trace: list[tuple[str, str]] = field(default_factory=list)
     """(function, call) of every mutating call, in order: what a clean run does, to choose points from."""
     crashed: list[CrashAt] = field(default_factory=list)
+    duplicate_rate: float = 0.0
+    """Share of the messages sent to a queue (by any function or the agent) that SQS delivers twice; the copy
+    is delayed up to `max_delay` seconds, so it may arrive after later messages (standard queues: at least once,
+    in no particular order; a FIFO copy is a re-send under a new deduplication id)."""
+    max_delay: int = 3
+    seed: int = 0
+    duplicated: Counter[str] = field(default_factory=Counter)
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -87,7 +95,11 @@ class CrashPlan:
 
         def make_api_call(client: Any, operation: str, params: Any) -> Any:
             call = f"{client.meta.service_model.endpoint_prefix}.{operation}"
-            return plan._through(call, lambda: original_call(client, operation, params))
+            result = plan._through(call, lambda: original_call(client, operation, params))
+            copy = plan._duplicate(call, params)
+            if copy is not None:
+                original_call(client, operation, copy)
+            return result
 
         def call_api(api: Any, *args: Any, **kwargs: Any) -> Any:
             verb = next((a for a in args[:2] if isinstance(a, str) and a.upper() in _VERBS), "CALL")
@@ -112,6 +124,29 @@ class CrashPlan:
             botocore.client.BaseClient._make_api_call = original_call  # type: ignore[method-assign]
             kube_api_client.ApiClient.call_api = original_kube  # type: ignore[method-assign]
             del host.invoke
+
+    def _duplicate(self, call: str, params: Any) -> dict[str, Any] | None:
+        if call != "sqs.SendMessage" or self.duplicate_rate <= 0:
+            return None
+        with self._lock:
+            rng = self._rng
+            if rng.random() >= self.duplicate_rate:
+                return None
+            delay = rng.randint(0, self.max_delay)
+            queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
+            self.duplicated[queue] += 1
+        copy = dict(params)
+        if queue.endswith(".fifo"):
+            copy["MessageDeduplicationId"] = f"dup-{self.duplicated[queue]}-{params.get('MessageDeduplicationId', '')}"[:128]
+        else:
+            copy["DelaySeconds"] = max(int(params.get("DelaySeconds", 0)), delay)
+        return copy
+
+    @property
+    def _rng(self) -> random.Random:
+        if not hasattr(self, "_random"):
+            self._random = random.Random(self.seed)
+        return self._random
 
     # ---- one call ---------------------------------------------------------------------------------------
 

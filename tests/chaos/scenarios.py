@@ -103,3 +103,70 @@ def crash_lifecycle(rig: ChaosRig, points: list[CrashAt], prefix: str) -> tuple[
         result = lifecycle(rig, prefix=prefix)
     result.crashed = [str(p) for p in plan.crashed]
     return result, plan
+
+
+def duplicate_lifecycle(rig: ChaosRig, seed: int, prefix: str) -> tuple[LifecycleResult, CrashPlan]:
+    """Scenario 4: every message to every queue delivered twice, the copy up to 3 s late (out of order)."""
+    plan = CrashPlan(duplicate_rate=1.0, seed=seed)
+    with plan.install(rig.pipeline.host):
+        result = lifecycle(rig, prefix=prefix)
+    return result, plan
+
+
+def interruption_storm(rig: ChaosRig, *, warnings: int = 5, prefix: str = "storm") -> LifecycleResult:
+    """Scenario 4: for one instance, a rebalance recommendation, the same Spot warning `warnings` times, then
+    EC2 reclaims it (the state-change notifications follow), all within seconds; every pod back, one
+    replacement."""
+    result = LifecycleResult(Report())
+    rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(3)])
+    result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
+    _settle(rig, result)
+    used = {p.spec.node_name for p in rig.pods()}
+    nodes = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+    victim = next(i["InstanceId"] for i in rig.instances("running") if nodes.get(i["InstanceId"]) in used)
+    began = time.monotonic()
+    rig.put_event("EC2 Instance Rebalance Recommendation", victim)
+    for _ in range(warnings):
+        rig.put_event("EC2 Spot Instance Interruption Warning", victim, {"instance-action": "terminate"})
+        time.sleep(0.3)
+    rig.ec2.terminate_instances(InstanceIds=[victim])  # EC2 reclaims it; the watcher puts the state changes
+    rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound again")
+    result.seconds["replaced"] = time.monotonic() - began
+    _settle(rig, result)
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
+    _settle(rig, result)
+    return result
+
+
+@dataclass
+class ThrottleResult:
+    report: Report
+    pods: int
+    seen: int
+    refused: int
+    seconds_to_bound: float
+    dead_letters: int
+
+
+def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, seconds: float = 20.0, seed: int = 0,
+                     prefix: str = "thr") -> ThrottleResult:
+    """Scenario 1: EC2 answers RequestLimitExceeded to `rate` of its calls for `seconds` (the issue's two minutes,
+    scaled down with the emulator's clock) while `pods` GPU pods arrive; then every pod must be bound."""
+    from gpu_autoscaler.emulator.strict.faults import throttling
+
+    began = time.monotonic()
+    with throttling(rate, seed) as rule:
+        rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(pods)])
+        time.sleep(max(0.0, seconds - (time.monotonic() - began)))
+    rig.wait(rig.all_bound, 180.0, f"all {pods} pods to be bound after the throttling")
+    bound = time.monotonic() - began
+    result = LifecycleResult(Report())
+    _settle(rig, result)
+    letters, placed = result.report.dead_letters, result.report.bound
+    if placed != pods:
+        result.report.violations.append(f"{placed} of {pods} pods bound once settled")
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), 120.0, "the capacity to be given back")
+    _settle(rig, result)
+    return ThrottleResult(result.report, pods, rule.seen, rule.refused, bound, letters)

@@ -17,19 +17,11 @@ import pytest
 
 from tests.chaos.conftest import seeds
 from tests.chaos.faults import CrashPlan
-from tests.chaos.rig import gpu_pod, running_rig
+from tests.chaos.rig import gpu_pod
 from tests.chaos.scenarios import CONSOLIDATION_MARKED_NOT_SENT, CRASH_POINTS, crash_lifecycle, crash_points_for
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from tests.chaos.rig import ChaosRig
-
-
-@pytest.fixture(scope="module")
-def rig() -> Iterator[ChaosRig]:
-    with running_rig() as running:
-        yield running
 
 
 @pytest.mark.parametrize("seed", seeds(0, extra=2))
