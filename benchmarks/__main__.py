@@ -19,6 +19,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                          "Alibaba GPU trace: warm hits, waits and idle GPU-hours for none / windows / predictive"),
     "simulation": ("benchmarks.simulation.replay",
                    "the whole Alibaba GPU trace, four policies, through the simulator: time vs 60 s, the table"),
+    "chaos": ("benchmarks.chaos.figures",
+              "fault injection on the running emulator (crashes, duplicates, Spot storms, throttling): times, invariants"),
 }
 
 

@@ -64,6 +64,18 @@ class CrashAt:
         return f"{self.function} {'after' if self.after else 'before'} {self.call} #{self.occurrence}"
 
 
+@dataclass(frozen=True)
+class HoldAt:
+    """Stop `function` right after its `occurrence`-th `call` until another invocation makes `until` (a
+    `(function, call)`), or `timeout` passes: two writers of one claim forced to overlap."""
+
+    function: str
+    call: str
+    until: tuple[str, str]
+    occurrence: int = 1
+    timeout: float = 20.0
+
+
 @dataclass
 class CrashPlan:
     """Crash points, the calls seen per function, and the crashes that happened."""
@@ -80,6 +92,12 @@ class CrashPlan:
     max_delay: int = 3
     seed: int = 0
     duplicated: Counter[str] = field(default_factory=Counter)
+    duplicate_queues: frozenset[str] | None = None
+    """Only these queues' messages are duplicated (their logical names: `launch`...); None: every queue."""
+    holds: list[HoldAt] = field(default_factory=list)
+    released: list[tuple[HoldAt, bool]] = field(default_factory=list)
+    """Each hold that happened, and whether the other writer came (False: it timed out)."""
+    _waiting: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -115,13 +133,13 @@ class CrashPlan:
                 return dataclasses.replace(invocation, error=f"Crash: {dead}", failures=invocation.records)
             return invocation
 
-        botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
+        botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[attr-defined]
         kube_api_client.ApiClient.call_api = call_api  # type: ignore[method-assign]
         host.invoke = invoke  # type: ignore[method-assign]
         try:
             yield
         finally:
-            botocore.client.BaseClient._make_api_call = original_call  # type: ignore[method-assign]
+            botocore.client.BaseClient._make_api_call = original_call  # type: ignore[attr-defined]
             kube_api_client.ApiClient.call_api = original_kube  # type: ignore[method-assign]
             del host.invoke
 
@@ -134,10 +152,14 @@ class CrashPlan:
                 return None
             delay = rng.randint(0, self.max_delay)
             queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
+            logical = queue.removesuffix(".fifo").rsplit("-gpu-autoscaler-", 1)[-1]
+            if self.duplicate_queues is not None and logical not in self.duplicate_queues:
+                return None
             self.duplicated[queue] += 1
         copy = dict(params)
         if queue.endswith(".fifo"):
-            copy["MessageDeduplicationId"] = f"dup-{self.duplicated[queue]}-{params.get('MessageDeduplicationId', '')}"[:128]
+            original = params.get("MessageDeduplicationId", "")
+            copy["MessageDeduplicationId"] = f"dup-{self.duplicated[queue]}-{original}"[:128]
         else:
             copy["DelaySeconds"] = max(int(params.get("DelaySeconds", 0)), delay)
         return copy
@@ -162,7 +184,30 @@ class CrashPlan:
         result = proceed()
         if point is not None:
             self._die(point)
+        self._hold(function, call)
         return result
+
+    def _hold(self, function: str, call: str) -> None:
+        with self._lock:
+            event = self._waiting.pop((function, call), None)
+            if event is not None and getattr(self._local, "holding", None) is not event:
+                event.set()  # the other writer came
+            else:
+                if event is not None:
+                    self._waiting[(function, call)] = event
+                hold: HoldAt | None = next((h for h in self.holds if h.function == function and h.call == call
+                             and h.occurrence == self.calls[(function, call)]), None)
+                if hold is None:
+                    return
+                self.holds.remove(hold)
+                event = threading.Event()
+                self._waiting[hold.until] = event
+                self._local.holding = event
+        assert hold is not None
+        came = event.wait(hold.timeout)
+        self._local.holding = None
+        with self._lock:
+            self.released.append((hold, came))
 
     def _point(self, function: str, call: str) -> CrashAt | None:
         with self._lock:

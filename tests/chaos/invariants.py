@@ -121,14 +121,7 @@ def _capacity(rig: ChaosRig, report: Report) -> None:
         if claim.state in (ClaimState.LAUNCHED, ClaimState.REGISTERED) and claim.instance_id not in running:
             report.violations.append(f"claim {claim.id} ({claim.state.value}) has no running instance "
                                      f"({claim.instance_id})")
-    ever: dict[str, set[str]] = defaultdict(set)
-    for instance in rig.instances():
-        claim_id = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}.get(TAG_CLAIM)
-        if claim_id:
-            ever[claim_id].add(instance["InstanceId"])
-    for claim_id, ids in ever.items():
-        if len(ids) > 1:
-            report.violations.append(f"claim {claim_id} was launched {len(ids)} times: {', '.join(sorted(ids))}")
+    _launched_once(rig, report)
     covering: dict[str, list[str]] = defaultdict(list)
     for claim in live.values():
         if claim.state in PROVISIONING:
@@ -137,6 +130,19 @@ def _capacity(rig: ChaosRig, report: Report) -> None:
     for uid, ids in covering.items():
         if len(ids) > 1:
             report.violations.append(f"pod {uid} is provisioned twice: claims {', '.join(sorted(ids))}")
+
+
+def _launched_once(rig: ChaosRig, report: Report) -> None:
+    ever: dict[str, set[str]] = defaultdict(set)
+    for instance in rig.instances():
+        if instance["LaunchTime"] < rig.since:
+            continue  # another scenario's (EC2 keeps listing terminated instances)
+        claim_id = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}.get(TAG_CLAIM)
+        if claim_id:
+            ever[claim_id].add(instance["InstanceId"])
+    for claim_id, ids in ever.items():
+        if len(ids) > 1:
+            report.violations.append(f"claim {claim_id} was launched {len(ids)} times: {', '.join(sorted(ids))}")
 
 
 def _dead_letters(rig: ChaosRig, records: list[dict[str, Any]], report: Report) -> None:

@@ -51,7 +51,8 @@ def chaos_config(*, consolidate_after: str = "2s") -> Any:
     return parse_config(data)
 
 
-def gpu_pod(name: str, *, gpus: int = 1, pool: str = "gpu-burst", cpu: str = "4", memory: str = "24Gi") -> dict[str, Any]:
+def gpu_pod(name: str, *, gpus: int = 1, pool: str = "gpu-burst", cpu: str = "4",
+            memory: str = "24Gi") -> dict[str, Any]:
     """A plain GPU pod for one pool (it selects the pool and tolerates its taint)."""
     taint_key = "gpu-autoscaler/shared" if pool == "gpu-shared" else "nvidia.com/gpu"
     return {
@@ -80,6 +81,12 @@ class ChaosRig:
         self.sqs = self.aws.clients.client("sqs")
         self.events = self.aws.clients.client("events")
         self.wanted: dict[str, dict[str, Any]] = {}
+        self.since = now().replace(microsecond=0)
+        """Start of the current scenario: the checker looks at the instances launched since."""
+
+    def begin(self) -> None:
+        """A new scenario: what earlier ones launched is theirs (EC2's LaunchTime has whole seconds)."""
+        self.since = now().replace(microsecond=0)
 
     # ---- acting ---------------------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
     """Pods arrive and bind; a Spot warning takes one node (drained, replaced, pods back); the pods are deleted
     and consolidation gives everything back. The invariants are checked after each phase's work settled."""
     result = LifecycleResult(Report())
+    rig.begin()
     began = time.monotonic()
     rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(pods)])
     result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
@@ -61,8 +62,8 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
     return result
 
 
-def _settle(rig: ChaosRig, result: LifecycleResult) -> None:
-    rig.wait(rig.settled, SETTLE_TIMEOUT, "the queues to drain")
+def _settle(rig: ChaosRig, result: LifecycleResult, timeout: float = SETTLE_TIMEOUT) -> None:
+    rig.wait(rig.settled, timeout, "the queues to drain")
     report = wait_for_invariants(rig, SETTLE_TIMEOUT)
     result.report.violations += report.violations
     for name in ("pods", "bound", "released", "instances", "claims", "dead_letters"):
@@ -118,6 +119,7 @@ def interruption_storm(rig: ChaosRig, *, warnings: int = 5, prefix: str = "storm
     EC2 reclaims it (the state-change notifications follow), all within seconds; every pod back, one
     replacement."""
     result = LifecycleResult(Report())
+    rig.begin()
     rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(3)])
     result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
     _settle(rig, result)
@@ -155,6 +157,7 @@ def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, secon
     scaled down with the emulator's clock) while `pods` GPU pods arrive; then every pod must be bound."""
     from gpu_autoscaler.emulator.strict.faults import throttling
 
+    rig.begin()
     began = time.monotonic()
     with throttling(rate, seed) as rule:
         rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(pods)])
@@ -162,11 +165,32 @@ def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, secon
     rig.wait(rig.all_bound, 180.0, f"all {pods} pods to be bound after the throttling")
     bound = time.monotonic() - began
     result = LifecycleResult(Report())
-    _settle(rig, result)
+    _settle(rig, result, timeout=120.0)  # the agent's documents queued during the storm are packed one by one
     letters, placed = result.report.dead_letters, result.report.bound
     if placed != pods:
         result.report.violations.append(f"{placed} of {pods} pods bound once settled")
     rig.delete_pods()
     rig.wait(lambda: not rig.instances("pending", "running"), 120.0, "the capacity to be given back")
-    _settle(rig, result)
+    _settle(rig, result, timeout=120.0)
     return ThrottleResult(result.report, pods, rule.seen, rule.refused, bound, letters)
+
+
+def conflicting_launches(rig: ChaosRig, prefix: str = "conflict") -> tuple[LifecycleResult, CrashPlan]:
+    """Scenario 5: two fleet invocations write one claim at once. Every launch request is delivered twice;
+    the first invocation is held right after its CreateFleet until the second one writes the claim, so both
+    race to record the launch (conditional writes on the claim's version decide; the ClientToken makes the
+    second CreateFleet hand back the first's instance)."""
+    from tests.chaos.faults import HoldAt
+
+    result = LifecycleResult(Report())
+    rig.begin()
+    plan = CrashPlan(duplicate_rate=1.0, duplicate_queues=frozenset({"launch"}), max_delay=0,
+                     holds=[HoldAt("fleet", "ec2.CreateFleet", until=("fleet", "dynamodb.TransactWriteItems"))])
+    with plan.install(rig.pipeline.host):
+        rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(2)])
+        result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
+        _settle(rig, result)
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
+    _settle(rig, result)
+    return result, plan

@@ -17,6 +17,7 @@ import pytest
 
 from tests.chaos.conftest import seeds
 from tests.chaos.faults import CrashPlan
+from tests.chaos.invariants import wait_for_invariants
 from tests.chaos.rig import gpu_pod
 from tests.chaos.scenarios import CONSOLIDATION_MARKED_NOT_SENT, CRASH_POINTS, crash_lifecycle, crash_points_for
 
@@ -41,10 +42,17 @@ def test_a_crash_at_each_point_is_redelivered_and_done_exactly_once(rig: ChaosRi
 def test_consolidation_dying_between_its_mark_and_the_drain_gives_the_node_back_on_the_next_tick(
     rig: ChaosRig,
 ) -> None:
+    rig.begin()
     plan = CrashPlan(points=[CONSOLIDATION_MARKED_NOT_SENT])
-    with plan.install(rig.pipeline.host):
-        rig.create_pods([gpu_pod("marked-0")])
-        rig.wait(rig.all_bound, 60, "the pod to be bound")
-        rig.delete_pods()
-        rig.wait(lambda: bool(plan.crashed), 30, "consolidation to die after its mark")
-        rig.wait(lambda: not rig.instances("pending", "running"), 20, "the node to be given back by a later tick")
+    try:
+        with plan.install(rig.pipeline.host):
+            rig.create_pods([gpu_pod("marked-0")])
+            rig.wait(rig.all_bound, 60, "the pod to be bound")
+            rig.delete_pods()
+            rig.wait(lambda: bool(plan.crashed), 30, "consolidation to die after its mark")
+            rig.wait(lambda: not rig.instances("pending", "running"), 12, "the node to be given back by a later tick")
+    finally:  # what the stall left: EC2 takes it back, the collector closes its claim
+        left = [i["InstanceId"] for i in rig.instances("pending", "running")]
+        if left:
+            rig.ec2.terminate_instances(InstanceIds=left)
+        rig.wait(lambda: wait_for_invariants(rig, 0).ok, 60, "the leftovers to be collected")

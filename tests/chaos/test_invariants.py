@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 def test_an_owned_instance_without_a_claim_launched_twice_is_reported(rig: ChaosRig) -> None:
+    rig.begin()
     image = rig.aws.config.ami.x86_64
     tags = [{"Key": TAG_CLUSTER, "Value": rig.aws.config.cluster_name}, {"Key": TAG_CLAIM, "Value": "nc-planted"}]
     planted = [i["InstanceId"] for i in rig.ec2.run_instances(
@@ -21,6 +22,7 @@ def test_an_owned_instance_without_a_claim_launched_twice_is_reported(rig: Chaos
         report = check_invariants(rig)
     finally:
         rig.ec2.terminate_instances(InstanceIds=planted)
+        rig.begin()
 
     assert not report.ok
     text = "\n".join(report.violations)
