@@ -135,7 +135,7 @@ def _capacity(rig: ChaosRig, report: Report) -> None:
 def _launched_once(rig: ChaosRig, report: Report) -> None:
     ever: dict[str, set[str]] = defaultdict(set)
     for instance in rig.instances():
-        if instance["LaunchTime"] < rig.since:
+        if instance["InstanceId"] in rig.earlier_instances:
             continue  # another scenario's (EC2 keeps listing terminated instances)
         claim_id = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}.get(TAG_CLAIM)
         if claim_id:
@@ -146,7 +146,7 @@ def _launched_once(rig: ChaosRig, report: Report) -> None:
 
 
 def _dead_letters(rig: ChaosRig, records: list[dict[str, Any]], report: Report) -> None:
-    letters = rig.pipeline.dead_letters()
+    letters = [d for d in rig.pipeline.dead_letters() if d.message_id not in rig.earlier_letters]
     report.dead_letters = len(letters)
     explained = [json.dumps(r) for r in records if r.get("level") in ("ERROR", "WARNING", "CRITICAL")]
     for letter in letters:

@@ -32,8 +32,10 @@ __all__ = ["NAMESPACE", "SPEED", "ChaosRig", "chaos_config", "gpu_pod", "running
 NAMESPACE = "chaos"
 SPEED = 30.0
 """Rate schedules 30× faster (consolidate every 2 s); nodes join 1.5 s after launch."""
-VISIBILITY_TIMEOUT = 2
-"""Seconds before a failed message is delivered again (the stack's are minutes)."""
+VISIBILITY_TIMEOUT = 10
+"""Seconds before a failed message is delivered again (the stack's are minutes). Not less: on a loaded machine an
+invocation can take seconds, and a message visible again while still being handled is received again, counting
+towards the DLQ's maxReceiveCount as it would in SQS."""
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
 
@@ -81,12 +83,14 @@ class ChaosRig:
         self.sqs = self.aws.clients.client("sqs")
         self.events = self.aws.clients.client("events")
         self.wanted: dict[str, dict[str, Any]] = {}
-        self.since = now().replace(microsecond=0)
-        """Start of the current scenario: the checker looks at the instances launched since."""
+        self.earlier_instances: set[str] = set()
+        self.earlier_letters: set[str] = set()
+        """What earlier scenarios left in EC2's listing and in the dead-letter queues: theirs, not checked again."""
 
     def begin(self) -> None:
-        """A new scenario: what earlier ones launched is theirs (EC2's LaunchTime has whole seconds)."""
-        self.since = now().replace(microsecond=0)
+        """A new scenario starts: what is there now belongs to the earlier ones."""
+        self.earlier_instances = {i["InstanceId"] for i in self.instances()}
+        self.earlier_letters = {d.message_id for d in self.pipeline.dead_letters()}
 
     # ---- acting ---------------------------------------------------------------------------------------------
 
