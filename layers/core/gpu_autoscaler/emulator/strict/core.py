@@ -119,13 +119,15 @@ def check(service: str, *actions: str) -> Callable[[Check], Check]:
     return register
 
 
-def answer(service: str, *actions: str) -> Callable[[Respond], Respond]:
+def answer(service: str, *actions: str, first: bool = False) -> Callable[[Respond], Respond]:
     """Register a stand-in for these actions: it returns an `Answer` to answer instead of moto, or None to
-    let moto answer. It may also raise `Refusal`."""
+    let moto answer. It may also raise `Refusal`. `first`: asked before the stand-ins registered so far (one
+    that wraps the others, as EC2's idempotency wraps whatever answers the request)."""
 
     def register(respond: Respond) -> Respond:
         for action in actions:
-            _answers.setdefault((service, action), []).append(respond)
+            registered = _answers.setdefault((service, action), [])
+            registered.insert(0, respond) if first else registered.append(respond)
         _services.add(service)
         return respond
 

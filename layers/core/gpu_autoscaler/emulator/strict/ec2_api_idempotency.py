@@ -8,8 +8,9 @@ refused with `IdempotentParameterMismatch`.
 
 moto launches new instances on every call, so a function that dies after CreateFleet and is retried would
 launch twice on the emulator where EC2 would hand back the first fleet's instances. This stand-in remembers,
-per account and region, each token's parameters and moto's answer. Reserved-capacity fleets are answered by
-`ec2_capacity_reservations` (registered first), not remembered here.
+per account and region, each token's parameters and the answer. It is asked before the other CreateFleet
+stand-ins (`first=True`) and, for a request with a token, answers in their place: the first time
+it asks the capacity-reservations stand-in (reserved and On-Demand fleets), else moto, and keeps what they said.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import threading
 from typing import Any
 
+from gpu_autoscaler.emulator.strict import ec2_capacity_reservations
 from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, on_reset
 
 _answered: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
@@ -30,7 +32,7 @@ def _forget() -> None:
         _answered.clear()
 
 
-@answer("ec2", "CreateFleet")
+@answer("ec2", "CreateFleet", first=True)
 def _create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
     token = request.params.get("ClientToken")
     if not token:
@@ -45,10 +47,14 @@ def _create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
                               "Arguments on this idempotent request are inconsistent with arguments used in "
                               "previous request(s).")
             return Answer(result=result)
-        status, result = request.forward()
-        if status >= 300:
-            error = result.get("Error", {})
-            raise Refusal(str(error.get("Code", "InternalError")), str(error.get("Message", "")), status)
-        result = {k: v for k, v in result.items() if k != "ResponseMetadata"}
+        found = ec2_capacity_reservations.answer_fleet(request)
+        if found is not None and found.result is not None:
+            result = found.result
+        else:
+            status, result = request.forward()
+            if status >= 300:
+                error = result.get("Error", {})
+                raise Refusal(str(error.get("Code", "InternalError")), str(error.get("Message", "")), status)
+            result = {k: v for k, v in result.items() if k != "ResponseMetadata"}
         _answered[key] = (asked, result)
     return Answer(result=result)
