@@ -22,6 +22,7 @@ from kubernetes import client as k8s
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.session import EmulatorSession
 from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.wiring import FUNCTION_WIRING
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
@@ -184,6 +185,10 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0)
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
         ) as session:
             rig = ChaosRig(session, log_path)
+            # A dead invocation's idempotency record stays in progress until its timeout: the notice's redelivery
+            # must come later, as the stack's visibility (6 × the timeout) does, or it is dead-lettered early.
+            rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("interruption"), Attributes={
+                "VisibilityTimeout": str(FUNCTION_WIRING["interruption"].timeout_seconds + 5)})
             rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
             yield rig
 

@@ -50,7 +50,7 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
         began = time.monotonic()
         rig.put_event("EC2 Spot Instance Interruption Warning", victim, {"instance-action": "terminate"})
         rig.wait(lambda: any(i["InstanceId"] == victim for i in rig.instances("terminated", "shutting-down")),
-                 STEP_TIMEOUT, f"{victim} to be drained and terminated")
+                 STEP_TIMEOUT + 70, f"{victim} to be drained and terminated")  # a notice's retry: 65 s
         rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound again")
         result.seconds["replaced"] = time.monotonic() - began
         _settle(rig, result)
