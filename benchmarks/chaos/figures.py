@@ -16,6 +16,7 @@ import time
 
 from tests.chaos.rig import running_rig
 from tests.chaos.scenarios import (
+    conflicting_launches,
     crash_lifecycle,
     crash_points_for,
     duplicate_lifecycle,
