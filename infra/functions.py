@@ -167,7 +167,8 @@ class Functions(Construct):
         self._launch_template_id = launch_template_id
         self._launch_templates = launch_templates or {"on-demand": launch_template_id}
         self._placement_groups = placement_groups or {}
-        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()))
+        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()),
+                                   placement_groups=list(self._placement_groups.values()))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in FUNCTION_SPECS:
@@ -183,6 +184,8 @@ class Functions(Construct):
             "POWERTOOLS_SERVICE_NAME": spec.name,
             "POWERTOOLS_METRICS_NAMESPACE": self._names.metrics_namespace,
         }
+        if spec.trigger is WorkQueue.PENDING_PODS:  # a document that can never parse is dead-lettered at once
+            env["PENDING_PODS_DLQ_URL"] = self._queues.dead_letter_queues[WorkQueue.PENDING_PODS].queue_url
         if Capability.LAUNCH in spec.capabilities:
             env["LAUNCH_TEMPLATE_ID"] = self._launch_template_id
             env["LAUNCH_TEMPLATES"] = Stack.of(self).to_json_string(self._launch_templates)
@@ -237,6 +240,8 @@ class Functions(Construct):
             retry_attempts=ASYNC_RETRY_ATTEMPTS if scheduled else None,
             max_event_age=Duration.seconds(ASYNC_MAX_EVENT_AGE_SECONDS) if scheduled else None,
         )
+        if spec.trigger is WorkQueue.PENDING_PODS:
+            self._queues.dead_letter_queues[WorkQueue.PENDING_PODS].grant_send_messages(role)
         if spec.trigger is not None:
             function.add_event_source(
                 sources.SqsEventSource(

@@ -17,8 +17,13 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpu_autoscaler.domain.launch_templates import launch_template_data, placement_group_key, template_variants
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.domain.launch_templates import (
+    TAG_ZONE,
+    launch_template_data,
+    placement_group_key,
+    template_variants,
+)
+from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_NODE_POOL
 
 if TYPE_CHECKING:
     from gpu_autoscaler.config import Config
@@ -74,7 +79,8 @@ class NodeLaunchTemplate(Construct):
                 key = placement_group_key(pool.name, zone)
                 self.placement_groups[key] = ec2.CfnPlacementGroup(
                     self, f"{''.join(p.title() for p in f'{pool.name}-{zone}'.split('-'))}PlacementGroup",
-                    strategy="cluster", tags=owner,
+                    strategy="cluster",
+                    tags=[*owner, CfnTag(key=TAG_NODE_POOL, value=pool.name), CfnTag(key=TAG_ZONE, value=zone)],
                 )
 
     @property

@@ -78,10 +78,12 @@ class PolicyGrant:
 class Ec2Permissions:
     """Builds the statements of the AWS-facing capabilities for one stack and configuration."""
 
-    def __init__(self, stack: Stack, config: Config, *, launch_template_ids: list[str]) -> None:
+    def __init__(self, stack: Stack, config: Config, *, launch_template_ids: list[str],
+                 placement_groups: list[str] | None = None) -> None:
         self.stack = stack
         self.config = config
         self.launch_template_ids = launch_template_ids
+        self.placement_groups = placement_groups or []
         self.owner = {TAG_CLUSTER: config.cluster_name}
 
     def grant(self, capability: Capability) -> PolicyGrant:
@@ -163,6 +165,8 @@ class Ec2Permissions:
             *(self._ec2_arn("image", ami, account=False) for ami in self._amis()),
             *(self._ec2_arn("capacity-reservation", cr) for cr in self._reservations()),
             self._ec2_arn("snapshot", "*", account=False),
+            *(self._ec2_arn("placement-group", group) for group in self.placement_groups),
+            *([self._ec2_arn("image", "*", account=False)] if self._followed_images() else []),
         ]
         statements = [
             iam.PolicyStatement(
@@ -220,6 +224,20 @@ class Ec2Permissions:
                 "publisher and their ids are not in the configuration. The AMIs themselves are named.",
             ),
         ]
+        followed = self._followed_images()
+        if followed:
+            # EC2 resolves `resolve:ssm:` image ids with the caller's permissions (EC2 User Guide, "Use a
+            # Systems Manager parameter instead of an AMI ID").
+            statements.append(iam.PolicyStatement(
+                sid="ResolveLatestImages", actions=["ssm:GetParameters"],
+                resources=[self.stack.format_arn(service="ssm", resource="parameter", account="",
+                                                 resource_name=name.lstrip("/")) for name in followed],
+            ))
+            wildcards.append(Wildcard(
+                r"/^Resource::arn:<AWS::Partition>:ec2:.*::image\/\*$/g",
+                "A pool follows the latest AMI (version 'latest', resolve:ssm: image ids): its image id is only "
+                "known when EC2 resolves the public parameter at launch.",
+            ))
         return PolicyGrant(statements, wildcards)
 
     def _spot_service_linked_role(self) -> list[iam.PolicyStatement]:
@@ -236,6 +254,12 @@ class Ec2Permissions:
             resources=[role],
             conditions={"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
         )]
+
+    def _followed_images(self) -> list[str]:
+        """The SSM parameters of images that follow the latest release (`resolve:ssm:<parameter>`)."""
+        amis = [self.config.ami, *(pool.ami for pool in self.config.node_pools if pool.ami)]
+        ids = [i for ami in amis for i in (ami.x86_64, ami.arm64) if i and i.startswith("resolve:ssm:")]
+        return list(dict.fromkeys(i.removeprefix("resolve:ssm:") for i in ids))
 
     def _amis(self) -> list[str]:
         """Every pinned image a launch may use: the global one and the pools' own (`resolve:ssm:` ids

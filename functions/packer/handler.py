@@ -4,8 +4,10 @@ The queue is FIFO (group = cluster), so records are handled in order and the bat
 (Powertools `SqsFifoPartialProcessor`): the failed record and every later one of its group are reported in
 `batchItemFailures` and come back in order, as AWS Lambda's SQS guide asks of FIFO consumers ("stop processing
 messages after the first failure and return all failed and unprocessed messages"). A record that is not a
-valid pending-pods document has its validation error logged, and SQS redrives it to the dead-letter queue
-after `maxReceiveCount`; the records behind it are delivered again meanwhile and packed once it is gone.
+valid pending-pods document can never succeed: it is sent to the dead-letter queue at once with its validation
+error as the `reason` attribute (and logged), then acknowledged, so it does not hold its group back for
+`maxReceiveCount` deliveries nor drag the documents behind it to the DLQ. Without `PENDING_PODS_DLQ_URL` it
+fails like any other record and SQS redrives it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from pydantic import ValidationError
 
+from gpu_autoscaler.adapters.aws.clients import AwsClients
+from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.naming import ResourceNames
 from gpu_autoscaler.services.packer import PackerService, aws_packer_service
 from gpu_autoscaler.settings import load_settings
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -42,14 +47,30 @@ def service() -> PackerService:
     return aws_packer_service(load_settings())
 
 
+@functools.cache
+def dead_letters() -> SqsDeadLetters | None:
+    settings = load_settings()
+    if not settings.pending_pods_dlq_url:
+        return None
+    sqs = AwsClients(settings.region, settings.endpoint_url).client("sqs")
+    return SqsDeadLetters(sqs, settings.pending_pods_dlq_url)
+
+
 @tracer.capture_method
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     try:
         document = PendingPodsDocument.model_validate_json(record.body)
     except ValidationError as error:
-        logger.error("not a pending-pods document", extra={"messageId": record.message_id, "errors": error.errors(
-            include_url=False, include_context=False)})
-        raise
+        errors = error.errors(include_url=False, include_context=False)
+        logger.error("not a pending-pods document", extra={"messageId": record.message_id, "errors": errors})
+        dlq = dead_letters()
+        if dlq is None:
+            raise
+        reason = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors)
+        dlq.send(record.body, f"not a pending-pods document: {reason}", message_id=record.message_id,
+                 group_id=record.attributes.message_group_id)
+        metrics.add_metric(name="DocumentsDeadLettered", unit=MetricUnit.Count, value=1)
+        return {"deadLettered": record.message_id, "reason": reason}
     outcome = service().handle(document, source=record.message_id)
     metrics.add_metric(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods)
     metrics.add_metric(name="ClaimsCreated", unit=MetricUnit.Count, value=len(outcome.created))
@@ -62,5 +83,5 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

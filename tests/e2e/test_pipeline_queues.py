@@ -18,7 +18,7 @@ from gpu_autoscaler.domain.fleet import TAG_GANG
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
 from gpu_autoscaler.emulator.triggers import read_schedules
-from gpu_autoscaler.wiring import MAX_RECEIVE_COUNT, RATE_SCHEDULES, schedule_name
+from gpu_autoscaler.wiring import RATE_SCHEDULES, schedule_name
 from tests.conftest import ROOT, example_config_data
 
 if TYPE_CHECKING:
@@ -55,9 +55,11 @@ def _document(*, pods: slice) -> str:
     return json.dumps({**DOCUMENT, "pods": DOCUMENT["pods"][pods]})
 
 
-def test_a_poison_message_lands_in_the_dlq_after_max_receive_count_while_the_rest_flows(
+def test_a_poison_message_lands_in_the_dlq_at_once_while_the_rest_flows(
     aws: EmbeddedAws, runtime: PipelineRuntime
 ) -> None:
+    """A document that can never parse is dead-lettered by the packer itself, with its reason, so the cluster's
+    FIFO group is not held back for maxReceiveCount deliveries; the documents around it are packed."""
     seen: list[Invocation] = []
     runtime.on_invocation(seen.append)
     poison = '{"schemaVersion": 1, "cluster": "ml-prod", "pods": "not a list"}'
@@ -71,14 +73,9 @@ def test_a_poison_message_lands_in_the_dlq_after_max_receive_count_while_the_res
 
     letters = runtime.dead_letters()
     assert [(d.queue, d.body) for d in letters] == [("pending-pods-dlq", poison)]
-    # Delivered MAX_RECEIVE_COUNT times to the function, moved on the next receive (+1 for our peek).
-    assert letters[0].receive_count == MAX_RECEIVE_COUNT + 1
     packer = [i for i in seen if i.function == "packer"]
-    # The poison failed once per delivery; a document behind it in its FIFO group was returned with it, unpacked
-    # (SqsFifoPartialProcessor), and packed once the poison was gone.
-    assert sum(i.failures for i in packer) >= MAX_RECEIVE_COUNT
-    assert sum(i.records - i.failures for i in packer) == 2
-    assert pending.stats.deleted == 2
+    assert sum(i.failures for i in packer) == 0  # nothing handed back: the poison was dead-lettered on first sight
+    assert sum(i.records for i in packer) == 3 and pending.stats.deleted == 3
     # The rest flowed on: the gang's claim was launched by the fleet function, tagged with its gang.
     gang_name = DOCUMENT["pods"][2]["podGroup"]["name"]
     assert runtime.wait_until(lambda: any(

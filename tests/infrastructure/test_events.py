@@ -36,3 +36,18 @@ def test_every_rule_targets_the_interruption_queue_with_a_dlq(synthesized: Synth
         assert target["Arn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
         assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
         assert target["RetryPolicy"]["MaximumRetryAttempts"] > 0
+
+
+def test_capacity_block_ends_and_interruptible_reservations_are_matched_in_both_spellings(
+        synthesized: Synthesized) -> None:
+    """EC2 User Guide, "Monitor Capacity Blocks using EventBridge" (the warning 40 minutes before a block ends, named
+    both ways on that page's versions) and "Monitor interruptible Capacity Reservations" (both detail-types)."""
+    synthesized.template.has_resource_properties("AWS::Events::Rule", {"EventPattern": {
+        "source": ["aws.ec2"],
+        "detail-type": ["Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning"],
+    }})  # fmt: skip
+    synthesized.template.has_resource_properties("AWS::Events::Rule", {"EventPattern": {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning",
+                        "EC2 Interruptible Capacity Reservation Instance Interruption Warning"],
+    }})  # fmt: skip

@@ -56,7 +56,8 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
     templates = {ct: synthesized.logical_id(t) for ct, t in stack.nodes.templates.items()}
     for spec in FUNCTION_SPECS:
         env = _function(synthesized, spec.name)["Environment"]["Variables"]
-        expected = COMMON_ENV | ({"LAUNCH_TEMPLATE_ID", "LAUNCH_TEMPLATES"} if spec.name == "fleet" else set())
+        expected = COMMON_ENV | ({"LAUNCH_TEMPLATE_ID", "LAUNCH_TEMPLATES"} if spec.name == "fleet" else set()) | (
+            {"PENDING_PODS_DLQ_URL"} if spec.name == "packer" else set())
         assert set(env) == expected, spec.name
         assert env["CONFIG_PARAMETER"] == {"Ref": synthesized.logical_id(stack.parameter)}
         assert env["TABLE_NAME"] == {"Ref": synthesized.logical_id(stack.table)}

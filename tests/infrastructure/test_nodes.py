@@ -80,3 +80,30 @@ def test_bottlerocket_gets_an_os_and_a_data_volume() -> None:
         ("/dev/xvda", 4, True),
         ("/dev/xvdb", 200, True),
     ]
+
+
+def test_an_efa_pool_gets_efa_templates_and_a_cluster_placement_group_per_zone() -> None:
+    """Issue 14 defect 6: EFA at launch needs network interfaces in the template, one EFA per network card."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from infra.nodes import NodeLaunchTemplate
+
+    data = infrastructure_config_data()
+    next(p for p in data["nodePools"] if p["name"] == "gpu-reserved")["efa"] = True
+    config = parse_config(data)
+    stack = cdk.Stack(cdk.App(), "Nodes", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    nodes = NodeLaunchTemplate(stack, "Nodes", config=config, names=ResourceNames(config.cluster_name))
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    templates = {r["Properties"]["LaunchTemplateName"]: r["Properties"]["LaunchTemplateData"]
+                 for r in resources.values() if r["Type"] == "AWS::EC2::LaunchTemplate"}
+    prefix = ResourceNames(config.cluster_name).launch_template
+    efa4 = templates[f"{prefix}-on-demand-efa4"]
+    assert [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in efa4["NetworkInterfaces"]] == [
+        (0, 0, "efa"), (1, 1, "efa"), (2, 1, "efa"), (3, 1, "efa")]
+    assert all(i["Groups"] == config.network.security_groups for i in efa4["NetworkInterfaces"])
+    assert "SecurityGroupIds" not in efa4
+    assert f"{prefix}-reserved-efa32" in templates and f"{prefix}-spot-efa32" not in templates  # not a Spot pool
+    groups = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    assert len(groups) == len(config.zones) and all(g["Strategy"] == "cluster" for g in groups)
+    assert set(nodes.placement_group_names) == {f"gpu-reserved/{zone}" for zone in config.zones}

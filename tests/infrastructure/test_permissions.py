@@ -198,3 +198,41 @@ def test_the_fleet_may_create_the_spot_service_linked_role_and_nothing_else(synt
         f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot")
     others = [f for f in FUNCTIONS if f != "fleet" and allowed(synthesized, f, "iam:CreateServiceLinkedRole")]
     assert others == []
+
+
+def test_only_the_packer_may_dead_letter_a_document_itself(synthesized: Synthesized) -> None:
+    """A document that can never parse goes to the pending-pods DLQ at once (FIFO: it would hold the group back)."""
+    queues = synthesized.stack.queues
+    dlq = synthesized.logical_id(queues.dead_letter_queues[WorkQueue.PENDING_PODS])
+
+    def may_send(function: str) -> bool:
+        return any(flat(resource) == "${" + dlq + ".Arn}"
+                   for s in allowed(synthesized, function, "sqs:SendMessage") for resource in _listed(s["Resource"]))
+
+    assert [f for f in FUNCTIONS if may_send(f)] == ["packer"]
+    packer = synthesized.stack.functions.functions["packer"]
+    env = synthesized.resources[synthesized.logical_id(packer)]["Properties"]["Environment"]["Variables"]
+    assert env["PENDING_PODS_DLQ_URL"] == {"Ref": dlq}
+
+
+def test_efa_placement_groups_and_latest_images_are_allowed_to_launch() -> None:
+    import aws_cdk as cdk
+
+    from gpu_autoscaler.config import parse_config
+    from infra.permissions import Ec2Permissions
+    from tests.infrastructure.conftest import infrastructure_config_data
+
+    data = infrastructure_config_data()
+    parameter = "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+    pool = next(p for p in data["nodePools"] if p["name"] == "gpu-burst")
+    pool["ami"] = {"family": "AL2023", "version": "latest", "x86_64": f"resolve:ssm:{parameter}"}
+    stack = cdk.Stack(cdk.App(), "P", env=cdk.Environment(account=ACCOUNT, region="us-east-1"))
+    grant = Ec2Permissions(stack, parse_config(data), launch_template_ids=["lt-1"],
+                           placement_groups=["pg-a"]).launch()
+    statements = {s["Sid"]: s for s in (stack.resolve(x.to_statement_json()) for x in grant.statements)}
+    used = {flat(r) for r in statements["LaunchFromConfiguredResources"]["Resource"]}
+    assert f"arn:aws:ec2:us-east-1:{ACCOUNT}:placement-group/pg-a" in used
+    assert "arn:aws:ec2:us-east-1::image/*" in used
+    resolve = statements["ResolveLatestImages"]
+    assert resolve["Action"] == "ssm:GetParameters"
+    assert flat(resolve["Resource"]) == f"arn:aws:ssm:us-east-1::parameter{parameter}"

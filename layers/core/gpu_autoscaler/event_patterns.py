@@ -17,9 +17,19 @@ INTERRUPTION_RULES: dict[str, dict[str, Any]] = {
         "detail-type": ["EC2 Instance State-change Notification"],
         "detail": {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
     },
+    # EC2 User Guide, "Monitor interruptible Capacity Reservations": the warning 2 minutes before an instance in an
+    # interruptible reservation is terminated. The page's versions give the detail-type both ways.
     "reservation-interruption": {
         "source": ["aws.ec2"],
-        "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning"],
+        "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning",
+                        "EC2 Interruptible Capacity Reservation Instance Interruption Warning"],
+    },
+    # EC2 User Guide, "Monitor Capacity Blocks using EventBridge": 40 minutes before a Capacity Block ends (its
+    # instances are terminated from 30 minutes before the end); names the reservation, not its instances. The
+    # page's versions spell the detail-type both ways.
+    "capacity-block-expiry": {
+        "source": ["aws.ec2"],
+        "detail-type": ["Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning"],
     },
     "scheduled-change": {
         "source": ["aws.health"],

@@ -23,6 +23,8 @@ class FunctionSettings(BaseModel):
     launch_templates: dict[str, str] = Field(default_factory=dict, alias="LAUNCH_TEMPLATES")
     """Capacity type → launch template id, as JSON (`domain.launch_templates`: one per capacity type);
     a capacity type missing here launches from `LAUNCH_TEMPLATE_ID`."""
+    pending_pods_dlq_url: str | None = Field(default=None, alias="PENDING_PODS_DLQ_URL")
+    """Given to the packer: a document that can never parse goes there at once (`adapters.aws.dead_letters`)."""
     region: str = Field(default="us-east-1", alias="AWS_REGION")
     endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
 

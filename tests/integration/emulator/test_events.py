@@ -31,6 +31,7 @@ INTERRUPTIONS = {
     "state-change": ("state-change", "state-change"),
     "reservation-warning": ("capacity-reservation-interruption-warning", "reservation-interruption"),
     "scheduled-change": ("health-scheduled-change", "scheduled-change"),
+    "capacity-block-expiry": ("capacity-block-expiration-warning", "capacity-block-expiry"),
 }
 
 
@@ -91,6 +92,7 @@ def test_interruption_samples_deliver_the_eventbridge_event_their_rule_admits(wh
     notice = parse_notice(event)
     assert notice.kind is NoticeKind(rule)
     assert all(instance.startswith("i-") for instance in notice.instance_ids)
+    assert bool(notice.instance_ids) != bool(notice.reservation_id)  # instances, or the reservation they run in
 
 
 @pytest.mark.parametrize("name", [n for n in sample_files() if n.startswith("eventbridge-")])

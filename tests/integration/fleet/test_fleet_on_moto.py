@@ -181,3 +181,50 @@ def test_a_malformed_request_fails_alone(aws: EmbeddedAws, fleet: ModuleType, st
 def test_the_sample_event_runs(fleet: ModuleType) -> None:
     event = json.loads((ROOT / "events" / "fleet-launch-request.json").read_text())
     assert fleet.handler(event, local_context("fleet")) == {"batchItemFailures": []}
+
+
+def test_a_fresh_account_that_may_not_create_the_spot_role_launches_on_demand(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    """Through the strict layer: the account has no AWSServiceRoleForEC2Spot and the caller may not create it,
+    so EC2 answers every Spot override with AuthFailure.ServiceLinkedRoleCreationNotPermitted; the pool allows
+    On-Demand, so the claim launches there."""
+    from gpu_autoscaler.emulator.strict import ec2_instances
+
+    account = aws.clients.client("sts").get_caller_identity()["Account"]
+    iam = aws.clients.client("iam")
+    try:
+        iam.delete_role(RoleName=ec2_instances.SPOT_ROLE)  # an earlier Spot launch in this package created it
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    ec2_instances.set_spot_role_creation(account, permitted=False)
+    try:
+        new_claim(store, "gpu-burst-no-spot-role", zones=("us-east-1c",), instance_types=("g6.xlarge",))
+        _, response = deliver(aws, fleet, request("gpu-burst-no-spot-role"))
+    finally:
+        ec2_instances.set_spot_role_creation(account, permitted=True)
+    assert response == {"batchItemFailures": []}
+    claim = store.get_claim("gpu-burst-no-spot-role")
+    assert claim is not None and claim.state is ClaimState.LAUNCHED and claim.capacity_type == "on-demand"
+
+
+def test_owned_instances_lists_the_clusters_instances_for_the_garbage_collector(
+        aws: EmbeddedAws, config: Config) -> None:
+    from datetime import UTC, datetime
+
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+
+    ec2 = aws.clients.client("ec2")
+
+    def run(tags: dict[str, str]) -> str:
+        specs = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+        return str(ec2.run_instances(ImageId=config.ami.x86_64, InstanceType="g6.xlarge", MinCount=1, MaxCount=1,
+                                     SubnetId=aws.zone_subnets["us-east-1a"], TagSpecifications=specs,
+                                     )["Instances"][0]["InstanceId"])
+
+    ours = run({L.TAG_CLUSTER: "ml-prod", L.TAG_CLAIM: "gc-listed"})
+    other = run({L.TAG_CLUSTER: "ml-dev"})
+    listed = {i.instance_id: i for i in Ec2Compute(ec2, "ml-prod").owned_instances()}
+    assert ours in listed and other not in listed
+    instance = listed[ours]
+    assert instance.claim_id == "gc-listed" and instance.state in ("pending", "running") and not instance.gone
+    assert instance.launched_at is not None and abs((datetime.now(UTC) - instance.launched_at).total_seconds()) < 120

@@ -13,6 +13,7 @@ from gpu_autoscaler.domain import drain as drain_domain
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
+from tests.conftest import ROOT
 from tests.integration.interruption.conftest import (
     DO_NOT_DISRUPT,
     bind_pod,
@@ -217,6 +218,26 @@ def test_reservation_interruption_is_involuntary_with_its_termination_time(
     assert node_of(cluster, old.node_name).unschedulable
     (request,) = drain_requests(aws)
     assert request.involuntary and request.deadline == ends - timedelta(seconds=30)
+    assert request.replacements and len(launch_all(aws, fleet)) >= 1
+
+
+def test_a_capacity_block_ending_drains_its_nodes_before_ec2_terminates_them(
+        aws: EmbeddedAws, kube: LocalKubernetes, store: DynamoStateStore, cluster: KubernetesCluster,
+        core: client.CoreV1Api, fleet: ModuleType, interruption: ModuleType) -> None:
+    """The warning names the reservation, not the instance: the handler finds the node launched into it."""
+    old = launch_node(aws, fleet, kube, store, "gpu-burst-block", capacity_type="on-demand")
+    assert old.instance_id and old.node_name
+    store.update_claim(old, reservation_id="cr-0b10c4e5a7d9f1357")
+    bind_pod(core, old.node_name, "cb-0")
+    ends = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=40)
+    event = json.loads((ROOT / "events" / "eventbridge-capacity-block-expiration-warning.json").read_text())
+    event["detail"]["end-date"] = ends.strftime("%Y-%m-%dT%H:%M:%SZ")
+    put_event(aws, event)
+    handle_interruptions(aws, interruption)
+    assert node_of(cluster, old.node_name).unschedulable
+    (request,) = drain_requests(aws)
+    assert request.instance_id == old.instance_id and request.involuntary
+    assert request.deadline == ends - timedelta(minutes=30, seconds=30)
     assert request.replacements and len(launch_all(aws, fleet)) >= 1
 
 

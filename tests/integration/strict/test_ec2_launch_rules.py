@@ -148,3 +148,27 @@ def test_a_snapshot_volume_is_at_least_the_snapshots_size(aws: EmbeddedAws, ec2:
     assert code == "InvalidBlockDeviceMapping" and "expect size >= 50GB" in message
     response = ec2.create_fleet(**_with_volume(aws, {"SnapshotId": snapshot, "VolumeSize": 60, "VolumeType": "gp3"}))
     assert response["Instances"]
+
+
+def test_a_launch_gets_the_volumes_its_mappings_ask_for(aws: EmbeddedAws, ec2: Any) -> None:
+    """moto gives every instance an 8 GiB root; EC2 gives what the override (or the template) maps."""
+    volume = ec2.create_volume(AvailabilityZone="us-east-1a", Size=30)["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume)["SnapshotId"]
+    params = fleet(aws, "on-demand", overrides=[{
+        "InstanceType": "g6.xlarge", "SubnetId": aws.zone_subnets["us-east-1a"],
+        "BlockDeviceMappings": [
+            {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 500, "VolumeType": "gp3", "Encrypted": True}},
+            {"DeviceName": "/dev/xvdb", "Ebs": {"SnapshotId": snapshot, "VolumeType": "gp3"}}]}])
+    [instance_id] = ec2.create_fleet(**params)["Instances"][0]["InstanceIds"]
+    [reservation] = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    attached = {m["DeviceName"]: m["Ebs"]["VolumeId"] for m in reservation["Instances"][0]["BlockDeviceMappings"]}
+    assert set(attached) == {"/dev/xvda", "/dev/xvdb"}
+    volumes = {v["VolumeId"]: v for v in ec2.describe_volumes(VolumeIds=list(attached.values()))["Volumes"]}
+    assert volumes[attached["/dev/xvda"]]["Size"] == 500
+    assert volumes[attached["/dev/xvdb"]]["SnapshotId"] == snapshot and volumes[attached["/dev/xvdb"]]["Size"] == 30
+    # The template's own mapping when the override has none (the On-Demand template: 200 GiB root).
+    [plain] = ec2.create_fleet(**fleet(aws, "on-demand"))["Instances"][0]["InstanceIds"]
+    [reservation] = ec2.describe_instances(InstanceIds=[plain])["Reservations"]
+    [root] = reservation["Instances"][0]["BlockDeviceMappings"]
+    assert root["DeviceName"] == "/dev/xvda"
+    assert ec2.describe_volumes(VolumeIds=[root["Ebs"]["VolumeId"]])["Volumes"][0]["Size"] == 200

@@ -110,3 +110,30 @@ def test_replacement_pods_keep_requests_and_placement_and_skip_daemonsets() -> N
     assert pending.resources == requests
     assert pending.node_selector == pod.node_selector and pending.required_node_affinity == (term,)
     assert pending.tolerations == pod.tolerations and pending.priority == 7 and pending.do_not_disrupt
+
+
+@pytest.mark.parametrize("detail_type", ["Capacity Block Reservation Expiration Warning",
+                                         "Capacity Block Expiration Warning"])
+def test_a_capacity_block_warning_names_the_reservation_and_ec2_acts_30_minutes_before_its_end(
+        config: Config, detail_type: str) -> None:
+    event = {"version": "0", "id": "e-cb", "detail-type": detail_type, "source": "aws.ec2",
+             "time": "2026-11-22T11:20:00Z", "resources": ["arn:aws:ec2:us-east-1:1:capacity-reservation/cr-0cb"],
+             "detail": {"capacity-reservation-id": "cr-0cb", "end-date": "2026-11-22T12:00:00Z"}}
+    notice = parse_notice(event)
+    assert notice.kind is NoticeKind.CAPACITY_BLOCK_EXPIRY
+    assert notice.instance_ids == () and notice.reservation_id == "cr-0cb"
+    assert notice.deadline == datetime(2026, 11, 22, 11, 30, tzinfo=UTC)  # termination starts 30 min before the end
+    claim = make_claim(instance_id="i-0cb", reservation_id="cr-0cb")
+    response = decide(notice, "i-0cb", claim, config.pool("gpu-reserved"), datetime(2026, 11, 22, 11, 20, tzinfo=UTC))
+    assert response.involuntary and response.cordon_now and response.replace and response.mark_unavailable
+    assert response.drain_deadline is not None and response.drain_deadline < notice.deadline
+
+
+def test_the_interruptible_reservation_warning_is_read_in_both_spellings() -> None:
+    for detail_type in ("EC2 Capacity Reservation Instance Interruption Warning",
+                        "EC2 Interruptible Capacity Reservation Instance Interruption Warning"):
+        event = {"version": "0", "id": "e-1", "detail-type": detail_type, "source": "aws.ec2",
+                 "time": "2026-11-22T10:00:00Z",
+                 "detail": {"instance-id": "i-0abc", "instance-action": "terminate",
+                            "instance-termination-time": "2026-11-22T10:02:00Z", "azId": "use1-az1"}}
+        assert parse_notice(event).kind is NoticeKind.RESERVATION_INTERRUPTION

@@ -16,6 +16,7 @@ from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+from gpu_autoscaler.models.fleet import OwnedInstance
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Toleration
 from gpu_autoscaler.services.drain import DrainService
@@ -251,3 +252,51 @@ def test_kubernetes_is_only_connected_to_when_an_instance_is_ours() -> None:
     assert not lazy.connected and connects == []
     assert service.handle_instance(notice, SPOT).action == "replace-and-drain"
     assert lazy.connected and connects == [1]
+
+
+BLOCK = "cr-0b10c4e5a7d9f1357"
+BLOCK_NODE = "i-0cb1a2b3c4d5e6f70"
+
+
+class Inventory:
+    """What DescribeInstances says of the cluster's instances (`ports.OwnedInstances`)."""
+
+    def __init__(self, *instances: OwnedInstance) -> None:
+        self.instances = list(instances)
+        self.calls = 0
+
+    def owned_instances(self) -> list[OwnedInstance]:
+        self.calls += 1
+        return self.instances
+
+
+def test_a_capacity_block_ending_replaces_and_drains_its_nodes_before_ec2_terminates_them() -> None:
+    """The warning names the reservation; its nodes are the claims launched into it. EC2 terminates them from
+    30 minutes before the block's end: the drain must be done by then."""
+    h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"), capacity_type="reserved")
+    h.store.update_claim(h.claim_now(), reservation_id=BLOCK)
+    notice = parse_notice(event("capacity-block-expiration-warning"))
+    (outcome,) = h.service.handle(notice)
+    assert outcome.instance_id == BLOCK_NODE and outcome.action == "replace-and-drain" and outcome.cordoned
+    assert h.claim_now().state is ClaimState.DRAINING
+    assert ("g5.xlarge", "us-east-1a", "reserved") in h.store.unavailable_offerings()
+    assert h.new_claims() and all(c.capacity_type != "reserved" for c in h.new_claims())
+    (drain,) = h.drains.receive()
+    assert drain.involuntary and drain.deadline == at("2026-11-22T11:29:30Z")
+
+
+def test_a_capacity_block_node_is_found_through_ec2_when_its_claim_does_not_name_the_block() -> None:
+    h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"), capacity_type="on-demand")
+    inventory = Inventory(OwnedInstance(instance_id=BLOCK_NODE, state="running", capacity_reservation_id=BLOCK),
+                          OwnedInstance(instance_id="i-0other", state="running", capacity_reservation_id="cr-0other"))
+    service = InterruptionService(h.config, h.store, h.cluster, h.fleet, h.packer, h.drains, clock=h.clock,
+                                  inventory=inventory)
+    notice = parse_notice(event("capacity-block-expiration-warning"))
+    (outcome,) = service.handle(notice)
+    assert outcome.instance_id == BLOCK_NODE and outcome.action == "replace-and-drain" and inventory.calls == 1
+
+
+def test_a_capacity_block_without_nodes_of_ours_is_acknowledged() -> None:
+    h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"))
+    assert h.service.handle(parse_notice(event("capacity-block-expiration-warning"))) == []
+    assert h.drains.receive() == []

@@ -1,6 +1,6 @@
 """What AWS says about our capacity, and what to do about it.
 
-Parsing turns the five EventBridge event kinds into one `Notice`; `decide` turns a notice about an
+Parsing turns the six EventBridge event kinds into one `Notice`; `decide` turns a notice about an
 instance we own into one `Response`. Both are pure, so the same logic serves the Lambda, the
 emulator and the simulator.
 """
@@ -34,6 +34,13 @@ EVICTION_WINDOW = timedelta(minutes=5)
 """Replace-then-drain waits for the replacement no later than this before the deadline: time left to evict."""
 DEFAULT_DRAIN_TIMEOUT = timedelta(minutes=30)
 STOPPED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+CAPACITY_BLOCK_TERMINATION = timedelta(minutes=30)
+"""EC2 terminates a Capacity Block's instances from 30 minutes before the block ends (EC2 User Guide, "Capacity
+Blocks for ML"), 10 minutes after its expiration warning."""
+RESERVATION_WARNINGS = frozenset({"EC2 Capacity Reservation Instance Interruption Warning",
+                                  "EC2 Interruptible Capacity Reservation Instance Interruption Warning"})
+CAPACITY_BLOCK_WARNINGS = frozenset({"Capacity Block Reservation Expiration Warning",
+                                     "Capacity Block Expiration Warning"})
 
 
 class UnknownEvent(ValueError):
@@ -46,6 +53,7 @@ class NoticeKind(StrEnum):
     STATE_CHANGE = "state-change"
     RESERVATION_INTERRUPTION = "reservation-interruption"
     SCHEDULED_CHANGE = "scheduled-change"
+    CAPACITY_BLOCK_EXPIRY = "capacity-block-expiry"
 
 
 class Notice(BaseModel):
@@ -58,6 +66,8 @@ class Notice(BaseModel):
     deadline: datetime | None = None
     """When AWS acts: termination for a warning, the start of a scheduled change."""
     state: str | None = None
+    reservation_id: str | None = None
+    """A Capacity Block's expiration names the reservation; its instances are found from it (claims, EC2)."""
 
     @property
     def dedup_keys(self) -> list[str]:
@@ -86,7 +96,15 @@ def parse_notice(event: dict[str, Any]) -> Notice:
         if state not in STOPPED_STATES:
             raise UnknownEvent(f"instance state '{state}' needs no action")
         return Notice(kind=NoticeKind.STATE_CHANGE, instance_ids=(_instance(detail),), state=state, **common)
-    if detail_type == "EC2 Capacity Reservation Instance Interruption Warning":
+    if detail_type in CAPACITY_BLOCK_WARNINGS:
+        reservation = detail.get("capacity-reservation-id")
+        if not isinstance(reservation, str) or not reservation.startswith("cr-"):
+            raise ValueError(f"capacity block event names no capacity-reservation-id: {detail!r}")
+        end = detail.get("end-date")
+        deadline = _iso(end) - CAPACITY_BLOCK_TERMINATION if end else time + timedelta(minutes=10)
+        return Notice(kind=NoticeKind.CAPACITY_BLOCK_EXPIRY, instance_ids=(), reservation_id=reservation,
+                      deadline=deadline, **common)
+    if detail_type in RESERVATION_WARNINGS:
         when = detail.get("instance-termination-time")
         deadline = _iso(when) if when else time + SPOT_WARNING
         return Notice(kind=NoticeKind.RESERVATION_INTERRUPTION, instance_ids=(_instance(detail),), deadline=deadline,
@@ -147,7 +165,7 @@ def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | 
         return Response(replace=True, drain=True, wait_for_replacement=True, wait_until=now + after,
                         drain_deadline=now + after + drain_timeout, reason="rebalance recommendation", **base)
     deadline = max((notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10), now)
-    involuntary = notice.kind is NoticeKind.RESERVATION_INTERRUPTION
+    involuntary = notice.kind in (NoticeKind.RESERVATION_INTERRUPTION, NoticeKind.CAPACITY_BLOCK_EXPIRY)
     return Response(replace=True, drain=True, involuntary=involuntary, wait_for_replacement=True,
                     cordon_now=involuntary, mark_unavailable=involuntary, drain_deadline=deadline,
                     wait_until=max(deadline - EVICTION_WINDOW, now), reason=str(notice.kind).replace("-", " "),

@@ -41,6 +41,7 @@ __all__ = [
     "CAPACITY_TYPES",
     "DATA_VOLUME_GIB",
     "EFA_INTERFACE_COUNTS",
+    "TAG_ZONE",
     "efa_count",
     "efa_template_key",
     "placement_group_key",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 CAPACITY_TYPES: tuple[CapacityType, ...] = ("on-demand", "spot", "reserved")
+TAG_ZONE = "gpu-autoscaler/zone"
+"""On an EFA pool's placement group (with `gpu-autoscaler/node-pool`): the zone it serves."""
 EFA_INTERFACE_COUNTS = (1, 2, 4, 8, 16, 32)
 """The EFA templates made when a pool has `efa: true`: a type gets the largest count it takes (its network
 cards: g5.48xlarge 1, p4d 4, p5en 16, p5 32); EC2 allows fewer EFAs than the maximum."""

@@ -107,6 +107,7 @@ class EmbeddedAws:
             self._clients = _clients(self.config.region, self.endpoint_url)
             _register_images(self.config, self._clients)
             _register_reservations(self.config, self._clients)
+            _register_owner(self.config, self._clients)
             self._resources = provision(self._clients, self.config, visibility_timeout=self._visibility_timeout)
         except BaseException:
             self.stop()
@@ -303,6 +304,14 @@ def _register_images(config: Config, clients: AwsClients) -> None:
             boot_mode="uefi-preferred",
             region_name=config.region,
         )
+
+
+def _register_owner(config: Config, clients: AwsClients) -> None:
+    """The stack's functions may terminate only the cluster's instances (an IAM condition): the strict layer
+    applies it for this cluster (`emulator.strict.ec2_instances`)."""
+    from gpu_autoscaler.emulator.strict.ec2_instances import register_owner
+
+    register_owner(clients.client("sts").get_caller_identity()["Account"], config.region, config.cluster_name)
 
 
 def _register_reservations(config: Config, clients: AwsClients) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.domain.launch_templates import (
+    TAG_ZONE,
     launch_template_data,
     placement_group_key,
     template_variants,
@@ -147,6 +148,8 @@ class StackResources:
             env["LAUNCH_TEMPLATE_ID"] = self.launch_template_id
         if self.launch_templates:
             env["LAUNCH_TEMPLATES"] = json.dumps(self.launch_templates, sort_keys=True)
+        if function in (None, "packer"):
+            env["PENDING_PODS_DLQ_URL"] = self.queue_urls["pending-pods-dlq"]
         if self.placement_groups:
             env["PLACEMENT_GROUPS"] = json.dumps(self.placement_groups, sort_keys=True)
         if function:
@@ -326,9 +329,6 @@ def _create_launch_templates(
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
         )["LaunchTemplate"]["LaunchTemplateId"])
     return ids
-
-
-TAG_ZONE = "gpu-autoscaler/zone"
 
 
 def _create_placement_groups(ec2: Any, config: Config, names: ResourceNames, tags: dict[str, str]) -> dict[str, str]:

@@ -5,12 +5,17 @@
 - Not ours (no claim for the instance): acknowledged, logged at debug, nothing else.
 - State change (stopping, stopped, shutting-down, terminated): the claim is closed through the fleet, the
   Node object deleted (its pods go with it, to be recreated and reported pending), the claim's pods released.
-- Spot warning, capacity reservation warning: cordon and taint at once; the offering is marked unavailable;
-  the claim becomes Draining (its pods are no longer covered by it); a replacement is planned for the node's
-  pods through the packer (claims stored, launch requested) and an involuntary drain is requested with the
-  warning's deadline.
+- Spot warning, capacity reservation warning, Capacity Block expiration: cordon and taint at once; the offering
+  is marked unavailable; the claim becomes Draining (its pods are no longer covered by it); a replacement is
+  planned for the node's pods through the packer (claims stored, launch requested) and an involuntary drain is
+  requested with the warning's deadline.
 - Rebalance (unless the pool ignores it), AWS Health scheduled change: replacement first, then a drain that
   waits for it to be Ready (or `rebalanceDrainAfter`, or shortly before the scheduled start).
+
+A Capacity Block's expiration warning names the reservation, not instances: its instances are the live claims
+launched into it (`NodeClaim.reservation_id`), and, where a claim does not say, the instances DescribeInstances
+shows running in it (`CapacityReservationId`). Each is then handled as above, its drain due 30 minutes before the
+block ends (when EC2 starts terminating), the replacement planned on what the pool allows besides the block.
 
 A repeated notice acts once (the handler's idempotency); everything here is also safe to repeat on its own
 (the packer keys replacement claims by the notice, the lifecycle writes are conditional).
@@ -29,6 +34,7 @@ from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.services.drain import free_replaced_room, node_of
+from gpu_autoscaler.services.reconcile import CLAIMED_STATES
 
 if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.interruption import Notice, Response
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode
-    from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
+    from gpu_autoscaler.ports import ClusterAPI, DrainQueue, OwnedInstances, StateStore
     from gpu_autoscaler.services.drain import FleetTermination
     from gpu_autoscaler.services.packer import PackerService
     from gpu_autoscaler.settings import FunctionSettings
@@ -90,7 +96,9 @@ class InterruptionService:
         drains: DrainQueue,
         *,
         clock: Clock,
+        inventory: OwnedInstances | None = None,
     ) -> None:
+        """`inventory`: EC2's list of the cluster's instances, to find a Capacity Block's nodes no claim names."""
         self.config = config
         self.store = store
         self.cluster = cluster
@@ -98,9 +106,24 @@ class InterruptionService:
         self.packer = packer
         self.drains = drains
         self.clock = clock
+        self.inventory = inventory
 
     def handle(self, notice: Notice) -> list[InterruptionOutcome]:
-        return [self.handle_instance(notice, instance_id) for instance_id in notice.instance_ids]
+        return [self.handle_instance(notice, instance_id) for instance_id in self.instances_for(notice)]
+
+    def instances_for(self, notice: Notice) -> list[str]:
+        """The instances a notice is about: named in it, or, for a reservation, the ones running in it."""
+        if notice.instance_ids or notice.reservation_id is None:
+            return list(notice.instance_ids)
+        reservation = notice.reservation_id
+        live = [c for c in self.store.list_claims(CLAIMED_STATES) if c.instance_id]
+        found = [c.instance_id for c in live if c.reservation_id == reservation and c.instance_id]
+        if self.inventory is not None:
+            found += [i.instance_id for i in self.inventory.owned_instances()
+                      if i.capacity_reservation_id == reservation and not i.gone]
+        instances = list(dict.fromkeys(found))
+        logger.info("reservation %s: %d instance(s) of this cluster run in it", reservation, len(instances))
+        return instances
 
     def handle_instance(self, notice: Notice, instance_id: str) -> InterruptionOutcome:
         outcome = InterruptionOutcome(event_id=notice.event_id, kind=str(notice.kind), instance_id=instance_id)
@@ -221,8 +244,10 @@ class InterruptionService:
 def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None) -> InterruptionService:
     """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
     Kubernetes API with an EKS token, replacements through the packer, drains on the drain queue."""
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
     from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
     env = AwsEnvironment(settings, clock)
+    inventory = Ec2Compute(env.clients.client("ec2"), env.config.cluster_name)
     return InterruptionService(env.config, env.store, env.cluster, env.terminations, env.packer, env.drain_queue,
-                               clock=env.clock)
+                               clock=env.clock, inventory=inventory)

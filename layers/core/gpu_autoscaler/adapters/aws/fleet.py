@@ -186,6 +186,9 @@ class Ec2Compute:
             instances = assign_claims(request.claim_ids, instances)
             self._tag_claims(instances)
         errors = tuple(self._error(request, item) for item in response.get("Errors") or [])
+        for code in sorted({e.code for e in errors} & CONFIGURATION_ERROR_CODES):
+            logger.error("CreateFleet: %s for this account's configuration, not capacity — %s", code,
+                         _CONFIGURATION_HINTS.get(code, ""))
         return FleetResult(fleet_id=response.get("FleetId"), instances=instances, errors=errors)
 
     def _instances(self, request: FleetRequest, items: list[dict[str, Any]]) -> tuple[LaunchedInstance, ...]:

@@ -20,9 +20,12 @@ How a request flows:
    service's output shape serializes, or raw bytes) is sent instead of moto's. This is how actions moto
    lacks (DescribeCapacityReservations) are stood in for; `request.forward(params)` asks moto on the
    stand-in's behalf (with other parameters if need be) and hands back its parsed answer to build on.
-5. Otherwise moto answers.
+5. Otherwise moto answers. Then every **after** hook registered for it sees the answer and may complete
+   moto's state with what AWS would also have done (the volumes a launch maps, for instance).
 
-How a rule module plugs in (one module per service, named after it: `ec2.py`, `iam.py`, `events.py`):
+How a rule module plugs in (one module per service, named after it: `ec2.py`, `iam.py`, `events.py`; a
+stand-in for an API moto lacks sits beside it as `<service>_<what>.py`: `ec2_capacity_reservations.py`,
+`ec2_placement_groups.py`):
 
     from gpu_autoscaler.emulator.strict.core import AwsRequest, Refusal, check
 
@@ -38,6 +41,7 @@ module needs no registration anywhere else). A rule reads only the request and m
 code: the layer is an independent witness of AWS's documented behaviour. Each rule cites the AWS
 documentation it implements in a comment, and answers with AWS's exact error code and message.
 
+A stand-in that keeps state registers `@on_reset` to forget it when moto's state is reset.
 `strict_layer_disabled()` turns the layer off for one block of a test that must see moto's own answer.
 """
 
@@ -48,6 +52,7 @@ from gpu_autoscaler.emulator.strict.core import (
     AwsRequest,
     Refusal,
     StrictLayer,
+    after,
     answer,
     check,
     load_rules,
@@ -60,6 +65,7 @@ __all__ = [
     "AwsRequest",
     "Refusal",
     "StrictLayer",
+    "after",
     "answer",
     "check",
     "load_rules",

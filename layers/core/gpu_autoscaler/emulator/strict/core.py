@@ -23,8 +23,8 @@ from gpu_autoscaler.emulator.strict import wire
 if TYPE_CHECKING:
     from botocore.model import OperationModel
 
-__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "answer", "check", "load_rules", "on_reset",
-           "strict_layer_disabled"]
+__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "check", "load_rules",
+           "on_reset", "strict_layer_disabled"]
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,11 @@ class AwsRequest:
 
 Check = Callable[[AwsRequest], None]
 Respond = Callable[[AwsRequest], "Answer | None"]
+Follow = Callable[[AwsRequest, dict[str, Any]], None]
 
 _checks: dict[tuple[str, str], list[Check]] = {}
 _answers: dict[tuple[str, str], list[Respond]] = {}
+_afters: dict[tuple[str, str], list[Follow]] = {}
 _services: set[str] = set()
 _resets: list[Callable[[], None]] = []
 
@@ -132,6 +134,24 @@ def answer(service: str, *actions: str, first: bool = False) -> Callable[[Respon
         return respond
 
     return register
+
+
+def after(service: str, *actions: str) -> Callable[[Follow], Follow]:
+    """Register what must happen in moto's state once these actions succeeded (what AWS does that moto does
+    not): called with the request and the answer (boto3's shape), whoever gave it; the answer is sent as is."""
+
+    def register(follow: Follow) -> Follow:
+        for action in actions:
+            _afters.setdefault((service, action), []).append(follow)
+        _services.add(service)
+        return follow
+
+    return register
+
+
+def answers(service: str, action: str) -> list[Respond]:
+    """The stand-ins registered for an action, in the order they are asked (for one that wraps the others)."""
+    return list(_answers.get((service, action), ()))
 
 
 _loaded = False
@@ -199,6 +219,8 @@ class StrictLayer:
             for respond in _answers.get(key, ()):
                 found = respond(request)
                 if found is not None:
+                    for follow in _afters.get(key, ()):
+                        follow(request, found.result or {})
                     return _send(request, found, start_response)
         except Refusal as refusal:
             log.info("strict layer refused %s %s: %s %s", request.service, request.action, refusal.code,
@@ -208,6 +230,14 @@ class StrictLayer:
             status, headers, payload = wire.error_response(request.protocol, refusal.code, refusal.message,
                                                            refusal.status, json_version)
             start_response(f"{status} Bad Request", [*headers, ("Content-Length", str(len(payload)))])
+            return [payload]
+        if key in _afters and request.operation is not None:
+            status, headers, payload = self._ask_moto(environ, body)
+            if status < 300:
+                parsed = wire.parse_response(request.protocol, request.operation, status, headers, payload)
+                for follow in _afters[key]:
+                    follow(request, parsed)
+            start_response(f"{status} {'OK' if status < 300 else 'Error'}", headers)
             return [payload]
         return self.app(environ, start_response)
 
@@ -242,7 +272,7 @@ def _request(environ: dict[str, Any], body: bytes, scope: re.Match[str]) -> AwsR
         action = next((v for k, v in form if k == "Action"), "")
     elif protocol == "json":
         action = environ.get("HTTP_X_AMZ_TARGET", "").rpartition(".")[2]
-    if not action or (service, action) not in _checks and (service, action) not in _answers:
+    if not action or all((service, action) not in table for table in (_checks, _answers, _afters)):
         return None
     operation = wire.operation_model(service, action)
     params = wire.parse_params(protocol, operation, form, body)

@@ -10,7 +10,7 @@ moto launches new instances on every call, so a function that dies after CreateF
 launch twice on the emulator where EC2 would hand back the first fleet's instances. This stand-in remembers,
 per account and region, each token's parameters and the answer. It is asked before the other CreateFleet
 stand-ins (`first=True`) and, for a request with a token, answers in their place: the first time
-it asks the capacity-reservations stand-in (reserved and On-Demand fleets), else moto, and keeps what they said.
+it asks the stand-ins after it (capacity reservations, the Spot role...), else moto, and keeps what they said.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import json
 import threading
 from typing import Any
 
-from gpu_autoscaler.emulator.strict import ec2_capacity_reservations
-from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, on_reset
+from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, answers, on_reset
 
 _answered: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
 _lock = threading.Lock()
@@ -47,7 +46,8 @@ def _create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
                               "Arguments on this idempotent request are inconsistent with arguments used in "
                               "previous request(s).")
             return Answer(result=result)
-        found = ec2_capacity_reservations.answer_fleet(request)
+        found = next((a for a in (respond(request) for respond in answers("ec2", "CreateFleet")
+                                   if respond is not _create_fleet_once_per_token) if a is not None), None)
         if found is not None and found.result is not None:
             result = found.result
         else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ class Reservation:
     kind: str = "default"
     """`default` (On-Demand Capacity Reservation) or `capacity-block`."""
     state: str = "active"
-    created: datetime = datetime.now(UTC)
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
     tags: tuple[tuple[str, str], ...] = ()
 
     def matches(self, instance_type: str, zone: str) -> bool:
@@ -111,7 +111,6 @@ def _create(request: AwsRequest) -> Answer:
         id=f"cr-{secrets.token_hex(9)[:17]}", account=request.account, region=request.region,
         instance_type=str(params.get("InstanceType", "")), zone=str(params.get("AvailabilityZone", "")),
         total=count, available=count, match=str(params.get("InstanceMatchCriteria") or "open"), tags=tags,
-        created=datetime.now(UTC),
     ))
     return Answer(result={"CapacityReservation": reservation.describe()})
 
