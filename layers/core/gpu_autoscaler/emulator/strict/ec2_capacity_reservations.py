@@ -172,9 +172,7 @@ def _take(reservation: Reservation, count: int) -> None:
 
 
 @answer("ec2", "CreateFleet")
-def answer_fleet(request: AwsRequest) -> Answer | None:
-    """Reserved-capacity fleets, and On-Demand ones that may consume open reservations (also asked by
-    `ec2_api_idempotency` for a request with a ClientToken)."""
+def _fleet(request: AwsRequest) -> Answer | None:
     target = request.params.get("TargetCapacitySpecification", {})
     if target.get("DefaultTargetCapacityType") == "reserved-capacity":
         return _reserved_fleet(request)
