@@ -25,6 +25,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                    "each function's import time and peak memory in a fresh interpreter with the layer alone"),
     "itn-cordon": ("benchmarks.deploy.interruption_path",
                    "Spot warning on the emulator's bus → node cordoned, the interruption function cold-started"),
+
+    "chaos": ("benchmarks.chaos.figures",
+              "fault injection on the running emulator (crashes, duplicates, Spot storms, throttling): times, invariants"),
 }
 
 

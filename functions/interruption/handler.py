@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.domain.interruption import Notice, UnknownEvent, parse_notice
@@ -93,8 +94,18 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         logger.error("not an EventBridge event", extra={"messageId": record.message_id, "error": str(error)})
         raise
     metrics.add_metric(name="Notices", unit=MetricUnit.Count, value=1)
-    results = [act_once()(key={"kind": str(notice.kind), "instanceId": instance}, notice=notice)
-               for instance in service().instances_for(notice)]
+    instances = service().instances_for(notice)
+    try:
+        results = [act_once()(key={"kind": str(notice.kind), "instanceId": instance}, notice=notice)
+                   for instance in instances]
+    except IdempotencyAlreadyInProgressError:
+        # Another invocation holds this notice, or one died holding it (its record stays in progress until
+        # that invocation's timeout): the redelivery after the visibility timeout acts on it; if SQS gives up
+        # first, this is the reason the dead letter carries.
+        logger.warning("notice still in progress in another invocation; it goes back to the queue",
+                       extra={"messageId": record.message_id, "eventId": notice.event_id,
+                              "instances": list(instances)})
+        raise
     return {"eventId": notice.event_id, "kind": str(notice.kind), "instances": results}
 
 

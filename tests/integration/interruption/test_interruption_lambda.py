@@ -260,3 +260,27 @@ def test_an_event_that_is_not_an_eventbridge_event_fails_alone(
     response = invoke(aws, interruption, "interruption", "interruption", messages)
     assert response == {"batchItemFailures": [{"itemIdentifier": poison}]}
     drain_queue(aws, "interruption")
+
+
+def test_a_notice_another_invocation_holds_fails_with_its_reason_logged(
+        aws: EmbeddedAws, interruption: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An invocation that died mid-notice leaves its idempotency record in progress until its timeout: until
+    then a redelivery fails, and if SQS gives up first the notice is dead-lettered — with this reason logged."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+
+    from tests.conftest import log_to_stdout
+
+    def held(**_: Any) -> Any:
+        raise IdempotencyAlreadyInProgressError("Execution already in progress with idempotency key ...")
+
+    monkeypatch.setattr(interruption, "act_once", lambda: held)
+    log_to_stdout(interruption)
+    put_event(aws, event_body("spot-interruption-warning", "i-0abc00000000held0"))
+    messages = receive(aws, "interruption", wait=1)
+    response = invoke(aws, interruption, "interruption", "interruption", messages)
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    reasons = [r for r in logged if r.get("messageId") == messages[0]["MessageId"] and r["level"] == "WARNING"]
+    assert reasons and "in progress" in reasons[0]["message"]

@@ -23,7 +23,7 @@ from gpu_autoscaler.emulator.strict import wire
 if TYPE_CHECKING:
     from botocore.model import OperationModel
 
-__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "check", "load_rules",
+__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "check", "load_rules",
            "on_reset", "strict_layer_disabled"]
 
 log = logging.getLogger(__name__)
@@ -121,13 +121,15 @@ def check(service: str, *actions: str) -> Callable[[Check], Check]:
     return register
 
 
-def answer(service: str, *actions: str) -> Callable[[Respond], Respond]:
+def answer(service: str, *actions: str, first: bool = False) -> Callable[[Respond], Respond]:
     """Register a stand-in for these actions: it returns an `Answer` to answer instead of moto, or None to
-    let moto answer. It may also raise `Refusal`."""
+    let moto answer. It may also raise `Refusal`. `first`: asked before the stand-ins registered so far (one
+    that wraps the others, as EC2's idempotency wraps whatever answers the request)."""
 
     def register(respond: Respond) -> Respond:
         for action in actions:
-            _answers.setdefault((service, action), []).append(respond)
+            registered = _answers.setdefault((service, action), [])
+            registered.insert(0, respond) if first else registered.append(respond)
         _services.add(service)
         return respond
 
@@ -145,6 +147,11 @@ def after(service: str, *actions: str) -> Callable[[Follow], Follow]:
         return follow
 
     return register
+
+
+def answers(service: str, action: str) -> list[Respond]:
+    """The stand-ins registered for an action, in the order they are asked (for one that wraps the others)."""
+    return list(_answers.get((service, action), ()))
 
 
 _loaded = False

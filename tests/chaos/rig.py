@@ -1,0 +1,197 @@
+"""The chaos suite's emulator: the whole pipeline (embedded AWS behind the strict layer, local Kubernetes API,
+pollers, schedules, instance watcher, agent) in this process, tuned so a scenario settles in seconds.
+
+Scenarios act only as a user or AWS would (pods through the Kubernetes client, events on the bus, messages on
+the queues) and observe the same way; faults come from `tests.chaos.faults` (crashes) and the strict layer
+(throttling). The handlers write their logs to a file the invariants read (reasons of releases and of dead
+letters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client as k8s
+
+from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.emulator.session import EmulatorSession
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.wiring import FUNCTION_WIRING
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+__all__ = ["NAMESPACE", "SPEED", "ChaosRig", "chaos_config", "gpu_pod", "running_rig"]
+
+NAMESPACE = "chaos"
+SPEED = 30.0
+"""Rate schedules 30× faster (consolidate every 2 s); nodes join 1.5 s after launch."""
+VISIBILITY_TIMEOUT = 10
+"""Seconds before a failed message is delivered again (the stack's are minutes). Not less: on a loaded machine an
+invocation can take seconds, and a message visible again while still being handled is received again, counting
+towards the DLQ's maxReceiveCount as it would in SQS."""
+GC_GRACE = "4s"
+"""The garbage collector's grace, shortened with everything else."""
+
+
+def chaos_config(*, consolidate_after: str = "2s") -> Any:
+    """The user's configuration (cdk.json) without windows or forecasts (nothing warm), disruption and garbage
+    collection in seconds."""
+    data: dict[str, Any] = example_config_data()
+    for pool in data["nodePools"]:
+        pool.setdefault("disruption", {}).update(
+            consolidateAfter=consolidate_after, minNodeAge="0s", budgets=[{"nodes": "100%"}])
+    data["scalingWindows"] = []
+    data["predictive"] = {**data.get("predictive", {}), "enabled": False}
+    data.setdefault("timeouts", {})["garbageCollectionGrace"] = GC_GRACE
+    return parse_config(data)
+
+
+def gpu_pod(name: str, *, gpus: int = 1, pool: str = "gpu-burst", cpu: str = "4",
+            memory: str = "24Gi") -> dict[str, Any]:
+    """A plain GPU pod for one pool (it selects the pool and tolerates its taint)."""
+    taint_key = "gpu-autoscaler/shared" if pool == "gpu-shared" else "nvidia.com/gpu"
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "chaos"}},
+        "spec": {
+            "nodeSelector": {L.NODE_POOL: pool},
+            "tolerations": [{"key": taint_key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "busybox", "resources": {
+                "requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)},
+                "limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+    }
+
+
+class ChaosRig:
+    """One running emulator and the handles a scenario needs."""
+
+    def __init__(self, session: EmulatorSession, log_path: Path) -> None:
+        self.session = session
+        self.log_path = log_path
+        self.aws = session.aws
+        self.pipeline = session.pipeline
+        self.core = k8s.CoreV1Api(session.kube.client())
+        self.ec2 = self.aws.clients.client("ec2")
+        self.sqs = self.aws.clients.client("sqs")
+        self.events = self.aws.clients.client("events")
+        self.wanted: dict[str, dict[str, Any]] = {}
+        self.earlier_instances: set[str] = set()
+        self.earlier_letters: set[str] = set()
+        """What earlier scenarios left in EC2's listing and in the dead-letter queues: theirs, not checked again."""
+
+    def begin(self) -> None:
+        """A new scenario starts: what is there now belongs to the earlier ones."""
+        self.earlier_instances = {i["InstanceId"] for i in self.instances()}
+        self.earlier_letters = {d.message_id for d in self.pipeline.dead_letters()}
+
+    # ---- acting ---------------------------------------------------------------------------------------------
+
+    def create_pods(self, pods: list[dict[str, Any]]) -> None:
+        """Create the pods and keep them: an evicted one is created again (`replace_evicted`), as its
+        Deployment would."""
+        for pod in pods:
+            self.wanted[pod["metadata"]["name"]] = pod
+            self.core.create_namespaced_pod(NAMESPACE, pod)
+
+    def replace_evicted(self) -> None:
+        """The Deployment controller's part: every wanted pod that is gone is created again."""
+        present = {p.metadata.name for p in self.pods()}
+        for name, pod in self.wanted.items():
+            if name not in present:
+                with contextlib.suppress(k8s.ApiException):
+                    self.core.create_namespaced_pod(NAMESPACE, pod)
+
+    def delete_pods(self) -> None:
+        self.wanted.clear()
+        self.core.delete_collection_namespaced_pod(NAMESPACE)
+
+    def put_event(self, detail_type: str, instance_id: str, detail: dict[str, Any] | None = None,
+                  source: str = "aws.ec2") -> None:
+        region = self.aws.config.region
+        self.pipeline.put_event(source, detail_type, {"instance-id": instance_id, **(detail or {})},
+                                [f"arn:aws:ec2:{region}:123456789012:instance/{instance_id}"])
+
+    # ---- observing ------------------------------------------------------------------------------------------
+
+    def pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod(NAMESPACE).items)
+
+    def all_bound(self) -> bool:
+        pods = self.pods()
+        return bool(pods) and all(p.spec.node_name for p in pods)
+
+    def instances(self, *states: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for page in self.ec2.get_paginator("describe_instances").paginate():
+            for reservation in page["Reservations"]:
+                found += [i for i in reservation["Instances"] if not states or i["State"]["Name"] in states]
+        return found
+
+    def settled(self) -> bool:
+        """No work queued or in hand, and no pod waiting for capacity being planned (bound or released)."""
+        return self.pipeline.idle()
+
+    def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
+        """Seconds until `condition` held; fails the scenario naming `what` after `timeout`."""
+        began = time.monotonic()
+
+        def holds() -> bool:
+            self.replace_evicted()
+            return condition()
+
+        if not self.pipeline.wait_until(holds, timeout, interval=0.25):
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.describe()}")
+        return time.monotonic() - began
+
+    def describe(self) -> str:
+        """What is there, for a failure message: instances, claims, pods."""
+        from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+
+        store = DynamoStateStore(self.aws.clients.client("dynamodb"), self.aws.table_name, self.aws.config.cluster_name)
+        lines = [f"instance {i['InstanceId']} {i['State']['Name']} "
+                 f"{ {t['Key']: t['Value'] for t in i.get('Tags', [])}.get(L.TAG_CLAIM)}" for i in self.instances()]
+        lines += [f"claim {c.id} {c.state.value} {c.instance_id} attrs={sorted(c.attributes)} pods={len(c.pods)} "
+                  f"reason={c.reason!r}" for c in store.list_claims()]
+        lines += [f"pod {p.metadata.name} node={p.spec.node_name} phase={p.status.phase}" for p in self.pods()]
+        lines.append(f"queues {self.pipeline.queue_depths()}")
+        return "\n".join(lines)
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The handlers' JSON log lines (Powertools), parsed; other lines skipped."""
+        records = []
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    records.append(json.loads(line))
+        return records
+
+
+@contextlib.contextmanager
+def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0) -> Iterator[ChaosRig]:
+    """An emulator session for one scenario, its namespace created."""
+    with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
+        log_path = Path(directory) / "functions.log"
+        with log_path.open("w", buffering=1) as stream, EmulatorSession(
+            config or chaos_config(), speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
+            log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
+        ) as session:
+            rig = ChaosRig(session, log_path)
+            # A dead invocation's idempotency record stays in progress until its timeout: the notice's redelivery
+            # must come later, as the stack's visibility (6 × the timeout) does, or it is dead-lettered early.
+            rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("interruption"), Attributes={
+                "VisibilityTimeout": str(FUNCTION_WIRING["interruption"].timeout_seconds + 5)})
+            rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
+            yield rig
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
