@@ -27,7 +27,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                    "Spot warning on the emulator's bus → node cordoned, the interruption function cold-started"),
 
     "chaos": ("benchmarks.chaos.figures",
-              "fault injection on the running emulator (crashes, duplicates, Spot storms, throttling): times, invariants"),
+              "fault injection on the running emulator (crashes, duplicates, Spot storms, throttling): times, "
+              "invariants"),
 }
 
 
