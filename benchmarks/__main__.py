@@ -27,7 +27,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                    "Spot warning on the emulator's bus → node cordoned, the interruption function cold-started"),
 
     "chaos": ("benchmarks.chaos.figures",
-              "fault injection on the running emulator (crashes, duplicates, Spot storms, throttling): times, "
+              "fault injection on the running emulator (crashes, duplicates, write conflicts, throttling): times, "
               "invariants"),
 }
 
