@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def rig() -> Iterator[ChaosRig]:
     """One running emulator for the suite (starting one costs ~15 s); every scenario gives everything back."""
     with running_rig() as running:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from tests.chaos.faults import CrashAt, CrashPlan
@@ -48,7 +49,7 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
         victims = [i["InstanceId"] for i in rig.instances("running") if nodes.get(i["InstanceId"]) in used]
         victim = victims[0]
         began = time.monotonic()
-        rig.put_event("EC2 Spot Instance Interruption Warning", victim, {"instance-action": "terminate"})
+        rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         rig.wait(lambda: any(i["InstanceId"] == victim for i in rig.instances("terminated", "shutting-down")),
                  STEP_TIMEOUT + 70, f"{victim} to be drained and terminated")  # a notice's retry: 65 s
         rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound again")
@@ -84,8 +85,8 @@ CRASH_POINTS: dict[str, list[tuple[str, bool, int]]] = {
                     ("dynamodb.TransactWriteItems", True, 1)],  # reconcile: a claim Registered, the tick dies
 }
 CONSOLIDATION_MARKED_NOT_SENT = CrashAt("consolidate", "sqs.SendMessage", after=False)
-"""Dies between marking a claim for consolidation and sending its drain: the node then waits for the mark to
-expire (`timeouts.consolidationDrain`, 30 min) — see `test_crashes.py`."""
+"""Dies between marking a claim for consolidation and sending its drain: the next tick finds the mark without
+its drain noted as sent and sends it (it used to wait for the mark to lapse, `timeouts.consolidationDrain`)."""
 
 
 def crash_points_for(seed: int) -> list[CrashAt]:
@@ -114,6 +115,13 @@ def duplicate_lifecycle(rig: ChaosRig, seed: int, prefix: str) -> tuple[Lifecycl
     return result, plan
 
 
+def spot_warning(seconds: float = 5.0) -> dict[str, str]:
+    """A Spot warning's detail as EC2 sends it, with the time it takes the instance: `seconds` ahead here rather
+    than two minutes (the drain holds the instance until then, as AWS would not take it earlier)."""
+    at = datetime.now(UTC) + timedelta(seconds=seconds)
+    return {"instance-action": "terminate", "instance-action-time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def interruption_storm(rig: ChaosRig, *, warnings: int = 5, prefix: str = "storm") -> LifecycleResult:
     """Scenario 4: for one instance, a rebalance recommendation, the same Spot warning `warnings` times, then
     EC2 reclaims it (the state-change notifications follow), all within seconds; every pod back, one
@@ -129,7 +137,7 @@ def interruption_storm(rig: ChaosRig, *, warnings: int = 5, prefix: str = "storm
     began = time.monotonic()
     rig.put_event("EC2 Instance Rebalance Recommendation", victim)
     for _ in range(warnings):
-        rig.put_event("EC2 Spot Instance Interruption Warning", victim, {"instance-action": "terminate"})
+        rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         time.sleep(0.3)
     rig.ec2.terminate_instances(InstanceIds=[victim])  # EC2 reclaims it; the watcher puts the state changes
     rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound again")

@@ -36,9 +36,6 @@ def test_a_crash_at_each_point_is_redelivered_and_done_exactly_once(rig: ChaosRi
     assert result.report.pods == 0 and result.report.instances == 0, "everything given back at the end"
 
 
-@pytest.mark.xfail(strict=True, reason="defect (services/consolidate.py, not fixed here): a consolidation tick that "
-                   "dies after marking a claim and before sending its drain leaves the node marked as being "
-                   "disrupted, undrained, until timeouts.consolidationDrain (30 min) passes")
 def test_consolidation_dying_between_its_mark_and_the_drain_gives_the_node_back_on_the_next_tick(
     rig: ChaosRig,
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryCluster
 from gpu_autoscaler.adapters.memory.disruption_budgets import MemoryDisruptionBudgets
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
@@ -263,3 +265,38 @@ def test_reconcile_records_pending_and_running_gpus_per_pool() -> None:
     assert outcome.reconcile.demand == {"gpu": 10.0}
     assert rig.store.demand_history("gpu", NOW - timedelta(hours=1)) == [(bucket_start(NOW), 10.0)]
     assert stray.uid not in rig.store.assignments([stray.uid])
+
+
+class _DyingDrains(_Drains):
+    """The drain queue of a tick that dies as it sends: the mark is written, the drain never queued."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(journal)
+        self.dead = True
+
+    def send(self, request: DrainRequest, delay: timedelta | None = None) -> None:
+        if self.dead:
+            self.dead = False
+            raise ConnectionError("the function died before its drain was queued")
+        super().send(request, delay)
+
+
+def test_a_tick_that_died_between_its_mark_and_its_drain_is_completed_by_the_next() -> None:
+    scene = Cluster(pool_config(consolidateAfter="5m"))
+    empty = scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.service.drains = dying = _DyingDrains(rig.journal)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    rig.service.run()  # proposes
+    rig.clock.advance(timedelta(minutes=1))
+    with pytest.raises(ConnectionError):
+        rig.service.run()  # validates, marks, dies sending the drain
+    assert not dying.dead and rig.sent("drain") == []
+    rig.clock.advance(timedelta(minutes=1))
+    rig.service.run()
+    [drain] = rig.sent("drain")
+    assert drain.node_name == empty and "sent again" in drain.reason and not drain.involuntary
+    rig.clock.advance(timedelta(minutes=1))
+    rig.service.run()
+    assert len(rig.sent("drain")) == 1, "noted as sent: not sent a third time"

@@ -37,8 +37,11 @@ __all__ = [
     "PROPOSAL_TTL",
     "VALIDATION_DELAY",
     "Proposal",
+    "Acting",
+    "acting",
     "awaiting_validation",
     "disrupting",
+    "drain_sent",
     "disruption_mark",
     "disruption_until",
     "proposal",
@@ -72,6 +75,13 @@ def disruption_mark(reason: str, until: datetime, replacements: Sequence[str]) -
     """The mark of a validated decision: its drain gives up at `until`."""
     return json.dumps({"reason": reason, "until": until.isoformat(), "replacements": list(replacements)},
                       separators=(",", ":"))
+
+
+def drain_sent(mark: str) -> str:
+    """A validated mark once its drain is on the queue: a tick that finds a validated mark without this died
+    between marking and sending, and sends the drain again (a drain request is safe to repeat)."""
+    data = json.loads(mark)
+    return json.dumps({**data, "drainSent": True}, separators=(",", ":"))
 
 
 def proposal_mark(reason: str, action: str, claims: Sequence[str], now: datetime, replacements: int,
@@ -115,6 +125,29 @@ def proposal(claim: NodeClaim) -> Proposal | None:
                         until=datetime.fromisoformat(mark["until"]),
                         replacements=int(mark.get("replacementCount", 0)),
                         price_after=float(mark.get("priceAfter", 0.0)))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Acting:
+    """A validated decision's mark: its drain gives up at `until`; `drain_sent` once the drain was queued."""
+
+    reason: str
+    until: datetime
+    replacements: tuple[str, ...]
+    drain_sent: bool
+
+
+def acting(claim: NodeClaim) -> Acting | None:
+    """The validated mark on this claim, if it carries one (not a proposal)."""
+    mark = _mark(claim)
+    if mark is None or "validateAfter" in mark:
+        return None
+    try:
+        return Acting(reason=str(mark["reason"]), until=datetime.fromisoformat(mark["until"]),
+                      replacements=tuple(str(r) for r in mark.get("replacements", ())),
+                      drain_sent=bool(mark.get("drainSent", False)))
     except (ValueError, KeyError, TypeError):
         return None
 

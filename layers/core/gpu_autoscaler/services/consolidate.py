@@ -43,8 +43,10 @@ from gpu_autoscaler.domain.consolidation import (
 )
 from gpu_autoscaler.domain.disruption_marks import (
     DISRUPTION_ATTRIBUTE,
+    acting,
     disruption_mark,
     disruption_until,
+    drain_sent,
     proposal_mark,
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
@@ -157,6 +159,7 @@ class ConsolidateService:
         outcome = ConsolidateOutcome(reconciled, result)
         current = {i.claim.id: i.claim for i in items if i.claim is not None}
         self._untaint_lapsed(items, now, outcome)
+        self._resend_unsent(items, now, outcome)
         for rejection in result.invalidated:
             self._reject(rejection, current, outcome)
         for decision in result.decisions:
@@ -287,6 +290,7 @@ class ConsolidateService:
                 termination_grace_period=pool.termination_grace_period if pool is not None else None,
             )
             self.drains.send(request)
+            self._record_sent(claim)
             outcome.drain_requests.append(request)
         outcome.acted.append(decision)
         if logger.isEnabledFor(logging.INFO):
@@ -295,6 +299,45 @@ class ConsolidateService:
                 ", ".join(decision.nodes), decision.saving, decision.detail,
                 extra={"decision": decision.to_json(), "savingPerHour": round(decision.saving, 6)},
             )
+
+    def _record_sent(self, claim: NodeClaim) -> None:
+        """Note on the mark that its drain is queued. A conflict (the drain, or another writer, moved the claim
+        on first) leaves it unnoted: a later tick sends the drain again if the claim is still only marked."""
+        raw = claim.attributes.get(DISRUPTION_ATTRIBUTE)
+        if not raw:
+            return
+        try:
+            self.store.update_claim(claim, attributes={**claim.attributes, DISRUPTION_ATTRIBUTE: drain_sent(raw)})
+        except StaleClaim:
+            logger.info("claim %s moved on before its drain was noted as sent", claim.id)
+
+    def _resend_unsent(self, items: Sequence[ConsolidationNode], now: datetime, outcome: ConsolidateOutcome
+                       ) -> None:
+        """A tick that died between marking a validated decision and queueing its drain left the node marked as
+        being disrupted and no drain working on it, until the mark lapsed (`timeouts.consolidationDrain`): send
+        that drain now. Only a Registered claim can be in that state (a drain that started made it Draining)."""
+        for item in items:
+            claim = item.claim
+            mark = acting(claim) if claim is not None else None
+            if claim is None or mark is None or mark.drain_sent or claim.state is not ClaimState.REGISTERED \
+                    or now >= mark.until:
+                continue
+            pool = next((p for p in self.config.node_pools if p.name == claim.pool), None)
+            replacements = list(mark.replacements)
+            request = DrainRequest(
+                cluster=self.config.cluster_name, node_name=item.node.name, instance_id=claim.instance_id,
+                claim_id=claim.id, reason=f"consolidation ({mark.reason}), sent again: the tick that decided it "
+                "stopped before sending its drain", involuntary=False, deadline=mark.until,
+                replacement_claim_id=replacements[0] if replacements else None,
+                replacement_claim_ids=replacements[1:],
+                wait_until=min(now + self.config.timeouts.registration_ttl, mark.until),
+                termination_grace_period=pool.termination_grace_period if pool is not None else None,
+            )
+            logger.warning("node %s was marked for consolidation but its drain was never sent: sending it",
+                           item.node.name)
+            self.drains.send(request)
+            self._record_sent(claim)
+            outcome.drain_requests.append(request)
 
     def _store_replacement(self, claim: NodeClaim) -> bool:
         """Store a replacement claim; True if it should be (re)sent for launch (new, or still Pending)."""
