@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
 from gpu_autoscaler.models.pods import PendingPodsDocument
+from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import ResourceNames
 from gpu_autoscaler.services.packer import PackerService, aws_packer_service
 from gpu_autoscaler.settings import load_settings
@@ -66,7 +67,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         dlq = dead_letters()
         if dlq is None:
             raise
-        reason = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors)
+        reason = "; ".join(describe_validation(error))
         dlq.send(record.body, f"not a pending-pods document: {reason}", message_id=record.message_id,
                  group_id=record.attributes.message_group_id)
         metrics.add_metric(name="DocumentsDeadLettered", unit=MetricUnit.Count, value=1)

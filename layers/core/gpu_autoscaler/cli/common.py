@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,7 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import boto3
-    from pydantic import ValidationError
+
+from gpu_autoscaler.models.validation import describe_validation
 
 __all__ = [
     "EXIT_FAILED",
@@ -159,26 +159,3 @@ def aws_session(region: str | None = None) -> boto3.session.Session:
     return session
 
 
-_QUOTED = re.compile(r"'([^']*)'")
-
-
-def describe_validation(error: ValidationError) -> list[str]:
-    """Each problem on one line, `pods[3].requests.cpu: 'lots' is not a Kubernetes quantity`.
-
-    The same shape as the configuration's errors; where a mapping's validator names an offending value, the
-    key holding it joins the path.
-    """
-    lines = []
-    for item in error.errors():
-        path = ""
-        for part in item["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = item["msg"].removeprefix("Value error, ")
-        given = item.get("input")
-        quoted = _QUOTED.search(message)
-        if isinstance(given, dict) and quoted:
-            key = next((k for k, v in given.items() if str(v) == quoted.group(1)), None)
-            if key is not None:
-                path += f".{key}" if re.fullmatch(r"[A-Za-z_][\w-]*", key) else f'["{key}"]'
-        lines.append(f"{path}: {message}" if path else message)
-    return lines

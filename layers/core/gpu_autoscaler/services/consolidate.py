@@ -280,15 +280,9 @@ class ConsolidateService:
         if launch:
             self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=launch))
             outcome.launch_requests.append(launch)
-        pool = next((p for p in self.config.node_pools if p.name == decision.pool), None)
         for name, claim in zip(decision.nodes, marked, strict=True):
-            request = DrainRequest(
-                cluster=self.config.cluster_name, node_name=name, instance_id=claim.instance_id, claim_id=claim.id,
-                reason=f"consolidation ({decision.reason}): {decision.detail}", involuntary=False,
-                deadline=deadline, replacement_claim_id=replacement_ids[0] if replacement_ids else None,
-                replacement_claim_ids=replacement_ids[1:], wait_until=wait_until,
-                termination_grace_period=pool.termination_grace_period if pool is not None else None,
-            )
+            request = self._drain_request(name, claim, f"consolidation ({decision.reason}): {decision.detail}",
+                                          deadline, replacement_ids, wait_until)
             self.drains.send(request)
             self._record_sent(claim)
             outcome.drain_requests.append(request)
@@ -299,6 +293,18 @@ class ConsolidateService:
                 ", ".join(decision.nodes), decision.saving, decision.detail,
                 extra={"decision": decision.to_json(), "savingPerHour": round(decision.saving, 6)},
             )
+
+    def _drain_request(self, node: str, claim: NodeClaim, reason: str, deadline: datetime,
+                       replacement_ids: Sequence[str], wait_until: datetime) -> DrainRequest:
+        """A voluntary drain of one node of a decision: its pool's `terminationGracePeriod` alone may end it early."""
+        pool = next((p for p in self.config.node_pools if p.name == claim.pool), None)
+        return DrainRequest(
+            cluster=self.config.cluster_name, node_name=node, instance_id=claim.instance_id, claim_id=claim.id,
+            reason=reason, involuntary=False, deadline=deadline,
+            replacement_claim_id=replacement_ids[0] if replacement_ids else None,
+            replacement_claim_ids=list(replacement_ids[1:]), wait_until=wait_until,
+            termination_grace_period=pool.termination_grace_period if pool is not None else None,
+        )
 
     def _record_sent(self, claim: NodeClaim) -> None:
         """Note on the mark that its drain is queued. A conflict (the drain, or another writer, moved the claim
@@ -322,17 +328,10 @@ class ConsolidateService:
             if claim is None or mark is None or mark.drain_sent or claim.state is not ClaimState.REGISTERED \
                     or now >= mark.until:
                 continue
-            pool = next((p for p in self.config.node_pools if p.name == claim.pool), None)
-            replacements = list(mark.replacements)
-            request = DrainRequest(
-                cluster=self.config.cluster_name, node_name=item.node.name, instance_id=claim.instance_id,
-                claim_id=claim.id, reason=f"consolidation ({mark.reason}), sent again: the tick that decided it "
-                "stopped before sending its drain", involuntary=False, deadline=mark.until,
-                replacement_claim_id=replacements[0] if replacements else None,
-                replacement_claim_ids=replacements[1:],
-                wait_until=min(now + self.config.timeouts.registration_ttl, mark.until),
-                termination_grace_period=pool.termination_grace_period if pool is not None else None,
-            )
+            request = self._drain_request(
+                item.node.name, claim, f"consolidation ({mark.reason}), sent again: the tick that decided it "
+                "stopped before sending its drain", mark.until, list(mark.replacements),
+                min(now + self.config.timeouts.registration_ttl, mark.until))
             logger.warning("node %s was marked for consolidation but its drain was never sent: sending it",
                            item.node.name)
             self.drains.send(request)
