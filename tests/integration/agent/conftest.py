@@ -1,4 +1,5 @@
-"""The pending-pods FIFO queue on the embedded AWS (moto server on 127.0.0.1), and what was delivered to it."""
+"""The pending-pods FIFO queue on the embedded AWS (moto server on 127.0.0.1), what was delivered to it, and the
+local Kubernetes API the agent watches."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import pytest
 
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from kubernetes import client
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +98,15 @@ class FlakySqs:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+@pytest.fixture
+def kube(aws: EmbeddedAws) -> Iterator[LocalKubernetes]:
+    with LocalKubernetes(cluster_name=aws.config.cluster_name) as local:
+        yield local
+
+
+@pytest.fixture
+def api(kube: LocalKubernetes) -> Iterator[client.ApiClient]:
+    with kube.client() as api_client:
+        yield api_client

@@ -15,7 +15,6 @@ import pytest
 from kubernetes import client
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.sender import Backoff
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from gpu_autoscaler.emulator.aws import EmbeddedAws
+    from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
     from tests.integration.agent.conftest import Queue
 
 RESYNC = timedelta(seconds=60)
@@ -61,12 +61,6 @@ class Delivered:
                 raise AssertionError(f"queue never satisfied the condition; delivered: {self.names}")
             time.sleep(0.05)
         return self.names
-
-
-@pytest.fixture
-def kube(aws: EmbeddedAws) -> Iterator[LocalKubernetes]:
-    with LocalKubernetes(cluster_name=aws.config.cluster_name) as local:
-        yield local
 
 
 @pytest.fixture

@@ -17,16 +17,15 @@ from kubernetes import client
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.user_data import GANG_LABEL, gang_taint
 from gpu_autoscaler.emulator.kubelet import SimulatedInstance
-from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from gpu_autoscaler.emulator.aws import EmbeddedAws
+    from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
     from tests.integration.agent.conftest import Queue
 
 NS = "default"
@@ -40,18 +39,6 @@ def gpu_pod(name: str, gpus: int = 1, *, labels: dict[str, str] | None = None,
     return {"metadata": metadata, "spec": {"containers": [{
         "name": "main", "image": "trainer:1",
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}}
-
-
-@pytest.fixture
-def kube(aws: EmbeddedAws) -> Iterator[LocalKubernetes]:
-    with LocalKubernetes(cluster_name=aws.config.cluster_name) as local:
-        yield local
-
-
-@pytest.fixture
-def api(kube: LocalKubernetes) -> Iterator[client.ApiClient]:
-    with kube.client() as api_client:
-        yield api_client
 
 
 @pytest.fixture

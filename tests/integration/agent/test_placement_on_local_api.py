@@ -14,7 +14,6 @@ from kubernetes import client
 
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.emulator.kubelet import SimulatedInstance
-from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
@@ -22,9 +21,9 @@ from gpu_autoscaler_agent.settings import AgentSettings
 from tests.integration.agent.test_gangs_on_local_api import unschedulable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from gpu_autoscaler.emulator.aws import EmbeddedAws
+    from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
     from tests.integration.agent.conftest import Queue
 
 NS = "default"
@@ -35,18 +34,6 @@ def pod(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return {"metadata": {"name": name, "labels": spec.pop("labels", {})}, "spec": {**spec, "containers": [{
         "name": "main", "image": "trainer:1", "resources": {"requests": {"cpu": "1"}, "limits": limits}}]}}
-
-
-@pytest.fixture
-def kube(aws: EmbeddedAws) -> Iterator[LocalKubernetes]:
-    with LocalKubernetes(cluster_name=aws.config.cluster_name) as local:
-        yield local
-
-
-@pytest.fixture
-def api(kube: LocalKubernetes) -> Iterator[client.ApiClient]:
-    with kube.client() as api_client:
-        yield api_client
 
 
 @pytest.fixture
