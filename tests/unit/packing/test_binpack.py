@@ -157,3 +157,15 @@ def test_residual_fill_takes_runs_exactly_as_one_pod_at_a_time(seed: int) -> Non
                 start[lead] = 1
             expected = one_pod_at_a_time(kind, w, rem, req, k, start)
             assert np.array_equal(_fill_residual(kind, w, rem, req, k, start), expected)
+
+
+def test_small_pods_fill_the_room_bulky_pods_leave() -> None:
+    # gpus, GiB. Two 128 GiB pods need a 200 GiB node each, which leaves 3 GPUs and 72 GiB idle on both;
+    # the greedy first puts the small pods on a cheap node of their own (10.84 USD/h), where the optimum
+    # puts them in that room (9.98): one 48 GiB pod beside the first, the two 32 GiB ones beside the second.
+    k = kinds([[4, 200], [4, 100]], [4.99, 0.86], 3)
+    req = np.array([[1, 128], [2, 48], [1, 32]], np.int64)
+    demand = np.array([2, 1, 2])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(9.98)

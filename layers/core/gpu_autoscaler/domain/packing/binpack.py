@@ -15,6 +15,7 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
    remaining demand repeats it, so 10,000 replicas cost a handful of iterations.
 3. Each opened node is moved to the cheapest kind its contents fit, and groups of nodes are merged into
    one when one node of some kind holds them all for less (each such merge as often as it repeats).
+4. Nodes whose pods all fit in the room the others leave are emptied into it (see `relocate`).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
@@ -25,6 +26,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from gpu_autoscaler.domain.packing.relocate import empty_into_holes
 
 __all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack", "single_class"]
 
@@ -371,6 +374,10 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
     return _improve(opened, req, kinds)
 
 
+def _cost(opened: list[Opened], kinds: Kinds) -> float:
+    return float(sum(kinds.price[e.kind] * e.copies for e in opened))
+
+
 class _Fills:
     """Alternative fills of single kinds, cached while the remaining demand still covers them."""
 
@@ -541,7 +548,12 @@ def _improve(opened: list[Opened], req: np.ndarray, kinds: Kinds) -> list[Opened
     for e, k in zip(entries, cheaper.tolist(), strict=True):
         if k >= 0 and kinds.price[k] < kinds.price[e.kind] - _EPS:
             e.kind = k
-    return _absorb(entries, facts, used, share)
+    absorbed = _absorb(entries, facts, used, share)
+    emptied = empty_into_holes([(e.kind, e.counts, e.copies) for e in absorbed], req, kinds)
+    if emptied is None:
+        return absorbed
+    relocated = [Opened(k, counts, copies) for k, counts, copies in emptied]
+    return relocated if _cost(relocated, kinds) < _cost(absorbed, kinds) - _EPS else absorbed
 
 
 class _Facts:
