@@ -61,10 +61,10 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
         return None
     groups: dict[tuple[int, bytes], int] = {}
     rows: dict[tuple[int, bytes], np.ndarray] = {}
-    for n in np.flatnonzero(alive):
-        key = (_cheapest(counts[n], req, kinds, int(kind[n])), counts[n].tobytes())
+    for node in np.flatnonzero(alive).tolist():
+        key = (_cheapest(counts[node], req, kinds, int(kind[node])), counts[node].tobytes())
         groups[key] = groups.get(key, 0) + 1
-        rows.setdefault(key, counts[n])
+        rows.setdefault(key, counts[node])
     return [(k, rows[(k, b)], n) for (k, b), n in groups.items()]
 
 
