@@ -169,3 +169,15 @@ def test_small_pods_fill_the_room_bulky_pods_leave() -> None:
     opened = pack(demand, req, k)
     assert_valid(opened, demand, req, k)
     assert cost(opened, k) == pytest.approx(9.98)
+
+
+def test_weights_corrected_from_the_first_plan_find_a_cheaper_one() -> None:
+    # gpus, GiB. Four 4-GPU pods and one 64 GiB pod: by their first weights the greedy puts the 4-GPU pods
+    # two to a 2.51 node and the big one alone on a 2.31 node (7.33); priced at what they cost there, the
+    # second pass puts the big pod beside a 4-GPU one and the last 4-GPU pod on a 1.29 node (6.31).
+    k = kinds([[8, 30], [8, 120], [4, 700]], [1.29, 2.51, 2.31], 2)
+    req = np.array([[1, 64], [4, 16]], np.int64)
+    demand = np.array([1, 4])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(6.31)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_autoscaler.domain.packing.correction import corrected
 from gpu_autoscaler.domain.packing.relocate import empty_into_holes
 
 __all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack", "single_class"]
@@ -318,14 +319,23 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
     """Nodes holding as much of `demand` as the kinds allow; classes that fit no kind stay out.
 
     With `kinds.limit` (reservations) the nodes are at most the limit of each kind, and what does not fit
-    is left for the caller to place elsewhere.
+    is left for the caller to place elsewhere. Without `weights`, the greedy starts from `class_weights`
+    and small tiers are packed again with corrected weights (see `correction`).
     """
     if len(kinds) == 0 or demand.sum() == 0:
         return []
     wanted = np.flatnonzero(demand)
     if wanted.size == 1 and kinds.limit is None:
         return single_class(int(wanted[0]), int(demand[wanted[0]]), req, kinds)
-    w = class_weights(req, kinds) if weights is None else weights
+    if weights is not None:
+        return _greedy(demand, req, kinds, weights)
+    w = class_weights(req, kinds)
+    first = _greedy(demand, req, kinds, w)
+    return corrected(first, demand, req, kinds, w, lambda better: _greedy(demand, req, kinds, better))
+
+
+def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) -> list[Opened]:
+    """Steps 2–4 of the module's method with class weights `w`."""
     rem = np.where(np.isfinite(w), demand, 0).astype(np.int64)
     w = np.where(np.isfinite(w), w, 0.0)
     nz = [np.flatnonzero(req[c] > 0) for c in range(req.shape[0])]
