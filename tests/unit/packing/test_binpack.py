@@ -10,7 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
-from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack, single_class
+from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack
+from gpu_autoscaler.domain.packing.single import single_class
 
 
 def kinds(caps: list[list[int]], prices: list[float], classes: int, limit: list[int] | None = None) -> Kinds:

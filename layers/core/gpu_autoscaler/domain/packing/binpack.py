@@ -23,21 +23,20 @@ The benchmarks compare the result with an exact MILP on the same offerings.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from gpu_autoscaler.domain.packing.correction import corrected
+from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 from gpu_autoscaler.domain.packing.relocate import empty_into_holes
+from gpu_autoscaler.domain.packing.single import single_class
 
-__all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack", "single_class"]
+__all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack"]
 
 _REFINE = 2
 """Kinds whose fill is redone in their own bottleneck order each iteration."""
 _LEADERS = 3
 """How many of a kind's bulkiest classes lead a fill of their own, for the best kind of each iteration."""
-_EXACT_SPAN = 4096
-"""Largest remainder `single_class` covers by dynamic programming (see there)."""
 _SMALL = 16
 """Up to this many candidate classes a residual fill steps in plain Python (see `_residual_steps`)."""
 _RUN = 8
@@ -49,31 +48,6 @@ _TIE = 1e-9
 _ABSORB_ROUNDS = 64
 """At most this many groups of nodes are merged per pass (each round merges one group)."""
 _EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Kinds:
-    """The nodes a tier can open."""
-
-    cap: np.ndarray
-    """[K, R] allocatable, integer units."""
-    price: np.ndarray
-    """[K] USD per hour."""
-    feasible: np.ndarray
-    """[C, K] whether a class may be placed on a kind (selectors, zones, pool, sharing mode)."""
-    limit: np.ndarray | None = None
-    """[K] how many nodes of each kind exist (capacity reservations); None when unbounded."""
-
-    def __len__(self) -> int:
-        return len(self.price)
-
-
-@dataclass
-class Opened:
-    kind: int
-    counts: np.ndarray
-    """[C] pods of each class on one such node."""
-    copies: int
 
 
 def class_weights(req: np.ndarray, kinds: Kinds) -> np.ndarray:
@@ -471,67 +445,6 @@ def _value_bound(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds:
 
 def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
     return any((fill > rem).any() for fill in fills)
-
-
-def single_class(c: int, n: int, req: np.ndarray, kinds: Kinds) -> list[Opened]:
-    """The cheapest nodes for `n` identical pods, exactly: a covering knapsack over pod counts.
-
-    `cost[m]` is the least price holding `m` pods (a node of kind k holds up to `fit[k]`). Let b be the
-    kind of lowest price per pod, holding `f_b`. Some cheapest cover has fewer than `f_b` nodes of other
-    kinds: among any `f_b` of them a subset holds a multiple of `f_b` pods (pigeonhole on prefix sums),
-    and that many pods on b nodes cost no more. So all but `(f_b − 1) × max fit` pods go on b nodes, and
-    the dynamic programme covers the rest: the work is bounded by the node sizes, not by `n`. (Past
-    `_EXACT_SPAN` pods of rest, which takes nodes of hundreds of pods, the rest is cut to twice the
-    largest fit and the answer is no longer proven optimal.)
-    """
-    need = req[c] > 0
-    if need.any():
-        fit = np.where(kinds.feasible[c], (kinds.cap[:, need] // req[c, need]).min(axis=1), 0)
-    else:
-        fit = np.where(kinds.feasible[c], n, 0)
-    fit = np.minimum(fit, n)
-    usable = fit > 0
-    if not usable.any():
-        return []
-    ratio = np.where(usable, kinds.price / np.maximum(fit, 1), np.inf)
-    bulk_kind = int(ratio.argmin())
-    per_bulk = int(fit[bulk_kind])
-    span = (per_bulk - 1) * int(fit.max()) + per_bulk
-    if span > _EXACT_SPAN:
-        span = 2 * int(fit.max())
-    bulk = max(0, -(-(n - span) // per_bulk)) if n > span else 0
-    rest = n - bulk * per_bulk
-    # Kinds another kind beats on both size and price never enter a cheapest cover.
-    options: list[tuple[int, float, int]] = []
-    for k in sorted(np.flatnonzero(usable).tolist(), key=lambda k: (-int(fit[k]), float(kinds.price[k]), k)):
-        if not options or float(kinds.price[k]) < options[-1][1]:
-            options.append((int(fit[k]), float(kinds.price[k]), k))
-    options.sort(key=lambda o: o[2])
-    cost = [0.0] * (rest + 1)
-    choice = [0] * (rest + 1)
-    for m in range(1, rest + 1):
-        best_cost, best_kind = float("inf"), -1
-        for f, price, k in options:
-            value = price + cost[m - f if m > f else 0]
-            if value < best_cost:
-                best_cost, best_kind = value, k
-        cost[m], choice[m] = best_cost, best_kind
-    opened: dict[tuple[int, int], int] = {}
-    if bulk:
-        opened[(bulk_kind, per_bulk)] = bulk
-    m = rest
-    while m > 0:
-        k = choice[m]
-        take = int(min(fit[k], m))
-        opened[(k, take)] = opened.get((k, take), 0) + 1
-        m -= take
-    return [Opened(k, _one(req.shape[0], c, take), copies) for (k, take), copies in opened.items()]
-
-
-def _one(size: int, c: int, count: int) -> np.ndarray:
-    row = np.zeros(size, np.int64)
-    row[c] = count
-    return row
 
 
 def _density_order(k: int, w: np.ndarray, req: np.ndarray, kinds: Kinds) -> np.ndarray:

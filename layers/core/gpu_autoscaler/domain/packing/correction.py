@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from gpu_autoscaler.domain.packing.binpack import Kinds, Opened
+    from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 
 __all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound"]
 

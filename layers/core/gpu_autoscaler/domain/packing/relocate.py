@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from gpu_autoscaler.domain.packing.binpack import Kinds
+    from gpu_autoscaler.domain.packing.kinds import Kinds
 
 __all__ = ["empty_into_holes"]
 
