@@ -8,9 +8,10 @@ import sys
 BENCHMARKS: dict[str, tuple[str, str]] = {
     # name: (module with a `main(argv) -> int`, what it measures). Add one line per benchmark.
     "packing-quality": ("benchmarks.packing.quality",
-                        "plan USD/h vs an exact MILP (HiGHS) and a Karpenter-like baseline, 24 seeded scenarios"),
+                        "plan USD/h vs an exact MILP (HiGHS) and a Karpenter-like baseline, 24 seeded + 30 random "
+                        "scenarios"),
     "packing-speed": ("benchmarks.packing.speed",
-                      "planning time for 1,000 and 10,000 pods over us-east-1's whole GPU catalog"),
+                      "planning time for 1,000 and 10,000 pods over us-east-1's whole GPU catalog; `plan` end to end"),
     "kube-api": ("benchmarks.kubernetes.api",
                  "local Kubernetes API via the real client: create, list, watch latency, scheduling, eviction"),
     "consolidation": ("benchmarks.consolidation.quality",

@@ -14,7 +14,8 @@ from typing import Any
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["THEMES", "Scenario", "pools_config", "scenario", "scenarios", "speed_pods"]
+__all__ = ["RANDOM_SEED", "THEMES", "Scenario", "pools_config", "random_scenario", "random_scenarios", "scenario",
+           "scenarios", "speed_pods"]
 
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -59,12 +60,12 @@ POOLS: dict[str, dict[str, Any]] = {
 }
 
 
-def pools_config(names: tuple[str, ...] = tuple(POOLS), **extra: Any) -> Config:
+def pools_config(names: tuple[str, ...] = tuple(POOLS), zones: tuple[str, ...] = ZONES, **extra: Any) -> Config:
     data: dict[str, Any] = {
         "clusterName": "bench",
         "region": "us-east-1",
         "kubernetes": {"endpoint": "https://bench.example.com"},
-        "network": {"subnets": {z: f"subnet-{i:04x}" for i, z in enumerate(ZONES)}, "securityGroups": ["sg-0001"]},
+        "network": {"subnets": {z: f"subnet-{i:04x}" for i, z in enumerate(zones)}, "securityGroups": ["sg-0001"]},
         "nodeRole": "arn:aws:iam::123456789012:role/bench",
         "ami": {"family": "AL2023", "version": "v1", "x86_64": "ami-0123456789abcdef0"},
         "nodePools": [POOLS[n] for n in names],
@@ -213,3 +214,79 @@ def scenarios(count: int = 24) -> list[Scenario]:
 def speed_pods(count: int, seed: int = 7, mean_replicas: float = 20.0) -> list[PendingPod]:
     """A large burst in the mixed theme: workloads of about `mean_replicas` replicas each (exponential)."""
     return _pods_for(random.Random(seed), "mixed", count, f"p{count}", mean_replicas)
+
+
+# Randomised scenarios: the worst case found here before a user finds it
+
+RANDOM_SEED = 1000
+"""First seed of the default randomised scenarios (`--random N --seed S` plays seeds S … S + N − 1)."""
+ALL_ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e", "us-east-1f")
+WIDE_POOL: dict[str, Any] = {
+    "name": "gpu-any", "weight": 10, "capacityTypes": ["spot", "on-demand"],
+    "requirements": [{"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["g", "p"]}],
+    "taints": [GPU_TAINT],
+}
+"""Every GPU type of the region (older generations included), for the randomised scenarios."""
+GPU_NAMES = ("t4", "a10g", "l4", "l40s", "a100", "h100", "rtx-pro-server-6000")
+_GPUS = (1, 1, 1, 1, 2, 2, 4, 4, 8)
+_CPU_PER_GPU = ("500m", "1", "2", "3", "4", "6", "8", "12", "16", "24")
+_MEMORY_PER_GPU = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 180)
+
+
+def _cpu(per_gpu: str, gpus: int) -> str:
+    return f"{int(per_gpu[:-1]) * gpus}m" if per_gpu.endswith("m") else str(int(per_gpu) * gpus)
+
+
+def _random_class(rng: random.Random, shared: bool) -> Spec:
+    """One workload: 1/2/4/8 GPUs (or a time-sliced share), CPU and memory drawn per GPU, maybe pinned by GPU."""
+    if shared and rng.random() < 0.3:
+        spec: Spec = {"requests": {"cpu": rng.choice(["250m", "500m", "1", "2", "4"]),
+                                   "memory": f"{rng.choice([1, 2, 4, 8, 16])}Gi", "nvidia.com/gpu": "1"},
+                      "tolerations": [_tolerate(SHARED_TAINT)]}
+    else:
+        gpus = rng.choice(_GPUS)
+        spec = {"requests": {"cpu": _cpu(rng.choice(_CPU_PER_GPU), gpus),
+                             "memory": f"{rng.choice(_MEMORY_PER_GPU) * gpus}Gi", "nvidia.com/gpu": str(gpus)},
+                "tolerations": [_tolerate(GPU_TAINT)]}
+    pin = rng.random()
+    if pin < 0.2:
+        spec["nodeSelector"] = {"karpenter.k8s.aws/instance-gpu-name": rng.choice(GPU_NAMES)}
+    elif pin < 0.35:
+        spec["requiredNodeAffinity"] = [{"matchExpressions": [
+            {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+             "values": sorted(rng.sample(GPU_NAMES, rng.choice([2, 3])))}]}]
+    elif pin < 0.42:
+        # GPU memory: says how much GPU is enough, so fractional-GPU types are open to it.
+        spec["requiredNodeAffinity"] = [{"matchExpressions": [
+            {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gt",
+             "values": [str(rng.choice([2000, 10000, 20000, 40000]))]}]}]
+    elif pin < 0.47:
+        spec["nodeSelector"] = {"karpenter.sh/capacity-type": "on-demand"}
+    return spec
+
+
+def random_scenario(seed: int) -> Scenario:
+    """A fresh burst over the whole us-east-1 catalog: 3–10 workloads drawn at random, one to three pools.
+
+    Replay one with `packing-quality --scenarios 0 --random 1 --seed SEED`.
+    """
+    rng = random.Random(seed)
+    main = rng.choice(["burst", "wide"])
+    names = [main] + [n for n in ("shared", "guaranteed") if rng.random() < 0.4]
+    pools = [WIDE_POOL if n == "wide" else POOLS[n] for n in names]
+    shared = "shared" in names
+    pods: list[PendingPod] = []
+    for workload in range(rng.randint(3, 10)):
+        spec = _random_class(rng, shared)
+        if "guaranteed" in names and rng.random() < 0.2:
+            spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "tier": "guaranteed"}
+            spec["tolerations"] = [*spec["tolerations"], _tolerate(GUARANTEED_TAINT)]
+        replicas = min(int(rng.expovariate(1 / 15)) + 1, 80)
+        pods.extend(PendingPod.model_validate({**spec, "uid": f"r{seed}-{workload}-{r}", "namespace": "bench",
+                                               "name": f"w{workload}-{r}"}) for r in range(replicas))
+    config = pools_config(zones=ALL_ZONES, nodePools=pools)
+    return Scenario(f"r{seed}-{'+'.join(names)}-{len(pods)}", seed, "random", config, tuple(pods))
+
+
+def random_scenarios(count: int, seed: int = RANDOM_SEED) -> list[Scenario]:
+    return [random_scenario(seed + i) for i in range(count)]

@@ -10,7 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
-from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack, single_class
+from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack
+from gpu_autoscaler.domain.packing.single import single_class
 
 
 def kinds(caps: list[list[int]], prices: list[float], classes: int, limit: list[int] | None = None) -> Kinds:
@@ -157,3 +158,27 @@ def test_residual_fill_takes_runs_exactly_as_one_pod_at_a_time(seed: int) -> Non
                 start[lead] = 1
             expected = one_pod_at_a_time(kind, w, rem, req, k, start)
             assert np.array_equal(_fill_residual(kind, w, rem, req, k, start), expected)
+
+
+def test_small_pods_fill_the_room_bulky_pods_leave() -> None:
+    # gpus, GiB. Two 128 GiB pods need a 200 GiB node each, which leaves 3 GPUs and 72 GiB idle on both;
+    # the greedy first puts the small pods on a cheap node of their own (10.84 USD/h), where the optimum
+    # puts them in that room (9.98): one 48 GiB pod beside the first, the two 32 GiB ones beside the second.
+    k = kinds([[4, 200], [4, 100]], [4.99, 0.86], 3)
+    req = np.array([[1, 128], [2, 48], [1, 32]], np.int64)
+    demand = np.array([2, 1, 2])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(9.98)
+
+
+def test_weights_corrected_from_the_first_plan_find_a_cheaper_one() -> None:
+    # gpus, GiB. Four 4-GPU pods and one 64 GiB pod: by their first weights the greedy puts the 4-GPU pods
+    # two to a 2.51 node and the big one alone on a 2.31 node (7.33); priced at what they cost there, the
+    # second pass puts the big pod beside a 4-GPU one and the last 4-GPU pod on a 1.29 node (6.31).
+    k = kinds([[8, 30], [8, 120], [4, 700]], [1.29, 2.51, 2.31], 2)
+    req = np.array([[1, 64], [4, 16]], np.int64)
+    demand = np.array([1, 4])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(6.31)

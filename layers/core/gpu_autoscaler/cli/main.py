@@ -6,8 +6,8 @@ The root takes the flags every command shares (`--verbose`, `--quiet`, `--versio
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +26,9 @@ app = typer.Typer(
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
     try:
         return package_version("gpu-autoscaler")
     except PackageNotFoundError:
@@ -51,15 +54,20 @@ def _root(
     set_verbosity(Verbosity.verbose if verbose else Verbosity.quiet if quiet else Verbosity.normal)
 
 
-# Each command module registers itself on `app` when imported: one line per command.
-# isort: off
-from gpu_autoscaler.cli import catalog  # noqa: E402, F401
-from gpu_autoscaler.cli import demo  # noqa: E402, F401
-from gpu_autoscaler.cli import doctor  # noqa: E402, F401
-from gpu_autoscaler.cli import emulator  # noqa: E402, F401
-from gpu_autoscaler.cli import invoke  # noqa: E402, F401
-from gpu_autoscaler.cli import plan  # noqa: E402, F401
-from gpu_autoscaler.cli import simulate  # noqa: E402, F401
-from gpu_autoscaler.cli import snapshot  # noqa: E402, F401
-from gpu_autoscaler.cli import status  # noqa: E402, F401
-# isort: on
+# Each command module registers itself on `app` when imported: one entry per command. A run imports
+# only the module of the command it names (the others pull in boto3, moto, the simulator: seconds of
+# imports `plan` does not need); help, completion and anything else import them all.
+COMMANDS = ("catalog", "demo", "doctor", "emulator", "invoke", "plan", "simulate", "snapshot", "status")
+
+
+def _register(argv: list[str]) -> None:
+    import importlib
+
+    named = next((a for a in argv[1:] if not a.startswith("-")), None)
+    wanted = [named] if named in COMMANDS and not any(a.startswith("--install-completion")
+                                                      or a.startswith("--show-completion") for a in argv) else COMMANDS
+    for name in wanted:
+        importlib.import_module(f"gpu_autoscaler.cli.{name}")
+
+
+_register(sys.argv if Path(sys.argv[0]).name == "gpu-autoscaler" else [])

@@ -50,15 +50,21 @@ class Format(StrEnum):
 
 
 def offline_catalog(config: Config) -> Catalog:
-    """The configuration's region and zones, from moto's EC2 data and the bundled price snapshots."""
-    from moto import mock_aws
+    """The configuration's region and zones, from moto's EC2 data and the bundled price snapshots (kept
+    on disk between runs: see `catalog_cache`)."""
+    from gpu_autoscaler.cli.catalog_cache import cached_catalog
 
-    from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
+    def build() -> Catalog:
+        from moto import mock_aws
 
-    with mock_aws():
-        source = Ec2CatalogSource.from_config(AwsClients(config.region), config, use_pricing_api=False)
-        return source.catalog()
+        from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+        from gpu_autoscaler.adapters.aws.clients import AwsClients
+
+        with mock_aws():
+            source = Ec2CatalogSource.from_config(AwsClients(config.region), config, use_pricing_api=False)
+            return source.catalog()
+
+    return cached_catalog(config, build)
 
 
 def read_pods(path: Path, config: Config) -> PendingPodsDocument:

@@ -83,6 +83,24 @@ def _canonical(name: str, value: Decimal) -> int:
     return math.ceil(value)
 
 
+_PARSED: dict[tuple[str, str], int] = {}
+_PARSED_LIMIT = 4096
+"""A burst of pending pods is mostly replicas asking for the same few quantities: ten thousand pods parse
+a few dozen distinct strings, so each is parsed once (up to this many kept)."""
+
+
+def _canonical_quantity(name: str, quantity: str | int | float) -> int:
+    if not isinstance(quantity, str):
+        return _canonical(name, parse_quantity(quantity))
+    key = (name, quantity)
+    found = _PARSED.get(key)
+    if found is None:
+        found = _canonical(name, parse_quantity(quantity))
+        if len(_PARSED) < _PARSED_LIMIT:
+            _PARSED[key] = found
+    return found
+
+
 class Resources(Mapping[str, int]):
     """An immutable vector of resources in canonical integer units; missing means zero."""
 
@@ -94,7 +112,7 @@ class Resources(Mapping[str, int]):
     @classmethod
     def from_quantities(cls, quantities: Mapping[str, str | int | float]) -> Resources:
         """From a Pod's `requests` map of quantity strings."""
-        return cls({name: _canonical(name, parse_quantity(q)) for name, q in quantities.items()})
+        return cls({name: _canonical_quantity(name, q) for name, q in quantities.items()})
 
     def __getitem__(self, key: str) -> int:
         return self._values.get(key, 0)

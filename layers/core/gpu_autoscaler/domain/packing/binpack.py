@@ -15,6 +15,7 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
    remaining demand repeats it, so 10,000 replicas cost a handful of iterations.
 3. Each opened node is moved to the cheapest kind its contents fit, and groups of nodes are merged into
    one when one node of some kind holds them all for less (each such merge as often as it repeats).
+4. Nodes whose pods all fit in the room the others leave are emptied into it (see `relocate`).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
@@ -22,18 +23,20 @@ The benchmarks compare the result with an exact MILP on the same offerings.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack", "single_class"]
+from gpu_autoscaler.domain.packing.correction import corrected
+from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
+from gpu_autoscaler.domain.packing.relocate import empty_into_holes
+from gpu_autoscaler.domain.packing.single import single_class
+
+__all__ = ["Kinds", "Opened", "cheapest_kind", "class_weights", "pack"]
 
 _REFINE = 2
 """Kinds whose fill is redone in their own bottleneck order each iteration."""
 _LEADERS = 3
 """How many of a kind's bulkiest classes lead a fill of their own, for the best kind of each iteration."""
-_EXACT_SPAN = 4096
-"""Largest remainder `single_class` covers by dynamic programming (see there)."""
 _SMALL = 16
 """Up to this many candidate classes a residual fill steps in plain Python (see `_residual_steps`)."""
 _RUN = 8
@@ -45,31 +48,6 @@ _TIE = 1e-9
 _ABSORB_ROUNDS = 64
 """At most this many groups of nodes are merged per pass (each round merges one group)."""
 _EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Kinds:
-    """The nodes a tier can open."""
-
-    cap: np.ndarray
-    """[K, R] allocatable, integer units."""
-    price: np.ndarray
-    """[K] USD per hour."""
-    feasible: np.ndarray
-    """[C, K] whether a class may be placed on a kind (selectors, zones, pool, sharing mode)."""
-    limit: np.ndarray | None = None
-    """[K] how many nodes of each kind exist (capacity reservations); None when unbounded."""
-
-    def __len__(self) -> int:
-        return len(self.price)
-
-
-@dataclass
-class Opened:
-    kind: int
-    counts: np.ndarray
-    """[C] pods of each class on one such node."""
-    copies: int
 
 
 def class_weights(req: np.ndarray, kinds: Kinds) -> np.ndarray:
@@ -315,14 +293,23 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
     """Nodes holding as much of `demand` as the kinds allow; classes that fit no kind stay out.
 
     With `kinds.limit` (reservations) the nodes are at most the limit of each kind, and what does not fit
-    is left for the caller to place elsewhere.
+    is left for the caller to place elsewhere. Without `weights`, the greedy starts from `class_weights`
+    and small tiers are packed again with corrected weights (see `correction`).
     """
     if len(kinds) == 0 or demand.sum() == 0:
         return []
     wanted = np.flatnonzero(demand)
     if wanted.size == 1 and kinds.limit is None:
         return single_class(int(wanted[0]), int(demand[wanted[0]]), req, kinds)
-    w = class_weights(req, kinds) if weights is None else weights
+    if weights is not None:
+        return _greedy(demand, req, kinds, weights)
+    w = class_weights(req, kinds)
+    first = _greedy(demand, req, kinds, w)
+    return corrected(first, demand, req, kinds, w, lambda better: _greedy(demand, req, kinds, better))
+
+
+def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) -> list[Opened]:
+    """Steps 2–4 of the module's method with class weights `w`."""
     rem = np.where(np.isfinite(w), demand, 0).astype(np.int64)
     w = np.where(np.isfinite(w), w, 0.0)
     nz = [np.flatnonzero(req[c] > 0) for c in range(req.shape[0])]
@@ -369,6 +356,10 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
         opened.append(Opened(best, best_counts, copies))
         rem -= copies * best_counts
     return _improve(opened, req, kinds)
+
+
+def _cost(opened: list[Opened], kinds: Kinds) -> float:
+    return float(sum(kinds.price[e.kind] * e.copies for e in opened))
 
 
 class _Fills:
@@ -456,67 +447,6 @@ def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
     return any((fill > rem).any() for fill in fills)
 
 
-def single_class(c: int, n: int, req: np.ndarray, kinds: Kinds) -> list[Opened]:
-    """The cheapest nodes for `n` identical pods, exactly: a covering knapsack over pod counts.
-
-    `cost[m]` is the least price holding `m` pods (a node of kind k holds up to `fit[k]`). Let b be the
-    kind of lowest price per pod, holding `f_b`. Some cheapest cover has fewer than `f_b` nodes of other
-    kinds: among any `f_b` of them a subset holds a multiple of `f_b` pods (pigeonhole on prefix sums),
-    and that many pods on b nodes cost no more. So all but `(f_b − 1) × max fit` pods go on b nodes, and
-    the dynamic programme covers the rest: the work is bounded by the node sizes, not by `n`. (Past
-    `_EXACT_SPAN` pods of rest, which takes nodes of hundreds of pods, the rest is cut to twice the
-    largest fit and the answer is no longer proven optimal.)
-    """
-    need = req[c] > 0
-    if need.any():
-        fit = np.where(kinds.feasible[c], (kinds.cap[:, need] // req[c, need]).min(axis=1), 0)
-    else:
-        fit = np.where(kinds.feasible[c], n, 0)
-    fit = np.minimum(fit, n)
-    usable = fit > 0
-    if not usable.any():
-        return []
-    ratio = np.where(usable, kinds.price / np.maximum(fit, 1), np.inf)
-    bulk_kind = int(ratio.argmin())
-    per_bulk = int(fit[bulk_kind])
-    span = (per_bulk - 1) * int(fit.max()) + per_bulk
-    if span > _EXACT_SPAN:
-        span = 2 * int(fit.max())
-    bulk = max(0, -(-(n - span) // per_bulk)) if n > span else 0
-    rest = n - bulk * per_bulk
-    # Kinds another kind beats on both size and price never enter a cheapest cover.
-    options: list[tuple[int, float, int]] = []
-    for k in sorted(np.flatnonzero(usable).tolist(), key=lambda k: (-int(fit[k]), float(kinds.price[k]), k)):
-        if not options or float(kinds.price[k]) < options[-1][1]:
-            options.append((int(fit[k]), float(kinds.price[k]), k))
-    options.sort(key=lambda o: o[2])
-    cost = [0.0] * (rest + 1)
-    choice = [0] * (rest + 1)
-    for m in range(1, rest + 1):
-        best_cost, best_kind = float("inf"), -1
-        for f, price, k in options:
-            value = price + cost[m - f if m > f else 0]
-            if value < best_cost:
-                best_cost, best_kind = value, k
-        cost[m], choice[m] = best_cost, best_kind
-    opened: dict[tuple[int, int], int] = {}
-    if bulk:
-        opened[(bulk_kind, per_bulk)] = bulk
-    m = rest
-    while m > 0:
-        k = choice[m]
-        take = int(min(fit[k], m))
-        opened[(k, take)] = opened.get((k, take), 0) + 1
-        m -= take
-    return [Opened(k, _one(req.shape[0], c, take), copies) for (k, take), copies in opened.items()]
-
-
-def _one(size: int, c: int, count: int) -> np.ndarray:
-    row = np.zeros(size, np.int64)
-    row[c] = count
-    return row
-
-
 def _density_order(k: int, w: np.ndarray, req: np.ndarray, kinds: Kinds) -> np.ndarray:
     """Classes by weight per unit of this kind's room they take (their bottleneck share of it)."""
     cap = kinds.cap[k].astype(np.float64)
@@ -541,7 +471,12 @@ def _improve(opened: list[Opened], req: np.ndarray, kinds: Kinds) -> list[Opened
     for e, k in zip(entries, cheaper.tolist(), strict=True):
         if k >= 0 and kinds.price[k] < kinds.price[e.kind] - _EPS:
             e.kind = k
-    return _absorb(entries, facts, used, share)
+    absorbed = _absorb(entries, facts, used, share)
+    emptied = empty_into_holes([(e.kind, e.counts, e.copies) for e in absorbed], req, kinds)
+    if emptied is None:
+        return absorbed
+    relocated = [Opened(k, counts, copies) for k, counts, copies in emptied]
+    return relocated if _cost(relocated, kinds) < _cost(absorbed, kinds) - _EPS else absorbed
 
 
 class _Facts:

@@ -1,0 +1,89 @@
+"""Sequential value correction: pack again with class weights learnt from the last plan.
+
+The greedy (`binpack.pack`) ranks patterns by price per unit of class weight, and a class's first weight
+is what its pods would cost on the cheapest kind filled perfectly. That undervalues a class whose pods
+end up on dear nodes because nothing else fits them, and overvalues small pods that could ride along in
+room left over. Cutting-stock heuristics correct this by pricing each class at what it actually cost:
+every node's price is shared among its pods in proportion to the room they take (the sum of their shares
+of each resource), each class's weight moves halfway to its average share, and the tier is packed again.
+The cheapest plan that holds as many pods wins; the first plan stays when no round beats it.
+
+The rounds cost a pack each, so they are spent only on tiers small enough (pods × classes up to
+`CORRECTION_WORK`) that the whole pass stays within the planning budget (a 10,000-pod burst keeps the
+single greedy pass), and whose first plan is not already within `CLOSE_ENOUGH` (3 %) of a lower bound.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
+
+__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound"]
+
+ROUNDS = 3
+CORRECTION_WORK = 6_000
+"""Pods × classes of a tier up to which the correction rounds run."""
+CLOSE_ENOUGH = 0.03
+"""A first plan within this of `lower_bound` is kept without correction rounds: most tiers are, and on
+the randomised scenarios the rounds never gained more than 0.3 % on one that was."""
+
+
+def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray,
+              repack: Callable[[np.ndarray], list[Opened]]) -> list[Opened]:
+    """The cheapest of `first` and the plans `repack(weights)` makes with corrected weights."""
+    live = int(np.count_nonzero(demand))
+    if kinds.limit is not None or live < 2 or int(demand.sum()) * live > CORRECTION_WORK:
+        return first
+    best, best_cost = first, _cost(first, kinds)
+    if best_cost <= lower_bound(demand, req, kinds) * (1 + CLOSE_ENOUGH):
+        return first
+    goal = _held(first, demand.size)
+    cap = kinds.cap.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :]).sum(axis=2)  # [K, C]
+    w = weights.astype(np.float64).copy()
+    current = first
+    for _ in range(ROUNDS):
+        paid = np.zeros(demand.size)
+        pods = np.zeros(demand.size)
+        for e in current:
+            part = np.where(e.counts > 0, e.counts * share[e.kind], 0.0)
+            total = part.sum()
+            if total > 0:
+                paid += e.copies * kinds.price[e.kind] * part / total
+                pods += e.copies * e.counts
+        w = np.where(pods > 0, 0.5 * w + 0.5 * paid / np.maximum(pods, 1), w)
+        current = repack(w)
+        if (_held(current, demand.size) >= goal).all():
+            cost = _cost(current, kinds)
+            if cost < best_cost - 1e-9:
+                best, best_cost = current, cost
+    return best
+
+
+def lower_bound(demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> float:
+    """No plan holding `demand` costs less: in any one resource, every pod needs at least its share of a
+    node, which costs at least that share of the price of the kind where it is cheapest."""
+    cap = kinds.cap.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :])  # [K, C, R]
+    fits = (req[None, :, :] <= kinds.cap[:, None, :]).all(axis=2) & kinds.feasible.T  # [K, C]
+    per_pod = np.where(fits[:, :, None], share * kinds.price[:, None, None], np.inf).min(axis=0)  # [C, R]
+    wanted = demand > 0
+    if not wanted.any() or not np.isfinite(per_pod[wanted]).all():
+        return 0.0
+    return float((demand[wanted, None] * per_pod[wanted]).sum(axis=0).max())
+
+
+def _held(opened: Sequence[Opened], size: int) -> np.ndarray:
+    return sum((e.counts * e.copies for e in opened), np.zeros(size, np.int64))
+
+
+def _cost(opened: Sequence[Opened], kinds: Kinds) -> float:
+    return float(sum(kinds.price[e.kind] * e.copies for e in opened))
