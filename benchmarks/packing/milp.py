@@ -125,6 +125,8 @@ def _pool_tiers(config: Config, catalog: Catalog, names: list[str]) -> list[_Tie
     tiers = []
     for pool in sorted(config.node_pools, key=lambda p: (-p.weight, p.name)):
         reservations = {r.id for r in pool.capacity_reservations}
+        # Only types the pool's AMI has an image for (the fleet launches no other).
+        arches = {"x86_64"} | ({"arm64"} if config.pool_ami(pool).arm64 else set())
         for capacity_type in (c for c in CAPACITY_ORDER if c in pool.capacity_types):
             tier = _Tier(pool, capacity_type)
             for offering in catalog.all_offerings():
@@ -135,6 +137,8 @@ def _pool_tiers(config: Config, catalog: Catalog, names: list[str]) -> list[_Tie
                 if not all(r.matches(_labels(offering, catalog, pool)) for r in pool.requirements):
                     continue
                 instance_type = catalog.instance_type(offering.instance_type)
+                if ("arm64" if instance_type.architecture == "arm64" else "x86_64") not in arches:
+                    continue
                 alloc = allocatable(instance_type, pool, config.overhead)
                 tier.offerings.append(offering)
                 tier.cap.append(np.array([alloc.get(n, 0) for n in names], np.int64))

@@ -488,3 +488,38 @@ def test_plan_json_has_exactly_the_contract_keys() -> None:
 
 def test_tolerations_list_builder_is_the_one_used() -> None:
     assert make_pod().tolerations[0].key == TOLERATE_GPU["key"]
+
+
+def _arm_catalog() -> Any:
+    """g5g.xlarge (Graviton, one T4G) is the cheapest single-GPU type here, so only the AMI rule keeps it out."""
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.catalog import InstanceType
+    from tests.unit.packing.builders import ZONES, make_offerings, make_type
+
+    arm = InstanceType(name="g5g.xlarge", vcpu=4, memory_mib=8192, gpus=1, gpu_devices=1, gpu_model="T4g",
+                       gpu_manufacturer="NVIDIA", gpu_memory_mib=16384, max_pods=58, architecture="arm64")
+    names = ("g5.xlarge", "g6.xlarge")
+    offerings = make_offerings(names) + [Offering(instance_type="g5g.xlarge", zone=z, capacity_type=c,
+                                                  price_per_hour=p) for z in ZONES
+                                         for c, p in (("on-demand", 0.42), ("spot", 0.15))]
+    return Catalog([make_type(n) for n in names] + [arm], offerings)
+
+
+def test_types_of_an_architecture_the_pool_has_no_image_for_are_not_planned() -> None:
+    """Karpenter offers only instance types whose architecture the EC2NodeClass resolved an AMI for
+    (karpenter.sh docs, NodeClasses › amiSelectorTerms: the AMIs' architectures become requirements); our fleet
+    drops such overrides at launch (`candidate_offerings`), so a plan naming them is a claim that cannot launch."""
+    pods = [make_pod(cpu="2", memory="4Gi")]
+    x86_only = solve(pods, make_pool(), catalog=_arm_catalog())
+    assert first_types(x86_only) and all(not t.startswith("g5g") for c in x86_only.claims for t in c.instance_types)
+    both = solve(pods, make_pool(), catalog=_arm_catalog(), config_extra={"ami": {
+        "family": "AL2023", "version": "v1", "x86_64": "ami-0123456789abcdef0", "arm64": "ami-0fedcba9876543210"}})
+    assert first_types(both) == ["g5g.xlarge"]
+
+
+def test_a_pool_image_without_arm64_keeps_arm64_out_even_when_the_global_one_has_it() -> None:
+    pods = [make_pod(cpu="2", memory="4Gi")]
+    pool = make_pool(ami={"family": "AL2023", "version": "v1", "x86_64": "ami-0123456789abcdef0"})
+    plan = solve(pods, pool, catalog=_arm_catalog(), config_extra={"ami": {
+        "family": "AL2023", "version": "v1", "x86_64": "ami-0123456789abcdef0", "arm64": "ami-0fedcba9876543210"}})
+    assert all(not t.startswith("g5g") for c in plan.claims for t in c.instance_types)

@@ -196,9 +196,19 @@ class Solver:
                 base[i] = False
         for requirement in pool.requirements:
             base &= idx.requirement_mask(requirement, fixed)
+        base &= self._has_image(pool)[idx.type_of]
         alloc = [allocatable(t, pool, self.config.overhead).as_dict() | dra_devices(t, pool) for t in idx.types]
         return _PoolView(pool, position, fixed, base, alloc, allowed, reservations,
                          self.fractional.requirements_ask(pool.requirements))
+
+    def _has_image(self, pool: NodePool) -> np.ndarray:
+        """[T] types whose architecture the pool's AMI has an image for: the fleet launches no other
+        (`domain.fleet.candidate_offerings`), as Karpenter offers only types an EC2NodeClass's AMIs can boot
+        (karpenter.sh, NodeClasses › spec.amiSelectorTerms)."""
+        ami = self.config.pool_ami(pool)
+        arches = {"x86_64"} | ({"arm64"} if ami.arm64 else set())
+        return np.array([("arm64" if t.architecture == "arm64" else "x86_64") in arches for t in self.index.types],
+                        bool)
 
     def excludes_fractional(self, view: _PoolView, cls: PodClass) -> bool:
         """Fractional-GPU offerings are closed to this class in this pool: neither asked for them."""
