@@ -25,6 +25,17 @@ def _no_real_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
 
+@pytest.fixture(scope="session")
+def _catalog_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("catalog-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch: pytest.MonkeyPatch, _catalog_cache_dir: Path) -> None:
+    """The commands' catalog cache goes to the session's temporary directory, never the user's ~/.cache."""
+    monkeypatch.setenv("GPU_AUTOSCALER_CACHE_DIR", str(_catalog_cache_dir))
+
+
 def example_config_data() -> dict[str, Any]:
     """The full example configuration from cdk.json, as a fresh mutable dict."""
     data: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]["gpu-autoscaler"]
