@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.mig import MIG_GPUS
+from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.pods import PendingPod
@@ -131,6 +132,10 @@ class WarmNeed:
     """Budget: the new claims may cost at most this many USD/h (forecast; None = no cap)."""
     until: datetime | None = None
     reason: str = ""
+    shapes: tuple[tuple[str, float], ...] = ()
+    """Forecast: (pod shape class, its forecast GPUs) of the classes that come (`domain.pod_shapes`); the
+    placeholders are split among them in proportion, so warm nodes are the types those pods need. Empty:
+    one-GPU placeholders (the cheapest GPUs, whatever their CPU and memory)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,7 @@ def decide(
     *,
     schedules: Sequence[WindowSchedule] | None = None,
     period: timedelta = timedelta(0),
+    shapes: Mapping[str, Mapping[str, float]] | None = None,
 ) -> PrewarmDecision:
     """The warm capacity every pool should hold at `now`.
 
@@ -231,7 +237,8 @@ def decide(
     forecast (empty or None when prediction is off); `schedules`: the windows' schedules, built once by a
     caller that decides often (the backtest), else from `config`; `period`: how long until the next
     decision — windows are warmed that much before start − lead time, so their capacity is up by the
-    start whenever the ticks fall.
+    start whenever the ticks fall; `shapes`: pool → pod shape class → its forecast GPUs, which shape the
+    forecast's warm capacity (a pool without them gets the cheapest GPUs).
     """
     schedules = list(schedules) if schedules is not None else window_schedules(config)
     forecasts = forecasts or {}
@@ -243,7 +250,8 @@ def decide(
     for state in pools.values():
         held = _held_summary(state)
         supply = sum(gpus.of_claim(c) for c in state.live)
-        _forecast(state, config.predictive, forecasts.get(state.pool.name), now)
+        _forecast(state, config.predictive, forecasts.get(state.pool.name), now,
+                  (shapes or {}).get(state.pool.name, {}))
         summaries.append(_summary(state, forecasts.get(state.pool.name), supply, held))
     return PrewarmDecision(
         now,
@@ -330,7 +338,8 @@ def _orphans(pools: Mapping[str, _Pool], windows: Mapping[str, ScalingWindow]) -
 # Forecast
 
 
-def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime) -> None:
+def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime,
+              shapes: Mapping[str, float]) -> None:
     gpus = state.gpus
     own = state.held(FORECAST_WARM)
     if not predictive.enabled or forecast is None or not forecast.ok or forecast.gpus is None:
@@ -381,6 +390,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, current + predictive.max_warm_gpus - supply),
         price_room=price_room,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
+        shapes=tuple(sorted((c, g) for c, g in shapes.items() if g > 0)),
     ))
 
 
@@ -447,6 +457,8 @@ def placeholder_pods(
     tolerates its taints; `exclude_types` keeps partitioned GPUs (less than one GPU per device) out, and
     unless the pool itself says which architecture its nodes have, placeholders ask for amd64: warm
     capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on it.
+    A forecast need with `shapes` becomes whole pods of its shape classes instead (`pod_shapes.split_gpus`:
+    each asks for its class's devices, CPU and memory), so the packer picks the types those pods need.
     `stamp` makes the uids, hence the packer's claim ids, unique per decision.
     """
     count = need.gpus if gpus is None else gpus
@@ -457,15 +469,11 @@ def placeholder_pods(
         selector[L.INSTANCE_TYPE] = need.instance_type
         requests = {GPU: str(max(devices or 1, 1) * _replicas(pool))}
         count = need.nodes
+    elif need.shapes and count > 0:
+        return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)
     else:
         requests = _one_gpu(pool)
-        expressions = []
-        if exclude_types:
-            expressions.append(Requirement(key=L.INSTANCE_TYPE, operator="NotIn", values=tuple(sorted(exclude_types))))
-        if not any(r.key == L.ARCH for r in pool.requirements):
-            expressions.append(Requirement(key=L.ARCH, operator="In", values=("amd64",)))
-        if expressions:
-            affinity = (NodeSelectorTerm(match_expressions=tuple(expressions)),)
+        affinity = _placeholder_affinity(pool, exclude_types)
     holder = need.warm.replace(":", "-").replace("/", "-")
     return [
         PendingPod(
@@ -479,6 +487,31 @@ def placeholder_pods(
         )
         for i in range(count)
     ]
+
+
+def _placeholder_affinity(pool: NodePool, exclude_types: Sequence[str]) -> tuple[NodeSelectorTerm, ...]:
+    expressions = []
+    if exclude_types:
+        expressions.append(Requirement(key=L.INSTANCE_TYPE, operator="NotIn", values=tuple(sorted(exclude_types))))
+    if not any(r.key == L.ARCH for r in pool.requirements):
+        expressions.append(Requirement(key=L.ARCH, operator="In", values=("amd64",)))
+    return (NodeSelectorTerm(match_expressions=tuple(expressions)),) if expressions else ()
+
+
+def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: tuple[Toleration, ...],
+            selector: dict[str, str], exclude_types: Sequence[str]) -> list[PendingPod]:
+    affinity = _placeholder_affinity(pool, exclude_types)
+    holder = need.warm.replace(":", "-").replace("/", "-")
+    pods = []
+    for cls, count in split_gpus(gpus, need.shapes, pool):
+        requests = placeholder_requests(cls, pool)
+        pods.extend(
+            PendingPod(uid=f"warm-{pool.name}-{holder}-{stamp}-{cls}-{i}", namespace="gpu-autoscaler-warm",
+                       name=f"{holder}-{cls}-{i}", requests=requests, node_selector=selector,
+                       required_node_affinity=affinity, tolerations=tolerations)
+            for i in range(count)
+        )
+    return pods
 
 
 def _replicas(pool: NodePool) -> int:
