@@ -236,13 +236,15 @@ class TestShapedForecast:
         rig = self.rig("1d-t2")
         summary = rig.tick()
         claims = rig.warm(FORECAST_WARM)
-        assert rig.gpus(FORECAST_WARM) >= 9  # whole nodes for the 12 GPUs forecast: some may stay unbought
+        # Headroom for the 6 GPUs of such pods forecast to arrive, above the 2 GPUs asked for now (no claim
+        # holds those here): 8 GPUs, in whole nodes.
+        assert summary["pools"]["gpu"]["forecastTargetGpus"] == pytest.approx(8, abs=0.5)
+        assert rig.gpus(FORECAST_WARM) >= 8
         # g6.xlarge (4 vCPU, 16 GiB) is the cheapest GPU, but holds no such pod: the warm nodes are bigger ones
         assert claims and all(c.instance_types[0] in {"g6.12xlarge", "g6.48xlarge"} for c in claims)
-        assert summary["pools"]["gpu"]["forecast"]["gpus"] == pytest.approx(12, abs=0.5)
 
     def test_small_pods_keep_the_cheapest_gpus(self) -> None:
         rig = self.rig("1d-t0")
         rig.tick()
         assert {c.instance_types[0] for c in rig.warm(FORECAST_WARM)} == {"g6.xlarge"}
-        assert rig.gpus(FORECAST_WARM) >= 12
+        assert rig.gpus(FORECAST_WARM) == 8

@@ -17,6 +17,11 @@ Per pool:
   GPU total, or a count per instance type. The shortfall is launched; claims beyond the target, of a
   window that no longer holds (closed, removed from the configuration, moved to another pool) are
   released.
+- Forecast, shaped (the packer records each pod shape class's pending GPUs, `pod_shapes`): the pool should
+  have, beyond what holds the pods of now (its other claims, or the demand once it spills onto warm nodes),
+  headroom for the pods forecast to arrive — each class's forecast, at most `predictive.maxWarmGpus` in all —
+  bought as placeholder pods of those classes, so the warm nodes are the types they need. Without shape
+  history the forecast is a GPU total:
 - Forecast: the pool should have `min(forecast, current demand + predictive.maxWarmGpus)` GPUs of
   capacity (registered plus in flight) at now + lead time: `maxWarmGpus` bounds the idle GPUs held ahead
   of demand, not the warm claims real pods have since filled (those are the capacity the pods would
@@ -353,11 +358,23 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
     supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
     have = sum(gpus.of_claim(c) for c in own)
     current = forecast.current if forecast.current is not None else 0.0
-    target = min(forecast.gpus, current + predictive.max_warm_gpus)
+    if shapes:
+        # Headroom for the pods that come: what the classes' arrivals ask for, on top of what holds the pods
+        # of now (the pool's other claims, or the demand itself once it has spilled onto warm nodes).
+        base = max(supply - have, current)
+        arriving = sum(shapes.values())
+        ceiling = base + predictive.max_warm_gpus
+        target = base + min(arriving, predictive.max_warm_gpus)
+        if arriving > predictive.max_warm_gpus + 1e-9:
+            state.notes.append(f"pods arriving ask for {arriving:.1f} GPUs; maxWarmGpus caps the headroom at "
+                               f"{predictive.max_warm_gpus}")
+    else:
+        ceiling = current + predictive.max_warm_gpus
+        target = min(forecast.gpus, ceiling)
+        if forecast.gpus > target + 1e-9:
+            state.notes.append(f"forecast {forecast.gpus:.1f} GPUs; maxWarmGpus {predictive.max_warm_gpus} over "
+                               f"the current {current:g} caps capacity at {target:.1f}")
     state.forecast_target = max(0.0, target - (supply - have))
-    if forecast.gpus > target + 1e-9:
-        state.notes.append(f"forecast {forecast.gpus:.1f} GPUs; maxWarmGpus {predictive.max_warm_gpus} over the "
-                           f"current {current:g} caps capacity at {target:.1f}")
     if supply >= target:
         _close(state, state.closing)
         _shed(state, own, supply - target, now)
@@ -387,7 +404,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         state.notes.append(f"forecast shortfall of {shortfall} GPUs: maxWarmPricePerHour {cap_price:g} is spent")
         return
     state.needs.append(WarmNeed(
-        state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, current + predictive.max_warm_gpus - supply),
+        state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, ceiling - supply),
         price_room=price_room,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
         shapes=tuple(sorted((c, g) for c, g in shapes.items() if g > 0)),
