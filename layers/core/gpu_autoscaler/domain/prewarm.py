@@ -519,7 +519,7 @@ def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: 
             selector: dict[str, str], exclude_types: Sequence[str]) -> list[PendingPod]:
     affinity = _placeholder_affinity(pool, exclude_types)
     holder = need.warm.replace(":", "-").replace("/", "-")
-    pods = []
+    pods: list[PendingPod] = []
     for cls, count in split_gpus(gpus, need.shapes, pool):
         requests = placeholder_requests(cls, pool)
         pods.extend(
