@@ -8,7 +8,9 @@ even if the window's own tick (which fires at the window's start) never arrives.
    `domain.boot_times`) once it has `minSamples` of them, else the configured one. Read the cluster's live
    claims; when prediction is on, each pool's demand history since `predictive.history`, and forecast demand
    at now + lead time (the measured one, else `max(pool.leadTime, predictive.leadTime)`). Under 24 h of
-   history: no forecast, logged and reported per pool.
+   history: no forecast, logged and reported per pool. With a forecast, each pod shape class's series (the
+   packer's `<pool>/<class>`, `domain.pod_shapes`) is forecast to the same instant: the headroom is sized
+   and shaped by the pods that come.
 2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end or change hands; windows
    are warmed from start − lead time − `PERIOD`, so the capacity is up by the start whichever 5-minute
    tick sees the window first.
