@@ -63,6 +63,7 @@ def test_a_placeholder_asks_for_its_rung_so_every_pod_of_the_class_fits_where_it
 
 def test_gpus_are_split_into_whole_pods_in_proportion() -> None:
     assert split_gpus(8, [("1d-t2", 3.0), ("2d-t0", 1.0)], WHOLE) == [("1d-t2", 6), ("2d-t0", 1)]
-    assert split_gpus(3, [("4d-t0", 1.0), ("1d-t0", 1.0)], WHOLE) == [("1d-t0", 3)]  # 4 GPUs do not fit in 3
+    # a 4-GPU pod does not fit in 3 GPUs; the 1-GPU class gets its share and the largest remainder
+    assert split_gpus(3, [("4d-t0", 1.0), ("1d-t0", 1.0)], WHOLE) == [("1d-t0", 2)]
     assert split_gpus(1, [("1d-t0", 1.0)], SLICED) == [("1d-t0", 4)]  # four devices of a quarter GPU
     assert split_gpus(0, [("1d-t0", 1.0)], WHOLE) == [] and split_gpus(4, [("1d-t0", 0.0)], WHOLE) == []

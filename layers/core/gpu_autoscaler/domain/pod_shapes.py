@@ -99,8 +99,8 @@ def placeholder_requests(cls: str, pool: NodePool) -> dict[str, str]:
 
 def split_gpus(gpus: int, weights: Iterable[tuple[str, float]], pool: NodePool) -> list[tuple[str, int]]:
     """`gpus` physical GPUs as whole pods of the classes, in proportion to their weights (largest remainder
-    first; a class gets a pod only while its GPUs fit what is left, and what no share took goes to the heaviest
-    class that still fits). Pairs (class, pods), heaviest first."""
+    first; a class gets a pod only while its GPUs fit what is left, so a few GPUs may stay unasked for). Pairs
+    (class, pods), heaviest first."""
     positive = sorted(((c, w) for c, w in weights if w > 0), key=lambda cw: (-cw[1], cw[0]))
     total = sum(w for _, w in positive)
     if gpus <= 0 or total <= 0:
@@ -113,9 +113,4 @@ def split_gpus(gpus: int, weights: Iterable[tuple[str, float]], pool: NodePool) 
         if size[c] <= left + 1e-9:
             counts[c] += 1
             left -= size[c]
-    fitting = [c for c, _ in positive if size[c] <= left + 1e-9]
-    while fitting:  # what is left (classes too large for their share) goes to the heaviest class that fits
-        counts[fitting[0]] += 1
-        left -= size[fitting[0]]
-        fitting = [c for c in fitting if size[c] <= left + 1e-9]
     return [(c, counts[c]) for c, _ in positive if counts[c] > 0]
