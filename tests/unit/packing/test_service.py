@@ -138,6 +138,16 @@ def test_demand_is_recorded_per_pool_in_five_minute_buckets() -> None:
     assert h.store.demand == {("gpu", bucket): 2.0, ("shared", bucket): 0.5}
 
 
+def test_with_prediction_on_each_pod_shape_class_is_recorded_too() -> None:
+    # Pre-warm shapes its headroom by these series (`domain.pod_shapes`): the pods' GPUs and CPU/memory per GPU.
+    h = Harness(predictive={"enabled": True})
+    pods = [make_pod(gpus=2, cpu="8", memory="32Gi"), make_pod(cpu="12", memory="48Gi"),
+            make_pod(tolerate=False, tolerations=[{"key": "shared", "operator": "Exists"}])]
+    h.service.handle(h.document(pods), source="m-1")
+    assert h.store.demand == {("gpu", NOW): 3.0, ("gpu/2d-t1", NOW): 2.0, ("gpu/1d-t2", NOW): 1.0,
+                              ("shared", NOW): 0.25, ("shared/1d-t1", NOW): 0.25}
+
+
 def test_unschedulable_pods_are_reported(h: Harness) -> None:
     outcome = h.service.handle(h.document([make_pod(gpus=16)]), source="m-1")
     assert outcome.created == () and len(outcome.unschedulable) == 1

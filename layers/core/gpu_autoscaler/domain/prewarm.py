@@ -17,6 +17,11 @@ Per pool:
   GPU total, or a count per instance type. The shortfall is launched; claims beyond the target, of a
   window that no longer holds (closed, removed from the configuration, moved to another pool) are
   released.
+- Forecast, shaped (the packer records each pod shape class's pending GPUs, `pod_shapes`): the pool should
+  have, beyond what holds the pods of now (its other claims, or the demand once it spills onto warm nodes),
+  headroom for the pods forecast to arrive — each class's forecast, at most `predictive.maxWarmGpus` in all —
+  bought as placeholder pods of those classes, so the warm nodes are the types they need. Without shape
+  history the forecast is a GPU total:
 - Forecast: the pool should have `min(forecast, current demand + predictive.maxWarmGpus)` GPUs of
   capacity (registered plus in flight) at now + lead time: `maxWarmGpus` bounds the idle GPUs held ahead
   of demand, not the warm claims real pods have since filled (those are the capacity the pods would
@@ -36,6 +41,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.mig import MIG_GPUS
+from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.pods import PendingPod
@@ -131,6 +137,10 @@ class WarmNeed:
     """Budget: the new claims may cost at most this many USD/h (forecast; None = no cap)."""
     until: datetime | None = None
     reason: str = ""
+    shapes: tuple[tuple[str, float], ...] = ()
+    """Forecast: (pod shape class, its forecast GPUs) of the classes that come (`domain.pod_shapes`); the
+    placeholders are split among them in proportion, so warm nodes are the types those pods need. Empty:
+    one-GPU placeholders (the cheapest GPUs, whatever their CPU and memory)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +234,7 @@ def decide(
     *,
     schedules: Sequence[WindowSchedule] | None = None,
     period: timedelta = timedelta(0),
+    shapes: Mapping[str, Mapping[str, float]] | None = None,
 ) -> PrewarmDecision:
     """The warm capacity every pool should hold at `now`.
 
@@ -231,7 +242,8 @@ def decide(
     forecast (empty or None when prediction is off); `schedules`: the windows' schedules, built once by a
     caller that decides often (the backtest), else from `config`; `period`: how long until the next
     decision — windows are warmed that much before start − lead time, so their capacity is up by the
-    start whenever the ticks fall.
+    start whenever the ticks fall; `shapes`: pool → pod shape class → its forecast GPUs, which shape the
+    forecast's warm capacity (a pool without them gets the cheapest GPUs).
     """
     schedules = list(schedules) if schedules is not None else window_schedules(config)
     forecasts = forecasts or {}
@@ -243,7 +255,8 @@ def decide(
     for state in pools.values():
         held = _held_summary(state)
         supply = sum(gpus.of_claim(c) for c in state.live)
-        _forecast(state, config.predictive, forecasts.get(state.pool.name), now)
+        _forecast(state, config.predictive, forecasts.get(state.pool.name), now,
+                  (shapes or {}).get(state.pool.name, {}))
         summaries.append(_summary(state, forecasts.get(state.pool.name), supply, held))
     return PrewarmDecision(
         now,
@@ -330,7 +343,8 @@ def _orphans(pools: Mapping[str, _Pool], windows: Mapping[str, ScalingWindow]) -
 # Forecast
 
 
-def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime) -> None:
+def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime,
+              shapes: Mapping[str, float]) -> None:
     gpus = state.gpus
     own = state.held(FORECAST_WARM)
     if not predictive.enabled or forecast is None or not forecast.ok or forecast.gpus is None:
@@ -344,11 +358,23 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
     supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
     have = sum(gpus.of_claim(c) for c in own)
     current = forecast.current if forecast.current is not None else 0.0
-    target = min(forecast.gpus, current + predictive.max_warm_gpus)
+    if shapes:
+        # Headroom for the pods that come: what the classes' arrivals ask for, on top of what holds the pods
+        # of now (the pool's other claims, or the demand itself once it has spilled onto warm nodes).
+        base = max(supply - have, current)
+        arriving = sum(shapes.values())
+        ceiling = base + predictive.max_warm_gpus
+        target = base + min(arriving, predictive.max_warm_gpus)
+        if arriving > predictive.max_warm_gpus + 1e-9:
+            state.notes.append(f"pods arriving ask for {arriving:.1f} GPUs; maxWarmGpus caps the headroom at "
+                               f"{predictive.max_warm_gpus}")
+    else:
+        ceiling = current + predictive.max_warm_gpus
+        target = min(forecast.gpus, ceiling)
+        if forecast.gpus > target + 1e-9:
+            state.notes.append(f"forecast {forecast.gpus:.1f} GPUs; maxWarmGpus {predictive.max_warm_gpus} over "
+                               f"the current {current:g} caps capacity at {target:.1f}")
     state.forecast_target = max(0.0, target - (supply - have))
-    if forecast.gpus > target + 1e-9:
-        state.notes.append(f"forecast {forecast.gpus:.1f} GPUs; maxWarmGpus {predictive.max_warm_gpus} over the "
-                           f"current {current:g} caps capacity at {target:.1f}")
     if supply >= target:
         _close(state, state.closing)
         _shed(state, own, supply - target, now)
@@ -378,9 +404,10 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         state.notes.append(f"forecast shortfall of {shortfall} GPUs: maxWarmPricePerHour {cap_price:g} is spent")
         return
     state.needs.append(WarmNeed(
-        state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, current + predictive.max_warm_gpus - supply),
+        state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, ceiling - supply),
         price_room=price_room,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
+        shapes=tuple(sorted((c, g) for c, g in shapes.items() if g > 0)),
     ))
 
 
@@ -447,6 +474,8 @@ def placeholder_pods(
     tolerates its taints; `exclude_types` keeps partitioned GPUs (less than one GPU per device) out, and
     unless the pool itself says which architecture its nodes have, placeholders ask for amd64: warm
     capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on it.
+    A forecast need with `shapes` becomes whole pods of its shape classes instead (`pod_shapes.split_gpus`:
+    each asks for its class's devices, CPU and memory), so the packer picks the types those pods need.
     `stamp` makes the uids, hence the packer's claim ids, unique per decision.
     """
     count = need.gpus if gpus is None else gpus
@@ -457,15 +486,11 @@ def placeholder_pods(
         selector[L.INSTANCE_TYPE] = need.instance_type
         requests = {GPU: str(max(devices or 1, 1) * _replicas(pool))}
         count = need.nodes
+    elif need.shapes and count > 0:
+        return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)
     else:
         requests = _one_gpu(pool)
-        expressions = []
-        if exclude_types:
-            expressions.append(Requirement(key=L.INSTANCE_TYPE, operator="NotIn", values=tuple(sorted(exclude_types))))
-        if not any(r.key == L.ARCH for r in pool.requirements):
-            expressions.append(Requirement(key=L.ARCH, operator="In", values=("amd64",)))
-        if expressions:
-            affinity = (NodeSelectorTerm(match_expressions=tuple(expressions)),)
+        affinity = _placeholder_affinity(pool, exclude_types)
     holder = need.warm.replace(":", "-").replace("/", "-")
     return [
         PendingPod(
@@ -479,6 +504,31 @@ def placeholder_pods(
         )
         for i in range(count)
     ]
+
+
+def _placeholder_affinity(pool: NodePool, exclude_types: Sequence[str]) -> tuple[NodeSelectorTerm, ...]:
+    expressions = []
+    if exclude_types:
+        expressions.append(Requirement(key=L.INSTANCE_TYPE, operator="NotIn", values=tuple(sorted(exclude_types))))
+    if not any(r.key == L.ARCH for r in pool.requirements):
+        expressions.append(Requirement(key=L.ARCH, operator="In", values=("amd64",)))
+    return (NodeSelectorTerm(match_expressions=tuple(expressions)),) if expressions else ()
+
+
+def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: tuple[Toleration, ...],
+            selector: dict[str, str], exclude_types: Sequence[str]) -> list[PendingPod]:
+    affinity = _placeholder_affinity(pool, exclude_types)
+    holder = need.warm.replace(":", "-").replace("/", "-")
+    pods: list[PendingPod] = []
+    for cls, count in split_gpus(gpus, need.shapes, pool):
+        requests = placeholder_requests(cls, pool)
+        pods.extend(
+            PendingPod(uid=f"warm-{pool.name}-{holder}-{stamp}-{cls}-{i}", namespace="gpu-autoscaler-warm",
+                       name=f"{holder}-{cls}-{i}", requests=requests, node_selector=selector,
+                       required_node_affinity=affinity, tolerations=tolerations)
+            for i in range(count)
+        )
+    return pods
 
 
 def _replicas(pool: NodePool) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.forecast import bucket_start
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent
+from gpu_autoscaler.domain.pod_shapes import series_key, shape_class
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.resources import Resources
     from gpu_autoscaler.ports import StateStore
 
-__all__ = ["pool_gpus", "record_demand"]
+__all__ = ["pool_gpus", "record_demand", "shape_gpus"]
 
 
 def pool_gpus(config: Config, requests: Iterable[tuple[str, Resources]]) -> dict[str, float]:
@@ -31,6 +32,20 @@ def pool_gpus(config: Config, requests: Iterable[tuple[str, Resources]]) -> dict
         pool = pools.get(name)
         if pool is not None:
             out[name] = out.get(name, 0.0) + gpu_equivalent(resources, pool)
+    return out
+
+
+def shape_gpus(config: Config, requests: Iterable[tuple[str, Resources]]) -> dict[str, float]:
+    """The same pairs → physical GPUs per pod shape class (`domain.pod_shapes`), keyed `<pool>/<class>`: the
+    series pre-warm shapes its headroom by. Pods without a class count in their pool's total only."""
+    out: dict[str, float] = {}
+    pools = {p.name: p for p in config.node_pools}
+    for name, resources in requests:
+        pool = pools.get(name)
+        cls = shape_class(resources.as_dict(), pool) if pool is not None else None
+        if pool is not None and cls is not None:
+            key = series_key(name, cls)
+            out[key] = out.get(key, 0.0) + gpu_equivalent(resources, pool)
     return out
 
 

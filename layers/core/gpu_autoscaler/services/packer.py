@@ -44,7 +44,7 @@ from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.services.claim_writes import write_fresh
-from gpu_autoscaler.services.demand import pool_gpus, record_demand
+from gpu_autoscaler.services.demand import pool_gpus, record_demand, shape_gpus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -312,8 +312,10 @@ class PackerService:
         for uid, claim_id in plan.covered.items():
             if claim_id in live:
                 pool_of[uid] = live[claim_id].pool
-        demand = pool_gpus(self.config, ((pool_of[p.uid], p.resources) for p in pods if p.uid in pool_of))
-        record_demand(self.store, self.config, demand, self.clock.now())
+        pairs = [(pool_of[p.uid], p.resources) for p in pods if p.uid in pool_of]
+        demand = pool_gpus(self.config, pairs)
+        shapes = shape_gpus(self.config, pairs) if self.config.predictive.enabled else {}
+        record_demand(self.store, self.config, {**demand, **shapes}, self.clock.now())
         return demand
 
 

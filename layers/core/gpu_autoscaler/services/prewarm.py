@@ -8,7 +8,9 @@ even if the window's own tick (which fires at the window's start) never arrives.
    `domain.boot_times`) once it has `minSamples` of them, else the configured one. Read the cluster's live
    claims; when prediction is on, each pool's demand history since `predictive.history`, and forecast demand
    at now + lead time (the measured one, else `max(pool.leadTime, predictive.leadTime)`). Under 24 h of
-   history: no forecast, logged and reported per pool.
+   history: no forecast, logged and reported per pool. With a forecast, each pod shape class's series (the
+   packer's `<pool>/<class>`, `domain.pod_shapes`) is forecast to the same instant: the headroom is sized
+   and shaped by the pods that come.
 2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end or change hands; windows
    are warmed from start − lead time − `PERIOD`, so the capacity is up by the start whichever 5-minute
    tick sees the window first.
@@ -35,6 +37,7 @@ from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
+from gpu_autoscaler.domain.pod_shapes import classes, series_key
 from gpu_autoscaler.domain.prewarm import (
     WARM_GPUS_ATTRIBUTE,
     WARM_UNTIL_ATTRIBUTE,
@@ -245,7 +248,7 @@ class PrewarmService:
         leads = self._lead_times(now)
         forecasts = self._forecasts(now, leads)
         decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._window_schedules(leads),
-                          period=PERIOD)
+                          period=PERIOD, shapes=self._shapes(now, forecasts))
         released, handed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
@@ -310,8 +313,30 @@ class PrewarmService:
             out[pool.name] = forecast
         return out
 
+    def _shapes(self, now: datetime, forecasts: Mapping[str, Forecast]) -> dict[str, dict[str, float]]:
+        """Per pool with a forecast, each pod shape class's forecast GPUs at the pool's target (the packer's
+        `<pool>/<class>` series: pending GPUs of the class), for the classes with enough history."""
+        since = now - self.config.predictive.history
+        out: dict[str, dict[str, float]] = {}
+        for pool in self.config.node_pools:
+            forecast = forecasts.get(pool.name)
+            if forecast is None or not forecast.ok:
+                continue
+            found = {}
+            for cls in classes(pool):
+                history = self._history(series_key(pool.name, cls), since, now)
+                if history.first_record is None or not history.values.any():
+                    continue
+                shaped = self.forecaster.forecast(history, now, forecast.target, pool.name)
+                if shaped.ok and shaped.gpus:
+                    found[cls] = shaped.gpus
+            if found:
+                out[pool.name] = found
+        return out
+
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
-        """The pool's recorded demand from `since` to `now`: the store's records (the simulator keeps a series)."""
+        """A demand series (a pool's, or `<pool>/<class>`) from `since` to `now`: the store's records (the
+        simulator keeps a series)."""
         return DemandSeries.from_records(self.store.demand_history(pool, since), since, now)
 
     # Acting
