@@ -25,6 +25,7 @@ The wire, as the API documents it (https://kubernetes.io/docs/reference/using-ap
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import ssl
 from typing import TYPE_CHECKING, Any, Protocol
@@ -216,16 +217,24 @@ def _json(data: bytes) -> dict[str, Any]:
 
 def _tls_context(ca_pem: str | None, ca_file: str | None, client_cert: tuple[str, str | None] | None,
                  verify: bool) -> ssl.SSLContext:
-    """The cluster's CA alone when given (EKS hands it over as base64 of the PEM bundle), else the system's."""
-    context = ssl.create_default_context(cafile=ca_file, cadata=ca_pem)
+    """The cluster's CA alone when given, else the system's; a CA that cannot be read is the caller's
+    `KubernetesApiError` (no request could be trusted), not a crash."""
+    try:
+        context = ssl.create_default_context(cafile=ca_file, cadata=ca_pem)
+        if client_cert is not None:
+            context.load_cert_chain(client_cert[0], client_cert[1])
+    except (ssl.SSLError, OSError, ValueError) as error:
+        raise KubernetesApiError(f"the cluster's TLS settings cannot be used: {error}") from error
     if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    if client_cert is not None:
-        context.load_cert_chain(client_cert[0], client_cert[1])
     return context
 
 
 def pem_from_base64(data: str) -> str:
     """A kubeconfig's or DescribeCluster's `certificate-authority-data`: base64 of the PEM text."""
-    return base64.b64decode(data).decode()
+    try:
+        return base64.b64decode(data).decode()
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise KubernetesApiError(f"the cluster's certificate authority is not base64 of a PEM bundle: {error}") \
+            from error
