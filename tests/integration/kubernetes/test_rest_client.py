@@ -43,8 +43,12 @@ def _node(rest: KubernetesRest, kube: LocalKubernetes) -> str:
 
 
 def _running(rest: KubernetesRest, *names: str) -> None:
+    def running(name: str) -> bool:
+        phase: str = rest.get(f"{PODS}/{name}")["status"]["phase"]
+        return phase == "Running"
+
     for name in names:
-        wait_for(lambda n=name: rest.get(f"{PODS}/{n}")["status"]["phase"] == "Running", what=f"{name} running")
+        wait_for(lambda n=name: running(n), what=f"{name} running")  # type: ignore[misc]
 
 
 def _status_of(call: Any) -> KubernetesHttpError:
