@@ -14,7 +14,7 @@ from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.services.interruption import aws_interruption_service
 from gpu_autoscaler.settings import load_settings
-from tests.integration.interruption.conftest import bind_pod, event_body, launch_node
+from tests.integration.interruption.conftest import bind_pod, drain_queue, event_body, launch_node
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -69,3 +69,4 @@ def test_a_spot_warning_cordons_before_the_clients_of_the_replacement_and_the_dr
     assert outcome.cordoned and outcome.action == "replace-and-drain" and outcome.replacements
     assert at_cordon and set(at_cordon) <= BEFORE_THE_CORDON, at_cordon
     assert {"ec2", "sqs"} <= set(clients.asked)  # the replacement and the drain request came after the cordon
+    assert len(drain_queue(aws, "drain")) == 1 and drain_queue(aws, "launch")  # taken, not left to other tests
