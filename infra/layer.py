@@ -51,8 +51,12 @@ LAYER_DEPENDENCIES_CONTEXT = "gpu-autoscaler:layerDependencies"
 LAYER_CACHE_ENV = "GPU_AUTOSCALER_LAYER_CACHE"
 """Where the built dependencies are kept; default `$XDG_CACHE_HOME/gpu-autoscaler/layers` (`~/.cache/...`)."""
 
-NOT_NEEDED_AT_RUNTIME = frozenset({"typer", "rich"})
-"""Dependencies of the command line only: no function imports them."""
+NOT_NEEDED_AT_RUNTIME = frozenset({"typer", "rich", "kubernetes"})
+"""Dependencies no function imports: the command line's (typer, rich) and the `kubernetes` client, which only
+the in-cluster agent, the command line and the emulator use; the functions reach the API server through
+`gpu_autoscaler.adapters.kubernetes.rest` (its first `CoreV1Api` cost seconds of every cold start, and the
+package was a third of the layer). `tests/infrastructure/test_layer.py` checks that no function's import graph
+reaches it."""
 
 BOTOCORE_SERVICES = frozenset({"dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray"})
 """The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls),
@@ -64,15 +68,12 @@ runtime's older botocore refuses with ParamValidationError; the other ~430 servi
 
 UNUSED_PATHS = (
     "bin",
-    # The asyncio Kubernetes client (kubernetes>=35) and what only it imports: the functions use the sync one.
-    "kubernetes/aio",
-    "aiohttp", "aiohttp_retry", "aiosignal", "aiohappyeyeballs", "yarl", "multidict", "frozenlist", "propcache",
     # numpy's Fortran wrapper generator and build helpers: never imported by `import numpy`.
     "numpy/f2py", "numpy/distutils",
 )  # fmt: skip
 """Removed after the install, relative to the layer's `python/` directory (with their `*.dist-info`)."""
 
-SLIMMING_VERSION = 2
+SLIMMING_VERSION = 3
 """Part of the cache key: bump it when `slim` or its lists change, so no stale cached tree is reused."""
 
 _PLATFORM_TAG = {"arm64": "aarch64", "x86_64": "x86_64"}

@@ -49,9 +49,16 @@ IDEMPOTENCY_PARTITION = "IDEMPOTENCY#interruption"
 
 
 @functools.cache
+def clients() -> AwsClients:
+    """One set of boto3 clients for the service and the idempotency records: DynamoDB's model loads once."""
+    settings = load_settings()
+    return AwsClients(settings.region, settings.endpoint_url)
+
+
+@functools.cache
 def service() -> InterruptionService:
     """Built on first use and kept while the execution environment lives (clients, catalog, Kubernetes token)."""
-    return aws_interruption_service(load_settings())
+    return aws_interruption_service(load_settings(), clients=clients())
 
 
 @functools.cache
@@ -65,7 +72,7 @@ def act_once() -> Callable[..., dict[str, Any]]:
         sort_key_attr=SORT_KEY,
         static_pk_value=IDEMPOTENCY_PARTITION,
         expiry_attr=TTL_ATTRIBUTE,
-        boto3_client=AwsClients(settings.region, settings.endpoint_url).client("dynamodb"),
+        boto3_client=clients().client("dynamodb"),
     )
     return idempotent_function(data_keyword_argument="key", persistence_store=persistence,
                                config=idempotency)(_act)

@@ -2,7 +2,7 @@
 
 A stand-in for what kills a Lambda invocation in AWS (timeout, out of memory, the sandbox recycled): the
 code under test is not changed. Every AWS call of every function goes through botocore's
-`BaseClient._make_api_call` and every Kubernetes call through `ApiClient.call_api`; while a `CrashPlan` is
+`BaseClient._make_api_call` and every Kubernetes call through `KubernetesRest.request`; while a `CrashPlan` is
 installed, those two are wrapped, and the emulator's Lambda host is wrapped to know which function a thread
 runs. A `CrashAt` names the function, the call (`ec2.CreateFleet`, `dynamodb.UpdateItem`, `kube.evict`...),
 which occurrence, and whether the call takes effect first (`after`: the work is done, the function dies
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import botocore.client
-from kubernetes.client import api_client as kube_api_client
+
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,9 +42,6 @@ MUTATING = frozenset({
     "kube.POST", "kube.PATCH", "kube.DELETE",
 })
 """Calls that change something: the points where dying right after leaves half-done work behind."""
-
-
-_VERBS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
 class Crash(Exception):  # noqa: N818 - named for what happened, as Lambda reports it
@@ -105,9 +103,9 @@ class CrashPlan:
 
     @contextlib.contextmanager
     def install(self, host: LambdaHost) -> Iterator[None]:
-        """Wrap botocore, the Kubernetes client and `host.invoke` until the generator is closed."""
+        """Wrap botocore, the functions' Kubernetes client and `host.invoke` until the generator is closed."""
         original_call = botocore.client.BaseClient._make_api_call
-        original_kube = kube_api_client.ApiClient.call_api
+        original_kube = KubernetesRest.request
         original_invoke = host.invoke
         plan = self
 
@@ -119,9 +117,8 @@ class CrashPlan:
                 original_call(client, operation, copy)
             return result
 
-        def call_api(api: Any, *args: Any, **kwargs: Any) -> Any:
-            verb = next((a for a in args[:2] if isinstance(a, str) and a.upper() in _VERBS), "CALL")
-            return plan._through(f"kube.{verb.upper()}", lambda: original_kube(api, *args, **kwargs))
+        def request(rest: KubernetesRest, method: str, *args: Any, **kwargs: Any) -> Any:
+            return plan._through(f"kube.{method.upper()}", lambda: original_kube(rest, method, *args, **kwargs))
 
         def invoke(function: str, event: Any, **kwargs: Any) -> Invocation:
             plan._local.function, plan._local.dead = function, None
@@ -134,13 +131,13 @@ class CrashPlan:
             return invocation
 
         botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[attr-defined]
-        kube_api_client.ApiClient.call_api = call_api  # type: ignore[method-assign]
+        KubernetesRest.request = request  # type: ignore[method-assign,assignment]
         host.invoke = invoke  # type: ignore[method-assign]
         try:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original_call  # type: ignore[attr-defined]
-            kube_api_client.ApiClient.call_api = original_kube  # type: ignore[method-assign]
+            KubernetesRest.request = original_kube  # type: ignore[method-assign]
             del host.invoke
 
     def _duplicate(self, call: str, params: Any) -> dict[str, Any] | None:

@@ -1,9 +1,9 @@
 """The interruption, drain and fleet Lambdas on moto and the local Kubernetes API, for the whole package.
 
 The configuration points the Kubernetes endpoint at the local API server, so the handlers reach it exactly as
-in AWS: the real `kubernetes` client with an EKS token presigned by (moto's) STS. Each test launches its own
-nodes through the fleet handler (real tagged instances on moto), registers them with the simulated kubelets
-and binds its pods to them.
+in AWS: the functions' small Kubernetes client with an EKS token presigned by (moto's) STS. Each test launches
+its own nodes through the fleet handler (real tagged instances on moto), registers them with the simulated
+kubelets and binds its pods to them.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.eks_token import (
     CLUSTER_ID_HEADER,
     TOKEN_PREFIX,
@@ -96,22 +97,22 @@ def test_a_token_is_reused_for_14_minutes_then_made_again(aws: EmbeddedAws) -> N
     assert _decode(source.token()).startswith(aws.endpoint_url) and sts.presigned == 2
 
 
-def test_the_client_built_for_eks_authenticates_with_the_token(aws: EmbeddedAws, config: Config) -> None:
+def test_the_client_built_for_eks_authenticates_with_the_token_and_replaces_it_when_old(
+        aws: EmbeddedAws, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FixedClock(datetime.now(UTC))
+    clients = AwsClients(aws.clients.region, aws.clients.endpoint_url)
+    sts = CountingSts(clients.client("sts"))
+    monkeypatch.setattr(clients, "client", lambda service: sts if service == "sts" else AwsClients.client(
+        clients, service))
     with LocalKubernetes(cluster_name="ml-prod", require_auth=True) as kube:
         local = config.model_copy(update={"kubernetes": KubernetesAccess(endpoint=kube.url)})
-        calls: list[str] = []
-        with eks_api_client(local, aws.clients) as api:
-            hook = api.configuration.refresh_api_key_hook
-
-            def counting(configuration: client.Configuration) -> None:
-                calls.append(configuration.api_key["BearerToken"])
-                hook(configuration)
-
-            api.configuration.refresh_api_key_hook = counting
+        with eks_api_client(local, clients, clock) as api:
             kube.add_instance(make_instance())
             nodes = wait_for(lambda: KubernetesCluster(api).list_nodes(), what="node")
             assert nodes[0].provider_id == "aws:///us-east-1a/i-0aaa"
-            assert calls and all(c.startswith(TOKEN_PREFIX) for c in calls)
+            assert sts.presigned == 1  # one token for every request so far
+            clock.advance(timedelta(minutes=14))
+            assert KubernetesCluster(api).list_nodes() and sts.presigned == 2
 
 
 def test_the_local_api_refuses_a_token_not_signed_for_a_cluster(aws: EmbeddedAws) -> None:

@@ -9,7 +9,7 @@ warm capacity is one object with one solver cache.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.configuration import fetch_config
@@ -17,6 +17,8 @@ from gpu_autoscaler.clock import Clock, SystemClock
 from gpu_autoscaler.errors import GpuAutoscalerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
     from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
     from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
@@ -29,14 +31,33 @@ if TYPE_CHECKING:
     from gpu_autoscaler.services.packer import PackerService
     from gpu_autoscaler.settings import FunctionSettings
 
-__all__ = ["AwsEnvironment"]
+__all__ = ["AwsEnvironment", "Deferred"]
+
+
+class Deferred:
+    """Stands in for a piece of the environment until it is used: the first attribute asked of it (a method
+    call) builds the piece, and every later one goes to it. A function whose first duty is urgent builds the
+    rest after it: the interruption function cordons a node before the packer, the fleet and the drain queue
+    (and their boto3 clients, each a service model to load) exist."""
+
+    def __init__(self, build: Callable[[], object]) -> None:
+        self._build = build
+        self._built: object | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._built is None:
+            self._built = self._build()
+        return getattr(self._built, name)
 
 
 class AwsEnvironment:
-    def __init__(self, settings: FunctionSettings, clock: Clock | None = None) -> None:
+    def __init__(self, settings: FunctionSettings, clock: Clock | None = None, *,
+                 clients: AwsClients | None = None) -> None:
+        """`clients`: the handler's own, when it makes clients outside the service too (idempotency), so each
+        service's model is loaded once per execution environment."""
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.clients = AwsClients(settings.region, settings.endpoint_url)
+        self.clients = clients or AwsClients(settings.region, settings.endpoint_url)
 
     @cached_property
     def config(self) -> Config:

@@ -50,7 +50,6 @@ from gpu_autoscaler.domain.drain import (
 )
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
-from gpu_autoscaler.domain.packing.results import claim_requests
 from gpu_autoscaler.domain.pod_events import disruption_events
 from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -355,6 +354,10 @@ class DrainService:
     def _replacements(self, request: DrainRequest) -> Replacements:
         """READY once every replacement is Registered with an initialized node; FAILED if one ended (or vanished)
         without ever registering; WAITING otherwise."""
+        # Imported here: the packing package loads numpy and the solver, which the interruption function's
+        # import of this module (for its helpers) must not pay before its cordon (issue 17).
+        from gpu_autoscaler.domain.packing.results import claim_requests
+
         nodes: list[ClusterNode] | None = None
         waiting = False
         for claim_id in request.replacements:

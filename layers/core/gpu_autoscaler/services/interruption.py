@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
@@ -37,9 +37,9 @@ from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.services.drain import free_replaced_room, node_of
-from gpu_autoscaler.services.reconcile import CLAIMED_STATES
 
 if TYPE_CHECKING:
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.interruption import Notice, Response
@@ -118,6 +118,10 @@ class InterruptionService:
         """The instances a notice is about: named in it, or, for a reservation, the ones running in it."""
         if notice.instance_ids or notice.reservation_id is None:
             return list(notice.instance_ids)
+        # Imported here: reconcile's module graph loads numpy and the solver, which a Spot warning's cold start
+        # must not pay before its cordon (issue 17).
+        from gpu_autoscaler.services.reconcile import CLAIMED_STATES
+
         reservation = notice.reservation_id
         live = [c for c in self.store.list_claims(CLAIMED_STATES) if c.instance_id]
         found = [c.instance_id for c in live if c.reservation_id == reservation and c.instance_id]
@@ -246,13 +250,24 @@ class InterruptionService:
         return request
 
 
-def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None) -> InterruptionService:
+def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None, *,
+                             clients: AwsClients | None = None) -> InterruptionService:
     """The service as the Lambda runs it: configuration from SSM, state in DynamoDB, the cluster through the
-    Kubernetes API with an EKS token, replacements through the packer, drains on the drain queue."""
-    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
-    from gpu_autoscaler.services.aws_environment import AwsEnvironment
+    Kubernetes API with an EKS token, replacements through the packer, drains on the drain queue. What the
+    cordon does not need (packer, fleet, drain queue, EC2 inventory) is built on first use, after it: a cold
+    start on a Spot warning spends its seconds on the cordon first (issue 17)."""
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment, Deferred
 
-    env = AwsEnvironment(settings, clock)
-    inventory = Ec2Compute(env.clients.client("ec2"), env.config.cluster_name)
-    return InterruptionService(env.config, env.store, env.cluster, env.terminations, env.packer, env.drain_queue,
-                               clock=env.clock, inventory=inventory)
+    env = AwsEnvironment(settings, clock, clients=clients)
+
+    def inventory() -> OwnedInstances:
+        from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+
+        return Ec2Compute(env.clients.client("ec2"), env.config.cluster_name)
+
+    return InterruptionService(
+        env.config, env.store, env.cluster,
+        cast("FleetTermination", Deferred(lambda: env.terminations)),
+        cast("PackerService", Deferred(lambda: env.packer)),
+        cast("DrainQueue", Deferred(lambda: env.drain_queue)),
+        clock=env.clock, inventory=cast("OwnedInstances", Deferred(inventory)))

@@ -1,4 +1,4 @@
-"""EKS authentication for the `kubernetes` client: bearer tokens from a presigned STS GetCallerIdentity.
+"""EKS authentication for the Kubernetes API: bearer tokens from a presigned STS GetCallerIdentity.
 
 EKS (aws-iam-authenticator) accepts `k8s-aws-v1.` + base64url (unpadded) of a presigned
 `GET sts…/?Action=GetCallerIdentity&Version=2011-06-15&X-Amz-…` URL whose signature covers the header
@@ -6,24 +6,22 @@ EKS (aws-iam-authenticator) accepts `k8s-aws-v1.` + base64url (unpadded) of a pr
 what `aws eks get-token` prints. The URL is signed for 60 seconds, but EKS accepts a token for 15 minutes
 from its signing time, so a token is cached and replaced after 14 (as `aws eks get-token` advertises).
 
-`eks_api_client` builds a `kubernetes.client.ApiClient` for the configured cluster: endpoint and CA from the
-configuration, or from EKS DescribeCluster when the configuration leaves the CA out, and a token refreshed
-through the client's `refresh_api_key_hook` before every request that needs it.
+`eks_api_client` builds the functions' small client (`adapters.kubernetes.rest`) for the configured cluster:
+endpoint and CA from the configuration, or from EKS DescribeCluster when the configuration leaves the CA out,
+and the cached token asked for before every request, so an expired one is replaced.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from kubernetes import client as k8s
-
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest, pem_from_base64
 from gpu_autoscaler.clock import SystemClock
 
 if TYPE_CHECKING:
@@ -143,10 +141,9 @@ class EksTokenSource:
                 self._made_at = now
             return self._token
 
-    def refresh_hook(self, configuration: k8s.Configuration) -> None:
-        """For `Configuration.refresh_api_key_hook`: the client calls it before it reads the key."""
-        configuration.api_key["BearerToken"] = self.token()
-        configuration.api_key_prefix["BearerToken"] = "Bearer"
+    def authorization(self) -> str:
+        """The `Authorization` header's value, for `KubernetesRest`: asked before every request."""
+        return f"Bearer {self.token()}"
 
 
 @dataclass(frozen=True)
@@ -167,26 +164,11 @@ def cluster_access(config: Config, eks: Any | None = None) -> ClusterAccess:
 
 
 def eks_api_client(config: Config, clients: AwsClients, clock: Clock | None = None,
-                   *, access: ClusterAccess | None = None) -> k8s.ApiClient:
-    """An ApiClient for the cluster, authenticated with a self-refreshing EKS token."""
+                   *, access: ClusterAccess | None = None) -> KubernetesRest:
+    """A client for the cluster, authenticated with a self-refreshing EKS token, trusting only its CA."""
     if access is None:
         eks = None if config.kubernetes.certificate_authority else clients.client("eks")
         access = cluster_access(config, eks)
     source = EksTokenSource(clients.client("sts"), config.cluster_name, clock)
-    configuration = k8s.Configuration()
-    configuration.host = access.endpoint.rstrip("/")
-    configuration.api_key["BearerToken"] = source.token()
-    configuration.api_key_prefix["BearerToken"] = "Bearer"
-    configuration.refresh_api_key_hook = source.refresh_hook  # type: ignore[assignment]
-    if access.certificate_authority:
-        configuration.ssl_ca_cert = _write_ca(access.certificate_authority)
-        configuration.verify_ssl = True
-    return k8s.ApiClient(configuration)
-
-
-def _write_ca(data: str) -> str:
-    """The client wants a file; Lambda's /tmp (or any temp dir) holds it for the process's life."""
-    pem = base64.b64decode(data)
-    with tempfile.NamedTemporaryFile("wb", prefix="eks-ca-", suffix=".crt", delete=False) as handle:
-        handle.write(pem)
-        return handle.name
+    ca = pem_from_base64(access.certificate_authority) if access.certificate_authority else None
+    return KubernetesRest(access.endpoint, authorization=source.authorization, ca_pem=ca)

@@ -1,9 +1,9 @@
-"""`ports.ClusterAPI` over the real `kubernetes` client: nodes and pods in, cordons, evictions and deletions out.
+"""`ports.ClusterAPI` over the Kubernetes API: nodes and pods in, cordons, evictions and deletions out.
 
-Lists are read as raw JSON pages (`_preload_content=False`): a drain lists every pod of a node, and building
-the client's models for thousands of pods would cost more than the rest of the invocation. The JSON is
-turned into the domain's `ClusterNode` / `ClusterPod` with the same formulas the agent uses
-(`models.pod_spec`), so a pod's requests here are what the packer planned with.
+Requests go through `rest.KubernetesRest` (plain JSON: a drain lists every pod of a node, and the functions
+never build the `kubernetes` client's models). The JSON is turned into the domain's `ClusterNode` /
+`ClusterPod` with the same formulas the agent uses (`models.pod_spec`), so a pod's requests here are what the
+packer planned with.
 
 Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable` and the node's taints,
 conditional on the resourceVersion read (retried on conflict) — tainting and untainting alone patch the same
@@ -17,16 +17,13 @@ claim its PersistentVolume is bound to. Anything else is a
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from gpu_autoscaler.adapters.kubernetes.rest import STRATEGIC_MERGE_PATCH, KubernetesHttpError, KubernetesRest, path
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
 from gpu_autoscaler.models.cluster import (
     DEFAULT_GRACE_SECONDS,
@@ -41,9 +38,10 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from gpu_autoscaler.adapters.aws.clients import AwsClients
+    from gpu_autoscaler.adapters.kubernetes.rest import ApiClientLike
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
 
@@ -52,25 +50,24 @@ __all__ = ["MIRROR_ANNOTATION", "KubernetesCluster", "node_from_json", "pod_from
 log = logging.getLogger(__name__)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-_NOT_FOUND, _CONFLICT, _GONE, _TOO_MANY = 404, 409, 410, 429
+_NOT_FOUND, _CONFLICT, _TOO_MANY = 404, 409, 429
 _CORDON_ATTEMPTS = 5
-_LIST_ATTEMPTS = 3
+_NODES = ("api", "v1", "nodes")
+_PODS = ("api", "v1", "pods")
+_VOLUME_ATTACHMENTS = ("apis", "storage.k8s.io", "v1", "volumeattachments")
 
 
 class KubernetesCluster:
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api: KubernetesRest | ApiClientLike,
         *,
         page_size: int = 500,
         request_timeout: tuple[float, float] = (5.0, 30.0),
-        core_api: k8s.CoreV1Api | None = None,
     ) -> None:
-        self._core = core_api or k8s.CoreV1Api(api_client)
-        self._storage = k8s.StorageV1Api(api_client)
+        """`api`: the small client, or a `kubernetes` ApiClient (the command line's kubeconfig, tests)."""
+        self._rest = KubernetesRest.of(api, request_timeout)
         self._page_size = page_size
-        self._timeout = request_timeout
 
     @classmethod
     def for_eks(cls, config: Config, clients: AwsClients, clock: Clock | None = None) -> KubernetesCluster:
@@ -82,18 +79,18 @@ class KubernetesCluster:
     # Reading
 
     def list_nodes(self) -> list[ClusterNode]:
-        return [node_from_json(n) for n in self._list(self._core.list_node)]
+        return [node_from_json(n) for n in self._list(_NODES)]
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
         """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else None
-        return [pod_from_json(p) for p in self._list(self._core.list_pod_for_all_namespaces, selector)]
+        return [pod_from_json(p) for p in self._list(_PODS, selector)]
 
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
         drain asks only once its node is empty, and nodes hold a handful)."""
         out = []
-        for attachment in self._list(self._storage.list_volume_attachment):
+        for attachment in self._list(_VOLUME_ATTACHMENTS):
             spec = attachment.get("spec") or {}
             if spec.get("nodeName") != node_name:
                 continue
@@ -104,30 +101,16 @@ class KubernetesCluster:
 
     def _claim_of(self, volume: str) -> str | None:
         try:
-            pv = self._json(self._core.read_persistent_volume, volume)
-        except ApiException as error:
+            pv = self._rest.get(path("api", "v1", "persistentvolumes", volume))
+        except KubernetesHttpError as error:
             if error.status == _NOT_FOUND:
                 return None
-            raise _api_error(f"read persistentvolume {volume}", error) from error
+            raise
         ref = (pv.get("spec") or {}).get("claimRef") or {}
         return f"{ref['namespace']}/{ref['name']}" if ref.get("name") and ref.get("namespace") else None
 
-    def _list(self, call: Callable[..., Any], field_selector: str | None = None) -> list[dict[str, Any]]:
-        """All pages of one list; an expired continue token (410) starts the list again."""
-        for attempt in range(_LIST_ATTEMPTS):
-            items: list[dict[str, Any]] = []
-            token: str | None = None
-            try:
-                while True:
-                    page = self._json(call, field_selector=field_selector, limit=self._page_size, _continue=token)
-                    items.extend(page.get("items") or ())
-                    token = (page.get("metadata") or {}).get("continue")
-                    if not token:
-                        return items
-            except ApiException as error:
-                if error.status != _GONE or attempt == _LIST_ATTEMPTS - 1:
-                    raise _api_error("list", error) from error
-        raise AssertionError("unreachable")
+    def _list(self, resource: tuple[str, ...], field_selector: str | None = None) -> list[dict[str, Any]]:
+        return self._rest.list_items(path(*resource), field_selector=field_selector, page_size=self._page_size)
 
     # Writing
 
@@ -163,88 +146,59 @@ class KubernetesCluster:
                 body["unschedulable"] = True
             patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": body}
             try:
-                self._call(self._core.patch_node, node_name, patch, _content_type=STRATEGIC_MERGE)
+                self._rest.patch(path(*_NODES, node_name), patch, STRATEGIC_MERGE_PATCH)
                 return
-            except ApiException as error:
+            except KubernetesHttpError as error:
                 if error.status == _NOT_FOUND:
                     raise NodeNotFound(f"node {node_name} not found") from error
                 if error.status != _CONFLICT:
-                    raise _api_error(f"taint {node_name}", error) from error
+                    raise
                 log.debug("node %s changed while its taints were patched; reading it again", node_name)
         raise KubernetesApiError(f"node {node_name} kept changing while its taints were patched", _CONFLICT)
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
-        body = k8s.V1Eviction(
-            api_version="policy/v1", kind="Eviction",
-            metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
-            delete_options=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid)),
-        )
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod.name, "namespace": pod.namespace},
+                "deleteOptions": {"preconditions": {"uid": pod.uid}}}
         try:
-            self._call(self._core.create_namespaced_pod_eviction, pod.name, pod.namespace, body)
-        except ApiException as error:
-            message = _status_message(error)
+            self._rest.post(path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"), body)
+        except KubernetesHttpError as error:
             if error.status == _TOO_MANY:
-                return EvictionOutcome(pod=pod.key, evicted=False, blocked=True, message=message)
+                return EvictionOutcome(pod=pod.key, evicted=False, blocked=True, message=error.message)
             if error.status in (_NOT_FOUND, _CONFLICT):
-                return EvictionOutcome(pod=pod.key, evicted=False, gone=True, message=message)
-            raise _api_error(f"evict {pod.key}", error) from error
+                return EvictionOutcome(pod=pod.key, evicted=False, gone=True, message=error.message)
+            raise
         return EvictionOutcome(pod=pod.key, evicted=True)
 
     def delete_pod(self, pod: ClusterPod, grace_period_seconds: int | None = None) -> None:
         """Bypasses budgets; only this pod (uid precondition), and one already gone is not an error.
         `grace_period_seconds` shortens the pod's own (never below 1: 0 would remove it from etcd before its
         kubelet stopped it)."""
-        grace = max(1, grace_period_seconds) if grace_period_seconds is not None else None
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=pod.uid), grace_period_seconds=grace)
+        options: dict[str, Any] = {"preconditions": {"uid": pod.uid}}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = max(1, grace_period_seconds)
         try:
-            self._call(self._core.delete_namespaced_pod, pod.name, pod.namespace, body=options)
-        except ApiException as error:
+            self._rest.delete(path("api", "v1", "namespaces", pod.namespace, "pods", pod.name), options)
+        except KubernetesHttpError as error:
             if error.status not in (_NOT_FOUND, _CONFLICT):
-                raise _api_error(f"delete pod {pod.key}", error) from error
+                raise
 
     def delete_node(self, node_name: str) -> None:
         try:
-            self._call(self._core.delete_node, node_name)
-        except ApiException as error:
+            self._rest.delete(path(*_NODES, node_name))
+        except KubernetesHttpError as error:
             if error.status != _NOT_FOUND:
-                raise _api_error(f"delete node {node_name}", error) from error
+                raise
 
     # Plumbing
 
     def _read_node(self, node_name: str) -> dict[str, Any]:
         try:
-            return self._json(self._core.read_node, node_name)
-        except ApiException as error:
+            return self._rest.get(path(*_NODES, node_name))
+        except KubernetesHttpError as error:
             if error.status == _NOT_FOUND:
                 raise NodeNotFound(f"node {node_name} not found") from error
-            raise _api_error(f"read node {node_name}", error) from error
-
-    def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        response = self._call(call, *args, **kwargs)
-        data: dict[str, Any] = json.loads(response.data)
-        return data
-
-    def _call(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Raw response; ApiException passes through (callers map statuses), a dead connection does not."""
-        try:
-            return call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubernetesApiError(f"Kubernetes API unreachable: {error}") from error
-
-
-def _api_error(what: str, error: ApiException) -> KubernetesApiError:
-    return KubernetesApiError(f"{what}: HTTP {error.status} {_status_message(error)}", error.status)
-
-
-def _status_message(error: ApiException) -> str:
-    """The Status' cause (a PDB's "needs 2 healthy pods and has 2") or message, else the HTTP reason."""
-    try:
-        status = json.loads(error.body or "{}")
-    except (TypeError, ValueError):
-        return str(error.reason or "")
-    causes = (status.get("details") or {}).get("causes") or ()
-    parts = [status.get("message") or ""] + [c.get("message") or "" for c in causes]
-    return ": ".join(p for p in parts if p) or str(error.reason or "")
+            raise
 
 
 def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

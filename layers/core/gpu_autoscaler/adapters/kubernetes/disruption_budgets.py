@@ -1,4 +1,4 @@
-"""`ports.DisruptionBudgets` over the real `kubernetes` client: policy/v1 PodDisruptionBudgets, read as JSON.
+"""`ports.DisruptionBudgets` over the Kubernetes API: policy/v1 PodDisruptionBudgets, read as JSON.
 
 The eviction subresource refuses (429) an eviction of a pod selected by a budget whose
 `status.disruptionsAllowed` is 0; consolidation asks the same question before it starts a drain. A budget
@@ -10,20 +10,17 @@ DoesNotExist) all hold; an empty selector selects every pod of the namespace, a 
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpu_autoscaler.errors import KubernetesApiError
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest, path
 from gpu_autoscaler.models.requirements import Requirement
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from gpu_autoscaler.adapters.kubernetes.rest import ApiClientLike
     from gpu_autoscaler.models.cluster import ClusterPod
 
 __all__ = ["KubernetesDisruptionBudgets", "selector_matches"]
@@ -49,10 +46,9 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 
 
 class KubernetesDisruptionBudgets:
-    def __init__(self, api_client: k8s.ApiClient, *, policy_api: k8s.PolicyV1Api | None = None,
+    def __init__(self, api: KubernetesRest | ApiClientLike, *,
                  request_timeout: tuple[float, float] = (5.0, 30.0)) -> None:
-        self._policy = policy_api or k8s.PolicyV1Api(api_client)
-        self._timeout = request_timeout
+        self._rest = KubernetesRest.of(api, request_timeout)
 
     def blocked(self, pods: Sequence[ClusterPod]) -> set[str]:
         exhausted = [b for b in self._budgets() if int((b.get("status") or {}).get("disruptionsAllowed") or 0) < 1]
@@ -65,19 +61,5 @@ class KubernetesDisruptionBudgets:
         return out
 
     def _budgets(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            try:
-                # Raw JSON (`_preload_content=False`): the response is urllib3's, not the client's model.
-                response: Any = self._policy.list_pod_disruption_budget_for_all_namespaces(
-                    limit=_PAGE, _continue=token, _preload_content=False, _request_timeout=self._timeout)
-            except ApiException as error:
-                raise KubernetesApiError(f"list PodDisruptionBudgets: HTTP {error.status} {error.reason}") from error
-            except (urllib3.exceptions.HTTPError, OSError) as error:
-                raise KubernetesApiError(f"Kubernetes API unreachable: {error}") from error
-            page = json.loads(response.data)
-            items.extend(page.get("items") or ())
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        """Every budget of the cluster (an error status or an unreachable server: `KubernetesApiError`)."""
+        return self._rest.list_items(path("apis", "policy", "v1", "poddisruptionbudgets"), page_size=_PAGE)

@@ -16,15 +16,14 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
+from gpu_autoscaler.adapters.kubernetes.rest import STRATEGIC_MERGE_PATCH, KubernetesHttpError, KubernetesRest, path
 from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.errors import KubernetesApiError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from gpu_autoscaler.adapters.kubernetes.rest import ApiClientLike
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.domain.pod_events import PodEvent
 
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-autoscaler"
 _CONFLICT = 409
-_NOT_FOUND = 404
+_TIMEOUT = (3.0, 10.0)
 
 
 def event_name(event: PodEvent) -> str:
@@ -47,26 +46,36 @@ def _timestamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _parse_timestamp(text: str | None) -> datetime | None:
+    """An Event's `lastTimestamp` (RFC 3339, seconds, UTC); None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 class KubernetesEventRecorder:
     def __init__(
         self,
-        connect: Callable[[], k8s.ApiClient],
+        connect: Callable[[], KubernetesRest | ApiClientLike],
         *,
         clock: Clock | None = None,
         min_interval: timedelta = timedelta(minutes=1),
         max_per_call: int = 200,
     ) -> None:
-        """`connect` makes the ApiClient on first use (an invocation with nothing to say never connects)."""
+        """`connect` makes the client on first use (an invocation with nothing to say never connects)."""
         self._connect = connect
-        self._core: k8s.CoreV1Api | None = None
+        self._rest: KubernetesRest | None = None
         self.clock = clock or SystemClock()
         self.min_interval = min_interval
         self.max_per_call = max_per_call
 
-    def _api(self) -> k8s.CoreV1Api:
-        if self._core is None:
-            self._core = k8s.CoreV1Api(self._connect())
-        return self._core
+    def _api(self) -> KubernetesRest:
+        if self._rest is None:
+            self._rest = KubernetesRest.of(self._connect(), _TIMEOUT)
+        return self._rest
 
     def record(self, events: Sequence[PodEvent]) -> int:
         written = 0
@@ -76,10 +85,10 @@ class KubernetesEventRecorder:
                 break
             try:
                 written += self._post(event)
-            except ApiException as error:
+            except KubernetesHttpError as error:
                 log.warning("event %s on pod %s/%s not posted: %s %s", event.reason, event.namespace, event.name,
-                            error.status, error.reason)
-            except (urllib3.exceptions.HTTPError, OSError) as error:
+                            error.status, error.message)
+            except KubernetesApiError as error:
                 # The API server is not reachable: the rest would fail the same way, each after its retries.
                 log.warning("Kubernetes API not reachable, %d event(s) not posted: %s", len(events) - written, error)
                 break
@@ -89,19 +98,19 @@ class KubernetesEventRecorder:
         api = self._api()
         name = event_name(event)
         now = self.clock.now()
+        events = ("api", "v1", "namespaces", event.namespace, "events")
         try:
-            body: Any = self._body(event, name, now)  # the client sends a plain manifest as it is
-            api.create_namespaced_event(event.namespace, body, _request_timeout=(3, 10))
+            api.post(path(*events), self._body(event, name, now))
             return 1
-        except ApiException as error:
+        except KubernetesHttpError as error:
             if error.status != _CONFLICT:
                 raise
-        existing: Any = api.read_namespaced_event(name, event.namespace, _request_timeout=(3, 10))
-        last = existing.last_timestamp
+        existing = api.get(path(*events, name))
+        last = _parse_timestamp(existing.get("lastTimestamp"))
         if last is not None and now - last < self.min_interval:
             return 0
-        patch = {"count": int(existing.count or 1) + 1, "lastTimestamp": _timestamp(now)}
-        api.patch_namespaced_event(name, event.namespace, patch, _request_timeout=(3, 10))
+        patch = {"count": int(existing.get("count") or 1) + 1, "lastTimestamp": _timestamp(now)}
+        api.patch(path(*events, name), patch, STRATEGIC_MERGE_PATCH)
         return 1
 
     @staticmethod
