@@ -14,6 +14,7 @@ import argparse
 import os
 import time
 
+from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import running_rig
 from tests.chaos.scenarios import (
     conflicting_launches,
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="0", help="crash and duplicate seeds (0: the fixed points)")
     parser.add_argument("--pods", type=int, default=40, help="pods arriving during throttling (the issue: 200)")
     parser.add_argument("--throttle-seconds", type=float, default=15.0)
+    parser.add_argument("--outage-seconds", type=float, default=15.0, help="API outage in scenario 7 (the issue: 60)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     status = 0
@@ -66,5 +68,10 @@ def main(argv: list[str]) -> int:
              f"{throttled.refused}/{throttled.seen} refused", throttled.report.ok,
              f"{throttled.dead_letters} dead letters")
         status |= not throttled.report.ok
+        outage = api_outage_during_drain(rig, seconds=args.outage_seconds)
+        _row(f"7 API down {args.outage_seconds:.0f} s in a drain", outage.seconds,
+             f"503 for {args.outage_seconds:.0f} s, {outage.drain_retries} drain retries", outage.report.ok,
+             f"fewest guarded pods running {outage.min_running}/{outage.pods}; relisted {outage.relisted}")
+        status |= not outage.report.ok
     print(f"total {time.monotonic() - began:.0f} s; load average {os.getloadavg()[0]:.1f}")
     return int(status)

@@ -16,6 +16,7 @@ of guarded pods running, sampled throughout.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,28 @@ class _RunningSampler:
         self._thread.join(2)
 
 
+class _DrainWarnings(logging.Handler):
+    """Counts the drain's "Kubernetes API failed" warnings for one node (its log, as CloudWatch would show it)."""
+
+    def __init__(self, node_name: str) -> None:
+        super().__init__(logging.WARNING)
+        self.node_name = node_name
+        self.api_failures = 0
+        self._logger = logging.getLogger("gpu_autoscaler.services.drain")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.node_name in message and "Kubernetes API failed" in message:
+            self.api_failures += 1
+
+    def __enter__(self) -> _DrainWarnings:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+
 def _guarded_pods(prefix: str, count: int) -> list[dict[str, Any]]:
     pods = []
     for i in range(count):
@@ -111,6 +134,13 @@ def _busiest_instance(rig: ChaosRig, prefix: str) -> tuple[str, str]:
     return node.spec.provider_id.rsplit("/", 1)[1], node_name
 
 
+def _moved(rig: ChaosRig, prefix: str, count: int, node_name: str) -> bool:
+    """Every guarded pod there again (the Deployment's part), bound, and none on the drained node."""
+    nodes = [p.spec.node_name for p in rig.pods() if (p.metadata.labels or {}).get(GUARD_LABEL) == prefix
+             and not p.metadata.deletion_timestamp]
+    return len(nodes) == count and all(n and n != node_name for n in nodes)
+
+
 def _drain_records(rig: ChaosRig, node_name: str) -> list[dict[str, Any]]:
     return [r for r in rig.log_records() if r.get("node") == node_name or node_name in str(r.get("message", ""))]
 
@@ -131,7 +161,7 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
         rig.wait(rig.all_bound, STEP_TIMEOUT, "the guarded pods to be bound")
         _settle(rig, settled)
         instance_id, node_name = _busiest_instance(rig, prefix)
-        with _RunningSampler(rig) as sampler:
+        with _RunningSampler(rig) as sampler, _DrainWarnings(node_name) as warnings:
             rig.put_event("EC2 Instance Rebalance Recommendation", instance_id)
             rig.wait(lambda: bool(rig.core.read_node(node_name).spec.unschedulable), STEP_TIMEOUT,
                      f"the drain of {node_name} to start (its replacement initialized)")
@@ -144,13 +174,13 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
                 "watch back": lambda: agent.metrics.total("relists_total") > relists,
                 "drain done": lambda: any(i["InstanceId"] == instance_id
                                           for i in rig.instances("shutting-down", "terminated")),
-                "pods bound": rig.all_bound,
+                "pods bound": lambda: _moved(rig, prefix, pods, node_name),
             }, timeout=STEP_TIMEOUT * 2)
+        result.drain_retries = warnings.api_failures
         result.min_running = sampler.minimum if sampler.minimum is not None else 0
         result.relisted = agent.metrics.value("watch_restarts_total", reason="expired") > 0
         records = _drain_records(rig, node_name)
         result.deleted_past_budget = sorted({d for r in records for d in r.get("deleted") or ()})
-        result.drain_retries = sum(1 for r in records if str(r.get("reason", "")).startswith("Kubernetes API failed"))
         _settle(rig, settled, timeout=60.0)
     finally:
         with contextlib.suppress(k8s.ApiException):
