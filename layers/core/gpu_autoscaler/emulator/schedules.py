@@ -6,8 +6,9 @@ The schedules are read back from the endpoint (`triggers.read_schedules`), as th
   `speed`, so a demo can watch several ticks in a minute;
 - cron schedules (the scaling windows, with their time zone) fire when the wall clock reaches the next
   occurrence, daylight saving time as EventBridge Scheduler documents it (`scheduler_cron`, the emulator's
-  own reading of the documentation: the project's window code is what it witnesses). They are not compressed: the functions judge whether a
-  window is open by the wall clock, and a tick at a time that is not the window's would tell them nothing.
+  own reading of the documentation: the project's window code is what it witnesses). They are not
+  compressed: the functions judge whether a window is open by the wall clock, and a tick at a time that is
+  not the window's would tell them nothing.
 
 A tick is the schedule's input with `<aws.scheduler.scheduled-time>` replaced by the time it was due, handed
 to the function as Lambda's asynchronous invocation would: a failure is retried `ASYNC_RETRY_ATTEMPTS`
