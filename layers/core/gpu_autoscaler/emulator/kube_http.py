@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import email.utils
 import json
 import logging
 import socket
 import sys
 import threading
 import time
+from datetime import UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -164,6 +166,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.wfile.write(data)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header from the API server's own clock (its store's), as a real one sets it from its host's:
+        a client can tell how far its clock is from the server's."""
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        return email.utils.format_datetime(self.server.api.store.clock.now().astimezone(UTC), usegmt=True)
 
     def _send_unavailable(self) -> None:
         """What a client sees while the control plane is down behind its load balancer: 503 with a Status and a

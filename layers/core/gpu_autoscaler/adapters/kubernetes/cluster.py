@@ -17,9 +17,10 @@ claim its PersistentVolume is bound to. Anything else is a
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import urllib3
@@ -27,6 +28,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
 from gpu_autoscaler.models.cluster import (
     DEFAULT_GRACE_SECONDS,
@@ -56,6 +58,9 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 _NOT_FOUND, _CONFLICT, _GONE, _TOO_MANY = 404, 409, 410, 429
 _CORDON_ATTEMPTS = 5
 _LIST_ATTEMPTS = 3
+CLOCK_TOLERANCE = timedelta(seconds=5)
+"""A `Date` header is to the second and a round trip takes some: within this, the clocks are taken to agree
+and timestamps are left exactly as the API server wrote them."""
 
 
 class KubernetesCluster:
@@ -66,8 +71,12 @@ class KubernetesCluster:
         page_size: int = 500,
         request_timeout: tuple[float, float] = (5.0, 30.0),
         core_api: k8s.CoreV1Api | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """`clock`: the caller's (the domain's `now`): timestamps the API server wrote are handed over on it."""
         self._core = core_api or k8s.CoreV1Api(api_client)
+        self._clock = clock or SystemClock()
+        self._skew_seen = False
         self._storage = k8s.StorageV1Api(api_client)
         self._page_size = page_size
         self._timeout = request_timeout
@@ -77,17 +86,43 @@ class KubernetesCluster:
         """The configured cluster, authenticated with a refreshing EKS token (what the Lambdas use)."""
         from gpu_autoscaler.adapters.aws.eks_token import eks_api_client
 
-        return cls(eks_api_client(config, clients, clock))
+        return cls(eks_api_client(config, clients, clock), clock=clock)
 
     # Reading
 
     def list_nodes(self) -> list[ClusterNode]:
-        return [node_from_json(n) for n in self._list(self._core.list_node)]
+        items, offset = self._list_timed(self._core.list_node)
+        nodes = [node_from_json(n) for n in items]
+        if offset is None:
+            return nodes
+        return [n.model_copy(update=_shifted(n, ("created_at", "ready_since"), offset)) for n in nodes]
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
         """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else None
-        return [pod_from_json(p) for p in self._list(self._core.list_pod_for_all_namespaces, selector)]
+        items, offset = self._list_timed(self._core.list_pod_for_all_namespaces, selector)
+        pods = [pod_from_json(p) for p in items]
+        if offset is None:
+            return pods
+        fields = ("created_at", "started_at", "deletion_timestamp")
+        return [p.model_copy(update=_shifted(p, fields, offset)) for p in pods]
+
+    def _list_timed(self, call: Callable[..., Any], field_selector: str | None = None,
+                    ) -> tuple[list[dict[str, Any]], timedelta | None]:
+        """The list, and how far the API server's clock is ahead of ours when that is more than
+        `CLOCK_TOLERANCE` (else None: nothing to correct). Read from the `Date` header of the last page's answer
+        (what a server's clock says, to the second) against our clock when it arrived."""
+        items, (date, received) = self._pages(call, field_selector)
+        if date is None:
+            return items, None
+        offset = date - received
+        if abs(offset) <= CLOCK_TOLERANCE:
+            return items, None
+        if not self._skew_seen:
+            log.warning("the Kubernetes API server's clock is %+.0f s off ours: its timestamps are read on ours",
+                        offset.total_seconds())
+            self._skew_seen = True
+        return items, offset
 
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
@@ -113,17 +148,25 @@ class KubernetesCluster:
         return f"{ref['namespace']}/{ref['name']}" if ref.get("name") and ref.get("namespace") else None
 
     def _list(self, call: Callable[..., Any], field_selector: str | None = None) -> list[dict[str, Any]]:
-        """All pages of one list; an expired continue token (410) starts the list again."""
+        return self._pages(call, field_selector)[0]
+
+    def _pages(self, call: Callable[..., Any], field_selector: str | None = None,
+               ) -> tuple[list[dict[str, Any]], tuple[datetime | None, datetime]]:
+        """All pages of one list, and (the server's `Date`, our clock) of the last answer; an expired continue
+        token (410) starts the list again."""
         for attempt in range(_LIST_ATTEMPTS):
             items: list[dict[str, Any]] = []
             token: str | None = None
             try:
                 while True:
-                    page = self._json(call, field_selector=field_selector, limit=self._page_size, _continue=token)
+                    response = self._call(call, field_selector=field_selector, limit=self._page_size,
+                                          _continue=token)
+                    stamp = (_server_date(response), self._clock.now())
+                    page = json.loads(response.data)
                     items.extend(page.get("items") or ())
                     token = (page.get("metadata") or {}).get("continue")
                     if not token:
-                        return items
+                        return items, stamp
             except ApiException as error:
                 if error.status != _GONE or attempt == _LIST_ATTEMPTS - 1:
                     raise _api_error("list", error) from error
@@ -230,6 +273,22 @@ class KubernetesCluster:
             return call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubernetesApiError(f"Kubernetes API unreachable: {error}") from error
+
+
+def _server_date(response: Any) -> datetime | None:
+    """The answer's `Date` header (RFC 9110: when the server generated it, by its own clock); None if absent."""
+    header = (getattr(response, "headers", None) or {}).get("Date")
+    if not header:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shifted(model: Any, fields: tuple[str, ...], offset: timedelta) -> dict[str, datetime]:
+    """The model's timestamps (the API server's clock) on ours: `offset` earlier."""
+    return {name: value - offset for name in fields if (value := getattr(model, name)) is not None}
 
 
 def _api_error(what: str, error: ApiException) -> KubernetesApiError:
