@@ -1,6 +1,6 @@
 """The chaos scenarios' figures (issue 19), on one running emulator, with the suite's invariant checker.
 
-    python -m benchmarks chaos [--seeds 0,1,2] [--pods 200] [--throttle-seconds 60]
+    python -m benchmarks chaos [--seeds 0,1,2] [--pods 200] [--throttle-seconds 60] [--outage-seconds 60]
 
 Printed per scenario and seed: wall-clock seconds of each phase (pods bound, node replaced, capacity given
 back), what was injected (crashes, duplicated messages, throttled calls) and whether the four invariants held
@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 
 from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import running_rig
+from tests.chaos.skew import Skew, skewed_lifecycle
 from tests.chaos.scenarios import (
     conflicting_launches,
     crash_lifecycle,
@@ -73,5 +75,9 @@ def main(argv: list[str]) -> int:
              f"503 for {args.outage_seconds:.0f} s, {outage.drain_retries} drain retries", outage.report.ok,
              f"fewest guarded pods running {outage.min_running}/{outage.pods}; relisted {outage.relisted}")
         status |= not outage.report.ok
+        skew = Skew(api_server=timedelta(minutes=2), agent=timedelta(minutes=-2))
+        skewed = skewed_lifecycle(rig, skew, prefix="s0")
+        _row("8 clocks 2 min apart", skewed.seconds, str(skew), skewed.report.ok)
+        status |= not skewed.report.ok
     print(f"total {time.monotonic() - began:.0f} s; load average {os.getloadavg()[0]:.1f}")
     return int(status)
