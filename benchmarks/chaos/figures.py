@@ -17,7 +17,6 @@ from datetime import timedelta
 
 from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import running_rig
-from tests.chaos.skew import Skew, skewed_lifecycle
 from tests.chaos.scenarios import (
     conflicting_launches,
     crash_lifecycle,
@@ -26,6 +25,7 @@ from tests.chaos.scenarios import (
     interruption_storm,
     throttling_storm,
 )
+from tests.chaos.skew import Skew, skewed_lifecycle
 
 __all__ = ["main"]
 
