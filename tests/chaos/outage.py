@@ -166,9 +166,12 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
             rig.wait(lambda: bool(rig.core.read_node(node_name).spec.unschedulable), STEP_TIMEOUT,
                      f"the drain of {node_name} to start (its replacement initialized)")
             relists = agent.metrics.total("relists_total")
+            expired = agent.metrics.value("watch_restarts_total", reason="expired")
             kube.begin_outage(mode)
-            time.sleep(seconds)
-            kube.end_outage()
+            try:
+                time.sleep(seconds)
+            finally:
+                kube.end_outage()
             back = time.monotonic()
             result.seconds = _after_return(rig, back, {
                 "watch back": lambda: agent.metrics.total("relists_total") > relists,
@@ -178,7 +181,7 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
             }, timeout=STEP_TIMEOUT * 2)
         result.drain_retries = warnings.api_failures
         result.min_running = sampler.minimum if sampler.minimum is not None else 0
-        result.relisted = agent.metrics.value("watch_restarts_total", reason="expired") > 0
+        result.relisted = agent.metrics.value("watch_restarts_total", reason="expired") > expired
         records = _drain_records(rig, node_name)
         result.deleted_past_budget = sorted({d for r in records for d in r.get("deleted") or ()})
         _settle(rig, settled, timeout=60.0)
