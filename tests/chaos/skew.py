@@ -77,7 +77,7 @@ def skewed_clocks(rig: ChaosRig, skew: Skew) -> Iterator[None]:
 
     kube_clock.now = lambda: _true_now() + skew.api_server  # type: ignore[method-assign]
     if agent is not None:
-        agent.clock.now = lambda: _true_now() + skew.agent  # type: ignore[method-assign]
+        agent.clock.now = lambda: _true_now() + skew.agent
     SystemClock.now = lambda_now  # type: ignore[method-assign]
     host.invoke = invoke  # type: ignore[method-assign]
     try:
