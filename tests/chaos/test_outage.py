@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 OUTAGES = [("unavailable", 60.0), ("refused", 60.0)] if SOAK else [("unavailable", 15.0)]
 
 
+@pytest.mark.timeout(600)  # the soak's minute of outage, on a loaded machine
 @pytest.mark.parametrize(("mode", "seconds"), OUTAGES)
 def test_a_drain_survives_the_api_going_away_and_the_agent_lists_again(
     rig: ChaosRig, mode: str, seconds: float,
