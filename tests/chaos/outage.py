@@ -8,9 +8,10 @@ either) for `seconds`, then comes back with its watch history compacted, as a re
 
 What must hold: the drain's calls fail and it retries (the drain message comes back), and completes after the
 API returns — never deleting a pod past its budget, never lost to the dead-letter queue; the agent's watch
-reconnects, is told 410 Gone for its old resourceVersion and lists again; every pod bound in the end, and the
-suite's four invariants. Observed from the API server's store (not through the API, which is down): the number
-of guarded pods running, sampled throughout.
+reconnects and, since the control plane's own controllers kept writing (the Deployment controller recreates
+the evicted pod) and the history is compacted, is told 410 Gone for its old resourceVersion and lists again;
+every pod bound in the end, and the suite's four invariants. Observed from the API server's store (not through
+the API, which is down): the number of guarded pods running, sampled throughout.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class OutageResult:
     """The agent's watch was told 410 Gone and listed again."""
     drain_retries: int = 0
     """Drain invocations that found the API failing."""
+    changed_during: bool = False
+    """Something was written while the agent could not watch (then its version is too old once the history is
+    compacted, and it must have been told 410 and listed again)."""
 
 
 class _RunningSampler:
@@ -165,16 +169,18 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
             rig.put_event("EC2 Instance Rebalance Recommendation", instance_id)
             rig.wait(lambda: bool(rig.core.read_node(node_name).spec.unschedulable), STEP_TIMEOUT,
                      f"the drain of {node_name} to start (its replacement initialized)")
-            relists = agent.metrics.total("relists_total")
             expired = agent.metrics.value("watch_restarts_total", reason="expired")
+            version = kube.store.version
             kube.begin_outage(mode)
             try:
-                time.sleep(seconds)
+                _control_plane_side(rig, seconds)
             finally:
                 kube.end_outage()
             back = time.monotonic()
+            result.changed_during = kube.store.version > version
+            seen = agent.metrics.total("pods_seen_total")
             result.seconds = _after_return(rig, back, {
-                "watch back": lambda: agent.metrics.total("relists_total") > relists,
+                "watch back": lambda: agent.metrics.total("pods_seen_total") > seen,
                 "drain done": lambda: any(i["InstanceId"] == instance_id
                                           for i in rig.instances("shutting-down", "terminated")),
                 "pods bound": lambda: _moved(rig, prefix, pods, node_name),
@@ -192,6 +198,24 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
     rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
     _settle(rig, settled)
     return result
+
+
+def _control_plane_side(rig: ChaosRig, seconds: float) -> None:
+    """While the endpoint clients use is down, the control plane's own controllers keep writing to the store
+    (kube-controller-manager reaches its API server directly, not through the cluster's endpoint): the
+    Deployment controller's part, recreating the evicted pods, through the API server in-process."""
+    from gpu_autoscaler.emulator.kube_objects import PODS, ApiError
+
+    kube = rig.session.kube
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        present = {p["metadata"]["name"] for p in kube.objects("pods")
+                   if p["metadata"].get("namespace") == NAMESPACE}
+        for name, pod in rig.wanted.items():
+            if name not in present:
+                with contextlib.suppress(ApiError):
+                    kube.api.create(PODS, NAMESPACE, pod)
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
 
 
 def _after_return(rig: ChaosRig, back: float, conditions: dict[str, Any], timeout: float) -> dict[str, float]:
