@@ -1,6 +1,6 @@
 """The chaos scenarios' figures (issue 19), on one running emulator, with the suite's invariant checker.
 
-    python -m benchmarks chaos [--seeds 0,1,2] [--pods 200] [--throttle-seconds 60]
+    python -m benchmarks chaos [--seeds 0,1,2] [--pods 200] [--throttle-seconds 60] [--outage-seconds 60]
 
 Printed per scenario and seed: wall-clock seconds of each phase (pods bound, node replaced, capacity given
 back), what was injected (crashes, duplicated messages, throttled calls) and whether the four invariants held
@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 
+from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import running_rig
 from tests.chaos.scenarios import (
     conflicting_launches,
@@ -23,6 +25,7 @@ from tests.chaos.scenarios import (
     interruption_storm,
     throttling_storm,
 )
+from tests.chaos.skew import Skew, skewed_lifecycle
 
 __all__ = ["main"]
 
@@ -37,6 +40,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="0", help="crash and duplicate seeds (0: the fixed points)")
     parser.add_argument("--pods", type=int, default=40, help="pods arriving during throttling (the issue: 200)")
     parser.add_argument("--throttle-seconds", type=float, default=15.0)
+    parser.add_argument("--outage-seconds", type=float, default=15.0, help="API outage in scenario 7 (the issue: 60)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     status = 0
@@ -66,5 +70,14 @@ def main(argv: list[str]) -> int:
              f"{throttled.refused}/{throttled.seen} refused", throttled.report.ok,
              f"{throttled.dead_letters} dead letters")
         status |= not throttled.report.ok
+        outage = api_outage_during_drain(rig, seconds=args.outage_seconds)
+        _row(f"7 API down {args.outage_seconds:.0f} s in a drain", outage.seconds,
+             f"503 for {args.outage_seconds:.0f} s, {outage.drain_retries} drain retries", outage.report.ok,
+             f"fewest guarded pods running {outage.min_running}/{outage.pods}; relisted {outage.relisted}")
+        status |= not outage.report.ok
+        skew = Skew(api_server=timedelta(minutes=2), agent=timedelta(minutes=-2))
+        skewed = skewed_lifecycle(rig, skew, prefix="s0")
+        _row("8 clocks 2 min apart", skewed.seconds, str(skew), skewed.report.ok)
+        status |= not skewed.report.ok
     print(f"total {time.monotonic() - began:.0f} s; load average {os.getloadavg()[0]:.1f}")
     return int(status)

@@ -300,3 +300,25 @@ def test_a_tick_that_died_between_its_mark_and_its_drain_is_completed_by_the_nex
     rig.clock.advance(timedelta(minutes=1))
     rig.service.run()
     assert len(rig.sent("drain")) == 1, "noted as sent: not sent a third time"
+
+
+def test_a_tick_while_the_kubernetes_api_is_down_is_skipped_with_its_reason_and_the_next_one_works(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A rate schedule's next tick is its retry: a tick that cannot see the cluster ends normally, saying why,
+    rather than failing into the scheduler's dead-letter queue once a minute for as long as the API is down."""
+    from gpu_autoscaler.errors import KubernetesApiError
+
+    scene = Cluster(pool_config(consolidateAfter="5m"))
+    scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.kube.fail_next("list_pods", KubernetesApiError("list: HTTP 503 the server is currently unable", 503))
+    with caplog.at_level("WARNING"):
+        skipped = rig.service.run()
+    assert skipped.api_failure is not None and "HTTP 503" in skipped.api_failure
+    assert skipped.summary()["apiFailure"] == skipped.api_failure
+    assert not skipped.proposed and not skipped.acted
+    assert any("Kubernetes API" in r.getMessage() for r in caplog.records)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    assert rig.decide().acted, "the API is back: the next ticks consolidate the empty node"

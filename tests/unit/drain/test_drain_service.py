@@ -266,3 +266,15 @@ def test_at_the_deadline_the_instance_goes_even_if_the_kubernetes_api_is_down() 
     outcome = h.drain(make_request(involuntary=True, deadline=NOW))
     assert outcome.status == "finished" and outcome.terminated
     assert h.claim_state() is ClaimState.TERMINATED and h.queue.messages == []
+
+
+def test_an_api_failure_before_the_cordon_does_not_start_the_termination_grace_period() -> None:
+    """`terminationGracePeriod` runs from the cordon (Karpenter's): a drain that met a dead API before it could
+    cordon must not carry a cordon time, or its pods would be deleted, past their budgets, that much early."""
+    h = Harness("web-0")
+    h.cluster.fail_next("list_nodes", KubernetesApiError("Kubernetes API unreachable", None))
+    first = h.drain(make_request(termination_grace_period=timedelta(minutes=5)), budget=timedelta(0))
+    assert first.status == "continued"
+    h.clock.advance(first.delay or timedelta(0))
+    (message,) = h.queue.receive()
+    assert message.cordoned_at is None

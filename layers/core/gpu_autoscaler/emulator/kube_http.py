@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import email.utils
 import json
 import logging
 import socket
 import sys
 import threading
 import time
+from datetime import UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -57,6 +59,8 @@ class ApiHttpServer(ThreadingHTTPServer):
         self.api = api
         self.authenticate = authenticate
         self.bookmark_interval = bookmark_interval
+        self.unavailable = False
+        """Set during an outage (`LocalKubernetes.outage`): every request is answered 503 ServiceUnavailable."""
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
 
@@ -123,6 +127,9 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
             body = self._read_body()
+            if self.server.unavailable:
+                self._send_unavailable()
+                return
             if url.path in ("/healthz", "/livez", "/readyz"):
                 self._send_text(200, "ok")
                 return
@@ -159,6 +166,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.wfile.write(data)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header from the API server's own clock (its store's), as a real one sets it from its host's:
+        a client can tell how far its clock is from the server's."""
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        return email.utils.format_datetime(self.server.api.store.clock.now().astimezone(UTC), usegmt=True)
+
+    def _send_unavailable(self) -> None:
+        """What a client sees while the control plane is down behind its load balancer: 503 with a Status and a
+        Retry-After. The API conventions (kubernetes/community, api-conventions.md "HTTP Status codes") name
+        `503 StatusServiceUnavailable` "required service is unavailable", the client's recovery "retry with
+        exponential backoff"; the connection is closed, as a proxy with no healthy backend does."""
+        status = ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request").status()
+        data = json.dumps(status, separators=(",", ":")).encode()
+        self.send_response(503)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Retry-After", "1")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
 
     def _send_text(self, code: int, text: str) -> None:
         data = text.encode()
@@ -323,7 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.server.api.store
         interval = self.server.bookmark_interval
         last_sent = time.monotonic()
-        while not store.closed:
+        while not store.closed and not self.server.unavailable:
             if store.epoch != epoch:
                 self._chunk({"type": "ERROR", "object": ApiError.gone("too old resource version: watch expired")
                              .status()})

@@ -13,6 +13,9 @@ uses, with the semantics clients depend on:
   collection through ownerReferences;
 - watches from a resourceVersion, with bookmarks, and 410 Gone once the version is compacted
   (`expire_watches()` forces it, ending every open watch with an ERROR 410 event);
+- outages: `begin_outage("unavailable" | "refused")` answers every request 503 ServiceUnavailable (or refuses
+  connections) and pauses the controllers until `end_outage()`, which by default compacts the watch history
+  (a watch from before the outage gets 410 Gone, as from a restarted API server);
 - evictions (policy/v1) that honour PodDisruptionBudgets: 429 TooManyRequests with the API server's Status;
 - `/version`, `/api`, `/apis` discovery, `/healthz`; bearer tokens: its own, and EKS tokens
   (`k8s-aws-v1.…`) that parse as presigned GetCallerIdentity URLs signed with the cluster header;
@@ -118,6 +121,8 @@ class LocalKubernetes:
         self._serve_thread: threading.Thread | None = None
         self._controller_thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._paused = threading.Event()
+        """Set during an outage: the controllers do nothing."""
         self._dirty = threading.Event()
         self._reconcile_lock = threading.Lock()
         self._kubeconfig_dir = Path(kubeconfig_dir) if kubeconfig_dir else None
@@ -156,6 +161,45 @@ class LocalKubernetes:
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None
+
+    def begin_outage(self, mode: str = "unavailable") -> None:
+        """The API server goes away until `end_outage`: `unavailable` answers every request 503
+        ServiceUnavailable (`kube_http`: a load balancer in front of a control plane with no healthy
+        instance); `refused` stops listening, so connections are refused. Either way every open connection
+        (watches included) is dropped, and the controllers stop: a kubelet or scheduler cannot reach the API
+        either, so nothing registers, binds or finishes terminating until it is back."""
+        if mode not in ("unavailable", "refused"):
+            raise ValueError(f"outage mode must be 'unavailable' or 'refused', not {mode!r}")
+        self._paused.set()
+        with self._reconcile_lock:  # a pass under way finishes first
+            pass
+        if mode == "refused":
+            self._close_server()
+            return
+        if self._server is None:
+            raise RuntimeError("the local Kubernetes API is not started")
+        self._server.unavailable = True
+        self._server.close_connections()
+
+    def end_outage(self, *, compacted: bool = True) -> None:
+        """The API server is back, on the same port with every object. `compacted`: its watch history starts
+        now, so a watch from a version before the outage is answered 410 Gone and the client must list again
+        — what a restarted kube-apiserver's watch cache does (it is filled from a fresh list), and what etcd's
+        compaction (every 5 minutes by default) does to an outage that outlasts it (kubernetes.io, "Kubernetes
+        API Concepts", "Efficient detection of changes": clients must handle 410 Gone by listing again)."""
+        if compacted:
+            self.store.expire()
+        if self._server is None:
+            self.store.reopen()
+            self.start()
+        else:
+            self._server.unavailable = False
+        self._paused.clear()
+        self._dirty.set()
+
+    @property
+    def in_outage(self) -> bool:
+        return self._paused.is_set()
 
     def restart(self) -> None:
         """Drop every connection and listen again on the same port, keeping every object (a server restart)."""
@@ -261,6 +305,9 @@ class LocalKubernetes:
             if self._stop.is_set():
                 return
             self._dirty.clear()
+            if self._paused.is_set():
+                self._stop.wait(self._interval)
+                continue
             try:
                 self.reconcile()
             except Exception:  # a controller bug must not stop the cluster; it is logged with its trace

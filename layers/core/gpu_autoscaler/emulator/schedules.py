@@ -5,8 +5,10 @@ The schedules are read back from the endpoint (`triggers.read_schedules`), as th
 - rate schedules (`rate(5 minutes)` prewarm, `rate(1 minute)` consolidate) fire every period divided by
   `speed`, so a demo can watch several ticks in a minute;
 - cron schedules (the scaling windows, with their time zone) fire when the wall clock reaches the next
-  occurrence (`domain.windows.CronExpression`). They are not compressed: the functions judge whether a
-  window is open by the wall clock, and a tick at a time that is not the window's would tell them nothing.
+  occurrence, daylight saving time as EventBridge Scheduler documents it (`scheduler_cron`, the emulator's
+  own reading of the documentation: the project's window code is what it witnesses). They are not
+  compressed: the functions judge whether a window is open by the wall clock, and a tick at a time that is
+  not the window's would tell them nothing.
 
 A tick is the schedule's input with `<aws.scheduler.scheduled-time>` replaced by the time it was due, handed
 to the function as Lambda's asynchronous invocation would: a failure is retried `ASYNC_RETRY_ATTEMPTS`
@@ -22,10 +24,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from gpu_autoscaler.clock import SystemClock
-from gpu_autoscaler.domain.windows import CronExpression
+from gpu_autoscaler.emulator.scheduler_cron import SchedulerCron
 from gpu_autoscaler.wiring import ASYNC_RETRY_ATTEMPTS, SCHEDULED_TIME, RateSchedule
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class _Due:
     next_at: datetime | None
     period: timedelta | None = None
     """Compressed period of a rate schedule; None for cron."""
-    cron: CronExpression | None = None
+    cron: SchedulerCron | None = None
     fired: int = 0
 
 
@@ -70,9 +71,8 @@ class ScheduleRunner:
                 period = RateSchedule(spec.function, spec.expression, 0, 0).period / self.speed
                 self._due[spec.name] = _Due(spec, now + period, period=period)
             else:
-                cron = CronExpression.parse(spec.expression)
-                zone = ZoneInfo(spec.timezone or "UTC")
-                self._due[spec.name] = _Due(spec, cron.next_after(now, zone), cron=cron)
+                cron = SchedulerCron.parse(spec.expression, spec.timezone)
+                self._due[spec.name] = _Due(spec, cron.next_after(now), cron=cron)
 
     def next_times(self) -> dict[str, datetime | None]:
         """Schedule name → when it fires next (None: never again)."""
@@ -102,7 +102,7 @@ class ScheduleRunner:
                 if due.period is not None:
                     due.next_at = max(due.next_at + due.period, now)
                 elif due.cron is not None:
-                    due.next_at = due.cron.next_after(now, ZoneInfo(due.spec.timezone or "UTC"))
+                    due.next_at = due.cron.next_after(now)
         return fired
 
     def fire(self, name: str) -> Invocation:

@@ -50,7 +50,7 @@ from gpu_autoscaler.domain.disruption_marks import (
     proposal_mark,
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
-from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, KubernetesApiError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.reconcile import CLAIMED_STATES, ReconcileOutcome, ReconcileService
@@ -88,6 +88,9 @@ class ConsolidateOutcome:
     dropped: list[str] = field(default_factory=list)
     launch_requests: list[list[str]] = field(default_factory=list)
     drain_requests: list[DrainRequest] = field(default_factory=list)
+    api_failure: str | None = None
+    """The Kubernetes API failed, so the tick stopped there (what it did before stays: every step is
+    re-checked by the next tick)."""
 
     @property
     def saving(self) -> float:
@@ -109,6 +112,7 @@ class ConsolidateOutcome:
             "dropped": self.dropped,
             "savingPerHour": round(self.saving, 6),
             "skipped": result["skipped"],
+            "apiFailure": self.api_failure,
             "budgets": result["budgets"],
             "launchRequests": self.launch_requests,
             "drainRequests": [{"node": r.node_name, "claim": r.claim_id, "reason": r.reason,
@@ -146,6 +150,16 @@ class ConsolidateService:
         self.quotas = quotas
 
     def run(self, tick: ScheduleTick | None = None) -> ConsolidateOutcome:
+        """One tick. A Kubernetes API failure ends it normally, logged with its reason: the schedule's next tick
+        is the retry (a failed tick would be retried twice, then dead-lettered, once a minute for as long as
+        the API is down — scenario 7 of the chaos suite)."""
+        try:
+            return self._run(tick)
+        except KubernetesApiError as error:
+            logger.warning("consolidation tick stopped: the Kubernetes API failed: %s", error)
+            return ConsolidateOutcome(ReconcileOutcome(), ConsolidationResult(), api_failure=str(error))
+
+    def _run(self, tick: ScheduleTick | None) -> ConsolidateOutcome:
         nodes = self.cluster.list_nodes()
         pods = self.cluster.list_pods()
         reconciled = self.reconciler.run(nodes, pods)

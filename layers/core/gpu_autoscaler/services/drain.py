@@ -261,7 +261,10 @@ class DrainService:
         outcome.reason = f"Kubernetes API failed: {error}"
         node_time = termination_time(request)
         if node_time is None or now < node_time:
-            return continuation(request, DrainStep(DrainAction.EVICT, outcome.reason), [_API_REFUSAL], now)
+            after = continuation(request, DrainStep(DrainAction.EVICT, outcome.reason), [_API_REFUSAL], now)
+            # Whether the cordon went through is unknown: a cordon time is only ever recorded by a pass that
+            # saw it (a later one, at worst: the grace period then starts late, never early).
+            return Continuation(after.request.model_copy(update={"cordoned_at": request.cordoned_at}), after.delay)
         current = self.store.get_claim(claim.id) or claim
         if current.state is not ClaimState.TERMINATED:
             self.fleet.terminate(current, f"drain deadline passed with the Kubernetes API failing: {request.reason}")

@@ -18,12 +18,13 @@ claim its PersistentVolume is bound to. Anything else is a
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from gpu_autoscaler.adapters.kubernetes.rest import STRATEGIC_MERGE_PATCH, KubernetesHttpError, KubernetesRest, path
+from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
 from gpu_autoscaler.models.cluster import (
     DEFAULT_GRACE_SECONDS,
@@ -55,6 +56,9 @@ _CORDON_ATTEMPTS = 5
 _NODES = ("api", "v1", "nodes")
 _PODS = ("api", "v1", "pods")
 _VOLUME_ATTACHMENTS = ("apis", "storage.k8s.io", "v1", "volumeattachments")
+CLOCK_TOLERANCE = timedelta(seconds=5)
+"""A `Date` header is to the second and a round trip takes some: within this, the clocks are taken to agree
+and timestamps are left exactly as the API server wrote them."""
 
 
 class KubernetesCluster:
@@ -64,9 +68,13 @@ class KubernetesCluster:
         *,
         page_size: int = 500,
         request_timeout: tuple[float, float] = (5.0, 30.0),
+        clock: Clock | None = None,
     ) -> None:
-        """`api`: the small client, or a `kubernetes` ApiClient (the command line's kubeconfig, tests)."""
+        """`api`: the small client, or a `kubernetes` ApiClient (the command line's kubeconfig, tests).
+        `clock`: the caller's (the domain's `now`): timestamps the API server wrote are handed over on it."""
         self._rest = KubernetesRest.of(api, request_timeout)
+        self._clock = clock or SystemClock()
+        self._skew_seen = False
         self._page_size = page_size
 
     @classmethod
@@ -74,17 +82,44 @@ class KubernetesCluster:
         """The configured cluster, authenticated with a refreshing EKS token (what the Lambdas use)."""
         from gpu_autoscaler.adapters.aws.eks_token import eks_api_client
 
-        return cls(eks_api_client(config, clients, clock))
+        return cls(eks_api_client(config, clients, clock), clock=clock)
 
     # Reading
 
     def list_nodes(self) -> list[ClusterNode]:
-        return [node_from_json(n) for n in self._list(_NODES)]
+        items, offset = self._list_timed(_NODES)
+        nodes = [node_from_json(n) for n in items]
+        if offset is None:
+            return nodes
+        return [n.model_copy(update=_shifted(n, ("created_at", "ready_since"), offset)) for n in nodes]
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
         """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else None
-        return [pod_from_json(p) for p in self._list(_PODS, selector)]
+        items, offset = self._list_timed(_PODS, selector)
+        pods = [pod_from_json(p) for p in items]
+        if offset is None:
+            return pods
+        fields = ("created_at", "started_at", "deletion_timestamp")
+        return [p.model_copy(update=_shifted(p, fields, offset)) for p in pods]
+
+    def _list_timed(self, resource: tuple[str, ...], field_selector: str | None = None,
+                    ) -> tuple[list[dict[str, Any]], timedelta | None]:
+        """The list, and how far the API server's clock is ahead of ours when that is more than
+        `CLOCK_TOLERANCE` (else None: nothing to correct). Read from the `Date` header of the last page's answer
+        (what a server's clock says, to the second) against our clock when it arrived."""
+        items = self._list(resource, field_selector)
+        date, received = self._rest.server_date, self._clock.now()
+        if date is None:
+            return items, None
+        offset = date - received
+        if abs(offset) <= CLOCK_TOLERANCE:
+            return items, None
+        if not self._skew_seen:
+            log.warning("the Kubernetes API server's clock is %+.0f s off ours: its timestamps are read on ours",
+                        offset.total_seconds())
+            self._skew_seen = True
+        return items, offset
 
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
@@ -298,3 +333,8 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
     except ValidationError as error:
         log.warning("pod %s: unreadable placement constraints (%s); keeping it without them", key, error)
         return ClusterPod(**base)
+
+
+def _shifted(model: Any, fields: tuple[str, ...], offset: timedelta) -> dict[str, datetime]:
+    """The model's timestamps (the API server's clock) on ours: `offset` earlier."""
+    return {name: value - offset for name in fields if (value := getattr(model, name)) is not None}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import email.utils
 import json
 import ssl
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +38,7 @@ from gpu_autoscaler.errors import KubernetesApiError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from datetime import datetime
     from types import TracebackType
 
 __all__ = [
@@ -113,6 +115,8 @@ class KubernetesRest:
         self._timeout = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         tls = _tls_context(ca_pem, ca_file, client_cert, verify) if self.host.startswith("https://") else None
         self._pool = urllib3.PoolManager(num_pools=2, maxsize=8, retries=_RETRIES, ssl_context=tls)
+        self.server_date: datetime | None = None
+        """The last answer's `Date` header (RFC 9110: when the server generated it, by its own clock)."""
 
     @classmethod
     def of(cls, api: KubernetesRest | ApiClientLike, timeout: tuple[float, float] = (5.0, 30.0)) -> KubernetesRest:
@@ -198,11 +202,21 @@ class KubernetesRest:
                                           preload_content=True)
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubernetesApiError(f"Kubernetes API unreachable: {method} {target}: {error}") from error
+        self.server_date = _date(response.headers.get("Date"))
         decoded = _json(response.data)
         if response.status >= 400:
             raise KubernetesHttpError(method, target, response.status, response.reason or "",
                                       decoded if decoded.get("kind") == "Status" else None)
         return decoded
+
+
+def _date(header: str | None) -> datetime | None:
+    if not header:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
 
 
 def _json(data: bytes) -> dict[str, Any]:
