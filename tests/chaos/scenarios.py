@@ -202,3 +202,94 @@ def conflicting_launches(rig: ChaosRig, prefix: str = "conflict") -> tuple[Lifec
     rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
     _settle(rig, result)
     return result, plan
+
+
+@dataclass
+class StormResult:
+    report: Report
+    """The invariants after every phase (storm on, storm lifted, capacity given back)."""
+    pods: int
+    on_demand: int
+    """Pods of the Spot-only storm bound on On-Demand nodes (the fallback the pool allows)."""
+    released: int
+    """Pods reported unschedulable with a reason while neither Spot nor On-Demand had capacity."""
+    told: int
+    """Of those, pods that carry a Warning Event saying so (what `kubectl describe pod` shows)."""
+    refused: int
+    """Launches EC2 refused for insufficient capacity (CreateFleet overrides)."""
+    seen: int
+    seconds_to_bound: float
+    """From capacity back to every pod bound."""
+    phases: dict[str, Report] = field(default_factory=dict)
+
+
+def _capacity_types(rig: ChaosRig, names: set[str]) -> dict[str, str]:
+    """Pod name → the capacity type of the node it is bound to."""
+    from gpu_autoscaler.models import labels as L
+
+    nodes = {n.metadata.name: (n.metadata.labels or {}).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
+    return {p.metadata.name: nodes.get(p.spec.node_name, "") for p in rig.pods()
+            if p.metadata.name in names and p.spec.node_name}
+
+
+def _warned(rig: ChaosRig, reason: str) -> dict[str, str]:
+    """Pod uid → the message of its latest Warning Event with this reason."""
+    from tests.chaos.rig import NAMESPACE
+
+    return {e.involved_object.uid: e.message for e in rig.core.list_namespaced_event(NAMESPACE).items
+            if e.type == "Warning" and e.reason == reason and e.involved_object.uid}
+
+
+def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0,
+                             prefix: str = "ice") -> StormResult:
+    """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
+    (new pods are released with a reason, on the pods as Events), then capacity returns (every pod bound).
+    The pods need that family (they select it), so nothing else can take them."""
+    from gpu_autoscaler.domain.pod_events import UNSCHEDULABLE
+    from gpu_autoscaler.emulator.strict.faults import capacity_storm
+
+    result = LifecycleResult(Report())
+    phases: dict[str, Report] = {}
+    rig.begin()
+    first = [gpu_pod(f"{prefix}-spot-{i}", family=family) for i in range(pods // 2)]
+    later = [gpu_pod(f"{prefix}-all-{i}", family=family) for i in range(pods - pods // 2)]
+    with capacity_storm(seed=seed) as storm:
+        storm.take(family, "spot")
+        rig.create_pods(first)
+        rig.wait(rig.all_bound, STEP_TIMEOUT, f"the pods to be bound On-Demand while {family} Spot is out")
+        _settle(rig, result)
+        phases["spot out"] = result.report.snapshot()
+        names = {p["metadata"]["name"] for p in first}
+        on_demand = sum(t == "on-demand" for t in _capacity_types(rig, names).values())
+
+        storm.take(family, "on-demand")
+        rig.create_pods(later)
+        waiting = {p["metadata"]["name"] for p in later}
+        rig.wait(lambda: _released_by_name(rig, waiting) == waiting, STEP_TIMEOUT,
+                 f"the pods to be reported unschedulable while {family} has no capacity")
+        _settle(rig, result)
+        phases["all out"] = result.report.snapshot()
+        released = _released_by_name(rig, waiting)
+        uids = {p.metadata.uid for p in rig.pods() if p.metadata.name in released}
+        told = len(uids & set(_warned(rig, UNSCHEDULABLE)))
+
+        began = time.monotonic()
+        storm.give_back()
+    rig.wait(rig.all_bound, STEP_TIMEOUT, "every pod to be bound once capacity returned")
+    seconds = time.monotonic() - began
+    _settle(rig, result)
+    phases["capacity back"] = result.report.snapshot()
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
+    _settle(rig, result)
+    return StormResult(result.report, pods, on_demand, len(released), told, storm.refused, storm.seen, seconds,
+                       phases)
+
+
+def _released_by_name(rig: ChaosRig, names: set[str]) -> set[str]:
+    """Those of `names` that are pending and were reported unschedulable with a reason (the invariants' test)."""
+    from tests.chaos.invariants import released_pods
+
+    reasons = released_pods(rig.log_records())
+    return {p.metadata.name for p in rig.pods()
+            if p.metadata.name in names and not p.spec.node_name and p.metadata.uid in reasons}
