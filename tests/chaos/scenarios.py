@@ -214,7 +214,8 @@ class StormResult:
     released: int
     """Pods reported unschedulable with a reason while neither Spot nor On-Demand had capacity."""
     told: int
-    """Of those, pods that carry a Warning Event saying so (what `kubectl describe pod` shows)."""
+    """Of those, pods that carry a Warning Event saying so (what `kubectl describe pod` shows): the packer posts it
+    when it finds every offering the pod could use marked unavailable at once."""
     refused: int
     """Launches EC2 refused for insufficient capacity (CreateFleet overrides)."""
     seen: int
@@ -240,11 +241,12 @@ def _warned(rig: ChaosRig, reason: str) -> dict[str, str]:
             if e.type == "Warning" and e.reason == reason and e.involved_object.uid}
 
 
-def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0,
+def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 8.0,
                              prefix: str = "ice") -> StormResult:
     """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
-    (new pods are released with a reason, on the pods as Events), then capacity returns (every pod bound).
-    The pods need that family (they select it), so nothing else can take them."""
+    for at least `hold` seconds (new pods are released and reported with a reason, planned again and released
+    again, never on two claims at once), then capacity returns (every pod bound). The pods need that family (they
+    select it), so nothing else can take them."""
     from gpu_autoscaler.domain.pod_events import UNSCHEDULABLE
     from gpu_autoscaler.emulator.strict.faults import capacity_storm
 
@@ -263,10 +265,11 @@ def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6
         on_demand = sum(t == "on-demand" for t in _capacity_types(rig, names).values())
 
         storm.take(family, "on-demand")
+        out = time.monotonic()
         rig.create_pods(later)
         waiting = {p["metadata"]["name"] for p in later}
-        rig.wait(lambda: _released_by_name(rig, waiting) == waiting, STEP_TIMEOUT,
-                 f"the pods to be reported unschedulable while {family} has no capacity")
+        rig.wait(lambda: _released_by_name(rig, waiting) == waiting and time.monotonic() - out >= hold,
+                 STEP_TIMEOUT + hold, f"the pods to be reported unschedulable while {family} has no capacity")
         _settle(rig, result)
         phases["all out"] = result.report.snapshot()
         released = _released_by_name(rig, waiting)

@@ -1,9 +1,9 @@
 """Scenario 2: insufficient-capacity storms. EC2 has no Spot capacity for one GPU family (the strict layer's
 `capacity_storm`: an instant CreateFleet answers `InsufficientInstanceCapacity` per override), then no On-Demand
-either, then capacity returns. The pods need that family. After each phase the four invariants hold: with Spot out
-they are bound On-Demand; with everything out they are released and reported unschedulable with a reason (in the
-packer's report and as a Warning Event on the pod), none provisioned twice; once capacity is back, every pod is
-bound."""
+either (8 s in CI, 30 s with GPU_AUTOSCALER_CHAOS_SOAK=1), then capacity returns. The pods need that family. After
+each phase the four invariants hold: with Spot out they are bound On-Demand; with everything out they are released
+and reported unschedulable with a reason (the fleet's report of the claim that could not launch, the packer's once
+every offering is marked unavailable), none provisioned twice; once capacity is back, every pod is bound."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.chaos.conftest import seeds
+from tests.chaos.conftest import SOAK, seeds
 from tests.chaos.scenarios import capacity_storm_lifecycle
 
 if TYPE_CHECKING:
@@ -22,11 +22,10 @@ if TYPE_CHECKING:
 def test_a_family_without_spot_then_without_capacity_releases_its_pods_with_reasons_then_places_them(
     rig: ChaosRig, seed: int,
 ) -> None:
-    result = capacity_storm_lifecycle(rig, seed=seed, prefix=f"ice{seed}")
+    result = capacity_storm_lifecycle(rig, seed=seed, hold=30.0 if SOAK else 8.0, prefix=f"ice{seed}")
 
     assert result.report.ok, str(result.report)
     assert result.refused > 0, "the storm refused no launch"
     assert result.on_demand == result.pods // 2, "with Spot out, the pods go On-Demand"
     later = result.pods - result.pods // 2
     assert result.released == later, "with no capacity at all, every new pod is reported with a reason"
-    assert result.told == later, "each is told so by an Event"
