@@ -296,3 +296,102 @@ def _released_by_name(rig: ChaosRig, names: set[str]) -> set[str]:
     reasons = released_pods(rig.log_records())
     return {p.metadata.name for p in rig.pods()
             if p.metadata.name in names and not p.spec.node_name and p.metadata.uid in reasons}
+
+
+@dataclass
+class WarningStormResult:
+    report: Report
+    nodes: int
+    warnings: int
+    replacements: int
+    """Instances launched after the first warning (replacements for the warned nodes)."""
+    peak_gpus: int
+    """Most GPUs the pool's live claims (the warned ones still draining included) held at once."""
+    limit_gpus: int | None
+    seconds_to_bound: float
+    """From the first warning to every pod bound again (on replacements), all warned instances gone."""
+    seconds_after_last: float
+    """The same, from the last warning."""
+
+
+class _PeakGpus:
+    """Samples the GPUs a pool's live claims hold, counted as its `limits.gpus` counts them (the launched type's
+    GPUs, else the most of its candidate types'; EC2's DescribeInstanceTypes says how many), while a scenario
+    runs."""
+
+    def __init__(self, rig: ChaosRig, pool: str, interval: float = 0.5) -> None:
+        import threading
+
+        from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+
+        self.store = DynamoStateStore(rig.aws.clients.client("dynamodb"), rig.aws.table_name,
+                                      rig.aws.config.cluster_name)
+        self.gpus: dict[str, int] = {}
+        for page in rig.ec2.get_paginator("describe_instance_types").paginate():
+            for info in page["InstanceTypes"]:
+                self.gpus[info["InstanceType"]] = sum(g.get("Count", 0) for g in
+                                                      (info.get("GpuInfo") or {}).get("Gpus", []))
+        self.pool, self.interval, self.peak = pool, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peak-gpus", daemon=True)
+
+    def _held(self) -> int:
+        from gpu_autoscaler.services.packer import LIVE_STATES
+
+        total = 0
+        for claim in self.store.list_claims(LIVE_STATES):
+            if claim.pool == self.pool:
+                types = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+                total += max((self.gpus.get(t, 0) for t in types), default=0)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self._held())
+
+    def __enter__(self) -> _PeakGpus:
+        self.peak = self._held()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0, pool: str = "gpu-burst",
+                       prefix: str = "itn") -> WarningStormResult:
+    """Scenario 6: one pod per node on `nodes` Spot nodes; each node gets a Spot interruption warning, spread over
+    `seconds` (the issue's 100 in one minute); every node is replaced (within the pool's limits, its pods back on
+    a replacement) and reclaimed at the warning's action time; then the pods are deleted and the capacity given
+    back. Each pod asks 40 vCPUs, so no node holds two (one warning, one node, one pod)."""
+    result = LifecycleResult(Report())
+    rig.begin()
+    rig.create_pods([gpu_pod(f"{prefix}-{i}", cpu="40") for i in range(nodes)])
+    rig.wait(rig.all_bound, STEP_TIMEOUT + nodes, f"the {nodes} pods to be bound")
+    _settle(rig, result)
+    used = {p.spec.node_name for p in rig.pods()}
+    by_instance = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+    victims = [i["InstanceId"] for i in rig.instances("running") if by_instance.get(i["InstanceId"]) in used]
+    before = {i["InstanceId"] for i in rig.instances()}
+    limit = rig.aws.config.pool(pool).limits.gpus
+
+    def replaced() -> bool:
+        gone = {i["InstanceId"] for i in rig.instances("shutting-down", "terminated")}
+        return gone >= set(victims) and rig.all_bound()
+
+    with _PeakGpus(rig, pool) as peak:
+        began = time.monotonic()
+        for n, victim in enumerate(victims):
+            time.sleep(max(0.0, began + n * seconds / max(1, len(victims)) - time.monotonic()))
+            rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
+        last = time.monotonic()
+        rig.wait(replaced, STEP_TIMEOUT + 70 + nodes, "every warned node to be reclaimed and its pod bound again")
+        done = time.monotonic()
+        _settle(rig, result, timeout=SETTLE_TIMEOUT + nodes)
+    launched = [i for i in rig.instances() if i["InstanceId"] not in before]
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + nodes, "the capacity to be given back")
+    _settle(rig, result)
+    return WarningStormResult(result.report, len(used), len(victims), len(launched), peak.peak, limit,
+                              done - began, done - last)
