@@ -304,7 +304,10 @@ class WarningStormResult:
     nodes: int
     warnings: int
     replacements: int
-    """Instances launched after the first warning (replacements for the warned nodes)."""
+    """Instances launched after the first warning: the replacements, and any claim the packer made for a pod
+    reported pending while no replacement had room it could see (a node registering at that moment)."""
+    planned: dict[str, list[str]]
+    """Warned instance → the replacement claims the interruption function planned for its pods."""
     peak_gpus: int
     """Most GPUs the pool's live claims (the warned ones still draining included) held at once."""
     limit_gpus: int | None
@@ -312,6 +315,15 @@ class WarningStormResult:
     """From the first warning to every pod bound again (on replacements), all warned instances gone."""
     seconds_after_last: float
     """The same, from the last warning."""
+
+    @property
+    def shared(self) -> dict[str, list[str]]:
+        """Replacement claims planned for more than one warned node (each holds one node's pods: none should)."""
+        owners: dict[str, list[str]] = {}
+        for instance, claims in self.planned.items():
+            for claim in claims:
+                owners.setdefault(claim, []).append(instance)
+        return {claim: instances for claim, instances in owners.items() if len(instances) > 1}
 
 
 class _PeakGpus:
@@ -390,8 +402,12 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
         done = time.monotonic()
         _settle(rig, result, timeout=SETTLE_TIMEOUT + nodes)
     launched = [i for i in rig.instances() if i["InstanceId"] not in before]
+    planned: dict[str, list[str]] = {}
+    for record in rig.log_records():  # the interruption function's report of each notice it acted on
+        if record.get("kind") == "spot-interruption" and record.get("instanceId") in victims:
+            planned.setdefault(record["instanceId"], []).extend(record.get("replacements") or [])
     rig.delete_pods()
     rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + nodes, "the capacity to be given back")
     _settle(rig, result)
-    return WarningStormResult(result.report, len(used), len(victims), len(launched), peak.peak, limit,
+    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, peak.peak, limit,
                               done - began, done - last)
