@@ -1,7 +1,8 @@
 """The four promises every chaos scenario ends on, checked from outside (EC2, DynamoDB, Kubernetes, SQS, logs).
 
-1. Every GPU pod is bound, or was reported unschedulable with a reason (the packer's or the interruption
-   function's log of the pods it released).
+1. Every GPU pod is bound, or was reported unschedulable with a reason (an `unschedulable` list of pod and
+   reason in a function's log: the packer's for pods it cannot place, the fleet's for the pods of a claim that
+   could not launch).
 2. No owned instance without a live claim, and no launched claim without its instance — once the garbage
    collector's grace has passed (the scenario waits for it: `wait_for_invariants`).
 3. No pod provisioned twice: no pod is on two live claims at once, and no claim ever had two instances
