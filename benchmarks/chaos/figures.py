@@ -26,6 +26,7 @@ from tests.chaos.scenarios import (
     duplicate_lifecycle,
     interruption_storm,
     spot_warning_storm,
+    storm_shape,
     throttling_storm,
 )
 
@@ -79,8 +80,9 @@ def main(argv: list[str]) -> int:
                  f"{throttled.dead_letters} dead letters")
             status |= not throttled.report.ok
         for seed in seeds if "2" in wanted else ():
-            ice = capacity_storm_lifecycle(rig, seed=seed, prefix=f"i{seed}")
-            _row(f"2 capacity storm, seed {seed}", {"bound after": ice.seconds_to_bound},
+            family, count = storm_shape(seed)
+            ice = capacity_storm_lifecycle(rig, family=family, pods=count, seed=seed, prefix=f"i{seed}")
+            _row(f"2 {family} capacity storm, seed {seed}", {"bound after": ice.seconds_to_bound},
                  f"{ice.refused} launches refused", ice.report.ok,
                  f"{ice.on_demand}/{ice.pods // 2} On-Demand with Spot out; {ice.released}/{ice.pods - ice.pods // 2} "
                  f"released with a reason ({ice.told} told by an Event)")

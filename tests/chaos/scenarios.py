@@ -241,6 +241,17 @@ def _warned(rig: ChaosRig, reason: str) -> dict[str, str]:
             if e.type == "Warning" and e.reason == reason and e.involved_object.uid}
 
 
+STORM_FAMILIES = ("g5", "g6", "g6e")
+
+
+def storm_shape(seed: int) -> tuple[str, int]:
+    """(GPU family, pods) of a capacity storm: seed 0 takes g6 and 6 pods; other seeds draw them."""
+    if seed == 0:
+        return "g6", 6
+    rng = random.Random(seed)
+    return rng.choice(STORM_FAMILIES), rng.randint(4, 8)
+
+
 def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 8.0,
                              prefix: str = "ice") -> StormResult:
     """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
