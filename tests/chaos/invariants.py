@@ -1,7 +1,8 @@
 """The four promises every chaos scenario ends on, checked from outside (EC2, DynamoDB, Kubernetes, SQS, logs).
 
-1. Every GPU pod is bound, or was reported unschedulable with a reason (the packer's or the interruption
-   function's log of the pods it released).
+1. Every GPU pod is bound, or was reported unschedulable with a reason (an `unschedulable` list of pod and
+   reason in a function's log: the packer's for pods it cannot place, the fleet's for the pods of a claim that
+   could not launch).
 2. No owned instance without a live claim, and no launched claim without its instance — once the garbage
    collector's grace has passed (the scenario waits for it: `wait_for_invariants`).
 3. No pod provisioned twice: no pod is on two live claims at once, and no claim ever had two instances
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -25,7 +27,7 @@ from gpu_autoscaler.models.resources import GPU
 if TYPE_CHECKING:
     from tests.chaos.rig import ChaosRig
 
-__all__ = ["Report", "check_invariants", "wait_for_invariants"]
+__all__ = ["Report", "check_invariants", "released_pods", "wait_for_invariants"]
 
 LIVE_INSTANCE = ("pending", "running")
 PROVISIONING = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED)
@@ -46,6 +48,10 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    def snapshot(self) -> Report:
+        """A copy, to keep one phase's figures while the next phase goes on adding to this report."""
+        return dataclasses.replace(self, violations=list(self.violations))
 
     def __str__(self) -> str:
         figures = (f"{self.bound}/{self.pods} pods bound, {self.released} released with a reason, "
@@ -72,7 +78,7 @@ def wait_for_invariants(rig: ChaosRig, timeout: float) -> Report:
         time.sleep(0.5)
 
 
-def _released(records: list[dict[str, Any]]) -> dict[str, str]:
+def released_pods(records: list[dict[str, Any]]) -> dict[str, str]:
     """Pod uid → the reason a function gave for leaving it unplaced."""
     reasons: dict[str, str] = {}
     for record in records:
@@ -83,7 +89,7 @@ def _released(records: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _pods(rig: ChaosRig, records: list[dict[str, Any]], report: Report) -> None:
-    released = _released(records)
+    released = released_pods(records)
     for pod in rig.pods():
         requests = {} if not pod.spec.containers else (pod.spec.containers[0].resources.requests or {})
         if GPU not in requests or pod.metadata.deletion_timestamp:

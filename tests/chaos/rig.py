@@ -39,30 +39,35 @@ invocation can take seconds, and a message visible again while still being handl
 towards the DLQ's maxReceiveCount as it would in SQS."""
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
+UNAVAILABLE_TTL = "15s"
+"""How long an offering EC2 had no capacity for is left out: the default 3 minutes scaled as the agent's resync is
+(60 s → 5 s), so a pod is reported again as often, relative to the marks, as in a deployment."""
 
 
 def chaos_config(*, consolidate_after: str = "2s") -> Any:
-    """The user's configuration (cdk.json) without windows or forecasts (nothing warm), disruption and garbage
-    collection in seconds."""
+    """The user's configuration (cdk.json) without windows or forecasts (nothing warm), disruption, garbage
+    collection and the unavailable offerings' memory in seconds."""
     data: dict[str, Any] = example_config_data()
     for pool in data["nodePools"]:
         pool.setdefault("disruption", {}).update(
             consolidateAfter=consolidate_after, minNodeAge="0s", budgets=[{"nodes": "100%"}])
     data["scalingWindows"] = []
     data["predictive"] = {**data.get("predictive", {}), "enabled": False}
-    data.setdefault("timeouts", {})["garbageCollectionGrace"] = GC_GRACE
+    data.setdefault("timeouts", {}).update(garbageCollectionGrace=GC_GRACE, unavailableOfferingTtl=UNAVAILABLE_TTL)
     return parse_config(data)
 
 
 def gpu_pod(name: str, *, gpus: int = 1, pool: str = "gpu-burst", cpu: str = "4",
-            memory: str = "24Gi") -> dict[str, Any]:
-    """A plain GPU pod for one pool (it selects the pool and tolerates its taint)."""
+            memory: str = "24Gi", family: str | None = None) -> dict[str, Any]:
+    """A plain GPU pod for one pool (it selects the pool and tolerates its taint), and one instance family if
+    `family` is given (a workload that needs that GPU)."""
     taint_key = "gpu-autoscaler/shared" if pool == "gpu-shared" else "nvidia.com/gpu"
+    selector = {L.NODE_POOL: pool, **({L.INSTANCE_FAMILY: family} if family else {})}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "chaos"}},
         "spec": {
-            "nodeSelector": {L.NODE_POOL: pool},
+            "nodeSelector": selector,
             "tolerations": [{"key": taint_key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
             "containers": [{"name": "main", "image": "busybox", "resources": {
                 "requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)},

@@ -202,3 +202,223 @@ def conflicting_launches(rig: ChaosRig, prefix: str = "conflict") -> tuple[Lifec
     rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
     _settle(rig, result)
     return result, plan
+
+
+@dataclass
+class StormResult:
+    report: Report
+    """The invariants after every phase (storm on, storm lifted, capacity given back)."""
+    pods: int
+    on_demand: int
+    """Pods of the Spot-only storm bound on On-Demand nodes (the fallback the pool allows)."""
+    released: int
+    """Pods reported unschedulable with a reason while neither Spot nor On-Demand had capacity."""
+    told: int
+    """Of those, pods that carry a Warning Event saying so (what `kubectl describe pod` shows): the packer posts it
+    when it finds every offering the pod could use marked unavailable at once."""
+    refused: int
+    """Launches EC2 refused for insufficient capacity (CreateFleet overrides)."""
+    seen: int
+    seconds_to_bound: float
+    """From capacity back to every pod bound."""
+    phases: dict[str, Report] = field(default_factory=dict)
+
+
+def _capacity_types(rig: ChaosRig, names: set[str]) -> dict[str, str]:
+    """Pod name → the capacity type of the node it is bound to."""
+    from gpu_autoscaler.models import labels as L
+
+    nodes = {n.metadata.name: (n.metadata.labels or {}).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
+    return {p.metadata.name: nodes.get(p.spec.node_name, "") for p in rig.pods()
+            if p.metadata.name in names and p.spec.node_name}
+
+
+def _warned(rig: ChaosRig, reason: str) -> dict[str, str]:
+    """Pod uid → the message of its latest Warning Event with this reason."""
+    from tests.chaos.rig import NAMESPACE
+
+    return {e.involved_object.uid: e.message for e in rig.core.list_namespaced_event(NAMESPACE).items
+            if e.type == "Warning" and e.reason == reason and e.involved_object.uid}
+
+
+STORM_FAMILIES = ("g5", "g6", "g6e")
+
+
+def storm_shape(seed: int) -> tuple[str, int]:
+    """(GPU family, pods) of a capacity storm: seed 0 takes g6 and 6 pods; other seeds draw them."""
+    if seed == 0:
+        return "g6", 6
+    rng = random.Random(seed)
+    return rng.choice(STORM_FAMILIES), rng.randint(4, 8)
+
+
+def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 8.0,
+                             prefix: str = "ice") -> StormResult:
+    """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
+    for at least `hold` seconds (new pods are released and reported with a reason, planned again and released
+    again, never on two claims at once), then capacity returns (every pod bound). The pods need that family (they
+    select it), so nothing else can take them."""
+    from gpu_autoscaler.domain.pod_events import UNSCHEDULABLE
+    from gpu_autoscaler.emulator.strict.faults import capacity_storm
+
+    result = LifecycleResult(Report())
+    phases: dict[str, Report] = {}
+    rig.begin()
+    first = [gpu_pod(f"{prefix}-spot-{i}", family=family) for i in range(pods // 2)]
+    later = [gpu_pod(f"{prefix}-all-{i}", family=family) for i in range(pods - pods // 2)]
+    with capacity_storm(seed=seed) as storm:
+        storm.take(family, "spot")
+        rig.create_pods(first)
+        rig.wait(rig.all_bound, STEP_TIMEOUT, f"the pods to be bound On-Demand while {family} Spot is out")
+        _settle(rig, result)
+        phases["spot out"] = result.report.snapshot()
+        names = {p["metadata"]["name"] for p in first}
+        on_demand = sum(t == "on-demand" for t in _capacity_types(rig, names).values())
+
+        storm.take(family, "on-demand")
+        out = time.monotonic()
+        rig.create_pods(later)
+        waiting = {p["metadata"]["name"] for p in later}
+        rig.wait(lambda: _released_by_name(rig, waiting) == waiting and time.monotonic() - out >= hold,
+                 STEP_TIMEOUT + hold, f"the pods to be reported unschedulable while {family} has no capacity")
+        _settle(rig, result)
+        phases["all out"] = result.report.snapshot()
+        released = _released_by_name(rig, waiting)
+        uids = {p.metadata.uid for p in rig.pods() if p.metadata.name in released}
+        told = len(uids & set(_warned(rig, UNSCHEDULABLE)))
+
+        began = time.monotonic()
+        storm.give_back()
+    rig.wait(rig.all_bound, STEP_TIMEOUT, "every pod to be bound once capacity returned")
+    seconds = time.monotonic() - began
+    _settle(rig, result)
+    phases["capacity back"] = result.report.snapshot()
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
+    _settle(rig, result)
+    return StormResult(result.report, pods, on_demand, len(released), told, storm.refused, storm.seen, seconds,
+                       phases)
+
+
+def _released_by_name(rig: ChaosRig, names: set[str]) -> set[str]:
+    """Those of `names` that are pending and were reported unschedulable with a reason (the invariants' test)."""
+    from tests.chaos.invariants import released_pods
+
+    reasons = released_pods(rig.log_records())
+    return {p.metadata.name for p in rig.pods()
+            if p.metadata.name in names and not p.spec.node_name and p.metadata.uid in reasons}
+
+
+@dataclass
+class WarningStormResult:
+    report: Report
+    nodes: int
+    warnings: int
+    replacements: int
+    """Instances launched after the first warning: the replacements, and any claim the packer made for a pod
+    reported pending while no replacement had room it could see (a node registering at that moment)."""
+    planned: dict[str, list[str]]
+    """Warned instance → the replacement claims the interruption function planned for its pods."""
+    peak_gpus: int
+    """Most GPUs the pool's live claims (the warned ones still draining included) held at once."""
+    limit_gpus: int | None
+    seconds_to_bound: float
+    """From the first warning to every pod bound again (on replacements), all warned instances gone."""
+    seconds_after_last: float
+    """The same, from the last warning."""
+
+    @property
+    def shared(self) -> dict[str, list[str]]:
+        """Replacement claims planned for more than one warned node (each holds one node's pods: none should)."""
+        owners: dict[str, list[str]] = {}
+        for instance, claims in self.planned.items():
+            for claim in claims:
+                owners.setdefault(claim, []).append(instance)
+        return {claim: instances for claim, instances in owners.items() if len(instances) > 1}
+
+
+class _PeakGpus:
+    """Samples the GPUs a pool's live claims hold, counted as its `limits.gpus` counts them (the launched type's
+    GPUs, else the most of its candidate types'; EC2's DescribeInstanceTypes says how many), while a scenario
+    runs."""
+
+    def __init__(self, rig: ChaosRig, pool: str, interval: float = 0.5) -> None:
+        import threading
+
+        from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+
+        self.store = DynamoStateStore(rig.aws.clients.client("dynamodb"), rig.aws.table_name,
+                                      rig.aws.config.cluster_name)
+        self.gpus: dict[str, int] = {}
+        for page in rig.ec2.get_paginator("describe_instance_types").paginate():
+            for info in page["InstanceTypes"]:
+                self.gpus[info["InstanceType"]] = sum(g.get("Count", 0) for g in
+                                                      (info.get("GpuInfo") or {}).get("Gpus", []))
+        self.pool, self.interval, self.peak = pool, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peak-gpus", daemon=True)
+
+    def _held(self) -> int:
+        from gpu_autoscaler.services.packer import LIVE_STATES
+
+        total = 0
+        for claim in self.store.list_claims(LIVE_STATES):
+            if claim.pool == self.pool:
+                types = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+                total += max((self.gpus.get(t, 0) for t in types), default=0)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self._held())
+
+    def __enter__(self) -> _PeakGpus:
+        self.peak = self._held()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0, pool: str = "gpu-burst",
+                       prefix: str = "itn") -> WarningStormResult:
+    """Scenario 6: one pod per node on `nodes` Spot nodes; each node gets a Spot interruption warning, spread over
+    `seconds` (the issue's 100 in one minute); every node is replaced (within the pool's limits, its pods back on
+    a replacement) and reclaimed at the warning's action time; then the pods are deleted and the capacity given
+    back. Each pod asks 40 vCPUs, so no node holds two (one warning, one node, one pod)."""
+    result = LifecycleResult(Report())
+    rig.begin()
+    rig.create_pods([gpu_pod(f"{prefix}-{i}", cpu="40") for i in range(nodes)])
+    rig.wait(rig.all_bound, STEP_TIMEOUT + nodes, f"the {nodes} pods to be bound")
+    _settle(rig, result)
+    used = {p.spec.node_name for p in rig.pods()}
+    by_instance = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+    victims = [i["InstanceId"] for i in rig.instances("running") if by_instance.get(i["InstanceId"]) in used]
+    before = {i["InstanceId"] for i in rig.instances()}
+    limit = rig.aws.config.pool(pool).limits.gpus
+
+    def replaced() -> bool:
+        gone = {i["InstanceId"] for i in rig.instances("shutting-down", "terminated")}
+        return gone >= set(victims) and rig.all_bound()
+
+    with _PeakGpus(rig, pool) as peak:
+        began = time.monotonic()
+        for n, victim in enumerate(victims):
+            time.sleep(max(0.0, began + n * seconds / max(1, len(victims)) - time.monotonic()))
+            rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
+        last = time.monotonic()
+        rig.wait(replaced, STEP_TIMEOUT + 70 + nodes, "every warned node to be reclaimed and its pod bound again")
+        done = time.monotonic()
+        _settle(rig, result, timeout=SETTLE_TIMEOUT + nodes)
+    launched = [i for i in rig.instances() if i["InstanceId"] not in before]
+    planned: dict[str, list[str]] = {}
+    for record in rig.log_records():  # the interruption function's report of each notice it acted on
+        if record.get("kind") == "spot-interruption" and record.get("instanceId") in victims:
+            planned.setdefault(record["instanceId"], []).extend(record.get("replacements") or [])
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + nodes, "the capacity to be given back")
+    _settle(rig, result)
+    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, peak.peak, limit,
+                              done - began, done - last)

@@ -254,3 +254,40 @@ def test_a_drain_finding_its_claim_ended_frees_the_room_of_the_pods_its_node_tak
     assert outcome.status == "finished" and outcome.reason == "claim already ended"
     assert s.cluster.get_node(NODE) is None and all(c.pods == () for c in s.replacements())
     assert s.packer.handle(s.pending_document(), source="agent-message-2").created == ()
+
+
+OTHER_INSTANCE = "i-0b2d4f6a8c0e13579"
+OTHER_NODE = "ip-10-0-7-2.ec2.internal"
+
+
+def test_a_second_warning_does_not_take_the_room_a_drain_freed_for_the_first_nodes_pods() -> None:
+    # The chaos suite's warning storm: node A's drain evicted its pod and freed the room on A's replacement for
+    # the pod's successor; node B's warning, handled before that successor was reported, planned B's pod onto
+    # that room; A's successor then found none and waited for a claim made only after its eviction.
+    s = Scene(pods=1)
+    s.store.create_claim(NodeClaim(
+        cluster="test", id="nc-other", pool="gpu", capacity_type="spot", zones=("us-east-1a",),
+        instance_types=("g5.xlarge",), price_per_hour=0.41, created_at=WARNED_AT - timedelta(hours=2),
+        state=ClaimState.REGISTERED, instance_id=OTHER_INSTANCE, instance_type="g5.xlarge", zone="us-east-1a",
+        node_name=OTHER_NODE, pods=("uid-b",)))
+    s.cluster.add_node(ClusterNode(name=OTHER_NODE, provider_id=f"aws:///us-east-1a/{OTHER_INSTANCE}", ready=True,
+                                   allocatable=Resources.from_quantities({"cpu": "4", "nvidia.com/gpu": "4"})))
+    s.cluster.add_pod(ClusterPod(uid="uid-b", namespace="ml", name="train-b", node_name=OTHER_NODE,
+                                 requests=REQUESTS, owner_kind="ReplicaSet", phase="Running",
+                                 labels={"app": "train"}, tolerations=TOLERATE))
+    request = s.warn()
+    (first,) = (c for c in s.replacements() if c.id != "nc-other")
+    s.drainer.drain(request, budget=timedelta(seconds=60))  # A's pod evicted, its room on `first` freed
+    held = s.store.get_claim(first.id)
+    assert held is not None and held.pods == ()
+
+    other = {**spot_warning(), "id": "5d2a6c1e-0000-4000-8000-000000000003",
+             "resources": [f"arn:aws:ec2:us-east-1a:instance/{OTHER_INSTANCE}"],
+             "detail": {"instance-id": OTHER_INSTANCE, "instance-action": "terminate"}}
+    (outcome,) = s.interruption.handle(parse_notice(other))
+
+    assert outcome.replacements and first.id not in outcome.replacements, "B's pod took A's successor's room"
+    successors = s.pending_document()
+    assert [p.name for p in successors.pods] == ["infer-0-r1"]  # the ReplicaSet's new pod for A's
+    packed = s.packer.handle(successors, source="agent-message-2")
+    assert packed.created == () and packed.placed_in_flight == 1  # A's successor on A's replacement

@@ -130,7 +130,20 @@ def test_a_claim_that_cannot_launch_releases_its_pods() -> None:
     assert "InsufficientInstanceCapacity" in claim.reason and "VcpuLimitExceeded" in claim.reason
     assert h.store.assignments(["pod-1"]) == {}
     [failed] = outcome.failed
-    assert failed.code == "VcpuLimitExceeded" and failed.pods == 1
+    assert failed.code == "VcpuLimitExceeded" and failed.pods == ("pod-1",)
+
+
+def test_each_released_pod_is_reported_with_the_reason_its_claim_could_not_launch() -> None:
+    # The chaos suite's capacity storm: with the whole family out, pods went from one failed claim to the next
+    # and were never reported unschedulable (the packer reports only when every offering is marked at once).
+    h = Harness(no_capacity(), no_capacity())
+    h.add(make_claim())
+    summary = h.launch("gpu-burst-a1b2c").summary()
+
+    [released] = summary["unschedulable"]
+    assert released["pod"] == "pod-1" and released["claim"] == "gpu-burst-a1b2c"
+    assert released["reason"].startswith("claim gpu-burst-a1b2c: could not launch: ")
+    assert "InsufficientInstanceCapacity" in released["reason"]
 
 
 def test_nothing_left_to_try_fails_without_calling_ec2() -> None:

@@ -25,6 +25,7 @@ def apply() -> None:
     _event_account()
     _quiet_unknown_services()
     _answer_what_moto_lacks()
+    _serialize_dynamodb()
     _applied = True
 
 
@@ -95,6 +96,27 @@ def _answer_what_moto_lacks() -> None:
 
     DomainDispatcherApplication.get_application = get_application  # type: ignore[method-assign]
     DomainDispatcherApplication.__call__ = call  # type: ignore[method-assign]
+
+
+def _serialize_dynamodb() -> None:
+    """DynamoDB serves concurrent requests, each one atomic ("DynamoDB transactions", "Isolation levels":
+    TransactWriteItems is serializable with respect to every other write); moto's backend is not thread-safe:
+    TransactWriteItems deep-copies a table while another request thread writes to it and fails with "dictionary
+    changed size during iteration" (HTTP 500, a retry storm in the functions' clients). The embedded server
+    serves each request on its own thread, so DynamoDB requests are taken one at a time here.
+    """
+    import threading
+
+    from moto.dynamodb.responses import DynamoHandler
+
+    lock = threading.Lock()
+    original = DynamoHandler.call_action
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
 def _unsupported(environ: dict[str, Any], start_response: Any, reason: str = "") -> list[bytes]:

@@ -14,7 +14,9 @@ Launch (`FleetService.launch`, one `LaunchRequest`):
    on with what is left, then On-Demand where the pool allows. Throttling is retried here with backoff and
    jitter; when it persists the message fails and SQS brings it back later (the claims are still Pending).
 5. A claim that cannot launch at all: Pending → Terminated with the reason, its pods released so the packer
-   plans them again.
+   plans them again, and each reported unschedulable with that reason (the outcome's `unschedulable`, in the
+   packer's shape): in a storm that empties a whole family, the next claims fail too, and the packer reports
+   the pods itself only once every candidate offering is marked unavailable at the same time.
 
 Terminate (`FleetService.terminate`): the single path drain, consolidation and reconcile end a claim by —
 terminate its instance (only if this cluster owns it), record the claim Terminated, release its pods.
@@ -101,7 +103,8 @@ class FailedClaim:
     reason: str
     code: str
     """One error code (or `NoOfferings`, `NoCapacity`, …) for the failure metric's dimension."""
-    pods: int = 0
+    pods: tuple[str, ...] = ()
+    """The pods released (uids): each is reported unschedulable with the reason, as the packer reports its own."""
 
 
 @dataclass
@@ -137,6 +140,8 @@ class LaunchOutcome:
                 for c in self.launched
             ],
             "failed": [{"claim": f.claim_id, "reason": f.reason, "code": f.code} for f in self.failed],
+            "unschedulable": [{"pod": uid, "claim": f.claim_id, "reason": f"claim {f.claim_id}: {f.reason}"}
+                              for f in self.failed for uid in f.pods],
             "skipped": [{"claim": cid, "why": why} for cid, why in self.skipped],
             "unavailableOfferings": [list(o) for o in self.unavailable],
             "createFleetCalls": self.calls,
@@ -449,7 +454,7 @@ class FleetService:
                 logger.info("claim %s moved on before it could be closed; left as it is", claim.id)
                 continue
             self.store.release_pods(closed.pods)
-            outcome.failed.append(FailedClaim(claim.id, reason, code, len(closed.pods)))
+            outcome.failed.append(FailedClaim(claim.id, reason, code, tuple(closed.pods)))
             logger.warning("claim %s cannot launch, its %d pod(s) released: %s", claim.id, len(closed.pods), reason)
 
     # ---- terminate ----------------------------------------------------------------------------------------

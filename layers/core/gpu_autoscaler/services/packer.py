@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import (
+    HELD_ATTRIBUTE,
     REQUESTS_ATTRIBUTE,
     SOURCE_ATTRIBUTE,
     Unschedulable,
+    claim_held,
     claim_requests,
     requests_attribute,
 )
@@ -145,13 +147,18 @@ class PackerService:
             self._offerings = offerings
         return self._solver
 
-    def plan(self, document: PendingPodsDocument, source: str = "") -> tuple[Plan, list[NodeClaim]]:
-        """The decision alone, from the store's current state: (plan, live claims it was made against)."""
+    def plan(self, document: PendingPodsDocument, source: str = "", *,
+             keep_held: bool = False) -> tuple[Plan, list[NodeClaim]]:
+        """The decision alone, from the store's current state: (plan, live claims it was made against).
+        `keep_held`: the room held on claims in flight for evicted pods' successors counts as taken (the
+        replacements of a doomed node's pods are planned: they must not take it)."""
         if document.cluster != self.config.cluster_name:
             raise WrongCluster(
                 f"document for cluster '{document.cluster}' reached the packer of '{self.config.cluster_name}'"
             )
         live = self.store.list_claims(LIVE_STATES)
+        if keep_held:
+            live = [_holding(c) for c in live]
         covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}
         for uid in self._displaced(live, covered):
             del covered[uid]
@@ -177,8 +184,9 @@ class PackerService:
         }
         return [uid for uid, claim_id in covered.items() if claim_id in registered]
 
-    def handle(self, document: PendingPodsDocument, source: str = "") -> PackOutcome:
-        """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims."""
+    def handle(self, document: PendingPodsDocument, source: str = "", *, keep_held: bool = False) -> PackOutcome:
+        """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims;
+        `keep_held` as for `plan` (the interruption function's replacements)."""
         displaced = self._displaced(
             self.store.list_claims([ClaimState.REGISTERED]),
             self.store.assignments([p.uid for p in document.pods]) if document.pods else {},
@@ -186,7 +194,7 @@ class PackerService:
         if displaced:
             logger.info("%d pod(s) still pending on registered nodes: planned again", len(displaced))
             self.store.release_pods(displaced)  # so the claims planned for them can take their assignment
-        plan, live = self.plan(document, source)
+        plan, live = self.plan(document, source, keep_held=keep_held)
         pods = {p.uid: p for p in document.pods}
         by_id = {c.id: c for c in live}
         ttl = self.config.timeouts.pod_assignment_ttl
@@ -245,10 +253,13 @@ class PackerService:
             added = [u for u in newly if u not in copy.pods]
             if not added:
                 return copy
-            total = claim_requests(copy)
+            total, held = claim_requests(copy), claim_held(copy)
             for uid in added:
                 total = total + pod_requests(pods[uid])
+                held = held - pod_requests(pods[uid])
             attributes = {**copy.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
+            if HELD_ATTRIBUTE in attributes:  # successors (or other pending pods) take the held room
+                attributes[HELD_ATTRIBUTE] = requests_attribute({k: v for k, v in held.items() if v > 0})
             return self.store.update_claim(copy, pods=tuple(copy.pods) + tuple(added), attributes=attributes)
 
         try:
@@ -339,6 +350,11 @@ def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[Pendin
     A pod whose eviction is then refused (a PodDisruptionBudget) keeps running with its room freed early;
     the room is its successor's when it does go, or any pending pod's before that, which is demand too.
     Claims already Registered are left alone: their room is their node's, which the scheduler sees.
+
+    The room freed is also recorded as held (`HELD_ATTRIBUTE`) until pending pods take it: the replacements
+    the interruption function plans for another doomed node (`keep_held`) do not count it as free. Without
+    that, in a storm of Spot warnings, node B's pods took the room node A's drain had just freed, and A's
+    evicted pods waited for a claim made only after their eviction.
     """
     requests = {p.uid: pod_requests(p) for p in pods}
     freed: dict[str, tuple[str, ...]] = {}
@@ -350,18 +366,29 @@ def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[Pendin
             taken = tuple(u for u in claim.pods if u in requests)
             if not taken:
                 break
-            total = claim_requests(claim)
+            total, held = claim_requests(claim), claim_held(claim)
             for uid in taken:
                 total = total - requests[uid]
+                held = held + requests[uid]
             left = {name: value for name, value in total.items() if value > 0}
             try:
                 store.update_claim(claim, pods=tuple(u for u in claim.pods if u not in requests),
-                                   attributes={**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(left)})
+                                   attributes={**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(left),
+                                               HELD_ATTRIBUTE: requests_attribute(held)})
             except StaleClaim:
                 continue  # it moved on meanwhile (launched, registered): look at it again
             freed[claim_id] = taken
             break
     return freed
+
+
+def _holding(claim: NodeClaim) -> NodeClaim:
+    """A copy of a claim in flight whose held room counts as taken (for planning replacements only)."""
+    held = claim_held(claim)
+    if claim.state not in IN_FLIGHT_STATES or not held:
+        return claim
+    taken = claim_requests(claim) + held
+    return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(taken)}})
 
 
 def _entered(claim: NodeClaim, state: ClaimState) -> datetime:

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
 
 __all__ = [
+    "HELD_ATTRIBUTE",
     "REQUESTS_ATTRIBUTE",
     "SOURCE_ATTRIBUTE",
     "Plan",
     "Unschedulable",
+    "claim_held",
     "claim_requests",
     "requests_attribute",
 ]
@@ -32,6 +34,10 @@ REQUESTS_ATTRIBUTE = "requests"
 so a later pass knows how much room the claim has left before its node exists."""
 SOURCE_ATTRIBUTE = "source"
 """NodeClaim attribute: the message (SQS message id) whose processing created the claim."""
+HELD_ATTRIBUTE = "heldRequests"
+"""NodeClaim attribute: the requests of pods a drain took off a claim in flight as it evicted them (JSON, as
+`requests`): room kept for their successors against the replacements of other doomed nodes, which would
+otherwise take it before the successors are reported (`services.packer.free_room`)."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -42,7 +48,15 @@ def requests_attribute(requests: Mapping[str, int]) -> str:
 
 def claim_requests(claim: NodeClaim) -> Resources:
     """The summed requests recorded on a claim; empty for claims made without pods (warm capacity)."""
-    raw = claim.attributes.get(REQUESTS_ATTRIBUTE)
+    return _resources(claim.attributes.get(REQUESTS_ATTRIBUTE))
+
+
+def claim_held(claim: NodeClaim) -> Resources:
+    """The room held on a claim for the successors of pods evicted from a doomed node (`HELD_ATTRIBUTE`)."""
+    return _resources(claim.attributes.get(HELD_ATTRIBUTE))
+
+
+def _resources(raw: str | None) -> Resources:
     if not raw:
         return Resources()
     return Resources({str(k): int(v) for k, v in json.loads(raw).items()})

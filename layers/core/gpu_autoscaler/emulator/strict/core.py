@@ -23,8 +23,8 @@ from gpu_autoscaler.emulator.strict import wire
 if TYPE_CHECKING:
     from botocore.model import OperationModel
 
-__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "check", "load_rules",
-           "on_reset", "strict_layer_disabled"]
+__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "ask_after", "check",
+           "load_rules", "on_reset", "strict_layer_disabled"]
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +121,20 @@ def check(service: str, *actions: str) -> Callable[[Check], Check]:
     return register
 
 
-def answer(service: str, *actions: str, first: bool = False) -> Callable[[Respond], Respond]:
+def answer(service: str, *actions: str, first: bool = False, behind: Respond | None = None,
+           ) -> Callable[[Respond], Respond]:
     """Register a stand-in for these actions: it returns an `Answer` to answer instead of moto, or None to
     let moto answer. It may also raise `Refusal`. `first`: asked before the stand-ins registered so far (one
-    that wraps the others, as EC2's idempotency wraps whatever answers the request)."""
+    that wraps the others, as EC2's idempotency wraps whatever answers the request); `behind`: asked right
+    after that stand-in (one that changes what the later ones are asked, as a capacity shortage does)."""
 
     def register(respond: Respond) -> Respond:
         for action in actions:
             registered = _answers.setdefault((service, action), [])
-            registered.insert(0, respond) if first else registered.append(respond)
+            if behind is not None:
+                registered.insert(registered.index(behind) + 1, respond)
+            else:
+                registered.insert(0, respond) if first else registered.append(respond)
         _services.add(service)
         return respond
 
@@ -152,6 +157,21 @@ def after(service: str, *actions: str) -> Callable[[Follow], Follow]:
 def answers(service: str, action: str) -> list[Respond]:
     """The stand-ins registered for an action, in the order they are asked (for one that wraps the others)."""
     return list(_answers.get((service, action), ()))
+
+
+def ask_after(respond: Respond, request: AwsRequest) -> Answer:
+    """What the stand-ins registered after `respond`, else moto, answer `request` (moto's refusal raised as a
+    `Refusal`): how a stand-in that wraps the others, or asks them something else, builds on them."""
+    registered = answers(request.service, request.action)
+    for later in registered[registered.index(respond) + 1:]:
+        found = later(request)
+        if found is not None:
+            return found
+    status, result = request.forward()
+    if status >= 300:
+        error = result.get("Error", {})
+        raise Refusal(str(error.get("Code", "InternalError")), str(error.get("Message", "")), status)
+    return Answer(result={k: v for k, v in result.items() if k != "ResponseMetadata"})
 
 
 _loaded = False

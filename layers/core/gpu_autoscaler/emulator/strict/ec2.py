@@ -10,7 +10,7 @@ from typing import Any
 
 from gpu_autoscaler.emulator.strict.core import AwsRequest, Refusal, check
 
-__all__ = ["launch_template_data", "launch_template_specs", "spot_instances_requested"]
+__all__ = ["launch_template_data", "launch_template_specs", "spot_instances_requested", "zone_of_subnet"]
 
 
 # ---- what a launch uses ------------------------------------------------------------------------------------
@@ -52,6 +52,16 @@ def spot_instances_requested(request: AwsRequest) -> bool:
         for spec in launch_template_specs(request):
             market = (launch_template_data(request, spec).get("InstanceMarketOptions") or {}).get("MarketType")
     return market == "spot"
+
+
+def zone_of_subnet(request: AwsRequest, subnet_id: str | None) -> str | None:
+    """The Availability Zone of a subnet moto knows; None for an unknown one (moto answers its own not-found)."""
+    if not subnet_id:
+        return None
+    try:
+        return str(request.moto_backend().get_subnet(subnet_id).availability_zone)
+    except Exception:  # moto's own not-found: moto answers it
+        return None
 
 
 def _tag_resource_types(request: AwsRequest) -> set[str]:

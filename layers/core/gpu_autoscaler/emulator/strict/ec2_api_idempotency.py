@@ -19,7 +19,9 @@ import json
 import threading
 from typing import Any
 
-from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, answers, on_reset
+from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, ask_after, on_reset
+
+__all__ = ["create_fleet_once_per_token"]
 
 _answered: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
 _lock = threading.Lock()
@@ -32,7 +34,7 @@ def _forget() -> None:
 
 
 @answer("ec2", "CreateFleet", first=True)
-def _create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
+def create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
     token = request.params.get("ClientToken")
     if not token:
         return None
@@ -46,15 +48,6 @@ def _create_fleet_once_per_token(request: AwsRequest) -> Answer | None:
                               "Arguments on this idempotent request are inconsistent with arguments used in "
                               "previous request(s).")
             return Answer(result=result)
-        found = next((a for a in (respond(request) for respond in answers("ec2", "CreateFleet")
-                                   if respond is not _create_fleet_once_per_token) if a is not None), None)
-        if found is not None and found.result is not None:
-            result = found.result
-        else:
-            status, result = request.forward()
-            if status >= 300:
-                error = result.get("Error", {})
-                raise Refusal(str(error.get("Code", "InternalError")), str(error.get("Message", "")), status)
-            result = {k: v for k, v in result.items() if k != "ResponseMetadata"}
+        result = ask_after(create_fleet_once_per_token, request).result or {}
         _answered[key] = (asked, result)
     return Answer(result=result)

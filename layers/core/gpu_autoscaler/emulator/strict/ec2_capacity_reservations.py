@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, on_reset
-from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs
+from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs, zone_of_subnet
 
 if TYPE_CHECKING:
     from gpu_autoscaler.emulator.strict.core import AwsRequest
@@ -157,15 +157,6 @@ def _preference(request: AwsRequest, spec: dict[str, Any] | None) -> tuple[str, 
     return str(stated.get("CapacityReservationPreference") or "open"), None
 
 
-def _zone_of_subnet(request: AwsRequest, subnet_id: str | None) -> str | None:
-    if not subnet_id:
-        return None
-    try:
-        return str(request.moto_backend().get_subnet(subnet_id).availability_zone)
-    except Exception:  # moto's own not-found: moto answers it
-        return None
-
-
 def _take(reservation: Reservation, count: int) -> None:
     with _lock:
         reservation.available = max(0, reservation.available - count)
@@ -184,7 +175,7 @@ def _fleet(request: AwsRequest) -> Answer | None:
         for item in result.get("Instances", []):
             chosen = item.get("LaunchTemplateAndOverrides") or {}
             override = chosen.get("Overrides") or {}
-            zone = item.get("AvailabilityZone") or override.get("AvailabilityZone") or _zone_of_subnet(
+            zone = item.get("AvailabilityZone") or override.get("AvailabilityZone") or zone_of_subnet(
                 request, item.get("SubnetId") or override.get("SubnetId"))
             _consume_open(request, chosen.get("LaunchTemplateSpecification"), str(item.get("InstanceType", "")),
                           zone, len(item.get("InstanceIds", [])))
@@ -200,7 +191,7 @@ def _run(request: AwsRequest) -> Answer | None:
     instance_type = str(request.params.get("InstanceType") or "")
     if not instance_type and specs:
         instance_type = str(launch_template_data(request, specs[0]).get("InstanceType", ""))
-    zone = (request.params.get("Placement") or {}).get("AvailabilityZone") or _zone_of_subnet(
+    zone = (request.params.get("Placement") or {}).get("AvailabilityZone") or zone_of_subnet(
         request, request.params.get("SubnetId"))
     count = int(request.params.get("MinCount") or 1)
     if preference == "targeted" and reservation_id:
@@ -249,7 +240,7 @@ def _reserved_fleet(request: AwsRequest) -> Answer:
     left = wanted
     for config, override in ranked:
         instance_type = str(override.get("InstanceType", ""))
-        zone = override.get("AvailabilityZone") or _zone_of_subnet(request, override.get("SubnetId")) or ""
+        zone = override.get("AvailabilityZone") or zone_of_subnet(request, override.get("SubnetId")) or ""
         matching = [r for r in targets if r.matches(instance_type, zone)]
         if not matching:
             errors.append(_error(config, override, "InvalidParameterCombination",
