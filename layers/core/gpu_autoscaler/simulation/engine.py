@@ -14,7 +14,8 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
 - consolidation (`services.consolidate.ConsolidateService`, its reconcile step included: registrations, demand):
   an empty node on the first minute it falls due (consolidateAfter, minNodeAge), in a pass over its pool
   limited to empty nodes; the underutilized search (a packing pass per candidate) every
-  `underutilized_interval` when the cluster changed since the last one. A pass with no node it could weigh
+  `underutilized_interval` when the cluster changed since the last one, its proposals validated on the next
+  minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
   is not run — it would decide nothing. A node that joins is registered by the reconcile step on the next
   minute, as the consolidate function's schedule has it;
 - pre-warm (`services.prewarm.PrewarmService`, every 5 minutes, windows and forecast), its demand history
@@ -507,13 +508,15 @@ class PolicyRun:
         if empty:
             pools = self._candidates(empty=True)
             if pools:
-                self._picture_pools = pools
-                outcome = self.consolidate_empty.run()
-                self.consolidations += len(outcome.acted)
-                if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
-                    self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
+                self._empty_pass(pools)
             return
-        if (self._dirty or self._validating) and self._candidates(empty=False):
+        if self._validating:
+            # The minute after a search: its proposals validated (and carried out or rejected) by the minute's
+            # pass, which looks for empty nodes only; the next search on its interval. A second search here
+            # would cost a packing pass per candidate again for what the next one finds as well.
+            self._validating = False
+            self._empty_pass(None)
+        elif self._dirty and self._candidates(empty=False):
             self._dirty = False
             self._picture_pools = None
             outcome = self.consolidate.run()
@@ -523,6 +526,15 @@ class PolicyRun:
                 self._consolidate_on(self.t + self.settings.consolidation_interval, empty=False)
                 return
         self._consolidate_on(self.t + self.settings.underutilized_interval, empty=False)
+
+    def _empty_pass(self, pools: set[str] | None) -> None:
+        """The minute's pass limited to empty nodes, over `pools` (None: all): it validates the proposals due
+        whatever their reason, and proposes empty nodes."""
+        self._picture_pools = pools
+        outcome = self.consolidate_empty.run()
+        self.consolidations += len(outcome.acted)
+        if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
+            self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
 
     def _candidates(self, *, empty: bool) -> set[str]:
         """The pools with a node the pass would weigh at all — empty for its pool's consolidateAfter, or (for the
