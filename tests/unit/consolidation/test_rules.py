@@ -358,3 +358,35 @@ def test_on_demand_to_spot_is_not_gated() -> None:
     cluster.pod(on_demand)
     [decision] = cluster.consolidate().decisions
     assert decision.replacements[0].capacity_type == "spot"
+
+
+# Pending pods: a node one of them would be scheduled on is not a candidate (Karpenter's nomination)
+
+
+def test_an_empty_node_a_pending_pod_fits_on_stays() -> None:
+    cluster = Cluster(pool_config(consolidateAfter="10m"))
+    empty = cluster.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    waiting = cluster.pod(None, gpus=2)
+    result = cluster.consolidate(pending=cluster.pods)
+    assert result.decisions == ()
+    assert result.skipped[empty] == f"nominated: pending pod {waiting.key} would be scheduled on it"
+
+
+def test_a_pending_pod_that_would_not_be_scheduled_there_keeps_no_node() -> None:
+    cluster = Cluster(pool_config(consolidateAfter="10m"))
+    empty = cluster.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    cluster.pod(None, gpus=8)  # more GPUs than it has
+    cluster.pod(None, gpus=1, tolerations=())  # does not tolerate its taint
+    cluster.pod(None, gpus=1, node_selector={"karpenter.sh/nodepool": "other"})
+    result = cluster.consolidate(pending=cluster.pods)
+    assert [d.nodes for d in result.decisions] == [(empty,)]
+
+
+def test_an_underused_node_a_pending_pod_fits_on_is_not_replaced() -> None:
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    cluster.pod(big, gpus=4, cpu="16", memory="64Gi")
+    assert [d.nodes for d in cluster.consolidate().decisions] == [(big,)]
+    cluster.pod(None, gpus=2)
+    result = cluster.consolidate(pending=cluster.pods)
+    assert result.decisions == () and result.skipped[big].startswith("nominated: ")

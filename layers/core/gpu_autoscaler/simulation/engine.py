@@ -85,7 +85,7 @@ __all__ = ["PolicyRun"]
 (_FINISH, _DELETE, _RECLAIM, _READY, _RECONCILE, _ARRIVE, _SCHEDULE, _DRAIN, _NOTICE, _LAUNCH, _PACK, _PREWARM,
  _CONSOLIDATE) = range(13)
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
-_RETRY_SOON = ("budget", "incoming")
+_RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
 
 
@@ -521,6 +521,7 @@ class PolicyRun:
             self._picture_pools = None
             outcome = self.consolidate.run()
             self.consolidations += len(outcome.acted)
+            self._untainted(outcome.untainted)
             self._validating = bool(outcome.proposed)
             if outcome.proposed:  # validated on the next minute, as the consolidate schedule would
                 self._consolidate_on(self.t + self.settings.consolidation_interval, empty=False)
@@ -535,6 +536,13 @@ class PolicyRun:
         self.consolidations += len(outcome.acted)
         if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
             self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
+        self._untainted(outcome.untainted)
+
+    def _untainted(self, nodes: Sequence[str]) -> None:
+        """Nodes whose disrupted taint came off take pending pods at once: kube-scheduler retries its unschedulable
+        pods on a Node update."""
+        if nodes and self.pending:
+            self._want_schedule()
 
     def _candidates(self, *, empty: bool) -> set[str]:
         """The pools with a node the pass would weigh at all — empty for its pool's consolidateAfter, or (for the
