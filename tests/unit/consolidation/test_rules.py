@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate
+from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate, empty_wait
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
-from tests.unit.consolidation.builders import NOW, Cluster, pool_config, wide_spot_catalog
+from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config, wide_spot_catalog
 from tests.unit.packing.builders import TYPES
 
 
@@ -27,7 +27,7 @@ def touched(result) -> set[str]:
 
 
 def test_an_empty_node_goes_once_empty_for_consolidate_after() -> None:
-    cluster = Cluster(pool_config(consolidateAfter="10m"))
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
     old = cluster.node(empty_for=timedelta(minutes=11))
     fresh = cluster.node(empty_for=timedelta(minutes=3))
     result = cluster.consolidate()
@@ -36,6 +36,20 @@ def test_an_empty_node_goes_once_empty_for_consolidate_after() -> None:
     assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
     assert decision.replacements == ()
     assert result.skipped[fresh].startswith("empty: not yet")
+
+
+def test_an_empty_node_stays_two_lead_times_by_default_however_short_consolidate_after() -> None:
+    """Removing an empty node and buying one back for the next pod costs a boot and that pod's wait: it is kept
+    for what that would cost (the pool's lead time twice) before it goes."""
+    disruption = {"consolidateAfter": "1m", "budgets": [{"nodes": "100%"}]}
+    config = make_config(make_pool(leadTime="5m", disruption=disruption))
+    cluster = Cluster(config)
+    kept = cluster.node(empty_for=timedelta(minutes=9))
+    gone = cluster.node(empty_for=timedelta(minutes=11))
+    result = cluster.consolidate()
+    assert [d.nodes for d in result.decisions] == [(gone,)]
+    assert result.skipped[kept].startswith("empty: not yet for 0:10:00")
+    assert empty_wait(config.node_pools[0]) == timedelta(minutes=10)
 
 
 # Underutilized: delete onto others' room, replace, several into one

@@ -97,7 +97,7 @@ def test_a_node_whose_gpus_are_not_advertised_is_not_a_candidate() -> None:
 def test_a_pod_that_arrives_while_a_proposal_waits_gets_the_node_back() -> None:
     """Karpenter's validation drops a candidate nominated for a pending pod meanwhile: the node is the pod's, not
     removed and bought again a minute later."""
-    scene = Cluster(pool_config(consolidateAfter="5m"))
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     empty = scene.node("g5.12xlarge", empty_for=timedelta(minutes=30))
     rig = Rig(scene)
     rig.service.run()  # the service notes it empty from now

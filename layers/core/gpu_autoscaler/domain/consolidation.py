@@ -21,7 +21,10 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
 
 1. Drifted nodes (see `drift`): replaced — their pods onto other nodes' free room plus at most one new
    node, whatever it costs.
-2. Empty nodes (no pods but DaemonSet and mirror pods) empty for the pool's `consolidateAfter`: removed.
+2. Empty nodes (no pods but DaemonSet and mirror pods) empty for `empty_wait` — the pool's `consolidateAfter`,
+   and at least `emptyKeepLeadTimes` of its lead time: removed. Replaying the Alibaba trace with Karpenter's
+   wait alone, a third of the nodes launched for arriving pods came within 10 minutes of the removal of an empty
+   node that would have held them.
 3. Pools with `consolidationPolicy: WhenEmptyOrUnderutilized`:
    - multi-node: the largest prefix (binary search, as Karpenter's) of the pool's candidates, emptiest
      first, whose pods fit on the other nodes plus at most one new node cheaper than all of them;
@@ -47,8 +50,8 @@ their way to them (a replacement, until the nodes it replaces are gone), nodes a
 on (it fits in their free room, our own disrupted taint aside: Karpenter's candidates and its validation leave
 out a node nominated for a pending pod — `pkg/controllers/disruption/validation.go`, `IsNodeNominated` — so a
 node proposed for removal is given back to the pod that arrived meanwhile rather than bought again), nodes not
-Ready or cordoned, and nodes that are not ours. Each pool's disruption budgets bound the nodes disrupted at once, per reason
-(`budgets`).
+Ready or cordoned, and nodes that are not ours. Each pool's disruption budgets bound the nodes disrupted at
+once, per reason (`budgets`).
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ __all__ = [
     "Rejection",
     "consolidate",
     "empty_since",
+    "empty_wait",
     "node_pods",
     "warm_held",
 ]
@@ -257,6 +261,11 @@ def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetim
     if pods:
         return None
     return previous if previous is not None and previous <= now else now
+
+
+def empty_wait(pool: NodePool) -> timedelta:
+    """How long a node of the pool must have been empty before it is removed."""
+    return max(pool.disruption.consolidate_after, pool.lead_time * pool.disruption.empty_keep_lead_times)
 
 
 def warm_held(claim: NodeClaim, now: datetime) -> bool:
@@ -698,10 +707,10 @@ class _Pass:
             if n.removed or n.locked or n.item.pods:
                 continue
             assert n.pool is not None
-            wait = n.pool.disruption.consolidate_after
+            wait = empty_wait(n.pool)
             since = n.item.empty_since
             if since is None or self.now - since < wait:
-                self.skip(n, f"empty: not yet for the pool's consolidateAfter {wait}")
+                self.skip(n, f"empty: not yet for {wait} (the pool's consolidateAfter, emptyKeepLeadTimes)")
                 continue
             if self.allowance(n.pool, "Empty") == 0:
                 self.skip(n, f"budget: pool {n.pool.name} allows no more Empty disruption now")

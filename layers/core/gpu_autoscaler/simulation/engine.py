@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.consolidation import ConsolidationNode, node_pods, warm_held
+from gpu_autoscaler.domain.consolidation import ConsolidationNode, empty_wait, node_pods, warm_held
 from gpu_autoscaler.domain.disruption_marks import awaiting_validation, disruption_until
 from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
@@ -490,7 +490,7 @@ class PolicyRun:
     def _node_empty(self, node: SimNode) -> None:
         """A node just became empty (or joined empty): look at it once its wait is over."""
         disruption = node.pool.disruption
-        due = max((node.empty_since or self.t) + disruption.consolidate_after.total_seconds(),
+        due = max((node.empty_since or self.t) + empty_wait(node.pool).total_seconds(),
                   node.created_at + disruption.min_node_age.total_seconds())
         self._consolidate_on(due, empty=True)
 
@@ -557,7 +557,7 @@ class PolicyRun:
                 continue
             if empty:
                 if node.pods or node.empty_since is None or \
-                        self.t - node.empty_since < disruption.consolidate_after.total_seconds() - 1e-9:
+                        self.t - node.empty_since < empty_wait(node.pool).total_seconds() - 1e-9:
                     continue
             elif not node.pods or disruption.consolidation_policy != "WhenEmptyOrUnderutilized":
                 continue
