@@ -46,8 +46,8 @@ Ready before the drain starts (the drain request names every one).
 Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"`, nodes holding warm
 capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
 `minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now, nodes with pods still on
-their way to them (a replacement, until the nodes it replaces are gone), nodes a pending pod would be scheduled
-on (it fits in their free room, our own disrupted taint aside: Karpenter's candidates and its validation leave
+their way to them (a replacement, until the nodes it replaces are gone), proposed nodes a pending pod would be
+scheduled on (it fits in their free room, our own disrupted taint aside: Karpenter's candidates and its validation leave
 out a node nominated for a pending pod — `pkg/controllers/disruption/validation.go`, `IsNodeNominated` — so a
 node proposed for removal is given back to the pod that arrived meanwhile rather than bought again), nodes not
 Ready or cordoned, and nodes that are not ours. Each pool's disruption budgets bound the nodes disrupted at
@@ -482,11 +482,14 @@ class _Pass:
 
     def _nominee(self, n: _Node) -> ClusterPod | None:
         """A pending pod kube-scheduler would bind to this node were our disrupted taint off it: it tolerates the
-        node's other taints, matches its labels and fits in its free room."""
-        if not self.pending or n.capacity is None:
-            return None
+        node's other taints, matches its labels and fits in its free room. Only a node carrying that taint (a
+        proposal's) is asked about: a pod still pending beside an untainted node it seems to fit is held back by
+        what is not looked at here (anti-affinity, topology spread, volumes), and must not keep the node forever."""
         node = n.item.node
-        taints = [t for t in node.taints if (t.key, t.effect) != (DRAIN_TAINT.key, DRAIN_TAINT.effect)]
+        ours = (DRAIN_TAINT.key, DRAIN_TAINT.effect)
+        if not self.pending or n.capacity is None or not any((t.key, t.effect) == ours for t in node.taints):
+            return None
+        taints = [t for t in node.taints if (t.key, t.effect) != ours]
         labels = node.labels
         free = n.free
         for pod in self.pending:
