@@ -50,7 +50,7 @@ def chaos_config(*, consolidate_after: str = "2s") -> Any:
     data: dict[str, Any] = example_config_data()
     for pool in data["nodePools"]:
         pool.setdefault("disruption", {}).update(
-            consolidateAfter=consolidate_after, minNodeAge="0s", budgets=[{"nodes": "100%"}])
+            consolidateAfter=consolidate_after, minNodeAge="0s", emptyKeepLeadTimes=0, budgets=[{"nodes": "100%"}])
     data["scalingWindows"] = []
     data["predictive"] = {**data.get("predictive", {}), "enabled": False}
     data.setdefault("timeouts", {}).update(garbageCollectionGrace=GC_GRACE, unavailableOfferingTtl=UNAVAILABLE_TTL)

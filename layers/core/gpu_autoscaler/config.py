@@ -276,6 +276,11 @@ class Disruption(_Model):
     """How long a node must have been empty before it is removed (and old, before it is consolidated)."""
     min_node_age: Duration = timedelta(minutes=10)
     """No voluntary disruption of a node younger than this: its pods may still be on their way to it."""
+    empty_keep_lead_times: float = Field(default=2.0, ge=0)
+    """An empty node stays at least this many of its pool's `leadTime` (and `consolidateAfter`) before it is
+    removed: removing it and buying it back for the next pod costs a boot billed idle plus that pod's wait, each
+    about a lead time, so keeping it that long costs at most what removing it too early would (the ski-rental
+    break-even). 0: `consolidateAfter` alone, as Karpenter does."""
     spot_to_spot: bool = False
     budgets: list[Budget] = Field(default_factory=lambda: [Budget(nodes="10%")])
     rebalance: Literal["ignore", "replace"] = "replace"

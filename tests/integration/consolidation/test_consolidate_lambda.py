@@ -55,7 +55,7 @@ def config(kube: LocalKubernetes) -> Config:
     for pool in data["nodePools"]:
         if pool["name"] == POOL:
             pool["disruption"] = {"consolidateAfter": "0s", "minNodeAge": "0s", "spotToSpot": True,
-                                  "budgets": [{"nodes": "100%"}]}
+                                  "emptyKeepLeadTimes": 0, "budgets": [{"nodes": "100%"}]}
     data["timeouts"] = {**data.get("timeouts", {}), "consolidationValidation": "0s"}  # validated on the next tick
     return parse_config(data)
 

@@ -6,12 +6,13 @@ from datetime import timedelta
 
 import pytest
 
-from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate
+from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate, empty_wait
+from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
-from tests.unit.consolidation.builders import NOW, Cluster, pool_config, wide_spot_catalog
+from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config, wide_spot_catalog
 from tests.unit.packing.builders import TYPES
 
 
@@ -27,7 +28,7 @@ def touched(result) -> set[str]:
 
 
 def test_an_empty_node_goes_once_empty_for_consolidate_after() -> None:
-    cluster = Cluster(pool_config(consolidateAfter="10m"))
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
     old = cluster.node(empty_for=timedelta(minutes=11))
     fresh = cluster.node(empty_for=timedelta(minutes=3))
     result = cluster.consolidate()
@@ -36,6 +37,20 @@ def test_an_empty_node_goes_once_empty_for_consolidate_after() -> None:
     assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
     assert decision.replacements == ()
     assert result.skipped[fresh].startswith("empty: not yet")
+
+
+def test_an_empty_node_stays_two_lead_times_by_default_however_short_consolidate_after() -> None:
+    """Removing an empty node and buying one back for the next pod costs a boot and that pod's wait: it is kept
+    for what that would cost (the pool's lead time twice) before it goes."""
+    disruption = {"consolidateAfter": "1m", "budgets": [{"nodes": "100%"}]}
+    config = make_config(make_pool(leadTime="5m", disruption=disruption))
+    cluster = Cluster(config)
+    kept = cluster.node(empty_for=timedelta(minutes=9))
+    gone = cluster.node(empty_for=timedelta(minutes=11))
+    result = cluster.consolidate()
+    assert [d.nodes for d in result.decisions] == [(gone,)]
+    assert result.skipped[kept].startswith("empty: not yet for 0:10:00")
+    assert empty_wait(config.node_pools[0]) == timedelta(minutes=10)
 
 
 # Underutilized: delete onto others' room, replace, several into one
@@ -358,3 +373,52 @@ def test_on_demand_to_spot_is_not_gated() -> None:
     cluster.pod(on_demand)
     [decision] = cluster.consolidate().decisions
     assert decision.replacements[0].capacity_type == "spot"
+
+
+# Pending pods: a proposed node one of them would be scheduled on is not a candidate (Karpenter's nomination)
+
+
+def _proposed(cluster: Cluster, node: str) -> None:
+    """The node as a proposal leaves it: our disrupted taint on it, so no pending pod can land there."""
+    i = next(i for i, n in enumerate(cluster.nodes) if n.name == node)
+    cluster.nodes[i] = cluster.nodes[i].model_copy(update={"taints": (*cluster.nodes[i].taints, DRAIN_TAINT)})
+
+
+def test_a_proposed_empty_node_a_pending_pod_fits_on_stays() -> None:
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
+    empty = cluster.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    _proposed(cluster, empty)
+    waiting = cluster.pod(None, gpus=2)
+    result = cluster.consolidate(pending=cluster.pods)
+    assert result.decisions == ()
+    assert result.skipped[empty] == f"nominated: pending pod {waiting.key} would be scheduled on it"
+
+
+def test_a_pending_pod_that_would_not_be_scheduled_there_keeps_no_node() -> None:
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
+    empty = cluster.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    _proposed(cluster, empty)
+    cluster.pod(None, gpus=8)  # more GPUs than it has
+    cluster.pod(None, gpus=1, tolerations=())  # does not tolerate its taint
+    cluster.pod(None, gpus=1, node_selector={"karpenter.sh/nodepool": "other"})
+    result = cluster.consolidate(pending=cluster.pods)
+    assert [d.nodes for d in result.decisions] == [(empty,)]
+
+
+def test_a_pod_pending_beside_an_untainted_node_it_seems_to_fit_keeps_nothing() -> None:
+    """kube-scheduler would have bound it there if it could: what holds it back is not looked at here."""
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
+    empty = cluster.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    cluster.pod(None, gpus=1)
+    assert [d.nodes for d in cluster.consolidate(pending=cluster.pods).decisions] == [(empty,)]
+
+
+def test_a_proposed_underused_node_a_pending_pod_fits_on_is_not_replaced() -> None:
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    cluster.pod(big, gpus=4, cpu="16", memory="64Gi")
+    assert [d.nodes for d in cluster.consolidate().decisions] == [(big,)]
+    _proposed(cluster, big)
+    cluster.pod(None, gpus=2)
+    result = cluster.consolidate(pending=cluster.pods)
+    assert result.decisions == () and result.skipped[big].startswith("nominated: ")

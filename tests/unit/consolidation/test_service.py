@@ -154,7 +154,7 @@ def test_a_node_being_consolidated_is_not_decided_on_again() -> None:
 
 
 def test_an_empty_node_is_removed_once_empty_for_consolidate_after() -> None:
-    scene = Cluster(pool_config(consolidateAfter="5m"))
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     empty = scene.node(empty_for=None)
     rig = Rig(scene)
     first = rig.service.run()
@@ -282,7 +282,7 @@ class _DyingDrains(_Drains):
 
 
 def test_a_tick_that_died_between_its_mark_and_its_drain_is_completed_by_the_next() -> None:
-    scene = Cluster(pool_config(consolidateAfter="5m"))
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     empty = scene.node(empty_for=None)
     rig = Rig(scene)
     rig.service.drains = dying = _DyingDrains(rig.journal)

@@ -92,3 +92,21 @@ def test_a_node_whose_gpus_are_not_advertised_is_not_a_candidate() -> None:
     scene.pod(big, gpus=4, cpu="16", memory="64Gi")
     outcome = Rig(scene).service.run()
     assert outcome.proposed == [] and outcome.result.skipped[big].startswith("not initialized: nvidia.com/gpu")
+
+
+def test_a_pod_that_arrives_while_a_proposal_waits_gets_the_node_back() -> None:
+    """Karpenter's validation drops a candidate nominated for a pending pod meanwhile: the node is the pod's, not
+    removed and bought again a minute later."""
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    empty = scene.node("g5.12xlarge", empty_for=timedelta(minutes=30))
+    rig = Rig(scene)
+    rig.service.run()  # the service notes it empty from now
+    rig.clock.advance(timedelta(minutes=6))
+    assert [d.nodes for d in rig.service.run().proposed] == [(empty,)]
+    assert _tainted(rig, empty)  # the arriving pod cannot land on it
+    rig.kube.add_pod(scene.pod(None, gpus=1))
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert outcome.acted == [] and [r.nodes for r in outcome.rejected] == [(empty,)]
+    assert outcome.rejected[0].reason.startswith(f"{empty}: nominated: pending pod")
+    assert not _tainted(rig, empty) and rig.journal.entries == []

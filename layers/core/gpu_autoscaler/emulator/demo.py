@@ -68,7 +68,7 @@ def demo_config(base: Config, now: datetime, *, warm_from: float = WARM_FROM_SEC
     for pool in data["nodePools"]:
         pool["leadTime"] = lead_text
         disruption = pool.setdefault("disruption", {})
-        disruption.update(consolidateAfter="2s", minNodeAge="0s", budgets=[{"nodes": "100%"}])
+        disruption.update(consolidateAfter="2s", minNodeAge="0s", emptyKeepLeadTimes=0, budgets=[{"nodes": "100%"}])
     pools = {p["name"] for p in data["nodePools"]}
     if WINDOW_POOL not in pools:
         raise ValueError(f"the demo warms pool '{WINDOW_POOL}', which the configuration does not have")

@@ -4,7 +4,8 @@
    collection of leaked instances and of claims whose instance is gone (`services.garbage_collection`), demand.
 2. Build the picture the pure decision needs (`domain.consolidation`): every Node with its claim (by
    providerID), the pods that would move, which of them a PodDisruptionBudget blocks now, how long an empty
-   node has been empty (the claim's `emptySince`, kept here), and the pods still on their way to it.
+   node has been empty (the claim's `emptySince`, kept here), and the pods still on their way to it; the pods
+   waiting for a node (a node one of them would be scheduled on stays).
 3. Decide, with the packer's solver over the current catalog: the proposals of earlier ticks due for
    validation are looked at again first (`domain.disruption_marks`), then new ones are looked for.
 4. Take the disrupted taint off nodes whose mark lapsed (a proposal no tick validated, a drain that gave up).
@@ -169,6 +170,7 @@ class ConsolidateService:
         result = consolidate(
             self.config, self.solver(), items, claims=claims, unavailable=self.store.unavailable_offerings(),
             quotas=self.quotas.vcpu_quotas() if self.quotas is not None else None,
+            pending=[p for p in pods if p.node_name is None],
         )
         outcome = ConsolidateOutcome(reconciled, result)
         current = {i.claim.id: i.claim for i in items if i.claim is not None}

@@ -14,7 +14,8 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
 - consolidation (`services.consolidate.ConsolidateService`, its reconcile step included: registrations, demand):
   an empty node on the first minute it falls due (consolidateAfter, minNodeAge), in a pass over its pool
   limited to empty nodes; the underutilized search (a packing pass per candidate) every
-  `underutilized_interval` when the cluster changed since the last one. A pass with no node it could weigh
+  `underutilized_interval` when the cluster changed since the last one, its proposals validated on the next
+  minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
   is not run — it would decide nothing. A node that joins is registered by the reconcile step on the next
   minute, as the consolidate function's schedule has it;
 - pre-warm (`services.prewarm.PrewarmService`, every 5 minutes, windows and forecast), its demand history
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.consolidation import ConsolidationNode, node_pods, warm_held
+from gpu_autoscaler.domain.consolidation import ConsolidationNode, empty_wait, node_pods, warm_held
 from gpu_autoscaler.domain.disruption_marks import awaiting_validation, disruption_until
 from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
@@ -84,7 +85,7 @@ __all__ = ["PolicyRun"]
 (_FINISH, _DELETE, _RECLAIM, _READY, _RECONCILE, _ARRIVE, _SCHEDULE, _DRAIN, _NOTICE, _LAUNCH, _PACK, _PREWARM,
  _CONSOLIDATE) = range(13)
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
-_RETRY_SOON = ("budget", "incoming")
+_RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
 
 
@@ -489,7 +490,7 @@ class PolicyRun:
     def _node_empty(self, node: SimNode) -> None:
         """A node just became empty (or joined empty): look at it once its wait is over."""
         disruption = node.pool.disruption
-        due = max((node.empty_since or self.t) + disruption.consolidate_after.total_seconds(),
+        due = max((node.empty_since or self.t) + empty_wait(node.pool).total_seconds(),
                   node.created_at + disruption.min_node_age.total_seconds())
         self._consolidate_on(due, empty=True)
 
@@ -507,22 +508,41 @@ class PolicyRun:
         if empty:
             pools = self._candidates(empty=True)
             if pools:
-                self._picture_pools = pools
-                outcome = self.consolidate_empty.run()
-                self.consolidations += len(outcome.acted)
-                if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
-                    self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
+                self._empty_pass(pools)
             return
-        if (self._dirty or self._validating) and self._candidates(empty=False):
+        if self._validating:
+            # The minute after a search: its proposals validated (and carried out or rejected) by the minute's
+            # pass, which looks for empty nodes only; the next search on its interval. A second search here
+            # would cost a packing pass per candidate again for what the next one finds as well.
+            self._validating = False
+            self._empty_pass(None)
+        elif self._dirty and self._candidates(empty=False):
             self._dirty = False
             self._picture_pools = None
             outcome = self.consolidate.run()
             self.consolidations += len(outcome.acted)
+            self._untainted(outcome.untainted)
             self._validating = bool(outcome.proposed)
             if outcome.proposed:  # validated on the next minute, as the consolidate schedule would
                 self._consolidate_on(self.t + self.settings.consolidation_interval, empty=False)
                 return
         self._consolidate_on(self.t + self.settings.underutilized_interval, empty=False)
+
+    def _empty_pass(self, pools: set[str] | None) -> None:
+        """The minute's pass limited to empty nodes, over `pools` (None: all): it validates the proposals due
+        whatever their reason, and proposes empty nodes."""
+        self._picture_pools = pools
+        outcome = self.consolidate_empty.run()
+        self.consolidations += len(outcome.acted)
+        if outcome.proposed or any(why.startswith(_RETRY_SOON) for why in outcome.result.skipped.values()):
+            self._consolidate_on(self.t + self.settings.consolidation_interval, empty=True)
+        self._untainted(outcome.untainted)
+
+    def _untainted(self, nodes: Sequence[str]) -> None:
+        """Nodes whose disrupted taint came off take pending pods at once: kube-scheduler retries its unschedulable
+        pods on a Node update."""
+        if nodes and self.pending:
+            self._want_schedule()
 
     def _candidates(self, *, empty: bool) -> set[str]:
         """The pools with a node the pass would weigh at all — empty for its pool's consolidateAfter, or (for the
@@ -537,7 +557,7 @@ class PolicyRun:
                 continue
             if empty:
                 if node.pods or node.empty_since is None or \
-                        self.t - node.empty_since < disruption.consolidate_after.total_seconds() - 1e-9:
+                        self.t - node.empty_since < empty_wait(node.pool).total_seconds() - 1e-9:
                     continue
             elif not node.pods or disruption.consolidation_policy != "WhenEmptyOrUnderutilized":
                 continue

@@ -8,14 +8,15 @@ differs is the configuration it runs with and the packing method:
   not prediction).
 - `karpenter-like`: Karpenter's scheduler — first-fit decreasing by CPU then memory, the cheapest type
   that fits each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod
-  takes whole GPUs), no scaling windows and no prediction.
+  takes whole GPUs), no scaling windows and no prediction; an empty node goes once `consolidateAfter` has
+  passed (`emptyKeepLeadTimes` 0: Karpenter has no such wait).
 - `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
   as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
   `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
 - `fixed-node-group`: a Cluster-Autoscaler node group: one instance type, On-Demand, first-fit packing, no
   sharing, no windows, no prediction, empty or underused nodes removed after 10 minutes (CA's
-  `scale-down-unneeded-time`). The type is given, or the cheapest per GPU among those that hold at least 99 %
-  of the trace's GPU pods (`choose_fixed_type`).
+  `scale-down-unneeded-time`; `emptyKeepLeadTimes` 0). The type is given, or the cheapest per GPU among
+  those that hold at least 99 % of the trace's GPU pods (`choose_fixed_type`).
 
 How a trace pod asks for a GPU depends on the configuration, as it would in a real cluster: a whole-GPU
 pod asks for `nvidia.com/gpu: n` and tolerates the taints of the pools without sharing; a fractional pod
@@ -100,8 +101,10 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
         return Policy(name, parse_config(data), pack, "the given configuration with predictive pre-warm off")
     if name in ("karpenter-like", "karpenter-overlay"):
         overlay = name == "karpenter-overlay"
-        if not overlay:
-            for pool in data["nodePools"]:
+        for pool in data["nodePools"]:
+            # Karpenter removes an empty node once consolidateAfter has passed.
+            pool.setdefault("disruption", {})["emptyKeepLeadTimes"] = 0
+            if not overlay:
                 pool["gpuSharing"] = {"mode": "none"}
         data["scalingWindows"] = []
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}
@@ -117,7 +120,8 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
             "name": FIXED_POOL,
             "capacityTypes": ["on-demand"],
             "requirements": [{"key": L.INSTANCE_TYPE, "operator": "In", "values": [chosen]}],
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10m"},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10m",
+                           "emptyKeepLeadTimes": 0},
         }]
         data["scalingWindows"] = []
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}

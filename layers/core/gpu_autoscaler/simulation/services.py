@@ -6,7 +6,8 @@ specialisations of the packer and prewarm services.
 - `PolicyPacker`: `PackerService` with the policy's `Solver` (its packing method), built once for the run.
 - `SimulatedPrewarm`: `PrewarmService` reading demand history from the store's dense series instead of its
   records — the same `Forecaster` on the same 5-minute buckets; decoding weeks of records on every tick would
-  cost more than everything else in the run.
+  cost more than everything else in the run; and computing the pools' lead times again only when the boot
+  samples they read changed (a tick every 5 minutes over months, a boot now and then).
 - `SimulatedConsolidate`: `ConsolidateService` whose picture of the cluster (each node with its claim, the
   pods that would move, since when it has been empty, the pods on their way) is the simulation's own, kept
   between ticks, rather than rebuilt from every node and pod each time; deciding and acting are the service's.
@@ -20,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.services.consolidate import ConsolidateService
 from gpu_autoscaler.services.packer import PackerService
 from gpu_autoscaler.services.prewarm import PrewarmService
+from gpu_autoscaler.simulation.store import SimulationStateStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
 
+    from gpu_autoscaler.domain.boot_times import LeadTime
     from gpu_autoscaler.domain.consolidation import ConsolidationNode
     from gpu_autoscaler.domain.forecast import DemandSeries
     from gpu_autoscaler.domain.packing.solver import Solver
@@ -62,6 +65,20 @@ class SimulatedPrewarm(PrewarmService):
     def __init__(self, series: Callable[[str], DemandSeries], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._series = series
+        self._leads: tuple[object, dict[str, LeadTime]] | None = None
+
+    def _lead_times(self, now: datetime) -> dict[str, LeadTime]:
+        """The service's, again only when a pool's samples in the history changed (a lead time depends on them
+        alone)."""
+        settings = self.config.measured_lead_time
+        store = self.store
+        if not settings.enabled or not isinstance(store, SimulationStateStore):
+            return super()._lead_times(now)
+        since = now - settings.history
+        key = tuple(store.boot_window(p.name, since) for p in self.config.node_pools)
+        if self._leads is None or self._leads[0] != key:
+            self._leads = (key, super()._lead_times(now))
+        return self._leads[1]
 
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
         """The engine's dense series for the pool, instead of table records."""

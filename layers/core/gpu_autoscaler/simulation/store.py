@@ -2,6 +2,9 @@
 
 - Claims not yet Terminated are indexed apart: a replay of weeks makes thousands of claims, and every
   packer, prewarm and consolidation pass lists the live ones (`MemoryStateStore` scans every claim for that).
+- Boot samples are kept per pool in launch order with their expiry in a heap, so the prewarm tick's read of a
+  pool's samples since an instant is a bisection, and `boot_window` names that read's content (what the
+  simulated prewarm caches lead times on) — the in-memory store sorts every sample on every read.
 - Demand history is a dense series per pool (`domain.forecast.DemandSeries`, one slot per 5-minute bucket,
   peak kept as the table keeps it) written by the same recorders — the packer and the reconcile step — so
   the forecast reads weeks of history as an array view instead of decoding a record per bucket on every tick.
@@ -11,6 +14,9 @@ Every other write goes through the in-memory store's conditional semantics uncha
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,8 +30,22 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.boot import BootSample
 
 __all__ = ["SimulationStateStore"]
+
+_BootKey = tuple["datetime", str]
+
+
+@dataclass
+class _Boots:
+    """One pool's boot samples: keys (launch instant, claim id) in order, expiry instants in a heap."""
+
+    keys: list[_BootKey] = field(default_factory=list)
+    samples: dict[_BootKey, BootSample] = field(default_factory=dict)
+    expiry: list[tuple[datetime, _BootKey]] = field(default_factory=list)
+    version: int = 0
+    """Bumped on every sample added or expired."""
 
 
 class SimulationStateStore(MemoryStateStore):
@@ -37,6 +57,7 @@ class SimulationStateStore(MemoryStateStore):
         self._series_start = bucket_start(history_from)
         self._buckets = max(1, buckets)
         self._series: dict[str, DemandSeries] = {}
+        self._boot_index: dict[str, _Boots] = {}
 
     # Claims
 
@@ -66,6 +87,40 @@ class SimulationStateStore(MemoryStateStore):
             self._open.pop(claim.id, None)
         else:
             self._open[claim.id] = claim
+
+    # Boot times
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        boots = self._boot_index.setdefault(sample.pool, _Boots())
+        key = (sample.launched_at, sample.claim_id)
+        if key in boots.samples:
+            return  # the first recorded stays, as the table keeps it
+        boots.samples[key] = sample
+        insort(boots.keys, key)
+        heapq.heappush(boots.expiry, (self.clock.now() + ttl, key))
+        boots.version += 1
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        """What the in-memory store returns: the unexpired samples launched at or after `since`, oldest first."""
+        boots, start = self._boots_since(pool, since)
+        return [boots.samples[k] for k in boots.keys[start:]] if boots is not None else []
+
+    def boot_window(self, pool: str, since: datetime) -> tuple[int, int]:
+        """A key equal for two reads of `boot_times(pool, since)` only if they return the same samples."""
+        boots, start = self._boots_since(pool, since)
+        return (boots.version, start) if boots is not None else (0, 0)
+
+    def _boots_since(self, pool: str, since: datetime) -> tuple[_Boots | None, int]:
+        boots = self._boot_index.get(pool)
+        if boots is None:
+            return None, 0
+        now = self.clock.now()
+        while boots.expiry and boots.expiry[0][0] <= now:
+            _, key = heapq.heappop(boots.expiry)
+            del boots.samples[key]
+            del boots.keys[bisect_left(boots.keys, key)]
+            boots.version += 1
+        return boots, bisect_left(boots.keys, (since, ""))
 
     # Demand history
 
