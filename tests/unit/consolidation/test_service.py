@@ -309,7 +309,7 @@ def test_a_tick_while_the_kubernetes_api_is_down_is_skipped_with_its_reason_and_
     rather than failing into the scheduler's dead-letter queue once a minute for as long as the API is down."""
     from gpu_autoscaler.errors import KubernetesApiError
 
-    scene = Cluster(pool_config(consolidateAfter="5m"))
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     scene.node(empty_for=None)
     rig = Rig(scene)
     rig.kube.fail_next("list_pods", KubernetesApiError("list: HTTP 503 the server is currently unable", 503))
