@@ -313,7 +313,7 @@ def test_a_tick_while_the_kubernetes_api_is_down_is_skipped_with_its_reason_and_
     scene.node(empty_for=None)
     rig = Rig(scene)
     rig.kube.fail_next("list_pods", KubernetesApiError("list: HTTP 503 the server is currently unable", 503))
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("WARNING", logger="gpu_autoscaler.services.consolidate"):
         skipped = rig.service.run()
     assert skipped.api_failure is not None and "HTTP 503" in skipped.api_failure
     assert skipped.summary()["apiFailure"] == skipped.api_failure
