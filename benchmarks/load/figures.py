@@ -11,13 +11,14 @@ API → all bound, the whole emulator running (`benchmarks.load.pods_bound`).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
 import time
 import warnings
 
-from gpu_autoscaler.config import load_config
+from gpu_autoscaler.config import Config, load_config
 from gpu_autoscaler.wiring import consumer
 from infra.layer import ROOT
 
@@ -29,18 +30,33 @@ def _load() -> str:
     return f"load average {one:.2f} (5 min {five:.2f}) on {os.cpu_count()} CPUs"
 
 
+def _unlimited(config: Config) -> Config:
+    """The example configuration with its pools' limits lifted: the backlog is placed, not cut at 256 GPUs."""
+    data = json.loads(config.to_json())
+    for pool in data["nodePools"]:
+        pool.pop("limits", None)
+    return Config.model_validate(data)
+
+
 def _packer(args: argparse.Namespace) -> int:
     from benchmarks.load.packer_queue import run
 
-    config = load_config(ROOT / "cdk.json")
+    config = _unlimited(load_config(ROOT / "cdk.json"))
     print(f"packer: {args.pods} pods, {args.per_document} per document, batch size "
           f"{consumer('pending-pods').batch_size}; {_load()}", flush=True)
     result = run(config, pods=args.pods, per_document=args.per_document, profile=args.profile)
     ms = sorted(result.batch_ms) or [0.0]
     print(f"  {result.pods} pods in {result.messages} documents, {result.batches} batches: {result.seconds:.1f} s "
           f"→ {result.pods / result.seconds:.0f} pods/s, {result.messages / result.seconds:.1f} documents/s")
+    print(f"  CPU {result.cpu_seconds:.1f} s (this process: packer, moto, Kubernetes API) → "
+          f"{result.pods / result.cpu_seconds:.0f} pods per CPU-second, "
+          f"{1000 * result.cpu_seconds / result.messages:.0f} CPU-ms per document")
     print(f"  batch ms: median {statistics.median(ms):.0f}, p95 {ms[int(0.95 * (len(ms) - 1))]:.0f}, "
           f"first {result.batch_ms[0] if result.batch_ms else 0:.0f}, last {ms and result.batch_ms[-1]:.0f}")
+    tenth = max(1, len(result.batch_ms) // 10)
+    print("  batch ms by tenth of the backlog (growth = work per document growing with the claims kept): "
+          + " ".join(f"{statistics.mean(result.batch_ms[i:i + tenth]):.0f}"
+                     for i in range(0, len(result.batch_ms), tenth)))
     print(f"  claims {result.claims}, launch requests {result.launch_requests}, records failed "
           f"{result.failed_records}, whole-batch errors {dict(result.errors) or 0}, dead letters "
           f"{result.dead_letters}; {_load()}")
