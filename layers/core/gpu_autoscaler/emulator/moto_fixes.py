@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 __all__ = ["apply"]
@@ -25,6 +26,7 @@ def apply() -> None:
     _event_account()
     _quiet_unknown_services()
     _answer_what_moto_lacks()
+    _one_dynamodb_request_at_a_time()
     _applied = True
 
 
@@ -65,6 +67,24 @@ def _quiet_unknown_services() -> None:
         return original(self, host)
 
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
+
+
+def _one_dynamodb_request_at_a_time() -> None:
+    """DynamoDB applies each request atomically, whatever else is going on; moto's server answers requests from
+    several threads over shared tables, and its TransactWriteItems deep-copies a table (to roll back) while
+    another thread writes it: the copy fails and the client gets HTTP 500 ("dictionary changed size during
+    iteration"), an error DynamoDB does not give. The functions run side by side in the emulator, so its DynamoDB
+    requests are handed to moto one at a time (each is short: other services are not held up)."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.call_action
+    lock = threading.Lock()
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
 def _answer_what_moto_lacks() -> None:
