@@ -11,14 +11,14 @@ API → all bound, the whole emulator running (`benchmarks.load.pods_bound`).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
 import time
 import warnings
 
-from gpu_autoscaler.config import Config, load_config
+from benchmarks.load import unlimited
+from gpu_autoscaler.config import load_config
 from gpu_autoscaler.wiring import consumer
 from infra.layer import ROOT
 
@@ -30,18 +30,10 @@ def _load() -> str:
     return f"load average {one:.2f} (5 min {five:.2f}) on {os.cpu_count()} CPUs"
 
 
-def _unlimited(config: Config) -> Config:
-    """The example configuration with its pools' limits lifted: the backlog is placed, not cut at 256 GPUs."""
-    data = json.loads(config.to_json())
-    for pool in data["nodePools"]:
-        pool.pop("limits", None)
-    return Config.model_validate(data)
-
-
 def _packer(args: argparse.Namespace) -> int:
     from benchmarks.load.packer_queue import run
 
-    config = _unlimited(load_config(ROOT / "cdk.json"))
+    config = unlimited(load_config(ROOT / "cdk.json"))
     print(f"packer: {args.pods} pods, {args.per_document} per document, batch size "
           f"{consumer('pending-pods').batch_size}; {_load()}", flush=True)
     result = run(config, pods=args.pods, per_document=args.per_document, profile=args.profile)
