@@ -92,7 +92,7 @@ def _timing_calls(calls: dict[str, list[float]]) -> Iterator[None]:
     import botocore.client
     from kubernetes.client import api_client
 
-    original_aws, original_kube = botocore.client.BaseClient._make_api_call, api_client.ApiClient.call_api
+    original_aws, original_kube = botocore.client.BaseClient._make_api_call, api_client.ApiClient.call_api  # type: ignore[attr-defined]
 
     def timed(name: str, proceed: Any) -> Any:
         began = time.perf_counter()
@@ -112,7 +112,7 @@ def _timing_calls(calls: dict[str, list[float]]) -> Iterator[None]:
                      lambda: original_kube(api, resource, method, *args, **kwargs))
 
     botocore.client.BaseClient._make_api_call = aws  # type: ignore[attr-defined]
-    api_client.ApiClient.call_api = kube  # type: ignore[method-assign]
+    api_client.ApiClient.call_api = kube  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
