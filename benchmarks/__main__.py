@@ -27,6 +27,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "itn-cordon": ("benchmarks.deploy.interruption_path",
                    "Spot warning on the emulator's bus → node cordoned, the interruption function cold-started"),
 
+    "load": ("benchmarks.load.figures",
+             "packer pods/s through its FIFO queue (batch 10, 10,000-pod backlog); 1,000 pods created → all bound"),
     "chaos": ("benchmarks.chaos.figures",
               "fault injection on the running emulator (crashes, duplicates, write conflicts, throttling): times, "
               "invariants"),

@@ -22,13 +22,12 @@ from kubernetes import client as k8s
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.session import EmulatorSession
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.wiring import FUNCTION_WIRING
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["NAMESPACE", "SPEED", "ChaosRig", "chaos_config", "gpu_pod", "running_rig"]
+__all__ = ["INTERRUPTION_VISIBILITY", "NAMESPACE", "SPEED", "ChaosRig", "chaos_config", "gpu_pod", "running_rig"]
 
 NAMESPACE = "chaos"
 SPEED = 30.0
@@ -37,6 +36,12 @@ VISIBILITY_TIMEOUT = 10
 """Seconds before a failed message is delivered again (the stack's are minutes). Not less: on a loaded machine an
 invocation can take seconds, and a message visible again while still being handled is received again, counting
 towards the DLQ's maxReceiveCount as it would in SQS."""
+INTERRUPTION_TIMEOUT = 10
+"""The interruption function's timeout here (the stack's: 60 s). A notice whose invocation died keeps its
+idempotency record in progress until the timeout runs out, so its redelivery must come later: the queue's
+visibility is the timeout plus 5 s (`INTERRUPTION_VISIBILITY`), keeping the stack's order (visibility >
+timeout; there 6 ×) while the retry comes after 15 s instead of 65 s."""
+INTERRUPTION_VISIBILITY = INTERRUPTION_TIMEOUT + 5
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
 UNAVAILABLE_TTL = "15s"
@@ -188,12 +193,13 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0)
         with log_path.open("w", buffering=1) as stream, EmulatorSession(
             config or chaos_config(), speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
+            function_timeouts={"interruption": INTERRUPTION_TIMEOUT},
         ) as session:
             rig = ChaosRig(session, log_path)
             # A dead invocation's idempotency record stays in progress until its timeout: the notice's redelivery
             # must come later, as the stack's visibility (6 × the timeout) does, or it is dead-lettered early.
             rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("interruption"), Attributes={
-                "VisibilityTimeout": str(FUNCTION_WIRING["interruption"].timeout_seconds + 5)})
+                "VisibilityTimeout": str(INTERRUPTION_VISIBILITY)})
             rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
             yield rig
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tests.chaos.faults import CrashAt, CrashPlan
 from tests.chaos.invariants import Report, wait_for_invariants
-from tests.chaos.rig import gpu_pod
+from tests.chaos.rig import INTERRUPTION_VISIBILITY, gpu_pod
 
 if TYPE_CHECKING:
     from tests.chaos.rig import ChaosRig
@@ -51,7 +51,7 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
         began = time.monotonic()
         rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         rig.wait(lambda: any(i["InstanceId"] == victim for i in rig.instances("terminated", "shutting-down")),
-                 STEP_TIMEOUT + 70, f"{victim} to be drained and terminated")  # a notice's retry: 65 s
+                 STEP_TIMEOUT + INTERRUPTION_VISIBILITY, f"{victim} to be drained and terminated")  # + a retry
         rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound again")
         result.seconds["replaced"] = time.monotonic() - began
         _settle(rig, result)

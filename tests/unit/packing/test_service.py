@@ -200,3 +200,19 @@ def test_pods_still_pending_on_a_registered_node_are_planned_again_after_the_gra
     again = h.service.handle(h.document([pod]), source="m3")
     assert len(again.created) == 1 and again.created[0] != claim.id
     assert h.store.assignments([pod.uid]) == {pod.uid: again.created[0]}
+
+
+def test_one_document_reads_the_clusters_claims_and_its_pods_assignments_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read returns every claim kept (live ones and, for weeks, terminated ones): a backlog of documents
+    pays it per document, so it is paid once, not once to release displaced pods and again to plan."""
+    h.service.handle(h.document([make_pod(cpu="2", memory="8Gi") for _ in range(3)]), source="m-1")
+    reads: list[str] = []
+    for name in ("list_claims", "assignments"):
+        original = getattr(h.store, name)
+        monkeypatch.setattr(h.store, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
+
+    h.service.handle(h.document([make_pod(cpu="2", memory="8Gi") for _ in range(3)]), source="m-2")
+
+    assert sorted(reads) == ["assignments", "list_claims"]

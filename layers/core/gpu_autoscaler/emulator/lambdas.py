@@ -40,7 +40,7 @@ from gpu_autoscaler.naming import FUNCTIONS
 from gpu_autoscaler.wiring import FUNCTION_WIRING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from gpu_autoscaler.emulator.aws import EmbeddedAws
@@ -118,6 +118,11 @@ class LambdaHost:
     log_stream: TextIO | None = None
     """Where the handlers' own output goes; None: discarded."""
     listeners: list[Callable[[Invocation], None]] = field(default_factory=list)
+    timeouts: Mapping[str, int] = field(default_factory=dict)
+    """Seconds, per function, in place of the stack's (`gpu_autoscaler.wiring`): a rig that shortens a queue's
+    visibility shortens its function's timeout with it, so the stack's relation (visibility > timeout) holds
+    and what counts down from the timeout (Powertools idempotency's in-progress expiry) ends before the
+    redelivery."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _load_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _pools: dict[str, _Pool] = field(default_factory=dict, init=False, repr=False)
@@ -160,7 +165,7 @@ class LambdaHost:
             wiring = FUNCTION_WIRING[function]
             context = local_context(
                 env.variables.get("AWS_LAMBDA_FUNCTION_NAME", function), region=self.aws.config.region,
-                timeout_seconds=float(wiring.timeout_seconds), memory_mb=wiring.memory_mb,
+                timeout_seconds=float(self.timeouts.get(function, wiring.timeout_seconds)), memory_mb=wiring.memory_mb,
             )
             with scope(env.variables, self._stream()):
                 response = env.handler(event, context)

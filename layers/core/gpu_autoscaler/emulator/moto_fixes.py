@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 __all__ = ["apply"]
@@ -105,8 +106,6 @@ def _serialize_dynamodb() -> None:
     changed size during iteration" (HTTP 500, a retry storm in the functions' clients). The embedded server
     serves each request on its own thread, so DynamoDB requests are taken one at a time here.
     """
-    import threading
-
     from moto.dynamodb.responses import DynamoHandler
 
     lock = threading.Lock()

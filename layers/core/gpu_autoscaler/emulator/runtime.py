@@ -32,7 +32,7 @@ from gpu_autoscaler.lambda_context import DEFAULT_ACCOUNT
 from gpu_autoscaler.wiring import QUEUES, consumer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import TextIO
 
@@ -65,14 +65,17 @@ class PipelineRuntime:
         functions_dir: Path | None = None,
         log_stream: TextIO | None = None,
         poll_wait_seconds: int = 2,
+        function_timeouts: Mapping[str, int] | None = None,
     ) -> None:
         """`nodes` boots instances into Nodes (None: no Kubernetes side) after `boot_delay` seconds of emulated
-        time (divided by `speed`); `log_stream` takes the handlers' output."""
+        time (divided by `speed`); `log_stream` takes the handlers' output; `function_timeouts` replaces the
+        stack's timeout of some functions (`LambdaHost.timeouts`)."""
         if speed <= 0:
             raise ValueError(f"speed must be positive, got {speed}")
         self.aws = aws
         self.speed = speed
-        self.host = LambdaHost(aws, functions_dir=functions_dir, log_stream=log_stream)
+        self.host = LambdaHost(aws, functions_dir=functions_dir, log_stream=log_stream,
+                               timeouts=dict(function_timeouts or {}))
         sqs = aws.clients.client("sqs")
         self._sqs = sqs
         self.pollers = {

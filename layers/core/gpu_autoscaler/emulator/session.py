@@ -23,6 +23,7 @@ from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKuberne
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
     from types import TracebackType
     from typing import TextIO
@@ -52,10 +53,12 @@ class EmulatorSession:
         agent_resync_seconds: float = 60.0,
         functions_dir: Path | None = None,
         poll_wait_seconds: int = 2,
+        function_timeouts: Mapping[str, int] | None = None,
     ) -> None:
         """`boot_delay`: seconds of emulated time from launch to a Ready node (divided by `speed`).
-        `visibility_timeout` overrides the queues' (a quicker retry of failed messages); `state_dir` holds
-        the kubeconfig (a temporary directory when None)."""
+        `visibility_timeout` overrides the queues' (a quicker retry of failed messages), `function_timeouts`
+        some functions' timeouts (keep each below its queue's visibility); `state_dir` holds the kubeconfig
+        (a temporary directory when None)."""
         self.speed = speed
         self.kube = LocalKubernetes(port=kube_port, cluster_name=config.cluster_name, kubeconfig_dir=state_dir,
                                     device_plugin_delay=timedelta(seconds=DEVICE_PLUGIN_DELAY_SECONDS / speed))
@@ -72,6 +75,7 @@ class EmulatorSession:
         self._agent_resync = agent_resync_seconds
         self._functions_dir = functions_dir
         self._poll_wait = poll_wait_seconds
+        self._function_timeouts = dict(function_timeouts or {})
         self.runtime: PipelineRuntime | None = None
         self.catalog: Catalog | None = None
         """Instance types and prices, for reports."""
@@ -96,7 +100,7 @@ class EmulatorSession:
             self.runtime = PipelineRuntime(
                 self.aws, nodes=KubeletNodeSide(self.kube, self.aws.clients.client("ec2")), speed=self.speed,
                 boot_delay=self._boot_delay, functions_dir=self._functions_dir, log_stream=self._log_stream,
-                poll_wait_seconds=self._poll_wait,
+                poll_wait_seconds=self._poll_wait, function_timeouts=self._function_timeouts,
             ).start()
             if self._with_agent:
                 self.agent = self._start_agent()

@@ -152,6 +152,13 @@ class PackerService:
         """The decision alone, from the store's current state: (plan, live claims it was made against).
         `keep_held`: the room held on claims in flight for evicted pods' successors counts as taken (the
         replacements of a doomed node's pods are planned: they must not take it)."""
+        live, covered = self._read(document, keep_held=keep_held)
+        return self._plan(document, source, live, covered), live
+
+    def _read(self, document: PendingPodsDocument, *, keep_held: bool = False,
+              ) -> tuple[list[NodeClaim], dict[str, str]]:
+        """The live claims and the document's pods' assignments: read once per document, since every read of
+        the claims returns all the cluster keeps (the cost a backlog of documents pays per document)."""
         if document.cluster != self.config.cluster_name:
             raise WrongCluster(
                 f"document for cluster '{document.cluster}' reached the packer of '{self.config.cluster_name}'"
@@ -160,11 +167,16 @@ class PackerService:
         if keep_held:
             live = [_holding(c) for c in live]
         covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}
+        return live, covered
+
+    def _plan(self, document: PendingPodsDocument, source: str, live: list[NodeClaim],
+              covered: dict[str, str]) -> Plan:
+        covered = dict(covered)
         for uid in self._displaced(live, covered):
             del covered[uid]
         covered.update(_listed_on_claims_in_flight(live, document.pods, covered))
         quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
-        plan = self.solver().solve(
+        return self.solver().solve(
             document.pods,
             claims=live,
             covered=covered,
@@ -172,7 +184,6 @@ class PackerService:
             source=source,
             quotas=quotas,
         )
-        return plan, live
 
     def _displaced(self, live: Iterable[NodeClaim], covered: Mapping[str, str]) -> list[str]:
         """Covered pods whose claim's node has been up for longer than the scheduling grace and who are still
@@ -187,14 +198,12 @@ class PackerService:
     def handle(self, document: PendingPodsDocument, source: str = "", *, keep_held: bool = False) -> PackOutcome:
         """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims;
         `keep_held` as for `plan` (the interruption function's replacements)."""
-        displaced = self._displaced(
-            self.store.list_claims([ClaimState.REGISTERED]),
-            self.store.assignments([p.uid for p in document.pods]) if document.pods else {},
-        )
+        live, covered = self._read(document, keep_held=keep_held)
+        displaced = self._displaced(live, covered)
         if displaced:
             logger.info("%d pod(s) still pending on registered nodes: planned again", len(displaced))
             self.store.release_pods(displaced)  # so the claims planned for them can take their assignment
-        plan, live = self.plan(document, source, keep_held=keep_held)
+        plan = self._plan(document, source, live, covered)
         pods = {p.uid: p for p in document.pods}
         by_id = {c.id: c for c in live}
         ttl = self.config.timeouts.pod_assignment_ttl

@@ -1,0 +1,73 @@
+"""1,000 GPU pods created in the local Kubernetes API → all bound, the whole emulator running.
+
+The chaos suite's emulator (`tests.chaos.rig`): the agent watching the API and sending pending-pods documents,
+the pollers driving packer and fleet, EC2 (moto behind the strict layer) launching, simulated kubelets joining
+nodes 1.5 s after launch (45 s compressed 30×, so the figure is the pipeline's own work, not a boot), the
+device plugin advertising GPUs, the scheduler binding. Consolidation is held off (`consolidateAfter` 1 h) so
+nothing moves pods while they arrive, and the pools' limits are lifted (the example's 256 GPUs would leave
+744 pods unschedulable, with a reason). Printed: seconds to the first, half, 90 % and all pods bound, and what
+it took (documents, packer batches, instances).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from benchmarks.load import unlimited
+from tests.chaos.rig import chaos_config, gpu_pod, running_rig
+
+__all__ = ["BoundRun", "run"]
+
+
+@dataclass
+class BoundRun:
+    pods: int
+    created_seconds: float = 0.0
+    marks: dict[str, float] = field(default_factory=dict)
+    """`first`, `50 %`, `90 %`, `all` → seconds from the first create."""
+    bound: int = 0
+    instances: int = 0
+    documents: int = 0
+    packer_batches: int = 0
+    packer_seconds: float = 0.0
+    fleet_invocations: int = 0
+    dead_letters: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.bound == self.pods and not self.dead_letters
+
+    def summary(self) -> str:
+        marks = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.marks.items())
+        return (f"{self.bound}/{self.pods} bound ({marks}); created in {self.created_seconds:.1f} s; "
+                f"{self.documents} documents, {self.packer_batches} packer batches ({self.packer_seconds:.1f} s "
+                f"in the packer), {self.fleet_invocations} fleet invocations, {self.instances} instances, "
+                f"{self.dead_letters} dead letters")
+
+
+def run(pods: int = 1000, timeout: float = 900.0) -> BoundRun:
+    result = BoundRun(pods)
+    with running_rig(unlimited(chaos_config(consolidate_after="1h"))) as rig:
+        began = time.monotonic()
+        rig.create_pods([gpu_pod(f"load-{i}") for i in range(pods)])
+        result.created_seconds = time.monotonic() - began
+        thresholds = {"first": 1, "50 %": pods // 2, "90 %": pods * 9 // 10, "all": pods}
+        while time.monotonic() - began < timeout:
+            bound = sum(1 for p in rig.pods() if p.spec.node_name)
+            for name, needed in thresholds.items():
+                if bound >= needed and name not in result.marks:
+                    result.marks[name] = time.monotonic() - began
+            result.bound = bound
+            if bound == pods:
+                break
+            time.sleep(1.0)
+        invocations = rig.pipeline.host.history
+        packer = [i for i in invocations if i.function == "packer"]
+        result.packer_batches = len(packer)
+        result.documents = sum(i.records for i in packer)
+        result.packer_seconds = sum(i.duration_ms for i in packer) / 1000
+        result.fleet_invocations = sum(1 for i in invocations if i.function == "fleet")
+        result.instances = len(rig.instances("pending", "running"))
+        result.dead_letters = len(rig.pipeline.dead_letters())
+    return result
