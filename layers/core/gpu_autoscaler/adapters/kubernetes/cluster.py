@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gpu_autoscaler.adapters.kubernetes.rest import STRATEGIC_MERGE_PATCH, KubernetesHttpError, KubernetesRest, path
+from gpu_autoscaler.adapters.kubernetes.rest import (
+    STRATEGIC_MERGE_PATCH,
+    KubernetesHttpError,
+    KubernetesRest,
+    parse_time,
+    path,
+)
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
 from gpu_autoscaler.models.cluster import (
@@ -243,15 +249,6 @@ def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return identity(a) == identity(b)
 
 
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _resources(quantities: Mapping[str, Any] | None, what: str) -> Resources:
     try:
         return Resources.from_quantities(quantities or {})
@@ -275,8 +272,8 @@ def node_from_json(node: Mapping[str, Any]) -> ClusterNode:
         allocatable=_resources(status.get("allocatable"), f"allocatable of node {metadata['name']}"),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready is not None,
-        created_at=_time(metadata.get("creationTimestamp")),
-        ready_since=_time(ready.get("lastTransitionTime")) if ready is not None else None,
+        created_at=parse_time(metadata.get("creationTimestamp")),
+        ready_since=parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
         annotations=dict(metadata.get("annotations") or {}),
     )
 
@@ -315,10 +312,10 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
         "mirror": MIRROR_ANNOTATION in annotations,
         "phase": (pod.get("status") or {}).get("phase") or "Pending",
         "priority": int(spec.get("priority") or 0),
-        "created_at": _time(metadata.get("creationTimestamp")),
+        "created_at": parse_time(metadata.get("creationTimestamp")),
         "priority_class_name": spec.get("priorityClassName") or None,
-        "started_at": _time((pod.get("status") or {}).get("startTime")),
-        "deletion_timestamp": _time(metadata.get("deletionTimestamp")),
+        "started_at": parse_time((pod.get("status") or {}).get("startTime")),
+        "deletion_timestamp": parse_time(metadata.get("deletionTimestamp")),
         "termination_grace_period_seconds": _grace_seconds(spec.get("terminationGracePeriodSeconds")),
         "volume_claims": tuple(v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes") or ()
                                if (v.get("persistentVolumeClaim") or {}).get("claimName")),

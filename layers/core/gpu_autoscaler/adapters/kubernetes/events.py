@@ -16,7 +16,13 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.adapters.kubernetes.rest import STRATEGIC_MERGE_PATCH, KubernetesHttpError, KubernetesRest, path
+from gpu_autoscaler.adapters.kubernetes.rest import (
+    STRATEGIC_MERGE_PATCH,
+    KubernetesHttpError,
+    KubernetesRest,
+    parse_time,
+    path,
+)
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.errors import KubernetesApiError
 
@@ -44,16 +50,6 @@ def event_name(event: PodEvent) -> str:
 
 def _timestamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_timestamp(text: str | None) -> datetime | None:
-    """An Event's `lastTimestamp` (RFC 3339, seconds, UTC); None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class KubernetesEventRecorder:
@@ -106,7 +102,7 @@ class KubernetesEventRecorder:
             if error.status != _CONFLICT:
                 raise
         existing = api.get(path(*events, name))
-        last = _parse_timestamp(existing.get("lastTimestamp"))
+        last = parse_time(existing.get("lastTimestamp"))
         if last is not None and now - last < self.min_interval:
             return 0
         patch = {"count": int(existing.get("count") or 1) + 1, "lastTimestamp": _timestamp(now)}

@@ -29,6 +29,7 @@ import binascii
 import email.utils
 import json
 import ssl
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -38,7 +39,6 @@ from gpu_autoscaler.errors import KubernetesApiError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from datetime import datetime
     from types import TracebackType
 
 __all__ = [
@@ -216,6 +216,17 @@ def _date(header: str | None) -> datetime | None:
     try:
         return email.utils.parsedate_to_datetime(header)
     except (TypeError, ValueError):
+        return None
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An object's timestamp as the API writes it (metav1.Time: RFC 3339 to the second, UTC); None when absent
+    or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
         return None
 
 
