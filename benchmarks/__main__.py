@@ -30,8 +30,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "load": ("benchmarks.load.figures",
              "packer pods/s through its FIFO queue (batch 10, 10,000-pod backlog); 1,000 pods created → all bound"),
     "chaos": ("benchmarks.chaos.figures",
-              "fault injection on the running emulator (crashes, duplicates, write conflicts, throttling): times, "
-              "invariants"),
+              "fault injection on the running emulator (throttling, capacity storms, crashes, duplicates, write "
+              "conflicts, Spot warning storms, API outage, clock skew): times, invariants"),
 }
 
 
