@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
+from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
@@ -13,20 +13,6 @@ from gpu_autoscaler.domain.pod_events import DISRUPTING
 from gpu_autoscaler.services.drain import DrainService
 from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
 from tests.unit.drain.fakes import RecordingFleet
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from gpu_autoscaler.domain.pod_events import PodEvent
-
-
-class RecordingEvents:
-    def __init__(self) -> None:
-        self.posted: list[PodEvent] = []
-
-    def record(self, events: Sequence[PodEvent]) -> int:
-        self.posted += events
-        return len(events)
 
 
 def test_each_evicted_pod_hears_the_drain_reason() -> None:
@@ -37,7 +23,7 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
                                             make_pod("ds-0", owner_kind="DaemonSet")])
     service = DrainService("ml-prod", store, cluster, RecordingFleet(store), MemoryDrainQueue(clock), clock=clock,
                            sleep=lambda seconds: clock.advance(timedelta(seconds=seconds)))
-    service.events = events = RecordingEvents()
+    service.events = events = MemoryEventRecorder()
     request = make_request()
     service.drain(request, timedelta(seconds=60))
     # Every evicted pod hears why, the DaemonSet's too: Karpenter's order evicts it last, once the others are gone.

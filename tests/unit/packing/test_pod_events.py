@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.pod_events import LAUNCHED, PLANNED, REGISTERED, UNSCHEDULABLE, PodEvent
+from gpu_autoscaler.domain.pod_events import LAUNCHED, PLANNED, REGISTERED, UNSCHEDULABLE
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.services.packer import PackerService
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pod, make_pool
 from tests.unit.packing.fakes import FakeStateStore, RecordingLaunchQueue
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-
-class RecordingEvents:
-    def __init__(self) -> None:
-        self.posted: list[PodEvent] = []
-
-    def record(self, events: Sequence[PodEvent]) -> int:
-        self.posted += events
-        return len(events)
 
 
 def _document(pods: list[PendingPod]) -> PendingPodsDocument:
@@ -32,7 +19,7 @@ def _document(pods: list[PendingPod]) -> PendingPodsDocument:
 
 def test_each_pod_hears_of_its_claim_as_it_is_planned_launched_and_registered() -> None:
     clock = FixedClock(NOW)
-    store, events = FakeStateStore(clock), RecordingEvents()
+    store, events = FakeStateStore(clock), MemoryEventRecorder()
     service = PackerService(make_config(make_pool()), store, make_catalog(), RecordingLaunchQueue(), clock=clock,
                             events=events)
     pod, too_big = make_pod(), make_pod(gpus=64, cpu="20", memory="64Gi")
