@@ -43,9 +43,16 @@ processor.raise_on_entire_batch_failure = False  # report every record failed ra
 
 
 @functools.cache
+def clients() -> AwsClients:
+    """One set of boto3 clients for the service and the dead-letter sender: SQS's model loads once."""
+    settings = load_settings()
+    return AwsClients(settings.region, settings.endpoint_url)
+
+
+@functools.cache
 def service() -> PackerService:
     """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
-    return aws_packer_service(load_settings())
+    return aws_packer_service(load_settings(), clients=clients())
 
 
 @functools.cache
@@ -53,8 +60,7 @@ def dead_letters() -> SqsDeadLetters | None:
     settings = load_settings()
     if not settings.pending_pods_dlq_url:
         return None
-    sqs = AwsClients(settings.region, settings.endpoint_url).client("sqs")
-    return SqsDeadLetters(sqs, settings.pending_pods_dlq_url)
+    return SqsDeadLetters(clients().client("sqs"), settings.pending_pods_dlq_url)
 
 
 @tracer.capture_method

@@ -51,6 +51,7 @@ from gpu_autoscaler.services.demand import pool_gpus, record_demand, shape_gpus
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.packing.results import Plan
@@ -427,8 +428,10 @@ def _group(owners: Mapping[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None) -> PackerService:
-    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
+def aws_packer_service(settings: FunctionSettings, clock: Clock | None = None, *,
+                       clients: AwsClients | None = None) -> PackerService:
+    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB.
+    `clients`: the handler's, shared with its dead-letter sender."""
     from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
-    return AwsEnvironment(settings, clock).packer
+    return AwsEnvironment(settings, clock, clients=clients).packer
