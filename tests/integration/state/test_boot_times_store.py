@@ -5,44 +5,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-import pytest
-
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
-from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.config import parse_config
-from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.models.boot import BootSample
 from gpu_autoscaler.simulation.settings import read_boot_times
-from tests.conftest import ROOT, example_config_data
+from tests.conftest import ROOT
+from tests.integration.state.conftest import START
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
+    from gpu_autoscaler.clock import FixedClock
+    from gpu_autoscaler.emulator.aws import EmbeddedAws
     from gpu_autoscaler.ports import StateStore
-
-START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[EmbeddedAws]:
-    with EmbeddedAws(parse_config(example_config_data())) as embedded:
-        yield embedded
-
-
-@pytest.fixture(params=["memory", "dynamodb"])
-def clock_and_store(request: pytest.FixtureRequest, aws: EmbeddedAws) -> tuple[FixedClock, StateStore]:
-    clock = FixedClock(START)
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    if request.param == "memory":
-        return clock, MemoryStateStore(cluster, clock)
-    return clock, DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, cluster, clock=clock)
-
 
 def sample(claim_id: str, launched: datetime, seconds: float = 300, pool: str = "gpu") -> BootSample:
     return BootSample(pool=pool, instance_type="g6.xlarge", claim_id=claim_id, instance_id=f"i-{claim_id}",

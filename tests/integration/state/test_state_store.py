@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 
-from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
-from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.config import parse_config
-from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
-from tests.conftest import example_config_data
+from tests.integration.state.conftest import START
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
+    from gpu_autoscaler.clock import FixedClock
     from gpu_autoscaler.ports import StateStore
 
-START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 TTL = timedelta(minutes=10)
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[EmbeddedAws]:
-    with EmbeddedAws(parse_config(example_config_data())) as embedded:
-        yield embedded
-
-
-@pytest.fixture(params=["memory", "dynamodb"])
-def clock_and_store(request: pytest.FixtureRequest, aws: EmbeddedAws) -> tuple[FixedClock, StateStore]:
-    clock = FixedClock(START)
-    cluster = f"c-{uuid.uuid4().hex[:8]}"  # a partition of its own: the table is shared by the module
-    if request.param == "memory":
-        return clock, MemoryStateStore(cluster, clock)
-    return clock, DynamoStateStore(aws.clients.client("dynamodb"), aws.table_name, cluster, clock=clock)
 
 
 def claim(claim_id: str = "claim-1", pods: tuple[str, ...] = ("p1", "p2")) -> NodeClaim:
