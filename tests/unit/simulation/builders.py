@@ -83,6 +83,16 @@ def settings(**overrides: Any) -> SimulationSettings:
     return SimulationSettings(**values)
 
 
+MIXED_CONFIG = make_config(
+    make_pool(weight=10, capacityTypes=["spot", "on-demand"]),
+    make_pool("gpu-shared", weight=1, capacityTypes=["spot", "on-demand"],
+              taints=[{"key": "gpu-autoscaler/shared", "value": "true", "effect": "NoSchedule"}],
+              gpuSharing={"mode": "time-slicing", "replicas": 4}),
+    predictive={"enabled": True, "maxWarmGpus": 4},
+)
+"""A whole-GPU pool and a 4-replica time-slicing pool with pre-warm on: what the property tests replay."""
+MIXED_CATALOG = make_catalog(band=4)
+
 ALIBABA_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
                   "scheduled_time\n")
 

@@ -12,6 +12,8 @@ from gpu_autoscaler.simulation.costs import COST_PARTS, CostLedger
 from gpu_autoscaler.simulation.engine import PolicyRun
 from gpu_autoscaler.simulation.policies import POLICY_NAMES, build_policy
 from gpu_autoscaler.simulation.settings import SimulationSettings
+from tests.unit.simulation.builders import MIXED_CATALOG as CATALOG
+from tests.unit.simulation.builders import MIXED_CONFIG as CONFIG
 from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool, make_trace
 from tests.unit.simulation.builders import settings as sim_settings
 
@@ -102,12 +104,6 @@ def test_a_spot_warning_charges_the_notice_to_interruption() -> None:
     assert sum(result.cost_breakdown.values()) == pytest.approx(result.cost)
 
 
-SHARED = make_pool("gpu-shared", weight=1, capacityTypes=["spot", "on-demand"],
-                   taints=[{"key": "gpu-autoscaler/shared", "value": "true", "effect": "NoSchedule"}],
-                   gpuSharing={"mode": "time-slicing", "replicas": 4})
-CONFIG = make_config(make_pool(weight=10, capacityTypes=["spot", "on-demand"]), SHARED,
-                     predictive={"enabled": True, "maxWarmGpus": 4})
-CATALOG = make_catalog(band=4)
 pods = st.builds(
     lambda arrival, duration, gpus, milli, memory: make_pod(
         0, arrival=arrival, duration=duration, gpus=gpus, milli=milli if gpus == 1 else 1000, memory=memory),

@@ -11,14 +11,10 @@ from gpu_autoscaler.simulation.engine import PolicyRun
 from gpu_autoscaler.simulation.policies import POLICY_NAMES, build_policy
 from gpu_autoscaler.simulation.run import simulate
 from gpu_autoscaler.simulation.settings import SimulationSettings
-from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool, make_trace
+from tests.unit.simulation.builders import MIXED_CATALOG as CATALOG
+from tests.unit.simulation.builders import MIXED_CONFIG as CONFIG
+from tests.unit.simulation.builders import make_pod, make_trace
 
-SHARED = make_pool("gpu-shared", weight=1, capacityTypes=["spot", "on-demand"],
-                   taints=[{"key": "gpu-autoscaler/shared", "value": "true", "effect": "NoSchedule"}],
-                   gpuSharing={"mode": "time-slicing", "replicas": 4})
-CONFIG = make_config(make_pool(weight=10, capacityTypes=["spot", "on-demand"]), SHARED,
-                     predictive={"enabled": True, "maxWarmGpus": 4})
-CATALOG = make_catalog(band=4)
 ROUGH = {"insufficient_capacity_rate": 0.3, "spot_monthly_interruption": (0.999,) * 5}
 """Capacity errors and interruptions often enough that a short trace meets them."""
 
