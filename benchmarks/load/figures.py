@@ -1,7 +1,7 @@
 """`python -m benchmarks load`: the issue's load figures on the emulator.
 
     python -m benchmarks load [--part packer|bound|both] [--pods 10000] [--per-document 10] [--profile]
-                              [--bound-pods 1000]
+                              [--bound-pods 1000] [--bound-timeout 900]
 
 packer: pods per second the packer sustains through its FIFO queue at the stack's batch size (10), with the
 whole backlog queued first (`benchmarks.load.packer_queue`). bound: 1,000 pods created in the local Kubernetes
@@ -65,8 +65,10 @@ def _bound(args: argparse.Namespace) -> int:
     from benchmarks.load.pods_bound import run
 
     print(f"bound: {args.bound_pods} pods created → all bound; {_load()}", flush=True)
-    result = run(pods=args.bound_pods)
+    result = run(pods=args.bound_pods, timeout=args.bound_timeout, profile=args.profile)
     print(f"  {result.summary()}; {_load()}")
+    if result.profile:
+        print(result.profile)
     return int(not result.ok)
 
 
@@ -75,8 +77,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--part", choices=("packer", "bound", "both"), default="both")
     parser.add_argument("--pods", type=int, default=10_000, help="the packer's backlog, in pods")
     parser.add_argument("--per-document", type=int, default=10, help="pods per pending-pods document")
-    parser.add_argument("--profile", action="store_true", help="cProfile the poller and the packer")
+    parser.add_argument("--profile", action="store_true", help="packer: cProfile the poller and the packer; bound: sample every thread")
     parser.add_argument("--bound-pods", type=int, default=1_000)
+    parser.add_argument("--bound-timeout", type=float, default=900.0, help="seconds to wait for all bound")
     args = parser.parse_args(argv)
     # The functions log each unplaceable pod and each fallback (prices, quotas); the figures are what counts here.
     logging.getLogger("gpu_autoscaler").setLevel(logging.ERROR)

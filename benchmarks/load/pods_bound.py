@@ -11,10 +11,12 @@ it took (documents, packer batches, instances).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
 from benchmarks.load import unlimited
+from benchmarks.load.sampler import Sampler
 from tests.chaos.rig import chaos_config, gpu_pod, running_rig
 
 __all__ = ["BoundRun", "run"]
@@ -33,6 +35,7 @@ class BoundRun:
     packer_seconds: float = 0.0
     fleet_invocations: int = 0
     dead_letters: int = 0
+    profile: str = ""
 
     @property
     def ok(self) -> bool:
@@ -46,9 +49,12 @@ class BoundRun:
                 f"{self.dead_letters} dead letters")
 
 
-def run(pods: int = 1000, timeout: float = 900.0) -> BoundRun:
+def run(pods: int = 1000, timeout: float = 900.0, *, profile: bool = False) -> BoundRun:
+    """`profile`: sample every thread's stack while the pods are placed (`benchmarks.load.sampler`); the report
+    goes in `BoundRun.profile`."""
     result = BoundRun(pods)
-    with running_rig(unlimited(chaos_config(consolidate_after="1h"))) as rig:
+    with running_rig(unlimited(chaos_config(consolidate_after="1h"))) as rig, \
+            (Sampler() if profile else contextlib.nullcontext()) as sampler:
         began = time.monotonic()
         rig.create_pods([gpu_pod(f"load-{i}") for i in range(pods)])
         result.created_seconds = time.monotonic() - began
@@ -70,4 +76,6 @@ def run(pods: int = 1000, timeout: float = 900.0) -> BoundRun:
         result.fleet_invocations = sum(1 for i in invocations if i.function == "fleet")
         result.instances = len(rig.instances("pending", "running"))
         result.dead_letters = len(rig.pipeline.dead_letters())
+    if sampler is not None:
+        result.profile = sampler.report()
     return result

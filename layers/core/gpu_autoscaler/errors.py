@@ -13,6 +13,7 @@ __all__ = [
     "QuotaExceeded",
     "RequestThrottled",
     "StaleClaim",
+    "StateStoreError",
 ]
 
 
@@ -31,6 +32,10 @@ class ClusterBootstrapUnavailable(GpuAutoscalerError):
 
 class StaleClaim(GpuAutoscalerError):
     """A conditional lifecycle write lost: the claim moved on since it was read."""
+
+
+class StateStoreError(GpuAutoscalerError):
+    """The state table refused a write for a reason no retry here can fix (the message is retried by SQS)."""
 
 
 class InsufficientCapacity(GpuAutoscalerError):

@@ -90,6 +90,11 @@ class StateStore(Protocol):
         """Fails with `ClaimExists` if a claim with that id is already stored."""
         ...
 
+    def create_claims(self, claims: Sequence[NodeClaim]) -> set[str]:
+        """`create_claim` for many at once (a packed document's new claims: a few writes, not one per claim);
+        returns the ids already stored, which are left as they are."""
+        ...
+
     def get_claim(self, claim_id: str) -> NodeClaim | None: ...
 
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
@@ -111,6 +116,11 @@ class StateStore(Protocol):
 
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
         """Assign each pod not already covered by a live claim; returns the uids newly assigned."""
+        ...
+
+    def assign_many(self, wanted: Mapping[str, Sequence[str]], ttl: timedelta) -> dict[str, list[str]]:
+        """`assign_pods` for several claims at once (claim id → pod uids; a pod named twice goes to the first);
+        claim id → the uids newly assigned to it (claims that got none are left out)."""
         ...
 
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
@@ -159,6 +169,10 @@ class LaunchQueue(Protocol):
     """Where launch requests go: the launch SQS queue in AWS, read by the fleet function."""
 
     def send(self, request: LaunchRequest) -> None: ...
+
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
+        """`send` for each, in as few calls as the queue takes (SQS: ten messages a call)."""
+        ...
 
 
 class DrainQueue(Protocol):

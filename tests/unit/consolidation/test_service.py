@@ -54,6 +54,9 @@ class Journal:
     def send(self, request: LaunchRequest) -> None:
         self.entries.append(("launch", request))
 
+    def send_many(self, requests: list[LaunchRequest]) -> None:
+        self.entries.extend(("launch", r) for r in requests)
+
     def drain(self, request: DrainRequest, delay: timedelta | None = None) -> None:
         self.entries.append(("drain", request))
         self.drain_queue.send(request, delay)

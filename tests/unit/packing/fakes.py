@@ -44,6 +44,15 @@ class FakeStateStore:
             raise ClaimExists(claim.id)
         self.claims[claim.id] = claim
 
+    def create_claims(self, claims: Sequence[NodeClaim]) -> set[str]:
+        existing = set()
+        for claim in claims:  # through `create_claim`, so a test's failure or stand-in there applies to each
+            try:
+                self.create_claim(claim)
+            except ClaimExists:
+                existing.add(claim.id)
+        return existing
+
     def get_claim(self, claim_id: str) -> NodeClaim | None:
         self._call("get_claim")
         return self.claims.get(claim_id)
@@ -90,6 +99,10 @@ class FakeStateStore:
                 newly.append(uid)
         return newly
 
+    def assign_many(self, wanted: Mapping[str, Sequence[str]], ttl: timedelta) -> dict[str, list[str]]:
+        newly = {claim_id: self.assign_pods(claim_id, list(uids), ttl) for claim_id, uids in wanted.items()}
+        return {claim_id: uids for claim_id, uids in newly.items() if uids}
+
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         self._call("assignments")
         return {uid: owner for uid in pod_uids if (owner := self._live_owner(uid)) is not None}
@@ -121,6 +134,10 @@ class RecordingLaunchQueue:
 
     def send(self, request: LaunchRequest) -> None:
         self.sent.append(request)
+
+
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
+        self.sent.extend(requests)
 
 
 @dataclass

@@ -43,9 +43,23 @@ def test_claims_are_stored_pods_assigned_and_launches_requested(h: Harness) -> N
     assert len(outcome.created) == 2 and len(h.store.claims) == 2
     assert {uid: h.store.pods[uid][0] for uid in h.store.pods} == {
         c.pods[0]: c.id for c in h.store.claims.values()}
-    assert [r.claim_ids for r in h.launches.sent] == [[cid] for cid in outcome.created]
+    assert [r.claim_ids for r in h.launches.sent] == [list(outcome.created)]  # they ask EC2 for the same thing
     assert all(r.gang is None and r.cluster == "test" for r in h.launches.sent)
     assert outcome.price_per_hour == pytest.approx(sum(c.price_per_hour for c in h.store.claims.values()))
+
+
+def test_claims_that_ask_for_the_same_thing_share_launch_requests_of_ten(h: Harness) -> None:
+    """One CreateFleet for ten like instances instead of ten calls; unlike claims never share a request."""
+    pods = [make_pod(cpu="2", memory="8Gi") for _ in range(25)] + [make_pod(gpus=8, cpu="20", memory="64Gi")]
+    outcome = h.service.handle(h.document(pods), source="m-1")
+    assert len(outcome.created) == 26
+    sizes = sorted(len(r.claim_ids) for r in h.launches.sent)
+    assert sizes == [1, 5, 10, 10]
+    assert sorted(cid for r in h.launches.sent for cid in r.claim_ids) == sorted(outcome.created)
+    for request in h.launches.sent:
+        asks = {(c.pool, c.capacity_type, c.instance_types, c.zones) for c in
+                (h.store.claims[cid] for cid in request.claim_ids)}
+        assert len(asks) == 1
 
 
 def test_a_gang_is_one_launch_request(h: Harness) -> None:
@@ -67,7 +81,7 @@ def test_a_redelivered_message_finds_its_claims_and_asks_again_for_the_pending_o
     first = h.service.handle(h.document(pods), source="m-1")
     again = h.service.handle(h.document(pods), source="m-1")
     assert len(h.store.claims) == 2 and again.created == ()
-    assert sorted(again.launch_requests) == sorted((cid,) for cid in first.created)
+    assert sorted(cid for ids in again.launch_requests for cid in ids) == sorted(first.created)
 
 
 def test_a_crash_after_storing_claims_is_finished_by_the_redelivery(h: Harness) -> None:

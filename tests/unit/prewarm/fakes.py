@@ -8,7 +8,7 @@ from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ALLOWED_TRANSITIONS, StateTransition
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.models.boot import BootSample
@@ -79,6 +79,10 @@ class RecordingQueue:
 
     def send(self, request: LaunchRequest) -> None:
         self.sent.append(request)
+
+
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
+        self.sent.extend(requests)
 
     @property
     def claim_ids(self) -> list[str]:

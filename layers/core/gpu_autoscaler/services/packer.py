@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.domain.fleet import launch_groups
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import (
     HELD_ATTRIBUTE,
@@ -41,7 +42,7 @@ from gpu_autoscaler.domain.packing.results import (
 )
 from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES, Solver
 from gpu_autoscaler.domain.pod_events import events_for_plan
-from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
+from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEMAND_BUCKET",
+    "LAUNCH_REQUEST_CLAIMS",
     "LIVE_STATES",
     "PackOutcome",
     "PackerService",
@@ -73,6 +75,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEMAND_BUCKET = timedelta(minutes=5)
+LAUNCH_REQUEST_CLAIMS = 10
+"""Claims one launch request names at most: one CreateFleet for ten like instances instead of ten calls (EC2's
+API rate limits count calls), while a document's requests still spread over several fleet invocations."""
 LIVE_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
 """Claims that cost money or are about to: they count against pool limits and quotas."""
 
@@ -208,26 +213,18 @@ class PackerService:
         pods = {p.uid: p for p in document.pods}
         by_id = {c.id: c for c in live}
         ttl = self.config.timeouts.pod_assignment_ttl
-        for claim_id, uids in _group(_listed_on_claims_in_flight(live, document.pods, {})).items():
-            self.store.assign_pods(claim_id, uids, ttl)  # restores what a crash left unwritten; no-op otherwise
-        placed = sum(self._add_to_claim(by_id[cid], uids, pods, ttl) for cid, uids in plan.existing.items())
-        created: list[NodeClaim] = []
+        # Restores what a crash between storing a claim and assigning its pods left unwritten; pods whose
+        # assignment was read are left alone, so a document re-reported while its claims launch writes nothing.
+        self.store.assign_many(_group(_listed_on_claims_in_flight(live, document.pods, covered)), ttl)
+        placed = self._add_to_claims([(by_id[cid], uids) for cid, uids in plan.existing.items()], pods, ttl)
+        created = self._store_claims(plan.claims, pods, ttl)
         groups: dict[str, list[str]] = {}
-        for claim in plan.claims:
-            stored = self._store_claim(claim, pods, ttl)
-            if stored is None:
-                continue
-            if stored.id not in {c.id for c in created}:
-                created.append(stored)
-            groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(stored.id)
+        for claim in created:
+            groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(claim.id)
         if source:
             self._resend_own_pending(live, source, {c.id for c in plan.claims}, groups)
-        requests = []
-        for key, ids in groups.items():
-            gang = key.removeprefix("gang:") if key.startswith("gang:") else None
-            request = LaunchRequest(cluster=self.config.cluster_name, claim_ids=ids, gang=gang)
-            self.launches.send(request)
-            requests.append(tuple(ids))
+        requests = _launch_requests(self.config.cluster_name, groups, {**by_id, **{c.id: c for c in created}})
+        self.launches.send_many(requests)
         demand = self._record_demand(document.pods, plan, by_id)
         for item in plan.unschedulable:
             logger.warning("pod %s cannot be placed: %s", item.name, item.reason)
@@ -241,17 +238,23 @@ class PackerService:
             placed_in_flight=placed,
             covered=len(plan.covered),
             unschedulable=plan.unschedulable,
-            launch_requests=tuple(requests),
+            launch_requests=tuple(tuple(r.claim_ids) for r in requests),
             price_per_hour=sum(c.price_per_hour for c in created),
             demand=demand,
         )
 
     # Acting on the plan
 
-    def _add_to_claim(self, claim: NodeClaim, uids: Sequence[str], pods: Mapping[str, PendingPod],
-                      ttl: timedelta) -> int:
-        """Assign pods to a claim in flight and record their requests on it; returns how many were new."""
-        newly = [u for u in self.store.assign_pods(claim.id, list(uids), ttl) if u not in claim.pods]
+    def _add_to_claims(self, placed: Sequence[tuple[NodeClaim, Sequence[str]]], pods: Mapping[str, PendingPod],
+                       ttl: timedelta) -> int:
+        """Assign pods to claims in flight (all in one `assign_many`) and record their requests on each claim;
+        returns how many were new."""
+        assigned = self.store.assign_many({c.id: list(uids) for c, uids in placed}, ttl) if placed else {}
+        return sum(self._add_to_claim(claim, assigned.get(claim.id, []), pods) for claim, _ in placed)
+
+    def _add_to_claim(self, claim: NodeClaim, assigned: Sequence[str], pods: Mapping[str, PendingPod]) -> int:
+        """Record newly assigned pods' requests on a claim in flight; returns how many were new."""
+        newly = [u for u in assigned if u not in claim.pods]
         if not newly:
             return 0
         # Read it again: the plan's copy may be seconds old, and writing from it would put back pods a drain
@@ -280,37 +283,54 @@ class PackerService:
             logger.info("claim %s changed while pods were added; its recorded room is left as it was", claim.id)
         return len(newly)
 
-    def _store_claim(self, claim: NodeClaim, pods: Mapping[str, PendingPod], ttl: timedelta) -> NodeClaim | None:
-        """Create the claim (or find it again, on a redelivery) and assign its pods; None if it holds none."""
-        try:
-            self.store.create_claim(claim)
-            stored = claim
-        except ClaimExists:
+    def _store_claims(self, claims: Sequence[NodeClaim], pods: Mapping[str, PendingPod],
+                      ttl: timedelta) -> list[NodeClaim]:
+        """Create the claims (or find them again, on a redelivery), then assign their pods: a few transactions
+        for a whole document (`create_claims`, `assign_many`), not a write per claim and per pod. Returns the
+        claims stored that hold pods, as stored; a claim left with none is closed before it is ever launched."""
+        if not claims:
+            return []
+        existing = self.store.create_claims(claims)
+        stored: dict[str, NodeClaim] = {}
+        for claim in claims:
+            if claim.id not in existing:
+                stored[claim.id] = claim
+                continue
             found = self.store.get_claim(claim.id)
             if found is None or not found.live:
                 logger.info("claim %s exists and is no longer live; not planned again", claim.id)
-                return None
-            stored = found
-        newly = set(self.store.assign_pods(claim.id, list(claim.pods), ttl))
-        if len(newly) < len(claim.pods):
-            already = self.store.assignments([u for u in claim.pods if u not in newly])
-            newly |= {uid for uid, owner in already.items() if owner == claim.id}
-        if not newly:
-            self.store.transition(stored, ClaimState.TERMINATED, "every pod it was made for is covered elsewhere")
-            return None
-        if len(newly) < len(claim.pods) and not claim.gang:
-            # Fewer pods than planned: every candidate still fits them; record what the claim really holds.
-            kept = tuple(u for u in claim.pods if u in newly)
-            total = Resources()
-            for uid in kept:
-                total = total + pod_requests(pods[uid])
-            try:
-                stored = self.store.update_claim(
-                    stored, pods=kept, attributes={**stored.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
-                )
-            except StaleClaim:
-                logger.info("claim %s changed while its pods were trimmed", claim.id)
-        return stored
+                continue
+            stored[claim.id] = found
+        planned = {c.id: c for c in claims if c.id in stored}
+        assigned = self.store.assign_many({cid: list(c.pods) for cid, c in planned.items()}, ttl)
+        newly = {cid: set(assigned.get(cid, ())) for cid in planned}
+        short = [u for cid, c in planned.items() for u in c.pods if u not in newly[cid]]
+        for uid, owner in (self.store.assignments(short) if short else {}).items():
+            if owner in newly:  # already this claim's (a redelivery): its own
+                newly[owner].add(uid)
+        kept: list[NodeClaim] = []
+        for cid, claim in planned.items():
+            mine = newly[cid]
+            if not mine:
+                self.store.transition(stored[cid], ClaimState.TERMINATED,
+                                      "every pod it was made for is covered elsewhere")
+                continue
+            if len(mine) < len(claim.pods) and not claim.gang:
+                stored[cid] = self._trim(stored[cid], tuple(u for u in claim.pods if u in mine), pods)
+            kept.append(stored[cid])
+        return kept
+
+    def _trim(self, stored: NodeClaim, kept: tuple[str, ...], pods: Mapping[str, PendingPod]) -> NodeClaim:
+        """Fewer pods than planned: every candidate still fits them; record what the claim really holds."""
+        total = Resources()
+        for uid in kept:
+            total = total + pod_requests(pods[uid])
+        try:
+            return self.store.update_claim(
+                stored, pods=kept, attributes={**stored.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)})
+        except StaleClaim:
+            logger.info("claim %s changed while its pods were trimmed", stored.id)
+            return stored
 
     def _resend_own_pending(self, live: Iterable[NodeClaim], source: str, planned: set[str],
                             groups: dict[str, list[str]]) -> None:
@@ -419,6 +439,25 @@ def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[Pendin
         if claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED):
             out.update({uid: claim.id for uid in claim.pods if uid in wanted})
     return out
+
+
+def _launch_requests(cluster: str, groups: Mapping[str, list[str]],
+                     claims: Mapping[str, NodeClaim]) -> list[LaunchRequest]:
+    """One request per gang (all or nothing); the other claims that ask EC2 for the same thing share a
+    request, up to `LAUNCH_REQUEST_CLAIMS` (the fleet asks one CreateFleet for them: `domain.fleet.launch_groups`),
+    so a document of 500 like pods is 50 messages and 50 CreateFleet calls, not 500 of each."""
+    requests = []
+    singles = []
+    for key, ids in groups.items():
+        if key.startswith("gang:"):
+            requests.append(LaunchRequest(cluster=cluster, claim_ids=ids, gang=key.removeprefix("gang:")))
+        else:
+            singles += [claims[i] for i in ids]
+    for group in launch_groups(singles):
+        for start in range(0, len(group), LAUNCH_REQUEST_CLAIMS):
+            chunk = [c.id for c in group[start:start + LAUNCH_REQUEST_CLAIMS]]
+            requests.append(LaunchRequest(cluster=cluster, claim_ids=chunk))
+    return requests
 
 
 def _group(owners: Mapping[str, str]) -> dict[str, list[str]]:

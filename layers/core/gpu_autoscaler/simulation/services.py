@@ -51,6 +51,10 @@ class EventQueue:
         seconds = min((delay or timedelta(0)).total_seconds(), SQS_MAX_DELAY)
         self._deliver(max(seconds, self.latency), request)
 
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
+        for request in requests:
+            self.send(request)
+
 
 class PolicyPacker(PackerService):
     def __init__(self, solver: Solver, *args: Any, **kwargs: Any) -> None:

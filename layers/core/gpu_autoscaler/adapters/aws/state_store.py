@@ -17,6 +17,7 @@ Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be lo
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,18 +25,25 @@ from botocore.exceptions import ClientError
 
 from gpu_autoscaler.adapters.memory.state_store import apply_transition, apply_update, check_version
 from gpu_autoscaler.clock import Clock, SystemClock
-from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, StaleClaim, StateStoreError
 from gpu_autoscaler.models.boot import BootSample
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["TERMINATED_RETENTION", "DynamoStateStore"]
 
 TERMINATED_RETENTION = timedelta(days=30)
 _BATCH_GET = 100
+TRANSACT_ITEMS = 100
+"""TransactWriteItems takes up to 100 actions, no two on one item, at most 4 MB in all (DynamoDB API reference,
+TransactWriteItems). A claim is ~2 KB and a pod assignment ~100 bytes, so the count is the limit that binds."""
+_CONFLICT_RETRIES = 5
+"""A transaction cancelled only because another one held its items (`TransactionConflict`) is sent again."""
+_RETRIED_CODES = frozenset({"None", "ConditionalCheckFailed", "TransactionConflict"})
+_FREE = "attribute_not_exists(#sk) OR #exp <= :now"
 
 
 class DynamoStateStore:
@@ -49,19 +57,22 @@ class DynamoStateStore:
     # NodeClaims
 
     def create_claim(self, claim: NodeClaim) -> None:
-        try:
-            self._db.put_item(
-                TableName=self.table,
-                Item=self._claim_item(claim),
-                ConditionExpression="attribute_not_exists(#sk)",
-                ExpressionAttributeNames={"#sk": SORT_KEY},
-            )
-        except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
-                raise ClaimExists(claim.id) from error
-            raise
-        if claim.instance_id:
-            self._db.put_item(TableName=self.table, Item=self._instance_item(claim))
+        if self.create_claims([claim]):
+            raise ClaimExists(claim.id)
+
+    def create_claims(self, claims: Sequence[NodeClaim]) -> set[str]:
+        """Each claim with a conditional put (no claim of that id yet), up to `TRANSACT_ITEMS` puts per call: a
+        document's hundreds of new claims take a few calls, not one each. Returns the ids already stored (the
+        claim of a redelivered message): those are not written."""
+        writes = []
+        for claim in {c.id: c for c in claims}.values():
+            writes.append((claim.id, {"Put": {
+                "TableName": self.table, "Item": self._claim_item(claim),
+                "ConditionExpression": "attribute_not_exists(#sk)", "ExpressionAttributeNames": {"#sk": SORT_KEY}}}))
+            if claim.instance_id:
+                writes.append(("", {"Put": {"TableName": self.table, "Item": self._instance_item(claim)}}))
+        refused = self._transact_each(writes)
+        return {key for key, _ in refused}
 
     def get_claim(self, claim_id: str) -> NodeClaim | None:
         item = self._get(f"CLAIM#{claim_id}")
@@ -139,54 +150,91 @@ class DynamoStateStore:
     # Pod assignments
 
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
-        """Each pod is taken with a conditional put: free, expired, already ours, or held by a claim that is
-        no longer live (checked, then overwritten only if that owner is still the one we read)."""
+        return self.assign_many({claim_id: pod_uids}, ttl).get(claim_id, [])
+
+    def assign_many(self, wanted: Mapping[str, Sequence[str]], ttl: timedelta) -> dict[str, list[str]]:
+        """Each pod is taken with a conditional put — free or expired; already ours (its expiry renewed, not
+        new); or held by a claim that is no longer live (overwritten only if that owner is still the one read) —
+        up to `TRANSACT_ITEMS` puts per call. A transaction is all or nothing, so one refused put cancels its
+        call: the cancellation reasons say which (with the item as it was), the rest are sent again."""
         now = self.clock.now()
-        newly: list[str] = []
-        for uid in dict.fromkeys(pod_uids):
-            item = self._key(f"POD#{uid}") | {"claimId": {"S": claim_id}, TTL_ATTRIBUTE: _epoch(now + ttl)}
-            try:
-                old = self._db.put_item(
-                    TableName=self.table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#sk) OR #exp <= :now OR claimId = :claim",
-                    ExpressionAttributeNames={"#sk": SORT_KEY, "#exp": TTL_ATTRIBUTE},
-                    ExpressionAttributeValues={":now": _epoch(now), ":claim": {"S": claim_id}},
-                    ReturnValues="ALL_OLD",
-                ).get("Attributes", {})
-            except ClientError as error:
-                if _code(error) != "ConditionalCheckFailedException":
-                    raise
-                owner = self._owner_of(uid)
-                if owner is not None and not self._is_live(owner) and self._take_from(item, owner):
-                    newly.append(uid)
-                continue
-            ours = old.get("claimId", {}).get("S") == claim_id
-            if not (ours and float(old[TTL_ATTRIBUTE]["N"]) > now.timestamp()):
-                newly.append(uid)
+        owner_of: dict[str, str] = {}
+        for claim_id, uids in wanted.items():
+            for uid in uids:
+                owner_of.setdefault(uid, claim_id)  # a pod named twice goes to the first claim, as in turn it would
+        items = {uid: self._key(f"POD#{uid}") | {"claimId": {"S": claim}, TTL_ATTRIBUTE: _epoch(now + ttl)}
+                 for uid, claim in owner_of.items()}
+        free = {"ExpressionAttributeNames": {"#sk": SORT_KEY, "#exp": TTL_ATTRIBUTE},
+                "ExpressionAttributeValues": {":now": _epoch(now)}}
+        refused = self._transact_each([
+            (uid, {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": _FREE, **free,
+                           "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}})
+            for uid, item in items.items()
+        ])
+        taken = set(owner_of) - {uid for uid, _ in refused}
+        ours = [(uid, old) for uid, old in refused if old.get("claimId", {}).get("S") == owner_of[uid]]
+        others = {uid: old["claimId"]["S"] for uid, old in refused if "claimId" in old and (uid, old) not in ours}
+        self._transact_each([  # renew ours; a change of owner since (rare) leaves it to the new owner
+            (uid, {"Put": {"TableName": self.table, "Item": items[uid], "ConditionExpression": "claimId = :claim",
+                           "ExpressionAttributeValues": {":claim": {"S": owner_of[uid]}}}})
+            for uid, _ in ours
+        ])
+        if others:
+            live = {c.id for c in self._claims_by_id(set(others.values())) if c.live}
+            dead = {uid: owner for uid, owner in others.items() if owner not in live}
+            lost = self._transact_each([
+                (uid, {"Put": {"TableName": self.table, "Item": items[uid], "ConditionExpression": "claimId = :owner",
+                               "ExpressionAttributeValues": {":owner": {"S": owner}}}})
+                for uid, owner in dead.items()
+            ])
+            taken |= set(dead) - {uid for uid, _ in lost}
+        newly: dict[str, list[str]] = {}
+        for uid, claim_id in owner_of.items():
+            if uid in taken:
+                newly.setdefault(claim_id, []).append(uid)
         return newly
 
-    def _take_from(self, item: dict[str, Any], owner: str) -> bool:
+    def _transact_each(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        """Apply `(key, action)` writes, each on its own condition, in transactions of up to `TRANSACT_ITEMS`;
+        returns `(key, item as it was)` for each refused on its condition (`{}` where there was none). A refusal
+        cancels the rest of its transaction, which is sent again without it; one cancelled by a concurrent
+        transaction on the same items (`TransactionConflict`) is sent again, a few times, after a short pause."""
+        refused: list[tuple[str, dict[str, Any]]] = []
+        for start in range(0, len(writes), TRANSACT_ITEMS):
+            batch = list(writes[start:start + TRANSACT_ITEMS])
+            conflicts = 0
+            while batch:
+                reasons = self._transact([action for _, action in batch])
+                if reasons is None:
+                    break
+                codes = [str(r.get("Code") or "None") for r in reasons]
+                if len(codes) != len(batch) or not set(codes) <= _RETRIED_CODES:
+                    raise StateStoreError(f"transaction cancelled: {', '.join(codes)}")
+                refused += [(key, r.get("Item", {})) for (key, _), r, code in zip(batch, reasons, codes, strict=True)
+                            if code == "ConditionalCheckFailed"]
+                if "TransactionConflict" in codes:
+                    conflicts += 1
+                    if conflicts > _CONFLICT_RETRIES:
+                        raise StateStoreError("transaction kept conflicting with concurrent writes")
+                    time.sleep(0.05 * conflicts)
+                elif "ConditionalCheckFailed" not in codes:
+                    raise StateStoreError(f"transaction cancelled with no reason given: {', '.join(codes)}")
+                batch = [w for w, code in zip(batch, codes, strict=True) if code != "ConditionalCheckFailed"]
+        return refused
+
+    def _transact(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """None when written; the cancellation reasons (one per action, in order) when cancelled."""
         try:
-            self._db.put_item(
-                TableName=self.table,
-                Item=item,
-                ConditionExpression="claimId = :owner",
-                ExpressionAttributeValues={":owner": {"S": owner}},
-            )
+            self._db.transact_write_items(TransactItems=actions)
         except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+            if _code(error) != "TransactionCanceledException":
+                raise
+            reasons: list[dict[str, Any]] = error.response.get("CancellationReasons") or []
+            return reasons
+        return None
 
-    def _owner_of(self, uid: str) -> str | None:
-        item = self._get(f"POD#{uid}")
-        return item["claimId"]["S"] if item else None
-
-    def _is_live(self, claim_id: str) -> bool:
-        claim = self.get_claim(claim_id)
-        return claim is not None and claim.live
+    def _claims_by_id(self, claim_ids: Iterable[str]) -> list[NodeClaim]:
+        return [_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in claim_ids])]
 
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         now = _epoch(self.clock.now())["N"]
@@ -195,9 +243,7 @@ class DynamoStateStore:
             for item in self._batch_get([f"POD#{uid}" for uid in dict.fromkeys(pod_uids)])
             if float(item.get(TTL_ATTRIBUTE, {"N": "inf"})["N"]) > float(now)
         }
-        claims = {
-            c.id: c for c in (_claim(i) for i in self._batch_get([f"CLAIM#{o}" for o in set(owners.values())]))
-        }
+        claims = {c.id: c for c in self._claims_by_id(set(owners.values()))}
         return {uid: owner for uid, owner in owners.items() if owner in claims and claims[owner].live}
 
     def release_pods(self, pod_uids: Sequence[str]) -> None:

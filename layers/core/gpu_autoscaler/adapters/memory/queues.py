@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
@@ -29,6 +30,9 @@ class MemoryLaunchQueue:
 
     def send(self, request: LaunchRequest) -> None:
         self.sent.append(request)
+
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
+        self.sent.extend(requests)
 
 
 @dataclass

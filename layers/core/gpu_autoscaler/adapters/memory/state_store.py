@@ -13,7 +13,7 @@ from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ALLOWED_TRANSITIONS, ClaimState, NodeClaim, StateTransition
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
@@ -76,6 +76,15 @@ class MemoryStateStore:
             raise ClaimExists(claim.id)
         self._store(claim)
 
+    def create_claims(self, claims: Sequence[NodeClaim]) -> set[str]:
+        existing = set()
+        for claim in claims:
+            try:
+                self.create_claim(claim)
+            except ClaimExists:
+                existing.add(claim.id)
+        return existing
+
     def get_claim(self, claim_id: str) -> NodeClaim | None:
         return self._claims.get(claim_id)
 
@@ -122,6 +131,10 @@ class MemoryStateStore:
             if owner is None:
                 newly.append(uid)
         return newly
+
+    def assign_many(self, wanted: Mapping[str, Sequence[str]], ttl: timedelta) -> dict[str, list[str]]:
+        newly = {claim_id: self.assign_pods(claim_id, uids, ttl) for claim_id, uids in wanted.items()}
+        return {claim_id: uids for claim_id, uids in newly.items() if uids}
 
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         return {uid: owner for uid in pod_uids if (owner := self._live_owner(uid)) is not None}
