@@ -106,6 +106,43 @@ def test_a_pod_is_covered_by_one_live_claim_at_a_time(clock_and_store: tuple[Fix
     assert store.assign_pods("b", ["p3"], TTL) == ["p3"]
 
 
+def test_many_claims_are_created_at_once_and_those_stored_before_are_left_alone(
+        clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    _, store = clock_and_store
+    store.create_claim(claim("c-1"))
+    taken = store.update_claim(claim("c-1"), reason="changed since")
+    many = [claim(f"c-{n}", (f"p{n}",)) for n in range(1, 151)]  # more than one transaction holds
+    assert store.create_claims(many) == {"c-1"}
+    assert store.get_claim("c-1") == taken
+    assert store.get_claim("c-150") == many[-1]
+    assert len(store.list_claims([ClaimState.PENDING])) == 150
+    assert store.create_claims(many[100:]) == {c.id for c in many[100:]}
+
+
+def test_pods_of_many_claims_are_assigned_at_once_with_each_pods_own_condition(
+        clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    """Free, expired, already ours, held by a live claim, held by a dead one: in one call, each as `assign_pods`
+    decides it alone; and more pods than one transaction holds."""
+    clock, store = clock_and_store
+    for name in ("live", "dead", "a", "b"):
+        store.create_claim(claim(name, ()))
+    store.assign_pods("live", ["held"], TTL)
+    store.assign_pods("dead", ["orphan"], TTL)
+    store.assign_pods("a", ["mine", "old"], timedelta(seconds=5))
+    store.transition(claim("dead", ()), ClaimState.TERMINATED, "gone")
+    clock.advance(timedelta(seconds=10))
+    store.assign_pods("a", ["mine"], TTL)  # renewed: still a's below; "old" has expired
+    many = [f"q{n}" for n in range(130)]
+    newly = store.assign_many({"a": ["mine", "old", "held", "orphan", "free", *many], "b": ["free", "other"]}, TTL)
+    assert sorted(newly["a"]) == sorted(["old", "orphan", "free", *many])
+    assert newly["b"] == ["other"]  # "free" was named for a first
+    assert store.assignments(["mine", "old", "held", "orphan", "free", "other", "q129"]) == {
+        "mine": "a", "old": "a", "held": "live", "orphan": "a", "free": "a", "other": "b", "q129": "a"}
+    assert store.assign_many({"a": ["mine"], "b": ["held"]}, TTL) == {}
+    clock.advance(TTL - timedelta(seconds=1))
+    assert store.assignments(["mine"]) == {"mine": "a"}  # its expiry was renewed by the call before
+
+
 def test_unavailable_offerings_expire(clock_and_store: tuple[FixedClock, StateStore]) -> None:
     clock, store = clock_and_store
     store.mark_unavailable(("p5.48xlarge", "us-east-1a", "spot"), timedelta(minutes=3), "InsufficientInstanceCapacity")

@@ -27,6 +27,7 @@ def apply() -> None:
     _quiet_unknown_services()
     _answer_what_moto_lacks()
     _serialize_dynamodb()
+    _transactions_without_table_copies()
     _applied = True
 
 
@@ -57,14 +58,23 @@ def _quiet_unknown_services() -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     original = DomainDispatcherApplication.get_backend_for_host
+    # Which backend serves a host never changes, and moto works it out on every request — listing its package
+    # directory and trying hundreds of URL patterns — under a lock every request takes: at a few hundred
+    # requests a second that serialised the server. Each host is worked out once here.
+    found: dict[str | None, Any] = {}
 
     def get_backend_for_host(self: Any, host: str | None) -> Any:
+        if host in found:
+            return found[host]
         if host and "amazonaws.com" in host and host not in backends.list_of_moto_modules() and not any(
             pattern.match(f"http://{host}") for _, pattern in self.backend_url_patterns
         ):
             log.debug("no moto backend for %s", host)
-            return None
-        return original(self, host)
+            backend = None
+        else:
+            backend = original(self, host)
+        found[host] = backend
+        return backend
 
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
 
@@ -116,6 +126,77 @@ def _serialize_dynamodb() -> None:
             return original(self)
 
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+
+
+def _transactions_without_table_copies() -> None:
+    """DynamoDB's TransactWriteItems is all or nothing ("DynamoDB transactions"), at a cost that does not depend
+    on the table's size. moto gets all or nothing by deep-copying every table the transaction names before it
+    starts and putting the copy back if it fails: each transaction costs a copy of the whole table (tens of
+    milliseconds at a few thousand items, under the lock every DynamoDB request takes here), so a load of
+    conditional writes slowed with the table's size as DynamoDB never does.
+
+    Here the items the transaction names are saved instead (each action names one item, and no two the same:
+    TransactWriteItems API reference) and put back if it fails, the tables are left as they are. The outcome is
+    moto's, item for item; only the copies go. Requests are served one at a time (`_serialize_dynamodb`), so
+    nothing sees the items between a failed transaction's writes and their restoration.
+    """
+    import copy
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    class _KeepTables:
+        """`copy` as moto's transaction sees it: a table is not copied (its named items are saved instead)."""
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+    original = DynamoDBBackend.transact_write_items
+
+    def named_items(backend: Any, actions: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+        saved = []
+        for action in actions:
+            op = next(iter(action.values()), None)
+            table = backend.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            attributes = (op.get("Key") or op.get("Item") or {}) if table is not None else {}
+            if table is None or table.hash_key_attr not in attributes:
+                continue
+            hash_value = DynamoType(attributes[table.hash_key_attr])
+            range_value = None
+            if table.range_key_attr is not None:
+                if table.range_key_attr not in attributes:
+                    continue
+                range_value = DynamoType(attributes[table.range_key_attr])
+            saved.append((table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))))
+        return saved
+
+    def put_back(saved: list[tuple[Any, Any, Any, Any]]) -> None:
+        for table, hash_value, range_value, item in reversed(saved):
+            if range_value is None:
+                if item is None:
+                    table.items.pop(hash_value, None)
+                else:
+                    table.items[hash_value] = item
+            elif item is None:
+                table.items[hash_value].pop(range_value, None)
+            else:
+                table.items[hash_value][range_value] = item
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = named_items(self, transact_items) if len(transact_items) <= 100 else []
+        models.copy = _KeepTables  # type: ignore[assignment]
+        try:
+            original(self, transact_items)
+        except Exception:
+            put_back(saved)
+            raise
+        finally:
+            models.copy = copy  # type: ignore[assignment]
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 def _unsupported(environ: dict[str, Any], start_response: Any, reason: str = "") -> list[bytes]:
