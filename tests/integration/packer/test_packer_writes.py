@@ -1,0 +1,89 @@
+"""A burst of pods costs the packer a few writes, not one per pod: a 1,000-pod document used to be ~1,500
+conditional puts and 500 launch messages, one call each (95 s in the emulator, and as many round trips in a
+Lambda). Claims and pod assignments go in transactions of up to 100 conditional writes, like claims share a
+launch request, and launch requests go ten to a SendMessageBatch."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+from gpu_autoscaler.adapters.aws.launch_queue import SqsLaunchQueue
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.config import Config, parse_config
+from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.pods import PendingPodsDocument
+from gpu_autoscaler.services.packer import PackerService
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+PODS = 300
+WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem", "SendMessage",
+          "SendMessageBatch")
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    data = example_config_data()
+    for pool in data["nodePools"]:
+        pool.pop("limits", None)  # the burst is placed, not cut at the example's 256 GPUs
+    return parse_config(data)
+
+
+@pytest.fixture(scope="module")
+def aws(config: Config) -> Iterator[EmbeddedAws]:
+    with EmbeddedAws(config) as embedded:
+        yield embedded
+
+
+def document(cluster: str, pods: int) -> PendingPodsDocument:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return PendingPodsDocument.model_validate_json(json.dumps({
+        "schemaVersion": 1, "cluster": cluster, "sentAt": now, "pods": [{
+            "uid": str(uuid.uuid4()), "namespace": "load", "name": f"load-{n}", "createdAt": now,
+            "requests": {"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
+            "nodeSelector": {L.NODE_POOL: "gpu-burst"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        } for n in range(pods)]}))
+
+
+def test_a_document_of_hundreds_of_pods_takes_a_few_write_calls(aws: EmbeddedAws, config: Config) -> None:
+    calls: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    db, sqs = aws.clients.client("dynamodb"), aws.clients.client("sqs")
+    for client in (db, sqs):
+        client.meta.events.register("before-call.*.*", count)
+    store = DynamoStateStore(db, aws.table_name, config.cluster_name)
+    catalog = Ec2CatalogSource.from_config(aws.clients, config, use_pricing_api=False).catalog()
+    service = PackerService(config, store, catalog, SqsLaunchQueue(sqs, aws.queue_url("launch")), clock=SystemClock())
+    doc = document(config.cluster_name, PODS)
+
+    outcome = service.handle(doc, source="m-1")
+
+    claims = len(outcome.created)
+    assert outcome.unschedulable == () and claims >= PODS // 8
+    assert sum(len(ids) for ids in outcome.launch_requests) == claims
+    assert len(outcome.launch_requests) <= claims // 10 + 3  # like claims share a request, ten at most
+    writes = sum(calls[name] for name in WRITES)
+    # Claims: ⌈claims / 100⌉ transactions; assignments: ⌈pods / 100⌉; launch messages: ⌈requests / 10⌉; the
+    # demand history: a put per pool and shape. Nothing per pod or per claim.
+    assert writes <= -(-claims // 100) + -(-PODS // 100) + -(-len(outcome.launch_requests) // 10) + 6, dict(calls)
+    assert store.assignments([p.uid for p in doc.pods]).keys() == {p.uid for p in doc.pods}
+
+    calls.clear()
+    again = service.handle(doc, source="m-2")  # the agent reports them again while they launch
+    assert again.created == () and again.covered == PODS
+    assert sum(calls[name] for name in WRITES) <= 6, dict(calls)  # the demand history's puts at most
