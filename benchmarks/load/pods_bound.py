@@ -12,6 +12,7 @@ it took (documents, packer batches, instances).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ class BoundRun:
     fleet_invocations: int = 0
     dead_letters: int = 0
     profile: str = ""
+    loads: list[float] = field(default_factory=list)
+    """The 1-minute load average, once a second while waiting."""
 
     @property
     def ok(self) -> bool:
@@ -43,10 +46,11 @@ class BoundRun:
 
     def summary(self) -> str:
         marks = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.marks.items())
+        load = f"; load average {min(self.loads):.1f}–{max(self.loads):.1f} while waiting" if self.loads else ""
         return (f"{self.bound}/{self.pods} bound ({marks}); created in {self.created_seconds:.1f} s; "
                 f"{self.documents} documents, {self.packer_batches} packer batches ({self.packer_seconds:.1f} s "
                 f"in the packer), {self.fleet_invocations} fleet invocations, {self.instances} instances, "
-                f"{self.dead_letters} dead letters")
+                f"{self.dead_letters} dead letters{load}")
 
 
 def run(pods: int = 1000, timeout: float = 900.0, *, profile: bool = False) -> BoundRun:
@@ -65,6 +69,7 @@ def run(pods: int = 1000, timeout: float = 900.0, *, profile: bool = False) -> B
                 if bound >= needed and name not in result.marks:
                     result.marks[name] = time.monotonic() - began
             result.bound = bound
+            result.loads.append(os.getloadavg()[0])
             if bound == pods:
                 break
             time.sleep(1.0)
