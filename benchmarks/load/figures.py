@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--part", choices=("packer", "bound", "both"), default="both")
     parser.add_argument("--pods", type=int, default=10_000, help="the packer's backlog, in pods")
     parser.add_argument("--per-document", type=int, default=10, help="pods per pending-pods document")
-    parser.add_argument("--profile", action="store_true", help="packer: cProfile the poller and the packer; bound: sample every thread")
+    parser.add_argument("--profile", action="store_true",
+                        help="packer: cProfile the poller and the packer; bound: sample every thread")
     parser.add_argument("--bound-pods", type=int, default=1_000)
     parser.add_argument("--bound-timeout", type=float, default=900.0, help="seconds to wait for all bound")
     args = parser.parse_args(argv)

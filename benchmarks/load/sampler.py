@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -84,16 +83,16 @@ class Sampler:
         return sum(n for label, n in self.exclusive.get(group, {}).items() if not label.endswith(_IDLE))
 
     def report(self, top: int = 25, groups: int = 8) -> str:
-        seconds = self.interval
-        lines = ["sampled wall time by thread group (s; busy = not parked in a wait):"]
+        """Shares of each group's samples: the sampler is itself starved on a loaded machine, so its ticks are
+        not evenly spaced and counts are not seconds."""
+        lines = ["sampled stacks by thread group (busy = not parked in a wait), % of the group's samples:"]
         ranked = sorted(self.samples, key=lambda g: -self.busy(g))[:groups]
         for group in ranked:
-            lines.append(f"  {group:<40} {self.samples[group] * seconds:8.1f} s, busy {self.busy(group) * seconds:7.1f} s")
+            lines.append(f"  {group:<40} {self.samples[group]:7d} samples, busy {self.busy(group):7d}")
         for group in ranked:
-            lines.append(f"\n== {group}: inclusive (s) ==")
-            for label, n in self.inclusive[group].most_common(top):
-                lines.append(f"  {n * seconds:8.1f}  {label}")
-            lines.append(f"-- {group}: at the top of the stack (s) --")
-            for label, n in self.exclusive[group].most_common(12):
-                lines.append(f"  {n * seconds:8.1f}  {label}")
+            total = self.samples[group] / 100
+            lines.append(f"\n== {group}: on the stack ==")
+            lines += [f"  {n / total:5.1f} %  {label}" for label, n in self.inclusive[group].most_common(top)]
+            lines.append(f"-- {group}: at the top of the stack --")
+            lines += [f"  {n / total:5.1f} %  {label}" for label, n in self.exclusive[group].most_common(12)]
         return "\n".join(lines)
