@@ -21,7 +21,12 @@ def test_requests_after_the_first_do_not_look_for_their_backend_again(
     db.list_tables()
     listed = []
     original = backends.list_of_moto_modules
-    monkeypatch.setattr(backends, "list_of_moto_modules", lambda: listed.append(1) or original())
+
+    def counted() -> object:
+        listed.append(1)
+        return original()
+
+    monkeypatch.setattr(backends, "list_of_moto_modules", counted)
     for _ in range(5):
         sqs.list_queues()
         db.list_tables()

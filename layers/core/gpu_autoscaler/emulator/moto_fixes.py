@@ -160,7 +160,9 @@ def _transactions_without_table_copies() -> None:
         saved = []
         for action in actions:
             op = next(iter(action.values()), None)
-            table = backend.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            if not isinstance(op, dict):
+                continue
+            table = backend.tables.get(op.get("TableName"))
             attributes = (op.get("Key") or op.get("Item") or {}) if table is not None else {}
             if table is None or table.hash_key_attr not in attributes:
                 continue
@@ -194,7 +196,7 @@ def _transactions_without_table_copies() -> None:
             put_back(saved)
             raise
         finally:
-            models.copy = copy  # type: ignore[assignment]
+            models.copy = copy
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 

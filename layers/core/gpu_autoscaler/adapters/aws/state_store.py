@@ -229,8 +229,7 @@ class DynamoStateStore:
         except ClientError as error:
             if _code(error) != "TransactionCanceledException":
                 raise
-            reasons: list[dict[str, Any]] = error.response.get("CancellationReasons") or []
-            return reasons
+            return [dict(r) for r in error.response.get("CancellationReasons") or []]
         return None
 
     def _claims_by_id(self, claim_ids: Iterable[str]) -> list[NodeClaim]:
