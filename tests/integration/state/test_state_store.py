@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
 from gpu_autoscaler.errors import ClaimExists, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.integration.state.conftest import START
@@ -14,6 +16,7 @@ from tests.integration.state.conftest import START
 if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import FixedClock
+    from gpu_autoscaler.emulator.aws import EmbeddedAws
     from gpu_autoscaler.ports import StateStore
 
 TTL = timedelta(minutes=10)
@@ -166,3 +169,26 @@ def test_demand_keeps_each_buckets_peak_in_time_order(clock_and_store: tuple[Fix
     assert store.demand_history("gpu", START + timedelta(minutes=5)) == [
         (START + timedelta(minutes=5), 2.0), (START + timedelta(minutes=10), 4.0)
     ]
+
+
+def test_the_live_claims_read_is_not_sent_the_terminated_ones(aws: EmbeddedAws) -> None:
+    """Terminated claims stay 30 days under the same key prefix; every packer document reads the live claims, and
+    must not be sent (and parse) a month of ended ones with them."""
+    db = aws.clients.client("dynamodb")
+    store = DynamoStateStore(db, aws.table_name, f"c-{uuid.uuid4().hex[:8]}")
+    for n in range(12):
+        store.create_claim(claim(f"ended-{n}", ()))
+        store.transition(claim(f"ended-{n}", ()), ClaimState.TERMINATED, "done")
+    store.create_claim(claim("live", ()))
+    received: list[int] = []
+
+    def count(parsed: dict[str, Any], **_: Any) -> None:
+        received.append(len(parsed.get("Items", [])))
+
+    db.meta.events.register("after-call.dynamodb.Query", count)
+    try:
+        assert [c.id for c in store.list_claims([ClaimState.PENDING, ClaimState.LAUNCHED])] == ["live"]
+        assert sum(received) == 1
+        assert len(store.list_claims()) == 13  # asked for all, all come
+    finally:
+        db.meta.events.unregister("after-call.dynamodb.Query", count)
