@@ -141,25 +141,35 @@ class CrashPlan:
             del host.invoke
 
     def _duplicate(self, call: str, params: Any) -> dict[str, Any] | None:
-        if call != "sqs.SendMessage" or self.duplicate_rate <= 0:
+        """The copy SQS delivers again of a SendMessage, or of some entries of a SendMessageBatch; None if none."""
+        if call not in ("sqs.SendMessage", "sqs.SendMessageBatch") or self.duplicate_rate <= 0:
             return None
+        queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
+        if call == "sqs.SendMessage":
+            copy = self._copy_of(queue, params)
+            return None if copy is None else {**params, **copy}
+        entries = [copy for entry in params.get("Entries", []) if (copy := self._copy_of(queue, entry)) is not None]
+        return {**params, "Entries": entries} if entries else None
+
+    def _copy_of(self, queue: str, message: dict[str, Any]) -> dict[str, Any] | None:
+        """One message's copy, drawn at `duplicate_rate`: a FIFO copy under a new deduplication id, a standard
+        one delayed up to `max_delay` seconds."""
         with self._lock:
             rng = self._rng
             if rng.random() >= self.duplicate_rate:
                 return None
             delay = rng.randint(0, self.max_delay)
-            queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
             logical = queue.removesuffix(".fifo").rsplit("-gpu-autoscaler-", 1)[-1]
             if self.duplicate_queues is not None and logical not in self.duplicate_queues:
                 return None
             self.duplicated[queue] += 1
-        copy = dict(params)
-        if queue.endswith(".fifo"):
-            original = params.get("MessageDeduplicationId", "")
-            copy["MessageDeduplicationId"] = f"dup-{self.duplicated[queue]}-{original}"[:128]
-        else:
-            copy["DelaySeconds"] = max(int(params.get("DelaySeconds", 0)), delay)
-        return copy
+            copy = dict(message)
+            if queue.endswith(".fifo"):
+                original = message.get("MessageDeduplicationId", "")
+                copy["MessageDeduplicationId"] = f"dup-{self.duplicated[queue]}-{original}"[:128]
+            else:
+                copy["DelaySeconds"] = max(int(message.get("DelaySeconds", 0)), delay)
+            return copy
 
     @property
     def _rng(self) -> random.Random:
