@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from kubernetes import client
 
 from gpu_autoscaler.adapters.kubernetes.events import KubernetesEventRecorder, event_name
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.pod_events import PodEvent
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def _pod(core: client.CoreV1Api) -> client.V1Pod:
@@ -48,3 +53,32 @@ def test_a_burst_is_capped_and_an_unreachable_api_is_not_an_error(api: client.Ap
     assert recorder.record(burst) == 3
     nowhere = KubernetesEventRecorder(lambda: client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
     assert nowhere.record(burst) == 0
+
+
+def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
+    api: client.ApiClient, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent reports every pending pod again while its capacity launches: each report of a 1,000-pod burst
+    was a refused create and a read per pod. What this environment wrote under the rate limit is skipped without
+    a request, and the budget counts what is tried, so the pods past it are tried on the next report."""
+    pod = _pod(core)
+    clock = FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
+    recorder = KubernetesEventRecorder(lambda: api, clock=clock, max_per_call=20)
+    burst = [PodEvent(pod.metadata.uid, "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}") for i in range(30)]
+    requests: list[str] = []
+    original = KubernetesRest.request
+
+    def counted(rest: KubernetesRest, method: str, *args: object, **kwargs: object) -> object:
+        requests.append(method)
+        return original(rest, method, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(KubernetesRest, "request", counted)
+    assert recorder.record(burst) == 20
+    assert len(requests) == 20
+    clock.advance(timedelta(seconds=10))
+    requests.clear()
+    assert recorder.record(burst) == 10  # the ten left over, and nothing asked about the twenty done
+    assert len(requests) == 10
+    requests.clear()
+    assert recorder.record(burst) == 0
+    assert requests == []

@@ -5,8 +5,14 @@ message) and raises its `count` and `lastTimestamp` when the same thing happens 
 object. A Lambda keeps no memory between invocations, so the deduplication key is in the Event's name: a hash of
 the pod's uid, the reason and the message. Creating an Event that exists (409) means "seen again": its count is
 raised, unless it was last raised under `min_interval` ago (the rate limit: a pod reported every resync does not
-rewrite its Event every time). At most `max_per_call` Events are written per call, so a burst of thousands of
-pods does not flood the API server. Failures are logged and skipped: an Event is never worth failing a decision.
+rewrite its Event every time). Failures are logged and skipped: an Event is never worth failing a decision.
+
+The Lambda's execution environment is kept warm between documents, and the agent reports every pending pod again
+and again while its capacity launches: the recorder remembers the Events it wrote or found up to date, and skips
+those under `min_interval` without asking the API server (each would cost a create refused 409 and a read: a
+re-reported 1,000-pod document was 2,000 requests). At most `max_per_call` Events are tried per call, written or
+found up to date, so a burst of thousands of pods does not flood the API server; pods left over are tried on the
+next report, the ones done meanwhile being skipped from memory.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class KubernetesEventRecorder:
         self.clock = clock or SystemClock()
         self.min_interval = min_interval
         self.max_per_call = max_per_call
+        self._done: dict[str, datetime] = {}
+        """Event name → when this environment last wrote it or found it up to date."""
 
     def _api(self) -> KubernetesRest:
         if self._rest is None:
@@ -74,26 +82,38 @@ class KubernetesEventRecorder:
         return self._rest
 
     def record(self, events: Sequence[PodEvent]) -> int:
-        written = 0
+        now = self.clock.now()
+        self._forget(now)
+        written = tried = 0
         for event in events:
-            if written >= self.max_per_call:
-                log.info("event budget of %d spent: %d event(s) not posted", self.max_per_call, len(events) - written)
+            name = event_name(event)
+            done = self._done.get(name)
+            if done is not None and now - done < self.min_interval:
+                continue
+            if tried >= self.max_per_call:
+                log.info("event budget of %d spent: the rest are tried on the next report", self.max_per_call)
                 break
+            tried += 1
             try:
-                written += self._post(event)
+                written += self._post(event, name, now)
             except KubernetesHttpError as error:
                 log.warning("event %s on pod %s/%s not posted: %s %s", event.reason, event.namespace, event.name,
                             error.status, error.message)
+                continue
             except KubernetesApiError as error:
                 # The API server is not reachable: the rest would fail the same way, each after its retries.
-                log.warning("Kubernetes API not reachable, %d event(s) not posted: %s", len(events) - written, error)
+                log.warning("Kubernetes API not reachable, event(s) not posted: %s", error)
                 break
+            self._done[name] = now
         return written
 
-    def _post(self, event: PodEvent) -> int:
+    def _forget(self, now: datetime) -> None:
+        """What is past `min_interval` is asked of the API server again anyway: kept no longer."""
+        if len(self._done) > 4 * self.max_per_call:
+            self._done = {n: t for n, t in self._done.items() if now - t < self.min_interval}
+
+    def _post(self, event: PodEvent, name: str, now: datetime) -> int:
         api = self._api()
-        name = event_name(event)
-        now = self.clock.now()
         events = ("api", "v1", "namespaces", event.namespace, "events")
         try:
             api.post(path(*events), self._body(event, name, now))
