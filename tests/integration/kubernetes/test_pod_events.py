@@ -64,7 +64,8 @@ def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
     pod = _pod(core)
     clock = FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
     recorder = KubernetesEventRecorder(lambda: api, clock=clock, max_per_call=20)
-    burst = [PodEvent(pod.metadata.uid, "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}") for i in range(30)]
+    uid = str(pod.metadata.uid)
+    burst = [PodEvent(uid, "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}") for i in range(30)]
     requests: list[str] = []
     original = KubernetesRest.request
 
