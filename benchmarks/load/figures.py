@@ -2,10 +2,12 @@
 
     python -m benchmarks load [--part packer|bound|both] [--pods 10000] [--per-document 10] [--profile]
                               [--bound-pods 1000] [--bound-timeout 900]
+                              [--part fleet --fleet-pods 1000]
 
 packer: pods per second the packer sustains through its FIFO queue at the stack's batch size (10), with the
 whole backlog queued first (`benchmarks.load.packer_queue`). bound: 1,000 pods created in the local Kubernetes
-API → all bound, the whole emulator running (`benchmarks.load.pods_bound`).
+API → all bound, the whole emulator running (`benchmarks.load.pods_bound`). fleet: one document packed, then its
+launch requests through one fleet poller (`benchmarks.load.fleet_queue`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def _packer(args: argparse.Namespace) -> int:
     return int(bool(result.dead_letters or result.errors))
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    from benchmarks.load.fleet_queue import run
+
+    config = unlimited(load_config(ROOT / "cdk.json"))
+    print(f"fleet: one {args.fleet_pods}-pod document packed, its launch requests through one fleet poller; {_load()}",
+          flush=True)
+    result = run(config, args.fleet_pods)
+    print(f"  packer {result.packer_seconds:.1f} s → {result.launch_requests} launch requests; fleet "
+          f"{result.invocations} invocations, {result.instances} instances in {result.seconds:.1f} s "
+          f"({result.cpu_seconds:.1f} CPU-s), {result.failed_records} records failed; {_load()}")
+    for name, (count, seconds) in sorted(result.calls.items(), key=lambda kv: -kv[1][1])[:10]:
+        print(f"    {name:<38} {count:6.0f} calls  {1000 * seconds / count:7.1f} ms each")
+    return int(bool(result.failed_records) or result.instances == 0)
+
+
 def _bound(args: argparse.Namespace) -> int:
     from benchmarks.load.pods_bound import run
 
@@ -74,11 +91,12 @@ def _bound(args: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks load")
-    parser.add_argument("--part", choices=("packer", "bound", "both"), default="both")
+    parser.add_argument("--part", choices=("packer", "fleet", "bound", "both"), default="both")
     parser.add_argument("--pods", type=int, default=10_000, help="the packer's backlog, in pods")
     parser.add_argument("--per-document", type=int, default=10, help="pods per pending-pods document")
     parser.add_argument("--profile", action="store_true",
                         help="packer: cProfile the poller and the packer; bound: sample every thread")
+    parser.add_argument("--fleet-pods", type=int, default=1_000)
     parser.add_argument("--bound-pods", type=int, default=1_000)
     parser.add_argument("--bound-timeout", type=float, default=900.0, help="seconds to wait for all bound")
     args = parser.parse_args(argv)
@@ -89,6 +107,8 @@ def main(argv: list[str]) -> int:
     status = 0
     if args.part in ("packer", "both"):
         status |= _packer(args)
+    if args.part == "fleet":
+        status |= _fleet(args)
     if args.part in ("bound", "both"):
         status |= _bound(args)
     print(f"total {time.monotonic() - began:.0f} s")
