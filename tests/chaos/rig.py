@@ -97,6 +97,8 @@ class ChaosRig:
         self.earlier_instances: set[str] = set()
         self.earlier_letters: set[str] = set()
         """What earlier scenarios left in EC2's listing and in the dead-letter queues: theirs, not checked again."""
+        self._log_offset = 0
+        self._records: list[dict[str, Any]] = []
 
     def begin(self) -> None:
         """A new scenario starts: what is there now belongs to the earlier ones."""
@@ -140,8 +142,11 @@ class ChaosRig:
         return bool(pods) and all(p.spec.node_name for p in pods)
 
     def instances(self, *states: str) -> list[dict[str, Any]]:
+        """EC2's listing, in these states only if any are given (filtered by EC2: the listing keeps every
+        terminated instance of the session, and the waits poll it several times a second)."""
+        filters = [{"Name": "instance-state-name", "Values": list(states)}] if states else []
         found: list[dict[str, Any]] = []
-        for page in self.ec2.get_paginator("describe_instances").paginate():
+        for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 found += [i for i in reservation["Instances"] if not states or i["State"]["Name"] in states]
         return found
@@ -176,13 +181,18 @@ class ChaosRig:
         return "\n".join(lines)
 
     def log_records(self) -> list[dict[str, Any]]:
-        """The handlers' JSON log lines (Powertools), parsed; other lines skipped."""
-        records = []
-        for line in self.log_path.read_text().splitlines():
+        """The handlers' JSON log lines (Powertools), parsed; other lines skipped. Only the lines written since
+        the last call are read and parsed (the file grows over the whole suite, and the waits ask often)."""
+        with self.log_path.open("rb") as stream:
+            stream.seek(self._log_offset)
+            fresh = stream.read()
+        complete = fresh[:fresh.rfind(b"\n") + 1]  # a line still being written is read next time
+        self._log_offset += len(complete)
+        for line in complete.decode("utf-8", errors="replace").splitlines():
             if line.startswith("{"):
                 with contextlib.suppress(json.JSONDecodeError):
-                    records.append(json.loads(line))
-        return records
+                    self._records.append(json.loads(line))
+        return list(self._records)
 
 
 @contextlib.contextmanager

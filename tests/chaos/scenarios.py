@@ -391,8 +391,11 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
     result = LifecycleResult(Report())
     rig.begin()
     rig.create_pods([gpu_pod(f"{prefix}-{i}", cpu="40") for i in range(nodes)])
-    rig.wait(rig.all_bound, STEP_TIMEOUT + nodes, f"the {nodes} pods to be bound")
-    _settle(rig, result)
+    rig.wait(rig.all_bound, STEP_TIMEOUT + 2 * nodes, f"the {nodes} pods to be bound")
+    # The agent reported the pods as they were created and as each was bound: the packer goes through every one of
+    # those documents (one per invocation's record, each a no-op once its pods are covered) before the queue is
+    # idle, some seconds per document on a loaded machine.
+    _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     used = {p.spec.node_name for p in rig.pods()}
     by_instance = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
     victims = [i["InstanceId"] for i in rig.instances("running") if by_instance.get(i["InstanceId"]) in used]
@@ -409,16 +412,16 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
             time.sleep(max(0.0, began + n * seconds / max(1, len(victims)) - time.monotonic()))
             rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         last = time.monotonic()
-        rig.wait(replaced, STEP_TIMEOUT + 70 + nodes, "every warned node to be reclaimed and its pod bound again")
+        rig.wait(replaced, STEP_TIMEOUT + 70 + 2 * nodes, "every warned node to be reclaimed and its pod bound again")
         done = time.monotonic()
-        _settle(rig, result, timeout=SETTLE_TIMEOUT + nodes)
+        _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     launched = [i for i in rig.instances() if i["InstanceId"] not in before]
     planned: dict[str, list[str]] = {}
     for record in rig.log_records():  # the interruption function's report of each notice it acted on
         if record.get("kind") == "spot-interruption" and record.get("instanceId") in victims:
             planned.setdefault(record["instanceId"], []).extend(record.get("replacements") or [])
     rig.delete_pods()
-    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + nodes, "the capacity to be given back")
-    _settle(rig, result)
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + 2 * nodes, "the capacity to be given back")
+    _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, peak.peak, limit,
                               done - began, done - last)
