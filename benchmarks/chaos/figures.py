@@ -44,12 +44,12 @@ def _row(name: str, seconds: dict[str, float], injected: str, ok: bool, detail: 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks chaos")
     parser.add_argument("--seeds", default="0", help="crash and duplicate seeds (0: the fixed points)")
-    parser.add_argument("--pods", type=int, default=40, help="pods arriving during throttling (the issue: 200)")
-    parser.add_argument("--throttle-seconds", type=float, default=15.0)
+    parser.add_argument("--pods", type=int, default=20, help="pods arriving during throttling (the issue: 200)")
+    parser.add_argument("--throttle-seconds", type=float, default=8.0, help="(the issue: 120)")
     parser.add_argument("--warned-nodes", type=int, default=10, help="nodes given a Spot warning (the issue: 100)")
     parser.add_argument("--warning-seconds", type=float, default=6.0, help="the warnings spread over (the issue: 60)")
     parser.add_argument("--scenarios", default="1,2,3,4,5,6,7,8", help="which scenarios to run")
-    parser.add_argument("--outage-seconds", type=float, default=15.0, help="API outage in scenario 7 (the issue: 60)")
+    parser.add_argument("--outage-seconds", type=float, default=10.0, help="API outage in scenario 7 (the issue: 60)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     wanted = {s.strip() for s in args.scenarios.split(",")}

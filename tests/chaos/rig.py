@@ -13,13 +13,15 @@ import contextlib
 import json
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from kubernetes import client as k8s
 
 from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.domain import drain as drain_domain
 from gpu_autoscaler.emulator.session import EmulatorSession
 from gpu_autoscaler.models import labels as L
 from tests.conftest import example_config_data
@@ -44,6 +46,9 @@ timeout; there 6 ×) while the retry comes after 15 s instead of 65 s."""
 INTERRUPTION_VISIBILITY = INTERRUPTION_TIMEOUT + 5
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
+REPLACEMENT_POLL = timedelta(seconds=2)
+"""How often a drain looks whether its replacement is up: every 20 s in the functions, against EC2 boots of a minute
+or two; nodes here join 1.5 s after launch, so a drain waiting for one looks every 2 s."""
 UNAVAILABLE_TTL = "15s"
 """How long an offering EC2 had no capacity for is left out: the default 3 minutes scaled as the agent's resync is
 (60 s → 5 s), so a pod is reported again as often, relative to the marks, as in a deployment."""
@@ -200,7 +205,8 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0)
     """An emulator session for one scenario, its namespace created."""
     with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
         log_path = Path(directory) / "functions.log"
-        with log_path.open("w", buffering=1) as stream, EmulatorSession(
+        with mock.patch.object(drain_domain, "REPLACEMENT_POLL", REPLACEMENT_POLL), \
+                log_path.open("w", buffering=1) as stream, EmulatorSession(
             config or chaos_config(), speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
             function_timeouts={"interruption": INTERRUPTION_TIMEOUT},

@@ -252,7 +252,7 @@ def storm_shape(seed: int) -> tuple[str, int]:
     return rng.choice(STORM_FAMILIES), rng.randint(4, 8)
 
 
-def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 8.0,
+def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 5.0,
                              prefix: str = "ice") -> StormResult:
     """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
     for at least `hold` seconds (new pods are released and reported with a reason, planned again and released
