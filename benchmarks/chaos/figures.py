@@ -19,7 +19,7 @@ import time
 from datetime import timedelta
 
 from tests.chaos.outage import api_outage_during_drain
-from tests.chaos.rig import running_rig
+from tests.chaos.rig import SOAK_PACKER_VISIBILITY, running_rig
 from tests.chaos.scenarios import (
     capacity_storm_lifecycle,
     conflicting_launches,
@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
     status = 0
     began = time.monotonic()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    with running_rig() as rig:
+    soak = args.pods > 40 or args.warned_nodes > 20  # the packer's batches of big documents take tens of seconds
+    with running_rig(packer_visibility=SOAK_PACKER_VISIBILITY if soak else None) as rig:
         print(f"emulator started in {time.monotonic() - began:.1f} s")
         for seed in seeds if "3" in wanted else ():
             result, plan = crash_lifecycle(rig, crash_points_for(seed), prefix=f"c{seed}")

@@ -170,16 +170,19 @@ def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, secon
     with throttling(rate, seed) as rule:
         rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(pods)])
         time.sleep(max(0.0, seconds - (time.monotonic() - began)))
-    rig.wait(rig.all_bound, 180.0, f"all {pods} pods to be bound after the throttling")
+    rig.wait(rig.all_bound, 120.0 + pods, f"all {pods} pods to be bound after the throttling")
     bound = time.monotonic() - began
     result = LifecycleResult(Report())
-    _settle(rig, result, timeout=120.0)  # the agent's documents queued during the storm are packed one by one
+    # The agent's documents queued during the storm (each resync re-reports every pod still pending) are packed
+    # one by one, each a no-op once its pods are covered: seconds apiece for documents of a hundred pods.
+    settle = 120.0 + 3 * pods
+    _settle(rig, result, timeout=settle)
     letters, placed = result.report.dead_letters, result.report.bound
     if placed != pods:
         result.report.violations.append(f"{placed} of {pods} pods bound once settled")
     rig.delete_pods()
-    rig.wait(lambda: not rig.instances("pending", "running"), 120.0, "the capacity to be given back")
-    _settle(rig, result, timeout=120.0)
+    rig.wait(lambda: not rig.instances("pending", "running"), settle, "the capacity to be given back")
+    _settle(rig, result, timeout=settle)
     return ThrottleResult(result.report, pods, rule.seen, rule.refused, bound, letters)
 
 
