@@ -335,12 +335,14 @@ class WarningStormResult:
 
     @property
     def shared(self) -> dict[str, list[str]]:
-        """Replacement claims planned for more than one warned node (each holds one node's pods: none should)."""
-        owners: dict[str, list[str]] = {}
+        """Replacement claims planned for more than one warned node (each holds one node's pods: none should). A
+        notice handled twice (SQS delivers at least once; a slow invocation outlives its idempotency record) plans
+        the same claims for the same node again: that is one node."""
+        owners: dict[str, set[str]] = {}
         for instance, claims in self.planned.items():
             for claim in claims:
-                owners.setdefault(claim, []).append(instance)
-        return {claim: instances for claim, instances in owners.items() if len(instances) > 1}
+                owners.setdefault(claim, set()).add(instance)
+        return {claim: sorted(instances) for claim, instances in owners.items() if len(instances) > 1}
 
 
 class _PeakGpus:
