@@ -19,10 +19,9 @@ import time
 from datetime import timedelta
 
 from tests.chaos.outage import api_outage_during_drain
-from tests.chaos.rig import SOAK_PACKER_VISIBILITY, running_rig
+from tests.chaos.rig import SOAK_VISIBILITY, running_rig
 from tests.chaos.scenarios import (
     capacity_storm_lifecycle,
-    conflicting_launches,
     crash_lifecycle,
     crash_points_for,
     duplicate_lifecycle,
@@ -56,28 +55,24 @@ def main(argv: list[str]) -> int:
     status = 0
     began = time.monotonic()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    soak = args.pods > 40 or args.warned_nodes > 20  # the packer's batches of big documents take tens of seconds
-    with running_rig(packer_visibility=SOAK_PACKER_VISIBILITY if soak else None) as rig:
+    soak = args.pods > 40 or args.warned_nodes > 20  # the packer's and fleet's batches take tens of seconds
+    with running_rig(soak_visibility=SOAK_VISIBILITY if soak else None) as rig:
         print(f"emulator started in {time.monotonic() - began:.1f} s")
         for seed in seeds if "3" in wanted else ():
             result, plan = crash_lifecycle(rig, crash_points_for(seed), prefix=f"c{seed}")
             _row(f"3 crashes, seed {seed}", result.seconds, f"{len(plan.crashed)} crashes", result.report.ok,
                  "; ".join(result.crashed))
             status |= not result.report.ok
-        for seed in seeds if "4" in wanted else ():
+        for seed in seeds if wanted & {"4", "5"} else ():
             result, plan = duplicate_lifecycle(rig, seed, prefix=f"d{seed}")
-            _row(f"4 duplicates, seed {seed}", result.seconds, f"{sum(plan.duplicated.values())} copies",
-                 result.report.ok)
+            overlapped = f"{sum(came for _, came in plan.released)}/{len(plan.released)} writers overlapped"
+            _row(f"4+5 duplicates, seed {seed}", result.seconds, f"{sum(plan.duplicated.values())} copies",
+                 result.report.ok, overlapped)
             status |= not result.report.ok
         if "4" in wanted:
             storm = interruption_storm(rig)
             _row("4 rebalance+5 warnings", storm.seconds, "1 rebalance, 5 warnings", storm.report.ok)
             status |= not storm.report.ok
-        if "5" in wanted:
-            conflict, plan = conflicting_launches(rig)
-            _row("5 two writers, one claim", conflict.seconds,
-                 f"{sum(came for _, came in plan.released)}/{len(plan.released)} overlapped", conflict.report.ok)
-            status |= not conflict.report.ok
         if "1" in wanted:
             throttled = throttling_storm(rig, pods=args.pods, seconds=args.throttle_seconds)
             _row(f"1 throttling 30 %, {args.pods} pods", {"bound": throttled.seconds_to_bound},

@@ -45,11 +45,12 @@ visibility is the timeout plus 5 s (`INTERRUPTION_VISIBILITY`), keeping the stac
 timeout; there 6 ×) while the retry comes after 11 s instead of 65 s. The emulator does not stop an invocation at
 its timeout (it only counts the context's remaining time down), so a slow one on a loaded machine is not cut."""
 INTERRUPTION_VISIBILITY = INTERRUPTION_TIMEOUT + 5
-SOAK_PACKER_VISIBILITY = 120
-"""The pending-pods queue's visibility at the soak's sizes: a packer batch of ten documents of 100–200 pods each
-takes tens of seconds there (more on a loaded machine), and a visibility shorter than the invocation hands the
-same documents out again while they are packed (each time counting towards the DLQ), which the stack's (6 × the
-packer's 60 s timeout) never does."""
+SOAK_VISIBILITY = 120
+"""The pending-pods and launch queues' visibility at the soak's sizes: a packer batch of ten documents of 100–200
+pods each, or a fleet batch of five launches against a table of hundreds of claims under throttling, takes tens of
+seconds there (more on a loaded machine), and a visibility shorter than the invocation hands the same messages out
+again while they are handled (each time counting towards the DLQ; the first invocation's deletes then fail with
+ReceiptHandleIsInvalid), which the stack's (6 × the function's timeout) never does."""
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
 REPLACEMENT_POLL = timedelta(seconds=2)
@@ -208,9 +209,9 @@ class ChaosRig:
 
 @contextlib.contextmanager
 def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
-                packer_visibility: int | None = None) -> Iterator[ChaosRig]:
-    """An emulator session for one scenario, its namespace created; `packer_visibility`: the pending-pods queue's
-    visibility when not `VISIBILITY_TIMEOUT` (`SOAK_PACKER_VISIBILITY` for the soak's sizes)."""
+                soak_visibility: int | None = None) -> Iterator[ChaosRig]:
+    """An emulator session for one scenario, its namespace created; `soak_visibility`: the pending-pods and launch
+    queues' visibility when not `VISIBILITY_TIMEOUT` (`SOAK_VISIBILITY` for the soak's sizes)."""
     with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
         log_path = Path(directory) / "functions.log"
         with mock.patch.object(drain_domain, "REPLACEMENT_POLL", REPLACEMENT_POLL), \
@@ -224,9 +225,9 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
             # must come later, as the stack's visibility (6 × the timeout) does, or it is dead-lettered early.
             rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("interruption"), Attributes={
                 "VisibilityTimeout": str(INTERRUPTION_VISIBILITY)})
-            if packer_visibility is not None:
-                rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("pending-pods"), Attributes={
-                    "VisibilityTimeout": str(packer_visibility)})
+            for queue in ("pending-pods", "launch") if soak_visibility is not None else ():
+                rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url(queue), Attributes={
+                    "VisibilityTimeout": str(soak_visibility)})
             rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
             yield rig
 
