@@ -86,20 +86,15 @@ CRASH_POINTS: dict[str, list[tuple[str, bool, int]]] = {
 }
 CONSOLIDATION_MARKED_NOT_SENT = CrashAt("consolidate", "sqs.SendMessage", after=False)
 """Dies between marking a claim for consolidation and sending its drain: the next tick finds the mark without
-its drain noted as sent and sends it (it used to wait for the mark to lapse, `timeouts.consolidationDrain`: 30
-minutes, so the lifecycle's minute to give the capacity back would run out)."""
+its drain noted as sent and sends it (it used to wait for the mark to lapse, `timeouts.consolidationDrain`)."""
 
 
 def crash_points_for(seed: int) -> list[CrashAt]:
-    """One crash point per function: seed 0 takes each function's first point; other seeds draw one. Every seed
-    also has consolidation die between its mark and its drain (`CONSOLIDATION_MARKED_NOT_SENT`) at its first
-    send; a point of the seed's at the same call moves to the next one."""
+    """One crash point per function: seed 0 takes each function's first point; other seeds draw one."""
     rng = random.Random(seed)
-    points = [CONSOLIDATION_MARKED_NOT_SENT]
+    points = []
     for function, choices in CRASH_POINTS.items():
         call, after, occurrence = choices[0] if seed == 0 else rng.choice(choices)
-        if (function, call) == (CONSOLIDATION_MARKED_NOT_SENT.function, CONSOLIDATION_MARKED_NOT_SENT.call):
-            occurrence += 1
         points.append(CrashAt(function, call, occurrence=occurrence, after=after))
     return points
 
@@ -113,15 +108,8 @@ def crash_lifecycle(rig: ChaosRig, points: list[CrashAt], prefix: str) -> tuple[
 
 
 def duplicate_lifecycle(rig: ChaosRig, seed: int, prefix: str) -> tuple[LifecycleResult, CrashPlan]:
-    """Scenarios 4 and 5: every message to every queue delivered twice, the copy up to 3 s late (out of order);
-    and two fleet invocations writing one claim at once: the first invocation of a launch request is held right
-    after its CreateFleet until its copy's invocation writes the claim, so both race to record the launch
-    (conditional writes on the claim's version decide; the ClientToken makes the second CreateFleet hand back the
-    first's instance). `plan.released` says whether the second writer came while the first was held."""
-    from tests.chaos.faults import HoldAt
-
-    plan = CrashPlan(duplicate_rate=1.0, seed=seed,
-                     holds=[HoldAt("fleet", "ec2.CreateFleet", until=("fleet", "dynamodb.TransactWriteItems"))])
+    """Scenario 4: every message to every queue delivered twice, the copy up to 3 s late (out of order)."""
+    plan = CrashPlan(duplicate_rate=1.0, seed=seed)
     with plan.install(rig.pipeline.host):
         result = lifecycle(rig, prefix=prefix)
     return result, plan
@@ -196,6 +184,27 @@ def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, secon
     rig.wait(lambda: not rig.instances("pending", "running"), settle, "the capacity to be given back")
     _settle(rig, result, timeout=settle)
     return ThrottleResult(result.report, pods, rule.seen, rule.refused, bound, letters)
+
+
+def conflicting_launches(rig: ChaosRig, prefix: str = "conflict") -> tuple[LifecycleResult, CrashPlan]:
+    """Scenario 5: two fleet invocations write one claim at once. Every launch request is delivered twice;
+    the first invocation is held right after its CreateFleet until the second one writes the claim, so both
+    race to record the launch (conditional writes on the claim's version decide; the ClientToken makes the
+    second CreateFleet hand back the first's instance)."""
+    from tests.chaos.faults import HoldAt
+
+    result = LifecycleResult(Report())
+    rig.begin()
+    plan = CrashPlan(duplicate_rate=1.0, duplicate_queues=frozenset({"launch"}), max_delay=0,
+                     holds=[HoldAt("fleet", "ec2.CreateFleet", until=("fleet", "dynamodb.TransactWriteItems"))])
+    with plan.install(rig.pipeline.host):
+        rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(2)])
+        result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
+        _settle(rig, result)
+    rig.delete_pods()
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT, "the capacity to be given back")
+    _settle(rig, result)
+    return result, plan
 
 
 @dataclass
