@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.chaos.rig import running_rig
+from tests.chaos.rig import SOAK_VISIBILITY, running_rig
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,5 +39,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="package")
 def rig() -> Iterator[ChaosRig]:
     """One running emulator for the suite (starting one costs ~15 s); every scenario gives everything back."""
-    with running_rig() as running:
+    with running_rig(soak_visibility=SOAK_VISIBILITY if SOAK else None) as running:
         yield running

@@ -13,13 +13,15 @@ import contextlib
 import json
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from kubernetes import client as k8s
 
 from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.domain import drain as drain_domain
 from gpu_autoscaler.emulator.session import EmulatorSession
 from gpu_autoscaler.models import labels as L
 from tests.conftest import example_config_data
@@ -36,14 +38,24 @@ VISIBILITY_TIMEOUT = 10
 """Seconds before a failed message is delivered again (the stack's are minutes). Not less: on a loaded machine an
 invocation can take seconds, and a message visible again while still being handled is received again, counting
 towards the DLQ's maxReceiveCount as it would in SQS."""
-INTERRUPTION_TIMEOUT = 10
+INTERRUPTION_TIMEOUT = 6
 """The interruption function's timeout here (the stack's: 60 s). A notice whose invocation died keeps its
 idempotency record in progress until the timeout runs out, so its redelivery must come later: the queue's
 visibility is the timeout plus 5 s (`INTERRUPTION_VISIBILITY`), keeping the stack's order (visibility >
-timeout; there 6 ×) while the retry comes after 15 s instead of 65 s."""
+timeout; there 6 ×) while the retry comes after 11 s instead of 65 s. The emulator does not stop an invocation at
+its timeout (it only counts the context's remaining time down), so a slow one on a loaded machine is not cut."""
 INTERRUPTION_VISIBILITY = INTERRUPTION_TIMEOUT + 5
+SOAK_VISIBILITY = 120
+"""The pending-pods and launch queues' visibility at the soak's sizes: a packer batch of ten documents of 100–200
+pods each, or a fleet batch of five launches against a table of hundreds of claims under throttling, takes tens of
+seconds there (more on a loaded machine), and a visibility shorter than the invocation hands the same messages out
+again while they are handled (each time counting towards the DLQ; the first invocation's deletes then fail with
+ReceiptHandleIsInvalid), which the stack's (6 × the function's timeout) never does."""
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
+REPLACEMENT_POLL = timedelta(seconds=2)
+"""How often a drain looks whether its replacement is up: every 20 s in the functions, against EC2 boots of a minute
+or two; nodes here join 1.5 s after launch, so a drain waiting for one looks every 2 s."""
 UNAVAILABLE_TTL = "15s"
 """How long an offering EC2 had no capacity for is left out: the default 3 minutes scaled as the agent's resync is
 (60 s → 5 s), so a pod is reported again as often, relative to the marks, as in a deployment."""
@@ -97,6 +109,8 @@ class ChaosRig:
         self.earlier_instances: set[str] = set()
         self.earlier_letters: set[str] = set()
         """What earlier scenarios left in EC2's listing and in the dead-letter queues: theirs, not checked again."""
+        self._log_offset = 0
+        self._records: list[dict[str, Any]] = []
 
     def begin(self) -> None:
         """A new scenario starts: what is there now belongs to the earlier ones."""
@@ -140,8 +154,11 @@ class ChaosRig:
         return bool(pods) and all(p.spec.node_name for p in pods)
 
     def instances(self, *states: str) -> list[dict[str, Any]]:
+        """EC2's listing, in these states only if any are given (filtered by EC2: the listing keeps every
+        terminated instance of the session, and the waits poll it several times a second)."""
+        filters = [{"Name": "instance-state-name", "Values": list(states)}] if states else []
         found: list[dict[str, Any]] = []
-        for page in self.ec2.get_paginator("describe_instances").paginate():
+        for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 found += [i for i in reservation["Instances"] if not states or i["State"]["Name"] in states]
         return found
@@ -176,21 +193,29 @@ class ChaosRig:
         return "\n".join(lines)
 
     def log_records(self) -> list[dict[str, Any]]:
-        """The handlers' JSON log lines (Powertools), parsed; other lines skipped."""
-        records = []
-        for line in self.log_path.read_text().splitlines():
+        """The handlers' JSON log lines (Powertools), parsed; other lines skipped. Only the lines written since
+        the last call are read and parsed (the file grows over the whole suite, and the waits ask often)."""
+        with self.log_path.open("rb") as stream:
+            stream.seek(self._log_offset)
+            fresh = stream.read()
+        complete = fresh[:fresh.rfind(b"\n") + 1]  # a line still being written is read next time
+        self._log_offset += len(complete)
+        for line in complete.decode("utf-8", errors="replace").splitlines():
             if line.startswith("{"):
                 with contextlib.suppress(json.JSONDecodeError):
-                    records.append(json.loads(line))
-        return records
+                    self._records.append(json.loads(line))
+        return list(self._records)
 
 
 @contextlib.contextmanager
-def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0) -> Iterator[ChaosRig]:
-    """An emulator session for one scenario, its namespace created."""
+def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
+                soak_visibility: int | None = None) -> Iterator[ChaosRig]:
+    """An emulator session for one scenario, its namespace created; `soak_visibility`: the pending-pods and launch
+    queues' visibility when not `VISIBILITY_TIMEOUT` (`SOAK_VISIBILITY` for the soak's sizes)."""
     with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
         log_path = Path(directory) / "functions.log"
-        with log_path.open("w", buffering=1) as stream, EmulatorSession(
+        with mock.patch.object(drain_domain, "REPLACEMENT_POLL", REPLACEMENT_POLL), \
+                log_path.open("w", buffering=1) as stream, EmulatorSession(
             config or chaos_config(), speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
             function_timeouts={"interruption": INTERRUPTION_TIMEOUT},
@@ -200,6 +225,9 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0)
             # must come later, as the stack's visibility (6 × the timeout) does, or it is dead-lettered early.
             rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url("interruption"), Attributes={
                 "VisibilityTimeout": str(INTERRUPTION_VISIBILITY)})
+            for queue in ("pending-pods", "launch") if soak_visibility is not None else ():
+                rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url(queue), Attributes={
+                    "VisibilityTimeout": str(soak_visibility)})
             rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
             yield rig
 

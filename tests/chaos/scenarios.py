@@ -170,16 +170,19 @@ def throttling_storm(rig: ChaosRig, *, pods: int = 200, rate: float = 0.3, secon
     with throttling(rate, seed) as rule:
         rig.create_pods([gpu_pod(f"{prefix}-{i}") for i in range(pods)])
         time.sleep(max(0.0, seconds - (time.monotonic() - began)))
-    rig.wait(rig.all_bound, 180.0, f"all {pods} pods to be bound after the throttling")
+    rig.wait(rig.all_bound, 120.0 + pods, f"all {pods} pods to be bound after the throttling")
     bound = time.monotonic() - began
     result = LifecycleResult(Report())
-    _settle(rig, result, timeout=120.0)  # the agent's documents queued during the storm are packed one by one
+    # The agent's documents queued during the storm (each resync re-reports every pod still pending) are packed
+    # one by one, each a no-op once its pods are covered: seconds apiece for documents of a hundred pods.
+    settle = 120.0 + 3 * pods
+    _settle(rig, result, timeout=settle)
     letters, placed = result.report.dead_letters, result.report.bound
     if placed != pods:
         result.report.violations.append(f"{placed} of {pods} pods bound once settled")
     rig.delete_pods()
-    rig.wait(lambda: not rig.instances("pending", "running"), 120.0, "the capacity to be given back")
-    _settle(rig, result, timeout=120.0)
+    rig.wait(lambda: not rig.instances("pending", "running"), settle, "the capacity to be given back")
+    _settle(rig, result, timeout=settle)
     return ThrottleResult(result.report, pods, rule.seen, rule.refused, bound, letters)
 
 
@@ -252,7 +255,7 @@ def storm_shape(seed: int) -> tuple[str, int]:
     return rng.choice(STORM_FAMILIES), rng.randint(4, 8)
 
 
-def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 8.0,
+def capacity_storm_lifecycle(rig: ChaosRig, *, family: str = "g6", pods: int = 6, seed: int = 0, hold: float = 5.0,
                              prefix: str = "ice") -> StormResult:
     """Scenario 2: EC2 has no Spot capacity for one GPU family (its pods go On-Demand), then no On-Demand either
     for at least `hold` seconds (new pods are released and reported with a reason, planned again and released
@@ -319,6 +322,9 @@ class WarningStormResult:
     reported pending while no replacement had room it could see (a node registering at that moment)."""
     planned: dict[str, list[str]]
     """Warned instance → the replacement claims the interruption function planned for its pods."""
+    held_back: dict[str, list[str]]
+    """Warned instance → its pods the interruption function could not place at once (reported unschedulable with
+    the reason: the pool's limit counts the warned nodes until they are gone); they are placed once they are."""
     peak_gpus: int
     """Most GPUs the pool's live claims (the warned ones still draining included) held at once."""
     limit_gpus: int | None
@@ -329,12 +335,14 @@ class WarningStormResult:
 
     @property
     def shared(self) -> dict[str, list[str]]:
-        """Replacement claims planned for more than one warned node (each holds one node's pods: none should)."""
-        owners: dict[str, list[str]] = {}
+        """Replacement claims planned for more than one warned node (each holds one node's pods: none should). A
+        notice handled twice (SQS delivers at least once; a slow invocation outlives its idempotency record) plans
+        the same claims for the same node again: that is one node."""
+        owners: dict[str, set[str]] = {}
         for instance, claims in self.planned.items():
             for claim in claims:
-                owners.setdefault(claim, []).append(instance)
-        return {claim: instances for claim, instances in owners.items() if len(instances) > 1}
+                owners.setdefault(claim, set()).add(instance)
+        return {claim: sorted(instances) for claim, instances in owners.items() if len(instances) > 1}
 
 
 class _PeakGpus:
@@ -391,8 +399,11 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
     result = LifecycleResult(Report())
     rig.begin()
     rig.create_pods([gpu_pod(f"{prefix}-{i}", cpu="40") for i in range(nodes)])
-    rig.wait(rig.all_bound, STEP_TIMEOUT + nodes, f"the {nodes} pods to be bound")
-    _settle(rig, result)
+    rig.wait(rig.all_bound, STEP_TIMEOUT + 2 * nodes, f"the {nodes} pods to be bound")
+    # The agent reported the pods as they were created and as each was bound: the packer goes through every one of
+    # those documents (one per invocation's record, each a no-op once its pods are covered) before the queue is
+    # idle, some seconds per document on a loaded machine.
+    _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     used = {p.spec.node_name for p in rig.pods()}
     by_instance = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
     victims = [i["InstanceId"] for i in rig.instances("running") if by_instance.get(i["InstanceId"]) in used]
@@ -409,16 +420,19 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
             time.sleep(max(0.0, began + n * seconds / max(1, len(victims)) - time.monotonic()))
             rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         last = time.monotonic()
-        rig.wait(replaced, STEP_TIMEOUT + 70 + nodes, "every warned node to be reclaimed and its pod bound again")
+        rig.wait(replaced, STEP_TIMEOUT + 70 + 2 * nodes, "every warned node to be reclaimed and its pod bound again")
         done = time.monotonic()
-        _settle(rig, result, timeout=SETTLE_TIMEOUT + nodes)
+        _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     launched = [i for i in rig.instances() if i["InstanceId"] not in before]
     planned: dict[str, list[str]] = {}
+    held_back: dict[str, list[str]] = {}
     for record in rig.log_records():  # the interruption function's report of each notice it acted on
         if record.get("kind") == "spot-interruption" and record.get("instanceId") in victims:
             planned.setdefault(record["instanceId"], []).extend(record.get("replacements") or [])
+            if record.get("unschedulable"):
+                held_back.setdefault(record["instanceId"], []).extend(record["unschedulable"])
     rig.delete_pods()
-    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + nodes, "the capacity to be given back")
-    _settle(rig, result)
-    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, peak.peak, limit,
-                              done - began, done - last)
+    rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + 2 * nodes, "the capacity to be given back")
+    _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
+    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, held_back, peak.peak,
+                              limit, done - began, done - last)

@@ -1,6 +1,6 @@
 """Scenario 2: insufficient-capacity storms. EC2 has no Spot capacity for one GPU family (the strict layer's
 `capacity_storm`: an instant CreateFleet answers `InsufficientInstanceCapacity` per override), then no On-Demand
-either (8 s in CI, 30 s with GPU_AUTOSCALER_CHAOS_SOAK=1, which also draws other families and pod counts from random
+either (5 s in CI, 30 s with GPU_AUTOSCALER_CHAOS_SOAK=1, which also draws other families and pod counts from random
 seeds), then capacity returns. The pods need that family. After
 each phase the four invariants hold: with Spot out they are bound On-Demand; with everything out they are released
 and reported unschedulable with a reason (the fleet's report of the claim that could not launch, the packer's once
@@ -24,7 +24,7 @@ def test_a_family_without_spot_then_without_capacity_releases_its_pods_with_reas
     rig: ChaosRig, seed: int,
 ) -> None:
     family, pods = storm_shape(seed)
-    result = capacity_storm_lifecycle(rig, family=family, pods=pods, seed=seed, hold=30.0 if SOAK else 8.0,
+    result = capacity_storm_lifecycle(rig, family=family, pods=pods, seed=seed, hold=30.0 if SOAK else 5.0,
                                       prefix=f"ice{seed}")
 
     assert result.report.ok, str(result.report)

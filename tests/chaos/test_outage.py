@@ -1,9 +1,9 @@
 """Scenario 7: the Kubernetes API unavailable during a drain; the agent's watch broken and resumed.
 
-CI: a 15 s outage answered 503 ServiceUnavailable; with GPU_AUTOSCALER_CHAOS_SOAK=1, the issue's 60 s, and
+CI: a 10 s outage answered 503 ServiceUnavailable; with GPU_AUTOSCALER_CHAOS_SOAK=1, the issue's 60 s, and
 also with connections refused. The drain's own retries run on real seconds (the emulator speeds up only its
-schedules), so the outage is not scaled: 15 s already spans several of the drain's retries and the agent's
-backoff."""
+schedules), so the outage is not scaled: 10 s already spans two of the drain's retries (5 s apart, then 10)
+and the agent's backoff."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.chaos.outage import api_outage_during_drain
 if TYPE_CHECKING:
     from tests.chaos.rig import ChaosRig
 
-OUTAGES = [("unavailable", 60.0), ("refused", 60.0)] if SOAK else [("unavailable", 15.0)]
+OUTAGES = [("unavailable", 60.0), ("refused", 60.0)] if SOAK else [("unavailable", 10.0)]
 
 
 @pytest.mark.timeout(600)  # the soak's minute of outage, on a loaded machine
