@@ -123,12 +123,14 @@ def _take_in_order(order: np.ndarray, req: np.ndarray, limit: np.ndarray, free: 
     return taken
 
 
-def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[np.ndarray]:
+def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
+                       wide: bool = False) -> list[np.ndarray]:
     """Fills of kind `k` that start with as many pods as fit of one of its bulkiest classes, then the residual.
 
     A fill that takes the best-scoring pod each step can stop one bulky pod short of a much better node
     (two 220 GiB pods and small ones, where three and small ones fit); leading with each bulky class
-    in turn finds those.
+    in turn finds those. `wide` also leads with one pod fewer than fit: one 4-GPU pod beside two
+    2-GPU 192 GiB pods on an 8-GPU node, where two 4-GPU pods or three 192 GiB ones fill it alone.
     """
     cap = kinds.cap[k].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,9 +139,11 @@ def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, 
     bulky = [int(c) for c in np.argsort(-share) if rem[c] > 0 and kinds.feasible[c, k] and share[c] <= 1.0]
     out = []
     for c in bulky[:_LEADERS]:
-        lead = np.zeros(req.shape[0], np.int64)
-        lead[c] = min(int(rem[c]), int(1.0 // share[c]) if share[c] > 0 else int(rem[c]))
-        out.append(_fill_residual(k, w, rem, req, kinds, lead))
+        most = min(int(rem[c]), int(1.0 // share[c]) if share[c] > 0 else int(rem[c]))
+        for n in (most, most - 1) if wide and most > 1 else (most,):
+            lead = np.zeros(req.shape[0], np.int64)
+            lead[c] = n
+            out.append(_fill_residual(k, w, rem, req, kinds, lead))
     return out
 
 
@@ -305,11 +309,15 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
         return _greedy(demand, req, kinds, weights)
     w = class_weights(req, kinds)
     first = _greedy(demand, req, kinds, w)
-    return corrected(first, demand, req, kinds, w, lambda better: _greedy(demand, req, kinds, better))
+    return corrected(first, demand, req, kinds, w, (lambda better: _greedy(demand, req, kinds, better),
+                                                    lambda better: _greedy(demand, req, kinds, better, wide=True)))
 
 
-def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) -> list[Opened]:
-    """Steps 2–4 of the module's method with class weights `w`."""
+def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray, *, wide: bool = False,
+            ) -> list[Opened]:
+    """Steps 2–4 of the module's method with class weights `w`. `wide` searches more fills each round:
+    the led fills of every refined kind, not only the best one's, and with one lead pod fewer (see
+    `_fills_led_by_each`); the correction rounds of small tiers use it."""
     rem = np.where(np.isfinite(w), demand, 0).astype(np.int64)
     w = np.where(np.isfinite(w), w, 0.0)
     nz = [np.flatnonzero(req[c] > 0) for c in range(req.shape[0])]
@@ -319,7 +327,7 @@ def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) ->
     # Fills are cached: demand only shrinks, and a fill stays what it was as long as the remaining demand
     # still covers every pod it took, so each round recomputes only the fills that took a depleted class.
     counts = _fill_all(order, rem, req, kinds, nz)
-    fills = _Fills(w, req, kinds, nz)
+    fills = _Fills(w, req, kinds, nz, wide)
     while rem.any():
         stale = np.flatnonzero((counts > rem).any(axis=1))
         if stale.size:
@@ -341,7 +349,7 @@ def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) ->
                 alt_value = float(alt @ w)
                 if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
                     best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
-            for alt in (fills.led(k, rem, best_eff) if rank == 0 else ()):
+            for alt in (fills.led(k, rem, best_eff) if rank == 0 or wide else ()):
                 alt_value = float(alt @ w)
                 if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
                     best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
@@ -365,8 +373,8 @@ def _cost(opened: list[Opened], kinds: Kinds) -> float:
 class _Fills:
     """Alternative fills of single kinds, cached while the remaining demand still covers them."""
 
-    def __init__(self, w: np.ndarray, req: np.ndarray, kinds: Kinds, nz: list[np.ndarray]) -> None:
-        self.w, self.req, self.kinds, self.nz = w, req, kinds, nz
+    def __init__(self, w: np.ndarray, req: np.ndarray, kinds: Kinds, nz: list[np.ndarray], wide: bool) -> None:
+        self.w, self.req, self.kinds, self.nz, self.wide = w, req, kinds, nz, wide
         self._plain: dict[int, list[np.ndarray]] = {}
         self._led: dict[int, list[np.ndarray]] = {}
         self._bounds: dict[int, tuple[int, float, bool]] = {}
@@ -392,7 +400,7 @@ class _Fills:
         if led is None or _stale(led, rem):
             if not self._may_beat(k, rem, best_eff):
                 return []
-            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds)
+            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.wide)
             self._led[k] = led
         return led
 
