@@ -26,8 +26,9 @@ import math
 
 import numpy as np
 
-from gpu_autoscaler.domain.packing.correction import corrected
+from gpu_autoscaler.domain.packing.correction import corrected, worth_more_work
 from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
+from gpu_autoscaler.domain.packing.pairs import resplit_pairs
 from gpu_autoscaler.domain.packing.relocate import empty_into_holes
 from gpu_autoscaler.domain.packing.single import single_class
 
@@ -309,8 +310,12 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
         return _greedy(demand, req, kinds, weights)
     w = class_weights(req, kinds)
     first = _greedy(demand, req, kinds, w)
-    return corrected(first, demand, req, kinds, w, (lambda better: _greedy(demand, req, kinds, better),
+    if not worth_more_work(first, demand, req, kinds):
+        return first
+    best = corrected(first, demand, req, kinds, w, (lambda better: _greedy(demand, req, kinds, better),
                                                     lambda better: _greedy(demand, req, kinds, better, wide=True)))
+    resplit = resplit_pairs(best, req, kinds)
+    return resplit if _cost(resplit, kinds) < _cost(best, kinds) - _EPS else best
 
 
 def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray, *, wide: bool = False,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 
-__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound"]
+__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound", "worth_more_work"]
 
 ROUNDS = 3
 CORRECTION_WORK = 6_000
@@ -41,12 +41,9 @@ def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: K
     Each repack runs its own rounds from the first plan's weights: the first (the greedy that made
     `first`) from the weights `first` paid; the others (wider searches) from `weights` themselves.
     """
-    live = int(np.count_nonzero(demand))
-    if kinds.limit is not None or live < 2 or int(demand.sum()) * live > CORRECTION_WORK:
+    if not worth_more_work(first, demand, req, kinds):
         return first
     best, best_cost = first, _cost(first, kinds)
-    if best_cost <= lower_bound(demand, req, kinds) * (1 + CLOSE_ENOUGH):
-        return first
     goal = _held(first, demand.size)
     cap = kinds.cap.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -63,6 +60,15 @@ def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: K
                 if cost < best_cost - 1e-9:
                     best, best_cost = current, cost
     return best
+
+
+def worth_more_work(first: Sequence[Opened], demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> bool:
+    """Whether a tier's first plan gets the correction rounds (and `pairs`): a small tier without
+    reservations, of two classes or more, whose first plan is more than `CLOSE_ENOUGH` above the bound."""
+    live = int(np.count_nonzero(demand))
+    if kinds.limit is not None or live < 2 or int(demand.sum()) * live > CORRECTION_WORK:
+        return False
+    return _cost(first, kinds) > lower_bound(demand, req, kinds) * (1 + CLOSE_ENOUGH)
 
 
 def _reweighed(plan: Sequence[Opened], w: np.ndarray, share: np.ndarray, kinds: Kinds) -> np.ndarray:
