@@ -124,7 +124,7 @@ def _take_in_order(order: np.ndarray, req: np.ndarray, limit: np.ndarray, free: 
     return taken
 
 
-def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
+def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, share: np.ndarray,
                        wide: bool = False) -> list[np.ndarray]:
     """Fills of kind `k` that start with as many pods as fit of one of its bulkiest classes, then the residual.
 
@@ -132,11 +132,8 @@ def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, 
     (two 220 GiB pods and small ones, where three and small ones fit); leading with each bulky class
     in turn finds those. `wide` also leads with one pod fewer than fit: one 4-GPU pod beside two
     2-GPU 192 GiB pods on an 8-GPU node, where two 4-GPU pods or three 192 GiB ones fill it alone.
+    `share`: [C] each class's bottleneck share of the kind's room (`_bottleneck_shares`).
     """
-    cap = kinds.cap[k].astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(req == 0, 0.0, req / cap)
-    share = np.where(np.isnan(share), np.inf, share).max(axis=1)
     bulky = [int(c) for c in np.argsort(-share) if rem[c] > 0 and kinds.feasible[c, k] and share[c] <= 1.0]
     out = []
     for c in bulky[:_LEADERS]:
@@ -380,6 +377,8 @@ class _Fills:
 
     def __init__(self, w: np.ndarray, req: np.ndarray, kinds: Kinds, nz: list[np.ndarray], wide: bool) -> None:
         self.w, self.req, self.kinds, self.nz, self.wide = w, req, kinds, nz, wide
+        self.shares = _bottleneck_shares(req, kinds)
+        self._orders: dict[int, np.ndarray] = {}
         self._plain: dict[int, list[np.ndarray]] = {}
         self._led: dict[int, list[np.ndarray]] = {}
         self._bounds: dict[int, tuple[int, float, bool]] = {}
@@ -393,7 +392,7 @@ class _Fills:
             if not self._may_beat(k, rem, best_eff):
                 return []
             plain = [
-                _fill_one(k, _density_order(k, self.w, self.req, self.kinds), rem, self.req, self.kinds, self.nz),
+                _fill_one(k, self._order(k), rem, self.req, self.kinds, self.nz),
                 _fill_residual(k, self.w, rem, self.req, self.kinds),
             ]
             self._plain[k] = plain
@@ -405,9 +404,16 @@ class _Fills:
         if led is None or _stale(led, rem):
             if not self._may_beat(k, rem, best_eff):
                 return []
-            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.wide)
+            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.shares[k], self.wide)
             self._led[k] = led
         return led
+
+    def _order(self, k: int) -> np.ndarray:
+        """Kind `k`'s density order: it depends only on the weights, fixed for the greedy's run."""
+        found = self._orders.get(k)
+        if found is None:
+            found = self._orders[k] = _density_order(self.w, self.shares[k])
+        return found
 
     def _may_beat(self, k: int, rem: np.ndarray, best_eff: float) -> bool:
         """Whether some fill of kind `k` could be worth more per dollar than `best_eff`: an exact prune by
@@ -460,12 +466,17 @@ def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
     return any((fill > rem).any() for fill in fills)
 
 
-def _density_order(k: int, w: np.ndarray, req: np.ndarray, kinds: Kinds) -> np.ndarray:
-    """Classes by weight per unit of this kind's room they take (their bottleneck share of it)."""
-    cap = kinds.cap[k].astype(np.float64)
+def _bottleneck_shares(req: np.ndarray, kinds: Kinds) -> np.ndarray:
+    """[K, C] the largest share of a kind's room one pod of each class takes (inf where it has none of a
+    resource the class needs)."""
+    cap = kinds.cap.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(req == 0, 0.0, req / cap)
-    share = np.where(np.isnan(share), np.inf, share).max(axis=1)
+        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :])
+    return np.where(np.isnan(share), np.inf, share).max(axis=2)
+
+
+def _density_order(w: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """Classes by weight per unit of a kind's room they take (`share`: their bottleneck share of it)."""
     density = np.where(share > 0, w / np.where(share > 0, share, 1.0), 0.0)
     return np.argsort(-density, kind="stable")
 
