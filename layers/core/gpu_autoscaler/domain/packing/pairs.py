@@ -15,10 +15,13 @@ import numpy as np
 
 from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 
-__all__ = ["MAX_SPLITS", "resplit_pairs"]
+__all__ = ["MAX_SPLITS", "SPLIT_BUDGET", "resplit_pairs"]
 
 MAX_SPLITS = 4096
 """Pairs whose pods split more ways than this are not tried."""
+SPLIT_BUDGET = 400
+"""At most this many pairs get their splits enumerated per call (each is a few hundred microseconds); a
+plan of many patterns tries the pairs it meets first, so the pass stays a small part of a tier's time."""
 _ROUNDS = 64
 _EPS = 1e-9
 
@@ -39,6 +42,8 @@ def resplit_pairs(opened: list[Opened], req: np.ndarray, kinds: Kinds) -> list[O
                     continue
                 key = (a.counts.tobytes(), b.counts.tobytes())
                 if key not in known:
+                    if len(known) >= SPLIT_BUDGET:
+                        continue
                     known[key] = _best_split(a.counts + b.counts, req, kinds, blocked)
                 found = known[key]
                 if found is None:
