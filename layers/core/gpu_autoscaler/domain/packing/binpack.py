@@ -16,6 +16,9 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
 3. Each opened node is moved to the cheapest kind its contents fit, and groups of nodes are merged into
    one when one node of some kind holds them all for less (each such merge as often as it repeats).
 4. Nodes whose pods all fit in the room the others leave are emptied into it (see `relocate`).
+5. Small tiers whose plan is more than 3 % above a lower bound are packed again with corrected class
+   weights, and with a wider search of fills (see `correction`); then pairs of nodes are split again
+   over two cheaper ones (see `pairs`).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
