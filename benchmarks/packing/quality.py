@@ -53,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         baseline = Solver(sc.config, catalog, clock, packer=first_fit_decreasing).solve(sc.pods)
         reference = solve_reference(sc.config, catalog, sc.pods, plan, time_limit=args.time_limit)
         ours = plan.total_price_per_hour
-        ratio = ours / reference.best
-        ratio_bound = ours / reference.lower_bound
-        ffd = baseline.total_price_per_hour / reference.best
+        # A scenario whose pods all stay unschedulable costs nothing either way: ratio 1.
+        ratio = _ratio(ours, reference.best)
+        ratio_bound = _ratio(ours, reference.lower_bound)
+        ffd = _ratio(baseline.total_price_per_hour, reference.best)
         ffd_ratios.append(ffd)
         notes = []
         if plan.unschedulable:
@@ -83,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"worst ours/bound: {worst_bound[0]:.4f} ({worst_bound[1]})   (against the proven lower bound)")
     print(f"Karpenter-like FFD/MILP: mean {sum(ffd_ratios) / len(ffd_ratios):.3f}, worst {max(ffd_ratios):.3f}")
     return 0 if worst[0] <= 1.02 else 1
+
+
+def _ratio(value: float, reference: float) -> float:
+    if reference > 0:
+        return value / reference
+    return 1.0 if value <= 0 else float("inf")
 
 
 if __name__ == "__main__":

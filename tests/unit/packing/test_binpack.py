@@ -182,3 +182,55 @@ def test_weights_corrected_from_the_first_plan_find_a_cheaper_one() -> None:
     opened = pack(demand, req, k)
     assert_valid(opened, demand, req, k)
     assert cost(opened, k) == pytest.approx(6.31)
+
+
+def test_a_node_led_by_one_pod_fewer_than_fit_packs_tighter() -> None:
+    # The one tier of randomised scenario r2015 (cpu millicores, MiB, pods, GPUs; us-east-1 prices). Class 3
+    # fits only the 26.42 kind. Leading an 8-GPU 4.14 node with as many 4-GPU pods as fit (two) or as many
+    # 192 GiB pods (three) leaves the 4-GPU pods one to a 1.89 node: 86.67. The optimum (HiGHS, 80.221)
+    # leads with one 4-GPU pod and puts two 192 GiB pods beside it, eleven times.
+    caps = [[31650, 118056, 234, 1], [31650, 118056, 234, 1], [63570, 233765, 737, 1], [31650, 239298, 234, 1],
+            [63570, 239298, 234, 1], [47610, 178677, 234, 4], [47610, 173144, 737, 4], [63570, 476248, 737, 1],
+            [95490, 355006, 737, 4], [95490, 355006, 737, 4], [95490, 721426, 492, 4], [191250, 718731, 737, 8],
+            [47610, 359901, 292, 4], [191250, 723043, 345, 8], [191250, 1448876, 492, 8],
+            [191250, 1937076, 198, 8], [191250, 1938154, 100, 8]]
+    prices = [0.8863, 1.0037, 1.2228, 1.5397, 1.5974, 1.8867, 2.3822, 2.5762, 2.9371, 3.5019, 3.9171, 4.1386,
+              4.6168, 4.7235, 9.642, 22.7866, 26.4192]
+    feasible = np.zeros((4, len(prices)), bool)
+    feasible[0, :] = True
+    feasible[1, [5, 6, *range(8, 17)]] = True
+    feasible[2, 8:] = True
+    feasible[3, 16] = True
+    k = Kinds(np.array(caps, np.int64), np.array(prices), feasible)
+    req = np.array([[16000, 32768, 1, 1], [24000, 8192, 1, 4], [1000, 196608, 1, 2], [3000, 8192, 1, 1]], np.int64)
+    demand = np.array([3, 11, 31, 2])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) <= 1.02 * 80.221
+
+
+def test_pairs_of_nodes_split_again_over_cheaper_ones() -> None:
+    # The second tier of randomised scenario r1005 (cpu millicores, MiB, pods, GPUs; us-east-1 prices). The
+    # greedy puts a 2-GPU pair (classes 0 and 1) on each 1.41 4-GPU node and the 384 GiB 4-GPU pods two to a
+    # 7.25 node: 1.047 × the optimum (HiGHS, 204.008), which puts one 384 GiB pod beside the pair on a 4.06
+    # 8-GPU node. Only a re-split of two nodes' pods over two others finds that.
+    caps = [[47610, 178677, 234, 4], [47610, 178677, 234, 4], [47610, 173144, 737, 4], [95490, 355006, 737, 4],
+            [95490, 355006, 737, 4], [95490, 355006, 737, 8], [95490, 721426, 492, 4], [95490, 718731, 737, 8],
+            [191250, 718731, 737, 8], [47610, 359901, 292, 4], [191250, 723043, 345, 8], [95490, 1082456, 737, 8],
+            [95490, 1082456, 737, 8], [191250, 1448876, 492, 8], [191250, 1937076, 198, 8],
+            [191250, 1938154, 100, 8]]
+    prices = [1.4083, 1.8867, 2.3822, 2.9371, 3.5019, 3.8338, 3.9171, 4.0576, 4.1386, 4.6168, 4.7235, 7.246, 9.6065,
+              9.642, 22.7866, 26.4192]
+    allowed = {2: [6, 7, 8, 10, 11, 12, 13, 14, 15], 3: [5, 7, 8, 10, 11, 12, 13, 14, 15], 4: range(3, 16),
+               5: [3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15], 6: range(3, 16), 7: [6, 7, 8, 10, 11, 12, 13, 14, 15]}
+    feasible = np.ones((8, len(prices)), bool)
+    for c, ks in allowed.items():
+        feasible[c] = np.isin(np.arange(len(prices)), list(ks))
+    k = Kinds(np.array(caps, np.int64), np.array(prices), feasible)
+    req = np.array([[12000, 131072, 1, 2], [12000, 24576, 1, 2], [12000, 393216, 1, 4], [4000, 131072, 1, 8],
+                    [16000, 196608, 1, 2], [48000, 8192, 1, 2], [16000, 262144, 1, 4], [64000, 524288, 1, 4]],
+                   np.int64)
+    demand = np.array([13, 14, 44, 6, 11, 1, 4, 3])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) <= 1.02 * 204.008

@@ -16,6 +16,9 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
 3. Each opened node is moved to the cheapest kind its contents fit, and groups of nodes are merged into
    one when one node of some kind holds them all for less (each such merge as often as it repeats).
 4. Nodes whose pods all fit in the room the others leave are emptied into it (see `relocate`).
+5. Small tiers whose plan is more than 3 % above a lower bound are packed again with corrected class
+   weights, and with a wider search of fills (see `correction`); then pairs of nodes are split again
+   over two cheaper ones (see `pairs`).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
@@ -26,8 +29,9 @@ import math
 
 import numpy as np
 
-from gpu_autoscaler.domain.packing.correction import corrected
+from gpu_autoscaler.domain.packing.correction import corrected, worth_more_work
 from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
+from gpu_autoscaler.domain.packing.pairs import resplit_pairs
 from gpu_autoscaler.domain.packing.relocate import empty_into_holes
 from gpu_autoscaler.domain.packing.single import single_class
 
@@ -123,23 +127,24 @@ def _take_in_order(order: np.ndarray, req: np.ndarray, limit: np.ndarray, free: 
     return taken
 
 
-def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[np.ndarray]:
+def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, share: np.ndarray,
+                       wide: bool = False) -> list[np.ndarray]:
     """Fills of kind `k` that start with as many pods as fit of one of its bulkiest classes, then the residual.
 
     A fill that takes the best-scoring pod each step can stop one bulky pod short of a much better node
     (two 220 GiB pods and small ones, where three and small ones fit); leading with each bulky class
-    in turn finds those.
+    in turn finds those. `wide` also leads with one pod fewer than fit: one 4-GPU pod beside two
+    2-GPU 192 GiB pods on an 8-GPU node, where two 4-GPU pods or three 192 GiB ones fill it alone.
+    `share`: [C] each class's bottleneck share of the kind's room (`_bottleneck_shares`).
     """
-    cap = kinds.cap[k].astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(req == 0, 0.0, req / cap)
-    share = np.where(np.isnan(share), np.inf, share).max(axis=1)
     bulky = [int(c) for c in np.argsort(-share) if rem[c] > 0 and kinds.feasible[c, k] and share[c] <= 1.0]
     out = []
     for c in bulky[:_LEADERS]:
-        lead = np.zeros(req.shape[0], np.int64)
-        lead[c] = min(int(rem[c]), int(1.0 // share[c]) if share[c] > 0 else int(rem[c]))
-        out.append(_fill_residual(k, w, rem, req, kinds, lead))
+        most = min(int(rem[c]), int(1.0 // share[c]) if share[c] > 0 else int(rem[c]))
+        for n in (most, most - 1) if wide and most > 1 else (most,):
+            lead = np.zeros(req.shape[0], np.int64)
+            lead[c] = n
+            out.append(_fill_residual(k, w, rem, req, kinds, lead))
     return out
 
 
@@ -305,11 +310,19 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
         return _greedy(demand, req, kinds, weights)
     w = class_weights(req, kinds)
     first = _greedy(demand, req, kinds, w)
-    return corrected(first, demand, req, kinds, w, lambda better: _greedy(demand, req, kinds, better))
+    if not worth_more_work(first, demand, req, kinds):
+        return first
+    best = corrected(first, demand, req, kinds, w, (lambda better: _greedy(demand, req, kinds, better),
+                                                    lambda better: _greedy(demand, req, kinds, better, wide=True)))
+    resplit = resplit_pairs(best, req, kinds)
+    return resplit if _cost(resplit, kinds) < _cost(best, kinds) - _EPS else best
 
 
-def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) -> list[Opened]:
-    """Steps 2–4 of the module's method with class weights `w`."""
+def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray, *, wide: bool = False,
+            ) -> list[Opened]:
+    """Steps 2–4 of the module's method with class weights `w`. `wide` searches more fills each round:
+    the led fills of every refined kind, not only the best one's, and with one lead pod fewer (see
+    `_fills_led_by_each`); the correction rounds of small tiers use it."""
     rem = np.where(np.isfinite(w), demand, 0).astype(np.int64)
     w = np.where(np.isfinite(w), w, 0.0)
     nz = [np.flatnonzero(req[c] > 0) for c in range(req.shape[0])]
@@ -319,7 +332,7 @@ def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) ->
     # Fills are cached: demand only shrinks, and a fill stays what it was as long as the remaining demand
     # still covers every pod it took, so each round recomputes only the fills that took a depleted class.
     counts = _fill_all(order, rem, req, kinds, nz)
-    fills = _Fills(w, req, kinds, nz)
+    fills = _Fills(w, req, kinds, nz, wide)
     while rem.any():
         stale = np.flatnonzero((counts > rem).any(axis=1))
         if stale.size:
@@ -341,7 +354,7 @@ def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray) ->
                 alt_value = float(alt @ w)
                 if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
                     best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
-            for alt in (fills.led(k, rem, best_eff) if rank == 0 else ()):
+            for alt in (fills.led(k, rem, best_eff) if rank == 0 or wide else ()):
                 alt_value = float(alt @ w)
                 if alt_value > _EPS and kinds.price[k] / alt_value < best_eff - _EPS:
                     best, best_counts, best_eff = k, alt, kinds.price[k] / alt_value
@@ -365,8 +378,10 @@ def _cost(opened: list[Opened], kinds: Kinds) -> float:
 class _Fills:
     """Alternative fills of single kinds, cached while the remaining demand still covers them."""
 
-    def __init__(self, w: np.ndarray, req: np.ndarray, kinds: Kinds, nz: list[np.ndarray]) -> None:
-        self.w, self.req, self.kinds, self.nz = w, req, kinds, nz
+    def __init__(self, w: np.ndarray, req: np.ndarray, kinds: Kinds, nz: list[np.ndarray], wide: bool) -> None:
+        self.w, self.req, self.kinds, self.nz, self.wide = w, req, kinds, nz, wide
+        self.shares = _bottleneck_shares(req, kinds)
+        self._orders: dict[int, np.ndarray] = {}
         self._plain: dict[int, list[np.ndarray]] = {}
         self._led: dict[int, list[np.ndarray]] = {}
         self._bounds: dict[int, tuple[int, float, bool]] = {}
@@ -380,7 +395,7 @@ class _Fills:
             if not self._may_beat(k, rem, best_eff):
                 return []
             plain = [
-                _fill_one(k, _density_order(k, self.w, self.req, self.kinds), rem, self.req, self.kinds, self.nz),
+                _fill_one(k, self._order(k), rem, self.req, self.kinds, self.nz),
                 _fill_residual(k, self.w, rem, self.req, self.kinds),
             ]
             self._plain[k] = plain
@@ -392,9 +407,16 @@ class _Fills:
         if led is None or _stale(led, rem):
             if not self._may_beat(k, rem, best_eff):
                 return []
-            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds)
+            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.shares[k], self.wide)
             self._led[k] = led
         return led
+
+    def _order(self, k: int) -> np.ndarray:
+        """Kind `k`'s density order: it depends only on the weights, fixed for the greedy's run."""
+        found = self._orders.get(k)
+        if found is None:
+            found = self._orders[k] = _density_order(self.w, self.shares[k])
+        return found
 
     def _may_beat(self, k: int, rem: np.ndarray, best_eff: float) -> bool:
         """Whether some fill of kind `k` could be worth more per dollar than `best_eff`: an exact prune by
@@ -447,12 +469,17 @@ def _stale(fills: list[np.ndarray], rem: np.ndarray) -> bool:
     return any((fill > rem).any() for fill in fills)
 
 
-def _density_order(k: int, w: np.ndarray, req: np.ndarray, kinds: Kinds) -> np.ndarray:
-    """Classes by weight per unit of this kind's room they take (their bottleneck share of it)."""
-    cap = kinds.cap[k].astype(np.float64)
+def _bottleneck_shares(req: np.ndarray, kinds: Kinds) -> np.ndarray:
+    """[K, C] the largest share of a kind's room one pod of each class takes (inf where it has none of a
+    resource the class needs)."""
+    cap = kinds.cap.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(req == 0, 0.0, req / cap)
-    share = np.where(np.isnan(share), np.inf, share).max(axis=1)
+        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :])
+    return np.where(np.isnan(share), np.inf, share).max(axis=2)
+
+
+def _density_order(w: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """Classes by weight per unit of a kind's room they take (`share`: their bottleneck share of it)."""
     density = np.where(share > 0, w / np.where(share > 0, share, 1.0), 0.0)
     return np.argsort(-density, kind="stable")
 

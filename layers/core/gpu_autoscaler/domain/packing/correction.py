@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 
-__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound"]
+__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound", "worth_more_work"]
 
 ROUNDS = 3
 CORRECTION_WORK = 6_000
@@ -35,36 +35,53 @@ the randomised scenarios the rounds never gained more than 0.3 % on one that was
 
 
 def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray,
-              repack: Callable[[np.ndarray], list[Opened]]) -> list[Opened]:
-    """The cheapest of `first` and the plans `repack(weights)` makes with corrected weights."""
-    live = int(np.count_nonzero(demand))
-    if kinds.limit is not None or live < 2 or int(demand.sum()) * live > CORRECTION_WORK:
+              repacks: Sequence[Callable[[np.ndarray], list[Opened]]]) -> list[Opened]:
+    """The cheapest of `first` and the plans each of `repacks` makes with corrected weights.
+
+    Each repack runs its own rounds from the first plan's weights: the first (the greedy that made
+    `first`) from the weights `first` paid; the others (wider searches) from `weights` themselves.
+    """
+    if not worth_more_work(first, demand, req, kinds):
         return first
     best, best_cost = first, _cost(first, kinds)
-    if best_cost <= lower_bound(demand, req, kinds) * (1 + CLOSE_ENOUGH):
-        return first
     goal = _held(first, demand.size)
     cap = kinds.cap.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :]).sum(axis=2)  # [K, C]
-    w = weights.astype(np.float64).copy()
-    current = first
-    for _ in range(ROUNDS):
-        paid = np.zeros(demand.size)
-        pods = np.zeros(demand.size)
-        for e in current:
-            part = np.where(e.counts > 0, e.counts * share[e.kind], 0.0)
-            total = part.sum()
-            if total > 0:
-                paid += e.copies * kinds.price[e.kind] * part / total
-                pods += e.copies * e.counts
-        w = np.where(pods > 0, 0.5 * w + 0.5 * paid / np.maximum(pods, 1), w)
-        current = repack(w)
-        if (_held(current, demand.size) >= goal).all():
-            cost = _cost(current, kinds)
-            if cost < best_cost - 1e-9:
-                best, best_cost = current, cost
+    for n, repack in enumerate(repacks):
+        w = weights.astype(np.float64).copy()
+        current = first
+        for round_ in range(ROUNDS + (n > 0)):
+            if round_ or n == 0:
+                w = _reweighed(current, w, share, kinds)
+            current = repack(w)
+            if (_held(current, demand.size) >= goal).all():
+                cost = _cost(current, kinds)
+                if cost < best_cost - 1e-9:
+                    best, best_cost = current, cost
     return best
+
+
+def worth_more_work(first: Sequence[Opened], demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> bool:
+    """Whether a tier's first plan gets the correction rounds (and `pairs`): a small tier without
+    reservations, of two classes or more, whose first plan is more than `CLOSE_ENOUGH` above the bound."""
+    live = int(np.count_nonzero(demand))
+    if kinds.limit is not None or live < 2 or int(demand.sum()) * live > CORRECTION_WORK:
+        return False
+    return _cost(first, kinds) > lower_bound(demand, req, kinds) * (1 + CLOSE_ENOUGH)
+
+
+def _reweighed(plan: Sequence[Opened], w: np.ndarray, share: np.ndarray, kinds: Kinds) -> np.ndarray:
+    """Each class's weight halfway to what its pods paid in `plan` (a node's price shared by room taken)."""
+    paid = np.zeros(w.size)
+    pods = np.zeros(w.size)
+    for e in plan:
+        part = np.where(e.counts > 0, e.counts * share[e.kind], 0.0)
+        total = part.sum()
+        if total > 0:
+            paid += e.copies * kinds.price[e.kind] * part / total
+            pods += e.copies * e.counts
+    return np.where(pods > 0, 0.5 * w + 0.5 * paid / np.maximum(pods, 1), w)
 
 
 def lower_bound(demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> float:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["empty_into_holes"]
 
 
+_MANY = 1 << 40
+
 Node = tuple[int, np.ndarray, int]
 """(kind, pods of each class on one node, copies): `binpack.Opened` as plain values."""
 
@@ -42,9 +44,17 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
     price = kinds.price[kind]
     failed: set[tuple[int, bytes]] = set()
     moved = False
+    # Pods of each class each node's free room holds, and their total: a node none of whose classes
+    # exceeds what the others hold is worth trying to place; most are not, and are skipped at once.
+    room = _room(free, req, kinds, kind)
+    total = room.sum(axis=0)
     for d in np.lexsort((counts.sum(axis=1), price)):
         key = (int(kind[d]), counts[d].tobytes())
         if key in failed:
+            continue
+        present = counts[d] > 0
+        if (total[present] - room[d, present] < counts[d, present]).any():
+            failed.add(key)
             continue
         alive[d] = False
         placed = _place(counts[d], req, kinds, kind, free, alive)
@@ -57,6 +67,10 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
             free[r] -= n * req[c]
         counts[d] = 0
         moved = True
+        touched = sorted({r for r, _, _ in placed})
+        room[touched] = _room(free[touched], req, kinds, kind[touched])
+        room[d] = 0
+        total = room.sum(axis=0)
     if not moved:
         return None
     groups: dict[tuple[int, bytes], int] = {}
@@ -66,6 +80,15 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
         groups[key] = groups.get(key, 0) + 1
         rows.setdefault(key, counts[node])
     return [(k, rows[(k, b)], n) for (k, b), n in groups.items()]
+
+
+def _room(free: np.ndarray, req: np.ndarray, kinds: Kinds, kind: np.ndarray) -> np.ndarray:
+    """[N, C] how many pods of each class fit in each node's free room (0 where its kind may not hold the
+    class; a class that requests nothing counts as many as any node could hold)."""
+    need = req > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fits = np.where(need[None, :, :], free[:, None, :] // np.where(need, req, 1)[None, :, :], _MANY)
+    return np.where(kinds.feasible[:, kind].T, fits.min(axis=2), 0)
 
 
 def _place(pods: np.ndarray, req: np.ndarray, kinds: Kinds, kind: np.ndarray, free: np.ndarray,
