@@ -1,4 +1,5 @@
-"""The simulator's state store answers boot-time reads exactly as the in-memory store does."""
+"""The simulator's state store answers boot-time reads exactly as the in-memory store does, and the simulated
+prewarm reads demand series exactly as the service's window would."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ from datetime import UTC, datetime, timedelta
 
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.config import MeasuredLeadTime
+from gpu_autoscaler.domain.boot_times import lead_time, lead_time_of
+from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.models.boot import BootSample
+from gpu_autoscaler.simulation.services import EventQueue, SimulatedPrewarm
 from gpu_autoscaler.simulation.store import SimulationStateStore
+from tests.unit.simulation.builders import make_catalog, make_config, make_pool
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _sample(pool: str, claim: str, launched: datetime) -> BootSample:
+def _sample(pool: str, claim: str, launched: datetime, gpus_after: float = 260.0) -> BootSample:
     return BootSample(pool=pool, instance_type="g6.xlarge", claim_id=claim, launched_at=launched,
-                      ready_at=launched + timedelta(seconds=200), gpus_allocatable_at=launched + timedelta(seconds=260))
+                      ready_at=launched + timedelta(seconds=200),
+                      gpus_allocatable_at=launched + timedelta(seconds=max(200.0, gpus_after)))
 
 
 def test_boot_times_match_the_memory_store_through_records_and_expiry() -> None:
@@ -29,15 +36,22 @@ def test_boot_times_match_the_memory_store_through_records_and_expiry() -> None:
         clock.set(now)
         if rng.random() < 0.6:
             launched = now - timedelta(minutes=rng.randint(5, 30))
-            sample = _sample(rng.choice(["a", "b"]), f"c{rng.randint(0, 300)}", launched)  # repeats: first stays
+            sample = _sample(rng.choice(["a", "b"]), f"c{rng.randint(0, 300)}", launched,  # repeats: first stays
+                             rng.uniform(200, 900))
             ttl = timedelta(hours=rng.choice([6, 24]))
             memory.record_boot_time(sample, ttl)
             simulated.record_boot_time(sample, ttl)
         since = now - timedelta(hours=rng.choice([1, 12, 48]))
         for pool in ("a", "b", "z"):
             before = simulated.boot_window(pool, since)
-            assert simulated.boot_times(pool, since) == memory.boot_times(pool, since), step
+            expected = memory.boot_times(pool, since)
+            assert simulated.boot_times(pool, since) == expected, step
+            assert simulated.boot_seconds(pool, since) == [s.to_gpus.total_seconds() for s in expected], step
             assert simulated.boot_window(pool, since) == before
+            pool_config = make_config(make_pool(pool)).node_pools[0]
+            settings = MeasuredLeadTime(min_samples=3)
+            assert lead_time_of(pool_config, simulated.boot_seconds(pool, since), settings) == \
+                lead_time(pool_config, expected, settings)
 
 
 def test_the_boot_window_changes_when_a_sample_comes_or_goes() -> None:
@@ -51,3 +65,28 @@ def test_the_boot_window_changes_when_a_sample_comes_or_goes() -> None:
     clock.set(START + timedelta(hours=2))
     assert store.boot_window("a", since) != recorded
     assert store.boot_times("a", since) == []
+
+
+def test_the_simulated_prewarm_reads_each_series_as_its_window_through_ticks_and_growth() -> None:
+    """The tick's bucket indices, found once per (since, now), give every series what `window` gives — also
+    after a series grew past the buckets it was made with (a new array, the same start)."""
+    rng = random.Random(5)
+    clock = FixedClock(START)
+    store = SimulationStateStore("c", clock, history_from=START, buckets=20)
+    config = make_config(make_pool("gpu"))
+    prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
+                               make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
+    keys = ["gpu", "gpu/1", "gpu/2", "never"]
+    now = START
+    for step in range(300):
+        now += BUCKET * rng.randint(0, 3) + timedelta(seconds=rng.randint(0, 299))
+        clock.set(now)
+        for key in keys[:3]:
+            if rng.random() < 0.5:
+                store.record_demand(key, now - BUCKET * rng.randint(0, 4), rng.choice([0.0, 1.0, 2.5]), BUCKET)
+        since = rng.choice([now - timedelta(hours=1), now - timedelta(hours=48), START])  # moving, or fixed
+        for key in keys:
+            got = prewarm._history(key, since, now)
+            want = store.series(key).window(since, now)
+            assert (got.start, got.first_record, got.values.tolist()) == \
+                (want.start, want.first_record, want.values.tolist()), (step, key)

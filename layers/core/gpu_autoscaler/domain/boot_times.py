@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode
 
-__all__ = ["BOOT_ATTRIBUTE", "MAX_BOOT", "LeadTime", "lead_time", "observe_boot", "quantile"]
+__all__ = ["BOOT_ATTRIBUTE", "MAX_BOOT", "LeadTime", "lead_time", "lead_time_of", "observe_boot", "quantile"]
 
 BOOT_ATTRIBUTE = "bootSeconds"
 """NodeClaim attribute: launch → GPUs allocatable of its node, in seconds, once recorded (recorded once)."""
@@ -80,7 +80,12 @@ class LeadTime:
 
 def lead_time(pool: NodePool, samples: Sequence[BootSample], settings: MeasuredLeadTime) -> LeadTime:
     """The pool's measured lead time once it has enough samples (and measuring is on), else its `leadTime`."""
-    seconds = [s.to_gpus.total_seconds() for s in samples if s.pool == pool.name]
+    return lead_time_of(pool, [s.to_gpus.total_seconds() for s in samples if s.pool == pool.name], settings)
+
+
+def lead_time_of(pool: NodePool, seconds: Sequence[float], settings: MeasuredLeadTime) -> LeadTime:
+    """`lead_time` from the pool's samples already reduced to seconds from launch to GPUs allocatable, in the
+    samples' order (the simulator keeps them so, rather than building a timedelta per sample on every tick)."""
     if not seconds:
         return LeadTime(pool.name, pool.lead_time, measured=False, samples=0)
     median = timedelta(seconds=quantile(seconds, 0.5))

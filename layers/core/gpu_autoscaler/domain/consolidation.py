@@ -391,9 +391,11 @@ class _Pass:
     def _node(self, item: ConsolidationNode) -> _Node:
         claim = item.claim
         pool = self.pools.get(claim.pool) if claim is not None else None
-        used = Resources()
+        totals: dict[str, int] = {}  # every pod's `pod_requests`, summed in one dict rather than a vector per pod
         for entry in item.pods:
-            used = used + pod_requests(entry.pod)
+            for name, value in entry.pod.resources.items():
+                totals[name] = totals.get(name, 0) + value
+        used = Resources(totals) + {PODS: len(item.pods)} if item.pods else Resources()
         computed = None
         if claim is not None and pool is not None and claim.instance_type:
             instance_type = self.catalog.get(claim.instance_type)

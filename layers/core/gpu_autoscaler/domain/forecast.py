@@ -147,8 +147,13 @@ class DemandSeries:
     def window(self, since: datetime, until: datetime) -> DemandSeries:
         """The buckets in [since, until) as a view (no copy): what a `demand_history(since)` read at `until`
         would have returned, for replaying a long series tick by tick."""
-        lo = max(0, self.index(since))
-        hi = max(lo, min(self.values.size, self.index(until)))
+        return self.between(self.index(since), self.index(until))
+
+    def between(self, lo: int, hi: int) -> DemandSeries:
+        """`window` in bucket indices (as `index` gives them; clipped to the series): the simulator reads many
+        series with one start over the same instants, so it finds the indices once."""
+        lo = max(0, lo)
+        hi = max(lo, min(self.values.size, hi))
         first = self.first_record
         start = self.start + lo * BUCKET
         if first is not None and first < start:

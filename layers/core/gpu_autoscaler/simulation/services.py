@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.domain.boot_times import lead_time_of
 from gpu_autoscaler.services.consolidate import ConsolidateService
 from gpu_autoscaler.services.packer import PackerService
 from gpu_autoscaler.services.prewarm import PrewarmService
@@ -70,10 +71,11 @@ class SimulatedPrewarm(PrewarmService):
         super().__init__(*args, **kwargs)
         self._series = series
         self._leads: tuple[object, dict[str, LeadTime]] | None = None
+        self._bounds: tuple[tuple[datetime, datetime, datetime], tuple[int, int]] | None = None
 
     def _lead_times(self, now: datetime) -> dict[str, LeadTime]:
         """The service's, again only when a pool's samples in the history changed (a lead time depends on them
-        alone)."""
+        alone), from the store's seconds per sample rather than from the samples."""
         settings = self.config.measured_lead_time
         store = self.store
         if not settings.enabled or not isinstance(store, SimulationStateStore):
@@ -81,12 +83,19 @@ class SimulatedPrewarm(PrewarmService):
         since = now - settings.history
         key = tuple(store.boot_window(p.name, since) for p in self.config.node_pools)
         if self._leads is None or self._leads[0] != key:
-            self._leads = (key, super()._lead_times(now))
+            self._leads = (key, {p.name: lead_time_of(p, store.boot_seconds(p.name, since), settings)
+                                 for p in self.config.node_pools})
         return self._leads[1]
 
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
-        """The engine's dense series for the pool, instead of table records."""
-        return self._series(pool).window(since, now)
+        """The engine's dense series for the pool, instead of table records. A tick reads every pool's and shape
+        class's series (dozens) over the same instants, and they share their start: the bucket indices are found
+        once per tick."""
+        series = self._series(pool)
+        key = (since, now, series.start)
+        if self._bounds is None or self._bounds[0] != key:
+            self._bounds = (key, (series.index(since), series.index(now)))
+        return series.between(*self._bounds[1])
 
 
 class SimulatedConsolidate(ConsolidateService):

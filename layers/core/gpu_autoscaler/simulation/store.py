@@ -15,7 +15,7 @@ Every other write goes through the in-memory store's conditional semantics uncha
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,8 @@ class _Boots:
     """One pool's boot samples: keys (launch instant, claim id) in order, expiry instants in a heap."""
 
     keys: list[_BootKey] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    """Each key's sample's launch → GPUs allocatable in seconds, in the keys' order."""
     samples: dict[_BootKey, BootSample] = field(default_factory=dict)
     expiry: list[tuple[datetime, _BootKey]] = field(default_factory=list)
     version: int = 0
@@ -96,7 +98,9 @@ class SimulationStateStore(MemoryStateStore):
         if key in boots.samples:
             return  # the first recorded stays, as the table keeps it
         boots.samples[key] = sample
-        insort(boots.keys, key)
+        at = bisect_right(boots.keys, key)
+        boots.keys.insert(at, key)
+        boots.seconds.insert(at, sample.to_gpus.total_seconds())
         heapq.heappush(boots.expiry, (self.clock.now() + ttl, key))
         boots.version += 1
 
@@ -104,6 +108,12 @@ class SimulationStateStore(MemoryStateStore):
         """What the in-memory store returns: the unexpired samples launched at or after `since`, oldest first."""
         boots, start = self._boots_since(pool, since)
         return [boots.samples[k] for k in boots.keys[start:]] if boots is not None else []
+
+    def boot_seconds(self, pool: str, since: datetime) -> list[float]:
+        """What `lead_time` makes of `boot_times(pool, since)`: each sample's launch → GPUs allocatable in seconds,
+        oldest first."""
+        boots, start = self._boots_since(pool, since)
+        return boots.seconds[start:] if boots is not None else []
 
     def boot_window(self, pool: str, since: datetime) -> tuple[int, int]:
         """A key equal for two reads of `boot_times(pool, since)` only if they return the same samples."""
@@ -118,7 +128,9 @@ class SimulationStateStore(MemoryStateStore):
         while boots.expiry and boots.expiry[0][0] <= now:
             _, key = heapq.heappop(boots.expiry)
             del boots.samples[key]
-            del boots.keys[bisect_left(boots.keys, key)]
+            at = bisect_left(boots.keys, key)
+            del boots.keys[at]
+            del boots.seconds[at]
             boots.version += 1
         return boots, bisect_left(boots.keys, (since, ""))
 
