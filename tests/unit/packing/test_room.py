@@ -68,12 +68,22 @@ def kinds(price: list[float], gpus: list[int], limit: np.ndarray | None = None) 
 def test_reserved_kinds_and_batches_no_node_holds_are_left_as_planned() -> None:
     req = np.array([[12000, 1]], np.int64)
     planned = [Opened(0, np.array([1]), 1)]
-    # 0.9 $/h less 0.8 × three quarters of it for the room: 0.36, under the 0.4 planned.
-    bigger = kinds([0.4, 0.9], [1, 4])
+    # The pod takes a quarter of the 4-GPU node, so its room counts up to half of it: 0.6 $/h less 0.8 × half of
+    # that is 0.36, under the 0.4 planned.
+    bigger = kinds([0.4, 0.6], [1, 4])
     found = roomier_node(planned, np.array([1]), req, bigger, 1, 0.8)
     assert found is not None and (found.kind, found.counts.tolist(), found.copies) == (1, [1], 1)
-    assert roomier_node(planned, np.array([1]), req, kinds([0.4, 0.9], [1, 4], np.array([1, 1])), 1, 0.8) is None
+    assert roomier_node(planned, np.array([1]), req, kinds([0.4, 0.6], [1, 4], np.array([1, 1])), 1, 0.8) is None
     assert roomier_node(planned, np.array([1]), req, bigger, 1, 0.0) is None
     # Five pods fit no single node: the packer's plan stands.
     assert roomier_node([Opened(1, np.array([4]), 1), Opened(0, np.array([1]), 1)], np.array([5]), req, bigger,
                         1, 0.8) is None
+
+
+def test_a_one_gpu_pod_is_not_given_an_eight_gpu_node_for_room_it_would_not_fill() -> None:
+    # Per GPU a g4dn.metal is cheap, and seven of its eight GPUs would be free: room counts only up to twice what
+    # the pod itself takes, so the pod gets the g4dn.12xlarge's room, not the metal's.
+    assert plan_for("18", "48Gi")[0] != "g4dn.metal"
+    req = np.array([[1000, 1]], np.int64)
+    eight = kinds([0.4, 2.4], [1, 8])
+    assert roomier_node([Opened(0, np.array([1]), 1)], np.array([1]), req, eight, 1, 0.8) is None

@@ -26,8 +26,10 @@ from gpu_autoscaler.domain.packing.kinds import Opened
 if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.kinds import Kinds
 
-__all__ = ["roomier_node"]
+__all__ = ["ROOM_PER_BATCH", "roomier_node"]
 
+ROOM_PER_BATCH = 2.0
+"""Spare room counts up to this many times the share of the node the batch itself takes."""
 _EPS = 1e-9
 
 
@@ -48,8 +50,13 @@ def roomier_node(opened: list[Opened], demand: np.ndarray, req: np.ndarray, kind
     counted = (kinds.cap > 0).any(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         free = np.where(cap > 0, (cap - used) / np.where(cap > 0, cap, 1.0), 1.0)
-    spare = np.where(holds & (kinds.cap[:, gpu] > used[gpu]), free[:, counted].min(axis=1, initial=1.0), 0.0)
-    net = np.where(holds, kinds.price * (1.0 - worth * np.clip(spare, 0.0, 1.0)), np.inf)
+    left = np.clip(free[:, counted], 0.0, 1.0)
+    spare = left.min(axis=1, initial=1.0)
+    own = (1.0 - left).max(axis=1, initial=0.0)
+    # Room counts up to `ROOM_PER_BATCH` times the batch's own share of the node: the next pods come a few at a
+    # time, so a node is bought for a few more of them, not for a crowd (an 8-GPU node for a one-GPU pod).
+    spare = np.where(holds & (kinds.cap[:, gpu] > used[gpu]), np.minimum(spare, ROOM_PER_BATCH * own), 0.0)
+    net = np.where(holds, kinds.price * (1.0 - worth * spare), np.inf)
     best = int(net.argmin())
     planned = float(sum(kinds.price[e.kind] * e.copies for e in opened))
     if net[best] >= planned - _EPS or kinds.price[best] <= planned + _EPS:
