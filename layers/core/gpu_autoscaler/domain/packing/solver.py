@@ -38,7 +38,6 @@ from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalType
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
-from gpu_autoscaler.domain.packing.room import roomier_node
 from gpu_autoscaler.domain.packing.results import (
     REQUESTS_ATTRIBUTE,
     SOURCE_ATTRIBUTE,
@@ -47,6 +46,7 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
+from gpu_autoscaler.domain.packing.room import roomier_node
 from gpu_autoscaler.domain.packing.zones import (
     ONE_PER_NODE_PREFIX,
     one_per_node,
