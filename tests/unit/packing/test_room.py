@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpu_autoscaler.domain.catalog import Catalog
@@ -32,7 +34,7 @@ def g4dn_catalog() -> Catalog:
     return Catalog(types, offerings)
 
 
-def plan_for(cpu: str, memory: str, **pool: object) -> list[str]:
+def plan_for(cpu: str, memory: str, **pool: Any) -> list[str]:
     config = make_config(make_pool(capacityTypes=["spot"], **pool))
     catalog = g4dn_catalog()
     pods = [make_pod(cpu=cpu, memory=memory)]
