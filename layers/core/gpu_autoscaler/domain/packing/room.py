@@ -6,16 +6,18 @@ one or two at a time, minutes apart, and run for hours; a g4dn.12xlarge for the 
 three GPUs with CPU and memory beside them, where the next arrivals are scheduled at once instead of each waiting a
 boot for a node of its own (and each such node, once its pod leaves, is one more launch and removal).
 
-So when the packer plans one node for a batch, each kind that holds it is also priced net of its spare room: the share of
-the node left free (the least over the resources the pool's nodes have, and only when there is room for more GPU
-work at all) times the node's price, counted at `worth` — the part of that room expected to be used. If the best
-such node is cheaper by that measure than the packer's plan, the batch gets it. Replaying the default Alibaba trace
-(first 1,000 pods), a worth of 0.8 took the cost of `ours-no-prediction` from 17,956 to 16,871 USD and its launches
-from 574 to 323; at 0.95 it chose g4dn.metal nodes for single pods and cost more (18,832); below about 0.65 it
-changes nothing on that trace. Only a plan of one node is looked at: a batch the packer splits over several
-nodes is a burst whose own demand says what to buy (a 16-pod batch of time-sliced pods would otherwise get one
-g6.48xlarge for five g6.4xlarge's money, 7 % over the exact optimum in `packing-quality`). Kinds with a
-reservation limit are left as planned (reserved nodes are paid for).
+So when the packer plans one node for a batch, each kind that holds it is also priced net of its spare room: the
+share of the node left free (the least over the resources the pool's nodes have, counted up to `ROOM_PER_BATCH`
+times the batch's own share, and only when there is room for more GPU work at all) times the node's price, at
+`worth` — the part of that room expected to be used. If the best node by that measure beats the plan, the batch
+gets it. Replaying the default Alibaba trace (first 1,000 pods, `ours-no-prediction`, 17,956 USD and 574
+launches before): a worth of 0.8 gave 16,871 USD and 323 launches, 0.7 16,889; 0.95 chose g4dn.metal nodes for
+single pods and cost 18,832; below about 0.65 nothing changes on that trace; with the cap at twice the batch's
+share (an 8-GPU node is not bought for a one-GPU pod) 0.8 gave 17,083 USD and 308 launches.
+
+Only a plan of one node is looked at: a batch the packer splits over several nodes is a burst whose own demand
+says what to buy (a 16-pod batch of time-sliced pods would otherwise get one g6.48xlarge for five g6.4xlarges'
+money, 7 % over the exact optimum in `packing-quality`). Kinds with a reservation limit are left as planned.
 """
 
 from __future__ import annotations
