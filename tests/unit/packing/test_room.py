@@ -80,8 +80,10 @@ def test_reserved_kinds_and_batches_no_node_holds_are_left_as_planned() -> None:
     # Five pods fit no single node: the packer's plan stands.
     assert roomier_node([Opened(1, np.array([4]), 1), Opened(0, np.array([1]), 1)], np.array([5]), req, bigger,
                         1, 0.8) is None
-    # Two pods the packer put on two nodes are a burst, not a trickle: no bigger node for room.
-    assert roomier_node([Opened(0, np.array([1]), 2)], np.array([2]), req, kinds([0.4, 0.9], [1, 4]), 1, 0.8) is None
+    # Two pods on two nodes may share a roomier one; five are a burst, planned as the packer planned them.
+    small = np.array([[1000, 1]], np.int64)
+    assert roomier_node([Opened(0, np.array([1]), 2)], np.array([2]), small, kinds([0.4, 0.9], [1, 8]), 1, 0.8)
+    assert roomier_node([Opened(0, np.array([1]), 5)], np.array([5]), small, kinds([0.4, 2.4], [1, 8]), 1, 0.8) is None
 
 
 def test_a_one_gpu_pod_is_not_given_an_eight_gpu_node_for_room_it_would_not_fill() -> None:
