@@ -341,6 +341,10 @@ class NodePool(_Model):
     disruption: Disruption = Field(default_factory=Disruption)
     efa: bool = False
     """Gangs in this pool need EFA: one instance type per gang, EFA-capable types only."""
+    spare_room_worth: float = Field(default=0.8, ge=0, lt=1)
+    """When a batch of pending pods fits one node, a node's spare room (free GPUs with CPU and memory beside them)
+    counts at this share of its part of the node's price: a dearer type is bought for the pods that arrive next
+    when that makes it the better buy (`domain.packing.room`). 0: the cheapest node for the batch alone."""
     lead_time: Duration = timedelta(minutes=8)
     """Node boot plus image pull: how early warm capacity must be asked for."""
     ephemeral_storage: str = "100Gi"

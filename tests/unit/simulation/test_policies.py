@@ -28,6 +28,9 @@ def test_ours_runs_the_configuration_and_the_others_strip_what_they_lack() -> No
     karpenter = build_policy("karpenter-like", CONFIG, catalog, pods)
     assert karpenter.packer is first_fit_decreasing and not karpenter.prewarm
     assert {p.gpu_sharing.mode for p in karpenter.config.node_pools} == {"none"}
+    # Karpenter launches the cheapest type for the pods at hand; ours may buy room for the pods to come.
+    assert {p.spare_room_worth for p in karpenter.config.node_pools} == {0}
+    assert all(p.spare_room_worth > 0 for p in blind.config.node_pools)
     fixed = build_policy("fixed-node-group", CONFIG, catalog, pods)
     (pool,) = fixed.config.node_pools
     assert pool.name == FIXED_POOL and pool.capacity_types == ["on-demand"] and not fixed.prewarm

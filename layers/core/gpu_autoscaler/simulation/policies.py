@@ -9,7 +9,8 @@ differs is the configuration it runs with and the packing method:
 - `karpenter-like`: Karpenter's scheduler — first-fit decreasing by CPU then memory, the cheapest type
   that fits each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod
   takes whole GPUs), no scaling windows and no prediction; an empty node goes once `consolidateAfter` has
-  passed (`emptyKeepLeadTimes` 0: Karpenter has no such wait).
+  passed (`emptyKeepLeadTimes` 0: Karpenter has no such wait), and a new node is the cheapest type for the pods
+  at hand (`spareRoomWorth` 0: Karpenter buys no room for pods to come).
 - `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
   as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
   `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
@@ -104,6 +105,8 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
         for pool in data["nodePools"]:
             # Karpenter removes an empty node once consolidateAfter has passed.
             pool.setdefault("disruption", {})["emptyKeepLeadTimes"] = 0
+            # Karpenter launches the cheapest type that holds a node's pods, with no regard for pods to come.
+            pool["spareRoomWorth"] = 0
             if not overlay:
                 pool["gpuSharing"] = {"mode": "none"}
         data["scalingWindows"] = []

@@ -46,6 +46,7 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
+from gpu_autoscaler.domain.packing.room import roomier_node
 from gpu_autoscaler.domain.packing.zones import (
     ONE_PER_NODE_PREFIX,
     one_per_node,
@@ -178,6 +179,8 @@ class Solver:
         self._pool_by_name = {v.pool.name: v for v in self.pools}
         self._selectors: dict[tuple[str, tuple[object, ...]], np.ndarray] = {}
         self._matrices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self.type_gpus = np.array([t.gpus for t in self.index.types], np.float64)
+        """[T] GPUs of each catalog type."""
         names = [t.name for t in self.index.types]
         self.name_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
         """[T] each catalog type's place in name order: the tie-break among candidates of one price."""
@@ -702,10 +705,17 @@ class _Pass:
             pos, feasible = self._dedupe(pos, feasible)
         kinds = Kinds(self.matrices[view.position][self.idx.type_of[pos]], self.idx.price[pos], feasible, limit)
         opened = self.s.packer(self.rem[rows].copy(), self.req[rows], kinds)
+        min_gpus = 0.0
+        roomier = roomier_node(opened, self.rem[rows], self.req[rows], kinds, self.names.index(GPU),
+                               view.pool.spare_room_worth)
+        if roomier is not None:
+            # Bought for its room: its candidates keep that room (a cheaper, smaller type would not).
+            opened = [roomier]
+            min_gpus = float(self.s.type_gpus[self.idx.type_of[pos[roomier.kind]]])
         for entry in opened:
             full = np.zeros(len(self.classes), np.int64)
             full[rows] = entry.counts
-            candidates = self._candidates(view, capacity_type, tier, full)
+            candidates = self._candidates(view, capacity_type, tier, full, min_gpus=min_gpus)
             if candidates is None:
                 continue
             if capacity_type != "reserved" and not self.limits[view.position].bounded and not self.vcpus.quotas:
@@ -754,8 +764,9 @@ class _Pass:
         return found
 
     def _candidates(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, counts: np.ndarray,
-                    zone: int | None = None) -> _Candidates | None:
-        """Every type that holds `counts` in every zone where the cheapest one does, cheapest first.
+                    zone: int | None = None, min_gpus: float = 0.0) -> _Candidates | None:
+        """Every type that holds `counts` (and has at least `min_gpus` GPUs) in every zone where the cheapest one
+        does, cheapest first.
 
         A type is left out if one of those zones has an offering of it that cannot take the pods (the
         fleet may pick any candidate in any of the claim's zones), or if it costs more than
@@ -766,6 +777,8 @@ class _Pass:
         used = counts @ self.req
         type_fits = np.asarray((self.matrices[view.position] >= used).all(axis=1))
         good = t.ok[np.flatnonzero(counts)].all(axis=0) & type_fits[t.types]
+        if min_gpus > 0:
+            good &= self.s.type_gpus[t.types] >= min_gpus
         if zone is not None:
             good &= t.zones == zone
         if capacity_type == "reserved":
