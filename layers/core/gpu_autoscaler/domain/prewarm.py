@@ -41,7 +41,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.mig import MIG_GPUS
-from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus
+from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.pods import PendingPod
@@ -256,7 +256,7 @@ def decide(
         held = _held_summary(state)
         supply = sum(gpus.of_claim(c) for c in state.live)
         _forecast(state, config.predictive, forecasts.get(state.pool.name), now,
-                  (shapes or {}).get(state.pool.name, {}))
+                  (shapes or {}).get(state.pool.name))
         summaries.append(_summary(state, forecasts.get(state.pool.name), supply, held))
     return PrewarmDecision(
         now,
@@ -344,7 +344,7 @@ def _orphans(pools: Mapping[str, _Pool], windows: Mapping[str, ScalingWindow]) -
 
 
 def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime,
-              shapes: Mapping[str, float]) -> None:
+              shapes: Mapping[str, float] | None) -> None:
     gpus = state.gpus
     own = state.held(FORECAST_WARM)
     if not predictive.enabled or forecast is None or not forecast.ok or forecast.gpus is None:
@@ -358,10 +358,14 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
     supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
     have = sum(gpus.of_claim(c) for c in own)
     current = forecast.current if forecast.current is not None else 0.0
-    if shapes:
-        # Headroom for the pods that come: what the classes' arrivals ask for, on top of what holds the pods
-        # of now (the pool's other claims, or the demand itself once it has spilled onto warm nodes).
-        base = max(supply - have, current)
+    if shapes is not None:
+        # Headroom for the pods that come, in whole pods of their classes, on top of what the pods of now ask
+        # for: free room anywhere in the pool (registered nodes, claims in flight, warm nodes) is headroom
+        # already, so only what it lacks is bought. (Counting the pool's other claims as busy bought a second
+        # node whenever pods landed on a warm one while room stood free elsewhere.) No class coming: none held.
+        # Demand beyond the pool's claims is the packer's to place, not headroom to buy here.
+        shapes = whole_pods(shapes, state.pool)
+        base = min(current, supply)
         arriving = sum(shapes.values())
         ceiling = base + predictive.max_warm_gpus
         target = base + min(arriving, predictive.max_warm_gpus)
@@ -407,7 +411,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, ceiling - supply),
         price_room=price_room,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
-        shapes=tuple(sorted((c, g) for c, g in shapes.items() if g > 0)),
+        shapes=tuple(sorted((c, g) for c, g in (shapes or {}).items() if g > 0)),
     ))
 
 
