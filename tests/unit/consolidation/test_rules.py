@@ -226,20 +226,6 @@ def test_warm_capacity_survives_while_its_window_holds_it_and_not_after() -> Non
     assert touched(cluster.consolidate()) == {window, forecast}
 
 
-def test_a_forecast_node_that_pods_took_is_judged_like_any_other() -> None:
-    cluster = Cluster(pool_config())
-    taken = cluster.node("g5.48xlarge", warm="forecast")
-    cluster.pods_on(taken, 1, gpus=4, cpu="16", memory="64Gi")
-    idle = cluster.node(warm="forecast")
-    window = cluster.node("g5.48xlarge", warm="window:peak",
-                          attributes={WARM_UNTIL_ATTRIBUTE: (NOW + timedelta(hours=1)).isoformat()})
-    cluster.pods_on(window, 1, gpus=4, cpu="16", memory="64Gi")
-    result = cluster.consolidate()
-    assert [(d.reason, d.nodes) for d in result.decisions] == [("Underutilized", (taken,))]
-    assert result.skipped[idle] == "warm: held by forecast"
-    assert result.skipped[window] == "warm: held by window:peak"
-
-
 def test_nodes_not_ours_not_ready_or_being_drained_are_left_alone() -> None:
     cluster = Cluster(pool_config())
     theirs = cluster.node()

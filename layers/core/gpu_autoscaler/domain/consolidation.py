@@ -44,8 +44,7 @@ so the pods of a half-empty 8-GPU node usually cost least on a few small nodes, 
 Ready before the drain starts (the drain request names every one).
 
 Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"`, nodes holding warm
-capacity (a claim's `warm` set, a window's until its `warmUntil`; a forecast's node only while no pod runs on
-it), nodes younger than the pool's
+capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
 `minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now, nodes with pods still on
 their way to them (a replacement, until the nodes it replaces are gone), proposed nodes a pending pod would be
 scheduled on (it fits in their free room, our own disrupted taint aside: Karpenter's candidates and its validation leave
@@ -464,10 +463,7 @@ class _Pass:
         why = _node_why_not(item, claim)
         if why is not None:
             return why
-        if warm_held(claim, self.now) and not (item.pods and warm_window(claim.warm) is None):
-            # A forecast's node that pods have taken is theirs now, judged like any other: the forecast's
-            # headroom is the pool's free room (`domain.prewarm`), not this node, which kept whole would hold
-            # a small pod on a big type for as long as the forecast lasts.
+        if warm_held(claim, self.now):
             return f"warm: held by {claim.warm}"
         if self.now - _born(n) < n.pool.disruption.min_node_age:
             return f"too young: under the pool's minNodeAge {n.pool.disruption.min_node_age}"
