@@ -230,3 +230,40 @@ class TestPackerRequest:
         assert asked[0] == 10 and len(asked) <= 1 + 4
         assert len(largest_within_budget(WarmNeed("gpu", FORECAST_WARM, gpus=3), plan, GPUS)) == 3
         assert largest_within_budget(WarmNeed("gpu", FORECAST_WARM, gpus=1, price_room=0.5), plan, GPUS) == []
+
+
+class TestShapedForecast:
+    """Headroom in whole pods of the classes that come, against the room the pool has free."""
+
+    def config(self, **predictive: object) -> Config:
+        return make_config(windows=[], enabled=True, **predictive)
+
+    def test_free_room_on_registered_nodes_is_headroom(self) -> None:
+        # 12 GPUs registered, 10 asked for: the 2 free GPUs hold the two 1-GPU pods that come, nothing is bought
+        live = [make_claim(), make_claim(), make_claim()]
+        decision = decide(self.config(), START, live, GPUS, {"gpu": forecast(12, current=10)},
+                          shapes={"gpu": {"1d-t0": 2.0}})
+        assert decision.needs == ()
+
+    def test_only_what_free_room_lacks_is_bought(self) -> None:
+        live = [make_claim(), make_claim()]  # 8 GPUs, 7 asked for
+        decision = decide(self.config(), START, live, GPUS, {"gpu": forecast(10, current=7)},
+                          shapes={"gpu": {"1d-t2": 3.0}})
+        assert [(n.gpus, n.shapes) for n in decision.needs] == [(2, (("1d-t2", 3.0),))]
+
+    def test_a_fraction_of_a_pod_warms_no_node(self) -> None:
+        # one pod pending in one bucket of the recent level: a fifth of a pod forecast, not a node to warm
+        decision = decide(self.config(), START, [], GPUS, {"gpu": forecast(0.2)}, shapes={"gpu": {"1d-t2": 0.2}})
+        assert decision.needs == ()
+        rounded = decide(self.config(), START, [], GPUS, {"gpu": forecast(1.6)},
+                         shapes={"gpu": {"1d-t2": 0.6, "2d-t0": 1.0}})
+        assert [(n.gpus, n.shapes) for n in rounded.needs] == [(3, (("1d-t2", 1.0), ("2d-t0", 2.0)))]
+
+    def test_shape_history_with_no_class_coming_holds_nothing(self) -> None:
+        # The pool's GPU total forecasts 4, but no class does: no cheapest-GPU headroom that no pod could use.
+        held = [make_claim(warm=FORECAST_WARM, created_at=START - timedelta(hours=1))]
+        decision = decide(self.config(), START, held, GPUS, {"gpu": forecast(4)}, shapes={"gpu": {}})
+        assert decision.needs == ()
+        assert [c.claim.id for c in decision.releases] == [held[0].id]
+        without_shapes = decide(self.config(), START, [], GPUS, {"gpu": forecast(4)})
+        assert [n.gpus for n in without_shapes.needs] == [4]

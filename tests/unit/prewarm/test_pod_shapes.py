@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_autoscaler.domain.pod_shapes import classes, placeholder_requests, shape_class, split_gpus
+from gpu_autoscaler.domain.pod_shapes import classes, placeholder_requests, shape_class, split_gpus, whole_pods
 from gpu_autoscaler.models.resources import Resources
 
 from .builders import make_config, make_pool
@@ -67,3 +67,9 @@ def test_gpus_are_split_into_whole_pods_in_proportion() -> None:
     assert split_gpus(3, [("4d-t0", 1.0), ("1d-t0", 1.0)], WHOLE) == [("1d-t0", 2)]
     assert split_gpus(1, [("1d-t0", 1.0)], SLICED) == [("1d-t0", 4)]  # four devices of a quarter GPU
     assert split_gpus(0, [("1d-t0", 1.0)], WHOLE) == [] and split_gpus(4, [("1d-t0", 0.0)], WHOLE) == []
+
+
+def test_forecasts_become_whole_pods_to_the_nearest() -> None:
+    assert whole_pods({"1d-t2": 0.2, "2d-t0": 2.9, "4d-t1": 2.0, "8d-t0": 12.0}, WHOLE) == {
+        "2d-t0": 2.0, "4d-t1": 4.0, "8d-t0": 16.0}
+    assert whole_pods({"1d-t0": 0.1, "2d-t3": 0.25}, SLICED) == {"2d-t3": 0.5}  # 2 devices of 4 are half a GPU

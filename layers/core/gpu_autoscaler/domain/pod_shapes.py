@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import NodePool
 
 __all__ = ["DEVICE_CLASSES", "LADDER", "SEPARATOR", "class_devices", "classes", "placeholder_requests",
-           "series_key", "shape_class", "split_gpus"]
+           "series_key", "shape_class", "split_gpus", "whole_pods"]
 
 SEPARATOR = "/"
 """Between the pool and the class in a shape series' key (`gpu/1d-t2`); pool names cannot hold it."""
@@ -114,3 +114,16 @@ def split_gpus(gpus: int, weights: Iterable[tuple[str, float]], pool: NodePool) 
             counts[c] += 1
             left -= size[c]
     return [(c, counts[c]) for c, _ in positive if counts[c] > 0]
+
+
+def whole_pods(forecasts: Mapping[str, float], pool: NodePool) -> dict[str, float]:
+    """Each class's forecast GPUs as whole pods of the class (to the nearest, half up), in GPUs; classes that
+    round to no pod are left out. A forecast of a fifth of a pod (one pod pending in one bucket of the recent
+    level) is not a pod to warm a node for: rounded up, every such blip bought a node that no pod took."""
+    out: dict[str, float] = {}
+    for cls, gpus in forecasts.items():
+        size = gpu_equivalent({GPU: class_devices(cls)}, pool)
+        pods = math.floor(gpus / size + 0.5) if size > 0 else 0
+        if pods > 0:
+            out[cls] = pods * size
+    return out

@@ -18,10 +18,13 @@ Per pool:
   window that no longer holds (closed, removed from the configuration, moved to another pool) are
   released.
 - Forecast, shaped (the packer records each pod shape class's pending GPUs, `pod_shapes`): the pool should
-  have, beyond what holds the pods of now (its other claims, or the demand once it spills onto warm nodes),
-  headroom for the pods forecast to arrive — each class's forecast, at most `predictive.maxWarmGpus` in all —
-  bought as placeholder pods of those classes, so the warm nodes are the types they need. Without shape
-  history the forecast is a GPU total:
+  have, beyond the GPUs its pods ask for now (the demand, at most what its claims hold: demand beyond them is
+  the packer's to place), headroom for the pods forecast to arrive — each class's forecast rounded to whole
+  pods of the class (`pod_shapes.whole_pods`), at most `predictive.maxWarmGpus` in all. Free room anywhere in
+  the pool (registered nodes, claims in flight, warm nodes) is headroom already; only the shortfall is bought,
+  as placeholder pods of those classes, so the warm nodes are the types they need. A pool with shape history
+  whose classes forecast no pod holds no forecast headroom. Without shape history the forecast is a GPU
+  total:
 - Forecast: the pool should have `min(forecast, current demand + predictive.maxWarmGpus)` GPUs of
   capacity (registered plus in flight) at now + lead time: `maxWarmGpus` bounds the idle GPUs held ahead
   of demand, not the warm claims real pods have since filled (those are the capacity the pods would
@@ -41,7 +44,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.mig import MIG_GPUS
-from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus
+from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.pods import PendingPod
@@ -256,7 +259,7 @@ def decide(
         held = _held_summary(state)
         supply = sum(gpus.of_claim(c) for c in state.live)
         _forecast(state, config.predictive, forecasts.get(state.pool.name), now,
-                  (shapes or {}).get(state.pool.name, {}))
+                  (shapes or {}).get(state.pool.name))
         summaries.append(_summary(state, forecasts.get(state.pool.name), supply, held))
     return PrewarmDecision(
         now,
@@ -344,7 +347,7 @@ def _orphans(pools: Mapping[str, _Pool], windows: Mapping[str, ScalingWindow]) -
 
 
 def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, now: datetime,
-              shapes: Mapping[str, float]) -> None:
+              shapes: Mapping[str, float] | None) -> None:
     gpus = state.gpus
     own = state.held(FORECAST_WARM)
     if not predictive.enabled or forecast is None or not forecast.ok or forecast.gpus is None:
@@ -358,10 +361,14 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
     supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
     have = sum(gpus.of_claim(c) for c in own)
     current = forecast.current if forecast.current is not None else 0.0
-    if shapes:
-        # Headroom for the pods that come: what the classes' arrivals ask for, on top of what holds the pods
-        # of now (the pool's other claims, or the demand itself once it has spilled onto warm nodes).
-        base = max(supply - have, current)
+    if shapes is not None:
+        # Headroom for the pods that come, in whole pods of their classes, on top of what the pods of now ask
+        # for: free room anywhere in the pool (registered nodes, claims in flight, warm nodes) is headroom
+        # already, so only what it lacks is bought. (Counting the pool's other claims as busy bought a second
+        # node whenever pods landed on a warm one while room stood free elsewhere.) No class coming: none held.
+        # Demand beyond the pool's claims is the packer's to place, not headroom to buy here.
+        shapes = whole_pods(shapes, state.pool)
+        base = min(current, supply)
         arriving = sum(shapes.values())
         ceiling = base + predictive.max_warm_gpus
         target = base + min(arriving, predictive.max_warm_gpus)
@@ -407,7 +414,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, ceiling - supply),
         price_room=price_room,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
-        shapes=tuple(sorted((c, g) for c, g in shapes.items() if g > 0)),
+        shapes=tuple(sorted((c, g) for c, g in (shapes or {}).items() if g > 0)),
     ))
 
 

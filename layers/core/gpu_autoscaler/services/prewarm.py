@@ -314,8 +314,10 @@ class PrewarmService:
         return out
 
     def _shapes(self, now: datetime, forecasts: Mapping[str, Forecast]) -> dict[str, dict[str, float]]:
-        """Per pool with a forecast, each pod shape class's forecast GPUs at the pool's target (the packer's
-        `<pool>/<class>` series: pending GPUs of the class), for the classes with enough history."""
+        """Per pool with a forecast and shape history, each pod shape class's forecast GPUs at the pool's target
+        (the packer's `<pool>/<class>` series: pending GPUs of the class), for the classes with enough history.
+        A pool with shape history whose classes all forecast nothing maps to no class (no headroom is wanted);
+        only a pool without any falls back to its GPU total."""
         since = now - self.config.predictive.history
         out: dict[str, dict[str, float]] = {}
         for pool in self.config.node_pools:
@@ -323,14 +325,17 @@ class PrewarmService:
             if forecast is None or not forecast.ok:
                 continue
             found = {}
+            shaped_history = False
             for cls in classes(pool):
                 history = self._history(series_key(pool.name, cls), since, now)
                 if history.first_record is None or not history.values.any():
                     continue
                 shaped = self.forecaster.forecast(history, now, forecast.target, pool.name)
-                if shaped.ok and shaped.gpus:
-                    found[cls] = shaped.gpus
-            if found:
+                if shaped.ok:
+                    shaped_history = True
+                    if shaped.gpus:
+                        found[cls] = shaped.gpus
+            if shaped_history:
                 out[pool.name] = found
         return out
 
