@@ -246,7 +246,7 @@ def decide(
     caller that decides often (the backtest), else from `config`; `period`: how long until the next
     decision — windows are warmed that much before start − lead time, so their capacity is up by the
     start whenever the ticks fall; `shapes`: pool → pod shape class → its forecast GPUs, which shape the
-    forecast's warm capacity (a pool without them gets the cheapest GPUs).
+    forecast's warm capacity (a pool absent from it gets the cheapest GPUs; one mapped to no class, no headroom).
     """
     schedules = list(schedules) if schedules is not None else window_schedules(config)
     forecasts = forecasts or {}
