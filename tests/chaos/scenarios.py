@@ -73,8 +73,8 @@ def _settle(rig: ChaosRig, result: LifecycleResult, timeout: float = SETTLE_TIME
 
 CRASH_POINTS: dict[str, list[tuple[str, bool, int]]] = {
     # function: [(call, after, occurrence)]: the points where dying leaves half-done work (the list).
-    "packer": [("sqs.SendMessage", False, 1),          # claims written, no launch message sent
-               ("sqs.SendMessage", True, 1)],          # launch message sent, the document not deleted
+    "packer": [("sqs.SendMessageBatch", False, 1),     # claims written, no launch message sent
+               ("sqs.SendMessageBatch", True, 1)],     # launch messages sent, the document not deleted
     "fleet": [("ec2.CreateFleet", True, 1),            # instance launched, the claim not yet Launched
               ("dynamodb.TransactWriteItems", True, 2)],  # claim Launched, the request not deleted
     "interruption": [("sqs.SendMessage", False, 1),    # claim Draining, replacement written, no drain message
