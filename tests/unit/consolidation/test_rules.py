@@ -108,11 +108,12 @@ def test_full_nodes_are_not_swapped_for_their_own_type_to_carry_off_one_removabl
     its own price (30 launches for one node's worth, every tick). As Karpenter's multi-node consolidation
     (`filterOutSameInstanceType`), a replacement of a type the group holds must be cheaper than that node, or the
     removable node is just deleted on its own."""
-    cluster = Cluster(pool_config(spotToSpot=True), catalog=make_catalog(("g5.xlarge", "g5.12xlarge")))
+    config = pool_config(spotToSpot=True, consolidateAfter="10m")
+    cluster = Cluster(config, catalog=make_catalog(("g5.xlarge", "g5.12xlarge")))
     spare = cluster.node("g5.12xlarge", capacity_type="spot", age=timedelta(minutes=5))  # too young to go
-    cluster.pod(spare, cpu="4")
+    cluster.pod(spare, cpu="8")
     small = cluster.node("g5.12xlarge", capacity_type="spot")
-    cluster.pod(small, cpu="4")
+    cluster.pod(small, cpu="8")  # fits on the spare node, not beside a full node's 40 vCPU
     full = [cluster.node("g5.12xlarge", capacity_type="spot") for _ in range(3)]
     for name in full:
         cluster.pod(name, cpu="40")

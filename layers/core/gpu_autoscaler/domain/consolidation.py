@@ -581,12 +581,19 @@ class _Pass:
             nodes = "the nodes" if len(group) > 1 else "the node"
             return f"no saving: the cheapest placement costs ${expected:.4f}/h, {nodes} ${before:.4f}/h"
         all_spot = all(n.claim.capacity_type == "spot" for n in group)
+        own = _own_type_prices(group) if len(group) > 1 else {}
         out = []
         for claim in replacements:
             ceiling = claim.price_per_hour * before / expected
             keep = [name for name in claim.instance_types if self._worst(claim, name) < ceiling - _EPS]
             if not keep:
                 return f"no saving: no {claim.instance_types[0]} offering in {', '.join(claim.zones)} stays cheaper"
+            same = min((own[name] for name in keep if name in own), default=None)
+            if same is not None:
+                keep = [name for name in keep if self._worst(claim, name) < same - _EPS]
+                if not keep:
+                    return (f"no saving: a new {claim.instance_types[0]} is no cheaper than the group's own "
+                            f"(${same:.4f}/h); deleting the nodes that can go saves as much")
             if claim.capacity_type == "spot" and all_spot:
                 pool = group[0].pool
                 assert pool is not None
@@ -837,6 +844,20 @@ def _pod_shape(pod: PendingPod) -> str:
          [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
         sort_keys=True, separators=(",", ":"),
     )
+
+
+def _own_type_prices(group: Sequence[_Node]) -> dict[str, float]:
+    """Instance type → the cheapest of the group's nodes of that type: a replacement of several nodes must be
+    cheaper than any node of its own type among them, or keeping that node and deleting the others saves as much
+    without a launch (Karpenter's multi-node consolidation, `filterOutSameInstanceType` in
+    kubernetes-sigs/karpenter pkg/controllers/disruption/multinodeconsolidation.go). Without it a group of one
+    removable node and N full ones 'saves' the removable node while replacing the N by their own type (issue 19)."""
+    prices: dict[str, float] = {}
+    for n in group:
+        name = n.claim.instance_type
+        if name:
+            prices[name] = min(n.price, prices.get(name, n.price))
+    return prices
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:
