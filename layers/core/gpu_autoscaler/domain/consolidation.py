@@ -539,8 +539,44 @@ class _Pass:
         return plan, names
 
     def evaluate(self, group: Sequence[_Node], reason: DisruptionReason) -> Decision | str:
-        """The decision for draining `group` together, or why there is none."""
-        plan, names = self.simulate(group)
+        """The decision for draining `group` together, or why there is none. A group of several nodes first
+        keeps those a replacement would only swap for their own type at no lower price (`_swapped`), and is
+        looked at again without them."""
+        group = list(group)
+        while True:
+            plan, names = self.simulate(group)
+            kept = self._swapped(group, plan.claims) if len(group) > 1 and reason != "Drifted" else set()
+            if not kept:
+                return self._decide(group, reason, plan, names)
+            group = [n for n in group if n.name not in kept]
+            if not group:
+                return "no saving: each node would be replaced by its own instance type at no lower price"
+
+    def _swapped(self, group: Sequence[_Node], replacements: Sequence[NodeClaim]) -> set[str]:
+        """The group's nodes a replacement would merely swap: for each new claim none of whose instance types is
+        cheaper anywhere than a node of the group of one of those types, one such node (the fullest of the
+        cheapest), which stays and takes pods instead. Karpenter's multi-node consolidation drops a replacement's
+        types that are not cheaper than a candidate of the same type, and the decision with them, 'or we should
+        just keep that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
+        pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
+        ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
+        by_type: dict[str, list[_Node]] = {}
+        for n in sorted(group, key=lambda n: (n.price, -n.utilization, n.name)):
+            if n.claim.instance_type:
+                by_type.setdefault(n.claim.instance_type, []).append(n)
+        kept: set[str] = set()
+        for claim in replacements:
+            mine = [n for name in claim.instance_types for n in by_type.get(name, ()) if n.name not in kept]
+            if not mine:
+                continue
+            keep = min(mine, key=lambda n: (n.price, -n.utilization, n.name))
+            if all(min(self._zone_prices(claim, name), default=float("inf")) >= keep.price - _EPS
+                   for name in claim.instance_types):
+                kept.add(keep.name)
+        return kept
+
+    def _decide(self, group: Sequence[_Node], reason: DisruptionReason, plan: Plan,
+                names: dict[str, str]) -> Decision | str:
         if plan.unschedulable:
             first = plan.unschedulable[0]
             return f"no room: pod {first.name} fits nowhere else ({first.reason})"
@@ -581,19 +617,12 @@ class _Pass:
             nodes = "the nodes" if len(group) > 1 else "the node"
             return f"no saving: the cheapest placement costs ${expected:.4f}/h, {nodes} ${before:.4f}/h"
         all_spot = all(n.claim.capacity_type == "spot" for n in group)
-        own = _own_type_prices(group) if len(group) > 1 else {}
         out = []
         for claim in replacements:
             ceiling = claim.price_per_hour * before / expected
             keep = [name for name in claim.instance_types if self._worst(claim, name) < ceiling - _EPS]
             if not keep:
                 return f"no saving: no {claim.instance_types[0]} offering in {', '.join(claim.zones)} stays cheaper"
-            same = min((own[name] for name in keep if name in own), default=None)
-            if same is not None:
-                keep = [name for name in keep if self._worst(claim, name) < same - _EPS]
-                if not keep:
-                    return (f"no saving: a new {claim.instance_types[0]} is no cheaper than the group's own "
-                            f"(${same:.4f}/h); deleting the nodes that can go saves as much")
             if claim.capacity_type == "spot" and all_spot:
                 pool = group[0].pool
                 assert pool is not None
@@ -844,20 +873,6 @@ def _pod_shape(pod: PendingPod) -> str:
          [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
         sort_keys=True, separators=(",", ":"),
     )
-
-
-def _own_type_prices(group: Sequence[_Node]) -> dict[str, float]:
-    """Instance type → the cheapest of the group's nodes of that type: a replacement of several nodes must be
-    cheaper than any node of its own type among them, or keeping that node and deleting the others saves as much
-    without a launch (Karpenter's multi-node consolidation, `filterOutSameInstanceType` in
-    kubernetes-sigs/karpenter pkg/controllers/disruption/multinodeconsolidation.go). Without it a group of one
-    removable node and N full ones 'saves' the removable node while replacing the N by their own type (issue 19)."""
-    prices: dict[str, float] = {}
-    for n in group:
-        name = n.claim.instance_type
-        if name:
-            prices[name] = min(n.price, prices.get(name, n.price))
-    return prices
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:
