@@ -13,7 +13,7 @@ from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
 from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config, wide_spot_catalog
-from tests.unit.packing.builders import TYPES
+from tests.unit.packing.builders import TYPES, make_catalog
 
 
 def by_reason(result, reason: str):
@@ -100,6 +100,39 @@ def test_several_nodes_go_into_one_cheaper_node() -> None:
     assert len(decision.replacements) == 1
     assert decision.replacements[0].instance_types[0] == "g5.48xlarge"
     assert decision.price_after < decision.price_before
+
+
+def test_full_nodes_are_not_swapped_for_their_own_type_to_carry_off_one_removable_node() -> None:
+    """Issue 19, the chaos soak: one node whose pod fits on a spare node's room, taken in one group with full
+    nodes, made a 'saving' of exactly that node while every full node was replaced by a new one of its own type at
+    its own price (30 launches for one node's worth, every tick). As Karpenter's multi-node consolidation
+    (`filterOutSameInstanceType`), a replacement of a type the group holds must be cheaper than that node, or the
+    removable node is just deleted on its own."""
+    config = pool_config(spotToSpot=True, consolidateAfter="10m")
+    cluster = Cluster(config, catalog=make_catalog(("g5.xlarge", "g5.12xlarge")))
+    spare = cluster.node("g5.12xlarge", capacity_type="spot", age=timedelta(minutes=5))  # too young to go
+    cluster.pod(spare, cpu="8")
+    small = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(small, cpu="8")  # fits on the spare node, not beside a full node's 40 vCPU
+    full = [cluster.node("g5.12xlarge", capacity_type="spot") for _ in range(3)]
+    for name in full:
+        cluster.pod(name, cpu="40")
+    result = cluster.consolidate()
+    assert [(d.action, d.nodes) for d in result.decisions] == [("delete", (small,))]
+    assert set(result.decisions[0].destinations) == {spare}
+    assert not touched(result) & set(full)
+
+
+def test_two_half_full_nodes_become_one_by_a_delete_not_by_a_new_node_of_their_type() -> None:
+    """Issue 19, the throttling soak: nodes left half full (their second pod bound elsewhere) were merged pairwise
+    into new nodes of their own type; one goes onto the other's free room instead, and nothing is launched."""
+    cluster = Cluster(pool_config(spotToSpot=True), catalog=make_catalog(("g5.xlarge", "g5.12xlarge")))
+    halves = [cluster.node("g5.12xlarge", capacity_type="spot") for _ in range(2)]
+    for name in halves:
+        cluster.pod(name, gpus=2, cpu="8", memory="32Gi")
+    [decision] = cluster.consolidate().decisions
+    assert (decision.action, decision.replacements) == ("delete", ())
+    assert {*decision.nodes, *decision.destinations} == set(halves)
 
 
 def test_a_node_with_nothing_cheaper_for_its_pods_stays() -> None:

@@ -541,8 +541,44 @@ class _Pass:
         return plan, names
 
     def evaluate(self, group: Sequence[_Node], reason: DisruptionReason) -> Decision | str:
-        """The decision for draining `group` together, or why there is none."""
-        plan, names = self.simulate(group)
+        """The decision for draining `group` together, or why there is none. A group of several nodes first
+        keeps those a replacement would only swap for their own type at no lower price (`_swapped`), and is
+        looked at again without them."""
+        group = list(group)
+        while True:
+            plan, names = self.simulate(group)
+            kept = self._swapped(group, plan.claims) if len(group) > 1 and reason != "Drifted" else set()
+            if not kept:
+                return self._decide(group, reason, plan, names)
+            group = [n for n in group if n.name not in kept]
+            if not group:
+                return "no saving: each node would be replaced by its own instance type at no lower price"
+
+    def _swapped(self, group: Sequence[_Node], replacements: Sequence[NodeClaim]) -> set[str]:
+        """The group's nodes a replacement would merely swap: for each new claim none of whose instance types is
+        cheaper anywhere than a node of the group of one of those types, one such node (the fullest of the
+        cheapest), which stays and takes pods instead. Karpenter's multi-node consolidation drops a replacement's
+        types that are not cheaper than a candidate of the same type, and the decision with them, 'or we should
+        just keep that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
+        pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
+        ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
+        by_type: dict[str, list[_Node]] = {}
+        for n in sorted(group, key=lambda n: (n.price, -n.utilization, n.name)):
+            if n.claim.instance_type:
+                by_type.setdefault(n.claim.instance_type, []).append(n)
+        kept: set[str] = set()
+        for claim in replacements:
+            mine = [n for name in claim.instance_types for n in by_type.get(name, ()) if n.name not in kept]
+            if not mine:
+                continue
+            keep = min(mine, key=lambda n: (n.price, -n.utilization, n.name))
+            if all(min(self._zone_prices(claim, name), default=float("inf")) >= keep.price - _EPS
+                   for name in claim.instance_types):
+                kept.add(keep.name)
+        return kept
+
+    def _decide(self, group: Sequence[_Node], reason: DisruptionReason, plan: Plan,
+                names: dict[str, str]) -> Decision | str:
         if plan.unschedulable:
             first = plan.unschedulable[0]
             return f"no room: pod {first.name} fits nowhere else ({first.reason})"
