@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.packing.scenarios import POOLS, _pods_for, pools_config
 from gpu_autoscaler.domain.consolidation import ConsolidationNode, node_pods
 from gpu_autoscaler.domain.packing import pod_requests
+from gpu_autoscaler.domain.packing.fit import allocatable
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
@@ -128,8 +129,11 @@ def fragmented_cluster(solver: Solver, seed: int, *, waves: int = 8, wave_pods: 
             first = claim.instance_types[0]
             zone = _cheapest_zone(solver, first, claim.zones, claim.capacity_type)
             pool = config.pool(claim.pool)
+            # Registered and initialized, as a node the device plugin has advertised its GPUs on: consolidation
+            # (like Karpenter) leaves a node alone until its extended resources are allocatable.
+            room = allocatable(solver.index.catalog.instance_type(first), pool, config.overhead)
             node = ClusterNode(name=name, provider_id=f"aws:///{zone}/{instance_id}", taints=tuple(pool.taints),
-                               labels=dict(pool.labels), ready=True, created_at=born)
+                               labels=dict(pool.labels), ready=True, created_at=born, allocatable=room)
             registered = claim.model_copy(update={
                 "state": ClaimState.REGISTERED, "instance_id": instance_id, "instance_type": first,
                 "instance_types": (first,), "zone": zone, "zones": (zone,), "node_name": name, "created_at": born,

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(solver: Solver, nodes: int) -> None:
     """One pass over a large fragmented cluster, timed (what the simulator asks of it every minute)."""
-    cluster = fragmented_cluster(solver, 1000, wave_pods=300, min_nodes=nodes)
+    cluster = fragmented_cluster(solver, 1000, wave_pods=600, min_nodes=nodes)
     started = time.perf_counter()
     result = consolidate(solver.config, solver, cluster.nodes)
     seconds = time.perf_counter() - started
