@@ -198,3 +198,33 @@ def test_init_containers_and_overhead_count_as_kube_scheduler_counts_them(
     core.create_namespaced_pod("default", pod)
     result = stepped.reconcile()
     assert "Insufficient nvidia.com/gpu" in result.unschedulable["default/init-heavy"]
+
+
+def test_a_pod_goes_only_where_its_bound_volume_can_attach_like_volume_binding(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    # Node a is emptier than c (LeastAllocated prefers it): only the PV's node affinity keeps the reader off it.
+    stepped.add_instance(make_instance("i-0aaa", zone="us-east-1a", gpus=2), timedelta(0))
+    stepped.add_instance(make_instance("i-0ccc", zone="us-east-1c", gpus=2), timedelta(0))
+    stepped.reconcile()
+    core.create_namespaced_pod("default", make_pod("filler", cpu="4", node_selector={L.ZONE: "us-east-1c"}))
+    stepped.reconcile()
+    core.create_persistent_volume({"metadata": {"name": "pv-c"}, "spec": {
+        "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+        "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0c"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1c"]}]}]}}}})
+    core.create_namespaced_persistent_volume_claim("default", {"metadata": {"name": "data"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3", "volumeName": "pv-c",
+        "resources": {"requests": {"storage": "10Gi"}}}})
+    for name, claim in (("reader", "data"), ("orphan", "gone")):
+        pod = make_pod(name)
+        pod["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
+        core.create_namespaced_pod("default", pod)
+    stepped.reconcile()
+
+    reader = core.read_namespaced_pod("reader", "default")
+    assert core.read_node(reader.spec.node_name).metadata.labels[L.ZONE] == "us-east-1c"
+    assert core.read_namespaced_pod("orphan", "default").spec.node_name is None
+    condition = pod_condition(core, "orphan")
+    assert condition is not None and condition["message"] == 'persistentvolumeclaim "gone" not found'

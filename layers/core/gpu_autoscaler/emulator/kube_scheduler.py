@@ -8,7 +8,13 @@ Packing"; the pod request rules from "Resource Management for Pods", "Init Conta
   TaintToleration (every NoSchedule/NoExecute taint tolerated), NodeAffinity (`nodeSelector` and the
   required node affinity terms: terms ORed, expressions ANDed, `matchFields` on `metadata.name`), and
   NodeResourcesFit (the pod's requests plus one pod slot within allocatable less the requests of the pods
-  already bound; a resource the node does not have is zero).
+  already bound; a resource the node does not have is zero), and VolumeBinding for bound claims ("Scheduling
+  Framework", default plugins; "Persistent Volumes", Node Affinity: "A PV can specify node affinity to define
+  constraints that limit what nodes this volume can be accessed from. Pods that use a PV will only be
+  scheduled to nodes that are selected by the node affinity"): every PersistentVolumeClaim the pod mounts
+  must exist (else `persistentvolumeclaim "<name>" not found`), and the required node affinity of the
+  volume it is bound to must select the node (else `node(s) had volume node affinity conflict`). A claim
+  not yet bound (WaitForFirstConsumer) is bound where the pod lands, so it constrains nothing here.
 - Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
   `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
   default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
@@ -32,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.kube_objects import NODES, PODGROUPS, PODS, ApiError, format_time
+from gpu_autoscaler.emulator.kube_objects import NODES, PODGROUPS, PODS, PVCS, PVS, ApiError, format_time
 from gpu_autoscaler.models.resources import Resources
 
 if TYPE_CHECKING:
@@ -157,6 +163,9 @@ class _Node:
 class _Pod:
     raw: dict[str, Any]
     requests: Resources
+    volume_terms: tuple[tuple[dict[str, Any], ...], ...] = ()
+    """Per bound volume, its PV's required node selector terms (one of each must match the node)."""
+    missing_claim: str | None = None
     need: dict[str, int] = field(init=False)
     """The requests and the pod's slot, as NodeResourcesFit checks them."""
 
@@ -178,7 +187,7 @@ class _Pod:
         """What the filters other than NodeResourcesFit look at: pods sharing it share the answer."""
         spec = self.spec
         return repr((spec.get("nodeSelector"), self.node_affinity().get(
-            "requiredDuringSchedulingIgnoredDuringExecution"), spec.get("tolerations")))
+            "requiredDuringSchedulingIgnoredDuringExecution"), spec.get("tolerations"), self.volume_terms))
 
 
 def _refuse(pod: _Pod, node: _Node) -> str | None:
@@ -195,6 +204,8 @@ def _refuse(pod: _Pod, node: _Node) -> str | None:
     if any(node.labels.get(k) != v for k, v in selector.items()) or (
             required is not None and not any(_term(t, node.labels, node.name) for t in required)):
         return "node(s) didn't match Pod's node affinity/selector"
+    if any(not any(_term(t, node.labels, node.name) for t in terms) for terms in pod.volume_terms):
+        return "node(s) had volume node affinity conflict"
     return None
 
 
@@ -252,6 +263,8 @@ class _Cycle:
         self._filtered: dict[str, tuple[list[_Node], Counter[str]]] = {}
 
     def place(self, pod: _Pod) -> tuple[_Node | None, str]:
+        if pod.missing_claim is not None:  # PreFilter: unschedulable and unresolvable, no node is looked at
+            return None, f'persistentvolumeclaim "{pod.missing_claim}" not found'
         candidates, refusals = self._filter(pod)
         reasons = Counter(refusals)
         feasible = []
@@ -382,7 +395,25 @@ class Scheduler:
         )
 
     def _pod(self, raw: dict[str, Any]) -> _Pod:
-        return _Pod(raw, self._requests_of(raw))
+        pod = _Pod(raw, self._requests_of(raw))
+        store = self._api.store
+        namespace = raw["metadata"]["namespace"]
+        terms = []
+        for volume in (raw.get("spec") or {}).get("volumes") or ():
+            name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not name:
+                continue
+            claim = store.find(PVCS, namespace, name)
+            if claim is None:
+                pod.missing_claim = name
+                break
+            pv_name = (claim.get("spec") or {}).get("volumeName")
+            pv = store.find(PVS, "", pv_name) if pv_name else None
+            required = ((pv or {}).get("spec") or {}).get("nodeAffinity", {}).get("required") or {}
+            if required.get("nodeSelectorTerms"):
+                terms.append(tuple(required["nodeSelectorTerms"]))
+        pod.volume_terms = tuple(terms)
+        return pod
 
     def _nodes(self) -> list[_Node]:
         store = self._api.store

@@ -60,6 +60,11 @@ OS = "kubernetes.io/os"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
+EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
+"""The EBS CSI driver's topology key: its node plugin reports the zone under it in NodeGetInfo, and the kubelet
+labels the Node with the topology its CSI drivers report (Kubernetes CSI docs, "CSI Topology Feature";
+kubernetes-sigs/aws-ebs-csi-driver, pull 1931's discussion of its topology keys). The PVs it provisions
+require it in their node affinity, so kube-scheduler's VolumeBinding places their pods by it."""
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 KUBELET_VERSION = "v1.31.0-eks-local"
 EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
@@ -140,8 +145,9 @@ class SimulatedInstance:
         stamp = format_time(now)
         region = self.zone[:-1] if self.zone[-1:].isalpha() else self.zone
         # What the kubelet sets itself (hostname, os, arch) and the AWS cloud provider from instance metadata.
+        # And the EBS CSI driver's node plugin (the emulator's cluster has the driver: it serves its volumes).
         labels = {INSTANCE_TYPE: self.instance_type, ZONE: self.zone, REGION: region, ARCH: self.architecture,
-                  OS: "linux", HOSTNAME: self.name}
+                  OS: "linux", HOSTNAME: self.name, EBS_CSI_ZONE: self.zone}
         labels.update(self.labels)
         taints = [t.model_dump() for t in self.taints]
         if not ready:
