@@ -563,7 +563,7 @@ class _Pass:
         pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
         ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
         by_type: dict[str, list[_Node]] = {}
-        for n in sorted(group, key=lambda n: (n.price, -n.utilization, n.name)):
+        for n in group:
             if n.claim.instance_type:
                 by_type.setdefault(n.claim.instance_type, []).append(n)
         kept: set[str] = set()

@@ -40,9 +40,8 @@ def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: K
 
     Each repack runs its own rounds from the first plan's weights: the first (the greedy that made
     `first`) from the weights `first` paid; the others (wider searches) from `weights` themselves.
+    The caller has asked `worth_more_work` first (it also decides on `pairs` from the same answer).
     """
-    if not worth_more_work(first, demand, req, kinds):
-        return first
     best, best_cost = first, _cost(first, kinds)
     goal = _held(first, demand.size)
     cap = kinds.cap.astype(np.float64)
