@@ -10,9 +10,21 @@ import pytest
 
 from benchmarks import SHARED_DATA
 from gpu_autoscaler.config import Config, parse_config
+from tests import parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 __all__ = ["ROOT", "SHARED_DATA", "example_config_data", "log_to_stdout"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return parallel.workers()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadscope` (the default) with the scopes of `tests.parallel`; other modes as pytest-xdist has them."""
+    return parallel.make_scheduler(config, log) if config.getvalue("dist") == "loadscope" else None
 
 
 @pytest.fixture(autouse=True)
