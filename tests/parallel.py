@@ -42,8 +42,9 @@ def scope_of(nodeid: str) -> str:
 
 
 def workers() -> int:
-    """`-n auto`: two workers per core, at least four (most emulator tests wait while the others keep a core busy)."""
-    return max(4, 2 * (os.cpu_count() or 1))
+    """`-n auto`: a worker per core for the busy tests and two for the chaos lanes, which mostly wait; no more than
+    six (each worker collects the whole suite, aws-cdk's jsii runtime included, and the lanes are the long pole)."""
+    return min((os.cpu_count() or 1) + 2, 6)
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
