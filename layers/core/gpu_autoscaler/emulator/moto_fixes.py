@@ -28,6 +28,7 @@ def apply() -> None:
     _answer_what_moto_lacks()
     _serialize_dynamodb()
     _transactions_without_table_copies()
+    _instance_pages_that_survive_changes()
     _applied = True
 
 
@@ -219,3 +220,35 @@ def _unsupported(environ: dict[str, Any], start_response: Any, reason: str = "")
         content_type = "application/x-amz-json-1.1"
     start_response("400 Bad Request", [("Content-Type", content_type), ("x-amzn-ErrorType", code)])
     return [body.encode()]
+
+
+def _instance_pages_that_survive_changes() -> None:
+    """DescribeInstances' `NextToken` is opaque, and calling again with it until none comes back lists every
+    match ("Pagination in the Amazon EC2 API", Amazon EC2 developer guide); nothing in EC2's documentation lets
+    the call fail because the results changed between two pages. moto's token is the last reservation's id,
+    looked up among the reservations that match the filters *now*: if that reservation's instance changed state
+    in between (a drain terminating it while the garbage collector lists the running ones, 100 to a page), the
+    lookup raises and the server answers HTTP 500. Here the next page starts after that reservation in moto's
+    own order (the order of the listing, filtered or not), wherever its instance is now; a token that names no
+    reservation at all is refused with moto's `InvalidNextToken`. Calls naming instance ids are moto's as before.
+    """
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import InvalidNextToken
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original = InstanceResponse.describe_instances
+
+    def describe_instances(self: Any) -> Any:
+        token = self._get_param("NextToken")
+        if not token or self._get_param("InstanceIds", []):
+            return original(self)
+        self.error_on_dryrun()
+        order = {reservation_id: n for n, reservation_id in enumerate(list(self.ec2_backend.reservations))}
+        if token not in order:
+            raise InvalidNextToken(token)
+        matching = self.ec2_backend.describe_instances(filters=self._filters_from_querystring())
+        after = [r for r in matching if order.get(r.id, len(order)) > order[token]]
+        page = after[:int(self._get_param("MaxResults", 100))]
+        return ActionResult({"Reservations": page, "NextToken": page[-1].id if len(after) > len(page) else None})
+
+    InstanceResponse.describe_instances = describe_instances  # type: ignore[method-assign]
