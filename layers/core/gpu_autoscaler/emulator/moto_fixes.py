@@ -11,11 +11,14 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["apply"]
+__all__ = ["EC2_REQUESTS", "apply"]
 
 log = logging.getLogger(__name__)
 
 _applied = False
+
+EC2_REQUESTS = threading.RLock()
+"""Held while one EC2 request is served, moto's part and the strict layer's (`_serialize_ec2`)."""
 
 
 def apply() -> None:
@@ -27,6 +30,7 @@ def apply() -> None:
     _quiet_unknown_services()
     _answer_what_moto_lacks()
     _serialize_dynamodb()
+    _serialize_ec2()
     _transactions_without_table_copies()
     _instance_pages_that_survive_changes()
     _applied = True
@@ -127,6 +131,25 @@ def _serialize_dynamodb() -> None:
             return original(self)
 
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+
+
+def _serialize_ec2() -> None:
+    """EC2 serves concurrent requests, and what one request did is all there or not at all for the next (a
+    CreateFleet's instances, with their tags); moto's EC2 backend has no locks: DescribeInstances renders each
+    instance's tags by walking every tagged resource, and the strict layer's rules walk the reservations, while
+    a CreateFleet, CreateTags or TerminateInstances on another request thread changes them. The embedded server
+    serves each request on its own thread, so EC2 requests are taken one at a time here, as DynamoDB's are:
+    moto's action under `EC2_REQUESTS`, which the strict layer also holds for a whole EC2 request (its checks,
+    stand-ins and after hooks read moto's EC2 state around moto's action)."""
+    from moto.ec2.responses import EC2Response
+
+    original = EC2Response.call_action
+
+    def call_action(self: Any) -> Any:
+        with EC2_REQUESTS:
+            return original(self)
+
+    EC2Response.call_action = call_action  # type: ignore[method-assign]
 
 
 def _transactions_without_table_copies() -> None:
