@@ -17,8 +17,8 @@ import argparse
 import os
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from tests.chaos.invariants import Report
 from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import SOAK_VISIBILITY, running_rig
 from tests.chaos.scenarios import (
@@ -33,6 +33,9 @@ from tests.chaos.scenarios import (
     throttling_storm,
 )
 from tests.chaos.skew import Skew, skewed_lifecycle
+
+if TYPE_CHECKING:
+    from tests.chaos.invariants import Report
 
 __all__ = ["main"]
 
