@@ -17,6 +17,7 @@ import argparse
 import os
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from tests.chaos.outage import api_outage_during_drain
 from tests.chaos.rig import SOAK_VISIBILITY, running_rig
@@ -33,12 +34,21 @@ from tests.chaos.scenarios import (
 )
 from tests.chaos.skew import Skew, skewed_lifecycle
 
+if TYPE_CHECKING:
+    from tests.chaos.invariants import Report
+
 __all__ = ["main"]
 
 
 def _row(name: str, seconds: dict[str, float], injected: str, ok: bool, detail: str = "") -> None:
     phases = "  ".join(f"{k} {v:5.1f} s" for k, v in seconds.items())
     print(f"{name:<28} {phases:<52} {injected:<34} {'ok' if ok else 'VIOLATED'} {detail}", flush=True)
+
+
+def _violations(report: Report) -> None:
+    """What a VIOLATED row broke, and the figures the checker saw (the long scenarios are not cheap to rerun)."""
+    if not report.ok:
+        print(f"  {report}", flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -84,6 +94,7 @@ def main(argv: list[str]) -> int:
                  f"{throttled.refused}/{throttled.seen} refused", throttled.report.ok,
                  f"{throttled.dead_letters} dead letters")
             status |= not throttled.report.ok
+            _violations(throttled.report)
         for seed in seeds if "2" in wanted else ():
             family, count = storm_shape(seed)
             ice = capacity_storm_lifecycle(rig, family=family, pods=count, seed=seed, prefix=f"i{seed}")
@@ -101,6 +112,7 @@ def main(argv: list[str]) -> int:
                  f"peak {warned.peak_gpus}/{warned.limit_gpus} GPUs of the pool's limit; "
                  f"{len(warned.shared)} replacements shared")
             status |= not ok
+            _violations(warned.report)
         if "7" in wanted:
             outage = api_outage_during_drain(rig, seconds=args.outage_seconds)
             _row(f"7 API down {args.outage_seconds:.0f} s in a drain", outage.seconds,

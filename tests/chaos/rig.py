@@ -53,6 +53,11 @@ again while they are handled (each time counting towards the DLQ; the first invo
 ReceiptHandleIsInvalid), which the stack's (6 × the function's timeout) never does."""
 GC_GRACE = "4s"
 """The garbage collector's grace, shortened with everything else."""
+SOAK_GC_GRACE = "30s"
+"""The grace at the soak's sizes: a launch request for ten claims is one CreateFleet, then each instance gets its
+claim's tag (CreateTags) and each claim its instance, one after the other; at the soak's load that takes tens of
+seconds (a claim's launch recorded 122 s after it was created), and an instance not yet tagged with its claim
+after 4 s was terminated as a leak (its claim then closed as gone, its pods planned again). The stack's is 5 min."""
 REPLACEMENT_POLL = timedelta(seconds=2)
 """How often a drain looks whether its replacement is up: every 20 s in the functions, against EC2 boots of a minute
 or two; nodes here join 1.5 s after launch, so a drain waiting for one looks every 2 s."""
@@ -61,7 +66,7 @@ UNAVAILABLE_TTL = "15s"
 (60 s → 5 s), so a pod is reported again as often, relative to the marks, as in a deployment."""
 
 
-def chaos_config(*, consolidate_after: str = "2s") -> Any:
+def chaos_config(*, consolidate_after: str = "2s", gc_grace: str = GC_GRACE) -> Any:
     """The user's configuration (cdk.json) without windows or forecasts (nothing warm), disruption, garbage
     collection and the unavailable offerings' memory in seconds."""
     data: dict[str, Any] = example_config_data()
@@ -70,7 +75,7 @@ def chaos_config(*, consolidate_after: str = "2s") -> Any:
             consolidateAfter=consolidate_after, minNodeAge="0s", emptyKeepLeadTimes=0, budgets=[{"nodes": "100%"}])
     data["scalingWindows"] = []
     data["predictive"] = {**data.get("predictive", {}), "enabled": False}
-    data.setdefault("timeouts", {}).update(garbageCollectionGrace=GC_GRACE, unavailableOfferingTtl=UNAVAILABLE_TTL)
+    data.setdefault("timeouts", {}).update(garbageCollectionGrace=gc_grace, unavailableOfferingTtl=UNAVAILABLE_TTL)
     return parse_config(data)
 
 
@@ -212,11 +217,12 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
                 soak_visibility: int | None = None) -> Iterator[ChaosRig]:
     """An emulator session for one scenario, its namespace created; `soak_visibility`: the pending-pods and launch
     queues' visibility when not `VISIBILITY_TIMEOUT` (`SOAK_VISIBILITY` for the soak's sizes)."""
+    config = config or chaos_config(gc_grace=GC_GRACE if soak_visibility is None else SOAK_GC_GRACE)
     with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
         log_path = Path(directory) / "functions.log"
         with mock.patch.object(drain_domain, "REPLACEMENT_POLL", REPLACEMENT_POLL), \
                 log_path.open("w", buffering=1) as stream, EmulatorSession(
-            config or chaos_config(), speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
+            config, speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
             function_timeouts={"interruption": INTERRUPTION_TIMEOUT},
         ) as session:

@@ -20,6 +20,8 @@ __all__ = ["CRASH_POINTS", "LifecycleResult", "crash_points_for", "lifecycle"]
 
 STEP_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 30.0
+NOTICE_SECONDS = 10.0
+"""The Spot warning storm's bound per warned node (a bound, not a figure: the scenario returns as soon as done)."""
 
 
 @dataclass
@@ -420,7 +422,10 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
             time.sleep(max(0.0, began + n * seconds / max(1, len(victims)) - time.monotonic()))
             rig.put_event("EC2 Spot Instance Interruption Warning", victim, spot_warning())
         last = time.monotonic()
-        rig.wait(replaced, STEP_TIMEOUT + 70 + 2 * nodes, "every warned node to be reclaimed and its pod bound again")
+        # Each notice costs the interruption function seconds here (~4 s at load average 20-35: DynamoDB reads
+        # that moto answers by scanning the table, in one process with everything else), two at a time.
+        rig.wait(replaced, STEP_TIMEOUT + 70 + NOTICE_SECONDS * nodes,
+                 "every warned node to be reclaimed and its pod bound again")
         done = time.monotonic()
         _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     launched = [i for i in rig.instances() if i["InstanceId"] not in before]
