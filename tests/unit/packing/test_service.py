@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.services.packer import PackerService, WrongCluster
@@ -128,13 +127,43 @@ def test_pods_fill_a_claim_in_flight_and_its_room_is_recorded(h: Harness) -> Non
     assert len(h.service.handle(h.document([make_pod(cpu="8", memory="8Gi")]), source="m-2").created) == 1
 
 
+def test_a_claim_another_writer_got_to_first_is_read_again_and_its_pods_added(h: Harness) -> None:
+    claim = make_claim(pool="gpu", instance_types=("g5.12xlarge",))
+    h.store.claims[claim.id] = claim
+    h.store.refuse_next.add(claim.id)  # the fleet recording its attempt between our read and our write
+    pod = make_pod()
+    outcome = h.service.handle(h.document([pod]), source="m-1")
+    assert outcome.placed_in_flight == 1 and h.store.claims[claim.id].pods == (pod.uid,)
+
+
 def test_a_claim_that_moved_on_keeps_its_pods_assigned(h: Harness) -> None:
     claim = make_claim(pool="gpu", instance_types=("g5.12xlarge",))
     h.store.claims[claim.id] = claim
-    h.store.fail_next["update_claim"] = StaleClaim(claim.id)
+    h.store.refuse_next.add(claim.id)
+    original = h.store.get_claims
+
+    def launched_meanwhile(claim_ids: Any) -> dict[str, Any]:
+        found = original(claim_ids)
+        if h.store.calls.count("get_claims") > 1:  # the read after the refused write: it was launched
+            found = {cid: c.model_copy(update={"state": ClaimState.LAUNCHED}) for cid, c in found.items()}
+            h.store.claims.update(found)
+        return found
+
+    h.store.get_claims = launched_meanwhile  # type: ignore[method-assign]
     pod = make_pod()
     outcome = h.service.handle(h.document([pod]), source="m-1")
     assert outcome.placed_in_flight == 1 and h.store.pods[pod.uid][0] == claim.id
+    assert h.store.claims[claim.id].pods == ()  # the room bookkeeping of a claim in flight is skipped
+
+
+def test_pods_joining_many_claims_in_flight_read_and_write_them_together(h: Harness) -> None:
+    claims = [make_claim(id=f"nc-{n}", pool="gpu", instance_types=("g5.12xlarge",)) for n in range(20)]
+    h.store.claims.update({c.id: c for c in claims})
+    outcome = h.service.handle(h.document([make_pod() for _ in range(80)]), source="m-1")
+    assert outcome.placed_in_flight == 80 and outcome.created == ()
+    assert all(len(h.store.claims[c.id].pods) == 4 for c in claims)
+    assert h.store.calls.count("get_claims") == 1 and h.store.calls.count("update_claims") == 1
+    assert "get_claim" not in h.store.calls and "update_claim" not in h.store.calls
 
 
 def test_documents_of_another_cluster_are_refused(h: Harness) -> None:

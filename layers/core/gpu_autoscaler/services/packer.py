@@ -46,7 +46,7 @@ from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
-from gpu_autoscaler.services.claim_writes import write_fresh
+from gpu_autoscaler.services.claim_writes import write_fresh_many
 from gpu_autoscaler.services.demand import pool_gpus, record_demand, shape_gpus
 
 if TYPE_CHECKING:
@@ -247,25 +247,25 @@ class PackerService:
 
     def _add_to_claims(self, placed: Sequence[tuple[NodeClaim, Sequence[str]]], pods: Mapping[str, PendingPod],
                        ttl: timedelta) -> int:
-        """Assign pods to claims in flight (all in one `assign_many`) and record their requests on each claim;
-        returns how many were new."""
-        assigned = self.store.assign_many({c.id: list(uids) for c, uids in placed}, ttl) if placed else {}
-        return sum(self._add_to_claim(claim, assigned.get(claim.id, []), pods) for claim, _ in placed)
+        """Assign pods to claims in flight (all in one `assign_many`) and record their requests on each claim, all
+        claims at once (`write_fresh_many`: one read and a few transactions for the document, not a read and a
+        write per claim); returns how many pods were new.
 
-    def _add_to_claim(self, claim: NodeClaim, assigned: Sequence[str], pods: Mapping[str, PendingPod]) -> int:
-        """Record newly assigned pods' requests on a claim in flight; returns how many were new."""
-        newly = [u for u in assigned if u not in claim.pods]
+        Each claim is read again first: the plan's copy may be seconds old, and writing from it would put back pods
+        a drain took off meanwhile (`free_room`), with their requests. Another writer between that read and the
+        write (the fleet recording its attempt) makes that claim read and add again; a claim that moved on
+        meanwhile (launched or registered) keeps the pods assigned to it — its node is the one they will run on —
+        and only the room bookkeeping of a claim in flight is skipped."""
+        assigned = self.store.assign_many({c.id: list(uids) for c, uids in placed}, ttl) if placed else {}
+        newly = {claim.id: [u for u in assigned.get(claim.id, []) if u not in claim.pods] for claim, _ in placed}
+        newly = {cid: uids for cid, uids in newly.items() if uids}
         if not newly:
             return 0
-        # Read it again: the plan's copy may be seconds old, and writing from it would put back pods a drain
-        # took off meanwhile (`free_room`), with their requests. Another writer between this read and the write
-        # (the fleet recording its attempt) makes it read and add again (`claim_writes.write_fresh`).
-        current = self.store.get_claim(claim.id) or claim
 
-        def add(copy: NodeClaim) -> NodeClaim:
-            added = [u for u in newly if u not in copy.pods]
+        def add(copy: NodeClaim) -> dict[str, object] | None:
+            added = [u for u in newly[copy.id] if u not in copy.pods]
             if not added:
-                return copy
+                return None
             total, held = claim_requests(copy), claim_held(copy)
             for uid in added:
                 total = total + pod_requests(pods[uid])
@@ -273,15 +273,12 @@ class PackerService:
             attributes = {**copy.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
             if HELD_ATTRIBUTE in attributes:  # successors (or other pending pods) take the held room
                 attributes[HELD_ATTRIBUTE] = requests_attribute({k: v for k, v in held.items() if v > 0})
-            return self.store.update_claim(copy, pods=tuple(copy.pods) + tuple(added), attributes=attributes)
+            return {"pods": tuple(copy.pods) + tuple(added), "attributes": attributes}
 
-        try:
-            write_fresh(self.store, current, add, still=lambda c: c.state is current.state)
-        except StaleClaim:
-            # The claim moved on (launched or registered) meanwhile: the pods stay assigned to it and its
-            # node is the one they will run on; only the room bookkeeping of a claim in flight is skipped.
-            logger.info("claim %s changed while pods were added; its recorded room is left as it was", claim.id)
-        return len(newly)
+        _, moved_on = write_fresh_many(self.store, newly, add, still=lambda first, fresh: fresh.state is first.state)
+        for claim_id in sorted(moved_on):
+            logger.info("claim %s changed while pods were added; its recorded room is left as it was", claim_id)
+        return sum(len(uids) for uids in newly.values())
 
     def _store_claims(self, claims: Sequence[NodeClaim], pods: Mapping[str, PendingPod],
                       ttl: timedelta) -> list[NodeClaim]:

@@ -78,6 +78,10 @@ class DynamoStateStore:
         item = self._get(f"CLAIM#{claim_id}")
         return _claim(item) if item else None
 
+    def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
+        """BatchGetItem, strongly consistent: one call per 100 claims."""
+        return {c.id: c for c in (_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in dict.fromkeys(claim_ids)]))}
+
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
         pointer = self._get(f"INSTANCE#{instance_id}")
         return self.get_claim(pointer["claimId"]["S"]) if pointer else None
@@ -112,14 +116,33 @@ class DynamoStateStore:
         self._replace(updated, read=claim)
         return updated
 
-    def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
-        """One transaction: the claim, conditional on the state and version it was `read` at (another writer
-        between our read and this write makes it fail), and its instance pointer with it. An item written before
-        claims had versions has no `version` attribute: it counts as version 0."""
+    def update_claims(self, updates: Sequence[tuple[NodeClaim, Mapping[str, object]]]) -> dict[str, NodeClaim]:
+        """Each claim's put conditional on the state and version it was read at (as `_replace`), up to
+        `TRANSACT_ITEMS` per TransactWriteItems; no read first (the condition is the check `update_claim`'s read
+        makes). A refused put is left out of the answer, the others are written (`_transact_each`). The instance
+        pointer is written with its claim only where the update gives the claim an instance (a pointer never
+        changes once written)."""
+        now = self.clock.now()
+        written: dict[str, NodeClaim] = {}
+        writes: list[tuple[str, dict[str, Any]]] = []
+        for claim, changes in {c.id: (c, ch) for c, ch in updates}.values():
+            updated = apply_update(claim, claim, now, dict(changes))
+            written[claim.id] = updated
+            writes.append((claim.id, self._claim_put(updated, read=claim)))
+            if updated.instance_id and updated.instance_id != claim.instance_id:
+                writes.append(("", {"Put": {"TableName": self.table, "Item": self._instance_item(updated)}}))
+        for key, _ in self._transact_each(writes):
+            written.pop(key, None)
+        return written
+
+    def _claim_put(self, claim: NodeClaim, read: NodeClaim) -> dict[str, Any]:
+        """The claim's put, conditional on the state and version it was `read` at (another writer between our
+        read and this write makes it fail). An item written before claims had versions has no `version`
+        attribute: it counts as version 0."""
         version = "#version = :version"
         if read.version == 0:
             version = f"(attribute_not_exists(#version) OR {version})"
-        writes: list[dict[str, Any]] = [{
+        return {
             "Put": {
                 "TableName": self.table,
                 "Item": self._claim_item(claim),
@@ -128,7 +151,12 @@ class DynamoStateStore:
                 "ExpressionAttributeValues": {":expected": {"S": read.state.value},
                                               ":version": {"N": str(read.version)}},
             }
-        }]
+        }
+
+    def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
+        """One transaction: the claim, conditional on what it was `read` at (`_claim_put`), and its instance
+        pointer with it."""
+        writes: list[dict[str, Any]] = [self._claim_put(claim, read)]
         if claim.instance_id:
             writes.append({"Put": {"TableName": self.table, "Item": self._instance_item(claim)}})
         try:
@@ -188,7 +216,7 @@ class DynamoStateStore:
             for uid, _ in ours
         ])
         if others:
-            live = {c.id for c in self._claims_by_id(set(others.values())) if c.live}
+            live = {c.id for c in self.get_claims(set(others.values())).values() if c.live}
             dead = {uid: owner for uid, owner in others.items() if owner not in live}
             lost = self._transact_each([
                 (uid, {"Put": {"TableName": self.table, "Item": items[uid], "ConditionExpression": "claimId = :owner",
@@ -240,9 +268,6 @@ class DynamoStateStore:
             return [dict(r) for r in error.response.get("CancellationReasons") or []]
         return None
 
-    def _claims_by_id(self, claim_ids: Iterable[str]) -> list[NodeClaim]:
-        return [_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in claim_ids])]
-
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         now = _epoch(self.clock.now())["N"]
         owners = {
@@ -250,7 +275,7 @@ class DynamoStateStore:
             for item in self._batch_get([f"POD#{uid}" for uid in dict.fromkeys(pod_uids)])
             if float(item.get(TTL_ATTRIBUTE, {"N": "inf"})["N"]) > float(now)
         }
-        claims = {c.id: c for c in self._claims_by_id(set(owners.values()))}
+        claims = self.get_claims(set(owners.values()))
         return {uid: owner for uid, owner in owners.items() if owner in claims and claims[owner].live}
 
     def release_pods(self, pod_uids: Sequence[str]) -> None:
