@@ -37,6 +37,10 @@ __all__ = ["TERMINATED_RETENTION", "DynamoStateStore"]
 
 TERMINATED_RETENTION = timedelta(days=30)
 _BATCH_GET = 100
+_BATCH_WRITE = 25
+"""BatchWriteItem takes up to 25 put or delete requests (DynamoDB API reference, BatchWriteItem)."""
+_UNPROCESSED_RETRIES = 5
+"""BatchWriteItem may leave some requests unprocessed (throttled partitions): they are sent again, with backoff."""
 TRANSACT_ITEMS = 100
 """TransactWriteItems takes up to 100 actions, no two on one item, at most 4 MB in all (DynamoDB API reference,
 TransactWriteItems). A claim is ~2 KB and a pod assignment ~100 bytes, so the count is the limit that binds."""
@@ -279,8 +283,20 @@ class DynamoStateStore:
         return {uid: owner for uid, owner in owners.items() if owner in claims and claims[owner].live}
 
     def release_pods(self, pod_uids: Sequence[str]) -> None:
-        for uid in dict.fromkeys(pod_uids):
-            self._db.delete_item(TableName=self.table, Key=self._key(f"POD#{uid}"))
+        """BatchWriteItem, 25 deletes a call (its limit), what DynamoDB leaves unprocessed sent again: the packer
+        releases a document's displaced pods and the fleet a failed request's, hundreds at a time, not a call each.
+        A delete has no condition here, so nothing needs a transaction."""
+        keys = [self._key(f"POD#{uid}") for uid in dict.fromkeys(pod_uids)]
+        for start in range(0, len(keys), _BATCH_WRITE):
+            requests = [{"DeleteRequest": {"Key": key}} for key in keys[start:start + _BATCH_WRITE]]
+            for attempt in range(_UNPROCESSED_RETRIES + 1):
+                answer = self._db.batch_write_item(RequestItems={self.table: requests})
+                requests = (answer.get("UnprocessedItems") or {}).get(self.table) or []
+                if not requests:
+                    break
+                if attempt == _UNPROCESSED_RETRIES:
+                    raise StateStoreError(f"{len(requests)} pod release(s) left unprocessed by DynamoDB")
+                time.sleep(0.05 * 2 ** attempt)
 
     # Unavailable offerings
 
