@@ -6,6 +6,7 @@ the envelope, so the size counted here is the size SQS sees, byte for byte.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,10 +32,15 @@ class Report:
     resource_version: str
     entry: dict[str, Any] = field(compare=False, repr=False)
     encoded: str = field(compare=False, repr=False)
+    fingerprint: str = field(default="", compare=False, repr=False)
+    """A digest of `encoded`: what the packer would read of the pod. A new resourceVersion with the same
+    fingerprint is a change the report does not carry (kube-scheduler's PodScheduled message, say)."""
 
     @classmethod
     def of(cls, entry: dict[str, Any], resource_version: str) -> Report:
-        return cls(entry["uid"], resource_version, entry, encode(entry))
+        encoded = encode(entry)
+        return cls(entry["uid"], resource_version, entry, encoded,
+                   hashlib.blake2b(encoded.encode(), digest_size=16).hexdigest())
 
     @property
     def size(self) -> int:

@@ -5,7 +5,8 @@ inbox); `tick` does everything time-driven: the resync, closing batches at the d
 retrying after a backoff. Time comes from the injected clock, so the unit tests drive it step by step.
 
 Delivery is at least once: a batch stays at the head of the outbox until SQS accepts it, and a pod that
-stays pending is queued again every resync window.
+stays pending is queued again every resync window; in between, only a change to what its report says
+queues it again.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ class Dispatcher:
         self._backoff = backoff or Backoff()
         self._pending: dict[str, Report] = {}
         self._queued: dict[str, tuple[str, int]] = {}
-        """uid -> (resourceVersion, window) last put in a batch: the same pair is not queued twice."""
+        """uid -> (report fingerprint, window) last put in a batch: the same pair is not queued twice. Not the
+        resourceVersion: kube-scheduler rewrites a pending pod's PodScheduled message whenever the number of
+        nodes changes ("0/12 nodes are available: …"), so while nodes join every pending pod gets a new version
+        each second with nothing the report carries changed; queueing each made a document of every pending pod
+        a second, more than the packer drains (one at a time, a whole document each), and the queue grew
+        stale documents behind it. What changes the report still goes at once; the resync sends it again."""
         self._outbox: deque[Outgoing] = deque()
         self._window = self.window_of(clock.now())
         self._inbox: queue.SimpleQueue[tuple[str, object, datetime]] = queue.SimpleQueue()
@@ -194,7 +200,7 @@ class Dispatcher:
         self._batcher.discard(uid)
 
     def _queue(self, report: Report, now: datetime) -> None:
-        key = (report.resource_version, self._window)
+        key = (report.fingerprint, self._window)
         if self._queued.get(report.uid) == key:
             return
         try:

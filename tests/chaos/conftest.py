@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from tests.chaos.rig import ChaosRig
 
 SOAK = os.environ.get("GPU_AUTOSCALER_CHAOS_SOAK", "") not in ("", "0", "false")
+SOAK_TEST_TIMEOUT = 3600
+"""Seconds a soak test may run (pytest-timeout's default here is 300 s, which the CI variant keeps)."""
 
 
 def seeds(fixed: int = 0, extra: int = 3) -> list[int]:
@@ -34,6 +36,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/chaos/" in str(item.fspath):
             item.add_marker(pytest.mark.chaos)
             item.add_marker(pytest.mark.slow)
+            if SOAK:  # the issue's sizes take tens of minutes on a loaded machine; every wait has its own bound
+                item.add_marker(pytest.mark.timeout(SOAK_TEST_TIMEOUT))
 
 
 @pytest.fixture(scope="package")

@@ -11,11 +11,14 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["apply"]
+__all__ = ["EC2_REQUESTS", "apply"]
 
 log = logging.getLogger(__name__)
 
 _applied = False
+
+EC2_REQUESTS = threading.RLock()
+"""Held while one EC2 request is served, moto's part and the strict layer's (`_serialize_ec2`)."""
 
 
 def apply() -> None:
@@ -27,7 +30,9 @@ def apply() -> None:
     _quiet_unknown_services()
     _answer_what_moto_lacks()
     _serialize_dynamodb()
+    _serialize_ec2()
     _transactions_without_table_copies()
+    _instance_pages_that_survive_changes()
     _applied = True
 
 
@@ -128,6 +133,25 @@ def _serialize_dynamodb() -> None:
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
+def _serialize_ec2() -> None:
+    """EC2 serves concurrent requests, and what one request did is all there or not at all for the next (a
+    CreateFleet's instances, with their tags); moto's EC2 backend has no locks: DescribeInstances renders each
+    instance's tags by walking every tagged resource, and the strict layer's rules walk the reservations, while
+    a CreateFleet, CreateTags or TerminateInstances on another request thread changes them. The embedded server
+    serves each request on its own thread, so EC2 requests are taken one at a time here, as DynamoDB's are:
+    moto's action under `EC2_REQUESTS`, which the strict layer also holds for a whole EC2 request (its checks,
+    stand-ins and after hooks read moto's EC2 state around moto's action)."""
+    from moto.ec2.responses import EC2Response
+
+    original = EC2Response.call_action
+
+    def call_action(self: Any) -> Any:
+        with EC2_REQUESTS:
+            return original(self)
+
+    EC2Response.call_action = call_action  # type: ignore[method-assign]
+
+
 def _transactions_without_table_copies() -> None:
     """DynamoDB's TransactWriteItems is all or nothing ("DynamoDB transactions"), at a cost that does not depend
     on the table's size. moto gets all or nothing by deep-copying every table the transaction names before it
@@ -219,3 +243,35 @@ def _unsupported(environ: dict[str, Any], start_response: Any, reason: str = "")
         content_type = "application/x-amz-json-1.1"
     start_response("400 Bad Request", [("Content-Type", content_type), ("x-amzn-ErrorType", code)])
     return [body.encode()]
+
+
+def _instance_pages_that_survive_changes() -> None:
+    """DescribeInstances' `NextToken` is opaque, and calling again with it until none comes back lists every
+    match ("Pagination in the Amazon EC2 API", Amazon EC2 developer guide); nothing in EC2's documentation lets
+    the call fail because the results changed between two pages. moto's token is the last reservation's id,
+    looked up among the reservations that match the filters *now*: if that reservation's instance changed state
+    in between (a drain terminating it while the garbage collector lists the running ones, 100 to a page), the
+    lookup raises and the server answers HTTP 500. Here the next page starts after that reservation in moto's
+    own order (the order of the listing, filtered or not), wherever its instance is now; a token that names no
+    reservation at all is refused with moto's `InvalidNextToken`. Calls naming instance ids are moto's as before.
+    """
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import InvalidNextToken
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original = InstanceResponse.describe_instances
+
+    def describe_instances(self: Any) -> Any:
+        token = self._get_param("NextToken")
+        if not token or self._get_param("InstanceIds", []):
+            return original(self)
+        self.error_on_dryrun()
+        order = {reservation_id: n for n, reservation_id in enumerate(list(self.ec2_backend.reservations))}
+        if token not in order:
+            raise InvalidNextToken(token)
+        matching = self.ec2_backend.describe_instances(filters=self._filters_from_querystring())
+        after = [r for r in matching if order.get(r.id, len(order)) > order[token]]
+        page = after[:int(self._get_param("MaxResults", 100))]
+        return ActionResult({"Reservations": page, "NextToken": page[-1].id if len(after) > len(page) else None})
+
+    InstanceResponse.describe_instances = describe_instances  # type: ignore[method-assign]

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.emulator.moto_fixes import EC2_REQUESTS
 from gpu_autoscaler.emulator.strict import wire
 
 if TYPE_CHECKING:
@@ -218,6 +219,13 @@ class StrictLayer:
             for hook in _resets:
                 hook()
         scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        if scope is not None and scope["service"] == "ec2":
+            with EC2_REQUESTS:  # the rules read moto's EC2 state: one EC2 request at a time (`moto_fixes`)
+                return self._serve(environ, start_response, scope)
+        return self._serve(environ, start_response, scope)
+
+    def _serve(self, environ: dict[str, Any], start_response: Callable[..., Any],
+               scope: re.Match[str] | None) -> Any:
         if not _Switch.enabled or scope is None or scope["service"] not in _services:
             return self.app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)
