@@ -68,6 +68,7 @@ class PackerRun:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.started = 0.0
+        self.cpu_started = 0.0
         self.per_document = 0
         self.cpu_seconds = 0.0
         """This process's CPU time over the drain: the packer, moto's server threads and the Kubernetes API all
@@ -164,8 +165,10 @@ def _drain(poller: QueuePoller, sqs: Any, url: str, result: PackerRun) -> None:
         if result.batches % 10 == 0:  # a long drain reports as it goes: a run cut short still says something
             seconds = time.monotonic() - result.started
             pods = result.batches * 10 * result.per_document
+            cpu = time.process_time() - result.cpu_started
             print(f"    {result.batches} batches, {seconds:.0f} s, {pods / seconds:.1f} pods/s so far, this batch "
-                  f"{invocation.duration_ms:.0f} ms, load average {os.getloadavg()[0]:.1f}", flush=True)
+                  f"{invocation.duration_ms:.0f} ms, CPU {cpu:.0f} s, load average {os.getloadavg()[0]:.1f}",
+                  flush=True)
         result.failed_records += invocation.failures
         if invocation.error:
             result.errors[invocation.error.split(":", 1)[0]] += 1
@@ -184,7 +187,7 @@ def run(config: Config, *, pods: int, per_document: int, profile: bool = False, 
         host.invoke("packer", {"Records": []})  # the cold start is not the throughput's
         profiler = cProfile.Profile() if profile else None
         began, cpu = time.monotonic(), time.process_time()
-        result.started, result.per_document = began, per_document
+        result.started, result.cpu_started, result.per_document = began, cpu, per_document
         if profiler is not None:
             profiler.enable()
         with _timing_calls(result.calls):

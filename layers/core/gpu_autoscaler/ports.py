@@ -97,6 +97,11 @@ class StateStore(Protocol):
 
     def get_claim(self, claim_id: str) -> NodeClaim | None: ...
 
+    def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
+        """`get_claim` for many at once (strongly consistent, as each `get_claim` is); claims not stored are left
+        out."""
+        ...
+
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
         """The claim that launched this instance, if it is ours (interruption events name instances)."""
         ...
@@ -112,6 +117,13 @@ class StateStore(Protocol):
         """Change fields of a claim, not its state: conditional like `transition` on `claim.state` and
         `claim.version`, raises `StaleClaim` otherwise (`services.claim_writes` says who retries and who gives up).
         The packer adds pods (and their requests) to claims in flight this way."""
+        ...
+
+    def update_claims(self, updates: Sequence[tuple[NodeClaim, Mapping[str, object]]]) -> dict[str, NodeClaim]:
+        """`update_claim` for many claims at once, each on its own condition (its `state` and `version`), a few
+        writes for a document's claims in flight, not one each; claim id → the claim as stored, for those
+        written. A claim left out lost its condition (`StaleClaim` for `update_claim`): read it again or give up
+        (`services.claim_writes.write_fresh_many`)."""
         ...
 
     def assign_pods(self, claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:

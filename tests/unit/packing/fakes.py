@@ -31,6 +31,8 @@ class FakeStateStore:
     demand: dict[tuple[str, datetime], float] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     fail_next: dict[str, Exception] = field(default_factory=dict)
+    refuse_next: set[str] = field(default_factory=set)
+    """Claim ids whose next conditional update is refused, as if another writer had got in first."""
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -57,6 +59,10 @@ class FakeStateStore:
         self._call("get_claim")
         return self.claims.get(claim_id)
 
+    def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
+        self._call("get_claims")
+        return {cid: self.claims[cid] for cid in claim_ids if cid in self.claims}
+
     def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
         self._call("list_claims")
         wanted = set(states) if states is not None else None
@@ -82,6 +88,18 @@ class FakeStateStore:
         updated = stored.model_copy(update={"updated_at": self.clock.now(), **changes})
         self.claims[claim.id] = updated
         return updated
+
+    def update_claims(self, updates: Sequence[tuple[NodeClaim, Mapping[str, object]]]) -> dict[str, NodeClaim]:
+        self._call("update_claims")
+        written = {}
+        for claim, changes in updates:
+            stored = self.claims.get(claim.id)
+            if claim.id in self.refuse_next or stored is None or stored.state != claim.state:
+                self.refuse_next.discard(claim.id)
+                continue
+            written[claim.id] = self.claims[claim.id] = stored.model_copy(
+                update={"updated_at": self.clock.now(), **changes})
+        return written
 
     def _live_owner(self, uid: str) -> str | None:
         found = self.pods.get(uid)

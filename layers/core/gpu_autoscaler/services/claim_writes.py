@@ -6,8 +6,9 @@ read at. When it loses, the caller follows one of two policies, each chosen wher
 - **Retry** (`write_fresh`): the change still makes sense on whatever the other writer did, so read again, check
   the claim is still in a state the change applies to, recompute the change from the fresh copy and write again,
   up to `WRITE_ATTEMPTS` times. Used where losing would lose work or capacity: the fleet recording a launch
-  attempt, an instance launched, a claim that cannot launch; the packer adding pods to a claim in flight; the
-  fleet ending a claim (`FleetService.terminate`); a notice or drain moving a claim to Draining.
+  attempt, an instance launched, a claim that cannot launch; the packer adding pods to claims in flight
+  (`write_fresh_many`: a document's claims in a few transactions, only the refused ones read again); the fleet
+  ending a claim (`FleetService.terminate`); a notice or drain moving a claim to Draining.
 - **Give up** (catch `StaleClaim`, log, move on): the change was decided from a picture that is now outdated, and
   the next tick decides again from a fresh one. Used by consolidation (its disruption marks and `emptySince`),
   reconcile (Registered: next minute), prewarm (warm holds: next tick).
@@ -20,12 +21,12 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.errors import StaleClaim
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
 
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.ports import StateStore
 
-__all__ = ["WRITE_ATTEMPTS", "write_fresh"]
+__all__ = ["WRITE_ATTEMPTS", "write_fresh", "write_fresh_many"]
 
 WRITE_ATTEMPTS = 3
 """Writers of one claim are few (packer, fleet, reconcile, a notice, a drain): three reads settle any race."""
@@ -47,3 +48,32 @@ def write_fresh(store: StateStore, claim: NodeClaim, write: Callable[[NodeClaim]
                 raise
             current = fresh
     raise StaleClaim(f"claim {claim.id} kept changing under {WRITE_ATTEMPTS} writes")
+
+
+def write_fresh_many(store: StateStore, claim_ids: Iterable[str],
+                     change: Callable[[NodeClaim], Mapping[str, object] | None],
+                     still: Callable[[NodeClaim, NodeClaim], bool]) -> tuple[dict[str, NodeClaim], set[str]]:
+    """`write_fresh` for many claims in one pass per attempt: read them (`get_claims`), write `change(copy)` of
+    each (`update_claims`: each put on its own state and version, a few transactions in all), and read again
+    only those another writer got in first with, for as long as `still(first read, fresh copy)` holds, up to
+    `WRITE_ATTEMPTS` times. `change` returns None where there is nothing to write.
+
+    Returns (claim id → the claim as written, the ids given up: gone, no longer `still`, or kept changing)."""
+    ids = list(dict.fromkeys(claim_ids))
+    first = store.get_claims(ids)
+    gone = {cid for cid in ids if cid not in first}
+    written: dict[str, NodeClaim] = {}
+    current = dict(first)
+    for _ in range(WRITE_ATTEMPTS):
+        updates = [(claim, changes) for claim in current.values() if (changes := change(claim)) is not None]
+        done = store.update_claims(updates) if updates else {}
+        written.update(done)
+        refused = [claim.id for claim, _ in updates if claim.id not in done]
+        if not refused:
+            return written, gone
+        fresh = store.get_claims(refused)
+        gone |= {cid for cid in refused if cid not in fresh or not still(first[cid], fresh[cid])}
+        current = {cid: claim for cid, claim in fresh.items() if cid not in gone}
+        if not current:
+            return written, gone
+    return written, gone | set(current)

@@ -37,6 +37,10 @@ __all__ = ["TERMINATED_RETENTION", "DynamoStateStore"]
 
 TERMINATED_RETENTION = timedelta(days=30)
 _BATCH_GET = 100
+_BATCH_WRITE = 25
+"""BatchWriteItem takes up to 25 put or delete requests (DynamoDB API reference, BatchWriteItem)."""
+_UNPROCESSED_RETRIES = 5
+"""BatchWriteItem may leave some requests unprocessed (throttled partitions): they are sent again, with backoff."""
 TRANSACT_ITEMS = 100
 """TransactWriteItems takes up to 100 actions, no two on one item, at most 4 MB in all (DynamoDB API reference,
 TransactWriteItems). A claim is ~2 KB and a pod assignment ~100 bytes, so the count is the limit that binds."""
@@ -78,6 +82,10 @@ class DynamoStateStore:
         item = self._get(f"CLAIM#{claim_id}")
         return _claim(item) if item else None
 
+    def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
+        """BatchGetItem, strongly consistent: one call per 100 claims."""
+        return {c.id: c for c in (_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in dict.fromkeys(claim_ids)]))}
+
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
         pointer = self._get(f"INSTANCE#{instance_id}")
         return self.get_claim(pointer["claimId"]["S"]) if pointer else None
@@ -112,14 +120,33 @@ class DynamoStateStore:
         self._replace(updated, read=claim)
         return updated
 
-    def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
-        """One transaction: the claim, conditional on the state and version it was `read` at (another writer
-        between our read and this write makes it fail), and its instance pointer with it. An item written before
-        claims had versions has no `version` attribute: it counts as version 0."""
+    def update_claims(self, updates: Sequence[tuple[NodeClaim, Mapping[str, object]]]) -> dict[str, NodeClaim]:
+        """Each claim's put conditional on the state and version it was read at (as `_replace`), up to
+        `TRANSACT_ITEMS` per TransactWriteItems; no read first (the condition is the check `update_claim`'s read
+        makes). A refused put is left out of the answer, the others are written (`_transact_each`). The instance
+        pointer is written with its claim only where the update gives the claim an instance (a pointer never
+        changes once written)."""
+        now = self.clock.now()
+        written: dict[str, NodeClaim] = {}
+        writes: list[tuple[str, dict[str, Any]]] = []
+        for claim, changes in {c.id: (c, ch) for c, ch in updates}.values():
+            updated = apply_update(claim, claim, now, dict(changes))
+            written[claim.id] = updated
+            writes.append((claim.id, self._claim_put(updated, read=claim)))
+            if updated.instance_id and updated.instance_id != claim.instance_id:
+                writes.append(("", {"Put": {"TableName": self.table, "Item": self._instance_item(updated)}}))
+        for key, _ in self._transact_each(writes):
+            written.pop(key, None)
+        return written
+
+    def _claim_put(self, claim: NodeClaim, read: NodeClaim) -> dict[str, Any]:
+        """The claim's put, conditional on the state and version it was `read` at (another writer between our
+        read and this write makes it fail). An item written before claims had versions has no `version`
+        attribute: it counts as version 0."""
         version = "#version = :version"
         if read.version == 0:
             version = f"(attribute_not_exists(#version) OR {version})"
-        writes: list[dict[str, Any]] = [{
+        return {
             "Put": {
                 "TableName": self.table,
                 "Item": self._claim_item(claim),
@@ -128,7 +155,12 @@ class DynamoStateStore:
                 "ExpressionAttributeValues": {":expected": {"S": read.state.value},
                                               ":version": {"N": str(read.version)}},
             }
-        }]
+        }
+
+    def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
+        """One transaction: the claim, conditional on what it was `read` at (`_claim_put`), and its instance
+        pointer with it."""
+        writes: list[dict[str, Any]] = [self._claim_put(claim, read)]
         if claim.instance_id:
             writes.append({"Put": {"TableName": self.table, "Item": self._instance_item(claim)}})
         try:
@@ -188,7 +220,7 @@ class DynamoStateStore:
             for uid, _ in ours
         ])
         if others:
-            live = {c.id for c in self._claims_by_id(set(others.values())) if c.live}
+            live = {c.id for c in self.get_claims(set(others.values())).values() if c.live}
             dead = {uid: owner for uid, owner in others.items() if owner not in live}
             lost = self._transact_each([
                 (uid, {"Put": {"TableName": self.table, "Item": items[uid], "ConditionExpression": "claimId = :owner",
@@ -240,9 +272,6 @@ class DynamoStateStore:
             return [dict(r) for r in error.response.get("CancellationReasons") or []]
         return None
 
-    def _claims_by_id(self, claim_ids: Iterable[str]) -> list[NodeClaim]:
-        return [_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in claim_ids])]
-
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         now = _epoch(self.clock.now())["N"]
         owners = {
@@ -250,12 +279,24 @@ class DynamoStateStore:
             for item in self._batch_get([f"POD#{uid}" for uid in dict.fromkeys(pod_uids)])
             if float(item.get(TTL_ATTRIBUTE, {"N": "inf"})["N"]) > float(now)
         }
-        claims = {c.id: c for c in self._claims_by_id(set(owners.values()))}
+        claims = self.get_claims(set(owners.values()))
         return {uid: owner for uid, owner in owners.items() if owner in claims and claims[owner].live}
 
     def release_pods(self, pod_uids: Sequence[str]) -> None:
-        for uid in dict.fromkeys(pod_uids):
-            self._db.delete_item(TableName=self.table, Key=self._key(f"POD#{uid}"))
+        """BatchWriteItem, 25 deletes a call (its limit), what DynamoDB leaves unprocessed sent again: the packer
+        releases a document's displaced pods and the fleet a failed request's, hundreds at a time, not a call each.
+        A delete has no condition here, so nothing needs a transaction."""
+        keys = [self._key(f"POD#{uid}") for uid in dict.fromkeys(pod_uids)]
+        for start in range(0, len(keys), _BATCH_WRITE):
+            requests = [{"DeleteRequest": {"Key": key}} for key in keys[start:start + _BATCH_WRITE]]
+            for attempt in range(_UNPROCESSED_RETRIES + 1):
+                answer = self._db.batch_write_item(RequestItems={self.table: requests})
+                requests = (answer.get("UnprocessedItems") or {}).get(self.table) or []
+                if not requests:
+                    break
+                if attempt == _UNPROCESSED_RETRIES:
+                    raise StateStoreError(f"{len(requests)} pod release(s) left unprocessed by DynamoDB")
+                time.sleep(0.05 * 2 ** attempt)
 
     # Unavailable offerings
 

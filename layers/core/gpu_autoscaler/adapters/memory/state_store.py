@@ -88,6 +88,9 @@ class MemoryStateStore:
     def get_claim(self, claim_id: str) -> NodeClaim | None:
         return self._claims.get(claim_id)
 
+    def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
+        return {cid: self._claims[cid] for cid in claim_ids if cid in self._claims}
+
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
         claim_id = self._by_instance.get(instance_id)
         return self._claims.get(claim_id) if claim_id else None
@@ -107,6 +110,15 @@ class MemoryStateStore:
         updated = apply_update(self._current(claim), claim, self.clock.now(), changes)
         self._store(updated)
         return updated
+
+    def update_claims(self, updates: Sequence[tuple[NodeClaim, Mapping[str, object]]]) -> dict[str, NodeClaim]:
+        written: dict[str, NodeClaim] = {}
+        for claim, changes in updates:
+            try:
+                written[claim.id] = self.update_claim(claim, **changes)
+            except StaleClaim:
+                continue
+        return written
 
     def _current(self, claim: NodeClaim) -> NodeClaim:
         stored = self._claims.get(claim.id)
