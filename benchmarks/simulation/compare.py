@@ -3,8 +3,8 @@ left every result unchanged to the bit.
 
     python -m benchmarks.simulation.compare REFERENCE.json CANDIDATE.json
 
-Exit 0 when every field but `runSeconds` (per policy and for the whole run) is equal — floats compared exactly —
-else 1, printing the first differing paths.
+Exit 0 when every field but `runSeconds` is equal — floats compared exactly — for every policy both ran (by
+name), else 1, printing the first differing paths.
 """
 
 from __future__ import annotations
@@ -48,8 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args[0]) as a, open(args[1]) as b:
         reference, candidate = json.load(a), json.load(b)
-    found = differences(reference, candidate)
-    names = [p.get("name") for p in reference.get("policies", [])]
+    # Policies by name: a run of some policies (`--policy ours`) is compared with the same ones of a full run.
+    ours = {p["name"]: p for p in candidate.get("policies", [])}
+    theirs = {p["name"]: p for p in reference.get("policies", [])}
+    names = [n for n in theirs if n in ours]
+    if not names:
+        print("no policy in common")
+        return 1
+    found = differences({**reference, "policies": [theirs[n] for n in names]},
+                        {**candidate, "policies": [ours[n] for n in names]})
     if found:
         print(f"DIFFERENT ({len(found)} fields) for {names}:")
         for line in found[:20]:
