@@ -10,9 +10,10 @@ from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import MeasuredLeadTime
 from gpu_autoscaler.domain.boot_times import lead_time, lead_time_of
-from gpu_autoscaler.domain.forecast import BUCKET
+from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries, Forecaster
 from gpu_autoscaler.models.boot import BootSample
 from gpu_autoscaler.simulation.services import EventQueue, SimulatedPrewarm
+from gpu_autoscaler.simulation.sparse_forecast import SparseForecaster, SparseSeries
 from gpu_autoscaler.simulation.store import SimulationStateStore
 from tests.unit.simulation.builders import make_catalog, make_config, make_pool
 
@@ -90,3 +91,37 @@ def test_the_simulated_prewarm_reads_each_series_as_its_window_through_ticks_and
             want = store.series(key).window(since, now)
             assert (got.start, got.first_record, got.values.tolist()) == \
                 (want.start, want.first_record, want.values.tolist()), (step, key)
+
+
+def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_series() -> None:
+    """`SparseForecaster` reads a shape class's series from its non-zero buckets: every field of every forecast
+    equals the domain forecaster's on the same window — sparse and busier series, records starting late,
+    windows clipped at the series' start, quantiles whose sample falls among the zeros or past them."""
+    rng = random.Random(11)
+    clock = FixedClock(START)
+    store = SimulationStateStore("c", clock, history_from=START, buckets=50)
+    config = make_config(make_pool("gpu"))
+    prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
+                               make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
+    density = {"gpu/1d-t0": 0.02, "gpu/2d-t1": 0.3, "gpu/4d-t0": 0.9}
+    late = START + timedelta(days=2, minutes=35)
+    for i in range(int(timedelta(days=24) / BUCKET)):
+        moment = START + i * BUCKET
+        for key, chance in density.items():
+            if (key != "gpu/4d-t0" or moment >= late) and rng.random() < chance:
+                store.record_demand(key, moment, rng.choice([0.0, 1.0, 2.0, 4.0, 2.5]), BUCKET)
+    compared = 0
+    for quantile, tolerance in ((0.9, timedelta(minutes=10)), (0.5, timedelta(minutes=5)), (0.97, BUCKET * 0)):
+        domain = Forecaster(quantile, tolerance=tolerance)
+        sparse = SparseForecaster.like(domain)
+        for _ in range(150):
+            now = START + timedelta(days=rng.uniform(0.5, 24))
+            since = now - rng.choice([timedelta(days=14), timedelta(days=3), timedelta(days=30)])
+            target = now + timedelta(minutes=rng.choice([5, 8, 13, 60]))
+            for key in density:
+                window = prewarm._history(key, since, now)
+                assert isinstance(window, SparseSeries)
+                plain = DemandSeries(window.start, window.values, window.first_record)
+                assert sparse.forecast(window, now, target, "gpu") == domain.forecast(plain, now, target, "gpu")
+                compared += 1
+    assert compared == 3 * 150 * 3

@@ -16,6 +16,7 @@ ladder, MIG and DRA pods have no class: they count in the pool's total only.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,13 @@ def classes(pool: NodePool) -> list[str]:
     """Every class a pod in this pool may have (none in a MIG pool)."""
     if pool.gpu_sharing.mode == "mig":
         return []
-    return [f"{d}d-t{t}" for d in _devices_per_pod(pool) for t in range(len(LADDER))]
+    return list(_classes(_devices_per_pod(pool)))
+
+
+@functools.lru_cache(maxsize=16)
+def _classes(devices: tuple[int, ...]) -> tuple[str, ...]:
+    """The class names for these device counts: built once (pre-warm asks for every pool's on every tick)."""
+    return tuple(f"{d}d-t{t}" for d in devices for t in range(len(LADDER)))
 
 
 def series_key(pool: str, cls: str) -> str:

@@ -19,9 +19,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.boot_times import lead_time_of
+from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries
+from gpu_autoscaler.domain.pod_shapes import SEPARATOR
 from gpu_autoscaler.services.consolidate import ConsolidateService
 from gpu_autoscaler.services.packer import PackerService
 from gpu_autoscaler.services.prewarm import PrewarmService
+from gpu_autoscaler.simulation.sparse_forecast import SparseForecaster, SparseSeries
 from gpu_autoscaler.simulation.store import SimulationStateStore
 
 if TYPE_CHECKING:
@@ -30,7 +33,6 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.boot_times import LeadTime
     from gpu_autoscaler.domain.consolidation import ConsolidationNode
-    from gpu_autoscaler.domain.forecast import DemandSeries
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
@@ -71,7 +73,9 @@ class SimulatedPrewarm(PrewarmService):
         super().__init__(*args, **kwargs)
         self._series = series
         self._leads: tuple[object, dict[str, LeadTime]] | None = None
-        self._bounds: tuple[tuple[datetime, datetime, datetime], tuple[int, int]] | None = None
+        self._bounds: tuple[tuple[datetime, datetime], tuple[int, int, datetime]] | None = None
+        self._unrecorded: DemandSeries | None = None
+        self.forecaster = SparseForecaster.like(self.forecaster)
 
     def _lead_times(self, now: datetime) -> dict[str, LeadTime]:
         """The service's, again only when a pool's samples in the history changed (a lead time depends on them
@@ -89,13 +93,35 @@ class SimulatedPrewarm(PrewarmService):
 
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
         """The engine's dense series for the pool, instead of table records. A tick reads every pool's and shape
-        class's series (dozens) over the same instants, and they share their start: the bucket indices are found
-        once per tick."""
-        series = self._series(pool)
-        key = (since, now, series.start)
+        class's series (dozens) over the same instants, and they share their start: the window's bounds are
+        found once per tick, and the series never recorded (most classes) share one all-zero window. A shape
+        class's window is a `SparseSeries`, which `SparseForecaster` reads from its non-zero buckets."""
+        store = self.store
+        if not isinstance(store, SimulationStateStore):
+            return super()._history(pool, since, now)
+        key = (since, now)
         if self._bounds is None or self._bounds[0] != key:
-            self._bounds = (key, (series.index(since), series.index(now)))
-        return series.between(*self._bounds[1])
+            series = self._series(pool)
+            lo, hi = max(0, series.index(since)), series.index(now)
+            self._bounds = (key, (lo, hi, series.start + lo * BUCKET))
+            self._unrecorded = None
+        lo, hi, start = self._bounds[1]
+        if not store.recorded(pool):
+            if self._unrecorded is None:
+                self._unrecorded = _window(self._series(pool), lo, hi, start)
+            return self._unrecorded
+        window = _window(self._series(pool), lo, hi, start)
+        if SEPARATOR not in pool:
+            return window
+        return SparseSeries(window.start, window.values, window.first_record, lo, store.nonzero(pool))
+
+
+def _window(series: DemandSeries, lo: int, hi: int, start: datetime) -> DemandSeries:
+    """`series.between(lo, hi)` with `lo` already clipped and the window's start found."""
+    first = series.first_record
+    if first is not None and first < start:
+        first = start
+    return DemandSeries(start, series.values[lo:max(lo, min(series.values.size, hi))], first)
 
 
 class SimulatedConsolidate(ConsolidateService):

@@ -15,8 +15,9 @@ Every other write goes through the in-memory store's conditional semantics uncha
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,12 +28,14 @@ from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from datetime import datetime, timedelta
+    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.models.boot import BootSample
 
 __all__ = ["SimulationStateStore"]
+
+_DAY = int(timedelta(days=1) / BUCKET)
 
 _BootKey = tuple["datetime", str]
 
@@ -59,6 +62,7 @@ class SimulationStateStore(MemoryStateStore):
         self._series_start = bucket_start(history_from)
         self._buckets = max(1, buckets)
         self._series: dict[str, DemandSeries] = {}
+        self._nonzero: dict[str, dict[int, list[int]]] = {}
         self._boot_index: dict[str, _Boots] = {}
 
     # Claims
@@ -147,7 +151,10 @@ class SimulationStateStore(MemoryStateStore):
             series = DemandSeries(series.start, grown, series.first_record)
         if series.first_record is None or bucket_start(bucket) < series.first_record:
             series = DemandSeries(series.start, series.values, bucket_start(bucket))
-        series.values[index] = max(series.values[index], gpus)
+        before = series.values[index]
+        series.values[index] = max(before, gpus)
+        if before == 0 and series.values[index] != 0:
+            insort(self._nonzero.setdefault(pool, {}).setdefault(index % _DAY, []), index)
         self._series[pool] = series
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
@@ -155,6 +162,16 @@ class SimulationStateStore(MemoryStateStore):
         first = series.index(since)
         return [(series.start + int(i) * BUCKET, float(series.values[i]))
                 for i in np.flatnonzero(series.values) if i >= first]
+
+    def recorded(self, pool: str) -> bool:
+        """Whether any demand was ever recorded for the series (else it is all zeros, with no first record)."""
+        found = self._series.get(pool)
+        return found is not None and found.first_record is not None
+
+    def nonzero(self, pool: str) -> dict[int, list[int]]:
+        """The series' buckets holding demand (> 0; demand is never negative), by bucket index modulo a day's
+        buckets, each list in order: `SparseForecaster` reads a sparse series' profile samples from them."""
+        return self._nonzero.get(pool, {})
 
     def series(self, pool: str) -> DemandSeries:
         """The pool's dense history: bucket i is `start + i × 5 min`; records begin at `first_record`."""
