@@ -88,12 +88,12 @@ class PendingPod(_Wire):
     @field_validator("requests")
     @classmethod
     def _quantities(cls, requests: dict[str, str]) -> dict[str, str]:
-        Resources.from_quantities(requests)  # raises with the offending quantity named
+        _parsed(requests)  # raises with the offending quantity named
         return requests
 
     @cached_property
     def resources(self) -> Resources:
-        return Resources.from_quantities(self.requests)
+        return _parsed(self.requests)
 
     @property
     def key(self) -> str:
@@ -107,6 +107,23 @@ class PendingPod(_Wire):
     def gang(self) -> str | None:
         """Gang identity, scoped to the namespace as pod groups are."""
         return f"{self.namespace}/{self.pod_group.name}" if self.pod_group else None
+
+
+_PARSED: dict[tuple[tuple[str, str], ...], Resources] = {}
+_PARSED_LIMIT = 4096
+
+
+def _parsed(requests: dict[str, str]) -> Resources:
+    """`Resources.from_quantities`, once per distinct request map: a burst is mostly replicas asking for the
+    same, and validating a pod and then reading its `resources` would otherwise parse its map twice
+    (`Resources` is immutable, so pods may share one)."""
+    key = tuple(requests.items())
+    found = _PARSED.get(key)
+    if found is None:
+        found = Resources.from_quantities(requests)
+        if len(_PARSED) < _PARSED_LIMIT:
+            _PARSED[key] = found
+    return found
 
 
 def with_requests(pod: PendingPod, extra: dict[str, int]) -> PendingPod:
