@@ -424,6 +424,10 @@ class _Fills:
         settle it), kept per kind while the demand stays the same."""
         left = int(rem.sum())
         found = self._bounds.get(k)
+        if found is not None and found[0] != left and not self._beats(k, found[1], best_eff):
+            # Demand only shrinks, and a bound on less demand is never higher: an older bound that cannot
+            # beat `best_eff` settles it without being computed again.
+            return False
         if found is None or found[0] != left:
             found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, counted=False), False)
         if self._beats(k, found[1], best_eff) and not found[2]:
