@@ -34,9 +34,9 @@ class Toleration(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _shared(cls, data: Any, handler: ModelWrapValidatorHandler[Toleration]) -> Toleration:
-        """One model per distinct toleration of all-string fields: the pods of a burst mostly carry the same
-        few, and building ten thousand equal frozen models costs a fifth of reading the document."""
-        if type(data) is not dict or not all(type(v) is str for v in data.values()):
+        """One model per distinct toleration of string (or null) fields: the pods of a burst mostly carry
+        the same few, and building ten thousand equal frozen models costs a fifth of reading the document."""
+        if type(data) is not dict or not all(v is None or type(v) is str for v in data.values()):
             return handler(data)
         key = tuple(data.items())
         found = _TOLERATIONS.get(key)
