@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ def test_table_and_a_bare_list_of_pods(config_file: Path, tmp_path: Path) -> Non
     result = runner.invoke(app, ["plan", "--pods", str(path), "--config", str(config_file)])
     assert result.exit_code == 0, result.output
     assert "1 new node claims" in result.stdout and "team-a/infer-0" in result.stdout
+    assert gc.isenabled()  # paused while planning, back on after
 
 
 def test_a_file_that_is_not_a_document_is_refused(config_file: Path, tmp_path: Path) -> None:
