@@ -7,7 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from gpu_autoscaler.models.pods import PendingPodsDocument
+from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
+from gpu_autoscaler.models.taints import Toleration
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -35,3 +36,11 @@ def test_a_bad_toleration_is_refused_every_time_it_is_sent() -> None:
     for _ in range(2):
         with pytest.raises(ValidationError, match="operator"):
             PendingPodsDocument.model_validate_json(_document({"uid": "a", "name": "a", "tolerations": [bad]}))
+
+
+def test_a_toleration_built_in_code_after_a_document_shared_it_keeps_its_fields() -> None:
+    PendingPodsDocument.model_validate_json(_document({"uid": "a", "name": "a", "tolerations": [GPU_TOLERATION]}))
+    built = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+    assert built.key == "nvidia.com/gpu" and built.effect == "NoSchedule"
+    pod = PendingPod(uid="b", name="b", tolerations=(built,))
+    assert pod.tolerations == (built,)

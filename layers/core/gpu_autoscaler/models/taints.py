@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -31,21 +31,6 @@ class Toleration(BaseModel):
     effect: Effect | None = None
     toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ModelWrapValidatorHandler[Toleration]) -> Toleration:
-        """One model per distinct toleration of string (or null) fields: the pods of a burst mostly carry
-        the same few, and building ten thousand equal frozen models costs a fifth of reading the document."""
-        if type(data) is not dict or not all(v is None or type(v) is str for v in data.values()):
-            return handler(data)
-        key = tuple(data.items())
-        found = _TOLERATIONS.get(key)
-        if found is None:
-            found = handler(data)
-            if len(_TOLERATIONS) < _TOLERATIONS_LIMIT:
-                _TOLERATIONS[key] = found
-        return found
-
     def tolerates(self, taint: Taint) -> bool:
         """An empty key with Exists tolerates everything; an empty effect matches every effect."""
         if self.effect is not None and self.effect != taint.effect:
@@ -55,10 +40,6 @@ class Toleration(BaseModel):
         if self.key != taint.key:
             return False
         return self.operator == "Exists" or (self.value or "") == taint.value
-
-
-_TOLERATIONS: dict[tuple[tuple[str, str], ...], Toleration] = {}
-_TOLERATIONS_LIMIT = 1024
 
 
 def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> bool:

@@ -59,8 +59,8 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
     for pod in pods:
         # Plain tuples, not the models themselves: hashing and comparing a thousand pods' pydantic
         # tolerations costs more than the rest of the grouping. Tolerations by identity: a document's
-        # equal ones are one model (`Toleration` shares them), and equal ones that are not still meet
-        # in `by_canonical`.
+        # equal lists of them are one tuple of models (`PendingPod` shares them), and equal ones that are
+        # not still meet in `by_canonical`.
         affinity = pod.required_node_affinity
         group = pod.pod_group
         spread = tuple([(t.topology_key, t.max_skew, t.when_unsatisfiable, tuple(sorted(t.zone_counts.items())))
