@@ -11,7 +11,8 @@ start), and the plan's size. Targets: ≤ 50 ms for 1,000 pods and ≤ 500 ms fo
 
 Then `gpu-autoscaler plan` end to end on a 10,000-pod document, as a user runs it (a new process: imports,
 configuration, catalog, parsing, planning, printing the JSON): the first run builds the offline catalog
-into a fresh cache directory, the repeats read it back. Target: ≤ 500 ms (wall median, cached catalog).
+into a fresh cache directory (and the project's bytecode, as an installed package has it), the repeats
+read them back. Target: ≤ 500 ms (wall median, cached catalog).
 The CPU time of the process is printed beside it, since the wall clock counts whatever else runs.
 
 Each repeat plans a freshly parsed document. The garbage of building it (ten thousand pod models, the
@@ -114,7 +115,10 @@ def _command(config: object, repeat: int) -> bool:
         pods = [p.model_dump(by_alias=True, exclude_defaults=True, mode="json") for p in speed_pods(COMMAND_PODS)]
         (folder / "pods.json").write_text(json.dumps(
             {"schemaVersion": 1, "cluster": config.cluster_name, "sentAt": "2026-11-22T00:00:00Z", "pods": pods}))
-        env = {**os.environ, "GPU_AUTOSCALER_CACHE_DIR": str(folder / "cache")}
+        # Bytecode is written and read as an installed package's is (pip compiles it): with
+        # PYTHONDONTWRITEBYTECODE set, every run would compile the project's sources again (~50 ms).
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+               "GPU_AUTOSCALER_CACHE_DIR": str(folder / "cache")}
         argv = [script, "plan", "--pods", str(folder / "pods.json"), "--config", str(folder / "config.json"),
                 "-o", "json"]
         runs = []

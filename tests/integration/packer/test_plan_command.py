@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ def test_table_and_a_bare_list_of_pods(config_file: Path, tmp_path: Path) -> Non
     result = runner.invoke(app, ["plan", "--pods", str(path), "--config", str(config_file)])
     assert result.exit_code == 0, result.output
     assert "1 new node claims" in result.stdout and "team-a/infer-0" in result.stdout
+    assert gc.isenabled()  # paused while planning, back on after
 
 
 def test_a_file_that_is_not_a_document_is_refused(config_file: Path, tmp_path: Path) -> None:
@@ -79,3 +81,15 @@ def test_a_file_that_is_not_a_document_is_refused(config_file: Path, tmp_path: P
     path.write_text(json.dumps({"schemaVersion": 1, "cluster": "ml-prod", "sentAt": "x", "pods": "none"}))
     result = runner.invoke(app, ["plan", "--pods", str(path), "--config", str(config_file)])
     assert result.exit_code == 2 and "not a pending-pods document" in result.output
+
+
+def test_a_bare_list_names_pods_like_a_document_and_broken_json_says_so(config_file: Path, tmp_path: Path) -> None:
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps([pod("infer-0"), pod("infer-1", requests={"cpu": "lots", "nvidia.com/gpu": "1"})]))
+    result = runner.invoke(app, ["plan", "--pods", str(path), "--config", str(config_file)])
+    assert result.exit_code == 2
+    assert f"{path}: not a pending-pods document: pods[1].requests.cpu: 'lots' is not a Kubernetes quantity" in (
+        result.output)
+    path.write_text('{"schemaVersion": 1, "cluster": ')
+    result = runner.invoke(app, ["plan", "--pods", str(path), "--config", str(config_file)])
+    assert result.exit_code == 2 and f"{path}: not valid JSON (" in result.output
