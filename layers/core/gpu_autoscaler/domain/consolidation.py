@@ -541,34 +541,56 @@ class _Pass:
         return plan, names
 
     def evaluate(self, group: Sequence[_Node], reason: DisruptionReason) -> Decision | str:
-        """The decision for draining `group` together, or why there is none. A group of several nodes first
-        keeps those a replacement would only swap for their own type at no lower price (`_swapped`), and is
-        looked at again without them."""
+        """The decision for draining `group` together, or why there is none.
+
+        A group of several nodes is first rid of the nodes a replacement would merely swap (`_swapped`): kept, and
+        the group looked at again without them. A replacement that re-buys a group node's type at no lower price but
+        carries other pods (a repack: two high-memory nodes and an 8-GPU node become two 8-GPU nodes, one of each
+        pod kind on each) is weighed against the group without those nodes, and taken only when it saves more."""
         group = list(group)
         while True:
             plan, names = self.simulate(group)
-            kept = self._swapped(group, plan.claims) if len(group) > 1 and reason != "Drifted" else set()
-            if not kept:
+            if len(group) < 2 or reason == "Drifted":
                 return self._decide(group, reason, plan, names)
-            group = [n for n in group if n.name not in kept]
-            if not group:
-                return "no saving: each node would be replaced by its own instance type at no lower price"
+            swapped = self._swapped(group, plan.claims, whole=True)
+            if swapped:
+                group = [n for n in group if n.name not in swapped]
+                if not group:
+                    return _SAME_TYPE
+                continue
+            found = self._decide(group, reason, plan, names)
+            same = self._swapped(group, plan.claims, whole=False)
+            if not same:
+                return found
+            rest = [n for n in group if n.name not in same]
+            alternative = self.evaluate(rest, reason) if rest else _SAME_TYPE
+            if isinstance(found, str) or (isinstance(alternative, Decision)
+                                          and alternative.saving >= found.saving - _EPS):
+                return alternative
+            return found
 
-    def _swapped(self, group: Sequence[_Node], replacements: Sequence[NodeClaim]) -> set[str]:
-        """The group's nodes a replacement would merely swap: for each new claim none of whose instance types is
-        cheaper anywhere than a node of the group of one of those types, one such node (the fullest of the
-        cheapest), which stays and takes pods instead. Karpenter's multi-node consolidation drops a replacement's
-        types that are not cheaper than a candidate of the same type, and the decision with them, 'or we should
-        just keep that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
+    def _swapped(self, group: Sequence[_Node], replacements: Sequence[NodeClaim], *, whole: bool) -> set[str]:
+        """The group's nodes a replacement would re-buy: for each new claim none of whose instance types is cheaper
+        anywhere than a node of the group of one of those types, one such node (the fullest of the cheapest).
+        `whole`: only a node all of whose pods (by kind) the replacement carries — keeping it and putting the
+        replacement's other pods on its room is the same plan with fewer pods moved.
+
+        Karpenter's multi-node consolidation (one replacement carrying every pod) drops a replacement's types that
+        are not cheaper than a candidate of the same type, and the decision with them, 'or we should just keep
+        that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
         pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
         ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
         by_type: dict[str, list[_Node]] = {}
         for n in group:
             if n.claim.instance_type:
                 by_type.setdefault(n.claim.instance_type, []).append(n)
+        shapes = {entry.pod.uid: _pod_shape(entry.pod) for n in group for entry in n.item.pods} if whole else {}
         kept: set[str] = set()
         for claim in replacements:
             mine = [n for name in claim.instance_types for n in by_type.get(name, ()) if n.name not in kept]
+            if whole and mine:
+                carried = Counter(shapes[uid] for uid in claim.pods if uid in shapes)
+                mine = [n for n in mine if not Counter(shapes[e.pod.uid] for e in n.item.pods) - carried]
             if not mine:
                 continue
             keep = min(mine, key=lambda n: (n.price, -n.utilization, n.name))
@@ -856,6 +878,7 @@ def _full(claim: NodeClaim) -> NodeClaim:
 
 
 _FULL = requests_attribute({GPU: 10**9})
+_SAME_TYPE = "no saving: each node would be replaced by its own instance type at no lower price"
 
 
 def _shape(n: _Node) -> tuple[object, ...]:
