@@ -150,10 +150,11 @@ def _repack_catalog() -> Catalog:
 
 
 def test_a_group_repacked_onto_fewer_nodes_of_a_type_it_holds_is_not_taken_for_a_swap() -> None:
-    """The consolidation benchmark's cluster 2: an 8-GPU node full of two 4-GPU pods and two 4-GPU high-memory nodes,
-    each with a 340 GiB pod and small ones, and a node of small pods become two 8-GPU nodes each holding one pod of each kind. A replacement
-    re-buys the 8-GPU node's type at its price, but carries other pods than it: no swap, and the group saves one
-    node's price (a swap is a replacement carrying every pod of a node of its own type, as in the tests above)."""
+    """The consolidation benchmark's cluster 2: an 8-GPU node full of two 4-GPU pods, two 4-GPU high-memory nodes
+    each with a 340 GiB pod and small ones, and a node of small pods become two 8-GPU nodes, each holding one pod of
+    each kind. A replacement re-buys the 8-GPU node's type at its price but carries other pods than it: no swap, and
+    the group saves one node's price more than without that node (a swap is a replacement carrying every pod of a
+    node of its own type, as in the tests above)."""
     cluster = Cluster(pool_config(), catalog=_repack_catalog())
     spare = cluster.node("g6e.24xlarge")
     cluster.pods_on(spare, 2, cpu="2", memory="32Gi")  # the emptiest: leads the candidates
