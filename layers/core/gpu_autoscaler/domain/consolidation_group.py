@@ -150,7 +150,8 @@ class GroupJudge:
         A group of several nodes is first rid of the nodes a replacement would merely swap (`_swapped`): kept, and
         the group looked at again without them. A replacement that re-buys a group node's type at no lower price but
         carries other pods (a repack: two high-memory nodes and an 8-GPU node become two 8-GPU nodes, one of each
-        pod kind on each) is weighed against the group without those nodes, and taken only when it saves more."""
+        pod kind on each) is weighed against the group without those nodes, and taken only when it saves more and
+        leaves fewer nodes than it drains: otherwise keeping the node moves fewer pods and launches less."""
         group = list(group)
         while True:
             plan, names = self.simulate(group)
@@ -168,8 +169,8 @@ class GroupJudge:
                 return found
             rest = [n for n in group if n.name not in same]
             alternative = self.evaluate(rest, reason) if rest else _SAME_TYPE
-            if isinstance(found, str) or (isinstance(alternative, Decision)
-                                          and alternative.saving >= found.saving - EPS):
+            if isinstance(found, str) or len(found.replacements) >= len(group) or (
+                    isinstance(alternative, Decision) and alternative.saving >= found.saving - EPS):
                 return alternative
             return found
 
