@@ -6,9 +6,11 @@ from datetime import timedelta
 
 import pytest
 
+from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate, empty_wait
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
+from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
@@ -133,6 +135,39 @@ def test_two_half_full_nodes_become_one_by_a_delete_not_by_a_new_node_of_their_t
     [decision] = cluster.consolidate().decisions
     assert (decision.action, decision.replacements) == ("delete", ())
     assert {*decision.nodes, *decision.destinations} == set(halves)
+
+
+def _repack_catalog() -> Catalog:
+    """Two on-demand types priced like g6.48xlarge and g6e.24xlarge on Spot: 8 GPUs, or 4 with as much memory, for
+    about the same price."""
+    types = [InstanceType(name="g6.48xlarge", vcpu=192, memory_mib=786432, gpus=8, gpu_devices=8, gpu_model="L4",
+                          gpu_manufacturer="NVIDIA", gpu_memory_mib=196608, max_pods=345),
+             InstanceType(name="g6e.24xlarge", vcpu=96, memory_mib=786432, gpus=4, gpu_devices=4, gpu_model="L40S",
+                          gpu_manufacturer="NVIDIA", gpu_memory_mib=196608, max_pods=345)]
+    offerings = [Offering(instance_type=name, zone="us-east-1a", capacity_type="on-demand", price_per_hour=price)
+                 for name, price in (("g6.48xlarge", 4.0), ("g6e.24xlarge", 3.9))]
+    return Catalog(types, offerings)
+
+
+def test_a_group_repacked_onto_fewer_nodes_of_a_type_it_holds_is_not_taken_for_a_swap() -> None:
+    """The consolidation benchmark's cluster 2: an 8-GPU node full of two 4-GPU pods, two 4-GPU high-memory nodes
+    each with a 340 GiB pod and small ones, and a node of small pods become two 8-GPU nodes, each holding one pod of
+    each kind. A replacement re-buys the 8-GPU node's type at its price but carries other pods than it: no swap, and
+    the group saves one node's price more than without that node (a swap is a replacement carrying every pod of a
+    node of its own type, as in the tests above)."""
+    cluster = Cluster(pool_config(), catalog=_repack_catalog())
+    spare = cluster.node("g6e.24xlarge")
+    cluster.pods_on(spare, 2, cpu="2", memory="32Gi")  # the emptiest: leads the candidates
+    wide = cluster.node("g6.48xlarge")
+    cluster.pods_on(wide, 2, gpus=4, cpu="16", memory="64Gi")
+    deep = [cluster.node("g6e.24xlarge") for _ in range(2)]
+    for name in deep:
+        cluster.pod(name, cpu="8", memory="340Gi")
+        cluster.pods_on(name, 2, cpu="2", memory="32Gi")
+    result = cluster.consolidate()
+    assert sum(len(d.replacements) for d in result.decisions) <= 2
+    assert sum(d.saving for d in result.decisions) == pytest.approx(3 * 3.9 + 4.0 - 2 * 4.0)
+    assert touched(result) == {spare, wide, *deep}
 
 
 def test_a_node_with_nothing_cheaper_for_its_pods_stays() -> None:

@@ -6,7 +6,9 @@ unavailable in; a `ConsolidationResult` out — decisions, each with the USD/h i
 every node left alone the reason. The consolidate service acts on it (replacement claims launched first,
 then drain requests); the simulator calls the same function.
 
-Where pods could go is never decided here: every "do these pods fit" is a `Solver.solve` call, the
+The input and output shapes are in `consolidation_models`; how one group of nodes is judged (where its pods go,
+the replacements, the rules on their types and prices) in `consolidation_group`. Where pods could go is never
+decided here: every "do these pods fit" is a `Solver.solve` call, the
 packer's own decision. The nodes that stay are shown to the solver as claims in flight whose recorded
 requests are what their pods use, so it places the moving pods on their free room first (the packer's
 rule 2) and plans new nodes only for the rest — exactly Karpenter's scheduling simulation.
@@ -56,38 +58,45 @@ once, per reason (`budgets`).
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from gpu_autoscaler.domain.budgets import allowed_disruptions
+from gpu_autoscaler.domain.consolidation_group import EPS, SPOT_TO_SPOT_MIN_TYPES, GroupJudge, GroupNode, pod_shape
+from gpu_autoscaler.domain.consolidation_models import (
+    EMPTY_SINCE_ATTRIBUTE,
+    REPLACES_ATTRIBUTE,
+    ConsolidationNode,
+    ConsolidationResult,
+    Decision,
+    NodePod,
+    Rejection,
+    empty_since,
+    empty_wait,
+    node_pods,
+    warm_held,
+)
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import drift_reason
 from gpu_autoscaler.domain.initialization import not_initialized
-from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
-from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
-from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
-from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
+from gpu_autoscaler.domain.packing.results import claim_requests
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.requirements import terms_match
-from gpu_autoscaler.models.resources import GPU, PODS, Resources
-from gpu_autoscaler.models.taints import Toleration, tolerates_all
+from gpu_autoscaler.models.resources import PODS, Resources
+from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
+    from datetime import datetime
 
     from gpu_autoscaler.config import Config, DisruptionReason, NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
-    from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.catalog import InstanceType
-    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
-    from gpu_autoscaler.models.pods import PendingPod
+    from gpu_autoscaler.models.cluster import ClusterPod
 
 __all__ = [
     "EMPTY_SINCE_ATTRIBUTE",
@@ -106,251 +115,17 @@ __all__ = [
     "warm_held",
 ]
 
-SPOT_TO_SPOT_MIN_TYPES = 15
 MULTI_NODE_MAX_CANDIDATES = 100
 """Karpenter's bound on one multi-node attempt: beyond it the binary search costs more than it finds."""
-REPLACES_ATTRIBUTE = "replaces"
-"""NodeClaim attribute of a replacement: the claim ids of the nodes it replaces, comma-separated."""
-EMPTY_SINCE_ATTRIBUTE = "emptySince"
-"""NodeClaim attribute: ISO instant since which its node has had no pods to move."""
-_EPS = 1e-9
 _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType, NodePool, Overhead, Resources]]] = (
     WeakKeyDictionary())
 """Per solver (per configuration and catalog): (instance type, pool) → the objects it came from and its allocatable."""
-_RANK_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-
-Action = Literal["delete", "replace"]
-
-
-@dataclass(frozen=True)
-class NodePod:
-    """A pod that would have to move if its node were drained."""
-
-    pod: PendingPod
-    """Its requests and placement constraints, in the packer's terms."""
-    evictable: bool = True
-    """Its PodDisruptionBudgets allow an eviction now."""
-    protected: bool = False
-    """`karpenter.sh/do-not-disrupt` is active on it now (`"true"`, or a duration not yet run out)."""
-
-
-@dataclass(frozen=True)
-class ConsolidationNode:
-    """A Node, its NodeClaim (None when it is not ours) and the pods that would move."""
-
-    node: ClusterNode
-    claim: NodeClaim | None
-    pods: tuple[NodePod, ...] = ()
-    empty_since: datetime | None = None
-    """Since when it has had no pods to move (None: not known to be empty for any time yet)."""
-    incoming: int = 0
-    """Pods the packer assigned to its claim that are still pending: they are on their way to it."""
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Drain these nodes; their pods go to other nodes' free room and to the replacements, launched first."""
-
-    reason: DisruptionReason
-    action: Action
-    pool: str
-    nodes: tuple[str, ...]
-    claims: tuple[str, ...]
-    price_before: float
-    """USD/h of the nodes drained."""
-    price_after: float = 0.0
-    """USD/h the replacements are expected to cost (each its cheapest candidate); 0 without any."""
-    replacements: tuple[NodeClaim, ...] = ()
-    """New nodes, launched and Ready before the drain starts."""
-    destinations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Node name → uids of the pods the plan puts on its free room."""
-    detail: str = ""
-
-    @property
-    def saving(self) -> float:
-        """USD/h saved once done (negative for a drift replacement that costs more)."""
-        return self.price_before - self.price_after
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "reason": self.reason, "action": self.action, "pool": self.pool, "nodes": list(self.nodes),
-            "claims": list(self.claims), "pricePerHourBefore": round(self.price_before, 6),
-            "pricePerHourAfter": round(self.price_after, 6), "savingPerHour": round(self.saving, 6),
-            "detail": self.detail,
-        }
-        if self.replacements:
-            out["replacements"] = [
-                {"claim": c.id, "capacityType": c.capacity_type, "instanceTypes": list(c.instance_types[:5]),
-                 "candidates": len(c.instance_types), "zones": list(c.zones), "pods": len(c.pods),
-                 "pricePerHour": round(c.price_per_hour, 6)}
-                for c in self.replacements
-            ]
-        return out
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A proposal that no longer holds: its marks come off, and its taints."""
-
-    nodes: tuple[str, ...]
-    claims: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True)
-class ConsolidationResult:
-    decisions: tuple[Decision, ...] = ()
-    """New proposals: to be tainted and marked, and validated by a later tick."""
-    validated: tuple[Decision, ...] = ()
-    """Proposals that still hold (with the replacements planned now): to be carried out."""
-    invalidated: tuple[Rejection, ...] = ()
-    skipped: Mapping[str, str] = field(default_factory=dict)
-    """Node name → why it was left alone (only for our nodes that were looked at)."""
-    budgets: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
-    """Pool → reason → nodes it still allowed at the start of the pass (None: unbounded)."""
-
-    @property
-    def saving(self) -> float:
-        return sum(d.saving for d in self.decisions)
-
-    def summary(self) -> dict[str, Any]:
-        reasons: dict[str, int] = {}
-        for why in self.skipped.values():
-            key = why.split(":", 1)[0]
-            reasons[key] = reasons.get(key, 0) + 1
-        return {
-            "decisions": [d.to_json() for d in self.decisions],
-            "savingPerHour": round(self.saving, 6),
-            "skipped": dict(sorted(reasons.items())),
-            "budgets": {pool: dict(v) for pool, v in self.budgets.items()},
-        }
-
-
-# Building the input
-
-
-def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection[str] = (),
-              now: datetime | None = None) -> tuple[NodePod, ...]:
-    """The pods that would move if `node` were drained (as an interruption's replacement sees them: DaemonSet,
-    mirror and finished pods stay out).
-
-    A pod running on a node tolerates that node's hard taints, so those tolerations are added even where
-    the pod's spec was not read in full. `blocked`: uids whose eviction a PodDisruptionBudget forbids now;
-    `now`: when do-not-disrupt durations are weighed (without it, any duration protects).
-    """
-    tolerate = tuple(
-        Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
-        for t in node.taints if t.effect != "PreferNoSchedule"
-    )
-    out = []
-    on_node = [p for p in pods if p.node_name == node.name]
-    protected = {p.uid for p in on_node if p.do_not_disrupt_active(now)}
-    for pod in replacement_pods(on_node):
-        missing = tuple(t for t in tolerate if t not in pod.tolerations)
-        moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
-        out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected))
-    return tuple(out)
-
-
-def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetime) -> datetime | None:
-    """Carry a node's empty-since mark forward: kept while it stays empty, set when it becomes so."""
-    if pods:
-        return None
-    return previous if previous is not None and previous <= now else now
-
-
-def empty_wait(pool: NodePool) -> timedelta:
-    """How long a node of the pool must have been empty before it is removed."""
-    return max(pool.disruption.consolidate_after, pool.lead_time * pool.disruption.empty_keep_lead_times)
-
-
-def warm_held(claim: NodeClaim, now: datetime) -> bool:
-    """Warm capacity stays while its holder holds it: the forecast until prewarm releases it; a window
-    until prewarm releases it or its `warmUntil` (the window's end) has passed."""
-    if claim.warm is None:
-        return False
-    if warm_window(claim.warm) is None:
-        return True
-    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
-    if not until:
-        return True
-    try:
-        return now < datetime.fromisoformat(until)
-    except ValueError:
-        return True
 
 
 # The pass
 
 
-@dataclass
-class _Node:
-    """One node's part in the pass."""
-
-    item: ConsolidationNode
-    pool: NodePool | None
-    price: float
-    used: Resources
-    """What the solver must see as taken on it: its pods' requests, plus what the kubelet reports less than
-    the packer's figure of allocatable."""
-    capacity: Resources | None
-    """The packer's figure of its allocatable (`fit.allocatable`); None when its type or pool is unknown."""
-    removed: bool = False
-    locked: bool = False
-    """Took pods in this pass: it stays."""
-    usable: bool = False
-    """May take pods: Registered, Ready, schedulable, not being disrupted, its allocatable known."""
-    _view: NodeClaim | None = None
-    _free: dict[str, int] | None = None
-
-    @property
-    def utilization(self) -> float:
-        """The largest share of any resource taken (pods slots aside): what orders candidates and destinations."""
-        if self.capacity is None:
-            return 0.0
-        return max((self.used[k] / v for k, v in self.capacity.items() if v > 0 and k != PODS), default=0.0)
-
-    @property
-    def free(self) -> dict[str, int]:
-        if self._free is None:
-            assert self.capacity is not None
-            self._free = (self.capacity - self.used).as_dict()
-        return self._free
-
-    def take(self, requests: Resources) -> None:
-        self.used = self.used + requests
-        self._view = None
-        self._free = None
-
-    def as_in_flight(self) -> NodeClaim:
-        """The node as the solver sees a claim in flight: its free room is what its pods leave. Fullest first
-        (the solver fills claims in flight oldest first, so `created_at` carries the order): best fit, which
-        keeps the emptiest nodes free to go."""
-        if self._view is None:
-            claim = self.claim
-            order = timedelta(microseconds=round((1.0 - min(self.utilization, 1.0)) * 1e9))
-            self._view = claim.model_copy(update={
-                "state": ClaimState.LAUNCHED, "gang": None, "launched_price_per_hour": self.price,
-                "created_at": _RANK_EPOCH + order,
-                "attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(self.used)},
-            })
-        return self._view
-
-    @property
-    def name(self) -> str:
-        return self.item.node.name
-
-    @property
-    def claim(self) -> NodeClaim:
-        assert self.item.claim is not None
-        return self.item.claim
-
-
-class _Pass:
+class _Pass(GroupJudge):
     def __init__(self, config: Config, solver: Solver, nodes: Sequence[ConsolidationNode],
                  claims: Sequence[NodeClaim], unavailable: Collection[OfferingKey],
                  quotas: Mapping[str, int] | None, pending: Sequence[ClusterPod] = ()) -> None:
@@ -361,7 +136,7 @@ class _Pass:
         self.unavailable = unavailable
         self.quotas = quotas
         self.pools = {p.name: p for p in config.node_pools}
-        self.nodes: list[_Node] = [self._node(n) for n in nodes]
+        self.nodes: list[GroupNode] = [self._node(n) for n in nodes]
         for n in self.nodes:
             n.usable = self._usable(n)
         self.by_claim = {n.claim.id: n for n in self.nodes if n.item.claim is not None}
@@ -388,7 +163,7 @@ class _Pass:
 
     # Setup
 
-    def _node(self, item: ConsolidationNode) -> _Node:
+    def _node(self, item: ConsolidationNode) -> GroupNode:
         claim = item.claim
         pool = self.pools.get(claim.pool) if claim is not None else None
         totals: dict[str, int] = {}  # every pod's `pod_requests`, summed in one dict rather than a vector per pod
@@ -404,7 +179,7 @@ class _Pass:
                 reported = item.node.allocatable.as_dict()
                 deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
                 used = used + deficit
-        return _Node(item, pool, _price(self.catalog, claim) if claim is not None else 0.0, used, computed)
+        return GroupNode(item, pool, _price(self.catalog, claim) if claim is not None else 0.0, used, computed)
 
     def _allocatable(self, instance_type: InstanceType, pool: NodePool) -> Resources:
         """`fit.allocatable`, once per instance type and pool for as long as the solver lives (a pass a minute
@@ -444,13 +219,13 @@ class _Pass:
             return None
         return max(0, allowed - self.taken.get(pool.name, 0))
 
-    def skip(self, n: _Node, why: str) -> None:
+    def skip(self, n: GroupNode, why: str) -> None:
         """Record why a node is left alone; the first reason found is the one reported."""
         self.skipped.setdefault(n.name, why)
 
     # Eligibility
 
-    def why_not(self, n: _Node, *, validating: bool = False) -> str | None:
+    def why_not(self, n: GroupNode, *, validating: bool = False) -> str | None:
         """Why this node may not be disrupted voluntarily at all, or None (`validating`: its own proposal aside)."""
         item = n.item
         if item.claim is None:
@@ -482,7 +257,7 @@ class _Pass:
             return f"nominated: pending pod {nominee.key} would be scheduled on it"
         return None
 
-    def _nominee(self, n: _Node) -> ClusterPod | None:
+    def _nominee(self, n: GroupNode) -> ClusterPod | None:
         """A pending pod kube-scheduler would bind to this node were our disrupted taint off it: it tolerates the
         node's other taints, matches its labels and fits in its free room. Only a node carrying that taint (a
         proposal's) is asked about: a pod still pending beside an untainted node it seems to fit is held back by
@@ -501,149 +276,13 @@ class _Pass:
                 return pod
         return None
 
-    # The solver's view
-
-    def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
-                            ) -> tuple[list[NodeClaim], dict[str, str]]:
-        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`), as a claim in
-        flight; the claims that only count against limits and quotas, as they are. Returns (claims, claim id →
-        node name)."""
-        out: list[NodeClaim] = []
-        names: dict[str, str] = {}
-        needs = list({pod_requests(p) for p in pods})
-        for n in self.nodes:
-            if n.item.claim is None or n.pool is None:
-                continue
-            if n.removed or n.name in exclude:
-                out.append(_full(n.claim))  # still running (and paid for) until drained
-            elif n.usable and any(fits(need, n.free) for need in needs):
-                view = n.as_in_flight()
-                out.append(view)
-                names[view.id] = n.name
-            elif self.charged:
-                out.append(_full(n.claim))
-        out.extend(_full(c) for c in self.others)
-        return out, names
-
-    def _usable(self, n: _Node) -> bool:
+    def _usable(self, n: GroupNode) -> bool:
         if n.item.claim is None or n.pool is None:
             return False
         claim = n.claim
         node = n.item.node
         return (claim.state is ClaimState.REGISTERED and node.ready and not node.unschedulable
                 and n.capacity is not None and bool(claim.zone or claim.zones) and not disrupting(claim, self.now))
-
-    def simulate(self, group: Sequence[_Node]) -> tuple[Plan, dict[str, str]]:
-        pods = [entry.pod for n in group for entry in n.item.pods]
-        claims, names = self._destination_claims({n.name for n in group}, pods)
-        source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
-        plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source, quotas=self.quotas)
-        return plan, names
-
-    def evaluate(self, group: Sequence[_Node], reason: DisruptionReason) -> Decision | str:
-        """The decision for draining `group` together, or why there is none. A group of several nodes first
-        keeps those a replacement would only swap for their own type at no lower price (`_swapped`), and is
-        looked at again without them."""
-        group = list(group)
-        while True:
-            plan, names = self.simulate(group)
-            kept = self._swapped(group, plan.claims) if len(group) > 1 and reason != "Drifted" else set()
-            if not kept:
-                return self._decide(group, reason, plan, names)
-            group = [n for n in group if n.name not in kept]
-            if not group:
-                return "no saving: each node would be replaced by its own instance type at no lower price"
-
-    def _swapped(self, group: Sequence[_Node], replacements: Sequence[NodeClaim]) -> set[str]:
-        """The group's nodes a replacement would merely swap: for each new claim none of whose instance types is
-        cheaper anywhere than a node of the group of one of those types, one such node (the fullest of the
-        cheapest), which stays and takes pods instead. Karpenter's multi-node consolidation drops a replacement's
-        types that are not cheaper than a candidate of the same type, and the decision with them, 'or we should
-        just keep that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
-        pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
-        ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
-        by_type: dict[str, list[_Node]] = {}
-        for n in group:
-            if n.claim.instance_type:
-                by_type.setdefault(n.claim.instance_type, []).append(n)
-        kept: set[str] = set()
-        for claim in replacements:
-            mine = [n for name in claim.instance_types for n in by_type.get(name, ()) if n.name not in kept]
-            if not mine:
-                continue
-            keep = min(mine, key=lambda n: (n.price, -n.utilization, n.name))
-            if all(min(self._zone_prices(claim, name), default=float("inf")) >= keep.price - _EPS
-                   for name in claim.instance_types):
-                kept.add(keep.name)
-        return kept
-
-    def _decide(self, group: Sequence[_Node], reason: DisruptionReason, plan: Plan,
-                names: dict[str, str]) -> Decision | str:
-        if plan.unschedulable:
-            first = plan.unschedulable[0]
-            return f"no room: pod {first.name} fits nowhere else ({first.reason})"
-        before = sum(n.price for n in group)
-        pool = group[0].claim.pool
-        destinations = {names[cid]: tuple(uids) for cid, uids in plan.existing.items() if cid in names}
-        nodes = tuple(n.name for n in group)
-        claim_ids = tuple(n.claim.id for n in group)
-        if not plan.claims:
-            detail = (f"its pods fit on {len(destinations)} other nodes' free room" if destinations
-                      else "no pods to move")
-            return Decision(reason, "delete", pool, nodes, claim_ids, before, 0.0, (), destinations, detail)
-        replacements = list(plan.claims)
-        if reason != "Drifted":
-            narrowed = self._cheaper(replacements, before, group)
-            if isinstance(narrowed, str):
-                return narrowed
-            replacements = narrowed
-        replacements = [c.model_copy(update={
-            "reason": f"consolidation ({reason}): replaces {', '.join(nodes)}",
-            "attributes": {**c.attributes, REPLACES_ATTRIBUTE: ",".join(claim_ids)},
-        }) for c in replacements]
-        after = sum(c.price_per_hour for c in replacements)
-        counts = Counter(f"{c.capacity_type} {c.instance_types[0]}" for c in replacements)
-        kinds = ", ".join(f"{n}× {kind}" if n > 1 else kind for kind, n in sorted(counts.items()))
-        moved = f", the rest onto {len(destinations)} other nodes' free room" if destinations else ""
-        detail = (f"{sum(len(c.pods) for c in replacements)} pods onto {len(replacements)} new "
-                  f"node{'s' if len(replacements) > 1 else ''} ({kinds}; ${after:.4f}/h){moved}")
-        return Decision(reason, "replace", pool, nodes, claim_ids, before, after, tuple(replacements),
-                        destinations, detail)
-
-    def _cheaper(self, replacements: list[NodeClaim], before: float, group: Sequence[_Node]) -> list[NodeClaim] | str:
-        """The replacements with only candidates that keep the total below what they replace, whichever the
-        fleet launches (each gets a share of the saving, in proportion to its expected price); the
-        spot-to-spot gate."""
-        expected = sum(c.price_per_hour for c in replacements)
-        if expected >= before - _EPS:
-            nodes = "the nodes" if len(group) > 1 else "the node"
-            return f"no saving: the cheapest placement costs ${expected:.4f}/h, {nodes} ${before:.4f}/h"
-        all_spot = all(n.claim.capacity_type == "spot" for n in group)
-        out = []
-        for claim in replacements:
-            ceiling = claim.price_per_hour * before / expected
-            keep = [name for name in claim.instance_types if self._worst(claim, name) < ceiling - _EPS]
-            if not keep:
-                return f"no saving: no {claim.instance_types[0]} offering in {', '.join(claim.zones)} stays cheaper"
-            if claim.capacity_type == "spot" and all_spot:
-                pool = group[0].pool
-                assert pool is not None
-                if not pool.disruption.spot_to_spot:
-                    return "spot-to-spot: the pool does not opt in (disruption.spotToSpot)"
-                if len(group) == 1:
-                    if len(keep) < SPOT_TO_SPOT_MIN_TYPES:
-                        return f"spot-to-spot: only {len(keep)} cheaper spot types, {SPOT_TO_SPOT_MIN_TYPES} needed"
-                    keep = keep[:SPOT_TO_SPOT_MIN_TYPES]
-            price = min(self._zone_prices(claim, keep[0]))
-            out.append(claim.model_copy(update={"instance_types": tuple(keep), "price_per_hour": price}))
-        return out
-
-    def _zone_prices(self, claim: NodeClaim, instance_type: str) -> list[float]:
-        found = (self.catalog.price((instance_type, z, claim.capacity_type)) for z in claim.zones)
-        return [p for p in found if p is not None]
-
-    def _worst(self, claim: NodeClaim, instance_type: str) -> float:
-        return max(self._zone_prices(claim, instance_type), default=float("inf"))
 
     def apply(self, decision: Decision, *, proposal: bool = True) -> None:
         """Take the decision into the pass's picture; a new proposal also uses up its pool's budget (a validated
@@ -666,7 +305,7 @@ class _Pass:
 
     def run(self) -> ConsolidationResult:
         validated, invalidated = self._validate()
-        eligible: list[_Node] = []
+        eligible: list[GroupNode] = []
         for n in self.nodes:
             why = self.why_not(n)
             if why is None:
@@ -706,7 +345,7 @@ class _Pass:
                 invalidated.append(Rejection(tuple(n.name for n in group), claims, outcome))
         return validated, invalidated
 
-    def _recheck(self, group: list[_Node], pending: Proposal) -> Decision | str:
+    def _recheck(self, group: list[GroupNode], pending: Proposal) -> Decision | str:
         """The decision again, or why it no longer holds: every node still a candidate, and the pods still going
         where they went — no new node where none was planned, no more and no dearer replacements (Karpenter's
         `validateCommand`)."""
@@ -728,7 +367,7 @@ class _Pass:
             return f"the replacements now cost ${found.price_after:.4f}/h, ${pending.price_after:.4f}/h were planned"
         return found
 
-    def _drift(self, eligible: list[_Node]) -> None:
+    def _drift(self, eligible: list[GroupNode]) -> None:
         for n in eligible:
             why = drift_reason(self.config, self.catalog, n.claim)
             if why is None or n.removed:
@@ -743,7 +382,7 @@ class _Pass:
                 continue
             self.apply(replace(decision, detail=f"{why}; {decision.detail}"))
 
-    def _empty(self, eligible: list[_Node]) -> None:
+    def _empty(self, eligible: list[GroupNode]) -> None:
         for n in eligible:
             if n.removed or n.locked or n.item.pods:
                 continue
@@ -759,7 +398,7 @@ class _Pass:
             self.apply(Decision("Empty", "delete", n.pool.name, (n.name,), (n.claim.id,), n.price,
                                 detail=f"empty since {since.isoformat()}"))
 
-    def _multi(self, candidates: list[_Node]) -> None:
+    def _multi(self, candidates: list[GroupNode]) -> None:
         pool = candidates[0].pool if candidates else None
         while pool is not None:
             open_ = [n for n in candidates if not n.removed and not n.locked][:MULTI_NODE_MAX_CANDIDATES]
@@ -772,8 +411,8 @@ class _Pass:
             while lo <= hi:
                 mid = (lo + hi) // 2
                 found = self.evaluate(open_[:mid], "Underutilized")
-                if isinstance(found, Decision) and found.saving > _EPS:
-                    if best is None or found.saving > best.saving + _EPS:
+                if isinstance(found, Decision) and found.saving > EPS:
+                    if best is None or found.saving > best.saving + EPS:
                         best = found
                     lo = mid + 1
                 else:
@@ -782,7 +421,7 @@ class _Pass:
                 return
             self.apply(best)
 
-    def _single(self, candidates: list[_Node]) -> None:
+    def _single(self, candidates: list[GroupNode]) -> None:
         """Each candidate on its own. The room elsewhere only shrinks during a pass (nodes go, destinations
         fill), so a node like one already found wanting — same offering, same pods — is not asked about again:
         replicas on identical nodes cost one solver call, not hundreds."""
@@ -802,7 +441,7 @@ class _Pass:
                 self.skip(n, failed[shape])
                 continue
             found = self.evaluate([n], "Underutilized")
-            if isinstance(found, str) or found.saving <= _EPS:
+            if isinstance(found, str) or found.saving <= EPS:
                 why = found if isinstance(found, str) else "no saving: nothing cheaper holds its pods"
                 failed[shape] = why
                 self.skip(n, why)
@@ -848,33 +487,13 @@ def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:
     return None
 
 
-def _full(claim: NodeClaim) -> NodeClaim:
-    """A claim as the solver must see it: counted against limits and quotas, with no room for anyone."""
-    if claim.state not in IN_FLIGHT_STATES:
-        return claim
-    return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: _FULL}})
-
-
-_FULL = requests_attribute({GPU: 10**9})
-
-
-def _shape(n: _Node) -> tuple[object, ...]:
+def _shape(n: GroupNode) -> tuple[object, ...]:
     """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
     multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
     claim = n.claim
-    pods = sorted(_pod_shape(entry.pod) for entry in n.item.pods)
+    pods = sorted(pod_shape(entry.pod) for entry in n.item.pods)
     return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
             tuple(sorted(n.used.items())), tuple(pods))
-
-
-def _pod_shape(pod: PendingPod) -> str:
-    """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot
-    tell apart, and a string, so a node's pods sort whatever their constraints."""
-    return json.dumps(
-        [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
-         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
-        sort_keys=True, separators=(",", ":"),
-    )
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:
@@ -887,6 +506,6 @@ def _price(catalog: Catalog, claim: NodeClaim) -> float:
     return claim.launched_price_per_hour if claim.launched_price_per_hour is not None else claim.price_per_hour
 
 
-def _born(n: _Node) -> datetime:
+def _born(n: GroupNode) -> datetime:
     node = n.item.node
     return node.created_at if node.created_at is not None else n.claim.created_at

@@ -1,0 +1,295 @@
+"""How one group of nodes is judged for draining together: where its pods would go, and whether that saves.
+
+Every "do these pods fit" is a `Solver.solve` call, the packer's own decision: the nodes that stay are shown to the
+solver as claims in flight whose recorded requests are what their pods use, so it places the moving pods on their
+free room first and plans new nodes only for the rest (Karpenter's scheduling simulation). The rules on top:
+replacements only of types cheaper than what they replace (`_cheaper`), the spot-to-spot gate, and no node swapped
+for a new one of its own type (`_swapped`). `consolidation._Pass` runs the searches over these judgements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
+from gpu_autoscaler.domain.packing.fit import fits, pod_requests
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.resources import GPU, PODS, Resources
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from gpu_autoscaler.config import DisruptionReason, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
+    from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = ["EPS", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "pod_shape"]
+
+SPOT_TO_SPOT_MIN_TYPES = 15
+EPS = 1e-9
+_RANK_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class GroupNode:
+    """One node's part in the pass."""
+
+    item: ConsolidationNode
+    pool: NodePool | None
+    price: float
+    used: Resources
+    """What the solver must see as taken on it: its pods' requests, plus what the kubelet reports less than
+    the packer's figure of allocatable."""
+    capacity: Resources | None
+    """The packer's figure of its allocatable (`fit.allocatable`); None when its type or pool is unknown."""
+    removed: bool = False
+    locked: bool = False
+    """Took pods in this pass: it stays."""
+    usable: bool = False
+    """May take pods: Registered, Ready, schedulable, not being disrupted, its allocatable known."""
+    _view: NodeClaim | None = None
+    _free: dict[str, int] | None = None
+
+    @property
+    def utilization(self) -> float:
+        """The largest share of any resource taken (pods slots aside): what orders candidates and destinations."""
+        if self.capacity is None:
+            return 0.0
+        return max((self.used[k] / v for k, v in self.capacity.items() if v > 0 and k != PODS), default=0.0)
+
+    @property
+    def free(self) -> dict[str, int]:
+        if self._free is None:
+            assert self.capacity is not None
+            self._free = (self.capacity - self.used).as_dict()
+        return self._free
+
+    def take(self, requests: Resources) -> None:
+        self.used = self.used + requests
+        self._view = None
+        self._free = None
+
+    def as_in_flight(self) -> NodeClaim:
+        """The node as the solver sees a claim in flight: its free room is what its pods leave. Fullest first
+        (the solver fills claims in flight oldest first, so `created_at` carries the order): best fit, which
+        keeps the emptiest nodes free to go."""
+        if self._view is None:
+            claim = self.claim
+            order = timedelta(microseconds=round((1.0 - min(self.utilization, 1.0)) * 1e9))
+            self._view = claim.model_copy(update={
+                "state": ClaimState.LAUNCHED, "gang": None, "launched_price_per_hour": self.price,
+                "created_at": _RANK_EPOCH + order,
+                "attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(self.used)},
+            })
+        return self._view
+
+    @property
+    def name(self) -> str:
+        return self.item.node.name
+
+    @property
+    def claim(self) -> NodeClaim:
+        assert self.item.claim is not None
+        return self.item.claim
+
+
+class GroupJudge:
+    """The judgement of groups, over the pass's picture (`consolidation._Pass` sets these up)."""
+
+    solver: Solver
+    catalog: Catalog
+    nodes: list[GroupNode]
+    others: list[NodeClaim]
+    """Claims without a node in the picture: in flight, or draining nodes already gone."""
+    charged: bool
+    """Whether nodes that take no pods must still be shown to the solver, for pool limits and vCPU quotas."""
+    unavailable: Collection[OfferingKey]
+    quotas: Mapping[str, int] | None
+
+    def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
+                            ) -> tuple[list[NodeClaim], dict[str, str]]:
+        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`), as a claim in
+        flight; the claims that only count against limits and quotas, as they are. Returns (claims, claim id →
+        node name)."""
+        out: list[NodeClaim] = []
+        names: dict[str, str] = {}
+        needs = list({pod_requests(p) for p in pods})
+        for n in self.nodes:
+            if n.item.claim is None or n.pool is None:
+                continue
+            if n.removed or n.name in exclude:
+                out.append(_full(n.claim))  # still running (and paid for) until drained
+            elif n.usable and any(fits(need, n.free) for need in needs):
+                view = n.as_in_flight()
+                out.append(view)
+                names[view.id] = n.name
+            elif self.charged:
+                out.append(_full(n.claim))
+        out.extend(_full(c) for c in self.others)
+        return out, names
+
+    def simulate(self, group: Sequence[GroupNode]) -> tuple[Plan, dict[str, str]]:
+        pods = [entry.pod for n in group for entry in n.item.pods]
+        claims, names = self._destination_claims({n.name for n in group}, pods)
+        source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
+        plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source, quotas=self.quotas)
+        return plan, names
+
+    def evaluate(self, group: Sequence[GroupNode], reason: DisruptionReason) -> Decision | str:
+        """The decision for draining `group` together, or why there is none.
+
+        A group of several nodes is first rid of the nodes a replacement would merely swap (`_swapped`): kept, and
+        the group looked at again without them. A replacement that re-buys a group node's type at no lower price but
+        carries other pods (a repack: two high-memory nodes and an 8-GPU node become two 8-GPU nodes, one of each
+        pod kind on each) is weighed against the group without those nodes, and taken only when it saves more and
+        leaves fewer nodes than it drains: otherwise keeping the node moves fewer pods and launches less."""
+        group = list(group)
+        while True:
+            plan, names = self.simulate(group)
+            if len(group) < 2 or reason == "Drifted":
+                return self._decide(group, reason, plan, names)
+            swapped = self._swapped(group, plan.claims, whole=True)
+            if swapped:
+                group = [n for n in group if n.name not in swapped]
+                if not group:
+                    return _SAME_TYPE
+                continue
+            found = self._decide(group, reason, plan, names)
+            same = self._swapped(group, plan.claims, whole=False)
+            if not same:
+                return found
+            rest = [n for n in group if n.name not in same]
+            alternative = self.evaluate(rest, reason) if rest else _SAME_TYPE
+            if isinstance(found, str) or len(found.replacements) >= len(group) or (
+                    isinstance(alternative, Decision) and alternative.saving >= found.saving - EPS):
+                return alternative
+            return found
+
+    def _swapped(self, group: Sequence[GroupNode], replacements: Sequence[NodeClaim], *, whole: bool) -> set[str]:
+        """The group's nodes a replacement would re-buy: for each new claim none of whose instance types is cheaper
+        anywhere than a node of the group of one of those types, one such node (the fullest of the cheapest).
+        `whole`: only a node all of whose pods (by kind) the replacement carries — keeping it and putting the
+        replacement's other pods on its room is the same plan with fewer pods moved.
+
+        Karpenter's multi-node consolidation (one replacement carrying every pod) drops a replacement's types that
+        are not cheaper than a candidate of the same type, and the decision with them, 'or we should just keep
+        that one and do a deletion only' (`filterOutSameInstanceType`, kubernetes-sigs/karpenter
+        pkg/controllers/disruption/multinodeconsolidation.go). Without it, one removable node taken with N full
+        ones 'saved' that node's price while the N were replaced by their own offering (issue 19's soak)."""
+        by_type: dict[str, list[GroupNode]] = {}
+        for n in group:
+            if n.claim.instance_type:
+                by_type.setdefault(n.claim.instance_type, []).append(n)
+        shapes = {entry.pod.uid: pod_shape(entry.pod) for n in group for entry in n.item.pods} if whole else {}
+        kept: set[str] = set()
+        for claim in replacements:
+            mine = [n for name in claim.instance_types for n in by_type.get(name, ()) if n.name not in kept]
+            if whole and mine:
+                carried = Counter(shapes[uid] for uid in claim.pods if uid in shapes)
+                mine = [n for n in mine if not Counter(shapes[e.pod.uid] for e in n.item.pods) - carried]
+            if not mine:
+                continue
+            keep = min(mine, key=lambda n: (n.price, -n.utilization, n.name))
+            if all(min(self._zone_prices(claim, name), default=float("inf")) >= keep.price - EPS
+                   for name in claim.instance_types):
+                kept.add(keep.name)
+        return kept
+
+    def _decide(self, group: Sequence[GroupNode], reason: DisruptionReason, plan: Plan,
+                names: dict[str, str]) -> Decision | str:
+        if plan.unschedulable:
+            first = plan.unschedulable[0]
+            return f"no room: pod {first.name} fits nowhere else ({first.reason})"
+        before = sum(n.price for n in group)
+        pool = group[0].claim.pool
+        destinations = {names[cid]: tuple(uids) for cid, uids in plan.existing.items() if cid in names}
+        nodes = tuple(n.name for n in group)
+        claim_ids = tuple(n.claim.id for n in group)
+        if not plan.claims:
+            detail = (f"its pods fit on {len(destinations)} other nodes' free room" if destinations
+                      else "no pods to move")
+            return Decision(reason, "delete", pool, nodes, claim_ids, before, 0.0, (), destinations, detail)
+        replacements = list(plan.claims)
+        if reason != "Drifted":
+            narrowed = self._cheaper(replacements, before, group)
+            if isinstance(narrowed, str):
+                return narrowed
+            replacements = narrowed
+        replacements = [c.model_copy(update={
+            "reason": f"consolidation ({reason}): replaces {', '.join(nodes)}",
+            "attributes": {**c.attributes, REPLACES_ATTRIBUTE: ",".join(claim_ids)},
+        }) for c in replacements]
+        after = sum(c.price_per_hour for c in replacements)
+        counts = Counter(f"{c.capacity_type} {c.instance_types[0]}" for c in replacements)
+        kinds = ", ".join(f"{n}× {kind}" if n > 1 else kind for kind, n in sorted(counts.items()))
+        moved = f", the rest onto {len(destinations)} other nodes' free room" if destinations else ""
+        detail = (f"{sum(len(c.pods) for c in replacements)} pods onto {len(replacements)} new "
+                  f"node{'s' if len(replacements) > 1 else ''} ({kinds}; ${after:.4f}/h){moved}")
+        return Decision(reason, "replace", pool, nodes, claim_ids, before, after, tuple(replacements),
+                        destinations, detail)
+
+    def _cheaper(self, replacements: list[NodeClaim], before: float,
+                 group: Sequence[GroupNode]) -> list[NodeClaim] | str:
+        """The replacements with only candidates that keep the total below what they replace, whichever the
+        fleet launches (each gets a share of the saving, in proportion to its expected price); the
+        spot-to-spot gate."""
+        expected = sum(c.price_per_hour for c in replacements)
+        if expected >= before - EPS:
+            nodes = "the nodes" if len(group) > 1 else "the node"
+            return f"no saving: the cheapest placement costs ${expected:.4f}/h, {nodes} ${before:.4f}/h"
+        all_spot = all(n.claim.capacity_type == "spot" for n in group)
+        out = []
+        for claim in replacements:
+            ceiling = claim.price_per_hour * before / expected
+            keep = [name for name in claim.instance_types if self._worst(claim, name) < ceiling - EPS]
+            if not keep:
+                return f"no saving: no {claim.instance_types[0]} offering in {', '.join(claim.zones)} stays cheaper"
+            if claim.capacity_type == "spot" and all_spot:
+                pool = group[0].pool
+                assert pool is not None
+                if not pool.disruption.spot_to_spot:
+                    return "spot-to-spot: the pool does not opt in (disruption.spotToSpot)"
+                if len(group) == 1:
+                    if len(keep) < SPOT_TO_SPOT_MIN_TYPES:
+                        return f"spot-to-spot: only {len(keep)} cheaper spot types, {SPOT_TO_SPOT_MIN_TYPES} needed"
+                    keep = keep[:SPOT_TO_SPOT_MIN_TYPES]
+            price = min(self._zone_prices(claim, keep[0]))
+            out.append(claim.model_copy(update={"instance_types": tuple(keep), "price_per_hour": price}))
+        return out
+
+    def _zone_prices(self, claim: NodeClaim, instance_type: str) -> list[float]:
+        found = (self.catalog.price((instance_type, z, claim.capacity_type)) for z in claim.zones)
+        return [p for p in found if p is not None]
+
+    def _worst(self, claim: NodeClaim, instance_type: str) -> float:
+        return max(self._zone_prices(claim, instance_type), default=float("inf"))
+
+
+def _full(claim: NodeClaim) -> NodeClaim:
+    """A claim as the solver must see it: counted against limits and quotas, with no room for anyone."""
+    if claim.state not in IN_FLIGHT_STATES:
+        return claim
+    return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: _FULL}})
+
+
+_FULL = requests_attribute({GPU: 10**9})
+_SAME_TYPE = "no saving: each node would be replaced by its own instance type at no lower price"
+
+
+def pod_shape(pod: PendingPod) -> str:
+    """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot
+    tell apart, and a string, so a node's pods sort whatever their constraints."""
+    return json.dumps(
+        [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
+         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
+        sort_keys=True, separators=(",", ":"),
+    )

@@ -1,0 +1,207 @@
+"""Consolidation's input and output: the nodes as the pass sees them, and the decisions it returns.
+
+The consolidate service builds the picture (`node_pods`, `empty_since`) from the cluster and the state store; the
+simulator builds the same from its own; `consolidation.consolidate` turns it into a `ConsolidationResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpu_autoscaler.domain.interruption import replacement_pods
+from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
+from gpu_autoscaler.models.taints import Toleration
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping, Sequence
+
+    from gpu_autoscaler.config import DisruptionReason, NodePool
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+    from gpu_autoscaler.models.pods import PendingPod
+
+__all__ = [
+    "EMPTY_SINCE_ATTRIBUTE",
+    "REPLACES_ATTRIBUTE",
+    "Action",
+    "ConsolidationNode",
+    "ConsolidationResult",
+    "Decision",
+    "NodePod",
+    "Rejection",
+    "empty_since",
+    "empty_wait",
+    "node_pods",
+    "warm_held",
+]
+
+REPLACES_ATTRIBUTE = "replaces"
+"""NodeClaim attribute of a replacement: the claim ids of the nodes it replaces, comma-separated."""
+EMPTY_SINCE_ATTRIBUTE = "emptySince"
+"""NodeClaim attribute: ISO instant since which its node has had no pods to move."""
+
+Action = Literal["delete", "replace"]
+
+
+@dataclass(frozen=True)
+class NodePod:
+    """A pod that would have to move if its node were drained."""
+
+    pod: PendingPod
+    """Its requests and placement constraints, in the packer's terms."""
+    evictable: bool = True
+    """Its PodDisruptionBudgets allow an eviction now."""
+    protected: bool = False
+    """`karpenter.sh/do-not-disrupt` is active on it now (`"true"`, or a duration not yet run out)."""
+
+
+@dataclass(frozen=True)
+class ConsolidationNode:
+    """A Node, its NodeClaim (None when it is not ours) and the pods that would move."""
+
+    node: ClusterNode
+    claim: NodeClaim | None
+    pods: tuple[NodePod, ...] = ()
+    empty_since: datetime | None = None
+    """Since when it has had no pods to move (None: not known to be empty for any time yet)."""
+    incoming: int = 0
+    """Pods the packer assigned to its claim that are still pending: they are on their way to it."""
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Drain these nodes; their pods go to other nodes' free room and to the replacements, launched first."""
+
+    reason: DisruptionReason
+    action: Action
+    pool: str
+    nodes: tuple[str, ...]
+    claims: tuple[str, ...]
+    price_before: float
+    """USD/h of the nodes drained."""
+    price_after: float = 0.0
+    """USD/h the replacements are expected to cost (each its cheapest candidate); 0 without any."""
+    replacements: tuple[NodeClaim, ...] = ()
+    """New nodes, launched and Ready before the drain starts."""
+    destinations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Node name → uids of the pods the plan puts on its free room."""
+    detail: str = ""
+
+    @property
+    def saving(self) -> float:
+        """USD/h saved once done (negative for a drift replacement that costs more)."""
+        return self.price_before - self.price_after
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "reason": self.reason, "action": self.action, "pool": self.pool, "nodes": list(self.nodes),
+            "claims": list(self.claims), "pricePerHourBefore": round(self.price_before, 6),
+            "pricePerHourAfter": round(self.price_after, 6), "savingPerHour": round(self.saving, 6),
+            "detail": self.detail,
+        }
+        if self.replacements:
+            out["replacements"] = [
+                {"claim": c.id, "capacityType": c.capacity_type, "instanceTypes": list(c.instance_types[:5]),
+                 "candidates": len(c.instance_types), "zones": list(c.zones), "pods": len(c.pods),
+                 "pricePerHour": round(c.price_per_hour, 6)}
+                for c in self.replacements
+            ]
+        return out
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A proposal that no longer holds: its marks come off, and its taints."""
+
+    nodes: tuple[str, ...]
+    claims: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    decisions: tuple[Decision, ...] = ()
+    """New proposals: to be tainted and marked, and validated by a later tick."""
+    validated: tuple[Decision, ...] = ()
+    """Proposals that still hold (with the replacements planned now): to be carried out."""
+    invalidated: tuple[Rejection, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Node name → why it was left alone (only for our nodes that were looked at)."""
+    budgets: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
+    """Pool → reason → nodes it still allowed at the start of the pass (None: unbounded)."""
+
+    @property
+    def saving(self) -> float:
+        return sum(d.saving for d in self.decisions)
+
+    def summary(self) -> dict[str, Any]:
+        reasons: dict[str, int] = {}
+        for why in self.skipped.values():
+            key = why.split(":", 1)[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        return {
+            "decisions": [d.to_json() for d in self.decisions],
+            "savingPerHour": round(self.saving, 6),
+            "skipped": dict(sorted(reasons.items())),
+            "budgets": {pool: dict(v) for pool, v in self.budgets.items()},
+        }
+
+
+# Building the input
+
+
+def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection[str] = (),
+              now: datetime | None = None) -> tuple[NodePod, ...]:
+    """The pods that would move if `node` were drained (as an interruption's replacement sees them: DaemonSet,
+    mirror and finished pods stay out).
+
+    A pod running on a node tolerates that node's hard taints, so those tolerations are added even where
+    the pod's spec was not read in full. `blocked`: uids whose eviction a PodDisruptionBudget forbids now;
+    `now`: when do-not-disrupt durations are weighed (without it, any duration protects).
+    """
+    tolerate = tuple(
+        Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
+        for t in node.taints if t.effect != "PreferNoSchedule"
+    )
+    out = []
+    on_node = [p for p in pods if p.node_name == node.name]
+    protected = {p.uid for p in on_node if p.do_not_disrupt_active(now)}
+    for pod in replacement_pods(on_node):
+        missing = tuple(t for t in tolerate if t not in pod.tolerations)
+        moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
+        out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected))
+    return tuple(out)
+
+
+def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetime) -> datetime | None:
+    """Carry a node's empty-since mark forward: kept while it stays empty, set when it becomes so."""
+    if pods:
+        return None
+    return previous if previous is not None and previous <= now else now
+
+
+def empty_wait(pool: NodePool) -> timedelta:
+    """How long a node of the pool must have been empty before it is removed."""
+    return max(pool.disruption.consolidate_after, pool.lead_time * pool.disruption.empty_keep_lead_times)
+
+
+def warm_held(claim: NodeClaim, now: datetime) -> bool:
+    """Warm capacity stays while its holder holds it: the forecast until prewarm releases it; a window
+    until prewarm releases it or its `warmUntil` (the window's end) has passed."""
+    if claim.warm is None:
+        return False
+    if warm_window(claim.warm) is None:
+        return True
+    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
+    if not until:
+        return True
+    try:
+        return now < datetime.fromisoformat(until)
+    except ValueError:
+        return True
