@@ -102,6 +102,10 @@ class GpuCapacity:
 
     def __init__(self, instance_types: Iterable[InstanceType]) -> None:
         self._gpus = {t.name: float(t.gpus) for t in instance_types}
+        self._claims: dict[str, tuple[NodeClaim, float]] = {}
+        """Claim id → (the claim, its GPUs): a decision asks about each claim several times, and a caller that
+        decides often keeps this object while the catalog stands. Claims are immutable: a changed claim is a new
+        object, and is looked at again."""
 
     def of_type(self, name: str) -> float | None:
         return self._gpus.get(name)
@@ -109,6 +113,14 @@ class GpuCapacity:
     def of_claim(self, claim: NodeClaim) -> float:
         """A launched claim's type's GPUs; before launch, the fewest any candidate has (what is certain);
         a warm claim's own record when it has one."""
+        cached = self._claims.get(claim.id)
+        if cached is not None and cached[0] is claim:
+            return cached[1]
+        gpus = self._of_claim(claim)
+        self._claims[claim.id] = (claim, gpus)
+        return gpus
+
+    def _of_claim(self, claim: NodeClaim) -> float:
         recorded = claim.attributes.get(WARM_GPUS_ATTRIBUTE)
         if recorded and not claim.instance_type:
             return float(recorded)
