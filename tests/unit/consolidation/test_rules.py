@@ -170,6 +170,27 @@ def test_a_group_repacked_onto_fewer_nodes_of_a_type_it_holds_is_not_taken_for_a
     assert touched(result) == {spare, wide, *deep}
 
 
+def test_a_repack_that_launches_as_many_nodes_as_it_drains_is_not_taken() -> None:
+    """Two 8-GPU nodes, each with a 4-GPU pod and a one-GPU pod, would cost less as one 8-GPU node of both 4-GPU pods
+    and two one-GPU nodes, but that re-buys their type to drain two nodes with three launches: a repack is taken only
+    when it leaves fewer nodes than it drains (each launch a boot and a chance of Spot reclaim; Karpenter, with its one
+    replacement, would not take it either)."""
+    catalog = _repack_catalog()
+    small = InstanceType(name="g6.xlarge", vcpu=4, memory_mib=16384, gpus=1, gpu_devices=1, gpu_model="L4",
+                         gpu_manufacturer="NVIDIA", gpu_memory_mib=24576, max_pods=58)
+    catalog = Catalog([*(catalog.instance_type(n) for n in ("g6.48xlarge", "g6e.24xlarge")), small],
+                      [*catalog.all_offerings(), Offering(instance_type="g6.xlarge", zone="us-east-1a",
+                                                          capacity_type="on-demand", price_per_hour=0.41)])
+    cluster = Cluster(pool_config(), catalog=catalog)
+    halves = [cluster.node("g6.48xlarge") for _ in range(2)]
+    for name in halves:
+        cluster.pod(name, gpus=4, cpu="16", memory="64Gi")
+        cluster.pod(name)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert all(result.skipped[name].startswith("no saving") for name in halves)
+
+
 def test_a_node_with_nothing_cheaper_for_its_pods_stays() -> None:
     cluster = Cluster(pool_config())
     snug = cluster.node("g6.xlarge", capacity_type="spot")
