@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from benchmarks import SHARED_DATA
 from gpu_autoscaler.config import Config, parse_config
 from tests import parallel
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 __all__ = ["ROOT", "SHARED_DATA", "example_config_data", "log_to_stdout"]
@@ -46,6 +49,19 @@ def _catalog_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _own_cache(monkeypatch: pytest.MonkeyPatch, _catalog_cache_dir: Path) -> None:
     """The commands' catalog cache goes to the session's temporary directory, never the user's ~/.cache."""
     monkeypatch.setenv("GPU_AUTOSCALER_CACHE_DIR", str(_catalog_cache_dir))
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels() -> Iterator[None]:
+    """Commands set process-wide log levels (`simulate` quiets `gpu_autoscaler` to ERROR), as a CLI process
+    should; restored after each test so a later test's `caplog` still sees the warnings it checks."""
+    import logging
+
+    loggers = [logging.getLogger(), logging.getLogger("gpu_autoscaler")]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 def example_config_data() -> dict[str, Any]:
