@@ -104,6 +104,50 @@ def test_several_nodes_go_into_one_cheaper_node() -> None:
     assert decision.price_after < decision.price_before
 
 
+def _split_cluster() -> tuple[Cluster, str]:
+    """An on-demand 8-GPU node holding two 30-vCPU pods: together they fit on no 4-GPU node (48 vCPU), so the
+    cheapest placement, when no room is bought for pods to come, is two g5.12xlarge (2 × $5.672/h), not the
+    g5.48xlarge ($16.288/h)."""
+    disruption = {"budgets": [{"nodes": "100%"}]}
+    config = make_config(make_pool(capacityTypes=["on-demand"], spareRoomWorth=0, disruption=disruption))
+    cluster = Cluster(config, catalog=make_catalog(("g5.12xlarge", "g5.48xlarge")))
+    big = cluster.node("g5.48xlarge")
+    cluster.pods_on(big, 2, gpus=1, cpu="30")
+    return cluster, big
+
+
+def test_a_node_is_replaced_by_several_cheaper_nodes() -> None:
+    cluster, big = _split_cluster()
+    [decision] = cluster.consolidate().decisions
+    assert (decision.action, decision.nodes) == ("replace", (big,))
+    assert [c.instance_types[0] for c in decision.replacements] == ["g5.12xlarge", "g5.12xlarge"]
+
+
+def test_with_max_replacements_1_a_node_whose_pods_need_two_new_nodes_stays() -> None:
+    """Karpenter's rule, for the simulator's karpenter-like baselines: a candidate whose pods would need more than
+    one new NodeClaim is not consolidated ("Can't remove without creating N candidates", `computeConsolidation`,
+    kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go)."""
+    cluster, big = _split_cluster()
+    result = cluster.consolidate(max_replacements=1)
+    assert result.decisions == ()
+    assert result.skipped[big].startswith("too many replacements: its pods need 2 new nodes")
+
+
+def test_with_max_replacements_1_multi_node_consolidation_launches_at_most_one_node() -> None:
+    """The same rule for a group (Karpenter's multi-node consolidation calls the same `computeConsolidation`): two
+    8-GPU nodes of one 30-vCPU pod each are cheapest as two g5.12xlarge; bounded, one node's pod moves onto the
+    other's room instead."""
+    cluster, big = _split_cluster()
+    cluster.pods.clear()
+    first = cluster.pod(big, cpu="30")
+    other = cluster.node("g5.48xlarge")
+    cluster.pod(other, cpu="30")
+    [unbounded] = cluster.consolidate().decisions
+    assert set(unbounded.nodes) == {big, other} and len(unbounded.replacements) == 2
+    [bounded] = cluster.consolidate(max_replacements=1).decisions
+    assert (bounded.action, bounded.nodes, bounded.destinations) == ("delete", (big,), {other: (first.uid,)})
+
+
 def test_full_nodes_are_not_swapped_for_their_own_type_to_carry_off_one_removable_node() -> None:
     """Issue 19, the chaos soak: one node whose pod fits on a spare node's room, taken in one group with full
     nodes, made a 'saving' of exactly that node while every full node was replaced by a new one of its own type at

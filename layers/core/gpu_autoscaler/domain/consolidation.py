@@ -21,18 +21,18 @@ validation does — only a decision that still holds is carried out.
 One pass, in Karpenter's order, each decision applied to the pass's picture before the next is looked
 for (the nodes removed are no longer destinations; the room the moved pods take is taken):
 
-1. Drifted nodes (see `drift`): replaced — their pods onto other nodes' free room plus at most one new
-   node, whatever it costs.
+1. Drifted nodes (see `drift`): replaced — their pods onto other nodes' free room plus the new nodes the
+   rest need, whatever they cost.
 2. Empty nodes (no pods but DaemonSet and mirror pods) empty for `empty_wait` — the pool's `consolidateAfter`,
    and at least `emptyKeepLeadTimes` of its lead time: removed. Replaying the Alibaba trace with Karpenter's
    wait alone, a third of the nodes launched for arriving pods came within 10 minutes of the removal of an empty
    node that would have held them.
 3. Pools with `consolidationPolicy: WhenEmptyOrUnderutilized`:
    - multi-node: the largest prefix (binary search, as Karpenter's) of the pool's candidates, emptiest
-     first, whose pods fit on the other nodes plus at most one new node cheaper than all of them;
+     first, whose pods fit on the other nodes plus new nodes cheaper together than all of them;
      repeated while one is found;
    - single-node: each remaining candidate, emptiest first, removed when its pods fit on the others'
-     free room, or replaced by one cheaper node.
+     free room, or replaced by cheaper nodes.
 
 A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
 launches saves money. Replacing spot with spot needs the pool's `disruption.spotToSpot`; replacing one
@@ -43,7 +43,11 @@ fewer cannot race to the bottom, so multi-node consolidation has no such minimum
 
 Unlike Karpenter, a decision may launch several replacements: GPU instance types come in 1, 4 and 8 GPUs,
 so the pods of a half-empty 8-GPU node usually cost least on a few small nodes, not one; all of them are
-Ready before the drain starts (the drain request names every one).
+Ready before the drain starts (the drain request names every one). `max_replacements=1` restores Karpenter's
+rule for the simulator's karpenter-like baselines: a group (one node or several) whose pods would need more
+than one new NodeClaim is left alone ("Can't remove without creating N candidates", `computeConsolidation` in
+kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go). Drift is not bounded (Karpenter's
+drift launches every replacement its scheduling simulation asks for).
 
 Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"`, nodes holding warm
 capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
@@ -128,8 +132,10 @@ _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType
 class _Pass(GroupJudge):
     def __init__(self, config: Config, solver: Solver, nodes: Sequence[ConsolidationNode],
                  claims: Sequence[NodeClaim], unavailable: Collection[OfferingKey],
-                 quotas: Mapping[str, int] | None, pending: Sequence[ClusterPod] = ()) -> None:
+                 quotas: Mapping[str, int] | None, pending: Sequence[ClusterPod] = (),
+                 max_replacements: int | None = None) -> None:
         self.config = config
+        self.max_replacements = max_replacements
         self.solver = solver
         self.catalog: Catalog = solver.index.catalog
         self.now = solver.clock.now()
@@ -458,6 +464,7 @@ def consolidate(
     unavailable: Collection[OfferingKey] = (),
     quotas: Mapping[str, int] | None = None,
     pending: Sequence[ClusterPod] = (),
+    max_replacements: int | None = None,
 ) -> ConsolidationResult:
     """One consolidation pass at `solver.clock.now()`.
 
@@ -465,9 +472,11 @@ def consolidate(
     Node of the cluster with its claim and pods; `claims`: the live claims (those without a node — in flight,
     or draining — count against limits, quotas and budgets); `unavailable`: offerings marked unavailable;
     `quotas`: vCPU quotas for this pass (default: the solver's); `pending`: the cluster's pods waiting for a
-    node (a node one of them would be scheduled on is not a candidate).
+    node (a node one of them would be scheduled on is not a candidate); `max_replacements`: the most new nodes
+    one Empty/Underutilized decision may launch (None: no bound; 1 is Karpenter's rule — the simulator's
+    karpenter-like policies set it; drift is never bounded).
     """
-    return _Pass(config, solver, nodes, claims, unavailable, quotas, pending).run()
+    return _Pass(config, solver, nodes, claims, unavailable, quotas, pending, max_replacements).run()
 
 
 def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:

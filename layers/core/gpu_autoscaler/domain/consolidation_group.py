@@ -114,6 +114,8 @@ class GroupJudge:
     """Whether nodes that take no pods must still be shown to the solver, for pool limits and vCPU quotas."""
     unavailable: Collection[OfferingKey]
     quotas: Mapping[str, int] | None
+    max_replacements: int | None
+    """At most this many new nodes per consolidation decision (None: as many as the cheapest placement needs)."""
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
                             ) -> tuple[list[NodeClaim], dict[str, str]]:
@@ -219,6 +221,9 @@ class GroupJudge:
                       else "no pods to move")
             return Decision(reason, "delete", pool, nodes, claim_ids, before, 0.0, (), destinations, detail)
         replacements = list(plan.claims)
+        if reason != "Drifted" and self.max_replacements is not None and len(replacements) > self.max_replacements:
+            return (f"too many replacements: its pods need {len(replacements)} new nodes, "
+                    f"at most {self.max_replacements} allowed")
         if reason != "Drifted":
             narrowed = self._cheaper(replacements, before, group)
             if isinstance(narrowed, str):

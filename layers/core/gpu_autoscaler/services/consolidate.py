@@ -136,9 +136,12 @@ class ConsolidateService:
         clock: Clock,
         budgets: DisruptionBudgets | None = None,
         quotas: QuotaSource | None = None,
+        max_replacements: int | None = None,
     ) -> None:
         """`solver`: the packer's, over the current catalog (`PackerService.solver`); `budgets`: the cluster's
-        PodDisruptionBudgets (without them every pod counts as evictable, and the drain meets the 429s)."""
+        PodDisruptionBudgets (without them every pod counts as evictable, and the drain meets the 429s);
+        `max_replacements`: `consolidate`'s bound on new nodes per decision (the simulator's karpenter-like
+        policies set 1; the Lambdas leave it unbounded)."""
         self.config = config
         self.store = store
         self.cluster = cluster
@@ -149,6 +152,7 @@ class ConsolidateService:
         self.clock = clock
         self.budgets = budgets
         self.quotas = quotas
+        self.max_replacements = max_replacements
 
     def run(self, tick: ScheduleTick | None = None) -> ConsolidateOutcome:
         """One tick. A Kubernetes API failure ends it normally, logged with its reason: the schedule's next tick
@@ -170,7 +174,7 @@ class ConsolidateService:
         result = consolidate(
             self.config, self.solver(), items, claims=claims, unavailable=self.store.unavailable_offerings(),
             quotas=self.quotas.vcpu_quotas() if self.quotas is not None else None,
-            pending=[p for p in pods if p.node_name is None],
+            pending=[p for p in pods if p.node_name is None], max_replacements=self.max_replacements,
         )
         outcome = ConsolidateOutcome(reconciled, result)
         current = {i.claim.id: i.claim for i in items if i.claim is not None}

@@ -136,11 +136,13 @@ class PolicyRun:
         self.reconcile = ReconcileService(self.config, self.store, self.cluster, self.fleet, clock=self.clock)
         consolidation = (self.store, self.cluster, launches, drains, self.reconcile)
         self.consolidate = SimulatedConsolidate(self._picture, self.config, *consolidation,
-                                                solver=lambda: self.solver, clock=self.clock)
+                                                solver=lambda: self.solver, clock=self.clock,
+                                                max_replacements=policy.max_replacements)
         empty_only = _when_empty(self.config)
         empty_solver = Solver(empty_only, self.solver.index, self.clock, packer=policy.packer)
         self.consolidate_empty = SimulatedConsolidate(self._picture, empty_only, *consolidation,
-                                                      solver=lambda: empty_solver, clock=self.clock)
+                                                      solver=lambda: empty_solver, clock=self.clock,
+                                                      max_replacements=policy.max_replacements)
         shaper = PodShaper(self.config)
         self.pods = []
         for tp in trace.pods:

@@ -10,7 +10,14 @@ differs is the configuration it runs with and the packing method:
   that fits each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod
   takes whole GPUs), no scaling windows and no prediction; an empty node goes once `consolidateAfter` has
   passed (`emptyKeepLeadTimes` 0: Karpenter has no such wait), and a new node is the cheapest type for the pods
-  at hand (`spareRoomWorth` 0: Karpenter buys no room for pods to come).
+  at hand (`spareRoomWorth` 0: Karpenter buys no room for pods to come). Consolidation is Karpenter's:
+  a node, or a group of nodes, goes only if its pods fit on the other nodes plus at most one new node
+  (`max_replacements` 1: `computeConsolidation` in kubernetes-sigs/karpenter
+  pkg/controllers/disruption/consolidation.go rejects a candidate set whose pods need more than one new
+  NodeClaim, "Can't remove without creating N candidates"), strictly cheaper than what it replaces; spot is
+  replaced by spot only with the pool's `disruption.spotToSpot` (Karpenter's `SpotToSpotConsolidation`
+  feature gate, off by default) and, for one node, 15 cheaper types. Our own policies may replace a node by
+  several smaller ones.
 - `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
   as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
   `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
@@ -75,6 +82,8 @@ class Policy:
     description: str
     instance_type: str | None = None
     """The node group's one type (`fixed-node-group`)."""
+    max_replacements: int | None = None
+    """Consolidation's bound on new nodes per decision (`consolidate`'s; 1 for the karpenter-like policies)."""
 
     @property
     def prewarm(self) -> bool:
@@ -88,6 +97,8 @@ class Policy:
                                "predictive": self.config.predictive.enabled}
         if self.instance_type:
             out["instanceType"] = self.instance_type
+        if self.max_replacements is not None:
+            out["maxReplacements"] = self.max_replacements
         return out
 
 
@@ -114,7 +125,8 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
         sharing = "with the pools' GPU sharing advertised by a NodeOverlay" if overlay else "without GPU sharing"
         return Policy(name, parse_config(data), first_fit_decreasing,
                       f"first-fit decreasing (CPU, then memory), cheapest fitting type; the same pools {sharing}, "
-                      "no windows or prediction")
+                      "no windows or prediction; consolidation launches at most one node per decision",
+                      max_replacements=1)
     if name == "fixed-node-group":
         chosen = fixed_type or choose_fixed_type(base, catalog, pods)
         if chosen not in catalog:
