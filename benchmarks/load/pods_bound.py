@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.load import unlimited
 from benchmarks.load.sampler import Sampler
-from tests.chaos.rig import chaos_config, gpu_pod, running_rig
+from tests.chaos.rig import SOAK_VISIBILITY, chaos_config, gpu_pod, running_rig
 
 __all__ = ["BoundRun", "run"]
 
@@ -61,7 +61,10 @@ def run(pods: int = 1000, timeout: float = 900.0, *, profile: bool = False) -> B
     """`profile`: sample every thread's stack while the pods are placed (`benchmarks.load.sampler`); the report
     goes in `BoundRun.profile`."""
     result = BoundRun(pods)
-    with running_rig(unlimited(chaos_config(consolidate_after="1h"))) as rig, \
+    # The pending-pods and launch queues at the soak's visibility: a packer batch of ten documents of hundreds of
+    # pods took minutes on a loaded machine (2026-11-24: 4 batches, 1,984 s), and the rig's 10 s hands the same
+    # documents out again while they are packed (counting towards the dead-letter queue, deletes refused).
+    with running_rig(unlimited(chaos_config(consolidate_after="1h")), soak_visibility=SOAK_VISIBILITY) as rig, \
             (Sampler() if profile else contextlib.nullcontext()) as sampler:
         began, cpu = time.monotonic(), time.process_time()
         rig.create_pods([gpu_pod(f"load-{i}") for i in range(pods)])

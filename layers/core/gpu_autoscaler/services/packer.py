@@ -6,7 +6,8 @@ repeat: a redelivered message, a resent document or a crash halfway leave at mos
 1. Read the cluster's live claims, the assignments of the document's pods, the unavailable offerings
    and the vCPU quotas, and plan.
 2. Pods placed on claims in flight: assign them (a conditional write per pod: a pod already assigned is
-   skipped) and add them, with their requests, to the claim.
+   skipped) and add them, with their requests, to their claims (read together, each written on its own
+   state and version, a few transactions for the document).
 3. New claims: store each (a conditional create; ids are derived from the message and the pods, so a
    redelivery finds the claims it made before), then assign their pods. A claim left with no pod of its
    own (all taken by another claim meanwhile) is closed before it is ever launched.
