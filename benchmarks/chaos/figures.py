@@ -46,9 +46,11 @@ def _row(name: str, seconds: dict[str, float], injected: str, ok: bool, detail: 
 
 
 def _violations(report: Report) -> None:
-    """What a VIOLATED row broke, and the figures the checker saw (the long scenarios are not cheap to rerun)."""
+    """What a VIOLATED row broke, and the figures the checker saw (the long scenarios are not cheap to rerun). The
+    figures are the last check's (after the capacity was given back: 0 pods, 0 instances when it was); the
+    violations are every phase's, each found at its own check."""
     if not report.ok:
-        print(f"  {report}", flush=True)
+        print(f"  last check: {report}", flush=True)
 
 
 def main(argv: list[str]) -> int:

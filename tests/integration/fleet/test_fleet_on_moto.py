@@ -117,6 +117,8 @@ def test_a_gang_launches_whole_in_one_zone_each_instance_tagged_with_its_claim(
     for claim_id in ids:
         [instance] = instances_of(aws, claim_id)
         assert tags(instance)["gpu-autoscaler/gang"] == "training/train-7"
+        # the request's token from launch, before each instance was tagged with its claim (issue 19)
+        assert tags(instance)["gpu-autoscaler/launch"].startswith("gpu-autoscaler-")
         assert tags(instance)["Name"] == f"ml-prod/{claim_id}"
         assert instance["InstanceType"] == "p5.48xlarge"
 
@@ -221,12 +223,13 @@ def test_owned_instances_lists_the_clusters_instances_for_the_garbage_collector(
                                      SubnetId=aws.zone_subnets["us-east-1a"], TagSpecifications=specs,
                                      )["Instances"][0]["InstanceId"])
 
-    ours = run({L.TAG_CLUSTER: "ml-prod", L.TAG_CLAIM: "gc-listed"})
+    ours = run({L.TAG_CLUSTER: "ml-prod", L.TAG_CLAIM: "gc-listed", "gpu-autoscaler/launch": "gpu-autoscaler-t-1"})
     other = run({L.TAG_CLUSTER: "ml-dev"})
     builder = run({L.TAG_CLUSTER: "ml-prod", L.TAG_SNAPSHOT_BUILDER: "ml-prod"})
     listed = {i.instance_id: i for i in Ec2Compute(ec2, "ml-prod").owned_instances()}
     assert ours in listed and other not in listed
     assert builder not in listed, "a snapshot builder is ours but no node: the collector must not take it"
     instance = listed[ours]
-    assert instance.claim_id == "gc-listed" and instance.state in ("pending", "running") and not instance.gone
+    assert instance.claim_id == "gc-listed" and instance.launch_token == "gpu-autoscaler-t-1"
+    assert instance.state in ("pending", "running") and not instance.gone
     assert instance.launched_at is not None and abs((datetime.now(UTC) - instance.launched_at).total_seconds()) < 120

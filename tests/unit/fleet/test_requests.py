@@ -226,3 +226,15 @@ def test_a_request_ec2_would_refuse_cannot_be_built() -> None:
         FleetRequest.model_validate({**request.model_dump(), "capacity_type": "reserved"})
     with pytest.raises(ValidationError, match="one instance per claim"):
         FleetRequest.model_validate({**request.model_dump(), "target_capacity": 3, "min_target_capacity": 3})
+
+
+def test_a_request_for_several_claims_tags_its_instances_with_its_token_at_launch() -> None:
+    """Which claim each instance is for is known only from the answer (CreateTags afterwards); until then the
+    request's token, in the instant fleet's instance TagSpecifications, lets the garbage collector tell the
+    instances of a launch still being recorded from leaks (issue 19, scenario 1)."""
+    from gpu_autoscaler.domain.fleet import TAG_LAUNCH
+
+    request = request_for([make_claim(id="a"), make_claim(id="b")])
+    assert request.tags[TAG_LAUNCH] == request.client_token
+    [instance_spec] = [s for s in render_create_fleet(request)["TagSpecifications"] if s["ResourceType"] == "instance"]
+    assert {"Key": TAG_LAUNCH, "Value": request.client_token} in instance_spec["Tags"]

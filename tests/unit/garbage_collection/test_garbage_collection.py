@@ -77,3 +77,25 @@ def test_the_collector_terminates_leaks_and_closes_claims_through_the_fleet() ->
     assert store.assignments(["pod-a"]) == {}
     assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
     assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": []}
+
+
+def test_an_instance_of_a_request_for_several_claims_is_spared_while_its_claims_are_pending() -> None:
+    """Issue 19, scenario 1 at 200 pods: a request for ten claims is one CreateFleet; each instance gets its claim's
+    tag only afterwards (CreateTags, throttled, or the invocation dying before it). Untagged past the grace, the
+    instances were terminated as leaks although their claims were still Pending and a replay of the same request
+    (same ClientToken) hands EC2's answer back: the claims were then recorded Launched on terminated instances.
+    The request's token, tagged at launch and recorded on each claim as its attempt, says whose they are."""
+    from gpu_autoscaler.domain.fleet import Attempt
+
+    token = "gpu-autoscaler-0123456789abcdef0123456789abcdef01234567-1"
+    attempt = Attempt(1, "spot", (("g6.xlarge", "us-east-1a"),)).to_json(token)
+    claims = [make_claim(id=f"c-{n}", instance_id=None, state=ClaimState.PENDING,
+                         attributes={"launchAttempt": attempt}) for n in (1, 2)]
+    instances = [OwnedInstance(instance_id=f"i-{n}", state="running", launched_at=NOW - timedelta(hours=1),
+                               launch_token=token) for n in (1, 2)]
+    stray = OwnedInstance(instance_id="i-3", state="running", launched_at=NOW - timedelta(hours=1),
+                          launch_token=token[:-1] + "2")
+    decision = collect([*instances, stray], claims, NOW, GRACE)
+    assert [i.instance_id for i in decision.leaked] == ["i-3"]
+    closed = [c.model_copy(update={"state": ClaimState.TERMINATED}) for c in claims]
+    assert [i.instance_id for i in collect(instances, closed, NOW, GRACE).leaked] == ["i-1", "i-2"]

@@ -66,6 +66,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "STRATEGIES",
     "TAG_GANG",
+    "TAG_LAUNCH",
     "Attempt",
     "LaunchContext",
     "ResultReading",
@@ -87,6 +88,11 @@ __all__ = [
 
 TAG_GANG = "gpu-autoscaler/gang"
 """On the instances of a gang's request: the gang they were launched for, all or nothing."""
+TAG_LAUNCH = "gpu-autoscaler/launch"
+"""On the instances of a request for several claims, from launch: the request's ClientToken (also recorded on each
+of its claims as their attempt). Which instance is whose is known only from the answer, and tagged afterwards
+(`gpu-autoscaler/claim`, CreateTags); until the claims record their instances this tag is what tells the garbage
+collector that live claims own them (an invocation that died after CreateFleet, or CreateTags throttled)."""
 MAX_ATTEMPTS = 5
 """CreateFleet calls per claim and invocation: the claim's own type, what is left of it, On-Demand."""
 ATTEMPT_ATTRIBUTE = "launchAttempt"
@@ -333,15 +339,18 @@ def client_token(cluster: str, claim_ids: Sequence[str], attempt: int) -> str:
     return f"gpu-autoscaler-{digest[:40]}-{attempt}"
 
 
-def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str | None = None) -> dict[str, str]:
+def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str | None = None,
+               token: str | None = None) -> dict[str, str]:
     """DESIGN's tags. A request for several claims names none of them: each instance gets its claim's tags
-    once it is known which instance is whose (`assign_claims`)."""
+    once it is known which instance is whose (`assign_claims`); until then it carries the request's `token`."""
     tags = {L.TAG_CLUSTER: cluster, L.TAG_NODE_POOL: pool}
     if len(claims) == 1:
         tags[L.TAG_CLAIM] = claims[0].id
         tags["Name"] = f"{cluster}/{claims[0].id}"
     else:
         tags["Name"] = f"{cluster}/{pool}/{gang or 'batch'}"
+        if token:
+            tags[TAG_LAUNCH] = token
     if gang:
         tags[TAG_GANG] = gang
     return tags
@@ -369,6 +378,7 @@ def build_request(
     """The CreateFleet request of one attempt for these claims (one instance each)."""
     gang = gang or claims[0].gang
     ids = tuple(c.id for c in claims)
+    token = client_token(context.cluster, ids, attempt.number)
     single_claim = claims[0].id if len(claims) == 1 else None
     configs: dict[tuple[str, str | None], list[FleetOverride]] = {}
     images = context.images_for(pool)
@@ -408,8 +418,8 @@ def build_request(
         launch_template_version=context.launch_template_version,
         launch_configs=tuple(LaunchConfig(user_data=ud, launch_template_id=template, overrides=tuple(o))
                              for (ud, template), o in configs.items()),
-        client_token=client_token(context.cluster, ids, attempt.number),
-        tags=fleet_tags(context.cluster, pool.name, claims, gang),
+        client_token=token,
+        tags=fleet_tags(context.cluster, pool.name, claims, gang, token),
         reservation=reservation_options(claims, pool) if attempt.capacity_type == "reserved" else None,
         block_device_mappings=context.volumes_for(pool),
     )

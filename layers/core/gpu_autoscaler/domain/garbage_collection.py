@@ -7,6 +7,13 @@ other way round, a claim whose instance EC2 no longer shows (or shows shutting d
 period has lost its capacity without a state-change event reaching us, and is closed. The grace covers both
 EC2's eventual consistency (a just-launched instance may be missing from DescribeInstances for a while) and the
 seconds between CreateFleet and the claim write.
+
+An instance launched for a claim still Pending is not a leak at any age: the fleet is recording that launch (or
+its message comes back and asks EC2 the same request again, under the same ClientToken, and is handed the same
+instances), and keeps the instance or ends it itself. A single claim's instance names its claim from launch; the
+instances of a request for several claims carry the request's token (`gpu-autoscaler/launch`), which each of its
+claims records as its attempt, until each is tagged with its claim. Terminating them on age alone (issue 19: the
+claim tags were throttled past the grace) left their claims to be recorded Launched on terminated instances.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, Attempt
 from gpu_autoscaler.models.claims import ClaimState
 
 if TYPE_CHECKING:
@@ -44,17 +52,29 @@ def launched_at(claim: NodeClaim) -> datetime:
     return claim.created_at
 
 
+def _attempt_token(claim: NodeClaim) -> str | None:
+    """The ClientToken of the launch attempt recorded on a claim, if any (an unreadable one: none)."""
+    raw = claim.attributes.get(ATTEMPT_ATTRIBUTE)
+    if not raw:
+        return None
+    try:
+        return Attempt.from_json(raw)[1]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def collect(instances: Sequence[OwnedInstance], claims: Sequence[NodeClaim], now: datetime,
             grace: timedelta) -> Collection:
     """`instances`: listed before `claims` were read, so a claim written in between is seen, never missed."""
     live = [c for c in claims if c.state is not ClaimState.TERMINATED]
     by_instance = {c.instance_id: c for c in live if c.instance_id}
     pending = {c.id for c in live if c.state is ClaimState.PENDING}
+    launching = {token for c in live if c.state is ClaimState.PENDING and (token := _attempt_token(c))}
     out = Collection()
     for instance in instances:
         if instance.gone or instance.instance_id in by_instance:
             continue
-        if instance.claim_id in pending:
+        if instance.claim_id in pending or (instance.launch_token and instance.launch_token in launching):
             continue  # launched for a claim whose launch is being recorded: the fleet keeps it or ends it
         if instance.launched_at is None or now - instance.launched_at < grace:
             continue

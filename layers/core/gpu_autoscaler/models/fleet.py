@@ -249,6 +249,8 @@ class OwnedInstance(_Frozen):
     launched_at: datetime | None = None
     claim_id: str | None = None
     """Its `gpu-autoscaler/claim` tag."""
+    launch_token: str | None = None
+    """Its `gpu-autoscaler/launch` tag: the ClientToken of the request for several claims it was launched by."""
     capacity_reservation_id: str | None = None
     """The reservation (On-Demand Capacity Reservation or Capacity Block) it runs in, if any."""
 

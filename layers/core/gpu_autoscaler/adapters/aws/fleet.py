@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import botocore
 from botocore.exceptions import ClientError, ParamValidationError
 
-from gpu_autoscaler.domain.fleet import assign_claims, backoff_delay, launched_capacity_type
+from gpu_autoscaler.domain.fleet import TAG_LAUNCH, assign_claims, backoff_delay, launched_capacity_type
 from gpu_autoscaler.domain.launch_templates import ebs_api
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.fleet import (
@@ -305,6 +305,7 @@ class Ec2Compute:
                     out.append(OwnedInstance(
                         instance_id=item["InstanceId"], state=item["State"]["Name"],
                         launched_at=item.get("LaunchTime"), claim_id=tags.get(TAG_CLAIM),
+                        launch_token=tags.get(TAG_LAUNCH),
                         capacity_reservation_id=item.get("CapacityReservationId"),
                     ))
         return out

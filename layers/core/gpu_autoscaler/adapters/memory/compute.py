@@ -15,7 +15,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.fleet import assign_claims, launched_capacity_type
+from gpu_autoscaler.domain.fleet import TAG_LAUNCH, assign_claims, launched_capacity_type
 from gpu_autoscaler.models.fleet import FleetError, FleetResult, LaunchedInstance, OwnedInstance
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 
@@ -130,7 +130,8 @@ class MemoryCompute:
     def owned_instances(self) -> list[OwnedInstance]:
         return [
             OwnedInstance(instance_id=i.instance_id, state=i.state, launched_at=i.launched_at,
-                          claim_id=i.tags.get(TAG_CLAIM) or i.claim_id, capacity_reservation_id=i.reservation_id)
+                          claim_id=i.tags.get(TAG_CLAIM) or i.claim_id, launch_token=i.tags.get(TAG_LAUNCH),
+                          capacity_reservation_id=i.reservation_id)
             for i in self.instances.values()
             if i.tags.get(TAG_CLUSTER) == self.cluster
         ]
