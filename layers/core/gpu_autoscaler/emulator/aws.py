@@ -148,9 +148,11 @@ class EmbeddedAws:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self._endpoint_url = f"http://{host}:{port}"
-        # State left by an earlier server (or mock) in this process must not leak into this one.
+        # State left by an earlier server (or mock) in this process must not leak into this one. The first reset
+        # imports every moto backend: seconds on a quiet core, more than 10 s at load 11 on 2 (a CI run beside
+        # other work failed here), so the timeout only guards against a hang.
         request = urllib.request.Request(f"{self._endpoint_url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
 
     # ---- what it hands out ---------------------------------------------------------------------------------

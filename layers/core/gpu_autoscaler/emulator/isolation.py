@@ -13,6 +13,7 @@ Outside a scope the proxies behave exactly as what they replace, so nothing else
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["install", "scope"]
+__all__ = ["forget_foreign_logger", "install", "scope"]
 
 _DELETED = object()
 _install_lock = threading.Lock()
@@ -141,3 +142,24 @@ def scope(variables: dict[str, str], stdout: TextIO) -> Iterator[None]:
     environ, out = install()
     with environ.overlaid(variables), out.redirected(stdout):
         yield
+
+
+def forget_foreign_logger(service: str) -> None:
+    """Make a service's logger as a fresh process would: unconfigured. Powertools configures a service's logger
+    once per process (its `init` mark) with a handler bound to the stdout of that moment, and every later Logger of
+    the service reuses it; in Lambda each environment is its own process, so the first Logger a handler makes is
+    always new. Here a logger made outside every environment (a test importing a handler directly, while the test
+    runner's capture was stdout) would carry that stream into the environment, and its log would go there instead
+    of the environment's stream. Loggers bound to the proxy are left alone: they were made in an environment, and
+    one of them may be logging right now."""
+    logger = logging.getLogger(service)
+    if not getattr(logger, "init", False):
+        return
+    streams = [getattr(handler, "stream", None) for handler in logger.handlers]
+    if all(isinstance(stream, _Stdout) for stream in streams):
+        return
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    for attribute in ("init", "powertools_handler", "powertools_buffer_config"):
+        if hasattr(logger, attribute):
+            delattr(logger, attribute)
