@@ -11,6 +11,7 @@ from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryClust
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE, disrupting, disruption_mark, drain_sent
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, MAX_DELAY
 from gpu_autoscaler.errors import KubernetesApiError
 from gpu_autoscaler.models.claims import ClaimState
@@ -180,6 +181,29 @@ def test_a_replacement_that_failed_to_launch_stops_a_voluntary_drain_not_an_invo
     voluntary = h.drain(make_request(replacement_claim_id="c-2"))
     assert voluntary.status == "abandoned" and h.cluster.calls.cordoned == []
     assert h.drain(make_request(replacement_claim_id="c-2", involuntary=True)).status == "finished"
+
+
+def test_an_abandoned_consolidation_drain_gives_its_node_back_to_consolidation() -> None:
+    """Karpenter: a replacement that fails to initialize un-taints the candidates and the next pass starts over
+    (docs, concepts/disruption, "Disruption Controller" step 4). The decision's mark goes with the taint: kept,
+    it would shield the node from every later decision until the drain's deadline (an empty node billed idle)."""
+    h = Harness("web-0")
+    mark = drain_sent(disruption_mark("consolidation (Replace)", NOW + timedelta(minutes=15), ["c-2"]))
+    marked = h.store.get_claim("c-1")
+    assert marked is not None
+    h.store.update_claim(marked, attributes={DISRUPTION_ATTRIBUTE: mark, "emptySince": NOW.isoformat()})
+    h.store.create_claim(make_claim(id="c-2", instance_id=None, node_name=None, state=ClaimState.PENDING))
+    pending = h.store.get_claim("c-2")
+    assert pending is not None
+    h.store.transition(pending, ClaimState.TERMINATED, "no capacity")
+    h.cluster.taint(NODE, DRAIN_TAINT)
+
+    outcome = h.drain(make_request(reason="consolidation", replacement_claim_id="c-2"))
+
+    claim = h.store.get_claim("c-1")
+    assert outcome.status == "abandoned" and claim is not None and claim.state is ClaimState.REGISTERED
+    assert DISRUPTION_ATTRIBUTE not in claim.attributes and not disrupting(claim, h.clock.now())
+    assert claim.attributes.get("emptySince") == NOW.isoformat(), "only the mark goes"
 
 
 def test_a_replacement_that_served_and_ended_is_not_waited_for() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "disruption_until",
     "proposal",
     "proposal_mark",
+    "unmarked",
 ]
 
 DISRUPTION_ATTRIBUTE = "disruption"
@@ -150,6 +151,12 @@ def acting(claim: NodeClaim) -> Acting | None:
                       drain_sent=bool(mark.get("drainSent", False)))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def unmarked(attributes: dict[str, str]) -> dict[str, str]:
+    """A claim's attributes without its disruption mark: the decision is over (not validated, or its drain
+    abandoned), and the node is a candidate again at the next tick, as Karpenter's are once un-tainted."""
+    return {k: v for k, v in attributes.items() if k != DISRUPTION_ATTRIBUTE}
 
 
 def disrupting(claim: NodeClaim, now: datetime) -> bool:

@@ -49,6 +49,7 @@ from gpu_autoscaler.domain.disruption_marks import (
     disruption_until,
     drain_sent,
     proposal_mark,
+    unmarked,
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.errors import ClaimExists, KubernetesApiError, StaleClaim
@@ -370,8 +371,7 @@ class ConsolidateService:
     def _unmark(self, claims: Sequence[NodeClaim]) -> None:
         for claim in claims:
             try:
-                self.store.update_claim(claim, attributes={k: v for k, v in claim.attributes.items()
-                                                           if k != DISRUPTION_ATTRIBUTE})
+                self.store.update_claim(claim, attributes=unmarked(claim.attributes))
             except StaleClaim:
                 logger.info("claim %s moved on; its disruption mark expires by itself", claim.id)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE, unmarked
 from gpu_autoscaler.domain.drain import (
     DRAIN_TAINT,
     Continuation,
@@ -54,6 +55,7 @@ from gpu_autoscaler.domain.pod_events import disruption_events
 from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import EvictionOutcome
+from gpu_autoscaler.services.claim_writes import write_fresh
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -234,6 +236,7 @@ class DrainService:
             logger.info("drain of %s abandoned: %s", request.node_name, step.reason)
             if node is not None:  # consolidation's taint: the node takes pods again
                 self.cluster.untaint(node.name, DRAIN_TAINT)
+            self._unmark(claim)
             return None
         if step.cordon and node is not None:
             claim = self._start(node, claim, request.reason)
@@ -283,6 +286,21 @@ class DrainService:
                            request.instance_id, claim.id, claim.instance_id)
             return None
         return claim
+
+    def _unmark(self, claim: NodeClaim) -> None:
+        """The abandoned decision's mark goes with its taint: the node is a consolidation candidate again at the
+        next tick, not only once the drain's deadline has passed (Karpenter un-taints the candidates of a
+        command whose replacement failed and starts over). Retried: a lost write keeps the node out until then."""
+        def still(fresh: NodeClaim) -> bool:
+            return fresh.state is ClaimState.REGISTERED and DISRUPTION_ATTRIBUTE in fresh.attributes
+
+        if not still(claim):
+            return
+        try:
+            write_fresh(self.store, claim,
+                        lambda fresh: self.store.update_claim(fresh, attributes=unmarked(fresh.attributes)), still)
+        except StaleClaim:
+            logger.info("claim %s moved on; its disruption mark lapses by itself", claim.id)
 
     def _start(self, node: ClusterNode, claim: NodeClaim, reason: str) -> NodeClaim:
         """Cordon and taint; the claim becomes Draining, so its pods are free to be planned elsewhere."""
