@@ -270,6 +270,30 @@ def test_an_id_ec2_never_learns_of_is_not_reported_terminated(ec2: tuple[Any, St
     assert compute.terminate(["i-0eee000000000006"]) == []
 
 
+class _LowestDraws(random.Random):
+    """Every jitter draw at its lowest: the unluckiest run of a randomised backoff."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+def test_an_id_not_yet_known_is_waited_for_at_least_seconds_whatever_the_jitter(ec2: tuple[Any, Stubber]) -> None:
+    """EC2's eventual consistency lasts seconds after RunInstances/CreateFleet ("Eventual consistency in the Amazon
+    EC2 API": retry with exponential backoff). Full jitter may draw ~0 every time, and five asks within
+    milliseconds gave up on an instance that appeared a second later (CI: the strict layer's 1.5 s lag). The asks
+    about an unknown id must together wait for seconds, whatever the draws."""
+    client, stubber = ec2
+    sleeps: list[float] = []
+    compute = Ec2Compute(client, "ml-prod", sleep=sleeps.append, rng=_LowestDraws())
+    for _ in range(4):
+        stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                                 expected_params={"InstanceIds": ["i-0eee000000000007"]})
+    stubber.add_response("terminate_instances", terminating("i-0eee000000000007"),
+                         {"InstanceIds": ["i-0eee000000000007"]})
+    assert compute.terminate(["i-0eee000000000007"]) == ["i-0eee000000000007"]
+    assert sum(sleeps) >= 3.0, sleeps
+
+
 def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config: Config) -> None:
     claim = NodeClaim(cluster="ml-prod", id="c-1", pool="gpu-burst", capacity_type="spot", zones=("us-east-1a",),
                       instance_types=("g6.xlarge",), price_per_hour=0.4, created_at=SystemClock().now())

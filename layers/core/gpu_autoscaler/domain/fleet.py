@@ -528,6 +528,9 @@ def describe_failure(errors: Sequence[FleetError], fallback: str) -> tuple[str, 
     return "could not launch: " + "; ".join(parts) + more, errors[-1].code
 
 
-def backoff_delay(retry: int, rng: Random, *, base: float = 0.5, cap: float = 8.0) -> float:
-    """Exponential backoff with full jitter (AWS's advice for throttling): uniform in [0, min(cap, base·2ⁿ)]."""
-    return rng.random() * min(cap, base * (2 ** max(0, retry)))
+def backoff_delay(retry: int, rng: Random, *, base: float = 0.5, cap: float = 8.0, fixed: float = 0.0) -> float:
+    """Exponential backoff with jitter: uniform in [fixed·d, d], d = min(cap, base·2ⁿ). Full jitter (`fixed` 0,
+    AWS's advice for throttling) spreads contending callers; waiting for something to propagate (EC2's eventual
+    consistency) needs a floor too, else unlucky draws spend every retry within milliseconds ("equal jitter")."""
+    ceiling = min(cap, base * (2 ** max(0, retry)))
+    return ceiling * (fixed + (1.0 - fixed) * rng.random())

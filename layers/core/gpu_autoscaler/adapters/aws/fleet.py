@@ -67,7 +67,8 @@ _TERMINATE_CHUNK = 1000
 """TerminateInstances takes up to 1000 ids per call."""
 NOT_FOUND = "InvalidInstanceID.NotFound"
 NOT_FOUND_RETRIES = 4
-"""Asks of one id EC2 does not know yet (eventual consistency: seconds after its launch), with backoff."""
+"""Asks of one id EC2 does not know yet (eventual consistency: seconds after its launch), with backoff whose
+half is fixed: 3.75 to 7.5 s in all before giving up, whatever the jitter draws."""
 _REFUSED = frozenset({"UnauthorizedOperation", "OperationNotPermitted", "InvalidInstanceID.Malformed"})
 """Per id: not ours (IAM's ownership condition), protected from termination, or not an instance id."""
 
@@ -284,7 +285,7 @@ class Ec2Compute:
                     logger.warning("instance %s still unknown to EC2 after %d tries: not terminated here (the "
                                    "garbage collector ends it if it appears)", instance_id, retry + 1)
                     return []
-                self._sleep(backoff_delay(retry, self._rng))
+                self._sleep(backoff_delay(retry, self._rng, fixed=0.5))
         return []  # pragma: no cover
 
     @staticmethod
