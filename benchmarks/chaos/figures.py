@@ -14,13 +14,14 @@ seconds measure the pipeline's own work and retries under load, not EC2's or a k
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from tests.chaos.outage import api_outage_during_drain
-from tests.chaos.rig import SOAK_VISIBILITY, running_rig
+from tests.chaos.rig import SOAK_GC_GRACE, chaos_config, running_rig
 from tests.chaos.scenarios import (
     capacity_storm_lifecycle,
     conflicting_launches,
@@ -69,7 +70,8 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     soak = args.pods > 40 or args.warned_nodes > 20  # the packer's and fleet's batches take tens of seconds
-    with running_rig(soak_visibility=SOAK_VISIBILITY if soak else None) as rig:
+    with running_rig(chaos_config(gc_grace=SOAK_GC_GRACE) if soak else None) as rig:
+        large = rig.soak_visibility if soak else contextlib.nullcontext
         print(f"emulator started in {time.monotonic() - began:.1f} s")
         for seed in seeds if "3" in wanted else ():
             result, plan = crash_lifecycle(rig, crash_points_for(seed), prefix=f"c{seed}")
@@ -91,7 +93,8 @@ def main(argv: list[str]) -> int:
                  f"{sum(came for _, came in plan.released)}/{len(plan.released)} overlapped", conflict.report.ok)
             status |= not conflict.report.ok
         if "1" in wanted:
-            throttled = throttling_storm(rig, pods=args.pods, seconds=args.throttle_seconds)
+            with large():
+                throttled = throttling_storm(rig, pods=args.pods, seconds=args.throttle_seconds)
             _row(f"1 throttling 30 %, {args.pods} pods", {"bound": throttled.seconds_to_bound},
                  f"{throttled.refused}/{throttled.seen} refused", throttled.report.ok,
                  f"{throttled.dead_letters} dead letters")
@@ -106,7 +109,8 @@ def main(argv: list[str]) -> int:
                  f"released with a reason ({ice.told} told by an Event)")
             status |= not ice.report.ok
         if "6" in wanted:
-            warned = spot_warning_storm(rig, nodes=args.warned_nodes, seconds=args.warning_seconds)
+            with large():
+                warned = spot_warning_storm(rig, nodes=args.warned_nodes, seconds=args.warning_seconds)
             ok = warned.report.ok and not warned.shared
             _row(f"6 {warned.warnings} Spot warnings/{args.warning_seconds:g} s",
                  {"all bound": warned.seconds_to_bound, "after last": warned.seconds_after_last},

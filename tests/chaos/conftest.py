@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.chaos.rig import SOAK_VISIBILITY, running_rig
+from tests.chaos.rig import SOAK_GC_GRACE, chaos_config, running_rig
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,6 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="package")
 def rig() -> Iterator[ChaosRig]:
-    """One running emulator for the suite (starting one costs ~15 s); every scenario gives everything back."""
-    with running_rig(soak_visibility=SOAK_VISIBILITY if SOAK else None) as running:
+    """One running emulator for the suite (starting one costs ~15 s); every scenario gives everything back. The
+    soak's garbage-collection grace is the soak's for the whole session (it is configuration the functions load);
+    the soak's queue visibility only for the scenarios at the issue's sizes (`ChaosRig.soak_visibility`)."""
+    with running_rig(chaos_config(gc_grace=SOAK_GC_GRACE) if SOAK else None) as running:
         yield running

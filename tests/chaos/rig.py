@@ -184,6 +184,23 @@ class ChaosRig:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.describe()}")
         return time.monotonic() - began
 
+    @contextlib.contextmanager
+    def soak_visibility(self, seconds: int = SOAK_VISIBILITY) -> Iterator[None]:
+        """The pending-pods and launch queues' visibility for one scenario at the soak's sizes (see
+        `SOAK_VISIBILITY`), then the rig's own again: the other scenarios count on a redelivery within seconds (a
+        crashed invocation's message, a held writer's launch), and 120 s would outlast their waits. Messages
+        already received keep the visibility they were received with, as in SQS."""
+        queues = [self.aws.queue_url(name) for name in ("pending-pods", "launch")]
+        before = [self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]
+                  ["VisibilityTimeout"] for url in queues]
+        for url in queues:
+            self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": str(seconds)})
+        try:
+            yield
+        finally:
+            for url, value in zip(queues, before, strict=True):
+                self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": value})
+
     def describe(self) -> str:
         """What is there, for a failure message: instances, claims, pods."""
         from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore

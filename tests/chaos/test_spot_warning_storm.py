@@ -10,6 +10,7 @@ holds back are reported unschedulable with that reason and placed once their war
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from tests.chaos.conftest import SOAK
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 
 def test_a_spot_warning_for_every_node_replaces_each_once_within_the_pools_limits(rig: ChaosRig) -> None:
     nodes = 100 if SOAK else 6
-    result = spot_warning_storm(rig, nodes=nodes, seconds=nodes * 0.6)
+    with rig.soak_visibility() if SOAK else contextlib.nullcontext():
+        result = spot_warning_storm(rig, nodes=nodes, seconds=nodes * 0.6)
 
     assert result.report.ok, str(result.report)
     assert result.warnings == result.nodes == nodes, "one pod per node, every node warned"

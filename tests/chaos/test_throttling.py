@@ -6,6 +6,7 @@ span several of every function's retries); with GPU_AUTOSCALER_CHAOS_SOAK=1, the
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from tests.chaos.conftest import SOAK
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def test_thirty_percent_throttling_while_pods_arrive_loses_nothing(rig: ChaosRig) -> None:
-    result = throttling_storm(rig, pods=200 if SOAK else 20, seconds=120.0 if SOAK else 8.0, seed=0)
+    with rig.soak_visibility() if SOAK else contextlib.nullcontext():
+        result = throttling_storm(rig, pods=200 if SOAK else 20, seconds=120.0 if SOAK else 8.0, seed=0)
 
     assert result.refused > 0, "the fault rule refused nothing"
     assert result.report.ok, str(result.report)
