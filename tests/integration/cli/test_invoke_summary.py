@@ -37,6 +37,20 @@ def test_the_spot_warning_sample_acts_on_capacity_launched_first() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_launch_first_says_so_when_the_capacity_does_not_register_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Going on with capacity still launching acted on other claims than the sample's warning is about (a flaky
+    "claims moved" under load): when the wait runs out, the command stops with what it saw."""
+    from gpu_autoscaler.cli import invoke
+
+    monkeypatch.setattr(invoke, "LAUNCH_FIRST_WAIT_SECONDS", 0.0)
+    result = runner.invoke(app, ["invoke", "interruption", str(ROOT / "events/interruption-spot-warning.json"),
+                                 "--launch-first", "--config", str(ROOT / "cdk.json")])
+    assert result.exit_code == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --launch-first: the sample pods' capacity did not register within 0 s"), line
+    assert "invoking" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_what_moto_lacks_is_an_aws_error_not_a_traceback(capfd: pytest.CaptureFixture[str]) -> None:
     with EmbeddedAws(load_config(ROOT / "cdk.json")) as aws:
         with pytest.raises(ClientError) as missing_service:

@@ -23,6 +23,7 @@ import logging
 import re
 import sys
 import traceback
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path  # noqa: TC003 (typer reads the annotations at runtime)
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HandlerLoadError", "default_functions_dir", "handler_path", "invoke_command", "run_handler"]
 
+LAUNCH_FIRST_WAIT_SECONDS = 180.0
+"""How long `--launch-first` waits for the sample's nodes to register (seconds of a minute or less on a quiet
+machine; the emulator boots nodes in 1.5 s at 30× speed, but shares the CPU with whatever else runs)."""
 _INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8,17}\b")
 
 
@@ -143,11 +147,17 @@ def _launch_first(config: Config, functions_dir: Path, stack: ExitStack) -> tupl
                                                MessageDeduplicationId=record["messageId"])
     target = _Target(aws.clients, aws.resources, aws.function_environment,
                      f"the emulator at {aws.endpoint_url} (Kubernetes API {session.kube.url})")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + LAUNCH_FIRST_WAIT_SECONDS
+    while True:
         claims = read_account(target.clients, target.resources).claims
         if claims and all(c.state == "Registered" for c in claims if c.state != "Terminated"):
             break
+        if time.monotonic() >= deadline:
+            states = Counter(c.state for c in claims)
+            raise EmulatorError(
+                f"--launch-first: the sample pods' capacity did not register within {LAUNCH_FIRST_WAIT_SECONDS:g} s "
+                f"(claims: {', '.join(f'{n}× {state}' for state, n in sorted(states.items())) or 'none yet'}); "
+                "the machine may be busy: try again")
         time.sleep(0.5)
     instances = read_account(target.clients, target.resources).instances
     running = sorted((i for i in instances if i.state == "running"), key=lambda i: i.capacity_type != "spot")
