@@ -109,3 +109,45 @@ def test_a_query_answer_is_not_walked_attribute_by_attribute(aws: EmbeddedAws,
 
     assert walks(query, "ITEM#", 40) == walks(query, "ITEM#0001", 1)
     assert walks(batch, 40) == walks(batch, 1)
+
+
+def test_a_query_reads_its_key_range_in_order_either_way(aws: EmbeddedAws) -> None:
+    db, table = aws.clients.client("dynamodb"), aws.table_name
+    for name in ("A#1", "B#1", "B#2", "B#3", "C#1"):
+        db.put_item(TableName=table, Item=_key("RANGE", name))
+    db.put_item(TableName=table, Item=_key("RANGE-OTHER", "B#4"))
+
+    def keys(condition: str, values: dict[str, Any], forward: bool = True) -> list[str]:
+        found = db.query(TableName=table, KeyConditionExpression=f"#pk = :pk{condition}", ScanIndexForward=forward,
+                         ExpressionAttributeNames={"#pk": PARTITION_KEY, **({"#sk": SORT_KEY} if values else {})},
+                         ExpressionAttributeValues={":pk": {"S": "RANGE"}, **values})["Items"]
+        return [i[SORT_KEY]["S"] for i in found]
+
+    assert keys("", {}) == ["A#1", "B#1", "B#2", "B#3", "C#1"]
+    assert keys(" AND begins_with(#sk, :p)", {":p": {"S": "B#"}}, forward=False) == ["B#3", "B#2", "B#1"]
+    assert keys(" AND #sk BETWEEN :a AND :b", {":a": {"S": "B#2"}, ":b": {"S": "C#1"}}) == ["B#2", "B#3", "C#1"]
+    assert keys(" AND #sk > :a", {":a": {"S": "B#3"}}) == ["C#1"]
+    assert keys(" AND begins_with(#sk, :p)", {":p": {"S": "D#"}}) == []
+
+
+def test_a_query_does_not_look_at_sort_keys_outside_its_range(aws: EmbeddedAws,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """DynamoDB reads a Query's key range, so its cost does not grow with the other items of the partition (the
+    packer's claims beside thousands of pod assignments)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    db, table = aws.clients.client("dynamodb"), aws.table_name
+    for n in range(200):
+        db.put_item(TableName=table, Item=_key("BESIDE", f"OTHER#{n:04d}"))
+    for n in range(3):
+        db.put_item(TableName=table, Item=_key("BESIDE", f"ITEM#{n:04d}"))
+    compared: list[int] = []
+    original = DynamoType.compare
+
+    def counted(self: Any, *args: Any) -> bool:
+        compared.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(DynamoType, "compare", counted)
+    assert len(_query(db, table, "BESIDE")) == 3
+    assert len(compared) <= 3

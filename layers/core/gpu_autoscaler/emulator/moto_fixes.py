@@ -31,6 +31,7 @@ def apply() -> None:
     _answer_what_moto_lacks()
     _serialize_dynamodb()
     _items_written_as_json()
+    _queries_read_their_partition()
     _serialize_ec2()
     _transactions_without_table_copies()
     _instance_pages_that_survive_changes()
@@ -172,6 +173,41 @@ def _items_written_as_json() -> None:
         return status, headers, json.dumps(answer)
 
     DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+
+
+def _queries_read_their_partition() -> None:
+    """A Query reads one partition, and within it only the sort keys its key condition names ("Query operations
+    in DynamoDB": the items come from the key range, in sort key order, before any filter). moto walks every
+    item of the table, sorts the partition by comparing DynamoType objects, then tests the condition on each: the
+    packer's read of its claims cost as much as every pod assignment, boot sample and demand bucket stored beside
+    them. The table's own query then sees only the partition's items its key condition selects; everything after
+    (order, pages, limits, filters, projections, copies) is still moto's."""
+    from moto.dynamodb.models.table import Table
+
+    original = Table.query
+
+    def query(self: Any, hash_key: Any, range_comparison: str | None, range_objs: list[Any], limit: Any,
+              exclusive_start_key: Any, scan_index_forward: Any, projection_expressions: Any,
+              index_name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        if index_name or hash_key is None or not self.range_key_attr or hash_key not in self.items:
+            return original(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                            scan_index_forward, projection_expressions, index_name, *args, **kwargs)
+        partition = self.items[hash_key]
+        if range_comparison is None:
+            rows = list(partition.values())
+        elif range_comparison.upper() == "BEGINS_WITH" and all(o.type == "S" for o in range_objs):
+            prefix = range_objs[0].value
+            rows = [item for key, item in partition.items() if key.type == "S" and key.value.startswith(prefix)]
+        else:
+            rows = [item for key, item in partition.items() if key.compare(range_comparison, range_objs)]
+        self.all_items = lambda: rows  # this call's view of the table (requests are served one at a time)
+        try:
+            return original(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                            scan_index_forward, projection_expressions, index_name, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    Table.query = query  # type: ignore[method-assign]
 
 
 def _serialize_ec2() -> None:
