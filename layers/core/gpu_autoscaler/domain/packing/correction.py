@@ -75,7 +75,8 @@ def _reweighed(plan: Sequence[Opened], w: np.ndarray, share: np.ndarray, kinds: 
     paid = np.zeros(w.size)
     pods = np.zeros(w.size)
     for e in plan:
-        part = np.where(e.counts > 0, e.counts * share[e.kind], 0.0)
+        with np.errstate(invalid="ignore"):  # 0 pods × the infinite share of a class the kind cannot hold
+            part = np.where(e.counts > 0, e.counts * share[e.kind], 0.0)
         total = part.sum()
         if total > 0:
             paid += e.copies * kinds.price[e.kind] * part / total
