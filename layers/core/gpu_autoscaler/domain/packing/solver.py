@@ -36,6 +36,7 @@ from gpu_autoscaler.domain.packing.classes import PodClass, classify
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable, dra_devices
 from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
+from gpu_autoscaler.domain.packing.memo import PackMemo
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
 from gpu_autoscaler.domain.packing.results import (
@@ -168,6 +169,7 @@ class Solver:
         `first_fit_decreasing` for comparison) — every other rule is the same whichever is used."""
         self.config = config
         self.packer = packer
+        self._packed = PackMemo()
         self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
         self.clock = clock
         self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
@@ -260,6 +262,11 @@ class Solver:
         labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, OS_LABEL: "linux"})
         labels.update(view.fixed_labels)
         return labels
+
+    def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
+        """`packer(demand, req, kinds)`, each distinct question packed once (`memo`): consolidation weighs the
+        same leftovers against the same tier on pass after pass."""
+        return self._packed(self.packer, demand, req, kinds)
 
     # The decision
 
@@ -623,7 +630,7 @@ class _Pass:
                 pos = in_zone[group]
                 kinds = Kinds(self.matrices[view.position][idx.type_of[pos]], idx.price[pos], feasible[:, group],
                               _reserved_limit(self, pos, capacity_type))
-                opened = self.s.packer(demand, req, kinds)
+                opened = self.s.pack(demand, req, kinds)
                 if not np.array_equal(sum((e.counts * e.copies for e in opened), np.zeros_like(demand)), demand):
                     continue
                 cost = float(sum(kinds.price[e.kind] * e.copies for e in opened))
@@ -704,7 +711,7 @@ class _Pass:
         if limit is None:
             pos, feasible = self._dedupe(pos, feasible)
         kinds = Kinds(self.matrices[view.position][self.idx.type_of[pos]], self.idx.price[pos], feasible, limit)
-        opened = self.s.packer(self.rem[rows].copy(), self.req[rows], kinds)
+        opened = self.s.pack(self.rem[rows].copy(), self.req[rows], kinds)
         min_gpus = 0.0
         roomier = roomier_node(opened, self.rem[rows], self.req[rows], kinds, self.names.index(GPU),
                                view.pool.spare_room_worth)
