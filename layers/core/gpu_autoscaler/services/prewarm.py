@@ -327,8 +327,8 @@ class PrewarmService:
             found = {}
             shaped_history = False
             for cls in classes(pool):
-                history = self._history(series_key(pool.name, cls), since, now)
-                if history.first_record is None or not history.values.any():
+                history = self._shape_history(series_key(pool.name, cls), since, now)
+                if history is None:
                     continue
                 shaped = self.forecaster.forecast(history, now, forecast.target, pool.name)
                 if shaped.ok:
@@ -338,6 +338,14 @@ class PrewarmService:
             if shaped_history:
                 out[pool.name] = found
         return out
+
+    def _shape_history(self, key: str, since: datetime, now: datetime) -> DemandSeries | None:
+        """A shape class's series (`<pool>/<class>`) from `since` to `now`, or None when it holds no demand there:
+        a class that has not come in the history is not forecast at all (most classes of a pool never come)."""
+        history = self._history(key, since, now)
+        if history.first_record is None or not history.values.any():
+            return None
+        return history
 
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
         """A demand series (a pool's, or `<pool>/<class>`) from `since` to `now`: the store's records (the

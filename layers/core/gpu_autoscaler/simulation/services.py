@@ -99,13 +99,7 @@ class SimulatedPrewarm(PrewarmService):
         store = self.store
         if not isinstance(store, SimulationStateStore):
             return super()._history(pool, since, now)
-        key = (since, now)
-        if self._bounds is None or self._bounds[0] != key:
-            series = self._series(pool)
-            lo, hi = max(0, series.index(since)), series.index(now)
-            self._bounds = (key, (lo, hi, series.start + lo * BUCKET))
-            self._unrecorded = None
-        lo, hi, start = self._bounds[1]
+        lo, hi, start = self._window_bounds(pool, since, now)
         if not store.recorded(pool):
             if self._unrecorded is None:
                 self._unrecorded = _window(self._series(pool), lo, hi, start)
@@ -114,6 +108,28 @@ class SimulatedPrewarm(PrewarmService):
         if SEPARATOR not in pool:
             return window
         return SparseSeries(window.start, window.values, window.first_record, lo, store.nonzero(pool))
+
+    def _shape_history(self, key: str, since: datetime, now: datetime) -> DemandSeries | None:
+        """The service's, without a window for the classes that hold no demand in it (most of the dozens read
+        on every tick): whether one does is the store's bisection of its buckets with demand."""
+        store = self.store
+        if not isinstance(store, SimulationStateStore):
+            return super()._shape_history(key, since, now)
+        lo, hi, _ = self._window_bounds(key, since, now)
+        if not store.recorded(key) or not store.holds_demand(key, lo, hi):
+            return None
+        return self._history(key, since, now)
+
+    def _window_bounds(self, pool: str, since: datetime, now: datetime) -> tuple[int, int, datetime]:
+        """The store series' buckets of [since, now) — `lo` clipped at 0, `hi` not clipped — and the start of
+        bucket `lo`: the same for every series (they share their start), found once per tick."""
+        key = (since, now)
+        if self._bounds is None or self._bounds[0] != key:
+            series = self._series(pool)
+            lo, hi = max(0, series.index(since)), series.index(now)
+            self._bounds = (key, (lo, hi, series.start + lo * BUCKET))
+            self._unrecorded = None
+        return self._bounds[1]
 
 
 def _window(series: DemandSeries, lo: int, hi: int, start: datetime) -> DemandSeries:
