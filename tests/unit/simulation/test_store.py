@@ -128,42 +128,42 @@ def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_se
     assert compared == 3 * 150 * 3
 
 
-def test_a_shape_class_is_read_only_when_its_window_holds_demand_as_the_service_reads_it() -> None:
-    """`SimulatedPrewarm._shape_history` answers as the service's (a window with a record and some demand, else
-    None) from the store's buckets with demand, through ticks that move the window past old demand, zeros
-    recorded (a record, no demand), a series never recorded and a series grown past its buckets; and
-    `holds_demand` is the series' `values[lo:hi].any()` for any bounds."""
+def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_service_does() -> None:
+    """`SimulatedPrewarm._shape_histories` yields what the service's does (the classes, in order, whose window
+    has a record and some demand, with that window) from the store's bookkeeping, through ticks that move the
+    window past old demand, zeros recorded (a record, no demand), classes never recorded or first recorded late
+    (the list of recorded classes must not go stale) and series grown past their buckets; and `holds_demand` is
+    the series' `values[lo:hi].any()` for any bounds."""
     rng = random.Random(8)
     clock = FixedClock(START)
     store = SimulationStateStore("c", clock, history_from=START, buckets=20)
     config = make_config(make_pool("gpu"))
+    pool = config.node_pools[0]
     prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
                                make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
-    keys = ["gpu/1d-t0", "gpu/2d-t1", "gpu/zeros", "gpu/never"]
+    recorders = (("gpu/1d-t0", 0.1, [1.0, 2.5], 0), ("gpu/2d-t1", 0.4, [0.0, 4.0], 0), ("gpu/4d-t2", 0.5, [0.0], 0),
+                 ("gpu/8d-t0", 0.2, [3.0], 150), ("gpu/1d-t3", 0.3, [0.0, 1.0], 250))
     now = START
-    seen = {True: 0, False: 0}
+    yielded: set[str] = set()
     for step in range(400):
         now += BUCKET * rng.randint(0, 6) + timedelta(seconds=rng.randint(0, 299))
         clock.set(now)
-        for key, chance, values in ((keys[0], 0.1, [1.0, 2.5]), (keys[1], 0.4, [0.0, 4.0]), (keys[2], 0.5, [0.0])):
-            if rng.random() < chance:
+        for key, chance, values, first_step in recorders:
+            if step >= first_step and rng.random() < chance:
                 store.record_demand(key, now - BUCKET * rng.randint(0, 4), rng.choice(values), BUCKET)
         since = rng.choice([now - timedelta(hours=1), now - timedelta(hours=6), START])
-        for key in keys:
-            window = store.series(key).window(since, now)
-            expected = window if window.first_record is not None and window.values.any() else None
-            got = prewarm._shape_history(key, since, now)
-            service = PrewarmService._shape_history(prewarm, key, since, now)
-            if expected is None:
-                assert got is None and service is None, (step, key)
-            else:
-                assert got is not None and service is not None, (step, key)
-                for found in (got, service):
-                    assert (found.start, found.first_record, found.values.tolist()) == \
-                        (expected.start, expected.first_record, expected.values.tolist()), (step, key)
-            seen[expected is None] += 1
+        got = [(cls, (h.start, h.first_record, h.values.tolist())) for cls, h in
+               prewarm._shape_histories(pool, since, now)]
+        want = [(cls, (h.start, h.first_record, h.values.tolist())) for cls, h in
+                PrewarmService._shape_histories(prewarm, pool, since, now)]
+        assert got == want, step
+        for cls, _ in got:
+            window = store.series(f"gpu/{cls}").window(since, now)
+            assert window.first_record is not None and window.values.any()
+        yielded.update(cls for cls, _ in got)
+        for key, *_ in recorders:
             values = store.series(key).values
             lo = rng.randint(0, values.size + 3)
             hi = rng.randint(lo - 2, values.size + 5)
             assert store.holds_demand(key, lo, hi) == bool(values[lo:max(lo, hi)].any()), (step, key, lo, hi)
-    assert seen[True] > 100 and seen[False] > 100
+    assert yielded == {"1d-t0", "2d-t1", "8d-t0", "1d-t3"}

@@ -64,6 +64,8 @@ class SimulationStateStore(MemoryStateStore):
         self._series: dict[str, DemandSeries] = {}
         self._nonzero: dict[str, dict[int, list[int]]] = {}
         self._demand_buckets: dict[str, list[int]] = {}
+        self.recorded_series = 0
+        """How many series have a record: bumped when one gets its first (`recorded` turns true, never back)."""
         self._boot_index: dict[str, _Boots] = {}
 
     # Claims
@@ -151,6 +153,8 @@ class SimulationStateStore(MemoryStateStore):
             grown[: series.values.size] = series.values
             series = DemandSeries(series.start, grown, series.first_record)
         if series.first_record is None or bucket_start(bucket) < series.first_record:
+            if series.first_record is None:
+                self.recorded_series += 1
             series = DemandSeries(series.start, series.values, bucket_start(bucket))
         before = series.values[index]
         series.values[index] = max(before, gpus)
