@@ -166,11 +166,19 @@ class SimulatedCluster:
         if not ready:
             return []
         bound = []
+        # Room only shrinks while binding, so a pod like one that fitted nowhere (the same requests, the same
+        # constraints) fits nowhere either: a queue of replicas with no room is one search, not one per replica.
+        nowhere: set[tuple[object, ...]] = set()
         for pod in pods:
+            key = (pod.constraint, tuple(pod.requests.items()))
+            if key in nowhere:
+                continue
             node = self._best(pod, ready)
-            if node is not None:
-                self.bind(pod, node)
-                bound.append((pod, node))
+            if node is None:
+                nowhere.add(key)
+                continue
+            self.bind(pod, node)
+            bound.append((pod, node))
         return bound
 
     def _best(self, pod: SimPod, nodes: list[SimNode]) -> SimNode | None:
