@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from gpu_autoscaler.domain.packing.fit import pod_requests
+from gpu_autoscaler.domain.packing.fit import fits, pod_requests
+from gpu_autoscaler.models.requirements import terms_match
+from gpu_autoscaler.models.resources import CPU, GPU
+from gpu_autoscaler.models.taints import tolerates_all
 from gpu_autoscaler.simulation.cloud import SimulatedInstance
 from gpu_autoscaler.simulation.cluster import SimNode, SimPod, SimulatedCluster
 from gpu_autoscaler.simulation.policies import PodShaper
@@ -26,15 +29,26 @@ def _join(cluster: SimulatedCluster, n: int, type_name: str, pool: str) -> SimNo
     return cluster.join(instance, MIXED_CONFIG.pool(pool))
 
 
+def _allowed(pod: SimPod, node: SimNode) -> bool:
+    spec = pod.spec
+    return (tolerates_all(spec.tolerations, node.pool.taints)
+            and all(node.labels.get(k) == v for k, v in spec.node_selector.items())
+            and terms_match(spec.required_node_affinity, node.labels))
+
+
 def _reference(cluster: SimulatedCluster, pods: list[SimPod]) -> list[tuple[str, str]]:
-    """Every pod searched for, in order (the scheduler before it skipped anything)."""
+    """Every pod searched for, in order, on every node (kube-scheduler's pass with no cache at all): the fitting
+    node it may go to that leaves the fewest GPUs, then the least CPU, free; the oldest of those."""
     ready = [n for n in cluster.nodes.values() if not n.cordoned and len(n.taints) == len(n.pool.taints)]
     out = []
     for pod in pods:
-        node = cluster._best(pod, ready)
-        if node is not None:
-            cluster.bind(pod, node)
-            out.append((pod.uid, node.name))
+        fitting = [n for n in ready if fits(pod.requests, n.free) and _allowed(pod, n)]
+        if not fitting:
+            continue
+        node = min(fitting, key=lambda n: (n.free.get(GPU, 0) - pod.requests.get(GPU, 0),
+                                           n.free.get(CPU, 0) - pod.requests.get(CPU, 0), n.order))
+        cluster.bind(pod, node)
+        out.append((pod.uid, node.name))
     return out
 
 
