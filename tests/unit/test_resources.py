@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 
 import pytest
@@ -21,6 +22,23 @@ def test_parse_quantity(text: str, value: Decimal) -> None:
 def test_parse_quantity_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize("values", [{}, {"cpu": 250, "memory": 2**30, "nvidia.com/gpu": 0, "pods": 1},
+                                    {"nvidia.com/mig-3g.40gb": 2, "cpu": 8000}])
+def test_the_dict_backed_reads_answer_as_the_mapping_mixins_do(values: dict[str, int]) -> None:
+    """`get`, `keys`, `items`, `values` read the dict directly; each answers what `Mapping`'s own would, a missing
+    key's `get` included (0 whatever the default: the mixin asks `__getitem__`, which never raises)."""
+    resources = Resources(values)
+    for key in ("cpu", "nvidia.com/gpu", "absent"):
+        assert resources.get(key) == Mapping.get(resources, key)
+        assert resources.get(key, 7) == Mapping.get(resources, key, 7)
+        assert (key in resources) == Mapping.__contains__(resources, key)
+    assert list(resources.keys()) == list(Mapping.keys(resources))
+    assert list(resources.items()) == list(Mapping.items(resources))
+    assert list(resources.values()) == list(Mapping.values(resources))
+    assert dict(resources) == {k: v for k, v in values.items() if v}
+    assert dict(resources + {"cpu": 1}) == {**{k: v for k, v in values.items() if v}, "cpu": values.get("cpu", 0) + 1}
 
 
 def test_canonical_units_and_fit() -> None:

@@ -12,6 +12,7 @@ from gpu_autoscaler.config import MeasuredLeadTime
 from gpu_autoscaler.domain.boot_times import lead_time, lead_time_of
 from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries, Forecaster
 from gpu_autoscaler.models.boot import BootSample
+from gpu_autoscaler.services.prewarm import PrewarmService
 from gpu_autoscaler.simulation.services import EventQueue, SimulatedPrewarm
 from gpu_autoscaler.simulation.sparse_forecast import SparseForecaster, SparseSeries
 from gpu_autoscaler.simulation.store import SimulationStateStore
@@ -125,3 +126,44 @@ def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_se
                 assert sparse.forecast(window, now, target, "gpu") == domain.forecast(plain, now, target, "gpu")
                 compared += 1
     assert compared == 3 * 150 * 3
+
+
+def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_service_does() -> None:
+    """`SimulatedPrewarm._shape_histories` yields what the service's does (the classes, in order, whose window
+    has a record and some demand, with that window) from the store's bookkeeping, through ticks that move the
+    window past old demand, zeros recorded (a record, no demand), classes never recorded or first recorded late
+    (the list of recorded classes must not go stale) and series grown past their buckets; and `holds_demand` is
+    the series' `values[lo:hi].any()` for any bounds."""
+    rng = random.Random(8)
+    clock = FixedClock(START)
+    store = SimulationStateStore("c", clock, history_from=START, buckets=20)
+    config = make_config(make_pool("gpu"))
+    pool = config.node_pools[0]
+    prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
+                               make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
+    recorders = (("gpu/1d-t0", 0.1, [1.0, 2.5], 0), ("gpu/2d-t1", 0.4, [0.0, 4.0], 0), ("gpu/4d-t2", 0.5, [0.0], 0),
+                 ("gpu/8d-t0", 0.2, [3.0], 150), ("gpu/1d-t3", 0.3, [0.0, 1.0], 250))
+    now = START
+    yielded: set[str] = set()
+    for step in range(400):
+        now += BUCKET * rng.randint(0, 6) + timedelta(seconds=rng.randint(0, 299))
+        clock.set(now)
+        for key, chance, values, first_step in recorders:
+            if step >= first_step and rng.random() < chance:
+                store.record_demand(key, now - BUCKET * rng.randint(0, 4), rng.choice(values), BUCKET)
+        since = rng.choice([now - timedelta(hours=1), now - timedelta(hours=6), START])
+        got = [(cls, (h.start, h.first_record, h.values.tolist())) for cls, h in
+               prewarm._shape_histories(pool, since, now)]
+        want = [(cls, (h.start, h.first_record, h.values.tolist())) for cls, h in
+                PrewarmService._shape_histories(prewarm, pool, since, now)]
+        assert got == want, step
+        for cls, _ in got:
+            window = store.series(f"gpu/{cls}").window(since, now)
+            assert window.first_record is not None and window.values.any()
+        yielded.update(cls for cls, _ in got)
+        for key, *_ in recorders:
+            values = store.series(key).values
+            lo = rng.randint(0, values.size + 3)
+            hi = rng.randint(lo - 2, values.size + 5)
+            assert store.holds_demand(key, lo, hi) == bool(values[lo:max(lo, hi)].any()), (step, key, lo, hi)
+    assert yielded == {"1d-t0", "2d-t1", "8d-t0", "1d-t3"}

@@ -9,7 +9,7 @@ and sums are exact and fast.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 
 __all__ = [
@@ -122,6 +122,22 @@ class Resources(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+    # The Mapping mixins' answers, read off the dict instead of key by key through `__getitem__`: the packer and
+    # the fit checks read requests millions of times a replay. `get` answers 0 for a missing key whatever the
+    # default, as the mixin does (it asks `__getitem__`, which never raises); `in` is left to the mixin.
+
+    def get(self, key: str, default: object = None) -> int:
+        return self._values.get(key, 0)
+
+    def keys(self) -> KeysView[str]:
+        return self._values.keys()
+
+    def items(self) -> ItemsView[str, int]:
+        return self._values.items()
+
+    def values(self) -> ValuesView[int]:
+        return self._values.values()
 
     def __add__(self, other: Mapping[str, int]) -> Resources:
         out = dict(self._values)

@@ -57,11 +57,11 @@ from gpu_autoscaler.models.resources import GPU
 from gpu_autoscaler.wiring import rate_period
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
-    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.config import Config, NodePool
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
@@ -326,10 +326,7 @@ class PrewarmService:
                 continue
             found = {}
             shaped_history = False
-            for cls in classes(pool):
-                history = self._history(series_key(pool.name, cls), since, now)
-                if history.first_record is None or not history.values.any():
-                    continue
+            for cls, history in self._shape_histories(pool, since, now):
                 shaped = self.forecaster.forecast(history, now, forecast.target, pool.name)
                 if shaped.ok:
                     shaped_history = True
@@ -338,6 +335,15 @@ class PrewarmService:
             if shaped_history:
                 out[pool.name] = found
         return out
+
+    def _shape_histories(self, pool: NodePool, since: datetime, now: datetime) -> Iterator[tuple[str, DemandSeries]]:
+        """The pool's shape classes whose series (`<pool>/<class>`) holds demand from `since` to `now`, in
+        `classes` order, each with that series: a class that has not come in the history is not forecast at all
+        (most classes of a pool never come)."""
+        for cls in classes(pool):
+            history = self._history(series_key(pool.name, cls), since, now)
+            if history.first_record is not None and history.values.any():
+                yield cls, history
 
     def _history(self, pool: str, since: datetime, now: datetime) -> DemandSeries:
         """A demand series (a pool's, or `<pool>/<class>`) from `since` to `now`: the store's records (the

@@ -126,6 +126,8 @@ class SimulatedCluster:
         self.pending = pending
         self.nodes: dict[str, SimNode] = {}
         self._feasible: dict[tuple[object, ...], bool] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+        self._pod_ids: dict[SimPod, tuple[int, int]] = {}
         self._order = 0
 
     # Nodes joining and leaving (the kubelet's part)
@@ -166,18 +168,36 @@ class SimulatedCluster:
         if not ready:
             return []
         bound = []
+        # Room only shrinks while binding, so a pod like one that fitted nowhere (the same requests, the same
+        # constraints) fits nowhere either: a queue of replicas with no room is one search, not one per replica.
+        nowhere: set[int] = set()
         for pod in pods:
-            node = self._best(pod, ready)
-            if node is not None:
-                self.bind(pod, node)
-                bound.append((pod, node))
+            constraint, shape = self._ids(pod)
+            if shape in nowhere:
+                continue
+            node = self._best(pod, ready, constraint)
+            if node is None:
+                nowhere.add(shape)
+                continue
+            self.bind(pod, node)
+            bound.append((pod, node))
         return bound
 
-    def _best(self, pod: SimPod, nodes: list[SimNode]) -> SimNode | None:
+    def _ids(self, pod: SimPod) -> tuple[int, int]:
+        """Small numbers for the pod's constraints and for its shape (constraints and requests), equal for pods
+        whose are equal: the scheduler's cache keys, which hash at once where the constraints' models do not."""
+        found = self._pod_ids.get(pod)
+        if found is None:
+            ids = self._shape_ids
+            constraint = ids.setdefault(("constraint", pod.constraint), len(ids))
+            found = (constraint, ids.setdefault(("shape", constraint, tuple(pod.requests.items())), len(ids)))
+            self._pod_ids[pod] = found
+        return found
+
+    def _best(self, pod: SimPod, nodes: list[SimNode], constraint: int) -> SimNode | None:
         best: SimNode | None = None
         best_key: tuple[int, int, int] | None = None
         requests = pod.requests
-        constraint = pod.constraint
         for node in nodes:
             if not fits(requests, node.free) or not self._allowed(constraint, pod, node):
                 continue
@@ -187,7 +207,7 @@ class SimulatedCluster:
                 best, best_key = node, key
         return best
 
-    def _allowed(self, constraint: tuple[object, ...], pod: SimPod, node: SimNode) -> bool:
+    def _allowed(self, constraint: int, pod: SimPod, node: SimNode) -> bool:
         key = (constraint, node.kind)
         found = self._feasible.get(key)
         if found is None:

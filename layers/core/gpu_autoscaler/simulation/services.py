@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.boot_times import lead_time_of
 from gpu_autoscaler.domain.forecast import BUCKET, DemandSeries
-from gpu_autoscaler.domain.pod_shapes import SEPARATOR
+from gpu_autoscaler.domain.pod_shapes import SEPARATOR, classes, series_key
 from gpu_autoscaler.services.consolidate import ConsolidateService
 from gpu_autoscaler.services.packer import PackerService
 from gpu_autoscaler.services.prewarm import PrewarmService
@@ -28,9 +28,10 @@ from gpu_autoscaler.simulation.sparse_forecast import SparseForecaster, SparseSe
 from gpu_autoscaler.simulation.store import SimulationStateStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
+    from gpu_autoscaler.config import NodePool
     from gpu_autoscaler.domain.boot_times import LeadTime
     from gpu_autoscaler.domain.consolidation import ConsolidationNode
     from gpu_autoscaler.domain.packing.solver import Solver
@@ -75,6 +76,7 @@ class SimulatedPrewarm(PrewarmService):
         self._leads: tuple[object, dict[str, LeadTime]] | None = None
         self._bounds: tuple[tuple[datetime, datetime], tuple[int, int, datetime]] | None = None
         self._unrecorded: DemandSeries | None = None
+        self._recorded_classes: dict[str, tuple[int, list[tuple[str, str]]]] = {}
         self.forecaster = SparseForecaster.like(self.forecaster)
 
     def _lead_times(self, now: datetime) -> dict[str, LeadTime]:
@@ -99,13 +101,7 @@ class SimulatedPrewarm(PrewarmService):
         store = self.store
         if not isinstance(store, SimulationStateStore):
             return super()._history(pool, since, now)
-        key = (since, now)
-        if self._bounds is None or self._bounds[0] != key:
-            series = self._series(pool)
-            lo, hi = max(0, series.index(since)), series.index(now)
-            self._bounds = (key, (lo, hi, series.start + lo * BUCKET))
-            self._unrecorded = None
-        lo, hi, start = self._bounds[1]
+        lo, hi, start = self._window_bounds(pool, since, now)
         if not store.recorded(pool):
             if self._unrecorded is None:
                 self._unrecorded = _window(self._series(pool), lo, hi, start)
@@ -114,6 +110,36 @@ class SimulatedPrewarm(PrewarmService):
         if SEPARATOR not in pool:
             return window
         return SparseSeries(window.start, window.values, window.first_record, lo, store.nonzero(pool))
+
+    def _shape_histories(self, pool: NodePool, since: datetime, now: datetime) -> Iterator[tuple[str, DemandSeries]]:
+        """The service's, from the store's bookkeeping rather than a window per class (dozens a tick, most never
+        recorded): the classes whose series was ever recorded, listed again only when the store records a new
+        series; of those, the ones with demand in the window, by a bisection of their buckets with demand."""
+        store = self.store
+        if not isinstance(store, SimulationStateStore):
+            yield from super()._shape_histories(pool, since, now)
+            return
+        version = store.recorded_series
+        cached = self._recorded_classes.get(pool.name)
+        if cached is None or cached[0] != version:
+            keys = [(cls, series_key(pool.name, cls)) for cls in classes(pool)]
+            cached = (version, [(cls, key) for cls, key in keys if store.recorded(key)])
+            self._recorded_classes[pool.name] = cached
+        lo, hi, _ = self._window_bounds(pool.name, since, now)
+        for cls, key in cached[1]:
+            if store.holds_demand(key, lo, hi):
+                yield cls, self._history(key, since, now)
+
+    def _window_bounds(self, pool: str, since: datetime, now: datetime) -> tuple[int, int, datetime]:
+        """The store series' buckets of [since, now) — `lo` clipped at 0, `hi` not clipped — and the start of
+        bucket `lo`: the same for every series (they share their start), found once per tick."""
+        key = (since, now)
+        if self._bounds is None or self._bounds[0] != key:
+            series = self._series(pool)
+            lo, hi = max(0, series.index(since)), series.index(now)
+            self._bounds = (key, (lo, hi, series.start + lo * BUCKET))
+            self._unrecorded = None
+        return self._bounds[1]
 
 
 def _window(series: DemandSeries, lo: int, hi: int, start: datetime) -> DemandSeries:

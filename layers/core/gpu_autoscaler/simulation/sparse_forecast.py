@@ -15,6 +15,7 @@ tests compare the two on random series.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field, fields
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["SparseForecaster", "SparseSeries"]
 
 _DAY = int(timedelta(days=1) / BUCKET)
+_BUCKET_SECONDS = int(BUCKET.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -53,33 +55,37 @@ class SparseForecaster(Forecaster):
         if not isinstance(series, SparseSeries) or series.first_record is None:
             return super().forecast(series, now, target, pool)
         history = now - series.first_record
-        end = min(series.values.size, series.index(now))
+        start = series.start.timestamp()
+        end = min(series.values.size, _index(now, start))
         if history < self.min_history or end <= 0:
             return super().forecast(series, now, target, pool)
-        first = max(0, series.index(series.first_record))
-        profile = self._sparse_profile(series, end, series.index(target), self.quantile, first)
+        half, recent_buckets = _spans(self.tolerance, self.recent)
+        first = max(0, _index(series.first_record, start))
+        profile = self._sparse_profile(series, end, _index(target, start), self.quantile, first, half)
         if profile is None:
             return super().forecast(series, now, target, pool)
         value, samples = profile
-        recent_buckets = max(1, math.ceil(self.recent / BUCKET))
         recent = series.values[max(0, end - recent_buckets):end]
-        level = float(recent.sum()) / recent.size if recent.size else 0.0
-        usual = self._sparse_profile(series, end, end - 1 - (recent_buckets - 1) // 2, 0.5, first)
+        last = recent.tolist()
+        # The domain's `recent.sum()`, whose arithmetic it must keep, only where there is something to add.
+        level = float(recent.sum()) / recent.size if any(last) else 0.0
+        usual = self._sparse_profile(series, end, end - 1 - (recent_buckets - 1) // 2, 0.5, first, half)
         offset = level - usual[0] if usual is not None else 0.0
         gpus = max(0.0, value + self.level_weight * offset)
-        current = float(series.values[end - 1])
-        return Forecast(pool, ForecastStatus.OK, target, history, gpus, value, level, samples, current=current)
+        return Forecast(pool, ForecastStatus.OK, target, history, gpus, value, level, samples, current=last[-1])
 
     def _sparse_profile(self, series: SparseSeries, end: int, target_index: int, q: float,
-                        first: int) -> tuple[float, int] | None:
+                        first: int, half: int) -> tuple[float, int] | None:
         """`Forecaster._profile` over `series.values[:end]`: the samples are the buckets i in [first, end) with
-        i = target − d·day + o, 1 ≤ d ≤ target // day + 1, |o| ≤ tolerance; weekday ones have d % 7 == 0."""
-        half = int(self.tolerance / BUCKET)
+        i = target − d·day + o, 1 ≤ d ≤ target // day + 1, |o| ≤ half (the tolerance in buckets); weekday ones
+        have d % 7 == 0."""
         days = target_index // _DAY + 1
         count = weekday_count = 0
         found: list[float] = []
         weekday: list[float] = []
         values = series.values
+        offset = series.offset
+        nonzero = series.nonzero
         for o in range(-half, half + 1):
             base = target_index + o
             d_high = min(days, (base - first) // _DAY)
@@ -88,13 +94,13 @@ class SparseForecaster(Forecaster):
                 continue
             count += d_high - d_low + 1
             weekday_count += d_high // 7 - (d_low - 1) // 7
-            buckets = series.nonzero.get((series.offset + base) % _DAY)
+            buckets = nonzero.get((offset + base) % _DAY)
             if not buckets:
                 continue
-            lo = bisect_left(buckets, series.offset + base - d_high * _DAY)
-            hi = bisect_left(buckets, series.offset + base - d_low * _DAY + 1)
+            lo = bisect_left(buckets, offset + base - d_high * _DAY)
+            hi = bisect_left(buckets, offset + base - d_low * _DAY + 1)
             for absolute in buckets[lo:hi]:
-                index = absolute - series.offset
+                index = absolute - offset
                 sample = float(values[index])
                 found.append(sample)
                 if ((base - index) // _DAY) % 7 == 0:
@@ -106,6 +112,18 @@ class SparseForecaster(Forecaster):
             return by_time, count
         by_weekday = _quantile(weekday, weekday_count, q)
         return self.weekday_share * by_weekday + (1 - self.weekday_share) * by_time, count
+
+
+def _index(moment: datetime, start: float) -> int:
+    """`DemandSeries.index(moment)` for a series starting at `start` (its POSIX seconds), found once a forecast."""
+    seconds = int(moment.timestamp()) // _BUCKET_SECONDS * _BUCKET_SECONDS
+    return int((seconds - start) / _BUCKET_SECONDS)
+
+
+@functools.lru_cache(maxsize=16)
+def _spans(tolerance: timedelta, recent: timedelta) -> tuple[int, int]:
+    """The profile's half-width and the recent level's length, in buckets, as the domain forecaster finds them."""
+    return int(tolerance / BUCKET), max(1, math.ceil(recent / BUCKET))
 
 
 def _quantile(positive: list[float], count: int, q: float) -> float:

@@ -63,6 +63,9 @@ class SimulationStateStore(MemoryStateStore):
         self._buckets = max(1, buckets)
         self._series: dict[str, DemandSeries] = {}
         self._nonzero: dict[str, dict[int, list[int]]] = {}
+        self._demand_buckets: dict[str, list[int]] = {}
+        self.recorded_series = 0
+        """How many series have a record: bumped when one gets its first (`recorded` turns true, never back)."""
         self._boot_index: dict[str, _Boots] = {}
 
     # Claims
@@ -150,11 +153,14 @@ class SimulationStateStore(MemoryStateStore):
             grown[: series.values.size] = series.values
             series = DemandSeries(series.start, grown, series.first_record)
         if series.first_record is None or bucket_start(bucket) < series.first_record:
+            if series.first_record is None:
+                self.recorded_series += 1
             series = DemandSeries(series.start, series.values, bucket_start(bucket))
         before = series.values[index]
         series.values[index] = max(before, gpus)
         if before == 0 and series.values[index] != 0:
             insort(self._nonzero.setdefault(pool, {}).setdefault(index % _DAY, []), index)
+            insort(self._demand_buckets.setdefault(pool, []), index)
         self._series[pool] = series
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
@@ -167,6 +173,15 @@ class SimulationStateStore(MemoryStateStore):
         """Whether any demand was ever recorded for the series (else it is all zeros, with no first record)."""
         found = self._series.get(pool)
         return found is not None and found.first_record is not None
+
+    def holds_demand(self, pool: str, lo: int, hi: int) -> bool:
+        """Whether any of the series' buckets `lo` to `hi` (excluded) holds demand: `series(pool).values[lo:hi].any()`
+        for `lo` ≥ 0, by a bisection of its buckets with demand rather than a scan of the weeks between."""
+        buckets = self._demand_buckets.get(pool)
+        if not buckets:
+            return False
+        at = bisect_left(buckets, lo)
+        return at < len(buckets) and buckets[at] < hi
 
     def nonzero(self, pool: str) -> dict[int, list[int]]:
         """The series' buckets holding demand (> 0; demand is never negative), by bucket index modulo a day's

@@ -122,7 +122,7 @@ def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: I
     sharing = pool.gpu_sharing
     single_mig = sharing.mode == "mig" and sharing.mig_strategy == "single" and sharing.mig_profile
     replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
-    slices = dict(requests)
+    slices: Mapping[str, int] = requests  # read, never changed: no copy (demand counts every pod each tick)
     if single_mig:
         slices = {MIG_PREFIX + str(sharing.mig_profile): requests.get(GPU, 0)}
     else:

@@ -36,6 +36,7 @@ from gpu_autoscaler.domain.packing.classes import PodClass, classify
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable, dra_devices
 from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
+from gpu_autoscaler.domain.packing.memo import PackMemo
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
 from gpu_autoscaler.domain.packing.results import (
@@ -70,7 +71,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["CANDIDATE_PRICE_CEILING", "IN_FLIGHT_STATES", "MAX_CANDIDATES", "Packer", "Solver", "claim_id"]
+__all__ = ["CANDIDATE_PRICE_CEILING", "IN_FLIGHT_STATES", "MAX_CANDIDATES", "Packer", "Solver", "claim_id",
+           "first_of_each"]
 
 Packer = Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]]
 """(demand [C], requests [C, R], kinds) → opened nodes: the tier packing step."""
@@ -168,6 +170,7 @@ class Solver:
         `first_fit_decreasing` for comparison) — every other rule is the same whichever is used."""
         self.config = config
         self.packer = packer
+        self._packed = PackMemo()
         self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
         self.clock = clock
         self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
@@ -260,6 +263,11 @@ class Solver:
         labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, OS_LABEL: "linux"})
         labels.update(view.fixed_labels)
         return labels
+
+    def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
+        """`packer(demand, req, kinds)`, each distinct question packed once (`memo`): consolidation weighs the
+        same leftovers against the same tier on pass after pass."""
+        return self._packed(self.packer, demand, req, kinds)
 
     # The decision
 
@@ -623,7 +631,7 @@ class _Pass:
                 pos = in_zone[group]
                 kinds = Kinds(self.matrices[view.position][idx.type_of[pos]], idx.price[pos], feasible[:, group],
                               _reserved_limit(self, pos, capacity_type))
-                opened = self.s.packer(demand, req, kinds)
+                opened = self.s.pack(demand, req, kinds)
                 if not np.array_equal(sum((e.counts * e.copies for e in opened), np.zeros_like(demand)), demand):
                     continue
                 cost = float(sum(kinds.price[e.kind] * e.copies for e in opened))
@@ -704,7 +712,7 @@ class _Pass:
         if limit is None:
             pos, feasible = self._dedupe(pos, feasible)
         kinds = Kinds(self.matrices[view.position][self.idx.type_of[pos]], self.idx.price[pos], feasible, limit)
-        opened = self.s.packer(self.rem[rows].copy(), self.req[rows], kinds)
+        opened = self.s.pack(self.rem[rows].copy(), self.req[rows], kinds)
         min_gpus = 0.0
         roomier = roomier_node(opened, self.rem[rows], self.req[rows], kinds, self.names.index(GPU),
                                view.pool.spare_room_worth)
@@ -740,15 +748,8 @@ class _Pass:
     def _dedupe(self, pos: np.ndarray, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keep, per instance type and set of classes it may hold, only the cheapest offering (zone)."""
         order = np.lexsort((self.idx.price[pos], self.idx.type_of[pos]))
-        seen: set[tuple[int, bytes]] = set()
-        keep = []
-        for i in order:
-            key = (int(self.idx.type_of[pos[i]]), feasible[:, i].tobytes())
-            if key not in seen:
-                seen.add(key)
-                keep.append(i)
-        keep_arr = np.array(sorted(keep), np.int64)
-        return pos[keep_arr], feasible[:, keep_arr]
+        keep = first_of_each(order, self.idx.type_of[pos], feasible, len(self.idx.types))
+        return pos[keep], feasible[:, keep]
 
     def _tier_arrays(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> _TierArrays:
         key = (view.position, capacity_type)
@@ -1020,3 +1021,31 @@ def claim_id(source: str, pool: str, capacity_type: str, uids: Sequence[str]) ->
     """Deterministic: the same message planning the same pods names the same claim (a retry finds it)."""
     digest = hashlib.sha256("\x1f".join((source, pool, capacity_type, *uids)).encode()).hexdigest()
     return f"nc-{digest[:20]}"
+
+
+_KEY_BITS = 40
+"""Classes up to which `first_of_each` packs a key into one integer (the type's index above them)."""
+
+
+def first_of_each(order: np.ndarray, types: np.ndarray, feasible: np.ndarray, type_count: int,
+                  key_bits: int = _KEY_BITS) -> np.ndarray:
+    """The columns kept by `Solver`'s dedupe: going through the columns in `order`, the first of each key (its
+    type in `types`, and which classes may go there: its column of `feasible` [C, P]), in column order.
+
+    With at most `key_bits` classes the key is one integer (the type, then a bit per class), and numpy finds the
+    first occurrences at once (`np.unique`'s indices are first occurrences); past that, one Python step and a
+    bytes key per column, as it was done before (both give the same columns)."""
+    classes = feasible.shape[0]
+    if order.size and classes <= key_bits and type_count < 1 << (62 - key_bits):
+        bits = (feasible.astype(np.int64) << np.arange(classes, dtype=np.int64)[:, None]).sum(axis=0)
+        keys = (types.astype(np.int64) << classes) | bits
+        _, first = np.unique(keys[order], return_index=True)
+        return np.sort(order[first]).astype(np.int64)
+    seen: set[tuple[int, bytes]] = set()
+    keep = []
+    for i in order:
+        key = (int(types[i]), feasible[:, i].tobytes())
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return np.array(sorted(keep), np.int64)
