@@ -87,3 +87,17 @@ def test_the_memo_is_bounded() -> None:
     assert len(memo._plans) <= 2
     memo(packer, np.array([1, 1], np.int64), REQ, _kinds())
     assert packer.calls == 6
+
+
+def test_the_memo_is_bounded_in_bytes_too() -> None:
+    """A warm packer keeps its solver between invocations, and a large tier's question is large (a 10,000-pod
+    document: ~200 classes × ~450 offerings of feasibility alone): the memo's keys stay within a byte budget."""
+    memo, packer = PackMemo(max_bytes=2048), _Counting()
+    classes = 10
+    req = np.tile(np.array([[1000, 4, 1]], np.int64), (classes, 1))
+    kinds = Kinds(np.array([[64000, 256, 8]], np.int64), np.array([9.0]), np.ones((classes, 1), bool))
+    for n in range(1, 8):
+        memo(packer, np.full(classes, n, np.int64), req, kinds)
+        assert 0 < memo.bytes <= 2048  # ~500 bytes a question here: a few kept, then the memo starts again
+    assert packer.calls == 7 and len(memo._plans) < 7
+    assert PackMemo(max_bytes=100)(packer, np.full(classes, 1, np.int64), req, kinds) is not None

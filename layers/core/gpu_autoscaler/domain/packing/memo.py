@@ -23,12 +23,16 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.kinds import Kinds
 
-__all__ = ["PACK_MEMO_LIMIT", "PackMemo", "pack_key"]
+__all__ = ["PACK_MEMO_BYTES", "PACK_MEMO_LIMIT", "PackMemo", "pack_key"]
 
 PACK_MEMO_LIMIT = 4096
-"""Plans kept at most (a few kilobytes each); past it the memo starts again empty."""
+"""Plans kept at most; past it the memo starts again empty."""
+PACK_MEMO_BYTES = 32 * 1024 * 1024
+"""The questions' and plans' bytes kept at most: a warm packer keeps its solver between invocations, and one
+question of a 10,000-pod document is ~100 KB (its feasibility: classes × offerings), so the count alone would let
+a Lambda's memory fill; past it the memo starts again empty, and a question larger than it is not kept."""
 
-_Key = tuple[object, ...]
+_Key = tuple[tuple[str, tuple[int, ...], bytes] | None, ...]
 
 
 def pack_key(demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> _Key:
@@ -42,20 +46,28 @@ def pack_key(demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> _Key:
 class PackMemo:
     """`packer(demand, req, kinds)`, computed once per distinct question and packer."""
 
-    def __init__(self, limit: int = PACK_MEMO_LIMIT) -> None:
+    def __init__(self, limit: int = PACK_MEMO_LIMIT, max_bytes: int = PACK_MEMO_BYTES) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
         self._plans: dict[tuple[object, _Key], list[Opened]] = {}
         self.hits = 0
+        self.bytes = 0
+        """What the kept questions and plans hold, roughly (their arrays' bytes)."""
 
     def __call__(self, packer: Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]], demand: np.ndarray,
                  req: np.ndarray, kinds: Kinds) -> list[Opened]:
-        key = (packer, pack_key(demand, req, kinds))
+        asked = pack_key(demand, req, kinds)
+        key = (packer, asked)
         found = self._plans.get(key)
         if found is None:
             found = _copied(packer(demand, req, kinds))
-            if len(self._plans) >= self.limit:
+            size = sum(len(part[2]) for part in asked if part is not None) + sum(e.counts.nbytes for e in found)
+            if len(self._plans) >= self.limit or self.bytes + size > self.max_bytes:
                 self._plans.clear()
-            self._plans[key] = found
+                self.bytes = 0
+            if size <= self.max_bytes:
+                self._plans[key] = found
+                self.bytes += size
         else:
             self.hits += 1
         return _copied(found)
