@@ -54,6 +54,10 @@ class PackMemo:
         self.bytes = 0
         """What the kept questions and plans hold, roughly (their arrays' bytes)."""
 
+    def clear(self) -> None:
+        self._plans.clear()
+        self.bytes = 0
+
     def __call__(self, packer: Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]], demand: np.ndarray,
                  req: np.ndarray, kinds: Kinds) -> list[Opened]:
         asked = pack_key(demand, req, kinds)
@@ -63,8 +67,7 @@ class PackMemo:
             found = _copied(packer(demand, req, kinds))
             size = sum(len(part[2]) for part in asked if part is not None) + sum(e.counts.nbytes for e in found)
             if len(self._plans) >= self.limit or self.bytes + size > self.max_bytes:
-                self._plans.clear()
-                self.bytes = 0
+                self.clear()
             if size <= self.max_bytes:
                 self._plans[key] = found
                 self.bytes += size

@@ -170,7 +170,8 @@ class Solver:
         `first_fit_decreasing` for comparison) — every other rule is the same whichever is used."""
         self.config = config
         self.packer = packer
-        self._packed = PackMemo()
+        self.packs = PackMemo()
+        """The tier questions this solver has packed (benchmarks empty it to time fresh documents)."""
         self.index = catalog if isinstance(catalog, CatalogIndex) else CatalogIndex(catalog, config.zones)
         self.clock = clock
         self.quotas = dict(config.vcpu_quotas if quotas is None else quotas)
@@ -267,7 +268,7 @@ class Solver:
     def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
         """`packer(demand, req, kinds)`, each distinct question packed once (`memo`): consolidation weighs the
         same leftovers against the same tier on pass after pass."""
-        return self._packed(self.packer, demand, req, kinds)
+        return self.packs(self.packer, demand, req, kinds)
 
     # The decision
 
