@@ -167,8 +167,17 @@ class InstanceWatcher:
                 if instance.state not in LIVE_STATES:
                     continue  # terminated before it finished booting: no node ever registers
                 self._booted.add(instance_id)
-            if self.nodes is not None:
+            if self.nodes is None:
+                continue
+            try:
                 self.nodes.boot(instance)
+            except (BotoCoreError, ClientError):
+                # The simulated kubelet reads what it boots from through the EC2 API, which may be throttled; a real
+                # instance reads its user data from the metadata service and boots all the same: try again.
+                with self._lock:
+                    self._booted.discard(instance_id)
+                    heapq.heappush(self._boots, (time.monotonic() + self.interval, instance_id))
+                raise
 
     def _announce(self, instance: LaunchedInstance) -> None:
         """EventBridge's state-change notification, put on the default bus for the rules to route."""
