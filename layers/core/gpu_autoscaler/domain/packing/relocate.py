@@ -37,16 +37,20 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
     copies = [n for _, _, n in opened]
     if sum(copies) < 2:
         return None
-    kind = np.repeat(np.array([k for k, _, _ in opened], np.int64), copies)
-    counts = np.repeat(np.stack([c for _, c, _ in opened]), copies, axis=0)
-    free = kinds.cap[kind] - counts @ req
+    pattern_kind = np.array([k for k, _, _ in opened], np.int64)
+    pattern_counts = np.stack([c for _, c, _ in opened])
+    pattern_free = kinds.cap[pattern_kind] - pattern_counts @ req
+    kind = np.repeat(pattern_kind, copies)
+    counts = np.repeat(pattern_counts, copies, axis=0)
+    free = np.repeat(pattern_free, copies, axis=0)
     alive = np.ones(kind.size, bool)
     price = kinds.price[kind]
     failed: set[tuple[int, bytes]] = set()
     moved = False
     # Pods of each class each node's free room holds, and their total: a node none of whose classes
     # exceeds what the others hold is worth trying to place; most are not, and are skipped at once.
-    room = _room(free, req, kinds, kind)
+    # Computed once per pattern, not per copy (a 10,000-pod burst: 131 patterns of 3,452 nodes).
+    room = np.repeat(_room(pattern_free, req, kinds, pattern_kind), copies, axis=0)
     total = room.sum(axis=0)
     for d in np.lexsort((counts.sum(axis=1), price)):
         key = (int(kind[d]), counts[d].tobytes())
