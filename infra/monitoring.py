@@ -8,6 +8,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
+from gpu_autoscaler.wiring import FUNCTION_WIRING
+
 if TYPE_CHECKING:
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_sqs as sqs
@@ -58,6 +60,14 @@ class Monitoring(Construct):
         )
         work = list(queues.items())
         dead = list(dead_letter_queues.items())
+        fed = [name for name in functions if FUNCTION_WIRING[name].queue is not None]
+        self.dashboard.add_widgets(
+            # The handlers' own count (Powertools metrics, dimension `service`): a partial batch failure is no
+            # Lambda error, so this is the one sign of records going back to their queue before a DLQ has any.
+            _graph("Records back to the queue", [
+                cloudwatch.Metric(namespace=names.metrics_namespace, metric_name="RecordsFailed",
+                                  dimensions_map={"service": name}, statistic="Sum", label=name) for name in fed]),
+        )
         self.dashboard.add_widgets(
             _graph("Queue depth", [q.metric_approximate_number_of_messages_visible(label=n) for n, q in work]),
             _graph("Oldest message (s)", [q.metric_approximate_age_of_oldest_message(label=n) for n, q in work]),

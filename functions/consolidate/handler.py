@@ -41,6 +41,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         tick = parse_tick(event)
     except InvalidTick as error:
         logger.error("not a ScheduleTick", extra={"error": str(error), "event": event})
+        metrics.add_metric(name="TicksRejected", unit=MetricUnit.Count, value=1)
         raise
     outcome = service().run(tick)
     metrics.add_metric(name="ClaimsRegistered", unit=MetricUnit.Count, value=len(outcome.reconcile.registered))

@@ -121,4 +121,9 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     idempotency.register_lambda_context(context)
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                        context=context)
+    # A partial batch failure is no Lambda error: without this count nothing shows records going back to the
+    # queue until they reach its dead-letter queue (and every invocation publishes a metric, none empty).
+    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(response["batchItemFailures"]))
+    return response

@@ -41,3 +41,19 @@ def test_every_function_alarms_on_errors(synthesized: Synthesized) -> None:
 
 def test_one_dashboard(synthesized: Synthesized) -> None:
     assert len(synthesized.of_type("AWS::CloudWatch::Dashboard")) == 1
+
+
+def test_the_dashboard_graphs_the_records_each_queue_fed_function_sent_back(synthesized: Synthesized) -> None:
+    """A partial batch failure is no Lambda error, so the handlers' own `RecordsFailed` count is the one signal of
+    records going back to their queue before any reaches a dead-letter queue."""
+    import json
+
+    from gpu_autoscaler.wiring import FUNCTION_WIRING
+
+    [dashboard] = synthesized.of_type("AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    text = "".join(part if isinstance(part, str) else json.dumps(part) for part in body["Fn::Join"][1])
+    fed = sorted(name for name, wiring in FUNCTION_WIRING.items() if wiring.queue is not None)
+    assert fed == ["drain", "fleet", "interruption", "packer"]
+    for name in fed:
+        assert f'["GpuAutoscaler","RecordsFailed","service","{name}"' in text

@@ -6,6 +6,7 @@ replacement — launched by the fleet on EC2 Fleet — has joined the cluster an
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from gpu_autoscaler.services.fleet import FleetService, aws_fleet_service
 from gpu_autoscaler.services.prewarm import InvalidTick
 from gpu_autoscaler.settings import load_settings
 from tests.conftest import ROOT, example_config_data
+from tests.emf import metric_values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -179,6 +181,11 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     assert node not in {n["metadata"]["name"] for n in kube.objects("nodes")}
 
 
-def test_a_tick_that_is_not_a_schedule_tick_fails_with_the_reason(aws: EmbeddedAws) -> None:
-    with pytest.raises(InvalidTick, match="trigger"):
-        invoke(aws, {"trigger": "sometimes"})
+def test_a_tick_that_is_not_a_schedule_tick_fails_with_the_reason(aws: EmbeddedAws,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No application metrics")
+        with pytest.raises(InvalidTick, match="trigger"):
+            invoke(aws, {"trigger": "sometimes"})
+    assert metric_values(capsys.readouterr().err, "TicksRejected") == [1]

@@ -21,6 +21,7 @@ from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import LaunchRequest
 from tests.conftest import ROOT, log_to_stdout
+from tests.emf import metric_values
 from tests.integration.fleet.helpers import new_claim
 
 if TYPE_CHECKING:
@@ -175,7 +176,9 @@ def test_a_malformed_request_fails_alone(aws: EmbeddedAws, fleet: ModuleType, st
     event, response = deliver(aws, fleet, '{"cluster": "ml-prod", "claimIds": []}', request("gpu-burst-ok"))
     bad = next(r["messageId"] for r in event["Records"] if "gpu-burst-ok" not in r["body"])
     assert response == {"batchItemFailures": [{"itemIdentifier": bad}]}
-    assert "not a launch request" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not a launch request" in out
+    assert metric_values(out, "RecordsFailed") == [1]
     ok = store.get_claim("gpu-burst-ok")
     assert ok is not None and ok.state is ClaimState.LAUNCHED
 

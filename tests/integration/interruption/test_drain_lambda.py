@@ -3,6 +3,7 @@ do-not-disrupt pods respected by voluntary drains only, the sample event handled
 
 from __future__ import annotations
 
+import warnings
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from tests.conftest import ROOT
+from tests.emf import metric_values
 from tests.integration.interruption.conftest import (
     DO_NOT_DISRUPT,
     bind_pod,
@@ -128,10 +130,15 @@ def test_the_sample_drain_request_for_a_claim_we_do_not_have_is_acknowledged(
     assert drain_queue(aws, "drain") == []
 
 
-def test_a_malformed_drain_request_fails_alone(aws: EmbeddedAws, drain: ModuleType) -> None:
+def test_a_malformed_drain_request_fails_alone(aws: EmbeddedAws, drain: ModuleType,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     sqs = aws.clients.client("sqs")
     sqs.send_message(QueueUrl=aws.queue_url("drain"), MessageBody='{"cluster": "ml-prod"}')
     messages = receive(aws, "drain", wait=1)
-    response = invoke(aws, drain, "drain", "drain", messages)
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No application metrics")
+        response = invoke(aws, drain, "drain", "drain", messages)
     assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    assert metric_values(capsys.readouterr().out, "RecordsFailed") == [1]
     drain_queue(aws, "drain")

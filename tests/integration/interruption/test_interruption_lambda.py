@@ -14,6 +14,7 @@ from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from tests.conftest import ROOT
+from tests.emf import metric_values
 from tests.integration.interruption.conftest import (
     DO_NOT_DISRUPT,
     bind_pod,
@@ -247,7 +248,7 @@ def test_a_capacity_block_ending_drains_its_nodes_before_ec2_terminates_them(
 
 
 def test_an_event_that_is_not_an_eventbridge_event_fails_alone(
-        aws: EmbeddedAws, interruption: ModuleType) -> None:
+        aws: EmbeddedAws, interruption: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     sqs = aws.clients.client("sqs")
     sqs.send_message(QueueUrl=aws.queue_url("interruption"), MessageBody="{not json")
     sqs.send_message(QueueUrl=aws.queue_url("interruption"), MessageBody=json.dumps(
@@ -257,8 +258,10 @@ def test_an_event_that_is_not_an_eventbridge_event_fails_alone(
     while len(messages) < 2:
         messages += receive(aws, "interruption", wait=1)
     poison = next(m["MessageId"] for m in messages if m["Body"] == "{not json")
+    capsys.readouterr()
     response = invoke(aws, interruption, "interruption", "interruption", messages)
     assert response == {"batchItemFailures": [{"itemIdentifier": poison}]}
+    assert metric_values(capsys.readouterr().out, "RecordsFailed") == [1]
     drain_queue(aws, "interruption")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
 from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from tests.conftest import ROOT, example_config_data, log_to_stdout
+from tests.emf import metric_values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -142,7 +144,8 @@ def test_a_batch_with_a_poison_message(aws: EmbeddedAws, packer: ModuleType, sto
 
 
 def test_a_fifo_batch_stops_at_its_first_failure_and_returns_the_rest(aws: EmbeddedAws, packer: ModuleType,
-                                                                      store: DynamoStateStore) -> None:
+                                                                      store: DynamoStateStore,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The queue is FIFO: a document after a failed one in its group must not be packed ahead of it (AWS Lambda's
     SQS guide and Powertools' `SqsFifoPartialProcessor`); both go back, in order."""
     before = {c.id for c in store.list_claims()}
@@ -150,9 +153,15 @@ def test_a_fifo_batch_stops_at_its_first_failure_and_returns_the_rest(aws: Embed
     messages = [{**m, "Attributes": {**m.get("Attributes", {}), "MessageGroupId": "ml-prod"}} for m in (
         _fake_message("m-other", elsewhere), _fake_message("m-doc", DOCUMENT))]
     event = sqs_event(messages, aws.resources.queue_arns["pending-pods"])
-    response = packer.handler(event, local_context("packer"))
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No application metrics")
+        response = packer.handler(event, local_context("packer"))
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-other"}, {"itemIdentifier": "m-doc"}]}
     assert {c.id for c in store.list_claims()} == before
+    # Records going back to the queue are counted: a partial batch failure is no Lambda error, so no other
+    # metric or alarm shows them until they reach the dead-letter queue.
+    assert metric_values(capsys.readouterr().out, "RecordsFailed") == [2]
 
 
 def _fake_message(message_id: str, body: str) -> dict[str, Any]:

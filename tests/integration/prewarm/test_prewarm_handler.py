@@ -4,6 +4,7 @@ DynamoDB, launch requests on SQS — a window's warm capacity launched, held, an
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from gpu_autoscaler.domain.prewarm import WARM_GPUS_ATTRIBUTE, window_warm
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.services.prewarm import RELEASED_ATTRIBUTE, InvalidTick
 from tests.conftest import ROOT, example_config_data
+from tests.emf import metric_values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -110,6 +112,10 @@ def test_a_pool_with_a_day_of_demand_history_is_forecast(aws: EmbeddedAws) -> No
     assert summary["pools"]["gpu-burst"]["forecast"]["status"] == "insufficient-history"
 
 
-def test_a_malformed_tick_is_a_clear_error(aws: EmbeddedAws) -> None:
-    with pytest.raises(InvalidTick, match="must name its window"):
-        invoke(aws, {"trigger": "window"})
+def test_a_malformed_tick_is_a_clear_error(aws: EmbeddedAws, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No application metrics")
+        with pytest.raises(InvalidTick, match="must name its window"):
+            invoke(aws, {"trigger": "window"})
+    assert metric_values(capsys.readouterr().err, "TicksRejected") == [1]
