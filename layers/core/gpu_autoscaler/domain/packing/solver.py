@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,12 +32,21 @@ import numpy as np
 from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
+from gpu_autoscaler.domain.packing.explain import explain_unplaced
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES, allocatable, dra_devices
-from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS, FractionalTypes
+from gpu_autoscaler.domain.packing.fractional import FractionalTypes
+from gpu_autoscaler.domain.packing.gangs import gangs_to_place, place_gang
 from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
 from gpu_autoscaler.domain.packing.memo import PackMemo
+from gpu_autoscaler.domain.packing.nodes import (
+    CANDIDATE_PRICE_CEILING,
+    MAX_CANDIDATES,
+    Candidates,
+    NewNode,
+    PoolView,
+    TierArrays,
+)
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
-from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
 from gpu_autoscaler.domain.packing.results import (
     REQUESTS_ATTRIBUTE,
     SOURCE_ATTRIBUTE,
@@ -59,7 +67,7 @@ from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import device_totals, with_requests
 from gpu_autoscaler.models.requirements import Requirement
-from gpu_autoscaler.models.resources import CPU, DRA_PREFIX, GPU, MEMORY, MIG_PREFIX, NVIDIA_GPU_CLASS
+from gpu_autoscaler.models.resources import CPU, GPU, MEMORY
 from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
@@ -77,80 +85,9 @@ __all__ = ["CANDIDATE_PRICE_CEILING", "IN_FLIGHT_STATES", "MAX_CANDIDATES", "Pac
 Packer = Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]]
 """(demand [C], requests [C, R], kinds) → opened nodes: the tier packing step."""
 
-MAX_CANDIDATES = 60
-CANDIDATE_PRICE_CEILING = 1.5
-"""A fleet choosing among candidates for capacity never pays more than this times what the plan expects."""
 IN_FLIGHT_STATES = frozenset({ClaimState.PENDING, ClaimState.LAUNCHED})
 """Claims whose node has not joined yet: their free room is only known to us, not to kube-scheduler."""
 _SELECTOR_CACHE_LIMIT = 8192
-
-
-@dataclass
-class _PoolView:
-    """A node pool against the catalog: which offerings it may launch, and what its nodes hold."""
-
-    pool: NodePool
-    position: int
-    fixed_labels: dict[str, str]
-    base: np.ndarray
-    """[O] offerings the pool allows (capacity types, its reservations, its requirements)."""
-    allocatable: list[dict[str, int]]
-    """Per instance type (catalog order): what pods may request on a node of it in this pool."""
-    capacity_order: tuple[CapacityType, ...]
-    reservations: frozenset[str]
-    fractional_ok: bool = False
-    """The pool asks for fractional-GPU types, so any pod it places may go to one (see `fractional`)."""
-
-
-@dataclass
-class _Candidates:
-    """The ranked candidate types of one new node, with what each would cost."""
-
-    types: list[int]
-    prices: list[float]
-    """Cheapest price of each candidate over the claim's zones."""
-    max_prices: list[float]
-    zones: tuple[str, ...]
-    reservation: str | None = None
-    reservation_position: int = -1
-
-
-@dataclass
-class _TierArrays:
-    """A tier's offerings (positions in the catalog index) with what ranking candidates needs of them."""
-
-    tier: np.ndarray
-    types: np.ndarray
-    zones: np.ndarray
-    prices: np.ndarray
-    ok: np.ndarray
-    """[C, N] whether an offering may hold one pod of each class."""
-    order: np.ndarray
-    """The offerings sorted by instance type (stable)."""
-    starts: np.ndarray
-    """Where each instance type's run begins in `order`."""
-    present: np.ndarray
-    """The instance type of each run."""
-
-
-@dataclass
-class _Node:
-    pool: int
-    capacity_type: CapacityType
-    candidates: _Candidates
-    counts: np.ndarray
-    gang: str | None = None
-    pods: list[PendingPod] = field(default_factory=list)
-
-
-@dataclass
-class _Gang:
-    name: str
-    classes: list[int]
-    min_member: int
-    zone_hint: str | None = None
-    placed: bool = False
-    failures: list[str] = field(default_factory=list)
 
 
 class Solver:
@@ -191,7 +128,7 @@ class Solver:
 
     # Static, per configuration and catalog
 
-    def _view(self, pool: NodePool, position: int) -> _PoolView:
+    def _view(self, pool: NodePool, position: int) -> PoolView:
         idx = self.index
         fixed = {**pool.labels, L.NODE_POOL: pool.name}
         allowed = tuple(c for c in CAPACITY_ORDER if c in pool.capacity_types)
@@ -205,7 +142,7 @@ class Solver:
             base &= idx.requirement_mask(requirement, fixed)
         base &= self._has_image(pool)[idx.type_of]
         alloc = [allocatable(t, pool, self.config.overhead).as_dict() | dra_devices(t, pool) for t in idx.types]
-        return _PoolView(pool, position, fixed, base, alloc, allowed, reservations,
+        return PoolView(pool, position, fixed, base, alloc, allowed, reservations,
                          self.fractional.requirements_ask(pool.requirements))
 
     def _has_image(self, pool: NodePool) -> np.ndarray:
@@ -217,7 +154,7 @@ class Solver:
         return np.array([("arm64" if t.architecture == "arm64" else "x86_64") in arches for t in self.index.types],
                         bool)
 
-    def excludes_fractional(self, view: _PoolView, cls: PodClass) -> bool:
+    def excludes_fractional(self, view: PoolView, cls: PodClass) -> bool:
         """Fractional-GPU offerings are closed to this class in this pool: neither asked for them."""
         return (bool(self.fractional) and not view.fractional_ok
                 and not self.fractional.selector_asks(cls.node_selector, cls.affinity))
@@ -236,7 +173,7 @@ class Solver:
             self._matrices[key] = found
         return found
 
-    def selector_mask(self, view: _PoolView, cls: PodClass) -> np.ndarray:
+    def selector_mask(self, view: PoolView, cls: PodClass) -> np.ndarray:
         """[O] offerings whose node labels (in this pool) satisfy the class's selector and affinity."""
         key = (view.pool.name, cls.constraint_key[:2])
         found = self._selectors.get(key)
@@ -259,7 +196,7 @@ class Solver:
             found = mask
         return found
 
-    def labels_of(self, view: _PoolView, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
+    def labels_of(self, view: PoolView, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
         labels = dict(instance_type.labels)
         labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, OS_LABEL: "linux"})
         labels.update(view.fixed_labels)
@@ -291,10 +228,10 @@ class Solver:
         redelivered message plans the same ids and a later one new ones; `quotas`: this pass's vCPU quotas
         (default: the solver's).
         """
-        return _Pass(self, pods, claims, covered or {}, unavailable, source, quotas).run()
+        return SolvePass(self, pods, claims, covered or {}, unavailable, source, quotas).run()
 
 
-class _Pass:
+class SolvePass:
     """One `solve` call's working state."""
 
     def __init__(
@@ -338,8 +275,8 @@ class _Pass:
         self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
         self.failures: dict[tuple[int, int], str] = {}
-        self._tiers: dict[tuple[int, str], _TierArrays] = {}
-        self.nodes: list[_Node] = []
+        self._tiers: dict[tuple[int, str], TierArrays] = {}
+        self.nodes: list[NewNode] = []
         self.existing: dict[str, list[str]] = {}
         self._charge_live_claims()
 
@@ -381,7 +318,7 @@ class _Pass:
             hit[self.idx.zone_of[ok[c]]] = True
         return [self.idx.zones[z] for z in np.flatnonzero(hit)]
 
-    def _class_masks(self, view: _PoolView) -> np.ndarray:
+    def _class_masks(self, view: PoolView) -> np.ndarray:
         n_classes = len(self.classes)
         if n_classes == 0:
             return np.zeros((0, len(self.idx)), bool)
@@ -446,7 +383,7 @@ class _Pass:
 
     def run(self) -> Plan:
         self._place_in_flight()
-        gangs = self._gangs()
+        gangs = gangs_to_place(self)
         for view in self.s.pools:
             for capacity_type in view.capacity_order:
                 tier = np.flatnonzero(
@@ -456,9 +393,9 @@ class _Pass:
                     continue
                 for gang in gangs:
                     if not gang.placed:
-                        self._place_gang(view, capacity_type, tier, gang)
+                        place_gang(self, view, capacity_type, tier, gang)
                 self._place_classes(view, capacity_type, tier)
-        self._explain(gangs)
+        explain_unplaced(self, gangs)
         return Plan(
             claims=tuple(self._claims()),
             existing={k: tuple(v) for k, v in self.existing.items()},
@@ -466,7 +403,13 @@ class _Pass:
             covered=dict(self.covered),
         )
 
-    def _take(self, c: int, n: int) -> list[PendingPod]:
+    def reserved_limit(self, pos: np.ndarray, capacity_type: CapacityType) -> np.ndarray | None:
+        """[N] how many nodes each reserved offering in `pos` still holds; None outside reservations."""
+        if capacity_type != "reserved":
+            return None
+        return self.reserved_left[pos].copy()
+
+    def take(self, c: int, n: int) -> list[PendingPod]:
         start = self._taken[c]
         self._taken[c] = start + n
         self.rem[c] -= n
@@ -511,9 +454,9 @@ class _Pass:
                     continue
                 n = min(room, int(self.rem[c]))
                 free -= n * need
-                self.existing.setdefault(claim.id, []).extend(p.uid for p in self._take(c, n))
+                self.existing.setdefault(claim.id, []).extend(p.uid for p in self.take(c, n))
 
-    def _compatible(self, c: int, claim: NodeClaim, view: _PoolView, types: list[InstanceType]) -> bool:
+    def _compatible(self, c: int, claim: NodeClaim, view: PoolView, types: list[InstanceType]) -> bool:
         cls = self.classes[c]
         if not tolerates_all(cls.tolerations, view.pool.taints):
             return False
@@ -533,172 +476,9 @@ class _Pass:
                     return False
         return True
 
-    # Gangs
-
-    def _gangs(self) -> list[_Gang]:
-        members: dict[str, list[int]] = {}
-        for c, cls in enumerate(self.classes):
-            if cls.gang is not None:
-                members.setdefault(cls.gang, []).append(c)
-        covered_members: dict[str, int] = {}
-        hints: dict[str, str] = {}
-        for claim in self.claims_in:
-            if claim.gang:
-                covered_members[claim.gang] = covered_members.get(claim.gang, 0) + len(claim.pods)
-                zone = claim.zone or (claim.zones[0] if len(claim.zones) == 1 else None)
-                if zone:
-                    hints[claim.gang] = zone
-        gangs = []
-        for name, classes in members.items():
-            pods = [p for c in classes for p in self.classes[c].pods]
-            min_member = max(p.pod_group.min_member for p in pods if p.pod_group)
-            present = len(pods) + covered_members.get(name, 0)
-            gang = _Gang(name, classes, min_member, hints.get(name))
-            if present < min_member:
-                reason = (
-                    f"gang {name} has {present} of its {min_member} members pending; "
-                    "nothing is provisioned until all of them are"
-                )
-                for c in classes:
-                    for pod in self._take(c, int(self.rem[c])):
-                        self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
-                gang.placed = True
-                continue
-            gangs.append(gang)
-        gangs.sort(key=lambda g: (-max(self.classes[c].priority for c in g.classes), g.name))
-        return gangs
-
-    def _place_gang(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang) -> None:
-        masks = self.ok[view.position]
-        if not masks[np.ix_(np.asarray(gang.classes, np.int64), tier)].any(axis=1).all():
-            return
-        best = self._gang_layout(view, capacity_type, tier, gang)
-        if best is None:
-            gang.failures.append(
-                f"pool {view.pool.name} ({capacity_type}): no single zone has "
-                + ("one EFA instance type with " if view.pool.efa else "")
-                + f"room for all {int(self.rem[gang.classes].sum())} members"
-            )
-            return
-        _, z, layout, types = best
-        nodes: list[_Node] = []
-        for counts, copies in layout:
-            full = np.zeros(len(self.classes), np.int64)
-            full[gang.classes] = counts
-            candidates = (
-                self._fixed_candidates(types, z)
-                if types is not None
-                else self._candidates(view, capacity_type, tier, full, zone=z)
-            )
-            if candidates is None:
-                gang.failures.append(f"pool {view.pool.name} ({capacity_type}): no candidate fits a gang node")
-                return
-            nodes.extend(_Node(view.position, capacity_type, candidates, full, gang.name) for _ in range(copies))
-        admitted = self._admit(nodes)
-        if isinstance(admitted, str):
-            gang.failures.append(admitted)
-            return
-        for node in admitted:
-            self._open(node)
-        gang.placed = True
-
-    def _gang_layout(
-        self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang
-    ) -> tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None:
-        """The cheapest way to hold the whole gang in one zone (and one EFA type where the pool asks)."""
-        if view.pool.efa and len(gang.classes) == 1 and capacity_type != "reserved":
-            return self._efa_single_layout(view, capacity_type, tier, gang)
-        idx = self.idx
-        masks = self.ok[view.position]
-        demand = self.rem[gang.classes].copy()
-        req = self.req[gang.classes]
-        best: tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None = None
-        for z, zone in enumerate(idx.zones):
-            if gang.zone_hint is not None and zone != gang.zone_hint:
-                continue
-            in_zone = tier[idx.zone_of[tier] == z]
-            if view.pool.efa:
-                in_zone = in_zone[[idx.types[t].efa for t in idx.type_of[in_zone]]]
-            feasible = masks[np.ix_(np.asarray(gang.classes, np.int64), in_zone)]
-            if in_zone.size == 0 or not feasible.any(axis=1).all():
-                continue
-            everyone = feasible.all(axis=0)
-            groups = (
-                [np.flatnonzero(everyone & (idx.type_of[in_zone] == t)) for t in np.unique(idx.type_of[in_zone])]
-                if view.pool.efa
-                else [np.arange(in_zone.size)]
-            )
-            for group in (g for g in groups if g.size):
-                pos = in_zone[group]
-                kinds = Kinds(self.matrices[view.position][idx.type_of[pos]], idx.price[pos], feasible[:, group],
-                              _reserved_limit(self, pos, capacity_type))
-                opened = self.s.pack(demand, req, kinds)
-                if not np.array_equal(sum((e.counts * e.copies for e in opened), np.zeros_like(demand)), demand):
-                    continue
-                cost = float(sum(kinds.price[e.kind] * e.copies for e in opened))
-                if best is None or cost < best[0] - 1e-9:
-                    best = (cost, z, [(e.counts, e.copies) for e in opened], None)
-        if best is not None and view.pool.efa:
-            # Every node of the layout fits its own (one) type, so the common list is never empty.
-            cost, z, layout, _ = best
-            best = (cost, z, layout, self._common_types(view, capacity_type, z, gang, layout))
-        return best
-
-    def _efa_single_layout(
-        self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, gang: _Gang
-    ) -> tuple[float, int, list[tuple[np.ndarray, int]], list[int] | None] | None:
-        """Identical members, one EFA type: for every offering at once, ⌈members / fit⌉ nodes of it."""
-        idx = self.idx
-        c = gang.classes[0]
-        n = int(self.rem[c])
-        pos = tier[self.ok[view.position][c, tier] & np.array([idx.types[t].efa for t in idx.type_of[tier]], bool)]
-        if gang.zone_hint is not None:
-            pos = pos[[idx.zones[z] == gang.zone_hint for z in idx.zone_of[pos]]]
-        if pos.size == 0:
-            return None
-        need = self.req[c] > 0
-        fit = np.minimum((self.matrices[view.position][idx.type_of[pos]][:, need] // self.req[c, need]).min(axis=1), n)
-        cost = -(-n // fit) * idx.price[pos]
-        first = int(np.lexsort((idx.type_of[pos], idx.zone_of[pos], cost))[0])
-        per_node = int(fit[first])
-        full, rest = divmod(n, per_node)
-        layout = [(np.array([per_node]), full)] if full else []
-        if rest:
-            layout.append((np.array([rest]), 1))
-        z = int(idx.zone_of[pos[first]])
-        return float(cost[first]), z, layout, self._common_types(view, capacity_type, z, gang, layout)
-
-    def _common_types(self, view: _PoolView, capacity_type: CapacityType, zone: int, gang: _Gang,
-                      layout: list[tuple[np.ndarray, int]]) -> list[int]:
-        """EFA types in the gang's zone that hold every gang node's pods, cheapest first."""
-        idx = self.idx
-        zone_tier = np.flatnonzero(
-            view.base & self.available & (idx.capacity_of == idx.capacity_code(capacity_type)) & (idx.zone_of == zone)
-        )
-        good = np.ones(zone_tier.size, bool)
-        for c in gang.classes:
-            good &= self.ok[view.position][c][zone_tier]
-        good &= np.array([idx.types[t].efa for t in idx.type_of[zone_tier]], bool)
-        matrix = self.matrices[view.position]
-        for counts, _copies in layout:
-            used = counts @ self.req[gang.classes]
-            good &= (matrix[idx.type_of[zone_tier]] >= used).all(axis=1)
-        chosen = zone_tier[good]
-        order = sorted(chosen, key=lambda i: (idx.price[i], idx.types[idx.type_of[i]].name))
-        return [int(i) for i in order[:MAX_CANDIDATES]]
-
-    def _fixed_candidates(self, positions: list[int] | None, zone: int) -> _Candidates | None:
-        if not positions:
-            return None
-        idx = self.idx
-        first = float(idx.price[positions[0]])
-        chosen = [i for i in positions if idx.price[i] <= first * CANDIDATE_PRICE_CEILING + 1e-9]
-        prices = [float(idx.price[i]) for i in chosen]
-        return _Candidates([int(idx.type_of[i]) for i in chosen], prices, prices, (idx.zones[zone],))
-
     # Classes
 
-    def _place_classes(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> None:
+    def _place_classes(self, view: PoolView, capacity_type: CapacityType, tier: np.ndarray) -> None:
         masks = self.ok[view.position]
         rows = [
             c for c, cls in enumerate(self.classes)
@@ -709,7 +489,7 @@ class _Pass:
         row_index = np.asarray(rows, np.int64)
         pos = tier[masks[np.ix_(row_index, tier)].any(axis=0)]
         feasible = masks[np.ix_(row_index, pos)]
-        limit = _reserved_limit(self, pos, capacity_type)
+        limit = self.reserved_limit(pos, capacity_type)
         if limit is None:
             pos, feasible = self._dedupe(pos, feasible)
         kinds = Kinds(self.matrices[view.position][self.idx.type_of[pos]], self.idx.price[pos], feasible, limit)
@@ -724,27 +504,27 @@ class _Pass:
         for entry in opened:
             full = np.zeros(len(self.classes), np.int64)
             full[rows] = entry.counts
-            candidates = self._candidates(view, capacity_type, tier, full, min_gpus=min_gpus)
+            candidates = self.candidates(view, capacity_type, tier, full, min_gpus=min_gpus)
             if candidates is None:
                 continue
             if capacity_type != "reserved" and not self.limits[view.position].bounded and not self.vcpus.quotas:
                 # Nothing to admit against and no reservation to count down: open every copy at once.
                 present = np.flatnonzero(full)
                 copies = min(entry.copies, int((self.rem[present] // full[present]).min()))
-                self._open_copies(_Node(view.position, capacity_type, candidates, full), present, copies)
+                self._open_copies(NewNode(view.position, capacity_type, candidates, full), present, copies)
                 continue
             for _ in range(entry.copies):
                 if candidates is None or (self.rem < full).any():
                     break
-                admitted = self._admit([_Node(view.position, capacity_type, candidates, full)])
+                admitted = self.admit([NewNode(view.position, capacity_type, candidates, full)])
                 if isinstance(admitted, str):
                     for c in np.flatnonzero(full):
                         self.failures.setdefault((view.position, int(c)), admitted)
                     break
-                self._open(admitted[0])
+                self.open_node(admitted[0])
                 if capacity_type == "reserved":
                     # The reservation just used may be exhausted: the next copy may need another one.
-                    candidates = self._candidates(view, capacity_type, tier, full)
+                    candidates = self.candidates(view, capacity_type, tier, full)
 
     def _dedupe(self, pos: np.ndarray, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keep, per instance type and set of classes it may hold, only the cheapest offering (zone)."""
@@ -752,7 +532,7 @@ class _Pass:
         keep = first_of_each(order, self.idx.type_of[pos], feasible)
         return pos[keep], feasible[:, keep]
 
-    def _tier_arrays(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray) -> _TierArrays:
+    def _tier_arrays(self, view: PoolView, capacity_type: CapacityType, tier: np.ndarray) -> TierArrays:
         key = (view.position, capacity_type)
         found = self._tiers.get(key)
         if found is None or found.tier is not tier:
@@ -760,13 +540,13 @@ class _Pass:
             types = idx.type_of[tier]
             order = np.argsort(types, kind="stable")
             starts = np.flatnonzero(np.r_[True, types[order][1:] != types[order][:-1]])
-            found = _TierArrays(tier, types, idx.zone_of[tier], idx.price[tier], self.ok[view.position][:, tier],
+            found = TierArrays(tier, types, idx.zone_of[tier], idx.price[tier], self.ok[view.position][:, tier],
                                 order, starts, types[order][starts])
             self._tiers[key] = found
         return found
 
-    def _candidates(self, view: _PoolView, capacity_type: CapacityType, tier: np.ndarray, counts: np.ndarray,
-                    zone: int | None = None, min_gpus: float = 0.0) -> _Candidates | None:
+    def candidates(self, view: PoolView, capacity_type: CapacityType, tier: np.ndarray, counts: np.ndarray,
+                    zone: int | None = None, min_gpus: float = 0.0) -> Candidates | None:
         """Every type that holds `counts` (and has at least `min_gpus` GPUs) in every zone where the cheapest one
         does, cheapest first.
 
@@ -789,7 +569,7 @@ class _Pass:
                 return None
             first = int(tier[np.where(good, t.prices, np.inf).argmin()])
             price = float(idx.price[first])
-            return _Candidates([int(idx.type_of[first])], [price], [price], (idx.offerings[first].zone,),
+            return Candidates([int(idx.type_of[first])], [price], [price], (idx.offerings[first].zone,),
                                idx.offerings[first].reservation_id, first)
         if not good.any():
             return None
@@ -805,7 +585,7 @@ class _Pass:
         ceiling = float(t.prices[first]) * CANDIDATE_PRICE_CEILING + 1e-9
         keep = np.flatnonzero(~bad & np.isfinite(low) & (low <= ceiling))
         ranked = keep[np.lexsort((self.s.name_rank[t.present[keep]], low[keep]))][:MAX_CANDIDATES]
-        return _Candidates(
+        return Candidates(
             t.present[ranked].tolist(),
             low[ranked].tolist(),
             high[ranked].tolist(),
@@ -814,7 +594,7 @@ class _Pass:
 
     # Budgets
 
-    def _admit(self, nodes: list[_Node]) -> list[_Node] | str:
+    def admit(self, nodes: list[NewNode]) -> list[NewNode] | str:
         """Nodes within pool limits and quotas (candidates that would break them dropped), or why not."""
         if not nodes:
             return nodes
@@ -822,7 +602,7 @@ class _Pass:
         pool_ledger = self.limits[nodes[0].pool]
         if not pool_ledger.bounded and not self.vcpus.quotas:
             return nodes
-        out: list[_Node] = []
+        out: list[NewNode] = []
         gpus_total = 0.0
         price_total = 0.0
         vcpu_total: dict[str, int] = {}
@@ -842,7 +622,7 @@ class _Pass:
                     return (f"the vCPU quota {quota} ({self.vcpus.quotas[quota]} vCPUs, "
                             f"{self.vcpus.used.get(quota, 0)} in use or planned) has no room for it")
                 return pool_ledger.describe()
-            trimmed = _Candidates(
+            trimmed = Candidates(
                 [cand.types[i] for i in keep], [cand.prices[i] for i in keep], [cand.max_prices[i] for i in keep],
                 cand.zones, cand.reservation, cand.reservation_position,
             )
@@ -851,7 +631,7 @@ class _Pass:
             consumption = self.vcpus.consumption([idx.types[t] for t in trimmed.types], node.capacity_type)
             for key, v in consumption.items():
                 vcpu_total[key] = vcpu_total.get(key, 0) + v
-            out.append(_Node(node.pool, node.capacity_type, trimmed, node.counts, node.gang))
+            out.append(NewNode(node.pool, node.capacity_type, trimmed, node.counts, node.gang))
         if not pool_ledger.admits(gpus_total, price_total):
             return pool_ledger.describe()
         if not self.vcpus.admits(vcpu_total):
@@ -862,21 +642,21 @@ class _Pass:
         self.vcpus.charge(vcpu_total)
         return out
 
-    def _open(self, node: _Node) -> None:
+    def open_node(self, node: NewNode) -> None:
         """Record an admitted node and take its pods out of the remaining demand."""
         if node.candidates.reservation_position >= 0:
             self.reserved_left[node.candidates.reservation_position] -= 1
-        node.pods = [p for c in np.flatnonzero(node.counts) for p in self._take(int(c), int(node.counts[c]))]
+        node.pods = [p for c in np.flatnonzero(node.counts) for p in self.take(int(c), int(node.counts[c]))]
         self.nodes.append(node)
 
-    def _open_copies(self, node: _Node, present: np.ndarray, copies: int) -> None:
+    def _open_copies(self, node: NewNode, present: np.ndarray, copies: int) -> None:
         """`_open` for `copies` nodes like `node` (no reservation), taking each class's pods in one go."""
         if copies <= 0:
             return
-        taken = [(self._take(int(c), int(node.counts[c]) * copies), int(node.counts[c])) for c in present]
+        taken = [(self.take(int(c), int(node.counts[c]) * copies), int(node.counts[c])) for c in present]
         for i in range(copies):
             pods = [p for block, n in taken for p in block[i * n:(i + 1) * n]]
-            self.nodes.append(_Node(node.pool, node.capacity_type, node.candidates, node.counts, node.gang, pods))
+            self.nodes.append(NewNode(node.pool, node.capacity_type, node.candidates, node.counts, node.gang, pods))
 
     # Output
 
@@ -920,96 +700,10 @@ class _Pass:
             ))
         return claims
 
-    def _explain(self, gangs: list[_Gang]) -> None:
-        for gang in gangs:
-            if gang.placed:
-                continue
-            parts = gang.failures or [self._class_reason(c) for c in gang.classes[:1]]
-            size = int(sum(self.rem[c] for c in gang.classes))
-            reason = f"gang {gang.name} ({size} pods) cannot be placed whole: " + "; ".join(parts)
-            for c in gang.classes:
-                for pod in self._take(c, int(self.rem[c])):
-                    self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
-        for c in range(len(self.classes)):
-            if self.rem[c] <= 0:
-                continue
-            reason = self._class_reason(c)
-            for pod in self._take(c, int(self.rem[c])):
-                self.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
-
-    def _class_reason(self, c: int) -> str:
-        cls = self.classes[c]
-        idx = self.idx
-        parts = []
-        for view in self.s.pools:
-            name = view.pool.name
-            blocked = untolerated(cls.tolerations, view.pool.taints)
-            if blocked:
-                parts.append(f"pool {name}: taint {', '.join(blocked)} not tolerated")
-                continue
-            allowed = view.base & self.s.selector_mask(view, cls)
-            fractional = np.zeros_like(allowed)
-            if self.s.excludes_fractional(view, cls):
-                fractional = allowed & self.s.partitioned
-                allowed = allowed & ~self.s.partitioned
-            matrix = self.matrices[view.position]
-            fits = (matrix >= self.req[c]).all(axis=1)[idx.type_of]
-            if not (allowed & fits).any() and (fractional & fits).any():
-                parts.append(
-                    f"pool {name}: only fractional-GPU types ({self.s.fractional.describe()}) have "
-                    f"{describe_need(cls)}, and they serve only pods that select on "
-                    f"{' or '.join(sorted(OPT_IN_KEYS))}, or pools whose requirements ask for them"
-                )
-                continue
-            if not allowed.any():
-                parts.append(
-                    f"pool {name}: no offering matches the pod's node constraints "
-                    f"({describe_constraints(cls, view.fixed_labels)}) within the pool's requirements"
-                )
-                continue
-            if not (allowed & fits).any():
-                types = np.unique(idx.type_of[allowed])
-                short = [n for r, n in enumerate(self.names) if self.req[c][r] > matrix[types, r].max()]
-                parts.append(f"no offering in pool {name} has {describe_need(cls, short)}{_sharing_hint(view, cls)}")
-                continue
-            if not (allowed & fits & self.available).any():
-                parts.append(
-                    f"pool {name}: every offering with {describe_need(cls)} is marked unavailable "
-                    "(insufficient capacity) for now"
-                )
-                continue
-            failure = self.failures.get((view.position, c))
-            parts.append(failure or f"pool {name}: no room left in its reservations")
-        return "; ".join(parts) if parts else "no node pools are configured"
-
-
-def _reserved_limit(p: _Pass, pos: np.ndarray, capacity_type: CapacityType) -> np.ndarray | None:
-    if capacity_type != "reserved":
-        return None
-    return p.reserved_left[pos].copy()
-
-
 def _matches(cls: PodClass, labels: Mapping[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in cls.node_selector):
         return False
     return not cls.affinity or any(t.matches(labels) for t in cls.affinity)
-
-
-def _sharing_hint(view: _PoolView, cls: PodClass) -> str:
-    sharing = view.pool.gpu_sharing
-    dra = [n.removeprefix(DRA_PREFIX) for n in cls.requests if n.startswith(DRA_PREFIX)]
-    others = [d for d in dra if d != NVIDIA_GPU_CLASS]
-    if others:
-        return f" (DRA devices are planned for class {NVIDIA_GPU_CLASS} only, not {', '.join(others)})"
-    if dra and sharing.mode != "none":
-        return (f" (pool {view.pool.name} shares or partitions its GPUs; DRA devices of class {NVIDIA_GPU_CLASS} "
-                "are whole GPUs)")
-    if sharing.mode == "mig" and cls.requests[GPU]:
-        return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
-    wants_mig = [n.removeprefix(MIG_PREFIX) for n in cls.requests if n.startswith(MIG_PREFIX)]
-    if wants_mig and (sharing.mode != "mig" or sharing.mig_profile not in wants_mig):
-        return f" (pool {view.pool.name} does not partition GPUs into MIG {', '.join(wants_mig)})"
-    return ""
 
 
 def _reason_text(pods: Sequence[PendingPod]) -> str:
