@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_autoscaler.domain.packing.solver import first_of_each
+from gpu_autoscaler.domain.packing.solve_pass import first_of_each
 
 
 def _by_definition(order: np.ndarray, types: np.ndarray, feasible: np.ndarray) -> list[int]:

@@ -41,7 +41,8 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
-from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES, Solver
+from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
+from gpu_autoscaler.domain.packing.solver import Solver
 from gpu_autoscaler.domain.pod_events import events_for_plan
 from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim

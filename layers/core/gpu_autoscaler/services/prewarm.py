@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
-from gpu_autoscaler.domain.packing.solver import IN_FLIGHT_STATES
+from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.pod_shapes import classes, series_key
 from gpu_autoscaler.domain.prewarm import (
     WARM_GPUS_ATTRIBUTE,

@@ -8,8 +8,10 @@ first-fit-decreasing packer kept for comparison.
 from __future__ import annotations
 
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, gpu_equivalent, node_capacity, pod_requests
+from gpu_autoscaler.domain.packing.nodes import MAX_CANDIDATES
 from gpu_autoscaler.domain.packing.results import Plan, Unschedulable, claim_requests
-from gpu_autoscaler.domain.packing.solver import MAX_CANDIDATES, Solver, claim_id
+from gpu_autoscaler.domain.packing.solve_pass import claim_id
+from gpu_autoscaler.domain.packing.solver import Solver
 
 __all__ = [
     "MAX_CANDIDATES",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.classes import PodClass
     from gpu_autoscaler.domain.packing.gangs import Gang
     from gpu_autoscaler.domain.packing.nodes import PoolView
-    from gpu_autoscaler.domain.packing.solver import SolvePass
+    from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 
 __all__ = ["class_reason", "explain_unplaced"]
 

@@ -20,7 +20,7 @@ from gpu_autoscaler.domain.packing.results import Unschedulable
 if TYPE_CHECKING:
     from gpu_autoscaler.config import CapacityType
     from gpu_autoscaler.domain.packing.nodes import PoolView
-    from gpu_autoscaler.domain.packing.solver import SolvePass
+    from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 
 __all__ = ["Gang", "gangs_to_place", "place_gang"]
 
