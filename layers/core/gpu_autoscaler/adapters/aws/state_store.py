@@ -4,7 +4,8 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 
 | sort key | holds |
 | --- | --- |
-| `CLAIM#<id>` | the NodeClaim as JSON, its `state` and `version` (the condition of every write) |
+| `CLAIM#<id>` | a live NodeClaim as JSON, its `state` and `version` (the condition of every write) |
+| `ENDED#<id>` | a terminated NodeClaim, the same way, until `expiresAt` |
 | `INSTANCE#<instance-id>` | the claim that launched it: interruption events name instances, not claims |
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
@@ -12,7 +13,13 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
 
 TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
-Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact.
+Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact, under a
+key prefix of their own: the claim's terminating write deletes `CLAIM#<id>` (on its condition) and puts
+`ENDED#<id>` in one transaction. A filter does not lower what a Query reads (DynamoDB bills every item its key
+condition reaches), so the live claims' read, made by every packer document and every tick, reaches only the
+live claims, not a month of ended ones. A claim id is never stored twice: creating one checks both keys.
+Tables written before this layout keep their terminated claims under `CLAIM#` until they expire; reads filter
+them out as before.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ _BATCH_WRITE = 25
 """BatchWriteItem takes up to 25 put or delete requests (DynamoDB API reference, BatchWriteItem)."""
 _UNPROCESSED_RETRIES = 5
 """BatchWriteItem may leave some requests unprocessed (throttled partitions): they are sent again, with backoff."""
+_LIVE = "CLAIM#"
+_ENDED = "ENDED#"
 TRANSACT_ITEMS = 100
 """TransactWriteItems takes up to 100 actions, no two on one item, at most 4 MB in all (DynamoDB API reference,
 TransactWriteItems). A claim is ~2 KB and a pod assignment ~100 bytes, so the count is the limit that binds."""
@@ -65,42 +74,45 @@ class DynamoStateStore:
             raise ClaimExists(claim.id)
 
     def create_claims(self, claims: Sequence[NodeClaim]) -> set[str]:
-        """Each claim with a conditional put (no claim of that id yet), up to `TRANSACT_ITEMS` puts per call: a
-        document's hundreds of new claims take a few calls, not one each. Returns the ids already stored (the
-        claim of a redelivered message): those are not written."""
+        """Each claim with a conditional put (no claim of that id yet, live or ended), in transactions of up to
+        `TRANSACT_ITEMS` actions: a document's hundreds of new claims take a few calls, not one each. Returns the
+        ids already stored (the claim of a redelivered message, even one that has ended since): those are not
+        written."""
+        absent = {"ConditionExpression": "attribute_not_exists(#sk)", "ExpressionAttributeNames": {"#sk": SORT_KEY}}
         writes = []
         for claim in {c.id: c for c in claims}.values():
-            writes.append((claim.id, {"Put": {
-                "TableName": self.table, "Item": self._claim_item(claim),
-                "ConditionExpression": "attribute_not_exists(#sk)", "ExpressionAttributeNames": {"#sk": SORT_KEY}}}))
+            writes.append((claim.id, {"Put": {"TableName": self.table, "Item": self._claim_item(claim), **absent}}))
+            writes.append((claim.id, {"ConditionCheck": {"TableName": self.table,
+                                                         "Key": self._key(f"{_ENDED}{claim.id}"), **absent}}))
             if claim.instance_id:
-                writes.append(("", {"Put": {"TableName": self.table, "Item": self._instance_item(claim)}}))
+                writes.append((claim.id, {"Put": {"TableName": self.table, "Item": self._instance_item(claim)}}))
         refused = self._transact_each(writes)
         return {key for key, _ in refused}
 
     def get_claim(self, claim_id: str) -> NodeClaim | None:
-        item = self._get(f"CLAIM#{claim_id}")
-        return _claim(item) if item else None
+        return self.get_claims([claim_id]).get(claim_id)
 
     def get_claims(self, claim_ids: Iterable[str]) -> dict[str, NodeClaim]:
-        """BatchGetItem, strongly consistent: one call per 100 claims."""
-        return {c.id: c for c in (_claim(i) for i in self._batch_get([f"CLAIM#{c}" for c in dict.fromkeys(claim_ids)]))}
+        """BatchGetItem, strongly consistent, each id under both prefixes (live or ended): one call per 50 claims."""
+        ids = list(dict.fromkeys(claim_ids))
+        return {c.id: c for c in (_claim(i) for i in self._batch_get(
+            [f"{prefix}{c}" for c in ids for prefix in (_LIVE, _ENDED)]))}
 
     def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
         pointer = self._get(f"INSTANCE#{instance_id}")
         return self.get_claim(pointer["claimId"]["S"]) if pointer else None
 
     def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
-        """Terminated claims share the live ones' key prefix and stay `TERMINATED_RETENTION`: the query reads
-        them (read capacity grows with the history kept) but, asked for some states, DynamoDB filters the rest
-        out before answering, so a function asking for the live claims is not sent, nor parses, a month of
-        terminated ones."""
+        """The live claims are read under their own prefix, the ended ones (kept `TERMINATED_RETENTION`) only when
+        asked for; asked for some states, DynamoDB filters the rest out before answering (what a table written
+        before ended claims had their own prefix still holds under `CLAIM#` is read, but not sent)."""
         wanted = set(states) if states is not None else None
         only = None
         if wanted is not None:
             values = {f":state{n}": {"S": state.value} for n, state in enumerate(sorted(wanted, key=str))}
             only = (f"#state IN ({', '.join(values)})", {"#state": "state"}, values) if values else None
-        claims = (_claim(item) for item in self._query("CLAIM#", only=only))
+        prefixes = [_LIVE] + ([_ENDED] if wanted is None or ClaimState.TERMINATED in wanted else [])
+        claims = (_claim(item) for prefix in prefixes for item in self._query(prefix, only=only))
         return [c for c in claims if wanted is None or c.state in wanted]
 
     def transition(self, claim: NodeClaim, to: ClaimState, reason: str = "", **changes: object) -> NodeClaim:
@@ -132,35 +144,36 @@ class DynamoStateStore:
         for claim, changes in {c.id: (c, ch) for c, ch in updates}.values():
             updated = apply_update(claim, claim, now, dict(changes))
             written[claim.id] = updated
-            writes.append((claim.id, self._claim_put(updated, read=claim)))
+            writes += [(claim.id, action) for action in self._claim_writes(updated, read=claim)]
             if updated.instance_id and updated.instance_id != claim.instance_id:
-                writes.append(("", {"Put": {"TableName": self.table, "Item": self._instance_item(updated)}}))
+                writes.append((claim.id, {"Put": {"TableName": self.table, "Item": self._instance_item(updated)}}))
         for key, _ in self._transact_each(writes):
             written.pop(key, None)
         return written
 
-    def _claim_put(self, claim: NodeClaim, read: NodeClaim) -> dict[str, Any]:
-        """The claim's put, conditional on the state and version it was `read` at (another writer between our
-        read and this write makes it fail). An item written before claims had versions has no `version`
-        attribute: it counts as version 0."""
+    def _claim_writes(self, claim: NodeClaim, read: NodeClaim) -> list[dict[str, Any]]:
+        """The claim's write, conditional on the state and version it was `read` at (another writer between our
+        read and this write makes it fail): a put where it is; when it ends, the delete of its live item (on that
+        condition) and the put of its ended one, to go in one transaction. An item written before claims had
+        versions has no `version` attribute: it counts as version 0."""
         version = "#version = :version"
         if read.version == 0:
             version = f"(attribute_not_exists(#version) OR {version})"
-        return {
-            "Put": {
-                "TableName": self.table,
-                "Item": self._claim_item(claim),
-                "ConditionExpression": f"#state = :expected AND {version}",
-                "ExpressionAttributeNames": {"#state": "state", "#version": "version"},
-                "ExpressionAttributeValues": {":expected": {"S": read.state.value},
-                                              ":version": {"N": str(read.version)}},
-            }
+        condition = {
+            "ConditionExpression": f"#state = :expected AND {version}",
+            "ExpressionAttributeNames": {"#state": "state", "#version": "version"},
+            "ExpressionAttributeValues": {":expected": {"S": read.state.value}, ":version": {"N": str(read.version)}},
         }
+        item = self._claim_item(claim)
+        if read.state is ClaimState.TERMINATED or claim.state is not ClaimState.TERMINATED:
+            return [{"Put": {"TableName": self.table, "Item": item, **condition}}]
+        return [{"Delete": {"TableName": self.table, "Key": self._key(f"{_LIVE}{claim.id}"), **condition}},
+                {"Put": {"TableName": self.table, "Item": item}}]
 
     def _replace(self, claim: NodeClaim, read: NodeClaim) -> None:
-        """One transaction: the claim, conditional on what it was `read` at (`_claim_put`), and its instance
+        """One transaction: the claim, conditional on what it was `read` at (`_claim_writes`), and its instance
         pointer with it."""
-        writes: list[dict[str, Any]] = [self._claim_put(claim, read)]
+        writes: list[dict[str, Any]] = self._claim_writes(claim, read)
         if claim.instance_id:
             writes.append({"Put": {"TableName": self.table, "Item": self._instance_item(claim)}})
         try:
@@ -171,7 +184,8 @@ class DynamoStateStore:
             raise
 
     def _claim_item(self, claim: NodeClaim) -> dict[str, Any]:
-        item = self._key(f"CLAIM#{claim.id}") | {
+        prefix = _ENDED if claim.state is ClaimState.TERMINATED else _LIVE
+        item = self._key(f"{prefix}{claim.id}") | {
             "state": {"S": claim.state.value},
             "version": {"N": str(claim.version)},
             "pool": {"S": claim.pool},
@@ -240,8 +254,7 @@ class DynamoStateStore:
         cancels the rest of its transaction, which is sent again without it; one cancelled by a concurrent
         transaction on the same items (`TransactionConflict`) is sent again, a few times, after a short pause."""
         refused: list[tuple[str, dict[str, Any]]] = []
-        for start in range(0, len(writes), TRANSACT_ITEMS):
-            batch = list(writes[start:start + TRANSACT_ITEMS])
+        for batch in _batches(writes):
             conflicts = 0
             while batch:
                 reasons = self._transact([action for _, action in batch])
@@ -250,8 +263,9 @@ class DynamoStateStore:
                 codes = [str(r.get("Code") or "None") for r in reasons]
                 if len(codes) != len(batch) or not set(codes) <= _RETRIED_CODES:
                     raise StateStoreError(f"transaction cancelled: {', '.join(codes)}")
-                refused += [(key, r.get("Item", {})) for (key, _), r, code in zip(batch, reasons, codes, strict=True)
-                            if code == "ConditionalCheckFailed"]
+                refused_now = [(key, r.get("Item", {})) for (key, _), r, code in zip(batch, reasons, codes, strict=True)
+                               if code == "ConditionalCheckFailed"]
+                refused += [(key, item) for key, item in refused_now if key not in {k for k, _ in refused}]
                 if "TransactionConflict" in codes:
                     conflicts += 1
                     if conflicts > _CONFLICT_RETRIES:
@@ -259,7 +273,11 @@ class DynamoStateStore:
                     time.sleep(0.05 * conflicts)
                 elif "ConditionalCheckFailed" not in codes:
                     raise StateStoreError(f"transaction cancelled with no reason given: {', '.join(codes)}")
-                batch = [w for w, code in zip(batch, codes, strict=True) if code != "ConditionalCheckFailed"]
+                # A refused write takes the other actions of its key with it (a claim's ended put with the
+                # delete of its live item; the existence check beside a new claim; its instance pointer).
+                dropped = {key for key, _ in refused_now if key}
+                batch = [w for w, code in zip(batch, codes, strict=True)
+                         if code != "ConditionalCheckFailed" and w[0] not in dropped]
         return refused
 
     def _transact(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -423,6 +441,27 @@ class DynamoStateStore:
                 items.extend(answer.get("Responses", {}).get(self.table, []))
                 request = answer.get("UnprocessedKeys") or {}
         return items
+
+
+def _batches(writes: Sequence[tuple[str, dict[str, Any]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+    """Writes in transactions of up to `TRANSACT_ITEMS` actions, the actions of one key (adjacent) never split
+    over two: they stand or fall together."""
+    batches: list[list[tuple[str, dict[str, Any]]]] = []
+    current: list[tuple[str, dict[str, Any]]] = []
+    at = 0
+    while at < len(writes):
+        end = at + 1
+        while end < len(writes) and writes[end][0] and writes[end][0] == writes[at][0]:
+            end += 1
+        group = list(writes[at:end])
+        if current and len(current) + len(group) > TRANSACT_ITEMS:
+            batches.append(current)
+            current = []
+        current += group
+        at = end
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _claim(item: dict[str, Any]) -> NodeClaim:
