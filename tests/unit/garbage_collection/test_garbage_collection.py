@@ -4,6 +4,7 @@ is gone closed; nothing younger than the grace touched (EC2's eventual consisten
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
 from gpu_autoscaler.adapters.memory.compute import MemoryCompute, MemoryInstance
@@ -11,13 +12,16 @@ from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.domain.garbage_collection import collect
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.fleet import OwnedInstance
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 from gpu_autoscaler.services.fleet import FleetService
 from gpu_autoscaler.services.garbage_collection import GarbageCollector
 from tests.conftest import example_config_data
 from tests.unit.drain.builders import NOW, make_claim, make_node
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 GRACE = timedelta(minutes=5)
 
@@ -99,3 +103,28 @@ def test_an_instance_of_a_request_for_several_claims_is_spared_while_its_claims_
     assert [i.instance_id for i in decision.leaked] == ["i-3"]
     closed = [c.model_copy(update={"state": ClaimState.TERMINATED}) for c in claims]
     assert [i.instance_id for i in collect(instances, closed, NOW, GRACE).leaked] == ["i-1", "i-2"]
+
+
+def test_the_collector_reads_only_the_claims_that_have_not_ended() -> None:
+    """It runs on every consolidation tick, and ended claims are kept 30 days: reading them all each minute (the
+    state table's `ENDED#` items) would cost more read capacity each day the cluster runs, for claims the
+    decision ignores (an instance whose claim ended is a leak either way)."""
+    asked: list[set[ClaimState] | None] = []
+
+    class Recording(MemoryStateStore):
+        def list_claims(self, states: Iterable[ClaimState] | None = None) -> list[NodeClaim]:
+            asked.append(set(states) if states is not None else None)
+            return super().list_claims(states)
+
+    config = parse_config(example_config_data())
+    clock = FixedClock(NOW)
+    store = Recording("ml-prod", clock)
+    compute = MemoryCompute("ml-prod", clock)
+    store.create_claim(make_claim(id="c-old", instance_id="i-old", state=ClaimState.TERMINATED))
+    compute.instances["i-old"] = MemoryInstance("i-old", "g6.xlarge", "us-east-1a", "spot",
+                                                {TAG_CLUSTER: "ml-prod", TAG_CLAIM: "c-old"},
+                                                launched_at=NOW - timedelta(hours=2))
+    collector = GarbageCollector(config, store, compute, compute, FleetService(config, store, compute, clock=clock),
+                                 MemoryCluster([]), clock=clock)
+    assert collector.run([]).terminated == ["i-old"]  # its claim ended: a leak, found without reading that claim
+    assert asked and all(a is not None and ClaimState.TERMINATED not in a for a in asked)

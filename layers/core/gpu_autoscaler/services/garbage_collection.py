@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.garbage_collection import collect
 from gpu_autoscaler.errors import NodeNotFound, StaleClaim
+from gpu_autoscaler.services.reconcile import CLAIMED_STATES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -45,6 +46,7 @@ class CollectionOutcome:
         return {"terminatedInstances": self.terminated, "closedClaims": self.closed}
 
 
+
 class GarbageCollector:
     def __init__(self, config: Config, store: StateStore, inventory: OwnedInstances, compute: Compute,
                  fleet: FleetTermination, cluster: ClusterAPI, *, clock: Clock) -> None:
@@ -58,7 +60,7 @@ class GarbageCollector:
 
     def run(self, nodes: Sequence[ClusterNode]) -> CollectionOutcome:
         instances = self.inventory.owned_instances()  # the cloud first, then the claims (see the domain module)
-        claims = self.store.list_claims()
+        claims = self.store.list_claims(CLAIMED_STATES)  # ended claims (kept 30 days) decide nothing here
         decision = collect(instances, claims, self.clock.now(), self.config.timeouts.garbage_collection_grace)
         outcome = CollectionOutcome()
         node_of = {n.instance_id: n for n in nodes if n.instance_id}
