@@ -53,12 +53,12 @@ def regroup(opened: list[Opened], req: np.ndarray, kinds: Kinds, weights: np.nda
             ) -> list[Opened]:
     """`opened` with groups of patterns packed again while that saves money; `opened` itself when nothing
     does (a new list otherwise; `opened` is unchanged). `weights`: the tier's first class weights."""
-    if kinds.limit is not None:
+    entries = [Opened(e.kind, e.counts.copy(), e.copies) for e in opened if e.copies > 0]
+    if kinds.limit is not None or len(entries) < MIN_PATTERNS:
         return opened
     floor = pod_floor(req, kinds)
     # Every class on the plan fits some kind; an infinite row is a class absent from it (0 pods × inf).
     floor = np.where(np.isfinite(floor), floor, 0.0)
-    entries = [Opened(e.kind, e.counts.copy(), e.copies) for e in opened if e.copies > 0]
     ids = list(range(len(entries)))
     next_id = len(entries)
     tried: set[frozenset[int]] = set()
