@@ -234,3 +234,21 @@ def test_pairs_of_nodes_split_again_over_cheaper_ones() -> None:
     opened = pack(demand, req, k)
     assert_valid(opened, demand, req, k)
     assert cost(opened, k) <= 1.02 * 204.008
+
+
+def test_three_patterns_packed_again_as_a_tier_of_their_own() -> None:
+    # Scenario s14's tier cut down to four kinds (cpu millicores, MiB, pods, GPUs; us-east-1 prices). Every
+    # pass before `regroup` leaves seven 220 GiB pods (class 4) one to a 1.22 node beside 8-GPU 4.14 nodes of
+    # small pods and two or three 220 GiB ones: 33.170, 1.023 × the optimum (HiGHS over every pattern,
+    # 32.417). Packed as a tier of their own, the pods of two of those 8-GPU nodes and the seven 1.22 ones
+    # (three patterns, nine nodes, 16.84) go on four nodes (16.33), one a 4-GPU 3.92 node holding three 220
+    # GiB pods and a 32 GiB one; a second group of three patterns then saves the rest. The pair split,
+    # which runs before, finds neither.
+    k = kinds([[63570, 233765, 737, 1], [47610, 178677, 234, 4], [95490, 721426, 492, 4], [191250, 718731, 737, 8]],
+              [1.2228, 1.8867, 3.9171, 4.1386], 5)
+    req = np.array([[8000, 32768, 1, 1], [8000, 12288, 1, 1], [4000, 12288, 1, 1], [8000, 102400, 1, 1],
+                    [8000, 225280, 1, 1]], np.int64)
+    demand = np.array([11, 5, 8, 4, 21])
+    opened = pack(demand, req, k)
+    assert_valid(opened, demand, req, k)
+    assert cost(opened, k) == pytest.approx(32.4171)

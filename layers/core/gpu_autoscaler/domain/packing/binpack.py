@@ -19,7 +19,8 @@ nodes holding every pod. It is NP-hard; the method here is a greedy over *patter
 4. Nodes whose pods all fit in the room the others leave are emptied into it (see `relocate`).
 5. Small tiers whose plan is more than 3 % above a lower bound are packed again with corrected class
    weights, and with a wider search of fills (see `correction`); then pairs of nodes are split again
-   over two cheaper ones (see `pairs`).
+   over two cheaper ones (see `pairs`), and the nodes of groups of three patterns packed again as a tier
+   of their own (see `regroup`).
 
 The benchmarks compare the result with an exact MILP on the same offerings.
 """
@@ -33,6 +34,7 @@ import numpy as np
 from gpu_autoscaler.domain.packing.correction import corrected, worth_more_work
 from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 from gpu_autoscaler.domain.packing.pairs import resplit_pairs
+from gpu_autoscaler.domain.packing.regroup import regroup
 from gpu_autoscaler.domain.packing.relocate import empty_into_holes
 from gpu_autoscaler.domain.packing.single import single_class
 
@@ -316,7 +318,8 @@ def pack(demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray 
     best = corrected(first, demand, req, kinds, w, (lambda better: _greedy(demand, req, kinds, better),
                                                     lambda better: _greedy(demand, req, kinds, better, wide=True)))
     resplit = resplit_pairs(best, req, kinds)
-    return resplit if _cost(resplit, kinds) < _cost(best, kinds) - _EPS else best
+    best = resplit if _cost(resplit, kinds) < _cost(best, kinds) - _EPS else best
+    return regroup(best, req, kinds, w, lambda pods, weights: _greedy(pods, req, kinds, weights))
 
 
 def _greedy(demand: np.ndarray, req: np.ndarray, kinds: Kinds, w: np.ndarray, *, wide: bool = False,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 
-__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound", "worth_more_work"]
+__all__ = ["CLOSE_ENOUGH", "CORRECTION_WORK", "ROUNDS", "corrected", "lower_bound", "pod_floor", "worth_more_work"]
 
 ROUNDS = 3
 CORRECTION_WORK = 6_000
@@ -35,12 +35,13 @@ the randomised scenarios the rounds never gained more than 0.3 % on one that was
 
 
 def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: Kinds, weights: np.ndarray,
-              repacks: Sequence[Callable[[np.ndarray], list[Opened]]]) -> list[Opened]:
+              repacks: Sequence[Callable[[np.ndarray], list[Opened]]], rounds: int = ROUNDS) -> list[Opened]:
     """The cheapest of `first` and the plans each of `repacks` makes with corrected weights.
 
     Each repack runs its own rounds from the first plan's weights: the first (the greedy that made
     `first`) from the weights `first` paid; the others (wider searches) from `weights` themselves.
     The caller has asked `worth_more_work` first (it also decides on `pairs` from the same answer).
+    `rounds`: of the first repack (the others get one more); `regroup` spends one on each group it tries.
     """
     best, best_cost = first, _cost(first, kinds)
     goal = _held(first, demand.size)
@@ -50,7 +51,7 @@ def corrected(first: list[Opened], demand: np.ndarray, req: np.ndarray, kinds: K
     for n, repack in enumerate(repacks):
         w = weights.astype(np.float64).copy()
         current = first
-        for round_ in range(ROUNDS + (n > 0)):
+        for round_ in range(rounds + (n > 0)):
             if round_ or n == 0:
                 w = _reweighed(current, w, share, kinds)
             current = repack(w)
@@ -86,16 +87,23 @@ def _reweighed(plan: Sequence[Opened], w: np.ndarray, share: np.ndarray, kinds: 
 
 def lower_bound(demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> float:
     """No plan holding `demand` costs less: in any one resource, every pod needs at least its share of a
-    node, which costs at least that share of the price of the kind where it is cheapest."""
-    cap = kinds.cap.astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :])  # [K, C, R]
-    fits = (req[None, :, :] <= kinds.cap[:, None, :]).all(axis=2) & kinds.feasible.T  # [K, C]
-    per_pod = np.where(fits[:, :, None], share * kinds.price[:, None, None], np.inf).min(axis=0)  # [C, R]
+    node, which costs at least that share of the price of the kind where it is cheapest (`pod_floor`)."""
+    per_pod = pod_floor(req, kinds)
     wanted = demand > 0
     if not wanted.any() or not np.isfinite(per_pod[wanted]).all():
         return 0.0
     return float((demand[wanted, None] * per_pod[wanted]).sum(axis=0).max())
+
+
+def pod_floor(req: np.ndarray, kinds: Kinds) -> np.ndarray:
+    """[C, R] the least one pod of each class pays for its share of each resource: that share of the
+    price of the kind where it is cheapest (inf for a class no kind holds). `lower_bound` is the largest
+    over the resources of these summed over the pods, so callers bounding many sets of pods compute it once."""
+    cap = kinds.cap.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(req[None, :, :] == 0, 0.0, req[None, :, :] / cap[:, None, :])  # [K, C, R]
+    fits = (req[None, :, :] <= kinds.cap[:, None, :]).all(axis=2) & kinds.feasible.T  # [K, C]
+    return np.where(fits[:, :, None], share * kinds.price[:, None, None], np.inf).min(axis=0)
 
 
 def _held(opened: Sequence[Opened], size: int) -> np.ndarray:
