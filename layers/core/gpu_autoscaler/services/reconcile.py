@@ -10,9 +10,13 @@
    Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
    `measuredLeadTime.history`, and marks the claim (`bootSeconds`) so it is recorded once. Pre-warm turns a
    pool's samples into its lead time.
-4. Garbage collection (`services.garbage_collection`, where the service is given a collector): owned instances
+4. Room given back (`domain.orphaned_claims`): a claim in flight none of whose pods waits for it any more (each
+   started on another node since, or was deleted) is left with no pods and no recorded requests, its pods'
+   assignments released, so the packer places the next pending pods in its room instead of buying another
+   node; it boots as free room, and consolidation removes it empty if no pod comes.
+5. Garbage collection (`services.garbage_collection`, where the service is given a collector): owned instances
    no live claim accounts for are terminated, claims whose instance is gone are closed.
-5. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+6. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -28,6 +32,8 @@ from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE, observe_boot
 from gpu_autoscaler.domain.drain import movable
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
 from gpu_autoscaler.domain.garbage_collection import launched_at
+from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
@@ -63,11 +69,13 @@ class ReconcileOutcome:
     demand: dict[str, float] = field(default_factory=dict)
     boots: list[BootSample] = field(default_factory=list)
     """Boot times recorded this tick."""
+    freed: list[str] = field(default_factory=list)
+    """Claim ids in flight whose room was given back: none of their pods waits for them any more."""
 
     collected: CollectionOutcome | None = None
 
     def summary(self) -> dict[str, Any]:
-        return {"registered": self.registered, "timedOut": self.timed_out,
+        return {"registered": self.registered, "timedOut": self.timed_out, "freed": self.freed,
                 "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
                            "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
                           for b in self.boots],
@@ -103,11 +111,44 @@ class ReconcileService:
                 self._observe_boot(claim, node, now, outcome)
             elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
                 self._maybe_time_out(claim, now, outcome)
+        moved = {*outcome.registered, *outcome.timed_out}
+        self._give_back_orphaned([c for c in claims if c.id not in moved], nodes, pods, now, outcome)
         if self.collector is not None:
             outcome.collected = self.collector.run(nodes)
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome
+
+    def give_back(self, nodes: Sequence[ClusterNode], pods: Sequence[ClusterPod]) -> list[str]:
+        """Step 4 alone, on the cluster as just listed: the ids of the claims in flight whose room was given back.
+        The simulator runs it on the minutes between registrations (`run` does it as part of every tick)."""
+        outcome = ReconcileOutcome()
+        claims = self.store.list_claims((ClaimState.PENDING, ClaimState.LAUNCHED))
+        self._give_back_orphaned(claims, nodes, pods, self.clock.now(), outcome)
+        return outcome.freed
+
+    def _give_back_orphaned(self, claims: Sequence[NodeClaim], nodes: Sequence[ClusterNode],
+                            pods: Sequence[ClusterPod], now: datetime, outcome: ReconcileOutcome) -> None:
+        joined = {n.instance_id: n.name for n in nodes if n.instance_id}
+        for claim in orphaned_claims(claims, pods, now, joined):
+            self._give_back(claim, outcome)
+
+    def _give_back(self, claim: NodeClaim, outcome: ReconcileOutcome) -> None:
+        """Leave the claim with no pods and no recorded requests, and release its pods' assignments (those still
+        its own): its room is free for the packer's next pending pods. Conditional on the claim as read this
+        tick: one that moved on meanwhile is looked at again on the next."""
+        try:
+            self.store.update_claim(claim, pods=(), attributes={
+                **claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute({})})
+        except StaleClaim:
+            logger.info("claim %s changed before its room could be given back; looked at again next tick", claim.id)
+            return
+        owned = [uid for uid, owner in self.store.assignments(list(claim.pods)).items() if owner == claim.id]
+        if owned:
+            self.store.release_pods(owned)
+        outcome.freed.append(claim.id)
+        logger.info("claim %s: none of its %d pod(s) waits for it any more (started elsewhere or deleted); its room "
+                    "is free for the next pending pods", claim.id, len(claim.pods))
 
     def _register(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
         attributes = dict(claim.attributes)

@@ -332,6 +332,7 @@ class SimulatedCluster:
             node_selector=spec.node_selector, required_node_affinity=spec.required_node_affinity,
             tolerations=spec.tolerations, priority=spec.priority,
             created_at=self.moment(pod.trace.arrival),
+            started_at=self.moment(pod.started_at) if pod.node is not None and pod.started_at is not None else None,
         )
 
     def _node(self, node_name: str) -> SimNode:

@@ -17,7 +17,9 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
   `underutilized_interval` when the cluster changed since the last one, its proposals validated on the next
   minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
   is not run — it would decide nothing. A node that joins is registered by the reconcile step on the next
-  minute, as the consolidate function's schedule has it;
+  minute, as the consolidate function's schedule has it; on the other minutes while a claim in flight lists
+  pods, the step that gives back the room of a claim none of whose pods waits for it any more runs alone (the
+  demand it would also record is recorded on pre-warm's ticks, as before);
 - pre-warm (`services.prewarm.PrewarmService`, every 5 minutes, windows and forecast), its demand history
   (pending plus running GPUs per pool and 5-minute bucket, recorded on each tick and by the packer and the
   reconcile step) a dense series in the store.
@@ -85,6 +87,7 @@ __all__ = ["PolicyRun"]
 (_FINISH, _DELETE, _RECLAIM, _READY, _RECONCILE, _ARRIVE, _SCHEDULE, _DRAIN, _NOTICE, _LAUNCH, _PACK, _PREWARM,
  _CONSOLIDATE) = range(13)
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
+_IN_FLIGHT = (ClaimState.PENDING, ClaimState.LAUNCHED)
 _RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
 
@@ -176,6 +179,8 @@ class PolicyRun:
         self._consolidation_nodes: dict[str, tuple[tuple[object, ...], ConsolidationNode]] = {}
         self._picture_pools: set[str] | None = None
         self._reconcile_at: float | None = None
+        self._register_due = False
+        """A node joined since the last reconcile: the next one runs the whole step, not only its giving back."""
         self._ticking = False
 
     # Time and events
@@ -417,6 +422,7 @@ class PolicyRun:
         self.rate += instance.price_per_hour
         self.ledger.launched(instance.instance_id, self.t, instance.price_per_hour, instance.instance_type.gpus)
         self.push(self.t + self.settings.boot(instance.instance_type, self.rng), _READY, instance)
+        self._want_reconcile(register=False)
         if instance.capacity_type == "spot":
             hazard = interruption_hazard(instance.interruption_band, self.settings.spot_monthly_interruption)
             if hazard > 0:
@@ -441,11 +447,7 @@ class PolicyRun:
         self._mark_warm([instance])
         self.cluster.join(instance, self.config.pool(instance.pool))
         self._dirty = True
-        step = self.settings.consolidation_interval
-        at = (math.floor(self.t / step) + 1) * step
-        if self._reconcile_at is None or self._reconcile_at > at:
-            self._reconcile_at = at
-            self.push(at, _RECONCILE)
+        self._want_reconcile(register=True)
         if self.pending:
             self._schedule_pending(None)
 
@@ -453,7 +455,24 @@ class PolicyRun:
         if self._reconcile_at is None or self._reconcile_at > self.t:
             return
         self._reconcile_at = None
-        self.reconcile.run(self.cluster.list_nodes(), self.cluster.list_pods())
+        if self._register_due:
+            self._register_due = False
+            self.reconcile.run(self.cluster.list_nodes(), self.cluster.list_pods())
+        else:
+            self.reconcile.give_back(self.cluster.list_nodes(), self.cluster.list_pods())
+        if any(c.pods for c in self.store.list_claims(_IN_FLIGHT)):
+            self._want_reconcile(register=False)
+
+    def _want_reconcile(self, *, register: bool) -> None:
+        """The reconcile step on the next minute, as the consolidate function's schedule runs it: all of it when a
+        node joined (to register it), else only its giving back of orphaned claims' room (a claim in flight lists
+        pods: once none of them waits for it, its room is the next pods')."""
+        self._register_due = self._register_due or register
+        step = self.settings.consolidation_interval
+        at = (math.floor(self.t / step) + 1) * step
+        if self._reconcile_at is None or self._reconcile_at > at:
+            self._reconcile_at = at
+            self.push(at, _RECONCILE)
 
     # Interruptions and drains
 
