@@ -372,10 +372,10 @@ class _PeakGpus:
         self._thread = threading.Thread(target=self._run, name="peak-gpus", daemon=True)
 
     def _held(self) -> int:
-        from gpu_autoscaler.services.packer import LIVE_STATES
+        from gpu_autoscaler.models.claims import CLAIMED_STATES
 
         total = 0
-        for claim in self.store.list_claims(LIVE_STATES):
+        for claim in self.store.list_claims(CLAIMED_STATES):
             if claim.pool == self.pool:
                 types = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
                 total += max((self.gpus.get(t, 0) for t in types), default=0)

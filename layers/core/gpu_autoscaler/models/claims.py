@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpu_autoscaler.config import CapacityType
 
-__all__ = ["ALLOWED_TRANSITIONS", "ClaimState", "NodeClaim", "StateTransition"]
+__all__ = ["ALLOWED_TRANSITIONS", "CLAIMED_STATES", "ClaimState", "NodeClaim", "StateTransition"]
 
 
 class ClaimState(StrEnum):
@@ -19,6 +19,10 @@ class ClaimState(StrEnum):
     DRAINING = "Draining"
     TERMINATED = "Terminated"
 
+
+CLAIMED_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
+"""Every state but Terminated: claims that cost money or are about to, and count against pool limits and quotas.
+What a function reads when it reads the claims in play (the state table keeps ended ones apart)."""
 
 ALLOWED_TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
     ClaimState.PENDING: frozenset({ClaimState.LAUNCHED, ClaimState.TERMINATED}),

@@ -53,9 +53,9 @@ from gpu_autoscaler.domain.disruption_marks import (
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.errors import ClaimExists, KubernetesApiError, StaleClaim
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
-from gpu_autoscaler.services.reconcile import CLAIMED_STATES, ReconcileOutcome, ReconcileService
+from gpu_autoscaler.services.reconcile import ReconcileOutcome, ReconcileService
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.garbage_collection import collect
 from gpu_autoscaler.errors import NodeNotFound, StaleClaim
-from gpu_autoscaler.services.reconcile import CLAIMED_STATES
+from gpu_autoscaler.models.claims import CLAIMED_STATES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -120,7 +120,7 @@ class InterruptionService:
             return list(notice.instance_ids)
         # Imported here: reconcile's module graph loads numpy and the solver, which a Spot warning's cold start
         # must not pay before its cordon (issue 17).
-        from gpu_autoscaler.services.reconcile import CLAIMED_STATES
+        from gpu_autoscaler.models.claims import CLAIMED_STATES
 
         reservation = notice.reservation_id
         live = [c for c in self.store.list_claims(CLAIMED_STATES) if c.instance_id]

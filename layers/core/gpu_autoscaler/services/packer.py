@@ -45,7 +45,7 @@ from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.packing.solver import Solver
 from gpu_autoscaler.domain.pod_events import events_for_plan
 from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.services.claim_writes import write_fresh_many
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEMAND_BUCKET",
     "LAUNCH_REQUEST_CLAIMS",
-    "LIVE_STATES",
     "PackOutcome",
     "PackerService",
     "WrongCluster",
@@ -80,8 +79,6 @@ DEMAND_BUCKET = timedelta(minutes=5)
 LAUNCH_REQUEST_CLAIMS = 10
 """Claims one launch request names at most: one CreateFleet for ten like instances instead of ten calls (EC2's
 API rate limits count calls), while a document's requests still spread over several fleet invocations."""
-LIVE_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
-"""Claims that cost money or are about to: they count against pool limits and quotas."""
 
 
 class WrongCluster(GpuAutoscalerError):
@@ -171,7 +168,7 @@ class PackerService:
             raise WrongCluster(
                 f"document for cluster '{document.cluster}' reached the packer of '{self.config.cluster_name}'"
             )
-        live = self.store.list_claims(LIVE_STATES)
+        live = self.store.list_claims(CLAIMED_STATES)
         if keep_held:
             live = [_holding(c) for c in live]
         covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}

@@ -51,7 +51,7 @@ from gpu_autoscaler.domain.prewarm import (
 )
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.resources import GPU
 from gpu_autoscaler.wiring import rate_period
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
     from gpu_autoscaler.settings import FunctionSettings
 
 __all__ = [
-    "CHARGED_STATES",
     "LIVE_STATES",
     "RELEASED_AT_ATTRIBUTE",
     "RELEASED_ATTRIBUTE",
@@ -88,8 +87,6 @@ logger = logging.getLogger(__name__)
 
 LIVE_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED)
 """Claims that may hold warm capacity."""
-CHARGED_STATES = (*LIVE_STATES, ClaimState.DRAINING)
-"""Claims that count against pool limits and quotas when the packer plans (a draining node still costs)."""
 RELEASED_ATTRIBUTE = "warmReleased"
 """NodeClaim attribute: the holder (`window:<name>` / `forecast`) whose warm hold ended."""
 RELEASED_AT_ATTRIBUTE = "warmReleasedAt"
@@ -146,7 +143,7 @@ class SolverPlanner:
     def __call__(self, pods: Sequence[PendingPod]) -> Sequence[NodeClaim]:
         if not pods:
             return []
-        live = [_without_room(c) for c in self._store.list_claims(CHARGED_STATES)]
+        live = [_without_room(c) for c in self._store.list_claims(CLAIMED_STATES)]
         quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
         plan = self._solver().solve(
             pods, claims=live, unavailable=self._store.unavailable_offerings(), source=pods[0].uid, quotas=quotas

@@ -36,7 +36,7 @@ from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 
 if TYPE_CHECKING:
@@ -53,11 +53,10 @@ if TYPE_CHECKING:
     from gpu_autoscaler.services.drain import FleetTermination
     from gpu_autoscaler.services.garbage_collection import CollectionOutcome, GarbageCollector
 
-__all__ = ["CLAIMED_STATES", "ReconcileOutcome", "ReconcileService"]
+__all__ = ["ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
 
-CLAIMED_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
 
 
 @dataclass

@@ -49,14 +49,13 @@ from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
 from gpu_autoscaler.domain.packing.solver import Solver
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService
 from gpu_autoscaler.services.interruption import InterruptionService
-from gpu_autoscaler.services.packer import LIVE_STATES
 from gpu_autoscaler.services.prewarm import PERIOD, SolverPlanner
 from gpu_autoscaler.services.reconcile import ReconcileService
 from gpu_autoscaler.simulation.cloud import SimulatedCloud, interruption_hazard
@@ -666,7 +665,7 @@ class PolicyRun:
         if self.pending:
             owners = self.store.assignments(list(self.pending))
             if owners:
-                claims = {c.id: c.pool for c in self.store.list_claims(LIVE_STATES)}
+                claims = {c.id: c.pool for c in self.store.list_claims(CLAIMED_STATES)}
                 requests = [(claims[cid], self.pending[uid].spec.resources) for uid, cid in owners.items()
                             if cid in claims]
                 for pool, gpus in pool_gpus(self.config, requests).items():
