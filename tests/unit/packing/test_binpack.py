@@ -10,26 +10,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
-from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, _fill_residual, class_weights, pack
+from gpu_autoscaler.domain.packing.binpack import Kinds, _fill_residual, class_weights, pack
 from gpu_autoscaler.domain.packing.single import single_class
+from tests.unit.packing.validation import assert_valid, cost
 
 
 def kinds(caps: list[list[int]], prices: list[float], classes: int, limit: list[int] | None = None) -> Kinds:
     return Kinds(np.array(caps, np.int64), np.array(prices), np.ones((classes, len(prices)), bool),
                  None if limit is None else np.array(limit, np.int64))
-
-
-def cost(opened: list[Opened], k: Kinds) -> float:
-    return float(sum(k.price[e.kind] * e.copies for e in opened))
-
-
-def assert_valid(opened: list[Opened], demand: np.ndarray, req: np.ndarray, k: Kinds) -> None:
-    placed = sum((e.counts * e.copies for e in opened), np.zeros_like(demand))
-    assert (placed == demand).all()
-    for e in opened:
-        assert e.copies > 0
-        assert ((e.counts @ req) <= k.cap[e.kind]).all()
-        assert k.feasible[e.counts > 0, e.kind].all()
 
 
 def brute_force_single(n: int, fit: list[int], prices: list[float]) -> float:

@@ -13,10 +13,7 @@ from hypothesis import strategies as st
 from gpu_autoscaler.domain.packing.binpack import _greedy, class_weights
 from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
 from gpu_autoscaler.domain.packing.regroup import MIN_PATTERNS, regroup
-
-
-def _cost(opened: list[Opened], k: Kinds) -> float:
-    return float(sum(k.price[e.kind] * e.copies for e in opened))
+from tests.unit.packing.validation import assert_valid, cost
 
 
 @settings(max_examples=40, deadline=None)
@@ -40,15 +37,10 @@ def test_regroup_keeps_every_pod_on_nodes_that_hold_them_and_never_costs_more(da
     after = regroup(first, req, k, w, lambda pods, weights: _greedy(pods, req, k, weights))
 
     assert [(e.kind, e.counts.tolist(), e.copies) for e in first] == [(a, c.tolist(), n) for a, c, n in before]
-    placed = sum((e.counts * e.copies for e in after), np.zeros_like(demand))
-    assert (placed == demand).all()
-    for e in after:
-        assert e.copies > 0
-        assert ((e.counts @ req) <= k.cap[e.kind]).all()
-        assert k.feasible[e.counts > 0, e.kind].all()
-    assert _cost(after, k) <= _cost(first, k) + 1e-9
+    assert_valid(after, demand, req, k)
+    assert cost(after, k) <= cost(first, k) + 1e-9
     if after is not first:
-        assert _cost(after, k) < _cost(first, k)
+        assert cost(after, k) < cost(first, k)
 
 
 def test_a_plan_of_few_patterns_is_left_as_it_is() -> None:

@@ -3,13 +3,16 @@
 Used by the rule tests and the property tests: every pod is accounted for exactly once; every candidate
 type of every claim, in every zone of the claim where it is offered, holds all the claim's pods (requests
 plus overhead, labels, taints, pool requirements); gangs are whole, in one zone, and share one candidate
-list where the pool asks for EFA; pool limits hold, counting live claims as the solver's contract says.
+list where the pool asks for EFA; pool limits hold, counting live claims as the solver's contract says. One
+tier's nodes (`binpack` and the passes after it) are checked by `assert_valid`: every pod once, no node over.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
 from gpu_autoscaler.domain.packing.results import claim_requests
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.domain.packing.kinds import Kinds, Opened
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.pods import PendingPod
@@ -149,3 +153,19 @@ def _usage(claims: Sequence[NodeClaim], catalog: Catalog) -> tuple[float, float]
         offered = [catalog.price((n, z, claim.capacity_type)) for n in names for z in claim.zones]
         price += max([claim.price_per_hour, *(p for p in offered if p is not None)])
     return gpus, price
+
+
+# One tier: nodes opened by `binpack` (and the passes after it) for a demand of pod classes.
+
+
+def cost(opened: list[Opened], k: Kinds) -> float:
+    return float(sum(k.price[e.kind] * e.copies for e in opened))
+
+
+def assert_valid(opened: list[Opened], demand: np.ndarray, req: np.ndarray, k: Kinds) -> None:
+    placed = sum((e.counts * e.copies for e in opened), np.zeros_like(demand))
+    assert (placed == demand).all()
+    for e in opened:
+        assert e.copies > 0
+        assert ((e.counts @ req) <= k.cap[e.kind]).all()
+        assert k.feasible[e.counts > 0, e.kind].all()
