@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
+from gpu_autoscaler.batch_metrics import count_failed_records
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import ResourceNames
@@ -91,9 +92,5 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
-                                        context=context)
-    # A partial batch failure is no Lambda error: without this count nothing shows records going back to the
-    # queue until they reach its dead-letter queue (and every invocation publishes a metric, none empty).
-    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(response["batchItemFailures"]))
-    return response
+    return count_failed_records(metrics, process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context))
