@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState
 from gpu_autoscaler.models.labels import INSTANCE_GPU_COUNT, NODE_POOL
 from gpu_autoscaler.models.resources import GPU
 
@@ -29,7 +29,6 @@ __all__ = ["LIVE", "cost_report", "status_report"]
 
 LIVE = (ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
 """Claims whose instance is (or may be) running and billed."""
-IN_FLIGHT = (ClaimState.PENDING, ClaimState.LAUNCHED)
 HOUR = timedelta(hours=1)
 CPU = "cpu"
 
@@ -83,7 +82,7 @@ def status_report(
             "warm": [{"claim": c.id, "why": c.warm, "state": str(c.state)} for c in claims
                      if c.warm and c.state is not ClaimState.TERMINATED],
             "inFlight": [{"claim": c.id, "state": str(c.state), "ageSeconds": _since(c.created_at, now)}
-                         for c in claims if c.state in IN_FLIGHT],
+                         for c in claims if c.state in IN_FLIGHT_STATES],
             "interruptionsLastHour": drains["interruptions"],
             "consolidationsLastHour": drains["consolidations"],
         }

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
-from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.resources import GPU, PODS, Resources
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
+from gpu_autoscaler.models.claims import IN_FLIGHT_STATES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpu_autoscaler.config import CapacityType
 
-__all__ = ["ALLOWED_TRANSITIONS", "CLAIMED_STATES", "ClaimState", "NodeClaim", "StateTransition"]
+__all__ = ["ALLOWED_TRANSITIONS", "CLAIMED_STATES", "IN_FLIGHT_STATES", "ClaimState", "NodeClaim", "StateTransition"]
 
 
 class ClaimState(StrEnum):
@@ -23,6 +23,8 @@ class ClaimState(StrEnum):
 CLAIMED_STATES = (ClaimState.PENDING, ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING)
 """Every state but Terminated: claims that cost money or are about to, and count against pool limits and quotas.
 What a function reads when it reads the claims in play (the state table keeps ended ones apart)."""
+IN_FLIGHT_STATES = frozenset({ClaimState.PENDING, ClaimState.LAUNCHED})
+"""Claims whose node has not joined yet: their free room is only known to us, not to kube-scheduler."""
 
 ALLOWED_TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
     ClaimState.PENDING: frozenset({ClaimState.LAUNCHED, ClaimState.TERMINATED}),

@@ -46,7 +46,6 @@ class CollectionOutcome:
         return {"terminatedInstances": self.terminated, "closedClaims": self.closed}
 
 
-
 class GarbageCollector:
     def __init__(self, config: Config, store: StateStore, inventory: OwnedInstances, compute: Compute,
                  fleet: FleetTermination, cluster: ClusterAPI, *, clock: Clock) -> None:

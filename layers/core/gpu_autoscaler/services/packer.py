@@ -41,11 +41,10 @@ from gpu_autoscaler.domain.packing.results import (
     claim_requests,
     requests_attribute,
 )
-from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.packing.solver import Solver
 from gpu_autoscaler.domain.pod_events import events_for_plan
 from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
-from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.services.claim_writes import write_fresh_many
@@ -205,7 +204,7 @@ class PackerService:
         grace_ended = self.clock.now() - self.config.timeouts.scheduling_grace
         oldest_in_flight: dict[str, datetime] = {}
         for claim in live:
-            if claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED):
+            if claim.state in IN_FLIGHT_STATES:
                 known = oldest_in_flight.get(claim.pool)
                 oldest_in_flight[claim.pool] = claim.created_at if known is None else min(known, claim.created_at)
         released = set()
@@ -450,7 +449,7 @@ def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[Pendin
     wanted = {p.uid for p in pods} - set(covered)
     out: dict[str, str] = {}
     for claim in live:
-        if claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED):
+        if claim.state in IN_FLIGHT_STATES:
             out.update({uid: claim.id for uid in claim.pods if uid in wanted})
     return out
 

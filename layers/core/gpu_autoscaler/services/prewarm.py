@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
-from gpu_autoscaler.domain.packing.solve_pass import IN_FLIGHT_STATES
 from gpu_autoscaler.domain.pod_shapes import classes, series_key
 from gpu_autoscaler.domain.prewarm import (
     WARM_GPUS_ATTRIBUTE,
@@ -51,7 +50,7 @@ from gpu_autoscaler.domain.prewarm import (
 )
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
-from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.resources import GPU
 from gpu_autoscaler.wiring import rate_period

@@ -36,7 +36,7 @@ from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -108,7 +107,7 @@ class ReconcileService:
                 self._register(claim, node, now, outcome)
             elif claim.state is ClaimState.REGISTERED and node is not None and BOOT_ATTRIBUTE not in claim.attributes:
                 self._observe_boot(claim, node, now, outcome)
-            elif claim.state in (ClaimState.PENDING, ClaimState.LAUNCHED) and node is None:
+            elif claim.state in IN_FLIGHT_STATES and node is None:
                 self._maybe_time_out(claim, now, outcome)
         moved = {*outcome.registered, *outcome.timed_out}
         self._give_back_orphaned([c for c in claims if c.id not in moved], nodes, pods, now, outcome)
@@ -122,7 +121,7 @@ class ReconcileService:
         """Step 4 alone, on the cluster as just listed: the ids of the claims in flight whose room was given back.
         The simulator runs it on the minutes between registrations (`run` does it as part of every tick)."""
         outcome = ReconcileOutcome()
-        claims = self.store.list_claims((ClaimState.PENDING, ClaimState.LAUNCHED))
+        claims = self.store.list_claims(IN_FLIGHT_STATES)
         self._give_back_orphaned(claims, nodes, pods, self.clock.now(), outcome)
         return outcome.freed
 

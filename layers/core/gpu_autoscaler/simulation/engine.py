@@ -49,7 +49,7 @@ from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
 from gpu_autoscaler.domain.packing.solver import Solver
-from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
@@ -86,7 +86,6 @@ __all__ = ["PolicyRun"]
 (_FINISH, _DELETE, _RECLAIM, _READY, _RECONCILE, _ARRIVE, _SCHEDULE, _DRAIN, _NOTICE, _LAUNCH, _PACK, _PREWARM,
  _CONSOLIDATE) = range(13)
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
-_IN_FLIGHT = (ClaimState.PENDING, ClaimState.LAUNCHED)
 _RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
 
@@ -459,7 +458,7 @@ class PolicyRun:
             self.reconcile.run(self.cluster.list_nodes(), self.cluster.list_pods())
         else:
             self.reconcile.give_back(self.cluster.list_nodes(), self.cluster.list_pods())
-        if any(c.pods for c in self.store.list_claims(_IN_FLIGHT)):
+        if any(c.pods for c in self.store.list_claims(IN_FLIGHT_STATES)):
             self._want_reconcile(register=False)
 
     def _want_reconcile(self, *, register: bool) -> None:

@@ -42,7 +42,7 @@ from gpu_autoscaler.domain.packing.zones import (
     spreads,
     with_volume_zones,
 )
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import device_totals, with_requests
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY
 from gpu_autoscaler.models.taints import tolerates_all
@@ -56,10 +56,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["IN_FLIGHT_STATES", "SolvePass", "claim_id", "first_of_each"]
+__all__ = ["SolvePass", "claim_id", "first_of_each"]
 
-IN_FLIGHT_STATES = frozenset({ClaimState.PENDING, ClaimState.LAUNCHED})
-"""Claims whose node has not joined yet: their free room is only known to us, not to kube-scheduler."""
 
 
 class SolvePass:
