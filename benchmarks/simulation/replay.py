@@ -1,12 +1,14 @@
 """Simulator speed: the whole Alibaba GPU trace, all four policies, against a 60-second target.
 
-    python -m benchmarks simulation [--trace FILE] [--config FILE] [--workers N] [--out DIR]
+    python -m benchmarks simulation [--trace FILE] [--config FILE] [--workers N] [--seed N] [--out DIR]
+                                    [--policy NAME ...]
 
 The trace is `openb_pod_list_default.csv` (8,152 pods; 7,064 ask for GPUs), the configuration
 `benchmarks/simulation/config.json` (a spot-first whole-GPU pool, a time-slicing pool for fractional pods,
 predictive pre-warm). Printed: the time to build the catalog, each policy's run time (in its own
-process), the wall time of the whole simulation, and the comparison table. `--out` also writes
-`report.json` and the plots there.
+process), the wall time of the whole simulation, the comparison table, and where issue 16's economics goals
+stand (`goals.py`: against `karpenter-overlay` when `--policy` adds it, as on the traces whose pods share
+GPUs). `--out` also writes `report.json` and the plots there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import time
 from pathlib import Path
 
 from benchmarks import ALIBABA_TRACE
+from benchmarks.simulation.goals import judge
 from gpu_autoscaler.config import load_config
+from gpu_autoscaler.simulation.policies import OPTIONAL_POLICIES, POLICY_NAMES
 from gpu_autoscaler.simulation.run import simulate, simulation_catalog
 from gpu_autoscaler.simulation.settings import SimulationSettings
 from gpu_autoscaler.simulation.trace import read_trace
@@ -36,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="also write report.json and the plots here")
+    parser.add_argument("--policy", action="append", default=None, choices=[*POLICY_NAMES, *OPTIONAL_POLICIES],
+                        help=f"repeatable (default: {', '.join(POLICY_NAMES)})")
     args = parser.parse_args(argv)
     logging.getLogger("gpu_autoscaler").setLevel(logging.ERROR)
     from rich.console import Console
@@ -49,13 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"trace {args.trace}: {trace.rows} rows, {len(trace.pods)} GPU pods; catalog "
                   f"{len(catalog.gpu_types())} GPU types, {len(catalog.all_offerings())} offerings "
                   f"({ready - started:.1f} s to read and build)")
-    report = simulate(trace, config, settings=SimulationSettings(seed=args.seed), catalog=catalog,
-                      workers=args.workers)
+    report = simulate(trace, config, policies=args.policy or POLICY_NAMES,
+                      settings=SimulationSettings(seed=args.seed), catalog=catalog, workers=args.workers)
     wall = time.perf_counter() - started
     for result in report.results:
         console.print(f"  {result.name:<20} {result.seconds:6.1f} s  ({result.nodes_launched} nodes launched, "
                       f"{result.consolidations} consolidation decisions, {result.interruptions} interruptions)")
     report.print_table(console)
+    console.print("issue 16's economics goals (benchmarks/simulation/goals.py):")
+    for goal in judge(report.to_json()["policies"]):
+        console.print(goal.line(), highlight=False)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.simulation import goals
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.simulation.policies import POLICY_NAMES
 from tests.conftest import ROOT, SHARED_DATA
@@ -21,7 +22,7 @@ KEYS = {"name", "cost", "lowerBound", "gpuAllocation", "waitP50", "waitP95", "wa
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="the shared Alibaba trace is not here")
-def test_simulate_writes_the_report_the_plots_and_the_table(tmp_path: Path) -> None:
+def test_simulate_writes_the_report_the_plots_and_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sim"
     result = CliRunner().invoke(app, [
         "simulate", "--trace", str(TRACE), "--config", str(CONFIG), "--from-day", "140", "--to-day", "140.05",
@@ -41,6 +42,9 @@ def test_simulate_writes_the_report_the_plots_and_the_table(tmp_path: Path) -> N
     for name in ("gpus.png", "cost.png", "waits.png", "costs.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fixed-node-group" in result.output and "÷ bound" in result.output
+    goals.main([str(out / "report.json")])  # the goals read the report as the CLI writes it
+    judged = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("  met", "  MISSED"))]
+    assert len(judged) == 4 and "karpenter-like" in judged[0], judged
 
 
 def test_simulate_names_a_bad_policy_and_a_bad_trace(tmp_path: Path) -> None:
