@@ -31,3 +31,16 @@ def test_json_output_reads_back_as_the_data_with_its_text_as_written(capsys: pyt
 def test_json_output_writes_what_json_does_not_know_as_text(capsys: pytest.CaptureFixture[str]) -> None:
     emit({"at": datetime(2026, 11, 22, 10, 0, tzinfo=UTC)}, Output.json, _no_table)
     assert json.loads(capsys.readouterr().out)["at"].startswith("2026-11-22")
+
+
+def test_yaml_output_writes_times_as_json_output_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """A script that switches `-o json` for `-o yaml` reads the same text for a time (RFC 3339, as the
+    Kubernetes API writes it), not Python's `str()` of it."""
+    import yaml
+
+    data = {"claims": [{"launchedAt": datetime(2026, 11, 22, 10, 0, 5, tzinfo=UTC), "id": "c-1"}]}
+    emit(data, Output.json, _no_table)
+    as_json = json.loads(capsys.readouterr().out)
+    emit(data, Output.yaml, _no_table)
+    assert yaml.safe_load(capsys.readouterr().out) == as_json == {
+        "claims": [{"launchedAt": "2026-11-22T10:00:05Z", "id": "c-1"}]}

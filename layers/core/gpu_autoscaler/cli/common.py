@@ -137,7 +137,8 @@ def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
     elif output is Output.yaml:
         import yaml
 
-        typer.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False).rstrip())
+        # Through the same serializer as JSON, so a time reads the same under either (RFC 3339, not `str()`).
+        typer.echo(yaml.safe_dump(json.loads(to_json(data, fallback=str)), sort_keys=False).rstrip())
     else:
         table()
 

@@ -248,6 +248,7 @@ def invoke_command(
         after = read_account(target.clients, target.resources)
     for line in _summary(function, response, before, after):
         note(line)
-    emit(response, output or Output.json, lambda: typer.echo(json.dumps(response, indent=2, default=str)))
+    # A handler's response has no table: `-o table` prints it as JSON, as no `-o` does.
+    emit(response, Output.json if output in (None, Output.table) else output, lambda: None)
     if isinstance(response, dict) and response.get("batchItemFailures"):
         raise typer.Exit(EXIT_PARTIAL)
