@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from kubernetes import config as kube_config
 
 from gpu_autoscaler.config import parse_config
-from gpu_autoscaler.emulator.demo import NAMESPACE, demo_config, notebook_pod
+from gpu_autoscaler.emulator.demo_workload import NAMESPACE, demo_config, notebook_pod
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, TAG_NODE_POOL
 from tests.conftest import example_config_data
 

@@ -40,7 +40,8 @@ def run_demo(
 ) -> DemoResult:
     """Start an emulator for the demo configuration, tell the story, stop; the result holds everything seen."""
     # The emulator (moto, the Kubernetes side) loads only when the demo runs, not with every command.
-    from gpu_autoscaler.emulator.demo import DEMO_SPEED, DEMO_VISIBILITY_TIMEOUT, DemoStory, demo_config
+    from gpu_autoscaler.emulator.demo import DemoStory
+    from gpu_autoscaler.emulator.demo_workload import DEMO_SPEED, DEMO_VISIBILITY_TIMEOUT, demo_config
     from gpu_autoscaler.emulator.session import EmulatorSession
 
     config = demo_config(base, datetime.now(UTC))
