@@ -6,6 +6,8 @@ The root takes the flags every command shares (`--verbose`, `--quiet`, `--versio
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -70,4 +72,28 @@ def _register(argv: list[str]) -> None:
         importlib.import_module(f"gpu_autoscaler.cli.{name}")
 
 
-_register(sys.argv if Path(sys.argv[0]).name == "gpu-autoscaler" else [])
+def _as_command(argv: list[str]) -> bool:
+    """Whether this process is the `gpu-autoscaler` command (not a test or a program importing the app)."""
+    return bool(argv) and Path(argv[0]).name == "gpu-autoscaler"
+
+
+def _skip_collections_at_exit() -> None:
+    """When the command's process ends, freeze what it built so the interpreter's shutdown collections
+    do not walk it.
+
+    Everything a command made (10,000 pods, their plan, the modules) lives until the process ends and the
+    operating system takes the memory back whole; yet the interpreter's shutdown runs full garbage
+    collections over every one of those objects first: ~60 ms of `gpu-autoscaler plan` on 10,000 pods,
+    a tenth of the command. Frozen objects are left out of collections; reference counting still frees
+    them as the modules are cleared, and the standard streams are flushed as always. Only cyclic garbage
+    left at exit goes unfinalized, as Python never promises to finalize it; the commands close their
+    files with `with`.
+    """
+    atexit.register(gc.freeze)
+
+
+if _as_command(sys.argv):
+    _skip_collections_at_exit()
+    _register(sys.argv)
+else:
+    _register([])
