@@ -44,3 +44,16 @@ def test_a_toleration_built_in_code_after_a_document_shared_it_keeps_its_fields(
     assert built.key == "nvidia.com/gpu" and built.effect == "NoSchedule"
     pod = PendingPod(uid="b", name="b", tolerations=(built,))
     assert pod.tolerations == (built,)
+
+
+def test_tolerations_the_sharing_cannot_key_are_validated_as_sent() -> None:
+    """Models in a list (code building a pod), a value that cannot be hashed, a number: each is read, or refused,
+    as an unshared list would be, and a number is never taken for the same toleration without it."""
+    built = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+    assert PendingPod(uid="a", name="a", tolerations=[built]).tolerations == (built,)
+    with pytest.raises(ValidationError, match="tolerations.0.key"):
+        PendingPod.model_validate({"uid": "a", "name": "a", "tolerations": [{"key": ["nvidia.com/gpu"]}]})
+    for seconds in (30, 30):
+        pod = PendingPod.model_validate({"uid": "a", "name": "a",
+                                         "tolerations": [{**GPU_TOLERATION, "tolerationSeconds": seconds}]})
+        assert pod.tolerations[0].toleration_seconds == 30

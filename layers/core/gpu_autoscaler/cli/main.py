@@ -6,6 +6,8 @@ The root takes the flags every command shares (`--verbose`, `--quiet`, `--versio
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -70,4 +72,37 @@ def _register(argv: list[str]) -> None:
         importlib.import_module(f"gpu_autoscaler.cli.{name}")
 
 
-_register(sys.argv if Path(sys.argv[0]).name == "gpu-autoscaler" else [])
+def _as_command(argv: list[str]) -> bool:
+    """Whether this process is the `gpu-autoscaler` command (not a test or a program importing the app)."""
+    return bool(argv) and Path(argv[0]).name == "gpu-autoscaler"
+
+
+def _prepare_the_command(argv: list[str]) -> None:
+    """Import the named command's modules with the collector off, then freeze them; freeze again at exit.
+
+    A command's process is short-lived and what it imports lives until it ends: the modules, their
+    classes, the validators pydantic builds for the configuration's models. Collecting while they are
+    imported (some eighty young-generation passes for `plan`: 20-35 ms) frees next to nothing, and each
+    later full pass would walk them all again; frozen, they are left out of collections. At exit, what
+    the command built (10,000 pods, their plan) is frozen too: the interpreter's shutdown runs full
+    collections over every object before the operating system takes the memory back whole (~60 ms of
+    `plan` on 10,000 pods). Reference counting still frees frozen objects; only cyclic garbage is kept
+    (made while importing: a bounded amount, once) or left unfinalized at exit (as Python never promises
+    to finalize it; the commands close their files with `with`, and the standard streams are flushed as
+    always).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _register(argv)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+    atexit.register(gc.freeze)
+
+
+if _as_command(sys.argv):
+    _prepare_the_command(sys.argv)
+else:
+    _register([])
