@@ -255,8 +255,12 @@ class TestShapedForecast:
         # one pod pending in one bucket of the recent level: a fifth of a pod forecast, not a node to warm
         decision = decide(self.config(), START, [], GPUS, {"gpu": forecast(0.2)}, shapes={"gpu": {"1d-t2": 0.2}})
         assert decision.needs == ()
-        rounded = decide(self.config(), START, [], GPUS, {"gpu": forecast(1.6)},
-                         shapes={"gpu": {"1d-t2": 0.6, "2d-t0": 1.0}})
+        # nor is most of one: 0.6 of a 1-GPU pod and half of a 2-GPU one buy nothing
+        short = decide(self.config(), START, [], GPUS, {"gpu": forecast(1.6)},
+                       shapes={"gpu": {"1d-t2": 0.6, "2d-t0": 1.0}})
+        assert short.needs == ()
+        rounded = decide(self.config(), START, [], GPUS, {"gpu": forecast(4.2)},
+                         shapes={"gpu": {"1d-t2": 1.2, "2d-t0": 3.0}})
         assert [(n.gpus, n.shapes) for n in rounded.needs] == [(3, (("1d-t2", 1.0), ("2d-t0", 2.0)))]
 
     def test_shape_history_with_no_class_coming_holds_nothing(self) -> None:

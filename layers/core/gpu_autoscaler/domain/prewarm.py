@@ -19,12 +19,12 @@ Per pool:
   released.
 - Forecast, shaped (the packer records each pod shape class's pending GPUs, `pod_shapes`): the pool should
   have, beyond the GPUs its pods ask for now (the demand, at most what its claims hold: demand beyond them is
-  the packer's to place), headroom for the pods forecast to arrive — each class's forecast rounded to whole
-  pods of the class (`pod_shapes.whole_pods`), at most `predictive.maxWarmGpus` in all. Free room anywhere in
-  the pool (registered nodes, claims in flight, warm nodes) is headroom already; only the shortfall is bought,
-  as placeholder pods of those classes, so the warm nodes are the types they need. A pool with shape history
-  whose classes forecast no pod holds no forecast headroom. Without shape history the forecast is a GPU
-  total:
+  the packer's to place), headroom for the pods forecast to arrive — each class's forecast rounded down to
+  whole pods of the class (`pod_shapes.whole_pods`: under one pod, none), at most `predictive.maxWarmGpus` in
+  all. Free room anywhere in the pool (registered nodes, claims in flight, warm nodes) is headroom already;
+  only the shortfall is bought, as placeholder pods of those classes, so the warm nodes are the types they
+  need. A pool with shape history whose classes forecast no pod holds no forecast headroom. Without shape
+  history the forecast is a GPU total:
 - Forecast: the pool should have `min(forecast, current demand + predictive.maxWarmGpus)` GPUs of
   capacity (registered plus in flight) at now + lead time: `maxWarmGpus` bounds the idle GPUs held ahead
   of demand, not the warm claims real pods have since filled (those are the capacity the pods would
