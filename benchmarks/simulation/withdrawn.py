@@ -87,14 +87,14 @@ def observe(run: PolicyRun) -> dict[str, Any]:
         original_remove(node, why)
 
     def holds_empty(pod: SimPod, node: SimNode) -> bool:
-        return fits(pod.requests, node.allocatable) and cluster._allowed(pod.constraint, pod, node)
+        return fits(pod.requests, node.allocatable) and cluster._allowed(cluster._ids(pod)[0], pod, node)
 
     def delete(pod: SimPod) -> None:
         if pod.state == "pending" and pod.first_started is None and pod.trace.duration is None:
             found = []
             for node in cluster.nodes.values():
                 extra = node.cordoned or len(node.taints) != len(node.pool.taints)
-                if extra and fits(pod.requests, node.free) and cluster._allowed(pod.constraint, pod, node):
+                if extra and fits(pod.requests, node.free) and cluster._allowed(cluster._ids(pod)[0], pod, node):
                     found.append("tainted room")
                     break
             for minutes in _RECENT:
