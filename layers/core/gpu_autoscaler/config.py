@@ -273,7 +273,9 @@ class Disruption(_Model):
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
     """Karpenter's: remove only empty nodes, or also nodes whose pods fit elsewhere or on a cheaper node."""
     consolidate_after: Duration = timedelta(minutes=5)
-    """How long a node must have been empty before it is removed (and old, before it is consolidated)."""
+    """How long a node must have been empty before it is removed, and, for one with pods, how long since its last
+    pod event (a pod bound to it or gone from it; its creation while none is known) before it is consolidated —
+    Karpenter's "time to wait to consolidate a node after a pod has been added or removed from the node"."""
     min_node_age: Duration = timedelta(minutes=10)
     """No voluntary disruption of a node younger than this: its pods may still be on their way to it."""
     empty_keep_lead_times: float = Field(default=2.0, ge=0)

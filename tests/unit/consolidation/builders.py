@@ -75,6 +75,8 @@ class Cluster:
     pods: list[ClusterPod] = field(default_factory=list)
     blocked: set[str] = field(default_factory=set)
     empty_since: dict[str, Any] = field(default_factory=dict)
+    pods_changed: dict[str, Any] = field(default_factory=dict)
+    """Node name → its last pod event (none given: unknown, its creation counts)."""
 
     def node(self, instance_type: str = "g5.12xlarge", *, capacity_type: str = "on-demand",
              zone: str = "us-east-1a", age: timedelta = timedelta(hours=2), pool: str = "gpu",
@@ -126,7 +128,8 @@ class Cluster:
         for node in self.nodes:
             members = node_pods(node, self.pods, self.blocked)
             since = None if members else self.empty_since.get(node.name)
-            out.append(ConsolidationNode(node, self.claims.get(node.name), members, since))
+            out.append(ConsolidationNode(node, self.claims.get(node.name), members, since,
+                                         pods_changed_at=self.pods_changed.get(node.name)))
         return out
 
     def consolidate(self, **kwargs: Any) -> ConsolidationResult:

@@ -7,7 +7,14 @@ from datetime import timedelta
 import pytest
 
 from gpu_autoscaler.domain.catalog import Catalog
-from gpu_autoscaler.domain.consolidation import SPOT_TO_SPOT_MIN_TYPES, ConsolidationNode, consolidate, empty_wait
+from gpu_autoscaler.domain.consolidation import (
+    SPOT_TO_SPOT_MIN_TYPES,
+    ConsolidationNode,
+    consolidate,
+    empty_wait,
+    pod_set,
+    pods_changed_at,
+)
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.catalog import InstanceType, Offering
@@ -69,6 +76,38 @@ def test_a_node_whose_pods_fit_on_another_nodes_free_room_is_removed() -> None:
     assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (lonely,))
     assert set(decision.destinations) == {roomy}
     assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
+
+
+def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:
+    """Karpenter's consolidateAfter counts from the node's last pod event (`status.lastPodEventTime`): a node
+    two hours old whose pods changed a minute ago is left alone; once unchanged that long, it goes."""
+    cluster = Cluster(pool_config(consolidateAfter="5m"))
+    lonely = cluster.node("g5.12xlarge")
+    cluster.pod(lonely)
+    roomy = cluster.node("g5.48xlarge", age=timedelta(minutes=5))  # too young to go, but takes pods
+    cluster.pods_on(roomy, 3)
+    cluster.pods_changed[lonely] = NOW - timedelta(minutes=1)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[lonely].startswith("too young: under the pool's consolidateAfter since its last pod")
+    cluster.pods_changed[lonely] = NOW - timedelta(minutes=5)
+    [decision] = cluster.consolidate().decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (lonely,))
+
+
+def test_pod_events_are_pods_bound_or_gone_daemonsets_aside_and_terminating_counts_as_gone() -> None:
+    cluster = Cluster(pool_config())
+    node = cluster.node()
+    running = cluster.pod(node, started_at=NOW - timedelta(minutes=7))
+    daemon = cluster.pod(node, owner_kind="DaemonSet", started_at=NOW - timedelta(minutes=1))
+    before = pod_set([running, daemon])
+    assert pod_set([running]) == before, "a DaemonSet pod is no pod event"
+    assert pod_set([running.model_copy(update={"deletion_timestamp": NOW})]) == pod_set([]), "terminating: gone"
+    assert pod_set([running.model_copy(update={"phase": "Succeeded"})]) == pod_set([]), "finished: gone"
+    assert pods_changed_at(None, None, before, [running, daemon], NOW) == NOW - timedelta(minutes=7)
+    earlier = NOW - timedelta(minutes=3)
+    assert pods_changed_at(earlier, before, before, [running, daemon], NOW) == earlier
+    assert pods_changed_at(earlier, before, pod_set([]), [], NOW) == NOW
 
 
 def test_a_half_empty_node_is_replaced_by_one_cheaper_node_whatever_the_fleet_picks() -> None:

@@ -11,7 +11,7 @@ from gpu_autoscaler.adapters.memory.cluster import DisruptionBudget, MemoryClust
 from gpu_autoscaler.adapters.memory.disruption_budgets import MemoryDisruptionBudgets
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
-from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE
+from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE, POD_SET_ATTRIBUTE, PODS_CHANGED_AT_ATTRIBUTE
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
 from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, pool_hash
 from gpu_autoscaler.domain.forecast import bucket_start
@@ -179,6 +179,30 @@ def test_a_node_that_gets_pods_again_loses_its_empty_mark() -> None:
     rig.kube.add_pod(rig.scene.pod(node, gpus=4, cpu="40", memory="150Gi"))
     rig.service.run()
     assert EMPTY_SINCE_ATTRIBUTE not in rig.claim(node).attributes
+
+
+def test_the_last_pod_event_is_kept_on_the_claim_and_consolidate_after_counts_from_it() -> None:
+    """First tick: the latest start of its pods; a pod bound since: the tick that sees it. Unchanged pods keep
+    the mark, and the node is consolidated only `consolidateAfter` after it (Karpenter's lastPodEventTime)."""
+    scene = Cluster(pool_config(consolidateAfter="5m"))
+    big = scene.node("g5.48xlarge", empty_for=None)
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi", started_at=NOW - timedelta(minutes=2))
+    rig = Rig(scene)
+    first = rig.service.run()
+    assert first.result.decisions == () and first.result.skipped[big].startswith("too young")
+    assert rig.claim(big).attributes[PODS_CHANGED_AT_ATTRIBUTE] == (NOW - timedelta(minutes=2)).isoformat()
+    seen = rig.claim(big).attributes[POD_SET_ATTRIBUTE]
+    rig.clock.advance(timedelta(minutes=2))
+    rig.kube.add_pod(rig.scene.pod(big, gpus=1))
+    rig.service.run()
+    assert rig.claim(big).attributes[PODS_CHANGED_AT_ATTRIBUTE] == (NOW + timedelta(minutes=2)).isoformat()
+    assert rig.claim(big).attributes[POD_SET_ATTRIBUTE] != seen
+    rig.clock.advance(timedelta(minutes=4))  # 8 minutes after the first pod's start, 4 after the second's
+    fourth = rig.service.run()
+    assert fourth.result.decisions == () and fourth.result.skipped[big].startswith("too young")
+    assert rig.claim(big).attributes[PODS_CHANGED_AT_ATTRIBUTE] == (NOW + timedelta(minutes=2)).isoformat()
+    rig.clock.advance(timedelta(minutes=1))
+    assert [d.nodes for d in rig.service.run().result.decisions] == [(big,)]
 
 
 def test_do_not_disrupt_and_disruption_budgets_protect_nodes_through_the_service() -> None:

@@ -87,3 +87,20 @@ def test_a_pod_like_one_that_fitted_nowhere_is_not_bound_but_another_still_is() 
     bound = cluster.schedule(pods)
     assert [(pod.trace.name, to.name) for pod, to in bound] == [("pod-2", node.name)]
     assert pods[3].node is None and pods[0].node is None
+
+
+def test_a_node_knows_when_a_pod_was_last_bound_to_it_or_taken_off_it() -> None:
+    """The fact consolidation's consolidateAfter counts from (Karpenter's lastPodEventTime), as the cluster saw it."""
+    clock = [100.0]
+    cluster = SimulatedCluster(MIXED_CONFIG, lambda: clock[0], lambda t: datetime.fromtimestamp(t, UTC),
+                               on_unbind=lambda pod, why: None)
+    node = _join(cluster, 0, "g4dn.12xlarge", "gpu")
+    assert node.pods_changed_at is None
+    shaper = PodShaper(MIXED_CONFIG)
+    pods = [SimPod(tp, spec, pod_requests(spec).as_dict()) for tp in (make_pod(0), make_pod(1))
+            for spec in [shaper.pending(tp)]]
+    cluster.schedule(pods)
+    assert node.pods_changed_at == 100.0
+    clock[0] = 400.0
+    assert cluster.release(pods[0])
+    assert node.pods_changed_at == 400.0

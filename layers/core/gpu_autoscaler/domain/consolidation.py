@@ -27,7 +27,9 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
    and at least `emptyKeepLeadTimes` of its lead time: removed. Replaying the Alibaba trace with Karpenter's
    wait alone, a third of the nodes launched for arriving pods came within 10 minutes of the removal of an empty
    node that would have held them.
-3. Pools with `consolidationPolicy: WhenEmptyOrUnderutilized`:
+3. Pools with `consolidationPolicy: WhenEmptyOrUnderutilized`, among nodes whose pods have not changed for the
+   pool's `consolidateAfter` (since the node's last pod event, `ConsolidationNode.pods_changed_at`, else its
+   creation: Karpenter's Consolidatable condition):
    - multi-node: the largest prefix (binary search, as Karpenter's) of the pool's candidates, emptiest
      first, whose pods fit on the other nodes plus new nodes cheaper together than all of them;
      repeated while one is found;
@@ -70,6 +72,8 @@ from gpu_autoscaler.domain.budgets import allowed_disruptions
 from gpu_autoscaler.domain.consolidation_group import EPS, SPOT_TO_SPOT_MIN_TYPES, GroupJudge, GroupNode, pod_shape
 from gpu_autoscaler.domain.consolidation_models import (
     EMPTY_SINCE_ATTRIBUTE,
+    POD_SET_ATTRIBUTE,
+    PODS_CHANGED_AT_ATTRIBUTE,
     REPLACES_ATTRIBUTE,
     ConsolidationNode,
     ConsolidationResult,
@@ -79,6 +83,8 @@ from gpu_autoscaler.domain.consolidation_models import (
     empty_since,
     empty_wait,
     node_pods,
+    pod_set,
+    pods_changed_at,
     warm_held,
 )
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
@@ -105,6 +111,8 @@ if TYPE_CHECKING:
 __all__ = [
     "EMPTY_SINCE_ATTRIBUTE",
     "MULTI_NODE_MAX_CANDIDATES",
+    "PODS_CHANGED_AT_ATTRIBUTE",
+    "POD_SET_ATTRIBUTE",
     "REPLACES_ATTRIBUTE",
     "SPOT_TO_SPOT_MIN_TYPES",
     "ConsolidationNode",
@@ -116,6 +124,8 @@ __all__ = [
     "empty_since",
     "empty_wait",
     "node_pods",
+    "pod_set",
+    "pods_changed_at",
     "warm_held",
 ]
 
@@ -322,9 +332,9 @@ class _Pass(GroupJudge):
         self._empty(eligible)
         underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
                      and n.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"]
-        young = [n for n in underused if self.now - _born(n) < n.pool.disruption.consolidate_after]  # type: ignore[union-attr]
+        young = [n for n in underused if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after]  # type: ignore[union-attr]
         for n in young:
-            self.skip(n, "too young: under the pool's consolidateAfter")
+            self.skip(n, "too young: under the pool's consolidateAfter since its last pod event")
         underused = sorted((n for n in underused if n not in young), key=lambda n: (n.utilization, -n.price, n.name))
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
@@ -518,3 +528,11 @@ def _price(catalog: Catalog, claim: NodeClaim) -> float:
 def _born(n: GroupNode) -> datetime:
     node = n.item.node
     return node.created_at if node.created_at is not None else n.claim.created_at
+
+
+def _last_pod_event(n: GroupNode) -> datetime:
+    """Whence `consolidateAfter` counts for a node with pods: its last pod event, else its creation — Karpenter's
+    `IsUnderConsolidateAfter` (pkg/utils/disruption/disruption.go: `status.lastPodEventTime`, else the
+    NodeClaim's initialization). Pods that just came or went may be followed by more: wait until it settles."""
+    changed = n.item.pods_changed_at
+    return changed if changed is not None else _born(n)

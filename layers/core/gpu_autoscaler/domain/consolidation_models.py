@@ -1,11 +1,13 @@
 """Consolidation's input and output: the nodes as the pass sees them, and the decisions it returns.
 
-The consolidate service builds the picture (`node_pods`, `empty_since`) from the cluster and the state store; the
-simulator builds the same from its own; `consolidation.consolidate` turns it into a `ConsolidationResult`.
+The consolidate service builds the picture (`node_pods`, `empty_since`, `pods_changed_at`) from the cluster and
+the state store; the simulator builds the same from its own; `consolidation.consolidate` turns it into a
+`ConsolidationResult`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMPTY_SINCE_ATTRIBUTE",
+    "PODS_CHANGED_AT_ATTRIBUTE",
+    "POD_SET_ATTRIBUTE",
     "REPLACES_ATTRIBUTE",
     "Action",
     "ConsolidationNode",
@@ -34,6 +38,8 @@ __all__ = [
     "empty_since",
     "empty_wait",
     "node_pods",
+    "pod_set",
+    "pods_changed_at",
     "warm_held",
 ]
 
@@ -41,8 +47,15 @@ REPLACES_ATTRIBUTE = "replaces"
 """NodeClaim attribute of a replacement: the claim ids of the nodes it replaces, comma-separated."""
 EMPTY_SINCE_ATTRIBUTE = "emptySince"
 """NodeClaim attribute: ISO instant since which its node has had no pods to move."""
+PODS_CHANGED_AT_ATTRIBUTE = "podsChangedAt"
+"""NodeClaim attribute: ISO instant of its node's last pod event as the consolidate function saw it (Karpenter's
+`status.lastPodEventTime`): a pod bound there, or gone (finished, terminating, deleted)."""
+POD_SET_ATTRIBUTE = "podSet"
+"""NodeClaim attribute: `pod_set` of its node's pods when `podsChangedAt` was last checked; a different one on
+the next tick is a pod event."""
 
 Action = Literal["delete", "replace"]
+_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,8 @@ class ConsolidationNode:
     """Since when it has had no pods to move (None: not known to be empty for any time yet)."""
     incoming: int = 0
     """Pods the packer assigned to its claim that are still pending: they are on their way to it."""
+    pods_changed_at: datetime | None = None
+    """Its last pod event, a pod bound to it or gone from it (None: none known; its creation counts instead)."""
 
     @property
     def name(self) -> str:
@@ -184,6 +199,38 @@ def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetim
     if pods:
         return None
     return previous if previous is not None and previous <= now else now
+
+
+def _counted(pod: ClusterPod) -> bool:
+    """A pod whose arrival or departure is a pod event, as Karpenter's podevents controller filters them
+    (pkg/controllers/nodeclaim/podevents/controller.go): not a DaemonSet's, and neither terminal nor terminating
+    (going so is the event)."""
+    return (pod.owner_kind != "DaemonSet" and pod.phase not in _FINISHED
+            and pod.deletion_timestamp is None)
+
+
+def pod_set(pods: Iterable[ClusterPod]) -> str:
+    """A short fingerprint of a node's counted pods (their uids): stored on the claim, so the next tick can tell
+    whether any came or went in between without storing every uid."""
+    uids = sorted(p.uid for p in pods if _counted(p))
+    return hashlib.sha256("\n".join(uids).encode()).hexdigest()[:16]
+
+
+def pods_changed_at(previous: datetime | None, previous_set: str | None, current_set: str,
+                    pods: Sequence[ClusterPod], now: datetime) -> datetime | None:
+    """Carry a node's last pod event forward (`pods`: those on the node now, `current_set` their `pod_set`).
+
+    The same pod set as last tick: the mark stands. Another one: a pod came or went since the last tick, seen
+    now (Karpenter stamps the event when its watch sees it; a tick's lag at most here, which only waits longer).
+    No set recorded yet (the node's first tick, or claims older than the mark): the latest `startTime` of its
+    pods, the one event known for sure, else None — its creation counts, as Karpenter counts its initialization.
+    """
+    if previous_set is not None:
+        if current_set == previous_set and (previous is None or previous <= now):
+            return previous
+        return now
+    starts = [p.started_at for p in pods if _counted(p) and p.started_at is not None and p.started_at <= now]
+    return max(starts, default=None)
 
 
 def empty_wait(pool: NodePool) -> timedelta:

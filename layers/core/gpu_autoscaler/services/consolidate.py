@@ -4,7 +4,8 @@
    collection of leaked instances and of claims whose instance is gone (`services.garbage_collection`), demand.
 2. Build the picture the pure decision needs (`domain.consolidation`): every Node with its claim (by
    providerID), the pods that would move, which of them a PodDisruptionBudget blocks now, how long an empty
-   node has been empty (the claim's `emptySince`, kept here), and the pods still on their way to it; the pods
+   node has been empty (the claim's `emptySince`, kept here), its last pod event (the claim's `podsChangedAt`,
+   kept here against the `podSet` fingerprint of last tick), and the pods still on their way to it; the pods
    waiting for a node (a node one of them would be scheduled on stays).
 3. Decide, with the packer's solver over the current catalog: the proposals of earlier ticks due for
    validation are looked at again first (`domain.disruption_marks`), then new ones are looked for.
@@ -34,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.consolidation import (
     EMPTY_SINCE_ATTRIBUTE,
+    POD_SET_ATTRIBUTE,
+    PODS_CHANGED_AT_ATTRIBUTE,
     ConsolidationNode,
     ConsolidationResult,
     Decision,
@@ -41,6 +44,8 @@ from gpu_autoscaler.domain.consolidation import (
     consolidate,
     empty_since,
     node_pods,
+    pod_set,
+    pods_changed_at,
 )
 from gpu_autoscaler.domain.disruption_marks import (
     DISRUPTION_ATTRIBUTE,
@@ -209,28 +214,38 @@ class ConsolidateService:
         items = []
         for node in nodes:
             claim = by_instance.get(node.instance_id) if node.instance_id else None
-            members = node_pods(node, on_node.get(node.name, ()), blocked, now)
-            since = None
+            here = on_node.get(node.name, ())
+            members = node_pods(node, here, blocked, now)
+            since = changed = None
             if claim is not None and claim.state is ClaimState.REGISTERED:
-                claim, since = self._track_empty(claim, members, now)
-            items.append(ConsolidationNode(node, claim, members, since, incoming[claim.id] if claim else 0))
+                claim, since, changed = self._track_pods(claim, members, here, now)
+            items.append(ConsolidationNode(node, claim, members, since, incoming[claim.id] if claim else 0,
+                                           pods_changed_at=changed))
         return items
 
-    def _track_empty(self, claim: NodeClaim, members: Sequence[NodePod], now: datetime,
-                     ) -> tuple[NodeClaim, datetime | None]:
-        """Keep the claim's `emptySince` current; the instant it holds (None while the node has pods)."""
+    def _track_pods(self, claim: NodeClaim, members: Sequence[NodePod], here: Sequence[ClusterPod], now: datetime,
+                    ) -> tuple[NodeClaim, datetime | None, datetime | None]:
+        """Keep the claim's `emptySince` and its last pod event (`podsChangedAt`, with the `podSet` it was
+        checked against) current, in one write when either changes; the instants they hold (None: empty since
+        never, no pod event known)."""
         raw = claim.attributes.get(EMPTY_SINCE_ATTRIBUTE)
         previous = _instant(raw)
         since = empty_since(previous, members, now)
-        if since == previous and (raw is None) == (since is None):
-            return claim, since
-        attributes = {k: v for k, v in claim.attributes.items() if k != EMPTY_SINCE_ATTRIBUTE}
-        if since is not None:
-            attributes[EMPTY_SINCE_ATTRIBUTE] = since.isoformat()
+        raw_changed = claim.attributes.get(PODS_CHANGED_AT_ATTRIBUTE)
+        previous_changed = _instant(raw_changed)
+        current_set = pod_set(here)
+        changed = pods_changed_at(previous_changed, claim.attributes.get(POD_SET_ATTRIBUTE), current_set, here, now)
+        wanted = {EMPTY_SINCE_ATTRIBUTE: since.isoformat() if since is not None else None,
+                  PODS_CHANGED_AT_ATTRIBUTE: changed.isoformat() if changed is not None else None,
+                  POD_SET_ATTRIBUTE: current_set}
+        if all(claim.attributes.get(k) == v for k, v in wanted.items()):
+            return claim, since, changed
+        attributes = {k: v for k, v in claim.attributes.items() if k not in wanted}
+        attributes.update({k: v for k, v in wanted.items() if v is not None})
         try:
-            return self.store.update_claim(claim, attributes=attributes), since
+            return self.store.update_claim(claim, attributes=attributes), since, changed
         except StaleClaim:
-            return claim, None  # it moved on: not a candidate this tick anyway
+            return claim, None, now  # it moved on: not a candidate this tick anyway
 
     # Acting
 

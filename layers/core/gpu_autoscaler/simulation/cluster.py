@@ -97,6 +97,8 @@ class SimNode:
     pods: dict[str, SimPod] = field(default_factory=dict)
     cordoned: bool = False
     empty_since: float | None = None
+    pods_changed_at: float | None = None
+    """When a pod was last bound to it or taken off it (None: never yet)."""
     version: int = 0
     """Bumped whenever its pods or its schedulability change: consolidation's inputs are cached on it."""
     _view: ClusterNode | None = None
@@ -225,6 +227,7 @@ class SimulatedCluster:
         for name, value in pod.requests.items():
             node.free[name] = node.free.get(name, 0) - value
         node.empty_since = None
+        node.pods_changed_at = self.now()
         node.version += 1
         pod.node = node
         pod.view = None
@@ -241,6 +244,7 @@ class SimulatedCluster:
         node.pods.pop(pod.uid, None)
         for name, value in pod.requests.items():
             node.free[name] = node.free.get(name, 0) + value
+        node.pods_changed_at = self.now()
         node.version += 1
         if not node.pods:
             node.empty_since = self.now()

@@ -591,7 +591,8 @@ class PolicyRun:
     def _picture(self, claims: Sequence[NodeClaim], now: datetime) -> list[ConsolidationNode]:
         """Every node (of the pools the minute's empty pass looks at: what it decides for a pool depends on that
         pool's nodes and claims alone) with its claim, the pods that would move, since when it has been empty (as
-        the consolidate function sees it: from the first minute it found it so) and the pods on their way."""
+        the consolidate function sees it: from the first minute it found it so), its last pod event (likewise: the
+        first minute after a pod was bound to it or taken off it) and the pods on their way."""
         by_id = {c.id: c for c in claims}
         incoming: dict[str, int] = {}
         if self.pending:
@@ -613,11 +614,13 @@ class PolicyRun:
             return cached[1]
         view = self.cluster.view(node)
         pods = node_pods(view, [self.cluster.pod_view(p) for p in node.pods.values()])
-        since = None
+        step = self.settings.consolidation_interval
+        since = changed = None
         if node.empty_since is not None and not pods:
-            step = self.settings.consolidation_interval
             since = self.moment(math.ceil(node.empty_since / step - 1e-9) * step)
-        found = ConsolidationNode(view, claim, pods, since, incoming)
+        if node.pods_changed_at is not None:
+            changed = self.moment(math.ceil(node.pods_changed_at / step - 1e-9) * step)
+        found = ConsolidationNode(view, claim, pods, since, incoming, pods_changed_at=changed)
         self._consolidation_nodes[node.name] = (key, found)
         return found
 
