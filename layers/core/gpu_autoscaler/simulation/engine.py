@@ -513,9 +513,13 @@ class PolicyRun:
                   node.created_at + disruption.min_node_age.total_seconds())
         self._consolidate_on(due, empty=True)
 
-    def _consolidate_on(self, at: float, *, empty: bool) -> None:
+    def _tick_seeing(self, at: float) -> float:
+        """The first consolidate tick at or after `at`: when the function, on its one-minute schedule, sees it."""
         step = self.settings.consolidation_interval
-        tick = math.ceil(at / step - 1e-9) * step
+        return math.ceil(at / step - 1e-9) * step
+
+    def _consolidate_on(self, at: float, *, empty: bool) -> None:
+        tick = self._tick_seeing(at)
         if (tick, empty) not in self._consolidation_ticks:
             self._consolidation_ticks.add((tick, empty))
             self.push(tick, _CONSOLIDATE, empty)
@@ -614,12 +618,11 @@ class PolicyRun:
             return cached[1]
         view = self.cluster.view(node)
         pods = node_pods(view, [self.cluster.pod_view(p) for p in node.pods.values()])
-        step = self.settings.consolidation_interval
         since = changed = None
         if node.empty_since is not None and not pods:
-            since = self.moment(math.ceil(node.empty_since / step - 1e-9) * step)
+            since = self.moment(self._tick_seeing(node.empty_since))
         if node.pods_changed_at is not None:
-            changed = self.moment(math.ceil(node.pods_changed_at / step - 1e-9) * step)
+            changed = self.moment(self._tick_seeing(node.pods_changed_at))
         found = ConsolidationNode(view, claim, pods, since, incoming, pods_changed_at=changed)
         self._consolidation_nodes[node.name] = (key, found)
         return found
