@@ -55,7 +55,6 @@ POD_SET_ATTRIBUTE = "podSet"
 the next tick is a pod event."""
 
 Action = Literal["delete", "replace"]
-_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -205,8 +204,7 @@ def _counted(pod: ClusterPod) -> bool:
     """A pod whose arrival or departure is a pod event, as Karpenter's podevents controller filters them
     (pkg/controllers/nodeclaim/podevents/controller.go): not a DaemonSet's, and neither terminal nor terminating
     (going so is the event)."""
-    return (pod.owner_kind != "DaemonSet" and pod.phase not in _FINISHED
-            and pod.deletion_timestamp is None)
+    return pod.owner_kind != "DaemonSet" and not pod.finished and not pod.terminating
 
 
 def pod_set(pods: Iterable[ClusterPod]) -> str:

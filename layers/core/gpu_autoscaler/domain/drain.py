@@ -89,8 +89,6 @@ VOLUME_POLL = timedelta(seconds=5)
 STUCK_TERMINATING = timedelta(minutes=1)
 """Past its `deletionTimestamp` by this much, a terminating pod counts as gone (Karpenter's `IsStuckTerminating`)."""
 
-_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
 
 class Replacements(StrEnum):
     """Where the capacity a drain waits for stands."""
@@ -145,7 +143,7 @@ def movable(pod: ClusterPod) -> bool:
     """A pod that needs room elsewhere when its node goes (Karpenter's `IsReschedulable`): not a DaemonSet pod
     (it has its place on every node), not a mirror or finished pod, and not terminating — its controller's new
     pod is pending already and reported as such — except a StatefulSet's, whose successor waits for it to go."""
-    if pod.owner_kind == "DaemonSet" or pod.mirror or pod.phase in _FINISHED_PHASES:
+    if pod.owner_kind == "DaemonSet" or pod.mirror or pod.finished:
         return False
     return pod.deletion_timestamp is None or pod.owner_kind == "StatefulSet"
 
@@ -156,7 +154,7 @@ def _tolerates_drain(pod: ClusterPod) -> bool:
 
 def drainable(pod: ClusterPod, now: datetime) -> bool:
     """A pod the drain must see gone before the node can go (Karpenter's `IsWaitingEviction`)."""
-    if pod.mirror or pod.phase in _FINISHED_PHASES or _tolerates_drain(pod):
+    if pod.mirror or pod.finished or _tolerates_drain(pod):
         return False
     return pod.deletion_timestamp is None or now - pod.deletion_timestamp <= STUCK_TERMINATING
 

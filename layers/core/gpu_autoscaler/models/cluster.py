@@ -88,6 +88,11 @@ class ClusterPod(BaseModel):
         return self.deletion_timestamp is not None
 
     @property
+    def finished(self) -> bool:
+        """Succeeded or Failed: its containers will not run again, it holds nothing on its node."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
     def critical(self) -> bool:
         return self.priority_class_name in CRITICAL_PRIORITY_CLASSES
 
