@@ -121,3 +121,28 @@ def test_a_scaling_window_has_a_node_ready_before_the_pod_arrives() -> None:
     (instance,) = with_window.cloud.instances.values()
     assert instance.launched_at == pytest.approx(4500.0 + QUEUE)
     assert warmed.cost == pytest.approx(0.526 * (5400.0 + 600.0 - 4500.0 - QUEUE) / 3600)
+
+
+def test_an_underused_node_is_consolidated_once_consolidate_after_has_passed_since_its_last_pod_event() -> None:
+    """The consolidate function searches for underused nodes every minute. Two 4-GPU nodes each end up with one
+    long pod (the short ones finish, the second node's first): once `consolidateAfter` (5 minutes) has passed
+    since the second node's last pod event, its pod moves onto the first's free room and it goes — although
+    nothing in the cluster changes at that moment (the first node's own last pod event came two minutes after
+    the second's), and although the cluster had no node at all on the search's first minutes."""
+    catalog = make_catalog(("g4dn.xlarge", "g4dn.12xlarge"), spot=False)
+    wide = {"cpu": 6000, "memory": 8192}  # too many vCPUs for a g4dn.xlarge: 4 such pods take one g4dn.12xlarge
+    first_started, second_started = PACK + QUEUE + BOOT, 1000.0 + PACK + QUEUE + BOOT
+    second_settles = second_started + 3600.0  # its three short pods finish
+    first_settles = second_settles + 120.0
+    long = 100 * 3600.0
+    pods = [make_pod(i, duration=long if i == 0 else first_settles - first_started, **wide) for i in range(4)]
+    pods += [make_pod(i, arrival=1000.0, duration=long if i == 4 else 3600.0, **wide) for i in range(4, 8)]
+    config = make_config(make_pool(disruption={"consolidateAfter": "5m", "minNodeAge": "10m"}))
+    run, result = _run(make_trace(*pods), config, catalog)
+    first, second = sorted(run.cloud.instances.values(), key=lambda i: i.launched_at)
+    assert (first.instance_type.name, second.instance_type.name) == ("g4dn.12xlarge", "g4dn.12xlarge")
+    assert second.terminated_at is not None
+    assert second_settles + 300.0 < second.terminated_at < second_settles + 300.0 + 180.0, (
+        "searched on the minute its consolidateAfter ran out, validated on the next, drained")
+    assert first.terminated_at == pytest.approx(result.end)
+    assert result.evictions == 1

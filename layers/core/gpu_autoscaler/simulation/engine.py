@@ -13,9 +13,9 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
   (`services.drain.DrainService`, its requests delivered as the drain queue would, delays included);
 - consolidation (`services.consolidate.ConsolidateService`, its reconcile step included: registrations, demand):
   an empty node on the first minute it falls due (consolidateAfter, minNodeAge), in a pass over its pool
-  limited to empty nodes; the underutilized search (a packing pass per candidate) every
-  `underutilized_interval` when the cluster changed since the last one, its proposals validated on the next
-  minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
+  limited to empty nodes; the underutilized search (a packing pass per candidate) on the function's minute
+  (`underutilized_interval`) when the cluster changed since the last one or a node became weighable since,
+  its proposals validated on the next minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
   is not run — it would decide nothing. A node that joins is registered by the reconcile step on the next
   minute, as the consolidate function's schedule has it; on the other minutes while a claim in flight lists
   pods, the step that gives back the room of a claim none of whose pods waits for it any more runs alone (the
@@ -37,7 +37,7 @@ import math
 import random
 import time
 import zlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
 from gpu_autoscaler.domain.packing.solver import Solver
+from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -69,7 +70,6 @@ from gpu_autoscaler.simulation.trace import TRACE_EPOCH
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from datetime import datetime
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.catalog import Catalog
@@ -168,6 +168,8 @@ class PolicyRun:
         self.consolidations = 0
         self._validating = False
         """The last underutilized pass proposed decisions: the next one runs to validate them."""
+        self._weighable_at = math.inf
+        """When a node with pods next becomes weighable by the underutilized search with nothing else changed."""
         self.evictions = 0
         self._pack_at: float | None = None
         self._schedule_at: float | None = None
@@ -527,6 +529,8 @@ class PolicyRun:
     def _consolidate(self, empty: bool) -> None:
         self._consolidation_ticks.discard((self.t, empty))
         if not self.cluster.nodes:
+            if not empty:  # the function's schedule goes on through an empty cluster
+                self._consolidate_on(self.t + self.settings.underutilized_interval, empty=False)
             return
         if empty:
             pools = self._candidates(empty=True)
@@ -539,10 +543,11 @@ class PolicyRun:
             # would cost a packing pass per candidate again for what the next one finds as well.
             self._validating = False
             self._empty_pass(None)
-        elif self._dirty and self._candidates(empty=False):
+        elif (self._dirty or self.t >= self._weighable_at) and self._candidates(empty=False):
             self._dirty = False
             self._picture_pools = None
             outcome = self.consolidate.run()
+            self._weighable_at = self._next_weighable()
             self.consolidations += len(outcome.acted)
             self._untainted(outcome.untainted)
             self._validating = bool(outcome.proposed)
@@ -550,6 +555,26 @@ class PolicyRun:
                 self._consolidate_on(self.t + self.settings.consolidation_interval, empty=False)
                 return
         self._consolidate_on(self.t + self.settings.underutilized_interval, empty=False)
+
+    def _next_weighable(self) -> float:
+        """When the search could next decide otherwise with nothing in the cluster changed: the first time after now
+        that a node with pods comes out of its pool's consolidateAfter since its last pod event (as the function
+        sees it: from the first minute after the event), or its minNodeAge, or a window's warm hold on it ends.
+        Every other input of the search changes with the cluster (`_dirty`)."""
+        soonest = math.inf
+        for node in self.cluster.nodes.values():
+            disruption = node.pool.disruption
+            if not node.pods or disruption.consolidation_policy != "WhenEmptyOrUnderutilized":
+                continue
+            changed = node.pods_changed_at if node.pods_changed_at is not None else node.created_at
+            times = [self._tick_seeing(changed) + disruption.consolidate_after.total_seconds(),
+                     node.created_at + disruption.min_node_age.total_seconds()]
+            claim = self.store.get_claim(node.claim_id) if node.claim_id else None
+            until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE) if claim is not None and claim.warm else None
+            if until:
+                times.append((datetime.fromisoformat(until) - TRACE_EPOCH).total_seconds())
+            soonest = min([soonest] + [at for at in times if at > self.t])
+        return soonest
 
     def _empty_pass(self, pools: set[str] | None) -> None:
         """The minute's pass limited to empty nodes, over `pools` (None: all): it validates the proposals due
@@ -649,6 +674,7 @@ class PolicyRun:
         outcome = self.prewarm.run(ScheduleTick(trigger="rate", scheduled_time=self.clock.now()))
         self._mark_warm([self.cloud.instances[i] for i in self.ledger.instance_ids()])
         if outcome.released or outcome.handed_over:
+            self._dirty = True  # nodes pre-warm held are the underutilized search's again
             self._consolidate_on(self.t, empty=True)
         self.push(self.t + PERIOD.total_seconds(), _PREWARM)
 
