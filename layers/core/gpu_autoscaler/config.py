@@ -283,6 +283,13 @@ class Disruption(_Model):
     removed: removing it and buying it back for the next pod costs a boot billed idle plus that pod's wait, each
     about a lead time, so keeping it that long costs at most what removing it too early would (the ski-rental
     break-even). 0: `consolidateAfter` alone, as Karpenter does."""
+    underutilized_below: float | None = Field(default=0.5, gt=0, le=1)
+    """A node with pods is weighed by the underutilized search only while its pods request less than this share of
+    its GPUs (on a node without GPUs, of its CPU or its memory, whichever is more used): Cluster Autoscaler's
+    `--scale-down-gpu-utilization-threshold` and `--scale-down-utilization-threshold`, 0.5 both. Moving the pods
+    of a half-used GPU node onto others' free room saves its price only until the next pods arrive, which then
+    wait for a node to boot: replaying the Alibaba trace with the search every minute, weighing every node cost
+    more than this. None: every node with pods is weighed, as Karpenter does."""
     spot_to_spot: bool = False
     budgets: list[Budget] = Field(default_factory=lambda: [Budget(nodes="10%")])
     rebalance: Literal["ignore", "replace"] = "replace"

@@ -40,9 +40,9 @@ _serial = itertools.count(1)
 
 
 def pool_config(**disruption: Any) -> Config:
-    """One pool `gpu` (spot and on-demand, GPU taint) with the given `disruption` settings; budgets 100% unless
-    given, so a test sees every decision."""
-    settings: dict[str, Any] = {"budgets": [{"nodes": "100%"}], **disruption}
+    """One pool `gpu` (spot and on-demand, GPU taint) with the given `disruption` settings; budgets 100% and every
+    node with pods weighed (`underutilizedBelow` None) unless given, so a test sees every decision."""
+    settings: dict[str, Any] = {"budgets": [{"nodes": "100%"}], "underutilizedBelow": None, **disruption}
     return make_config(make_pool(disruption=settings))
 
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from gpu_autoscaler.config import Disruption
 from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.consolidation import (
     SPOT_TO_SPOT_MIN_TYPES,
@@ -76,6 +77,30 @@ def test_a_node_whose_pods_fit_on_another_nodes_free_room_is_removed() -> None:
     assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (lonely,))
     assert set(decision.destinations) == {roomy}
     assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
+
+
+def test_a_node_whose_pods_request_half_its_gpus_is_not_underused_unless_the_pool_weighs_every_node() -> None:
+    """Cluster Autoscaler's scale-down GPU utilization threshold (0.5 by default): a node whose pods request half
+    its GPUs or more is not weighed at all; one under half is. `underutilizedBelow: null` weighs every node, as
+    Karpenter does."""
+    assert Disruption().underutilized_below == 0.5
+
+    def scene(**disruption: object) -> tuple[Cluster, str, str]:
+        cluster = Cluster(pool_config(**disruption))
+        busy = cluster.node("g5.12xlarge")
+        cluster.pods_on(busy, 2)  # 2 of its 4 GPUs
+        lonely = cluster.node("g5.12xlarge")
+        cluster.pod(lonely)  # 1 of 4
+        roomy = cluster.node("g5.48xlarge", age=timedelta(minutes=5))  # too young to go, but takes pods
+        cluster.pods_on(roomy, 2)  # 2 of 8: room for all three pods
+        return cluster, busy, lonely
+
+    cluster, busy, lonely = scene(underutilizedBelow=0.5)
+    result = cluster.consolidate()
+    assert touched(result) == {lonely}
+    assert result.skipped[busy] == "busy: its pods request 50% of its GPUs, not under the pool's underutilizedBelow 50%"
+    cluster, busy, lonely = scene()  # pool_config weighs every node
+    assert touched(cluster.consolidate()) == {busy, lonely}
 
 
 def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:

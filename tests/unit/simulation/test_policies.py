@@ -31,9 +31,13 @@ def test_ours_runs_the_configuration_and_the_others_strip_what_they_lack() -> No
     # Karpenter launches the cheapest type for the pods at hand; ours may buy room for the pods to come.
     assert {p.spare_room_worth for p in karpenter.config.node_pools} == {0}
     assert all(p.spare_room_worth > 0 for p in blind.config.node_pools)
+    # Karpenter weighs every node with pods for consolidation; Cluster Autoscaler only those under half used.
+    assert {p.disruption.underutilized_below for p in karpenter.config.node_pools} == {None}
+    assert {p.disruption.underutilized_below for p in blind.config.node_pools} == {0.5}
     fixed = build_policy("fixed-node-group", CONFIG, catalog, pods)
     (pool,) = fixed.config.node_pools
     assert pool.name == FIXED_POOL and pool.capacity_types == ["on-demand"] and not fixed.prewarm
+    assert pool.disruption.underutilized_below == 0.5
     assert pool.requirements[0].values == (fixed.instance_type,)
 
 

@@ -335,7 +335,11 @@ class _Pass(GroupJudge):
         young = [n for n in underused if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after]  # type: ignore[union-attr]
         for n in young:
             self.skip(n, "too young: under the pool's consolidateAfter since its last pod event")
-        underused = sorted((n for n in underused if n not in young), key=lambda n: (n.utilization, -n.price, n.name))
+        busy = [n for n in underused if n not in young and _busy(n) is not None]
+        for n in busy:
+            self.skip(n, _busy(n))  # type: ignore[arg-type]
+        underused = sorted((n for n in underused if n not in young and n not in busy),
+                           key=lambda n: (n.utilization, -n.price, n.name))
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
@@ -523,6 +527,18 @@ def _price(catalog: Catalog, claim: NodeClaim) -> float:
         if price is not None:
             return price
     return claim.launched_price_per_hour if claim.launched_price_per_hour is not None else claim.price_per_hour
+
+
+def _busy(n: GroupNode) -> str | None:
+    """Why a node with pods is not weighed by the underutilized search: its pods request at least the pool's
+    `underutilizedBelow` share of it (Cluster Autoscaler's scale-down utilization thresholds)."""
+    below = n.pool.disruption.underutilized_below if n.pool is not None else None
+    if below is None:
+        return None
+    share, what = n.requested_share
+    if share < below:
+        return None
+    return f"busy: its pods request {share:.0%} of its {what}, not under the pool's underutilizedBelow {below:.0%}"
 
 
 def _born(n: GroupNode) -> datetime:

@@ -19,7 +19,7 @@ from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decis
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
-from gpu_autoscaler.models.resources import GPU, PODS, Resources
+from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, Resources
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -64,6 +64,18 @@ class GroupNode:
         if self.capacity is None:
             return 0.0
         return max((self.used[k] / v for k, v in self.capacity.items() if v > 0 and k != PODS), default=0.0)
+
+    @property
+    def requested_share(self) -> tuple[float, str]:
+        """What Cluster Autoscaler weighs before scaling a node down, and of what: on a node with GPUs the share of
+        them its pods request (time-sliced replicas and MIG devices as the node offers them; the most requested
+        kind), elsewhere the larger of its CPU and memory shares."""
+        if self.capacity is None:
+            return 0.0, "resources"
+        capacity = self.capacity
+        gpus = [k for k in capacity if capacity[k] > 0 and (k == GPU or k.startswith(MIG_PREFIX))]
+        keys, what = (gpus, "GPUs") if gpus else ([k for k in (CPU, MEMORY) if capacity.get(k, 0) > 0], "CPU or memory")
+        return max((self.used.get(k, 0) / capacity[k] for k in keys), default=0.0), what
 
     @property
     def free(self) -> dict[str, int]:

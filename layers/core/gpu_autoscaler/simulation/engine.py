@@ -12,14 +12,14 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
   warning, and the state change when EC2 reclaims the instance two minutes later) and drains
   (`services.drain.DrainService`, its requests delivered as the drain queue would, delays included);
 - consolidation (`services.consolidate.ConsolidateService`, its reconcile step included: registrations, demand):
-  an empty node on the first minute it falls due (consolidateAfter, minNodeAge), in a pass over its pool
-  limited to empty nodes; the underutilized search (a packing pass per candidate) on the function's minute
-  (`underutilized_interval`) when the cluster changed since the last one or a node became weighable since,
-  its proposals validated on the next minute by that minute's pass limited to empty nodes (not a second search). A pass with no node it could weigh
-  is not run — it would decide nothing. A node that joins is registered by the reconcile step on the next
-  minute, as the consolidate function's schedule has it; on the other minutes while a claim in flight lists
-  pods, the step that gives back the room of a claim none of whose pods waits for it any more runs alone (the
-  demand it would also record is recorded on pre-warm's ticks, as before);
+  an empty node on the first minute it falls due (consolidateAfter, minNodeAge), in a pass over its pool limited
+  to empty nodes; the underutilized search (a packing pass per candidate) on the function's minute
+  (`underutilized_interval`) when the cluster changed since the last one or a node became weighable since, its
+  proposals validated on the next minute by that minute's pass limited to empty nodes (not a second search). A
+  pass with no node it could weigh is not run — it would decide nothing. A node that joins is registered by the
+  reconcile step on the next minute, as the consolidate function's schedule has it; on the other minutes while a
+  claim in flight lists pods, the step that gives back the room of a claim none of whose pods waits for it any
+  more runs alone (the demand it would also record is recorded on pre-warm's ticks, as before);
 - pre-warm (`services.prewarm.PrewarmService`, every 5 minutes, windows and forecast), its demand history
   (pending plus running GPUs per pool and 5-minute bucket, recorded on each tick and by the packer and the
   reconcile step) a dense series in the store.

@@ -6,25 +6,26 @@ differs is the configuration it runs with and the packing method:
 - `ours`: the given configuration, as the Lambdas would run it.
 - `ours-no-prediction`: the same with `predictive.enabled` off (scaling windows stay: they are schedule,
   not prediction).
-- `karpenter-like`: Karpenter's scheduler — first-fit decreasing by CPU then memory, the cheapest type
-  that fits each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod
-  takes whole GPUs), no scaling windows and no prediction; an empty node goes once `consolidateAfter` has
-  passed (`emptyKeepLeadTimes` 0: Karpenter has no such wait), and a new node is the cheapest type for the pods
-  at hand (`spareRoomWorth` 0: Karpenter buys no room for pods to come). Consolidation is Karpenter's:
-  a node, or a group of nodes, goes only if its pods fit on the other nodes plus at most one new node
+- `karpenter-like`: Karpenter's scheduler — first-fit decreasing by CPU then memory, the cheapest type that fits
+  each node (`domain.packing.baseline`) — over the same pools, with no GPU sharing (every pod takes whole GPUs),
+  no scaling windows and no prediction; an empty node goes once `consolidateAfter` has passed
+  (`emptyKeepLeadTimes` 0: Karpenter has no such wait), every node with pods is weighed for consolidation
+  (`underutilizedBelow` null: Karpenter has no utilization threshold), and a new node is the cheapest type for the
+  pods at hand (`spareRoomWorth` 0: Karpenter buys no room for pods to come). Consolidation is Karpenter's: a
+  node, or a group of nodes, goes only if its pods fit on the other nodes plus at most one new node
   (`max_replacements` 1: `computeConsolidation` in kubernetes-sigs/karpenter
-  pkg/controllers/disruption/consolidation.go rejects a candidate set whose pods need more than one new
-  NodeClaim, "Can't remove without creating N candidates"), strictly cheaper than what it replaces; spot is
-  replaced by spot only with the pool's `disruption.spotToSpot` (Karpenter's `SpotToSpotConsolidation`
-  feature gate, off by default) and, for one node, 15 cheaper types. Our own policies may replace a node by
-  several smaller ones.
+  pkg/controllers/disruption/consolidation.go rejects a candidate set whose pods need more than one new NodeClaim,
+  "Can't remove without creating N candidates"), strictly cheaper than what it replaces; spot is replaced by spot
+  only with the pool's `disruption.spotToSpot` (Karpenter's `SpotToSpotConsolidation` feature gate, off by
+  default) and, for one node, 15 cheaper types. Our own policies may replace a node by several smaller ones.
 - `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
   as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
   `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
 - `fixed-node-group`: a Cluster-Autoscaler node group: one instance type, On-Demand, first-fit packing, no
   sharing, no windows, no prediction, empty or underused nodes removed after 10 minutes (CA's
-  `scale-down-unneeded-time`; `emptyKeepLeadTimes` 0). The type is given, or the cheapest per GPU among
-  those that hold at least 99 % of the trace's GPU pods (`choose_fixed_type`).
+  `scale-down-unneeded-time`; `emptyKeepLeadTimes` 0), a node with pods only while they request under half its
+  GPUs (CA's `scale-down-gpu-utilization-threshold`, 0.5: `underutilizedBelow`'s default). The type is given, or
+  the cheapest per GPU among those that hold at least 99 % of the trace's GPU pods (`choose_fixed_type`).
 
 How a trace pod asks for a GPU depends on the configuration, as it would in a real cluster: a whole-GPU
 pod asks for `nvidia.com/gpu: n` and tolerates the taints of the pools without sharing; a fractional pod
@@ -118,6 +119,8 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
             pool.setdefault("disruption", {})["emptyKeepLeadTimes"] = 0
             # Karpenter launches the cheapest type that holds a node's pods, with no regard for pods to come.
             pool["spareRoomWorth"] = 0
+            # Karpenter weighs every node with pods for consolidation, however much of it they use.
+            pool["disruption"]["underutilizedBelow"] = None
             if not overlay:
                 pool["gpuSharing"] = {"mode": "none"}
         data["scalingWindows"] = []
