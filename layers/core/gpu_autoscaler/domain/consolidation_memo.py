@@ -36,10 +36,13 @@ if TYPE_CHECKING:
 
 __all__ = ["SOLVE_MEMO_LIMIT", "SolveMemo", "claim_print", "pod_print", "solve_memo"]
 
-SOLVE_MEMO_LIMIT = 8192
-"""Plans kept at most per solver (a plan is a few claims: ~10 MB at the limit); the least recently used goes."""
-_PRINTS_LIMIT = 65536
-"""Canonical forms kept by object (claims and pods are frozen models, often the same objects minute to minute)."""
+SOLVE_MEMO_LIMIT = 2048
+"""Plans kept at most per solver; the least recently used goes. A key holds a reference per claim shown (the prints
+themselves are shared by the keys of one pass), a plan a few claims: a few MB at the limit on a cluster of a
+hundred nodes. The search asks ~4 new questions a pass, so the limit spans hundreds of passes."""
+_PRINTS_LIMIT = 16384
+"""Canonical forms kept by object (claims and pods are frozen models, often the same objects minute to minute);
+past it, none. Each holds its object: ~2 KB, ~30 MB at most."""
 
 _MEMOS: WeakKeyDictionary[Solver, SolveMemo] = WeakKeyDictionary()
 _PRINTS: dict[int, tuple[object, str]] = {}
