@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.consolidation_memo import claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
@@ -57,6 +58,7 @@ class GroupNode:
     """May take pods: Registered, Ready, schedulable, not being disrupted, its allocatable known."""
     _view: NodeClaim | None = None
     _free: dict[str, int] | None = None
+    _shown: tuple[object, ...] | None = None
 
     @property
     def utilization(self) -> float:
@@ -88,6 +90,7 @@ class GroupNode:
         self.used = self.used + requests
         self._view = None
         self._free = None
+        self._shown = None
 
     def as_in_flight(self) -> NodeClaim:
         """The node as the solver sees a claim in flight: its free room is what its pods leave. Fullest first
@@ -102,6 +105,15 @@ class GroupNode:
                 "attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(self.used)},
             })
         return self._view
+
+    def shown(self) -> tuple[object, ...]:
+        """What `as_in_flight` is made of — its claim (every field), price, used and capacity — for the solve
+        memo's key: equal for equal views, without building the view."""
+        if self._shown is None:
+            capacity = tuple(sorted(self.capacity.items())) if self.capacity is not None else None
+            self._shown = ("in flight", claim_print(self.claim), self.price, tuple(sorted(self.used.items())),
+                           capacity)
+        return self._shown
 
     @property
     def name(self) -> str:
@@ -129,32 +141,42 @@ class GroupJudge:
     """At most this many new nodes per consolidation decision (None: as many as the cheapest placement needs)."""
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
-                            ) -> tuple[list[NodeClaim], dict[str, str]]:
+                            ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
         """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`), as a claim in
-        flight; the claims that only count against limits and quotas, as they are. Returns (claims, claim id →
-        node name)."""
-        out: list[NodeClaim] = []
+        flight (the node here: `as_in_flight` makes it); the claims that only count against limits and quotas,
+        as they are. Returns (claims, claim id → node name)."""
+        out: list[GroupNode | NodeClaim] = []
         names: dict[str, str] = {}
         needs = list({pod_requests(p) for p in pods})
         for n in self.nodes:
             if n.item.claim is None or n.pool is None:
                 continue
             if n.removed or n.name in exclude:
-                out.append(_full(n.claim))  # still running (and paid for) until drained
+                out.append(n.claim)  # still running (and paid for) until drained
             elif n.usable and any(fits(need, n.free) for need in needs):
-                view = n.as_in_flight()
-                out.append(view)
-                names[view.id] = n.name
+                out.append(n)
+                names[n.claim.id] = n.name
             elif self.charged:
-                out.append(_full(n.claim))
-        out.extend(_full(c) for c in self.others)
+                out.append(n.claim)
+        out.extend(self.others)
         return out, names
 
     def simulate(self, group: Sequence[GroupNode]) -> tuple[Plan, dict[str, str]]:
+        """Where the group's pods go: the solver's plan, or the one it gave for this very question before
+        (`consolidation_memo`: the key is everything the solve reads)."""
         pods = [entry.pod for n in group for entry in n.item.pods]
-        claims, names = self._destination_claims({n.name for n in group}, pods)
+        shown, names = self._destination_claims({n.name for n in group}, pods)
         source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
-        plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source, quotas=self.quotas)
+        memo = solve_memo(self.solver)
+        key = question(pods, [c.shown() if isinstance(c, GroupNode) else ("full", claim_print(c)) for c in shown],
+                       self.unavailable, source, self.quotas, self.solver)
+        now = self.solver.clock.now()
+        plan = memo.get(key, now)
+        if plan is None:
+            claims = [c.as_in_flight() if isinstance(c, GroupNode) else _full(c) for c in shown]
+            plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source,
+                                     quotas=self.quotas)
+            memo.put(key, plan)
         return plan, names
 
     def evaluate(self, group: Sequence[GroupNode], reason: DisruptionReason) -> Decision | str:

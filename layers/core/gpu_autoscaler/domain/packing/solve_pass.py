@@ -56,7 +56,10 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["SolvePass", "claim_id", "first_of_each"]
+__all__ = ["MASK_ROWS_LIMIT", "SolvePass", "claim_id", "first_of_each"]
+
+MASK_ROWS_LIMIT = 4096
+"""Class rows (`SolvePass._class_masks`) a solver keeps at most (~1 KB each on the full catalog); past it, none."""
 
 
 
@@ -93,6 +96,7 @@ class SolvePass:
             else:
                 fresh.append(pod)
         self.unschedulable: list[Unschedulable] = []
+        self._available_key: bytes | None = None
         self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
         self._classify(self._placeable(fresh))
         if any(spreads(c.example) for c in self.classes):
@@ -148,25 +152,39 @@ class SolvePass:
         return [self.idx.zones[z] for z in np.flatnonzero(hit)]
 
     def _class_masks(self, view: PoolView) -> np.ndarray:
+        """[C, O] per class its `class_row`, from the solver's `mask_rows` when the same class was asked about in
+        this pool with the same offerings available (consolidation asks one solve per candidate, a minute apart,
+        about the same few classes)."""
         n_classes = len(self.classes)
         if n_classes == 0:
             return np.zeros((0, len(self.idx)), bool)
+        if self._available_key is None:
+            self._available_key = self.available.tobytes()
+        rows = self.s.mask_rows
+        out = []
+        for c, cls in enumerate(self.classes):
+            key = (view.position, self.names, self.req[c].tobytes(), cls.constraint_key, self._available_key)
+            row = rows.get(key)
+            if row is None:
+                row = self._class_row(view, cls, self.req[c])
+                row.flags.writeable = False
+                if len(rows) >= MASK_ROWS_LIMIT:
+                    rows.clear()
+                rows[key] = row
+            out.append(row)
+        return np.stack(out)
+
+    def _class_row(self, view: PoolView, cls: PodClass, req: np.ndarray) -> np.ndarray:
+        """[O] offerings of the pool that may hold one pod of the class: its selector and affinity, its requests
+        within the type's allocatable, the pool's base and what is available, the pool's taints tolerated, and
+        fractional-GPU offerings only if asked for. A function of the key `_class_masks` files it under."""
         matrix = self.matrices[view.position]
-        fits_type = np.asarray((matrix[None, :, :] >= self.req[:, None, :]).all(axis=2))
-        tolerated = np.array([tolerates_all(c.tolerations, view.pool.taints) for c in self.classes], bool)
-        selectors: dict[tuple[object, ...], int] = {}
-        rows: list[np.ndarray] = []
-        for cls in self.classes:
-            key = cls.constraint_key[:2]
-            if key not in selectors:
-                selectors[key] = len(rows)
-                rows.append(self.s.selector_mask(view, cls))
-        which = np.array([selectors[c.constraint_key[:2]] for c in self.classes], np.int64)
-        selected = np.stack(rows)[which]
-        ok = selected & fits_type[:, self.idx.type_of] & (view.base & self.available)[None, :] & tolerated[:, None]
-        if self.s.fractional and not view.fractional_ok:
-            closed = np.array([self.s.excludes_fractional(view, c) for c in self.classes], bool)
-            ok &= ~(closed[:, None] & self.s.partitioned[None, :])
+        fits_type = np.asarray((matrix >= req[None, :]).all(axis=1))
+        ok = self.s.selector_mask(view, cls) & fits_type[self.idx.type_of] & view.base & self.available
+        if not tolerates_all(cls.tolerations, view.pool.taints):
+            ok &= False
+        if self.s.fractional and not view.fractional_ok and self.s.excludes_fractional(view, cls):
+            ok &= ~self.s.partitioned
         return ok
 
     def _charge_live_claims(self) -> None:

@@ -90,6 +90,9 @@ class Solver:
         self._pool_by_name = {v.pool.name: v for v in self.pools}
         self._selectors: dict[tuple[str, tuple[object, ...]], np.ndarray] = {}
         self._matrices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self.mask_rows: dict[tuple[object, ...], np.ndarray] = {}
+        """Each pod class's row of offerings it may go to, by pool, resource axes, requests, constraints and the
+        offerings available (`SolvePass._class_masks`): pure, and asked again on every consolidation candidate."""
         self.type_gpus = np.array([t.gpus for t in self.index.types], np.float64)
         """[T] GPUs of each catalog type."""
         names = [t.name for t in self.index.types]
