@@ -107,8 +107,8 @@ def join(kube: LocalKubernetes, aws: EmbeddedAws, config: Config, instance_id: s
 
 def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
         aws: EmbeddedAws, kube: LocalKubernetes, config: Config, store: DynamoStateStore) -> None:
-    # A g5.48xlarge (8 GPUs) of ours, left holding one 4-GPU pod (a real instance: the garbage collector closes a
-    # claim whose instance EC2 does not have).
+    # A g5.48xlarge (8 GPUs) of ours, left holding one 2-GPU pod — under half its GPUs, so underused by the default
+    # `underutilizedBelow` (a real instance: the garbage collector closes a claim whose instance EC2 does not have).
     candidate = aws.clients.client("ec2").run_instances(
         ImageId=config.ami.x86_64, InstanceType="g5.48xlarge", MinCount=1, MaxCount=1,
         SubnetId=aws.zone_subnets["us-east-1a"],
@@ -122,8 +122,8 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
         "spec": {"nodeName": node, "tolerations": [GPU_TOLERATION], "nodeSelector": {"karpenter.sh/nodepool": POOL},
                  "containers": [{
             "name": "main", "image": "trainer",
-            "resources": {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
-                          "limits": {"nvidia.com/gpu": "4"}}}]},
+            "resources": {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"},
+                          "limits": {"nvidia.com/gpu": "2"}}}]},
     })
     kube.reconcile()
     now = datetime.now(UTC)
