@@ -332,14 +332,15 @@ class _Pass(GroupJudge):
         self._empty(eligible)
         underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
                      and n.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"]
-        young = [n for n in underused if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after]  # type: ignore[union-attr]
-        for n in young:
-            self.skip(n, "too young: under the pool's consolidateAfter since its last pod event")
-        busy = [n for n in underused if n not in young and _busy(n) is not None]
-        for n in busy:
-            self.skip(n, _busy(n))  # type: ignore[arg-type]
-        underused = sorted((n for n in underused if n not in young and n not in busy),
-                           key=lambda n: (n.utilization, -n.price, n.name))
+        weighed = []
+        for n in underused:
+            why = ("too young: under the pool's consolidateAfter since its last pod event"
+                   if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after else _busy(n))  # type: ignore[union-attr]
+            if why is None:
+                weighed.append(n)
+            else:
+                self.skip(n, why)
+        underused = sorted(weighed, key=lambda n: (n.utilization, -n.price, n.name))
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
