@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.domain.consolidation import consolidate
-from gpu_autoscaler.domain.consolidation_memo import SolveMemo, claim_print, pod_print, question, solve_memo
+from gpu_autoscaler.domain.consolidation_memo import PerObject, SolveMemo, claim_print, pod_print, question, solve_memo
 from gpu_autoscaler.domain.packing import Solver
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim, StateTransition
 from gpu_autoscaler.models.pods import PendingPod, PodGroup
@@ -238,3 +238,21 @@ def test_a_node_shown_as_a_claim_in_flight_is_keyed_on_all_its_view_is_made_of()
         assert other.shown() != key
     node.take(Resources({"cpu": 1}))
     assert node.shown() != key
+
+
+def test_a_value_per_object_is_computed_once_per_object_and_forgotten_past_its_limit() -> None:
+    """`PerObject` keeps what it computed for the very object (not an equal one: its id is only reused once the
+    object is gone, and the object is held), and clears itself past its limit rather than grow."""
+    calls: list[str] = []
+
+    def compute(pod: PendingPod) -> str:
+        calls.append(pod.name)
+        return pod.name.upper()
+
+    kept: PerObject[PendingPod] = PerObject(compute, limit=2)
+    a, b, c = (PendingPod(uid=n, namespace="ml", name=n, requests={"nvidia.com/gpu": "1"}) for n in ("a", "b", "c"))
+    assert [kept(a), kept(a), kept(b)] == ["A", "A", "B"] and calls == ["a", "b"]
+    twin = a.model_copy()
+    assert kept(twin) == "A" and calls == ["a", "b", "a"], "an equal object is another object"
+    kept(c)  # past the limit: cleared, then kept
+    assert kept(a) == "A" and calls[-2:] == ["c", "a"]

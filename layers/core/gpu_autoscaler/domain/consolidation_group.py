@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.consolidation_memo import claim_print, question, solve_memo
+from gpu_autoscaler.domain.consolidation_memo import PerObject, claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
@@ -323,11 +323,14 @@ _FULL = requests_attribute({GPU: 10**9})
 _SAME_TYPE = "no saving: each node would be replaced by its own instance type at no lower price"
 
 
-def pod_shape(pod: PendingPod) -> str:
-    """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot
-    tell apart, and a string, so a node's pods sort whatever their constraints."""
+def _pod_shape(pod: PendingPod) -> str:
     return json.dumps(
         [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
          [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
         sort_keys=True, separators=(",", ":"),
     )
+
+
+pod_shape: PerObject[PendingPod] = PerObject(_pod_shape)
+"""Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot tell
+apart, and a string, so a node's pods sort whatever their constraints (each pod's computed once)."""
