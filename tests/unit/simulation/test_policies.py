@@ -9,6 +9,7 @@ from gpu_autoscaler.domain.packing.binpack import pack
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.resources import GPU
 from gpu_autoscaler.simulation.policies import FIXED_POOL, POLICY_NAMES, PodShaper, build_policy, choose_fixed_type
+from gpu_autoscaler.simulation.run import submission_order
 from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool
 
 SHARED = make_pool("gpu-shared", weight=1, taints=[{"key": "gpu-autoscaler/shared", "value": "true",
@@ -89,3 +90,12 @@ def test_karpenter_overlay_keeps_the_pools_gpu_sharing_as_a_node_overlay_would_a
     assert plain.config.pool("gpu-shared").gpu_sharing.mode == "none"
     assert not overlay.config.predictive.enabled and not overlay.config.scaling_windows
     assert "karpenter-overlay" not in POLICY_NAMES, "on request only: the default report keeps its four policies"
+
+
+def test_the_policies_that_weigh_every_node_start_first_and_the_rest_keep_their_order() -> None:
+    """Only the order the workers start them in: with the search every minute, Karpenter's consolidation (every node
+    with pods weighed) is the longest replay, so it starts first and two workers finish together."""
+    catalog = make_catalog()
+    built = [build_policy(name, CONFIG, catalog, [make_pod()]) for name in POLICY_NAMES]
+    assert [p.name for p in submission_order(built)] == [
+        "karpenter-like", "ours", "ours-no-prediction", "fixed-node-group"]
