@@ -86,6 +86,7 @@ from gpu_autoscaler.domain.consolidation_models import (
     pod_set,
     pods_changed_at,
     warm_held,
+    warm_until,
 )
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
@@ -127,6 +128,7 @@ __all__ = [
     "pod_set",
     "pods_changed_at",
     "warm_held",
+    "warm_until",
 ]
 
 MULTI_NODE_MAX_CANDIDATES = 100

@@ -41,6 +41,7 @@ __all__ = [
     "pod_set",
     "pods_changed_at",
     "warm_held",
+    "warm_until",
 ]
 
 REPLACES_ATTRIBUTE = "replaces"
@@ -241,12 +242,19 @@ def warm_held(claim: NodeClaim, now: datetime) -> bool:
     until prewarm releases it or its `warmUntil` (the window's end) has passed."""
     if claim.warm is None:
         return False
-    if warm_window(claim.warm) is None:
-        return True
+    until = warm_until(claim)
+    return until is None or now < until
+
+
+def warm_until(claim: NodeClaim) -> datetime | None:
+    """When a window's warm hold on the claim ends by itself (its `warmUntil`); None for no hold, a forecast's
+    hold (it ends when prewarm releases it) or an end that cannot be read."""
+    if claim.warm is None or warm_window(claim.warm) is None:
+        return None
     until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
     if not until:
-        return True
+        return None
     try:
-        return now < datetime.fromisoformat(until)
+        return datetime.fromisoformat(until)
     except ValueError:
-        return True
+        return None

@@ -37,19 +37,18 @@ import math
 import random
 import time
 import zlib
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.consolidation import ConsolidationNode, empty_wait, node_pods, warm_held
+from gpu_autoscaler.domain.consolidation import ConsolidationNode, empty_wait, node_pods, warm_held, warm_until
 from gpu_autoscaler.domain.disruption_marks import awaiting_validation, disruption_until
 from gpu_autoscaler.domain.forecast import BUCKET
 from gpu_autoscaler.domain.interruption import parse_notice
 from gpu_autoscaler.domain.packing.fit import gpu_equivalent, pod_requests
 from gpu_autoscaler.domain.packing.solver import Solver
-from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -70,6 +69,7 @@ from gpu_autoscaler.simulation.trace import TRACE_EPOCH
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from datetime import datetime
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.catalog import Catalog
@@ -570,9 +570,9 @@ class PolicyRun:
             times = [self._tick_seeing(changed) + disruption.consolidate_after.total_seconds(),
                      node.created_at + disruption.min_node_age.total_seconds()]
             claim = self.store.get_claim(node.claim_id) if node.claim_id else None
-            until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE) if claim is not None and claim.warm else None
-            if until:
-                times.append((datetime.fromisoformat(until) - TRACE_EPOCH).total_seconds())
+            until = warm_until(claim) if claim is not None else None
+            if until is not None:
+                times.append((until - TRACE_EPOCH).total_seconds())
             soonest = min([soonest] + [at for at in times if at > self.t])
         return soonest
 
