@@ -9,6 +9,7 @@ vCPU quotas; finally the claims are written out and every pod left gets its reas
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,10 +57,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["MASK_ROWS_LIMIT", "SolvePass", "claim_id", "first_of_each"]
-
-MASK_ROWS_LIMIT = 4096
-"""Class rows (`SolvePass._class_masks`) a solver keeps at most (~1 KB each on the full catalog); past it, none."""
+__all__ = ["SolvePass", "claim_id", "first_of_each"]
 
 
 
@@ -152,7 +150,7 @@ class SolvePass:
         return [self.idx.zones[z] for z in np.flatnonzero(hit)]
 
     def _class_masks(self, view: PoolView) -> np.ndarray:
-        """[C, O] per class its `class_row`, from the solver's `mask_rows` when the same class was asked about in
+        """[C, O] per class its row (`_class_row`), kept by the solver (`Solver.class_row`) for the same class in
         this pool with the same offerings available (consolidation asks one solve per candidate, a minute apart,
         about the same few classes)."""
         n_classes = len(self.classes)
@@ -160,18 +158,10 @@ class SolvePass:
             return np.zeros((0, len(self.idx)), bool)
         if self._available_key is None:
             self._available_key = self.available.tobytes()
-        rows = self.s.mask_rows
         out = []
         for c, cls in enumerate(self.classes):
             key = (view.position, self.names, self.req[c].tobytes(), cls.constraint_key, self._available_key)
-            row = rows.get(key)
-            if row is None:
-                row = self._class_row(view, cls, self.req[c])
-                row.flags.writeable = False
-                if len(rows) >= MASK_ROWS_LIMIT:
-                    rows.clear()
-                rows[key] = row
-            out.append(row)
+            out.append(self.s.class_row(key, partial(self._class_row, view, cls, self.req[c])))
         return np.stack(out)
 
     def _class_row(self, view: PoolView, cls: PodClass, req: np.ndarray) -> np.ndarray:
@@ -180,9 +170,9 @@ class SolvePass:
         fractional-GPU offerings only if asked for. A function of the key `_class_masks` files it under."""
         matrix = self.matrices[view.position]
         fits_type = np.asarray((matrix >= req[None, :]).all(axis=1))
-        ok = self.s.selector_mask(view, cls) & fits_type[self.idx.type_of] & view.base & self.available
         if not tolerates_all(cls.tolerations, view.pool.taints):
-            ok &= False
+            return np.zeros(len(self.idx), bool)
+        ok = self.s.selector_mask(view, cls) & fits_type[self.idx.type_of] & view.base & self.available
         if self.s.fractional and not view.fractional_ok and self.s.excludes_fractional(view, cls):
             ok &= ~self.s.partitioned
         return ok

@@ -52,12 +52,14 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["Packer", "Solver"]
+__all__ = ["MASK_ROWS_LIMIT", "Packer", "Solver"]
 
 Packer = Callable[[np.ndarray, np.ndarray, Kinds], list[Opened]]
 """(demand [C], requests [C, R], kinds) → opened nodes: the tier packing step."""
 
 _SELECTOR_CACHE_LIMIT = 8192
+MASK_ROWS_LIMIT = 4096
+"""Class rows (`Solver.class_row`) a solver keeps at most; past it, cleared."""
 
 
 class Solver:
@@ -92,7 +94,7 @@ class Solver:
         self._matrices: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self.mask_rows: dict[tuple[object, ...], np.ndarray] = {}
         """Each pod class's row of offerings it may go to, by pool, resource axes, requests, constraints and the
-        offerings available (`SolvePass._class_masks`): pure, and asked again on every consolidation candidate."""
+        offerings available (`class_row`): pure, and asked again on every consolidation candidate."""
         self.type_gpus = np.array([t.gpus for t in self.index.types], np.float64)
         """[T] GPUs of each catalog type."""
         names = [t.name for t in self.index.types]
@@ -144,6 +146,18 @@ class Solver:
                 len(view.allocatable), len(names)
             )
             self._matrices[key] = found
+        return found
+
+    def class_row(self, key: tuple[object, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
+        """The class row filed under `key` (`SolvePass._class_masks`), made once, read-only; at most
+        `MASK_ROWS_LIMIT` kept (~1 KB each on the full catalog), then cleared."""
+        found = self.mask_rows.get(key)
+        if found is None:
+            found = make()
+            found.flags.writeable = False
+            if len(self.mask_rows) >= MASK_ROWS_LIMIT:
+                self.mask_rows.clear()
+            self.mask_rows[key] = found
         return found
 
     def selector_mask(self, view: PoolView, cls: PodClass) -> np.ndarray:
