@@ -1,5 +1,5 @@
 """The `gpu-autoscaler` process sets what its libraries would otherwise spend CPU on, unless the user chose:
-OpenBLAS on one thread (numpy's OpenBLAS otherwise starts a worker per core that spins for ~110 ms of CPU
+OpenBLAS on one thread (numpy's OpenBLAS otherwise starts a worker per core that spins for 50-110 ms of CPU
 after numpy loads, work no command gives it), pydantic's plugins off (looking for them reads every installed
 distribution's metadata). A program importing the app keeps its environment as it was."""
 

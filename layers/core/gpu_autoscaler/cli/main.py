@@ -94,9 +94,9 @@ def _prepare_the_command(argv: list[str]) -> None:
     always).
 
     OpenBLAS (numpy's linear algebra) is held to one thread unless the user says otherwise: loaded with
-    numpy, its worker threads spin for ~110 ms of CPU waiting for work no command gives them (the packer's
-    matrix products are small, integer ones never reach BLAS), a sixth of `plan`'s CPU on 10,000 pods and a
-    core taken from it on a busy machine. OpenBLAS reads the variable once, when numpy loads it. Likewise
+    numpy, its worker threads spin for 50-110 ms of CPU waiting for work no command gives them (the packer's
+    matrix products are small, integer ones never reach BLAS): up to a sixth of `plan`'s CPU on 10,000 pods,
+    and a core taken from it on a busy machine. OpenBLAS reads the variable once, when numpy loads it. Likewise
     pydantic's plugins are off unless PYDANTIC_DISABLE_PLUGINS says otherwise: looking for them reads the
     metadata of every installed distribution when the first model is built (~5 ms), and no command uses one.
     """
