@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
 
 COMMON_ENV = {"CONFIG_PARAMETER", "TABLE_NAME", "LAUNCH_QUEUE_URL", "DRAIN_QUEUE_URL", "POWERTOOLS_SERVICE_NAME",
-              "POWERTOOLS_METRICS_NAMESPACE"}  # fmt: skip
+              "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS"}  # fmt: skip
+LIBRARY_ENV = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS"}
+"""Read by the libraries, not by `FunctionSettings`."""
 
 
 def _function(synthesized: Synthesized, name: str) -> dict[str, Any]:
@@ -66,12 +68,13 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
         assert env["DRAIN_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.DRAIN])}
         assert env["POWERTOOLS_SERVICE_NAME"] == spec.name
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "GpuAutoscaler"
+        assert env["OPENBLAS_NUM_THREADS"] == "1"  # numpy's OpenBLAS starts no worker to spin through a cold start
         if spec.name == "fleet":
             assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": templates["on-demand"]}
             joined = json.dumps(env["LAUNCH_TEMPLATES"])
             assert all(logical in joined for logical in templates.values())
         settings_names = {f.alias for f in FunctionSettings.model_fields.values()}
-        assert set(env) - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"} <= settings_names
+        assert set(env) - LIBRARY_ENV <= settings_names
 
 
 def test_each_function_has_its_own_role_and_a_log_group_with_retention(synthesized: Synthesized) -> None:
