@@ -37,6 +37,7 @@ from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 from infra.layer import ROOT
+from tests import kube_reads
 
 TARGET_SECONDS = 5.0
 CLUSTER = "ml-prod"
@@ -94,7 +95,7 @@ def _launch_node(aws: EmbeddedAws, kube: LocalKubernetes, store: DynamoStateStor
     kube.add_instance(instance, boot_delay=timedelta(0))
     core = client.CoreV1Api(kube.client())
     deadline = time.monotonic() + 30
-    while not any(n.metadata.name == instance.name for n in core.list_node().items):
+    while not any(kube_reads.node_name(n) == instance.name for n in core.list_node().items):
         if time.monotonic() > deadline:
             raise SystemExit("the node never joined")
         time.sleep(0.05)
@@ -128,7 +129,7 @@ def one_run(aws: EmbeddedAws, kube: LocalKubernetes, store: DynamoStateStore, la
          str(event_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cordoned = None
     while cordoned is None and (process.poll() is None or time.perf_counter() - started < 60):
-        if core.read_node(claim.node_name).spec.unschedulable:
+        if kube_reads.cordoned(core.read_node(claim.node_name)):
             cordoned = time.perf_counter() - started
         elif process.poll() is not None:
             break

@@ -21,6 +21,7 @@ from kubernetes import client, watch
 from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
 from gpu_autoscaler.models.resources import Resources
+from tests import kube_reads
 
 __all__ = ["main"]
 
@@ -40,7 +41,7 @@ def _watch_latency(writer: client.CoreV1Api, reader: client.CoreV1Api, rounds: i
     latencies: list[float] = []
     seen = threading.Event()
     sent_at = [0.0]
-    version = reader.list_namespaced_pod("default", limit=1).metadata.resource_version
+    version = kube_reads.list_version(reader.list_namespaced_pod("default", limit=1))
 
     def follow() -> None:
         for event in watch.Watch().stream(reader.list_namespaced_pod, "default", resource_version=version,

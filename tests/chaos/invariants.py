@@ -23,6 +23,7 @@ from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 from gpu_autoscaler.models.resources import GPU
+from tests import kube_reads
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -149,8 +150,7 @@ def _covering(rig: ChaosRig, claims: Iterable[NodeClaim]) -> dict[str, list[str]
     claim stands for a listed pod only while the pod exists and is not bound to another node; a pod still
     pending on it, or bound to it, counts (a second claim for it is a second node bought)."""
     pods = {p.metadata.uid: p.spec.node_name for p in rig.pods() if not p.metadata.deletion_timestamp}
-    nodes: list[Any] = rig.core.list_node().items
-    node_of = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in nodes if n.spec.provider_id}
+    node_of = kube_reads.instance_nodes(rig.core.list_node().items)
     covering: dict[str, list[str]] = defaultdict(list)
     for claim in claims:
         if claim.state not in PROVISIONING:

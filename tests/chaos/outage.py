@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 
+from tests import kube_reads
 from tests.chaos.invariants import Report
 from tests.chaos.rig import NAMESPACE, gpu_pod
 from tests.chaos.scenarios import STEP_TIMEOUT, LifecycleResult, _settle
@@ -134,8 +135,7 @@ def _busiest_instance(rig: ChaosRig, prefix: str) -> tuple[str, str]:
         if (pod.metadata.labels or {}).get(GUARD_LABEL) == prefix and pod.spec.node_name:
             counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
     node_name = max(counts, key=lambda n: counts[n])
-    node = rig.core.read_node(node_name)
-    return node.spec.provider_id.rsplit("/", 1)[1], node_name
+    return kube_reads.instance_id(rig.core.read_node(node_name)), node_name
 
 
 def _moved(rig: ChaosRig, prefix: str, count: int, node_name: str) -> bool:
@@ -167,7 +167,7 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
         instance_id, node_name = _busiest_instance(rig, prefix)
         with _RunningSampler(rig) as sampler, _DrainWarnings(node_name) as warnings:
             rig.put_event("EC2 Instance Rebalance Recommendation", instance_id)
-            rig.wait(lambda: bool(rig.core.read_node(node_name).spec.unschedulable), STEP_TIMEOUT,
+            rig.wait(lambda: kube_reads.cordoned(rig.core.read_node(node_name)), STEP_TIMEOUT,
                      f"the drain of {node_name} to start (its replacement initialized)")
             expired = agent.metrics.value("watch_restarts_total", reason="expired")
             version = kube.store.version

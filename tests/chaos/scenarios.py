@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from tests import kube_reads
 from tests.chaos.faults import CrashAt, CrashPlan
 from tests.chaos.invariants import Report, wait_for_invariants
 from tests.chaos.rig import INTERRUPTION_VISIBILITY, gpu_pod
@@ -47,7 +48,7 @@ def lifecycle(rig: ChaosRig, *, pods: int = 4, prefix: str = "w", interrupt: boo
     _settle(rig, result)
     if interrupt:
         used = {p.spec.node_name for p in rig.pods()}
-        nodes = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+        nodes = kube_reads.instance_nodes(rig.core.list_node().items)
         victims = [i["InstanceId"] for i in rig.instances("running") if nodes.get(i["InstanceId"]) in used]
         victim = victims[0]
         began = time.monotonic()
@@ -137,7 +138,7 @@ def interruption_storm(rig: ChaosRig, *, warnings: int = 5, prefix: str = "storm
     result.seconds["bound"] = rig.wait(rig.all_bound, STEP_TIMEOUT, "the pods to be bound")
     _settle(rig, result)
     used = {p.spec.node_name for p in rig.pods()}
-    nodes = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+    nodes = kube_reads.instance_nodes(rig.core.list_node().items)
     victim = next(i["InstanceId"] for i in rig.instances("running") if nodes.get(i["InstanceId"]) in used)
     began = time.monotonic()
     rig.put_event("EC2 Instance Rebalance Recommendation", victim)
@@ -236,7 +237,7 @@ def _capacity_types(rig: ChaosRig, names: set[str]) -> dict[str, str]:
     """Pod name → the capacity type of the node it is bound to."""
     from gpu_autoscaler.models import labels as L
 
-    nodes = {n.metadata.name: (n.metadata.labels or {}).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
+    nodes = {kube_reads.node_name(n): kube_reads.labels(n).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
     return {p.metadata.name: nodes.get(p.spec.node_name, "") for p in rig.pods()
             if p.metadata.name in names and p.spec.node_name}
 
@@ -410,7 +411,7 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
     # idle, some seconds per document on a loaded machine.
     _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
     used = {p.spec.node_name for p in rig.pods()}
-    by_instance = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in rig.core.list_node().items}
+    by_instance = kube_reads.instance_nodes(rig.core.list_node().items)
     victims = [i["InstanceId"] for i in rig.instances("running") if by_instance.get(i["InstanceId"]) in used]
     before = {i["InstanceId"] for i in rig.instances()}
     limit = rig.aws.config.pool(pool).limits.gpus
