@@ -57,7 +57,7 @@ def _watch_latency(writer: client.CoreV1Api, reader: client.CoreV1Api, rounds: i
     for _ in range(rounds):
         seen.clear()
         sent_at[0] = time.perf_counter()
-        writer.create_namespaced_pod("default", _pod("w"))
+        writer.create_namespaced_pod("default", client.V1Pod.model_validate(_pod("w")))
         seen.wait(5)
         writer.delete_namespaced_pod("w", "default")
     thread.join(5)
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         core = client.CoreV1Api(api)
         started = time.perf_counter()
         for i in range(args.pods):
-            core.create_namespaced_pod("default", _pod(f"p-{i:05d}"))
+            core.create_namespaced_pod("default", client.V1Pod.model_validate(_pod(f"p-{i:05d}")))
         created = time.perf_counter() - started
         print(f"create {args.pods} pods          {_ms(created)}  ({args.pods / created:,.0f} pods/s)")
 

@@ -159,7 +159,7 @@ def api_outage_during_drain(rig: ChaosRig, *, seconds: float = 15.0, mode: str =
     settled = LifecycleResult(result.report)
     rig.begin()
     policy = k8s.PolicyV1Api(rig.core.api_client)
-    policy.create_namespaced_pod_disruption_budget(NAMESPACE, _budget(prefix))
+    policy.create_namespaced_pod_disruption_budget(NAMESPACE, k8s.V1PodDisruptionBudget.model_validate(_budget(prefix)))
     try:
         rig.create_pods(_guarded_pods(prefix, pods))
         rig.wait(rig.all_bound, STEP_TIMEOUT, "the guarded pods to be bound")

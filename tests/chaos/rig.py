@@ -129,7 +129,8 @@ class ChaosRig:
         Deployment would."""
         for pod in pods:
             self.wanted[pod["metadata"]["name"]] = pod
-            self.core.create_namespaced_pod(NAMESPACE, pod)
+            # The model the client's types ask for; given the dict, the client validates it into one itself.
+            self.core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate(pod))
 
     def replace_evicted(self) -> None:
         """The Deployment controller's part: every wanted pod that is gone is created again."""
@@ -137,7 +138,7 @@ class ChaosRig:
         for name, pod in self.wanted.items():
             if name not in present:
                 with contextlib.suppress(k8s.ApiException):
-                    self.core.create_namespaced_pod(NAMESPACE, pod)
+                    self.core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate(pod))
 
     def delete_pods(self) -> None:
         self.wanted.clear()
@@ -251,7 +252,7 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
             for queue in ("pending-pods", "launch") if soak_visibility is not None else ():
                 rig.sqs.set_queue_attributes(QueueUrl=rig.aws.queue_url(queue), Attributes={
                     "VisibilityTimeout": str(soak_visibility)})
-            rig.core.create_namespace({"metadata": {"name": NAMESPACE}})
+            rig.core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
             yield rig
 
 
