@@ -27,7 +27,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -120,7 +120,7 @@ class Replay:
         self.used_base = 0.0
         self.idle_history: deque[tuple[float, float]] = deque()
         self.ids = itertools.count()
-        self.events: list[tuple[float, int, int, object]] = []
+        self.events: list[tuple[float, int, int, int | _Chunk | None]] = []
         self.order = itertools.count()
         self.now = start
         self.idle_warm = 0.0
@@ -139,7 +139,7 @@ class Replay:
     def in_flight(self) -> float:
         return sum(c.gpus for c in self.base_in_flight) + sum(c.gpus for c in self.warm.values() if not c.ready)
 
-    def push(self, at: float, kind: int, payload: object = None) -> None:
+    def push(self, at: float, kind: int, payload: int | _Chunk | None = None) -> None:
         heapq.heappush(self.events, (at, kind, next(self.order), payload))
 
     # Running
@@ -155,12 +155,13 @@ class Replay:
             if at >= self.end:
                 break
             self.account(at)
+            # The kind says what the payload is: a trace index to arrive or depart, a chunk that is ready.
             if kind == _DEPART:
-                self.depart(int(payload))  # type: ignore[arg-type]
+                self.depart(cast("int", payload))
             elif kind == _READY:
-                self.ready(payload)  # type: ignore[arg-type]
+                self.ready(cast("_Chunk", payload))
             elif kind == _ARRIVE:
-                self.arrive(int(payload))  # type: ignore[arg-type]
+                self.arrive(cast("int", payload))
             elif kind == _TICK:
                 self.on_tick()
                 self.push(at + self.settings.tick, _TICK)
