@@ -137,8 +137,8 @@ def one_run(aws: EmbeddedAws, kube: LocalKubernetes, store: DynamoStateStore, la
     out, err = process.communicate(timeout=60)
     if cordoned is None:
         raise SystemExit(f"the node was never cordoned:\n{err[-3000:]}")
-    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    if figures.pop("response") != {"batchItemFailures": []}:  # type: ignore[comparison-overlap]
+    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])  # seconds, and the handler's response
+    if figures.pop("response") != {"batchItemFailures": []}:
         raise SystemExit(f"the interruption function failed the message:\n{err[-3000:]}")
     figures["cordon_s"] = cordoned
     return figures

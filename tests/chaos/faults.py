@@ -104,7 +104,7 @@ class CrashPlan:
     @contextlib.contextmanager
     def install(self, host: LambdaHost) -> Iterator[None]:
         """Wrap botocore, the functions' Kubernetes client and `host.invoke` until the generator is closed."""
-        original_call = botocore.client.BaseClient._make_api_call
+        original_call = botocore.client.BaseClient._make_api_call  # type: ignore[attr-defined]  # botocore's private dispatch
         original_kube = KubernetesRest.request
         original_invoke = host.invoke
         plan = self

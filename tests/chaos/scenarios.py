@@ -242,8 +242,8 @@ def _capacity_types(rig: ChaosRig, names: set[str]) -> dict[str, str]:
             if p.metadata.name in names and p.spec.node_name}
 
 
-def _warned(rig: ChaosRig, reason: str) -> dict[str, str]:
-    """Pod uid → the message of its latest Warning Event with this reason."""
+def _warned(rig: ChaosRig, reason: str) -> dict[str, str | None]:
+    """Pod uid → the message of its latest Warning Event with this reason (an Event need not have one)."""
     from tests.chaos.rig import NAMESPACE
 
     return {e.involved_object.uid: e.message for e in rig.core.list_namespaced_event(NAMESPACE).items

@@ -75,9 +75,11 @@ def skewed_clocks(rig: ChaosRig, skew: Skew) -> Iterator[None]:
         finally:
             inside.invoking = False
 
+    # Each clock's `now` is replaced where it is looked up (on the instance; SystemClock's on the class, for the
+    # functions' clocks) and put back in `finally`: assigning to methods is the point here (mypy's method-assign).
     kube_clock.now = lambda: _true_now() + skew.api_server  # type: ignore[method-assign]
     if agent is not None:
-        agent.clock.now = lambda: _true_now() + skew.agent
+        agent.clock.now = lambda: _true_now() + skew.agent  # type: ignore[method-assign]
     SystemClock.now = lambda_now  # type: ignore[method-assign]
     host.invoke = invoke  # type: ignore[method-assign]
     try:
