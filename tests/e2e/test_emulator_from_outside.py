@@ -25,6 +25,7 @@ from kubernetes import config as kube_config
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.demo_workload import NAMESPACE, demo_config, notebook_pod
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, TAG_NODE_POOL
+from tests import kube_reads
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
@@ -129,10 +130,11 @@ def test_pods_launch_instances_nodes_join_and_pods_bind(emulator: dict[str, Any]
     tags = _tags(launched[0])
     assert tags[TAG_CLUSTER] == "ml-prod"
     assert tags[TAG_NODE_POOL]
-    nodes = {n.metadata.name: n for n in core.list_node().items}
+    nodes = {kube_reads.node_name(n): n for n in core.list_node().items}
+    claimed = {i["InstanceId"] for i in launched}
     for pod in pods:
         node = nodes[pod.spec.node_name]
-        assert node.spec.provider_id.endswith("/" + node.spec.provider_id.rsplit("/", 1)[1])
+        assert kube_reads.instance_id(node) in claimed  # the node the kubelet registered runs on a claim's instance
         assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
 
 
@@ -140,7 +142,7 @@ def test_a_spot_warning_on_the_bus_drains_and_replaces_the_node(emulator: dict[s
     core = _core(emulator)
     ec2 = _aws(emulator, "ec2")
     by_node = {p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE).items if p.spec.node_name}
-    nodes = {n.spec.provider_id.rsplit("/", 1)[1]: n.metadata.name for n in core.list_node().items}
+    nodes = kube_reads.instance_nodes(core.list_node().items)
     spot = [i for i in _instances(ec2, "running")
             if i.get("InstanceLifecycle") == "spot" and nodes.get(i["InstanceId"]) in by_node]
     if not spot:
