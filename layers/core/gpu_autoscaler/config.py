@@ -579,6 +579,12 @@ class Config(_Model):
         raise KeyError(f"no node pool named '{name}'")
 
     @property
+    def records_pod_shapes(self) -> bool:
+        """Whether the packer records each pod shape class's demand (`domain.pod_shapes`): pre-warm shapes by it
+        the forecast's headroom and the nodes of a window that asks for a GPU count."""
+        return self.predictive.enabled or any(w.warm.gpus is not None for w in self.scaling_windows)
+
+    @property
     def zones(self) -> list[str]:
         return sorted(self.network.subnets)
 

@@ -191,6 +191,15 @@ def test_with_prediction_on_each_pod_shape_class_is_recorded_too() -> None:
                               ("shared", NOW): 0.25, ("shared/1d-t1", NOW): 0.25}
 
 
+def test_with_a_window_of_gpus_each_pod_shape_class_is_recorded_without_prediction() -> None:
+    # A window that asks for a GPU count is shaped by these series too, prediction on or off.
+    h = Harness(scalingWindows=[{"name": "peak", "schedule": "cron(0 9 ? * MON-FRI *)", "duration": "9h",
+                                 "nodePool": "gpu", "warm": {"gpus": 8}}])
+    assert not h.config.predictive.enabled
+    h.service.handle(h.document([make_pod(cpu="12", memory="48Gi")]), source="m-1")
+    assert h.store.demand == {("gpu", NOW): 1.0, ("gpu/1d-t2", NOW): 1.0}
+
+
 def test_unschedulable_pods_are_reported(h: Harness) -> None:
     outcome = h.service.handle(h.document([make_pod(gpus=16)]), source="m-1")
     assert outcome.created == () and len(outcome.unschedulable) == 1

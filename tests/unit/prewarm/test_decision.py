@@ -54,6 +54,22 @@ class TestWindows:
         assert decision.needs[0].until == START + timedelta(hours=9)
         assert decision.pools[0].windows == {"peak": 8}
 
+    def test_a_gpu_count_window_is_shaped_like_the_pools_recorded_pods(self) -> None:
+        config = make_config()
+        decision = decide(config, START - timedelta(minutes=8), [], GPUS,
+                          mixes={"gpu": {"1d-t2": 30.0, "2d-t0": 10.0, "4d-t0": 0.0}})
+        [need] = decision.needs
+        assert (need.gpus, need.shapes) == (8, (("1d-t2", 30.0), ("2d-t0", 10.0)))
+        pods = placeholder_pods(need, config.pool("gpu"), "s")
+        kinds = [cls for p in pods for cls in ("1d-t2", "2d-t0") if f"-{cls}-" in p.uid]
+        assert sorted(kinds) == ["1d-t2"] * 6 + ["2d-t0"]  # 8 GPUs as whole pods, 3 : 1 by GPUs
+        assert all(p.resources["cpu"] > 0 for p in pods)  # the classes' CPU and memory, not one bare GPU
+
+    def test_a_pool_with_no_recorded_pods_gets_the_cheapest_gpus(self) -> None:
+        for mixes in (None, {"gpu": {}}):
+            [need] = decide(make_config(), START - timedelta(minutes=8), [], GPUS, mixes=mixes).needs
+            assert need.shapes == ()
+
     def test_held_claims_count_whether_or_not_pods_landed_on_them(self) -> None:
         held = [make_claim(warm=PEAK, pods=("real-pod",)), make_claim(warm=PEAK, state=ClaimState.PENDING)]
         decision = decide(make_config(), START + timedelta(hours=1), held, GPUS)

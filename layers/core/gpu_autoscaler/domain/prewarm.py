@@ -153,9 +153,9 @@ class WarmNeed:
     until: datetime | None = None
     reason: str = ""
     shapes: tuple[tuple[str, float], ...] = ()
-    """Forecast: (pod shape class, its forecast GPUs) of the classes that come (`domain.pod_shapes`); the
-    placeholders are split among them in proportion, so warm nodes are the types those pods need. Empty:
-    one-GPU placeholders (the cheapest GPUs, whatever their CPU and memory)."""
+    """(pod shape class, its GPUs) — the forecast's of the classes that come, or a GPU-count window's of the pool's
+    recorded pods (`domain.pod_shapes`); the placeholders are split among them in proportion, so warm nodes are
+    the types those pods need. Empty: one-GPU placeholders (the cheapest GPUs, whatever their CPU and memory)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,7 @@ def decide(
     schedules: Sequence[WindowSchedule] | None = None,
     period: timedelta = timedelta(0),
     shapes: Mapping[str, Mapping[str, float]] | None = None,
+    mixes: Mapping[str, Mapping[str, float]] | None = None,
 ) -> PrewarmDecision:
     """The warm capacity every pool should hold at `now`.
 
@@ -258,13 +259,15 @@ def decide(
     caller that decides often (the backtest), else from `config`; `period`: how long until the next
     decision — windows are warmed that much before start − lead time, so their capacity is up by the
     start whenever the ticks fall; `shapes`: pool → pod shape class → its forecast GPUs, which shape the
-    forecast's warm capacity (a pool absent from it gets the cheapest GPUs; one mapped to no class, no headroom).
+    forecast's warm capacity (a pool absent from it gets the cheapest GPUs; one mapped to no class, no headroom);
+    `mixes`: pool → pod shape class → its GPUs recorded over the history, in whose proportions a window that asks
+    for a GPU count holds whole pods' nodes (a pool absent or mapped to no class: the cheapest GPUs).
     """
     schedules = list(schedules) if schedules is not None else window_schedules(config)
     forecasts = forecasts or {}
     pools = {p.name: _Pool(p, [c for c in claims if c.live and c.pool == p.name], gpus) for p in config.node_pools}
     for schedule in schedules:
-        _window(pools[schedule.window.node_pool], schedule, now, period)
+        _window(pools[schedule.window.node_pool], schedule, now, period, (mixes or {}).get(schedule.window.node_pool))
     _orphans(pools, {s.name: s.window for s in schedules})
     summaries = []
     for state in pools.values():
@@ -284,7 +287,11 @@ def decide(
 # Windows
 
 
-def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timedelta) -> None:
+def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timedelta,
+            mix: Mapping[str, float] | None) -> None:
+    """A window's target: nodes by type, or a GPU count — held, when the pool's pods were recorded, as whole pods
+    of their shapes in their proportions (`mix`), since the cheapest GPUs need not hold them (one GPU, 4 vCPUs and
+    16 GiB, against pods that ask for 12 vCPUs); unrecorded, as the cheapest GPUs."""
     window = schedule.window
     warm = window_warm(window.name)
     held = state.held(warm)
@@ -302,8 +309,9 @@ def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timed
     state.windows[window.name] = target
     have = sum(state.gpus.of_claim(c) for c in held)
     if have < target:
-        state.needs.append(WarmNeed(state.pool.name, warm, gpus=math.ceil(target - have),
-                                    until=occurrence.end, reason=reason))
+        shapes = tuple(sorted((c, g) for c, g in (mix or {}).items() if g > 0))
+        state.needs.append(WarmNeed(state.pool.name, warm, gpus=math.ceil(target - have), until=occurrence.end,
+                                    reason=reason, shapes=shapes))
         return
     # Beyond the target (the target was lowered): let go of what the target does not need, largest first.
     for claim in sorted(held, key=lambda c: -state.gpus.of_claim(c)):

@@ -368,7 +368,7 @@ class PackerService:
                 pool_of[uid] = live[claim_id].pool
         pairs = [(pool_of[p.uid], p.resources) for p in pods if p.uid in pool_of]
         demand = pool_gpus(self.config, pairs)
-        shapes = shape_gpus(self.config, pairs) if self.config.predictive.enabled else {}
+        shapes = shape_gpus(self.config, pairs) if self.config.records_pod_shapes else {}
         record_demand(self.store, self.config, {**demand, **shapes}, self.clock.now())
         return demand
 

@@ -243,8 +243,9 @@ class PrewarmService:
         claims = self.store.list_claims(LIVE_STATES)
         leads = self._lead_times(now)
         forecasts = self._forecasts(now, leads)
+        shapes, mixes = self._shaping(now, forecasts)
         decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._window_schedules(leads),
-                          period=PERIOD, shapes=self._shapes(now, forecasts))
+                          period=PERIOD, shapes=shapes, mixes=mixes)
         released, handed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
@@ -309,28 +310,40 @@ class PrewarmService:
             out[pool.name] = forecast
         return out
 
-    def _shapes(self, now: datetime, forecasts: Mapping[str, Forecast]) -> dict[str, dict[str, float]]:
-        """Per pool with a forecast and shape history, each pod shape class's forecast GPUs at the pool's target
-        (the packer's `<pool>/<class>` series: pending GPUs of the class), for the classes with enough history.
-        A pool with shape history whose classes all forecast nothing maps to no class (no headroom is wanted);
-        only a pool without any falls back to its GPU total."""
+    def _shaping(self, now: datetime, forecasts: Mapping[str, Forecast],
+                 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+        """`decide`'s `shapes` and `mixes`, from the packer's `<pool>/<class>` series (pending GPUs of each pod shape
+        class), each class's series read once a tick.
+
+        `shapes`, per pool with a forecast and shape history: each class's forecast GPUs at the pool's target, for
+        the classes with enough history; a pool with shape history whose classes all forecast nothing maps to no
+        class (no headroom is wanted); only a pool without any falls back to its GPU total. `mixes`, per pool with
+        a window that asks for a GPU count: each class's GPUs recorded over the history, the proportions the
+        window's nodes are shaped in."""
         since = now - self.config.predictive.history
-        out: dict[str, dict[str, float]] = {}
+        windowed = {w.node_pool for w in self.config.scaling_windows if w.warm.gpus is not None}
+        shapes: dict[str, dict[str, float]] = {}
+        mixes: dict[str, dict[str, float]] = {}
         for pool in self.config.node_pools:
             forecast = forecasts.get(pool.name)
+            if (forecast is None or not forecast.ok) and pool.name not in windowed:
+                continue
+            histories = list(self._shape_histories(pool, since, now))
+            if pool.name in windowed:
+                mixes[pool.name] = {cls: float(history.values.sum()) for cls, history in histories}
             if forecast is None or not forecast.ok:
                 continue
             found = {}
             shaped_history = False
-            for cls, history in self._shape_histories(pool, since, now):
+            for cls, history in histories:
                 shaped = self.forecaster.forecast(history, now, forecast.target, pool.name)
                 if shaped.ok:
                     shaped_history = True
                     if shaped.gpus:
                         found[cls] = shaped.gpus
             if shaped_history:
-                out[pool.name] = found
-        return out
+                shapes[pool.name] = found
+        return shapes, mixes
 
     def _shape_histories(self, pool: NodePool, since: datetime, now: datetime) -> Iterator[tuple[str, DemandSeries]]:
         """The pool's shape classes whose series (`<pool>/<class>`) holds demand from `since` to `now`, in
