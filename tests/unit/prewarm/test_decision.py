@@ -65,6 +65,15 @@ class TestWindows:
         assert sorted(kinds) == ["1d-t2"] * 6 + ["2d-t0"]  # 8 GPUs as whole pods, 3 : 1 by GPUs
         assert all(p.resources["cpu"] > 0 for p in pods)  # the classes' CPU and memory, not one bare GPU
 
+    def test_less_than_one_of_the_pools_pods_is_asked_for_as_the_cheapest_gpus(self) -> None:
+        # 4 of the window's 8 GPUs held, the pool's pods take 8 GPUs each: the 4 left go as the cheapest GPUs, so the
+        # target is met instead of asked for again every tick with nothing to launch.
+        held = [make_claim(warm=PEAK)]  # a g6.12xlarge: 4 GPUs
+        [need] = decide(make_config(), START, held, GPUS, mixes={"gpu": {"8d-t0": 16.0}}).needs
+        assert (need.gpus, need.shapes) == (4, ())
+        [need] = decide(make_config(), START, held, GPUS, mixes={"gpu": {"4d-t0": 16.0}}).needs
+        assert (need.gpus, need.shapes) == (4, (("4d-t0", 16.0),))
+
     def test_a_pool_with_no_recorded_pods_gets_the_cheapest_gpus(self) -> None:
         for mixes in (None, {"gpu": {}}):
             [need] = decide(make_config(), START - timedelta(minutes=8), [], GPUS, mixes=mixes).needs

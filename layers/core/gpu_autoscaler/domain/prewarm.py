@@ -291,7 +291,8 @@ def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timed
             mix: Mapping[str, float] | None) -> None:
     """A window's target: nodes by type, or a GPU count — held, when the pool's pods were recorded, as whole pods
     of their shapes in their proportions (`mix`), since the cheapest GPUs need not hold them (one GPU, 4 vCPUs and
-    16 GiB, against pods that ask for 12 vCPUs); unrecorded, as the cheapest GPUs."""
+    16 GiB, against pods that ask for 12 vCPUs); unrecorded, or a shortfall under one of those pods, as the
+    cheapest GPUs."""
     window = schedule.window
     warm = window_warm(window.name)
     held = state.held(warm)
@@ -309,9 +310,12 @@ def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timed
     state.windows[window.name] = target
     have = sum(state.gpus.of_claim(c) for c in held)
     if have < target:
+        shortfall = math.ceil(target - have)
         shapes = tuple(sorted((c, g) for c, g in (mix or {}).items() if g > 0))
-        state.needs.append(WarmNeed(state.pool.name, warm, gpus=math.ceil(target - have), until=occurrence.end,
-                                    reason=reason, shapes=shapes))
+        if shapes and not split_gpus(shortfall, shapes, state.pool):
+            shapes = ()  # less than one of the pool's pods: the cheapest GPUs, so the target is met, not asked again
+        state.needs.append(WarmNeed(state.pool.name, warm, gpus=shortfall, until=occurrence.end, reason=reason,
+                                    shapes=shapes))
         return
     # Beyond the target (the target was lowered): let go of what the target does not need, largest first.
     for claim in sorted(held, key=lambda c: -state.gpus.of_claim(c)):
