@@ -145,6 +145,21 @@ class TestShapedWindow:
         assert rig.gpus(PEAK) >= 8
         assert claims and all(c.instance_types[0] in {"g6.12xlarge", "g6.48xlarge"} for c in claims)
 
+    def test_outside_its_windows_a_pool_without_a_forecast_reads_no_shape_series(self) -> None:
+        rig = self.rig("1d-t2")
+        read: list[str] = []
+        history = rig.store.demand_history
+
+        def recording(pool: str, since: datetime) -> list[tuple[datetime, float]]:
+            read.append(pool)
+            return history(pool, since)
+
+        rig.store.demand_history = recording  # type: ignore[method-assign]
+        rig.tick(START - timedelta(hours=2))
+        assert read == [] and rig.warm(PEAK) == []
+        rig.tick(START - timedelta(minutes=13))
+        assert "gpu/1d-t2" in read and rig.gpus(PEAK) >= 8
+
     def test_without_recorded_pods_the_cheapest_gpus(self) -> None:
         rig = self.rig(None)
         rig.tick()

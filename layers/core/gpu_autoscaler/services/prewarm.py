@@ -243,9 +243,10 @@ class PrewarmService:
         claims = self.store.list_claims(LIVE_STATES)
         leads = self._lead_times(now)
         forecasts = self._forecasts(now, leads)
-        shapes, mixes = self._shaping(now, forecasts)
-        decision = decide(self.config, now, claims, gpus, forecasts, schedules=self._window_schedules(leads),
-                          period=PERIOD, shapes=shapes, mixes=mixes)
+        schedules = self._window_schedules(leads)
+        shapes, mixes = self._shaping(now, forecasts, schedules)
+        decision = decide(self.config, now, claims, gpus, forecasts, schedules=schedules, period=PERIOD,
+                          shapes=shapes, mixes=mixes)
         released, handed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
@@ -310,7 +311,7 @@ class PrewarmService:
             out[pool.name] = forecast
         return out
 
-    def _shaping(self, now: datetime, forecasts: Mapping[str, Forecast],
+    def _shaping(self, now: datetime, forecasts: Mapping[str, Forecast], schedules: Sequence[WindowSchedule],
                  ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         """`decide`'s `shapes` and `mixes`, from the packer's `<pool>/<class>` series (pending GPUs of each pod shape
         class), each class's series read once a tick.
@@ -318,10 +319,12 @@ class PrewarmService:
         `shapes`, per pool with a forecast and shape history: each class's forecast GPUs at the pool's target, for
         the classes with enough history; a pool with shape history whose classes all forecast nothing maps to no
         class (no headroom is wanted); only a pool without any falls back to its GPU total. `mixes`, per pool with
-        a window that asks for a GPU count: each class's GPUs recorded over the history, the proportions the
-        window's nodes are shaped in."""
+        a window that asks for a GPU count and holds capacity now (or within the tick period): each class's GPUs
+        recorded over the history, the proportions the window's nodes are shaped in. Outside its windows, a pool
+        without a forecast reads no series."""
         since = now - self.config.predictive.history
-        windowed = {w.node_pool for w in self.config.scaling_windows if w.warm.gpus is not None}
+        windowed = {s.window.node_pool for s in schedules
+                    if s.window.warm.gpus is not None and s.holding(now, early=PERIOD) is not None}
         shapes: dict[str, dict[str, float]] = {}
         mixes: dict[str, dict[str, float]] = {}
         for pool in self.config.node_pools:
