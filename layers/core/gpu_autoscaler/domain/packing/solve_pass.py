@@ -168,10 +168,9 @@ class SolvePass:
         """[O] offerings of the pool that may hold one pod of the class: its selector and affinity, its requests
         within the type's allocatable, the pool's base and what is available, the pool's taints tolerated, and
         fractional-GPU offerings only if asked for. A function of the key `_class_masks` files it under."""
-        matrix = self.matrices[view.position]
-        fits_type = np.asarray((matrix >= req[None, :]).all(axis=1))
         if not tolerates_all(cls.tolerations, view.pool.taints):
             return np.zeros(len(self.idx), bool)
+        fits_type = np.asarray((self.matrices[view.position] >= req[None, :]).all(axis=1))
         ok = self.s.selector_mask(view, cls) & fits_type[self.idx.type_of] & view.base & self.available
         if self.s.fractional and not view.fractional_ok and self.s.excludes_fractional(view, cls):
             ok &= ~self.s.partitioned
