@@ -98,8 +98,6 @@ class SolveMemo:
     def __init__(self, limit: int = SOLVE_MEMO_LIMIT) -> None:
         self.limit = limit
         self._plans: OrderedDict[tuple[object, ...], Plan] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -108,9 +106,7 @@ class SolveMemo:
         """The plan kept for `key`, its new claims made `now` (the only thing a solve takes from its clock)."""
         found = self._plans.get(key)
         if found is None:
-            self.misses += 1
             return None
-        self.hits += 1
         self._plans.move_to_end(key)
         claims = tuple(c if c.created_at == now else c.model_copy(update={"created_at": now}) for c in found.claims)
         return replace(found, claims=claims, existing=dict(found.existing), covered=dict(found.covered))
