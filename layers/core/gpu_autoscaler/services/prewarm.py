@@ -329,12 +329,14 @@ class PrewarmService:
         mixes: dict[str, dict[str, float]] = {}
         for pool in self.config.node_pools:
             forecast = forecasts.get(pool.name)
-            if (forecast is None or not forecast.ok) and pool.name not in windowed:
+            if forecast is not None and not forecast.ok:
+                forecast = None
+            if forecast is None and pool.name not in windowed:
                 continue
             histories = list(self._shape_histories(pool, since, now))
             if pool.name in windowed:
                 mixes[pool.name] = {cls: float(history.values.sum()) for cls, history in histories}
-            if forecast is None or not forecast.ok:
+            if forecast is None:
                 continue
             found = {}
             shaped_history = False
