@@ -26,22 +26,24 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.simulation.trace import TracePod
 
-__all__ = ["GpuPrices", "RunResult", "Timeline", "percentile"]
+__all__ = ["GpuPrices", "RunResult", "Timeline", "holds", "percentile"]
 
 
 class GpuPrices:
     """The cheapest USD per GPU-second of an offering that can hold a pod, per pod shape."""
 
     def __init__(self, catalog: Catalog, zones: Collection[str]) -> None:
-        self._types = []
+        self.types: list[tuple[InstanceType, float]] = []
+        """The x86-64 GPU types offered in `zones`, each with its cheapest USD per GPU-second there."""
         for t in catalog.gpu_types():
             if t.architecture != "x86_64" or t.gpus <= 0:
                 continue
             prices = [o.price_per_hour for o in catalog.offerings_for(t.name) if o.zone in zones]
             if prices:
-                self._types.append((t, min(prices) / t.gpus / 3600))
+                self.types.append((t, min(prices) / t.gpus / 3600))
         self._cache: dict[tuple[object, ...], float | None] = {}
         self._allocatable_cache: dict[tuple[object, ...], float | None] = {}
 
@@ -52,7 +54,7 @@ class GpuPrices:
         key = (pod.cpu_milli, pod.memory_mib, pod.gpus, pod.gpu_milli, pod.gpu_names, pool.name)
         if key not in self._allocatable_cache:
             fitting = [
-                price for t, price in self._types
+                price for t, price in self.types
                 if (not pod.gpu_names or (t.gpu_model or "").lower() in pod.gpu_names)
                 and fits(requests, allocatable(t, pool, overhead).as_dict())
             ]
@@ -62,13 +64,17 @@ class GpuPrices:
     def per_gpu_second(self, pod: TracePod) -> float | None:
         key = (pod.cpu_milli, pod.memory_mib, pod.gpus, pod.gpu_names)
         if key not in self._cache:
-            fitting = [
-                price for t, price in self._types
-                if t.vcpu * 1000 >= pod.cpu_milli and t.memory_mib >= pod.memory_mib and t.gpu_devices >= pod.gpus
-                and (not pod.gpu_names or (t.gpu_model or "").lower() in pod.gpu_names)
-            ]
+            fitting = [price for t, price in self.types if holds(t, pod)]
             self._cache[key] = min(fitting) if fitting else None
         return self._cache[key]
+
+
+def holds(instance_type: InstanceType, pod: TracePod) -> bool:
+    """The bound's test of whether a type could hold a pod: raw capacity (CPU, memory, GPU devices) and the
+    pod's GPU model, before any pool's requirements or any node's reservations."""
+    t = instance_type
+    return (t.vcpu * 1000 >= pod.cpu_milli and t.memory_mib >= pod.memory_mib and t.gpu_devices >= pod.gpus
+            and (not pod.gpu_names or (t.gpu_model or "").lower() in pod.gpu_names))
 
 
 @dataclass
