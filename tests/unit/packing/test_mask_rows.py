@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.domain.packing.classes import classify
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 from tests.unit.packing.builders import make_catalog, make_config, make_pod, make_pool, make_solver
 
@@ -82,3 +83,21 @@ def test_each_pool_has_its_own_rows() -> None:
     masks = _masks(solver, pods)
     assert masks == _masks(make_solver(make_config(tainted, make_pool()), make_catalog()), pods)
     assert not any(masks[0][0]) and any(masks[1][0]), "the tainted pool's row is not the other's"
+
+
+def test_a_class_key_is_equal_for_equal_constraints_and_differs_for_any_field() -> None:
+    """Classes of separate solves (their pods parsed apart: equal models, not the same objects) share their rows;
+    a toleration's `tolerationSeconds` or an affinity term's values make another key."""
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a10g"]}]}
+    wait = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+
+    def key(**fields: Any) -> object:
+        return classify([make_pod(gpus=1, **fields)])[0].constraint_key
+
+    same = key(requiredNodeAffinity=[term], tolerations=[wait])
+    assert same == key(requiredNodeAffinity=[term], tolerations=[wait])
+    assert hash(same) == hash(key(requiredNodeAffinity=[term], tolerations=[wait]))
+    assert same != key(requiredNodeAffinity=[term], tolerations=[{**wait, "tolerationSeconds": 60}])
+    assert same != key(requiredNodeAffinity=[{"matchExpressions": [{**term["matchExpressions"][0], "values": ["t4"]}]}],
+                       tolerations=[wait])
+    assert same != key(requiredNodeAffinity=[term], tolerations=[{**wait, "effect": "NoSchedule"}])

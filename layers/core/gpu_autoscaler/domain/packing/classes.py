@@ -8,7 +8,10 @@ share them are one class with a count, and the work per pass grows with the clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
 
 from gpu_autoscaler.domain.packing.fit import pod_requests
 
@@ -45,10 +48,22 @@ class PodClass:
     def example(self) -> PendingPod:
         return self.pods[0]
 
-    @property
+    @cached_property
     def constraint_key(self) -> tuple[object, ...]:
-        """What decides where the class may go (not how much room it takes)."""
-        return (self.node_selector, self.affinity, self.tolerations)
+        """What decides where the class may go (not how much room it takes), in plain tuples of the models'
+        fields: the solver files class rows and selector masks under it, and hashing and comparing the pydantic
+        models themselves there made a consolidation replay ~4 % slower."""
+        return (self.node_selector, _plain(self.affinity), _plain(self.tolerations))
+
+
+def _plain(value: object) -> object:
+    """A model as the tuple of its fields' values (nested models and tuples likewise): equal exactly when the
+    models are."""
+    if isinstance(value, BaseModel):
+        return tuple(_plain(getattr(value, name)) for name in type(value).model_fields)
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
