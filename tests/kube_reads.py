@@ -1,57 +1,110 @@
 """Typed reads of what the Kubernetes API server returned, through the `kubernetes` client's models.
 
 The client's models declare every field Optional, because the same classes build requests, where any may be left
-out. What the API server returns always has some of them: a Node's `metadata` and `metadata.name`, its `spec`, a
-list's `metadata.resourceVersion`; and a Node the emulator's kubelet registered has its `spec.providerID`
-(`aws:///<zone>/<instance-id>`). These functions say so once, for mypy, wherever the chaos suite and the benchmarks
-read those fields, and name what is missing if it ever is (rather than an AttributeError on None).
+out. What the API server returns always has some of them: an object's `metadata` with its `name`, `uid` and
+`resourceVersion`; a Pod's and a Node's `spec` and `status`; a list's `metadata.resourceVersion`; and a Node the
+emulator's kubelet registered has its `spec.providerID` (`aws:///<zone>/<instance-id>`). These functions say so
+once, for mypy, wherever the tests and the benchmarks read those fields, and name what is missing if it ever is
+(rather than an AttributeError on None).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from kubernetes.client import V1Node, V1NodeSpec, V1ObjectMeta, V1PodList
+    from kubernetes.client import (
+        V1ListMeta,
+        V1Node,
+        V1NodeSpec,
+        V1NodeStatus,
+        V1ObjectMeta,
+        V1Pod,
+        V1PodSpec,
+        V1PodStatus,
+        V1Taint,
+    )
 
-__all__ = ["cordoned", "instance_id", "instance_nodes", "labels", "list_version", "node_name"]
+__all__ = ["bound_node", "cordoned", "instance_id", "instance_nodes", "labels", "list_version", "metadata", "name",
+           "node_name", "node_spec", "node_status", "pod_spec", "pod_status", "taints", "uid"]
 
 
-def _metadata(node: V1Node) -> V1ObjectMeta:
-    if node.metadata is None:
-        raise ValueError("a Node without metadata: not one the API server returned")
-    return node.metadata
+class _Object(Protocol):
+    """Any object the API server stores (Pod, Node, Event, ...): what these reads need of it is its metadata."""
+
+    @property
+    def metadata(self) -> V1ObjectMeta | None: ...
 
 
-def _spec(node: V1Node) -> V1NodeSpec:
+class _Listing(Protocol):
+    """Any list the API server returns (PodList, NodeList, ...)."""
+
+    @property
+    def metadata(self) -> V1ListMeta | None: ...
+
+
+def metadata(obj: _Object) -> V1ObjectMeta:
+    """`metadata`: every object the API server returns has it."""
+    if obj.metadata is None:
+        raise ValueError(f"a {type(obj).__name__} without metadata: not one the API server returned")
+    return obj.metadata
+
+
+def name(obj: _Object) -> str:
+    """`metadata.name` (the server fills it from `generateName` when a request has only that)."""
+    value = metadata(obj).name
+    if value is None:
+        raise ValueError(f"a {type(obj).__name__} without a name: not one the API server returned")
+    return value
+
+
+def uid(obj: _Object) -> str:
+    """`metadata.uid`: the server gives every object one when it creates it."""
+    value = metadata(obj).uid
+    if value is None:
+        raise ValueError(f"{type(obj).__name__} {name(obj)} has no uid: not one the API server returned")
+    return value
+
+
+def node_name(node: V1Node) -> str:
+    """A Node's `metadata.name`."""
+    return name(node)
+
+
+def labels(obj: _Object) -> dict[str, str]:
+    """`metadata.labels`; an object without labels has none (the API server leaves the field out)."""
+    return metadata(obj).labels or {}
+
+
+def node_spec(node: V1Node) -> V1NodeSpec:
+    """A Node's `spec`: the API server returns one with every Node."""
     if node.spec is None:
         raise ValueError(f"node {node_name(node)} has no spec: not one the API server returned")
     return node.spec
 
 
-def node_name(node: V1Node) -> str:
-    """`metadata.name`."""
-    name = _metadata(node).name
-    if name is None:
-        raise ValueError("a Node without a name: not one the API server returned")
-    return name
+def node_status(node: V1Node) -> V1NodeStatus:
+    """A Node's `status`: the API server returns one with every Node."""
+    if node.status is None:
+        raise ValueError(f"node {node_name(node)} has no status: not one the API server returned")
+    return node.status
 
 
-def labels(node: V1Node) -> dict[str, str]:
-    """`metadata.labels`; a node without labels has none (the API server leaves the field out)."""
-    return _metadata(node).labels or {}
+def taints(node: V1Node) -> list[V1Taint]:
+    """`spec.taints`; a node without taints has none (the API server leaves the field out)."""
+    return node_spec(node).taints or []
 
 
 def cordoned(node: V1Node) -> bool:
     """`spec.unschedulable`: the node takes no new pods (cordoned by a drain); absent means schedulable."""
-    return bool(_spec(node).unschedulable)
+    return bool(node_spec(node).unschedulable)
 
 
 def instance_id(node: V1Node) -> str:
     """The EC2 instance the node runs on: the last part of its `spec.providerID`."""
-    provider_id = _spec(node).provider_id
+    provider_id = node_spec(node).provider_id
     if not provider_id:
         raise ValueError(f"node {node_name(node)} has no providerID")
     return provider_id.rsplit("/", 1)[1]
@@ -60,10 +113,32 @@ def instance_id(node: V1Node) -> str:
 def instance_nodes(nodes: Iterable[V1Node]) -> dict[str, str]:
     """Instance id → node name, for the nodes that have a providerID (every node the emulator's kubelet
     registered: it sets the field when it creates the Node)."""
-    return {instance_id(n): node_name(n) for n in nodes if _spec(n).provider_id}
+    return {instance_id(n): node_name(n) for n in nodes if node_spec(n).provider_id}
 
 
-def list_version(listing: V1PodList) -> str:
+def pod_spec(pod: V1Pod) -> V1PodSpec:
+    """A Pod's `spec` (its `nodeName` once bound): the API server returns one with every Pod."""
+    if pod.spec is None:
+        raise ValueError(f"pod {name(pod)} has no spec: not one the API server returned")
+    return pod.spec
+
+
+def bound_node(pod: V1Pod) -> str:
+    """`spec.nodeName` of a pod the caller knows is bound (to look its node up); an unbound pod is an error here."""
+    node = pod_spec(pod).node_name
+    if node is None:
+        raise ValueError(f"pod {name(pod)} is not bound to a node")
+    return node
+
+
+def pod_status(pod: V1Pod) -> V1PodStatus:
+    """A Pod's `status` (its phase and conditions): the API server sets one when it creates the Pod."""
+    if pod.status is None:
+        raise ValueError(f"pod {name(pod)} has no status: not one the API server returned")
+    return pod.status
+
+
+def list_version(listing: _Listing) -> str:
     """A list's `metadata.resourceVersion`: where a watch starts to see every later change."""
     version = listing.metadata.resource_version if listing.metadata is not None else None
     if version is None:

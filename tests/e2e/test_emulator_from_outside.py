@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import pytest
@@ -76,7 +76,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         console.close()
 
 
-def _aws(endpoints: dict[str, Any], service: str) -> Any:
+def _aws(endpoints: dict[str, Any], service: Literal["ec2", "events", "sqs"]) -> Any:
     """A plain boto3 client, configured only from what the command printed."""
     credentials = endpoints["credentials"]
     return boto3.client(
@@ -116,13 +116,13 @@ def test_the_endpoints_are_printed_and_work(emulator: dict[str, Any]) -> None:
 def test_pods_launch_instances_nodes_join_and_pods_bind(emulator: dict[str, Any]) -> None:
     core = _core(emulator)
     ec2 = _aws(emulator, "ec2")
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
     for index in range(3):  # time-sliced notebooks: the shared pool buys Spot
-        core.create_namespaced_pod(NAMESPACE, notebook_pod(index))
+        core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate(notebook_pod(index)))
 
-    def bound() -> list[Any]:
+    def bound() -> list[k8s.V1Pod]:
         pods = core.list_namespaced_pod(NAMESPACE, label_selector="app=notebook").items
-        return pods if pods and all(p.spec.node_name for p in pods) else []
+        return pods if pods and all(kube_reads.pod_spec(p).node_name for p in pods) else []
 
     pods = _wait(bound, what="the pods to be bound")
     launched = [i for i in _instances(ec2, "running") if _tags(i).get(TAG_CLAIM)]
@@ -133,15 +133,16 @@ def test_pods_launch_instances_nodes_join_and_pods_bind(emulator: dict[str, Any]
     nodes = {kube_reads.node_name(n): n for n in core.list_node().items}
     claimed = {i["InstanceId"] for i in launched}
     for pod in pods:
-        node = nodes[pod.spec.node_name]
+        node = nodes[kube_reads.bound_node(pod)]
         assert kube_reads.instance_id(node) in claimed  # the node the kubelet registered runs on a claim's instance
-        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        assert any(c.type == "Ready" and c.status == "True" for c in kube_reads.node_status(node).conditions or ())
 
 
 def test_a_spot_warning_on_the_bus_drains_and_replaces_the_node(emulator: dict[str, Any]) -> None:
     core = _core(emulator)
     ec2 = _aws(emulator, "ec2")
-    by_node = {p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE).items if p.spec.node_name}
+    by_node = {kube_reads.pod_spec(p).node_name for p in core.list_namespaced_pod(NAMESPACE).items
+               if kube_reads.pod_spec(p).node_name}
     nodes = kube_reads.instance_nodes(core.list_node().items)
     spot = [i for i in _instances(ec2, "running")
             if i.get("InstanceLifecycle") == "spot" and nodes.get(i["InstanceId"]) in by_node]
@@ -159,8 +160,8 @@ def test_a_spot_warning_on_the_bus_drains_and_replaces_the_node(emulator: dict[s
     }])
 
     def cordoned_or_gone() -> bool:
-        node = next((n for n in core.list_node().items if n.metadata.name == nodes[victim]), None)
-        return node is None or bool(node.spec.unschedulable)
+        node = next((n for n in core.list_node().items if kube_reads.node_name(n) == nodes[victim]), None)
+        return node is None or kube_reads.cordoned(node)
 
     _wait(cordoned_or_gone, what=f"node {nodes[victim]} to be cordoned")
     _wait(lambda: any(i["InstanceId"] == victim for i in _instances(ec2, "terminated")),
