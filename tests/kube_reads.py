@@ -10,7 +10,8 @@ once, for mypy, wherever the tests and the benchmarks read those fields, and nam
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import json
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -22,13 +23,16 @@ if TYPE_CHECKING:
         V1NodeStatus,
         V1ObjectMeta,
         V1Pod,
+        V1PodDisruptionBudget,
         V1PodSpec,
         V1PodStatus,
         V1Taint,
     )
+    from kubernetes.client.exceptions import ApiException
 
-__all__ = ["bound_node", "cordoned", "instance_id", "instance_nodes", "labels", "list_version", "metadata", "name",
-           "node_name", "node_spec", "node_status", "pod_spec", "pod_status", "taints", "uid"]
+__all__ = ["allocatable", "bound_node", "capacity", "cordoned", "disruptions_allowed", "instance_id", "instance_nodes",
+           "labels", "list_version", "metadata", "name", "node_name", "node_spec", "node_status", "pod_spec",
+           "pod_status", "refusal", "taints", "uid"]
 
 
 class _Object(Protocol):
@@ -92,6 +96,23 @@ def node_status(node: V1Node) -> V1NodeStatus:
     return node.status
 
 
+def capacity(node: V1Node) -> dict[str, str]:
+    """`status.capacity`: the kubelet reports it when it registers the Node."""
+    value = node_status(node).capacity
+    if value is None:
+        raise ValueError(f"node {node_name(node)} reports no capacity")
+    return value
+
+
+def allocatable(node: V1Node) -> dict[str, str]:
+    """`status.allocatable`: the kubelet reports it when it registers the Node (an extended resource such as
+    `nvidia.com/gpu` joins it once its device plugin has run)."""
+    value = node_status(node).allocatable
+    if value is None:
+        raise ValueError(f"node {node_name(node)} reports nothing allocatable")
+    return value
+
+
 def taints(node: V1Node) -> list[V1Taint]:
     """`spec.taints`; a node without taints has none (the API server leaves the field out)."""
     return node_spec(node).taints or []
@@ -136,6 +157,21 @@ def pod_status(pod: V1Pod) -> V1PodStatus:
     if pod.status is None:
         raise ValueError(f"pod {name(pod)} has no status: not one the API server returned")
     return pod.status
+
+
+def refusal(error: ApiException) -> dict[str, Any]:
+    """The Status the API server refused a request with (`reason`, `message`, `details`): the body of its answer,
+    which the client keeps as text on the exception."""
+    if error.body is None:
+        raise ValueError(f"a refusal ({error.status}) without a body: the API server always sends its Status")
+    status: dict[str, Any] = json.loads(error.body)
+    return status
+
+
+def disruptions_allowed(budget: V1PodDisruptionBudget) -> int | None:
+    """A PodDisruptionBudget's `status.disruptionsAllowed`: None until the disruption controller has written the
+    budget's status (a just-created budget has none)."""
+    return budget.status.disruptions_allowed if budget.status is not None else None
 
 
 def list_version(listing: _Listing) -> str:

@@ -91,7 +91,7 @@ class FlakySqs:
                 self._real.send_message(**kwargs)
             raise ClientError(
                 {"Error": {"Code": "RequestThrottled", "Message": "Rate exceeded"},
-                 "ResponseMetadata": {"HTTPStatusCode": 400}},
+                 "ResponseMetadata": {"HTTPStatusCode": 400}},  # type: ignore[typeddict-item]  # as a test makes one: the stubs want a whole response's metadata
                 "SendMessage",
             )
         return self._real.send_message(**kwargs)

@@ -19,6 +19,7 @@ from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.sender import Backoff
 from gpu_autoscaler_agent.settings import AgentSettings
+from tests import kube_reads
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -92,7 +93,7 @@ def agent(aws: EmbeddedAws, kube: LocalKubernetes, queue: Queue, clock: FixedClo
 def _unschedulable(core: client.CoreV1Api, name: str) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        conditions = core.read_namespaced_pod(name, "default").status.conditions or ()
+        conditions = kube_reads.pod_status(core.read_namespaced_pod(name, "default")).conditions or ()
         if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions):
             return
         time.sleep(0.02)
@@ -103,15 +104,19 @@ def test_a_pending_gpu_pod_is_sent_once_per_resync_and_a_cpu_pod_never(
     core: client.CoreV1Api, agent: Agent, queue: Queue, clock: FixedClock,
 ) -> None:
     delivered = Delivered(queue)
-    core.create_namespaced_pod("default", cpu_pod("web"))
-    core.create_namespaced_pod("default", gpu_pod("train"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(cpu_pod("web")))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("train")))
     _unschedulable(core, "web")
     delivered.until(lambda names: "train" in names)
     time.sleep(1.0)  # several dispatcher ticks within the same window: nothing more is sent
     assert delivered.poll() == ["train"]
     for window in (2, 3):
         clock.advance(RESYNC)
-        assert delivered.until(lambda names, n=window: len(names) >= n) == ["train"] * window
+
+        def sent(names: list[str], n: int = window) -> bool:
+            return len(names) >= n
+
+        assert delivered.until(sent) == ["train"] * window
     assert "web" not in delivered.poll()
     assert agent.metrics.value("pods_sent_total") == 3
 
@@ -120,14 +125,15 @@ def test_a_forced_410_is_recovered_by_listing_again_and_nothing_is_lost(
     core: client.CoreV1Api, agent: Agent, queue: Queue, kube: LocalKubernetes,
 ) -> None:
     delivered = Delivered(queue)
-    core.create_namespaced_pod("default", gpu_pod("before"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("before")))
     delivered.until(lambda names: "before" in names)
     kube.expire_watches()
-    core.create_namespaced_pod("default", gpu_pod("during"))  # lands while the watch is being re-established
+    # lands while the watch is being re-established
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("during")))
     delivered.until(lambda names: "during" in names)
     assert agent.metrics.value("watch_restarts_total", reason="expired") >= 1
     assert agent.metrics.value("relists_total") >= 2
-    core.create_namespaced_pod("default", gpu_pod("after"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("after")))
     assert delivered.until(lambda names: "after" in names).count("before") == 1  # same window: not resent
 
 
@@ -136,7 +142,7 @@ def test_an_api_server_restart_is_survived(
 ) -> None:
     delivered = Delivered(queue)
     kube.restart()
-    core.create_namespaced_pod("default", gpu_pod("after-restart"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("after-restart")))
     delivered.until(lambda names: "after-restart" in names)
     assert agent.healthy() and agent.ready()
 
@@ -148,12 +154,12 @@ def test_a_pod_that_gets_scheduled_is_no_longer_reported(
     from gpu_autoscaler.models.resources import Resources
 
     delivered = Delivered(queue)
-    core.create_namespaced_pod("default", gpu_pod("placed"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_pod("placed")))
     delivered.until(lambda names: "placed" in names)
     kube.add_instance(SimulatedInstance("i-0aaa", "g5.2xlarge", "us-east-1a", Resources.from_quantities(
         {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1", "pods": "58"})))
     deadline = time.monotonic() + 5
-    while not core.read_namespaced_pod("placed", "default").spec.node_name:
+    while not kube_reads.pod_spec(core.read_namespaced_pod("placed", "default")).node_name:
         assert time.monotonic() < deadline, "the pod was never bound"
         time.sleep(0.02)
     deadline = time.monotonic() + 5
@@ -176,7 +182,7 @@ def test_a_coscheduling_gang_is_reported_with_its_podgroup_size(
     for i in range(2):
         pod = gpu_pod(f"train-{i}")
         pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train-42"}
-        core.create_namespaced_pod("default", pod)
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
     documents: list[dict[str, Any]] = []
     deadline = time.monotonic() + 10
     while sum(len(d["pods"]) for d in documents) < 2:

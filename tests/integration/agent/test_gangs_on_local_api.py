@@ -21,6 +21,7 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings
+from tests import kube_reads
 
 if TYPE_CHECKING:
 
@@ -62,7 +63,7 @@ def wait(condition: Any, what: str, timeout: float = 5.0) -> Any:
 def unschedulable(core: client.CoreV1Api, *names: str) -> None:
     def marked() -> bool:
         return all(any(c.type == "PodScheduled" and c.reason == "Unschedulable"
-                       for c in core.read_namespaced_pod(n, NS).status.conditions or ()) for n in names)
+                       for c in kube_reads.pod_status(core.read_namespaced_pod(n, NS)).conditions or ()) for n in names)
     wait(marked, f"{names} to be marked Unschedulable")
 
 
@@ -79,15 +80,16 @@ def test_a_gangs_node_is_kept_for_the_gang_until_it_is_bound(
         {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"},
          "spec": {"minMember": 2}})
     for i in range(2):
-        core.create_namespaced_pod(NS, gpu_pod(f"train-{i}", 4, labels={"scheduling.x-k8s.io/pod-group": "train"}))
-    core.create_namespaced_pod(NS, gpu_pod("small"))
+        core.create_namespaced_pod(NS, client.V1Pod.model_validate(
+            gpu_pod(f"train-{i}", 4, labels={"scheduling.x-k8s.io/pod-group": "train"})))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(gpu_pod("small")))
     unschedulable(core, "train-0", "train-1", "small")
     agent.run_once()
     assert reported_groups(queue) == {"train-0": {"name": "train", "minMember": 2},
                                       "train-1": {"name": "train", "minMember": 2}, "small": None}
     taint = gang_taint("default/train")
     for i in range(2):
-        tolerations = core.read_namespaced_pod(f"train-{i}", NS).spec.tolerations or ()
+        tolerations = kube_reads.pod_spec(core.read_namespaced_pod(f"train-{i}", NS)).tolerations or ()
         assert any(t.key == taint.key and t.value == taint.value and t.effect == "NoSchedule" for t in tolerations)
 
     # The node launched for the gang joins tainted (its user data says so) with room for all three pods.
@@ -96,13 +98,15 @@ def test_a_gangs_node_is_kept_for_the_gang_until_it_is_bound(
         Resources.from_quantities({"cpu": "48", "memory": "192Gi", "nvidia.com/gpu": "9", "pods": "50"}),
         labels={GANG_LABEL: taint.value}, taints=(taint,)))
     node = wait(lambda: core.list_node().items, "the node")[0].metadata.name
-    wait(lambda: all(core.read_namespaced_pod(f"train-{i}", NS).spec.node_name == node for i in range(2)),
-         "the gang to bind to its node")
-    assert core.read_namespaced_pod("small", NS).spec.node_name is None  # kept off while the gang was pending
+    wait(lambda: all(kube_reads.pod_spec(core.read_namespaced_pod(f"train-{i}", NS)).node_name == node
+                     for i in range(2)), "the gang to bind to its node")
+    # kept off while the gang was pending
+    assert kube_reads.pod_spec(core.read_namespaced_pod("small", NS)).node_name is None
 
     agent.run_once()  # the gang is bound: its node is open to everyone
-    assert all(t.key != GANG_LABEL for t in core.read_node(node).spec.taints or ())
-    wait(lambda: core.read_namespaced_pod("small", NS).spec.node_name == node, "the small pod to use the rest")
+    assert all(t.key != GANG_LABEL for t in kube_reads.taints(core.read_node(node)))
+    wait(lambda: kube_reads.pod_spec(core.read_namespaced_pod("small", NS)).node_name == node,
+         "the small pod to use the rest")
     assert agent.metrics.value("gang_nodes_released_total") == 1
 
 
@@ -115,14 +119,16 @@ def test_kai_gangs_and_kueue_jobs_and_jobsets_are_reported_as_gangs(
         "scheduling.run.ai", "v2alpha2", NS, "podgroups",
         {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup", "metadata": {"name": "pg-kai"},
          "spec": {"minMember": 3}})
-    core.create_namespaced_pod(NS, gpu_pod("kai-0", annotations={"pod-group-name": "pg-kai"}))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(
+        gpu_pod("kai-0", annotations={"pod-group-name": "pg-kai"})))
     batch = client.BatchV1Api(api)
     template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer:1"}]}}
     for name, labels in (("queued", {"kueue.x-k8s.io/queue-name": "team-a"}), ("plain", {})):
-        job = batch.create_namespaced_job(NS, {"metadata": {"name": name, "labels": labels},
-                                               "spec": {"parallelism": 4, "completions": 8, "template": template}})
-        core.create_namespaced_pod(NS, gpu_pod(f"{name}-0", owner={
-            "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job.metadata.uid, "controller": True}))
+        job = batch.create_namespaced_job(NS, client.V1Job.model_validate({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"parallelism": 4, "completions": 8, "template": template}}))
+        core.create_namespaced_pod(NS, client.V1Pod.model_validate(gpu_pod(f"{name}-0", owner={
+            "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": kube_reads.uid(job), "controller": True})))
     custom.create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", NS, "jobsets",
         {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
@@ -130,7 +136,8 @@ def test_kai_gangs_and_kueue_jobs_and_jobsets_are_reported_as_gangs(
          "spec": {"replicatedJobs": [
              {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "template": template}}},
              {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 3, "template": template}}}]}})
-    core.create_namespaced_pod(NS, gpu_pod("llm-workers-0-0", labels={"jobset.sigs.k8s.io/jobset-name": "llm"}))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(
+        gpu_pod("llm-workers-0-0", labels={"jobset.sigs.k8s.io/jobset-name": "llm"})))
     unschedulable(core, "kai-0", "queued-0", "plain-0", "llm-workers-0-0")
     agent.run_once()
     assert reported_groups(queue) == {
@@ -151,7 +158,8 @@ def test_a_node_held_for_a_gang_with_nothing_pending_is_released_on_the_next_lis
         Resources.from_quantities({"cpu": "48", "memory": "192Gi", "nvidia.com/gpu": "4", "pods": "50"}),
         labels={GANG_LABEL: taint.value}, taints=(taint,)))
     node = wait(lambda: core.list_node().items, "the node")[0].metadata.name
-    core.create_namespaced_pod(NS, gpu_pod("someone"))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(gpu_pod("someone")))
     agent.run_once()
-    assert all(t.key != GANG_LABEL for t in core.read_node(node).spec.taints or ())
-    wait(lambda: core.read_namespaced_pod("someone", NS).spec.node_name == node, "another pod to use the node")
+    assert all(t.key != GANG_LABEL for t in kube_reads.taints(core.read_node(node)))
+    wait(lambda: kube_reads.pod_spec(core.read_namespaced_pod("someone", NS)).node_name == node,
+         "another pod to use the node")

@@ -18,6 +18,7 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings
+from tests import kube_reads
 from tests.integration.agent.test_gangs_on_local_api import unschedulable
 
 if TYPE_CHECKING:
@@ -52,25 +53,26 @@ def test_volume_zones_come_from_bound_volumes_and_late_binding_classes(
     api: client.ApiClient, agent: Agent, queue: Queue,
 ) -> None:
     core = client.CoreV1Api(api)
-    core.create_persistent_volume({"metadata": {"name": "pv-data"}, "spec": {
+    core.create_persistent_volume(client.V1PersistentVolume.model_validate({"metadata": {"name": "pv-data"}, "spec": {
         "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0abc"},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]}]}]}}}})
-    client.StorageV1Api(api).create_storage_class({
+            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]}]}]}}}}))
+    client.StorageV1Api(api).create_storage_class(client.V1StorageClass.model_validate({
         "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer",
         "allowedTopologies": [{"matchLabelExpressions": [
-            {"key": ZONE, "values": ["us-east-1a", "us-east-1b"]}]}]})
+            {"key": ZONE, "values": ["us-east-1a", "us-east-1b"]}]}]}))
     claim = {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
              "resources": {"requests": {"storage": "100Gi"}}}
-    core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "data"},
-                                                        "spec": {**claim, "volumeName": "pv-data"}})
-    core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "scratch"}, "spec": claim})
+    core.create_namespaced_persistent_volume_claim(NS, client.V1PersistentVolumeClaim.model_validate(
+        {"metadata": {"name": "data"}, "spec": {**claim, "volumeName": "pv-data"}}))
+    core.create_namespaced_persistent_volume_claim(NS, client.V1PersistentVolumeClaim.model_validate(
+        {"metadata": {"name": "scratch"}, "spec": claim}))
     volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
-    core.create_namespaced_pod(NS, pod("bound", volumes=[volume]))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(pod("bound", volumes=[volume])))
     scratch = {"name": "s", "persistentVolumeClaim": {"claimName": "scratch"}}
-    core.create_namespaced_pod(NS, pod("late", volumes=[scratch]))
-    core.create_namespaced_pod(NS, pod("free"))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(pod("late", volumes=[scratch])))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(pod("free")))
     unschedulable(core, "bound", "late", "free")
     agent.run_once()
     pods = reported(queue)
@@ -86,18 +88,18 @@ def test_zone_spread_and_anti_affinity_are_reported(
     kube.add_instance(SimulatedInstance("i-0web", "m5.large", "us-east-1a",
                                         Resources.from_quantities({"cpu": "2", "memory": "8Gi", "pods": "20"})))
     running = pod("web-0", gpus=0, labels={"app": "web"})
-    core.create_namespaced_pod(NS, running)
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(running))
     spread = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
               "labelSelector": {"matchLabels": {"app": "web"}}}
     anyway = {**spread, "whenUnsatisfiable": "ScheduleAnyway", "topologyKey": "kubernetes.io/hostname"}
     apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchExpressions": [
         {"key": "app", "operator": "In", "values": ["web"]}]}}
     other = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}
-    core.create_namespaced_pod(NS, pod("web-1", labels={"app": "web"}, topologySpreadConstraints=[spread, anyway],
-                                       affinity={"podAntiAffinity": {
-                                           "requiredDuringSchedulingIgnoredDuringExecution": [apart, other]}}))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(
+        pod("web-1", labels={"app": "web"}, topologySpreadConstraints=[spread, anyway],
+            affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart, other]}})))
     unschedulable(core, "web-1")
-    assert core.read_namespaced_pod("web-0", NS).spec.node_name
+    assert kube_reads.pod_spec(core.read_namespaced_pod("web-0", NS)).node_name
     agent.run_once()
     web = reported(queue)["web-1"]
     assert web["topologySpreadConstraints"] == [
@@ -125,7 +127,7 @@ def test_dra_claims_are_reported_as_device_requests_or_with_why_not(
     template("all-gpus", "gpu.nvidia.com", allocationMode="All")
     template("a-nic", "rdma.example.com", count=1)
     for name, template_name in (("before-driver", "two-gpus"), ("every-gpu", "all-gpus"), ("nic", "a-nic")):
-        core.create_namespaced_pod(NS, claims_pod(name, template_name))
+        core.create_namespaced_pod(NS, client.V1Pod.model_validate(claims_pod(name, template_name)))
     unschedulable(core, "before-driver", "every-gpu", "nic")
     agent.run_once()
     first = reported(queue)
@@ -136,7 +138,7 @@ def test_dra_claims_are_reported_as_device_requests_or_with_why_not(
     custom.create_cluster_custom_object(group, version, "deviceclasses", {
         "apiVersion": f"{group}/{version}", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})
-    core.create_namespaced_pod(NS, claims_pod("trainer", "two-gpus"))
+    core.create_namespaced_pod(NS, client.V1Pod.model_validate(claims_pod("trainer", "two-gpus")))
     unschedulable(core, "trainer")
     clock = agent.clock
     assert isinstance(clock, FixedClock)

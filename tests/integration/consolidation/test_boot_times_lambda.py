@@ -80,7 +80,8 @@ def test_a_joined_nodes_boot_is_recorded_once_in_the_table(aws: EmbeddedAws, kub
     assert 170 <= boot["readySeconds"] <= boot["gpusSeconds"] <= 240  # the node joined ~3 minutes after launch
     [sample] = store.boot_times(POOL, launched - timedelta(minutes=1))
     assert (sample.claim_id, sample.instance_id, sample.capacity_type) == ("nc-boot", INSTANCE, "spot")
-    assert store.get_claim("nc-boot").attributes[BOOT_ATTRIBUTE] == f"{sample.to_gpus.total_seconds():.0f}"
+    claim = store.get_claim("nc-boot")
+    assert claim is not None and claim.attributes[BOOT_ATTRIBUTE] == f"{sample.to_gpus.total_seconds():.0f}"
 
     again = run_handler(path, "consolidate", {"trigger": "rate"}, aws.function_environment("consolidate"),
                         region=config.region)

@@ -80,7 +80,7 @@ def invoke(aws: EmbeddedAws, event: Any) -> Any:
 
 def take(aws: EmbeddedAws, queue: str) -> list[dict[str, Any]]:
     sqs = aws.clients.client("sqs")
-    out = []
+    out: list[dict[str, Any]] = []
     while True:
         batch = sqs.receive_message(QueueUrl=aws.queue_url(queue), MaxNumberOfMessages=10).get("Messages", [])
         if not batch:
@@ -88,6 +88,13 @@ def take(aws: EmbeddedAws, queue: str) -> list[dict[str, Any]]:
         for message in batch:
             out.append(json.loads(message["Body"]))
             sqs.delete_message(QueueUrl=aws.queue_url(queue), ReceiptHandle=message["ReceiptHandle"])
+
+
+def stored_claim(store: DynamoStateStore, claim_id: str) -> NodeClaim:
+    """A claim the test knows the store holds (get_claim answers None for one it does not)."""
+    claim = store.get_claim(claim_id)
+    assert claim is not None, f"no claim {claim_id} in the store"
+    return claim
 
 
 def join(kube: LocalKubernetes, aws: EmbeddedAws, config: Config, instance_id: str, instance_type: str, zone: str,
@@ -117,14 +124,14 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     )["Instances"][0]["InstanceId"]
     node = join(kube, aws, config, candidate, "g5.48xlarge", "us-east-1a", "on-demand")
     core = k8s.CoreV1Api(kube.client())
-    core.create_namespaced_pod("default", {
+    core.create_namespaced_pod("default", k8s.V1Pod.model_validate({
         "metadata": {"name": "train-0", "labels": {"app": "train"}},
         "spec": {"nodeName": node, "tolerations": [GPU_TOLERATION], "nodeSelector": {"karpenter.sh/nodepool": POOL},
                  "containers": [{
             "name": "main", "image": "trainer",
             "resources": {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"},
                           "limits": {"nvidia.com/gpu": "2"}}}]},
-    })
+    }))
     kube.reconcile()
     now = datetime.now(UTC)
     store.create_claim(NodeClaim(
@@ -150,7 +157,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     [drain] = [DrainRequest.model_validate(b) for b in take(aws, "drain")]
     assert (drain.node_name, drain.claim_id, drain.involuntary) == (node, "nc-candidate", False)
     assert drain.replacement_claim_id == replacement["claim"]
-    assert DISRUPTION_ATTRIBUTE in store.get_claim("nc-candidate").attributes
+    assert DISRUPTION_ATTRIBUTE in stored_claim(store, "nc-candidate").attributes
 
     # The drain looks, finds the replacement not initialized, and leaves the node alone.
     cluster = KubernetesCluster(kube.client())
@@ -164,8 +171,9 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     # The fleet launches the replacement on EC2 Fleet; its node joins; the next tick registers it.
     launcher = aws_fleet_service(load_settings(aws.function_environment("fleet")))
     assert [c.claim_id for c in launcher.launch(launch).launched] == [replacement["claim"]]
-    launched = store.get_claim(replacement["claim"])
+    launched = stored_claim(store, replacement["claim"])
     assert launched.state is ClaimState.LAUNCHED and launched.instance_id
+    assert launched.instance_type and launched.zone  # what EC2 Fleet answered, recorded with the instance
     join(kube, aws, config, launched.instance_id, launched.instance_type, launched.zone, launched.capacity_type)
     second = invoke(aws, {"trigger": "rate"})
     assert second["reconcile"]["registered"] == [replacement["claim"]]
@@ -174,8 +182,9 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     # Now the drain evicts, and the node goes.
     finished = drainer.drain(drain, budget=timedelta(seconds=30))  # as its delayed continuation would
     assert finished.evicted == ["default/train-0"] and finished.status == "finished"
-    registered = next(s.at for s in store.get_claim(replacement["claim"]).history if s.state is ClaimState.REGISTERED)
-    ended = store.get_claim("nc-candidate")
+    registered = next(s.at for s in stored_claim(store, replacement["claim"]).history
+                      if s.state is ClaimState.REGISTERED)
+    ended = stored_claim(store, "nc-candidate")
     draining = next(s.at for s in ended.history if s.state is ClaimState.DRAINING)
     assert ended.state is ClaimState.TERMINATED and registered <= draining
     assert node not in {n["metadata"]["name"] for n in kube.objects("nodes")}

@@ -11,6 +11,7 @@ from kubernetes import client
 from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets, selector_matches
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+from tests import kube_reads
 from tests.integration.kubernetes.conftest import make_instance, make_pod, wait_for
 
 if TYPE_CHECKING:
@@ -23,9 +24,10 @@ def kube() -> Iterator[LocalKubernetes]:
         yield local
 
 
-def budget(name: str, selector: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
-            "spec": {"selector": selector, **spec}}
+def budget(name: str, selector: dict[str, Any], **spec: Any) -> client.V1PodDisruptionBudget:
+    return client.V1PodDisruptionBudget.model_validate({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"selector": selector, **spec}})
 
 
 def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes) -> None:
@@ -33,16 +35,15 @@ def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes)
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     kube.add_instance(make_instance(gpus=4))
     for name, app in (("db-0", "db"), ("db-1", "db"), ("web-0", "web")):
-        core.create_namespaced_pod("default", make_pod(name, labels={"app": app}))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": app})))
     cluster = KubernetesCluster(api)
     wait_for(lambda: sum(p.phase == "Running" for p in cluster.list_pods()) == 3, what="pods running")
     policy.create_namespaced_pod_disruption_budget("default", budget("db", {"matchLabels": {"app": "db"}},
                                                                      minAvailable=2))
     policy.create_namespaced_pod_disruption_budget("default", budget("web", {"matchExpressions": [
         {"key": "app", "operator": "In", "values": ["web"]}]}, maxUnavailable=1))
-    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("web", "default").status is not None
-             and policy.read_namespaced_pod_disruption_budget("web", "default").status.disruptions_allowed == 1,
-             what="budget status")
+    wait_for(lambda: kube_reads.disruptions_allowed(
+        policy.read_namespaced_pod_disruption_budget("web", "default")) == 1, what="budget status")
     pods = cluster.list_pods()
     blocked = KubernetesDisruptionBudgets(api).blocked(pods)
     assert {p.name for p in pods if p.uid in blocked} == {"db-0", "db-1"}

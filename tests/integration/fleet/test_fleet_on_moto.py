@@ -10,6 +10,7 @@ import base64
 import email
 import json
 from datetime import timedelta
+from email.message import Message
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -85,7 +86,10 @@ def test_a_launch_request_creates_a_tagged_instance_and_records_it(
 
     raw = aws.clients.client("ec2").describe_instance_attribute(
         InstanceId=claim.instance_id, Attribute="userData")["UserData"]["Value"]
-    [part] = email.message_from_bytes(base64.b64decode(raw)).get_payload()
+    parts = email.message_from_bytes(base64.b64decode(raw)).get_payload()
+    assert isinstance(parts, list)  # MIME multi-part user data, as EKS nodes take it
+    [part] = parts
+    assert isinstance(part, Message)
     node_config = yaml.safe_load(part.get_payload())
     assert node_config["spec"]["cluster"]["name"] == "ml-prod"
     described = aws.clients.client("eks").describe_cluster(name="ml-prod")["cluster"]

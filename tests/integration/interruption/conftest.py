@@ -30,6 +30,7 @@ from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
+from tests import kube_reads
 from tests.conftest import ROOT, example_config_data
 from tests.integration.kubernetes.conftest import wait_for
 
@@ -171,7 +172,7 @@ def join(kube: LocalKubernetes, store: DynamoStateStore, claim: NodeClaim) -> No
         capacity_type=str(claim.capacity_type))
     kube.add_instance(instance, boot_delay=timedelta(0))
     core = client.CoreV1Api(kube.client())
-    wait_for(lambda: any(n.metadata.name == instance.name for n in core.list_node().items), what="node joined")
+    wait_for(lambda: any(kube_reads.name(n) == instance.name for n in core.list_node().items), what="node joined")
     return store.transition(claim, ClaimState.REGISTERED, "node joined", node_name=instance.name)
 
 
@@ -202,8 +203,9 @@ def bind_pod(core: client.CoreV1Api, node: str, name: str, *, labels: dict[str, 
     }
     body = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
             "metadata": {"name": name, "labels": labels or {"app": name}, "annotations": annotations or {}}}
-    core.create_namespaced_pod("default", body)
-    wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == "Running", what=f"{name} running")
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(body))
+    wait_for(lambda: kube_reads.pod_status(core.read_namespaced_pod(name, "default")).phase == "Running",
+             what=f"{name} running")
 
 
 def instance_state(aws: EmbeddedAws, instance_id: str) -> str:

@@ -75,9 +75,9 @@ def test_a_pdb_blocked_drain_resumes_across_invocations_and_finishes(
     for name in ("api-0", "api-1"):
         bind_pod(core, claim.node_name, name, labels={"app": "api"})
     policy = client.PolicyV1Api(kube.client())
-    policy.create_namespaced_pod_disruption_budget("default", {
+    policy.create_namespaced_pod_disruption_budget("default", client.V1PodDisruptionBudget.model_validate({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "api"},
-        "spec": {"selector": {"matchLabels": {"app": "api"}}, "minAvailable": 2}})
+        "spec": {"selector": {"matchLabels": {"app": "api"}}, "minAvailable": 2}}))
 
     assert deliver(aws, drain, request_for(claim), timeout_seconds=SHORT) is not None  # 429: re-enqueued
     node = next(n for n in cluster.list_nodes() if n.name == claim.node_name)

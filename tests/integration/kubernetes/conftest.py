@@ -16,6 +16,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedInstance
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
+from tests import kube_reads
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -115,11 +116,11 @@ def make_pod(
 
 def pod_condition(core: client.CoreV1Api, name: str, namespace: str = "default") -> dict[str, Any] | None:
     pod = core.read_namespaced_pod(name, namespace)
-    for condition in pod.status.conditions or ():
+    for condition in kube_reads.pod_status(pod).conditions or ():
         if condition.type == "PodScheduled":
             return {"status": condition.status, "reason": condition.reason, "message": condition.message}
     return None
 
 
 def node_names(core: client.CoreV1Api) -> list[str]:
-    return sorted(n.metadata.name for n in core.list_node().items)
+    return sorted(kube_reads.node_name(n) for n in core.list_node().items)

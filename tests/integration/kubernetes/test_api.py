@@ -10,6 +10,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+from tests import kube_reads
 from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names, wait_for
 
 if TYPE_CHECKING:
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
 def test_discovery_names_the_groups_and_resources_clients_look_for(api: client.ApiClient) -> None:
     assert client.VersionApi(api).get_code().major == "1"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
-    groups = {g.name: g.preferred_version.group_version for g in client.ApisApi(api).get_api_versions().groups}
+    groups: dict[str, str | None] = {}
+    for group in client.ApisApi(api).get_api_versions().groups:
+        assert group.preferred_version is not None, group.name  # what a client picks the version to use from
+        groups[group.name] = group.preferred_version.group_version
     assert groups.items() >= {"apps": "apps/v1", "policy": "policy/v1",
                               "scheduling.x-k8s.io": "scheduling.x-k8s.io/v1alpha1",
                               "storage.k8s.io": "storage.k8s.io/v1", "resource.k8s.io": "resource.k8s.io/v1"}.items()
@@ -56,38 +60,44 @@ def test_a_server_requiring_auth_refuses_missing_and_wrong_tokens() -> None:
 def test_label_and_field_selectors_filter_lists(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
     kube.add_instance(make_instance())
     node = wait_for(lambda: node_names(core), what="node")[0]
-    core.create_namespaced_pod("default", make_pod("web-1", labels={"app": "web", "tier": "a"}))
-    core.create_namespaced_pod("default", make_pod("web-2", labels={"app": "web", "tier": "b"}, gpus=4))
-    core.create_namespaced_pod("default", make_pod("db-1", labels={"app": "db"}, gpus=None))
-    wait_for(lambda: core.read_namespaced_pod("web-1", "default").status.phase == "Running", what="web-1 running")
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("web-1", labels={"app": "web", "tier": "a"})))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("web-2", labels={"app": "web", "tier": "b"}, gpus=4)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("db-1", labels={"app": "db"}, gpus=None)))
+    wait_for(lambda: kube_reads.pod_status(core.read_namespaced_pod("web-1", "default")).phase == "Running",
+             what="web-1 running")
 
-    def names(**selectors: str) -> list[str]:
-        return sorted(p.metadata.name for p in core.list_namespaced_pod("default", **selectors).items)
+    def names(label_selector: str | None = None, field_selector: str | None = None) -> list[str]:
+        listed = core.list_namespaced_pod("default", label_selector=label_selector, field_selector=field_selector)
+        return sorted(kube_reads.name(p) for p in listed.items)
 
     assert names(label_selector="app=web") == ["web-1", "web-2"]
     assert names(label_selector="app in (web,db),tier!=b") == ["db-1", "web-1"]
     assert names(label_selector="!tier") == ["db-1"]
     assert names(field_selector=f"spec.nodeName={node}") == sorted(
-        p for p in ("db-1", "web-1") if core.read_namespaced_pod(p, "default").spec.node_name == node)
+        p for p in ("db-1", "web-1") if kube_reads.pod_spec(core.read_namespaced_pod(p, "default")).node_name == node)
     assert names(field_selector="spec.nodeName=,status.phase!=Succeeded") == ["web-2"]
     assert names(field_selector="status.phase=Running") == ["db-1", "web-1"]
-    assert [n.metadata.name for n in core.list_node(field_selector="spec.unschedulable=false").items] == [node]
+    assert [kube_reads.name(n) for n in core.list_node(field_selector="spec.unschedulable=false").items] == [node]
     with pytest.raises(ApiException) as refused:
         core.list_namespaced_pod("default", field_selector="spec.containers=x")
     assert refused.value.status == 400
-    assert "field label not supported" in json.loads(refused.value.body)["message"]
+    assert "field label not supported" in kube_reads.refusal(refused.value)["message"]
 
 
 def test_lists_page_with_limit_and_continue(core: client.CoreV1Api) -> None:
     for i in range(7):
-        core.create_namespaced_pod("default", make_pod(f"p-{i}", gpus=None))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(f"p-{i}", gpus=None)))
     seen: list[str] = []
     token = None
     pages = 0
     while True:
         page = core.list_namespaced_pod("default", limit=3, _continue=token)
-        seen += [p.metadata.name for p in page.items]
+        seen += [kube_reads.name(p) for p in page.items]
         pages += 1
+        assert page.metadata is not None  # every list has one
         token = page.metadata._continue
         if not token:
             break
@@ -96,66 +106,69 @@ def test_lists_page_with_limit_and_continue(core: client.CoreV1Api) -> None:
 
 
 def test_create_generates_names_and_refuses_duplicates(core: client.CoreV1Api) -> None:
-    made = core.create_namespaced_pod("default", {"metadata": {"generateName": "job-"},
-                                                  "spec": {"containers": [{"name": "c", "image": "x"}]}})
-    assert made.metadata.name.startswith("job-") and len(made.metadata.name) == len("job-") + 5
-    assert made.metadata.uid and made.status.phase == "Pending"
-    core.create_namespaced_pod("default", make_pod("once"))
+    made = core.create_namespaced_pod("default", client.V1Pod.model_validate({"metadata": {"generateName": "job-"},
+                                                  "spec": {"containers": [{"name": "c", "image": "x"}]}}))
+    assert kube_reads.name(made).startswith("job-") and len(kube_reads.name(made)) == len("job-") + 5
+    assert kube_reads.uid(made) and kube_reads.pod_status(made).phase == "Pending"
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("once")))
     with pytest.raises(ApiException) as duplicate:
-        core.create_namespaced_pod("default", make_pod("once"))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("once")))
     assert duplicate.value.status == 409
-    assert json.loads(duplicate.value.body)["reason"] == "AlreadyExists"
+    assert kube_reads.refusal(duplicate.value)["reason"] == "AlreadyExists"
     with pytest.raises(ApiException) as invalid:
-        core.create_namespaced_pod("default", {"metadata": {"name": "empty"}, "spec": {"containers": []}})
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(
+            {"metadata": {"name": "empty"}, "spec": {"containers": []}}))
     assert invalid.value.status == 422
 
 
 def test_patches_in_each_format_the_client_sends(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
-    core.create_namespaced_pod("default", make_pod("p", labels={"a": "1", "b": "2"}))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p", labels={"a": "1", "b": "2"})))
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": None, "c": "3"}}})  # strategic merge
-    assert core.read_namespaced_pod("p", "default").metadata.labels == {"b": "2", "c": "3"}
+    assert kube_reads.metadata(core.read_namespaced_pod("p", "default")).labels == {"b": "2", "c": "3"}
     core.patch_namespaced_pod("p", "default", [{"op": "add", "path": "/metadata/labels/d", "value": "4"},
                                                {"op": "remove", "path": "/metadata/labels/b"}])  # JSON patch
-    assert core.read_namespaced_pod("p", "default").metadata.labels == {"c": "3", "d": "4"}
+    assert kube_reads.metadata(core.read_namespaced_pod("p", "default")).labels == {"c": "3", "d": "4"}
     core.patch_namespaced_pod("p", "default", {"metadata": {"annotations": {"x": "y"}}},
                               _content_type="application/merge-patch+json")
-    assert core.read_namespaced_pod("p", "default").metadata.annotations == {"x": "y"}
+    assert kube_reads.metadata(core.read_namespaced_pod("p", "default")).annotations == {"x": "y"}
     # Strategic merge merges named lists by key: one container patched, none lost.
     core.patch_namespaced_pod("p", "default", {"spec": {"containers": [{"name": "main", "image": "trainer:2"}]}})
-    containers = core.read_namespaced_pod("p", "default").spec.containers
-    assert [(c.name, c.image, c.resources.limits) for c in containers] == [("main", "trainer:2",
-                                                                             {"nvidia.com/gpu": "1"})]
+    containers = kube_reads.pod_spec(core.read_namespaced_pod("p", "default")).containers
+    assert [(c.name, c.image, c.resources.limits if c.resources else None) for c in containers] == [
+        ("main", "trainer:2", {"nvidia.com/gpu": "1"})]
     with pytest.raises(ApiException) as failed_test:
         core.patch_namespaced_pod("p", "default", [{"op": "test", "path": "/metadata/labels/c", "value": "9"}])
     assert failed_test.value.status == 422
 
 
 def test_status_is_written_through_its_subresource_only(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", make_pod("p"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))
     core.patch_namespaced_pod("p", "default", {"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "1"}}})
     pod = core.read_namespaced_pod("p", "default")
-    assert pod.status.phase == "Pending" and pod.metadata.labels == {"x": "1"}
+    assert kube_reads.pod_status(pod).phase == "Pending" and kube_reads.metadata(pod).labels == {"x": "1"}
     core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Succeeded"},
                                                       "metadata": {"labels": {"y": "2"}}})
     pod = core.read_namespaced_pod("p", "default")
-    assert pod.status.phase == "Succeeded" and pod.metadata.labels == {"x": "1"}
+    assert kube_reads.pod_status(pod).phase == "Succeeded" and kube_reads.metadata(pod).labels == {"x": "1"}
 
 
 def test_stale_writes_conflict_and_no_op_writes_keep_the_version(core: client.CoreV1Api) -> None:
     quiet = make_pod("p")
     quiet["spec"]["schedulerName"] = "nobody"  # no scheduler writes its conditions between our reads and writes
-    created = core.create_namespaced_pod("default", quiet)
-    stale = created.metadata.resource_version
+    created = core.create_namespaced_pod("default", client.V1Pod.model_validate(quiet))
+    stale = kube_reads.metadata(created).resource_version
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"v": "2"}}})
     body = core.read_namespaced_pod("p", "default").to_dict()
     body["metadata"]["resourceVersion"] = stale
     body["metadata"]["labels"] = {"v": "3"}
+    replacement = client.V1Pod.from_dict(body)
+    assert replacement is not None  # from a dict, never None
     with pytest.raises(ApiException) as conflict:
-        core.replace_namespaced_pod("p", "default", client.V1Pod.from_dict(body))
+        core.replace_namespaced_pod("p", "default", replacement)
     assert conflict.value.status == 409
-    current = core.read_namespaced_pod("p", "default").metadata.resource_version
+    current = kube_reads.metadata(core.read_namespaced_pod("p", "default")).resource_version
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"v": "2"}}})
-    assert core.read_namespaced_pod("p", "default").metadata.resource_version == current
+    assert kube_reads.metadata(core.read_namespaced_pod("p", "default")).resource_version == current
     with pytest.raises(ApiException) as precondition:
         core.delete_namespaced_pod("p", "default", body=client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid="someone-else")))
@@ -164,7 +177,7 @@ def test_stale_writes_conflict_and_no_op_writes_keep_the_version(core: client.Co
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_pod("p", "default")
     assert gone.value.status == 404
-    assert json.loads(gone.value.body)["reason"] == "NotFound"
+    assert kube_reads.refusal(gone.value)["reason"] == "NotFound"
 
 
 def test_cordon_sets_unschedulable_and_adds_the_taint_once(
@@ -176,20 +189,20 @@ def test_cordon_sets_unschedulable_and_adds_the_taint_once(
     name = wait_for(lambda: node_names(core), what="node")[0]
     ours = Taint(key="gpu-autoscaler/draining", value="true", effect="NoSchedule")
     cluster.cordon(name, ours)
-    version = core.read_node(name).metadata.resource_version
+    version = kube_reads.metadata(core.read_node(name)).resource_version
     cluster.cordon(name, ours)
     node = core.read_node(name)
-    assert node.spec.unschedulable is True
-    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+    assert kube_reads.node_spec(node).unschedulable is True
+    assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [
         ("nvidia.com/gpu", "true", "NoSchedule"), ("gpu-autoscaler/draining", "true", "NoSchedule")]
-    assert node.metadata.resource_version == version  # the second cordon changed nothing
+    assert kube_reads.metadata(node).resource_version == version  # the second cordon changed nothing
     listed = {n.name: n for n in cluster.list_nodes()}[name]
     assert listed.unschedulable and ours in listed.taints and listed.ready
 
 
 def test_a_restart_drops_connections_and_keeps_objects(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
-    core.create_namespaced_pod("default", make_pod("kept"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("kept")))
     port = kube.port
     kube.restart()
     assert kube.port == port
-    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["kept"]
+    assert [kube_reads.name(p) for p in core.list_namespaced_pod("default").items] == ["kept"]

@@ -41,7 +41,7 @@ def test_a_pod_in_its_grace_period_is_waited_for_and_ages_are_on_the_caller_s_cl
         kube.add_instance(make_instance())
         kube.reconcile()
         node = node_names(core)[0]
-        core.create_namespaced_pod("default", make_pod("slow", node_name=node))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("slow", node_name=node)))
         kube.reconcile()  # its kubelet starts it
         core.delete_namespaced_pod("slow", "default", grace_period_seconds=30)  # terminating for 30 s
         server_clock.advance(timedelta(seconds=5))
@@ -49,7 +49,7 @@ def test_a_pod_in_its_grace_period_is_waited_for_and_ages_are_on_the_caller_s_cl
         [listed_node] = cluster.list_nodes()
         [pod] = cluster.list_pods(node)
         now = local.now()
-        request = DrainRequest(cluster="ml-prod", nodeName=node, reason="consolidation", deadline=now)
+        request = DrainRequest(cluster="ml-prod", node_name=node, reason="consolidation", deadline=now)
         step = plan_drain(request, listed_node, [pod], now)
         assert step.action is not DrainAction.FINISH, f"the node would go with its pod still terminating: {step}"
         assert pod.deletion_timestamp is not None

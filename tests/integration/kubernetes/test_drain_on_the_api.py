@@ -25,17 +25,17 @@ NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
 def _pod_with_volume(core: client.CoreV1Api, node: str) -> None:
     """An EBS CSI volume, its claim bound to it, and a pod on `node` using the claim."""
-    core.create_persistent_volume({"metadata": {"name": "pv-data"}, "spec": {
+    core.create_persistent_volume(client.V1PersistentVolume.model_validate({"metadata": {"name": "pv-data"}, "spec": {
         "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0abc"},
-        "claimRef": {"namespace": "default", "name": "data"}}})
-    core.create_namespaced_persistent_volume_claim("default", {
+        "claimRef": {"namespace": "default", "name": "data"}}}))
+    core.create_namespaced_persistent_volume_claim("default", client.V1PersistentVolumeClaim.model_validate({
         "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-data",
-                 "resources": {"requests": {"storage": "100Gi"}}}})
+                 "resources": {"requests": {"storage": "100Gi"}}}}))
     pod = make_pod("db-0", node_name=node)
     pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-    core.create_namespaced_pod("default", pod)
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
 
 
 def test_the_attach_detach_controller_attaches_a_pods_volume_and_detaches_it_once_the_pod_is_gone() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests import kube_reads
 from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names, wait_for
 
 if TYPE_CHECKING:
@@ -20,17 +20,20 @@ if TYPE_CHECKING:
 
 def _running(core: client.CoreV1Api, *names: str) -> None:
     for name in names:
-        wait_for(lambda n=name: core.read_namespaced_pod(n, "default").status.phase == "Running",
-                 what=f"{name} running")
+        def running(n: str = name) -> bool:
+            return kube_reads.pod_status(core.read_namespaced_pod(n, "default")).phase == "Running"
+
+        wait_for(running, what=f"{name} running")
 
 
 def _pod(cluster: KubernetesCluster, name: str) -> ClusterPod:
     return next(p for p in cluster.list_pods() if p.name == name)
 
 
-def _budget(name: str, selector: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": selector}, **spec}}
+def _budget(name: str, selector: dict[str, str], **spec: Any) -> client.V1PodDisruptionBudget:
+    return client.V1PodDisruptionBudget.model_validate({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": selector}, **spec}})
 
 
 def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
@@ -38,7 +41,7 @@ def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
 ) -> None:
     kube.add_instance(make_instance(gpus=4))
     for name in ("web-0", "web-1"):
-        core.create_namespaced_pod("default", make_pod(name, labels={"app": "web"}))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": "web"})))
     _running(core, "web-0", "web-1")
     client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("web", {"app": "web"},
                                                                                        minAvailable=2))
@@ -47,27 +50,30 @@ def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
     assert "needs 2 healthy pods and has 2 currently" in outcome.message
 
     with pytest.raises(ApiException) as raw:  # the Status body, as the real API server writes it
-        core.create_namespaced_pod_eviction("web-0", "default", {"metadata": {"name": "web-0"}})
-    status = json.loads(raw.value.body)
+        core.create_namespaced_pod_eviction("web-0", "default",
+                                            client.V1Eviction.model_validate({"metadata": {"name": "web-0"}}))
+    status = kube_reads.refusal(raw.value)
     assert (raw.value.status, status["reason"], status["details"]["causes"][0]["reason"]) == (
         429, "TooManyRequests", "DisruptionBudget")
 
-    core.create_namespaced_pod("default", make_pod("web-2", labels={"app": "web"}))  # a replacement comes up
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("web-2", labels={"app": "web"})))  # a replacement comes up
     _running(core, "web-2")
     assert cluster.evict(_pod(cluster, "web-0")).evicted  # terminating; gone once its kubelet has stopped it
     wait_for(lambda: sorted(p.name for p in cluster.list_pods()) == ["web-1", "web-2"], what="web-0 gone")
     assert cluster.evict(_pod(cluster, "web-1")).blocked  # the budget is spent again
-    wait_for(lambda: client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "default").status
-             .disruptions_allowed == 0, what="budget status")
+    wait_for(lambda: kube_reads.disruptions_allowed(
+        client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "default")) == 0, what="budget status")
 
 
 def test_a_percentage_budget_and_a_pending_pod(core: client.CoreV1Api, kube: LocalKubernetes,
                                                cluster: KubernetesCluster, api: client.ApiClient) -> None:
     kube.add_instance(make_instance(gpus=4))
     for name in ("a", "b", "c", "d"):
-        core.create_namespaced_pod("default", make_pod(name, labels={"app": "batch"}))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": "batch"})))
     _running(core, "a", "b", "c", "d")
-    core.create_namespaced_pod("default", make_pod("queued", labels={"app": "batch"}, gpus=8))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("queued", labels={"app": "batch"}, gpus=8)))
     client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("batch", {"app": "batch"},
                                                                                        maxUnavailable="50%"))
     # 5 selected, 50 % rounds up to 3 unavailable, so 2 must stay healthy: 4 healthy allow 2 evictions.
@@ -78,11 +84,11 @@ def test_a_percentage_budget_and_a_pending_pod(core: client.CoreV1Api, kube: Loc
 def test_a_pod_already_gone_or_replaced_under_its_name_is_reported_gone(
     core: client.CoreV1Api, cluster: KubernetesCluster,
 ) -> None:
-    core.create_namespaced_pod("default", make_pod("p"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))
     old = _pod(cluster, "p")
     core.delete_namespaced_pod("p", "default")
     assert cluster.evict(old).gone
-    core.create_namespaced_pod("default", make_pod("p"))  # same name, new uid
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))  # same name, new uid
     assert cluster.evict(old).gone
     cluster.delete_pod(old)  # only the old uid may be deleted: the new pod stays
     assert [p.name for p in cluster.list_pods()] == ["p"]
@@ -105,20 +111,23 @@ def test_daemonset_pods_run_on_every_eligible_node_and_are_owned_by_it(
                              "nodeSelectorTerms": [{"matchExpressions": [
                                  {"key": "role", "operator": "DoesNotExist"}]}]}}}}}
     apps = client.AppsV1Api(api)
-    apps.create_namespaced_daemon_set("default", {
+    apps.create_namespaced_daemon_set("default", client.V1DaemonSet.model_validate({
         "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dcgm"},
-        "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": template}})
+        "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": template}}))
     gpu_nodes = [make_instance("i-0aaa").name, make_instance("i-0bbb").name]
 
     def daemon_pods() -> list[ClusterPod]:
         return [p for p in cluster.list_pods() if p.owner_kind == "DaemonSet" and p.phase == "Running"]
 
     wait_for(lambda: len(daemon_pods()) == 2, what="two daemon pods running")
-    assert sorted(p.node_name for p in daemon_pods()) == sorted(gpu_nodes)
+    assert sorted((p.node_name for p in daemon_pods()), key=str) == sorted(gpu_nodes)  # key: an unbound one fails
     assert [p.name for p in cluster.list_pods(gpu_nodes[0])] == [
         p.name for p in daemon_pods() if p.node_name == gpu_nodes[0]]
-    wait_for(lambda: apps.read_namespaced_daemon_set("dcgm", "default").status.number_ready == 2,
-             what="DaemonSet status")
+    def all_ready() -> bool:
+        status = apps.read_namespaced_daemon_set("dcgm", "default").status
+        return status is not None and status.number_ready == 2
+
+    wait_for(all_ready, what="DaemonSet status")
 
     kube.remove_instance("i-0aaa")  # the node goes, and its daemon pod with it
     wait_for(lambda: [p.node_name for p in daemon_pods()] == [gpu_nodes[1]], what="pod gone with its node")
@@ -129,7 +138,7 @@ def test_daemonset_pods_run_on_every_eligible_node_and_are_owned_by_it(
 def test_delete_node_removes_it_and_its_pods(core: client.CoreV1Api, kube: LocalKubernetes,
                                              cluster: KubernetesCluster) -> None:
     kube.add_instance(make_instance())
-    core.create_namespaced_pod("default", make_pod("p"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))
     _running(core, "p")
     name = node_names(core)[0]
     cluster.delete_node(name)
@@ -143,36 +152,36 @@ def test_pods_are_deleted_gracefully_and_finalizers_hold_pods_and_nodes(
     kube.kubelets.container_stop_time = timedelta(seconds=30)  # containers that take their time to exit
     instance = make_instance(gpus=4)
     kube.add_instance(instance)
-    core.create_namespaced_pod("default", make_pod("slow"))
-    core.create_namespaced_pod("default", {**make_pod("held"), "metadata": {
-        "name": "held", "finalizers": ["example.com/keep"]}})
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("slow")))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate({**make_pod("held"), "metadata": {
+        "name": "held", "finalizers": ["example.com/keep"]}}))
     _running(core, "slow", "held")
 
     core.delete_namespaced_pod("slow", "default", grace_period_seconds=20)
     terminating = core.read_namespaced_pod("slow", "default")
-    assert terminating.metadata.deletion_timestamp is not None
-    assert terminating.metadata.deletion_grace_period_seconds == 20
+    assert kube_reads.metadata(terminating).deletion_timestamp is not None
+    assert kube_reads.metadata(terminating).deletion_grace_period_seconds == 20
     core.delete_namespaced_pod("slow", "default", grace_period_seconds=60)  # a longer grace never extends it
-    assert core.read_namespaced_pod("slow", "default").metadata.deletion_grace_period_seconds == 20
+    assert kube_reads.metadata(core.read_namespaced_pod("slow", "default")).deletion_grace_period_seconds == 20
     core.delete_namespaced_pod("slow", "default", grace_period_seconds=0)  # forced: gone at once
     with pytest.raises(ApiException) as missing:
         core.read_namespaced_pod("slow", "default")
     assert missing.value.status == 404
 
     core.delete_namespaced_pod("held", "default", grace_period_seconds=0)
-    assert core.read_namespaced_pod("held", "default").metadata.deletion_timestamp is not None
+    assert kube_reads.metadata(core.read_namespaced_pod("held", "default")).deletion_timestamp is not None
     core.patch_namespaced_pod("held", "default", {"metadata": {"finalizers": None}})
-    wait_for(lambda: not any(p.metadata.name == "held" for p in core.list_namespaced_pod("default").items),
+    wait_for(lambda: not any(kube_reads.name(p) == "held" for p in core.list_namespaced_pod("default").items),
              what="held gone once its finalizer is removed")
 
     core.patch_node(instance.name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
     core.delete_node(instance.name)
-    assert core.read_node(instance.name).metadata.deletion_timestamp is not None
+    assert kube_reads.metadata(core.read_node(instance.name)).deletion_timestamp is not None
     core.patch_node(instance.name, {"metadata": {"finalizers": None}})
     wait_for(lambda: not core.list_node().items, what="node gone once its finalizer is removed")
 
 
 def test_an_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
-    core.create_namespaced_pod("default", make_pod("nowhere", gpus=64))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("nowhere", gpus=64)))
     core.delete_namespaced_pod("nowhere", "default")
     assert core.list_namespaced_pod("default").items == []

@@ -14,6 +14,7 @@ from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.taints import Taint
+from tests import kube_reads
 from tests.integration.kubernetes.conftest import make_instance, make_pod, pod_condition
 
 if TYPE_CHECKING:
@@ -51,11 +52,11 @@ def test_an_instance_registers_a_ready_node_after_its_boot_delay(
     clock.advance(timedelta(seconds=45))
     stepped.reconcile()
     [node] = core.list_node().items
-    assert node.metadata.name == instance.name and node.metadata.name.endswith(".ec2.internal")
-    assert node.spec.provider_id == "aws:///us-east-1b/i-0123456789abcdef0"
-    labels = node.metadata.labels
+    assert kube_reads.name(node) == instance.name and kube_reads.name(node).endswith(".ec2.internal")
+    assert kube_reads.node_spec(node).provider_id == "aws:///us-east-1b/i-0123456789abcdef0"
+    labels = kube_reads.labels(node)
     assert labels[L.INSTANCE_TYPE] == "g5.2xlarge" and labels[L.ZONE] == "us-east-1b" and labels["team"] == "vision"
-    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [("nvidia.com/gpu", "true", "NoSchedule")]
     with stepped.client() as api:
         [seen] = KubernetesCluster(api).list_nodes()
     assert seen.ready and seen.instance_id == "i-0123456789abcdef0"
@@ -64,9 +65,9 @@ def test_an_instance_registers_a_ready_node_after_its_boot_delay(
 def test_a_terminated_instance_takes_its_node_and_pods(stepped: LocalKubernetes, core: client.CoreV1Api) -> None:
     stepped.add_instance(make_instance("i-0aaa"), boot_delay=timedelta(0))
     stepped.reconcile()
-    core.create_namespaced_pod("default", make_pod("trainer"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("trainer")))
     stepped.reconcile()
-    assert core.read_namespaced_pod("trainer", "default").status.phase == "Running"
+    assert kube_reads.pod_status(core.read_namespaced_pod("trainer", "default")).phase == "Running"
     assert stepped.remove_instance("i-0aaa") and not stepped.remove_instance("i-0aaa")
     assert core.list_node().items == [] and core.list_pod_for_all_namespaces().items == []
 
@@ -78,16 +79,20 @@ def test_pods_bind_where_they_fit_and_the_rest_are_unschedulable_like_kube_sched
     stepped.add_instance(make_instance("i-0bbb", gpus=0, taints=()), timedelta(0))
     stepped.reconcile()
     gpu_node = make_instance("i-0aaa").name
-    core.create_namespaced_pod("default", make_pod("fits", node_selector={"workload": "inference"}))
-    core.create_namespaced_pod("default", make_pod("too-big", gpus=2))
-    core.create_namespaced_pod("default", make_pod("intolerant", tolerate_gpu=False))
-    core.create_namespaced_pod("default", make_pod("elsewhere", affinity_terms=[{"matchExpressions": [
-        {"key": L.ZONE, "operator": "In", "values": ["us-east-1c"]}]}]))
-    core.create_namespaced_pod("default", make_pod("cpu-only", gpus=None, tolerate_gpu=False))
-    core.create_namespaced_pod("default", make_pod("gated", gates=["kueue.x-k8s.io/admission"]))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("fits", node_selector={"workload": "inference"})))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("too-big", gpus=2)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("intolerant", tolerate_gpu=False)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("elsewhere", affinity_terms=[{"matchExpressions": [
+            {"key": L.ZONE, "operator": "In", "values": ["us-east-1c"]}]}])))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("cpu-only", gpus=None, tolerate_gpu=False)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("gated", gates=["kueue.x-k8s.io/admission"])))
     result = stepped.reconcile()
     assert result.bound == {"default/fits": gpu_node, "default/cpu-only": make_instance("i-0bbb").name}
-    assert core.read_namespaced_pod("fits", "default").status.phase == "Running"
+    assert kube_reads.pod_status(core.read_namespaced_pod("fits", "default")).phase == "Running"
     too_big = pod_condition(core, "too-big")
     assert too_big is not None and (too_big["status"], too_big["reason"]) == ("False", "Unschedulable")
     assert too_big["message"] == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes "
@@ -101,9 +106,10 @@ def test_pods_bind_where_they_fit_and_the_rest_are_unschedulable_like_kube_sched
     gated = pod_condition(core, "gated")
     assert gated is not None and gated["reason"] == "SchedulingGated"
 
-    version = core.read_namespaced_pod("too-big", "default").metadata.resource_version
+    version = kube_reads.metadata(core.read_namespaced_pod("too-big", "default")).resource_version
     stepped.reconcile()
-    assert core.read_namespaced_pod("too-big", "default").metadata.resource_version == version  # written once
+    # written once
+    assert kube_reads.metadata(core.read_namespaced_pod("too-big", "default")).resource_version == version
 
 
 def test_cordoned_nodes_take_no_new_pods_and_new_capacity_takes_waiting_ones(
@@ -114,7 +120,7 @@ def test_cordoned_nodes_take_no_new_pods_and_new_capacity_takes_waiting_ones(
     with stepped.client() as api:
         KubernetesCluster(api).cordon(make_instance("i-0aaa").name, Taint(key="gpu-autoscaler/draining",
                                                                           value="true"))
-    core.create_namespaced_pod("default", make_pod("waiting", gpus=2))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("waiting", gpus=2)))
     stepped.reconcile()
     waiting = pod_condition(core, "waiting")
     assert waiting is not None and "1 node(s) were unschedulable" in waiting["message"]
@@ -130,9 +136,9 @@ def test_higher_priority_pods_are_placed_first_and_the_fullest_node_is_chosen(
     stepped.add_instance(make_instance("i-0aaa", gpus=4), timedelta(0))
     stepped.add_instance(make_instance("i-0bbb", gpus=2), timedelta(0))
     stepped.reconcile()
-    core.create_namespaced_pod("default", make_pod("low", gpus=2, priority=0))
-    core.create_namespaced_pod("default", make_pod("high", gpus=4, priority=100))
-    core.create_namespaced_pod("default", make_pod("small", gpus=1, priority=50))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("low", gpus=2, priority=0)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("high", gpus=4, priority=100)))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("small", gpus=1, priority=50)))
     result = stepped.reconcile()
     assert result.bound == {"default/high": make_instance("i-0aaa").name,
                             "default/small": make_instance("i-0bbb").name}
@@ -150,7 +156,8 @@ def test_a_coscheduling_gang_binds_all_together_or_not_at_all(
     stepped.add_instance(make_instance("i-0aaa", gpus=2), timedelta(0))
     stepped.reconcile()
     for i in range(3):
-        core.create_namespaced_pod("default", make_pod(f"train-{i}", labels={"scheduling.x-k8s.io/pod-group": "train"}))
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(
+            make_pod(f"train-{i}", labels={"scheduling.x-k8s.io/pod-group": "train"})))
     result = stepped.reconcile()
     assert result.bound == {}
     condition = pod_condition(core, "train-0")
@@ -168,14 +175,15 @@ def test_the_scheduler_scores_as_kube_schedulers_default_profile(
     stepped.add_instance(make_instance("i-0bbb", gpus=4), timedelta(0))
     stepped.reconcile()
     busy, idle = make_instance("i-0aaa").name, make_instance("i-0bbb").name
-    core.create_namespaced_pod("default", make_pod("first", cpu="4", memory="8Gi", node_name=busy))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("first", cpu="4", memory="8Gi", node_name=busy)))
     stepped.reconcile()
-    core.create_namespaced_pod("default", make_pod("spread", cpu="1"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("spread", cpu="1")))
     assert stepped.reconcile().bound == {"default/spread": idle}
 
     core.patch_node(idle, {"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
                                                {"key": "example.com/spot", "effect": "PreferNoSchedule"}]}})
-    core.create_namespaced_pod("default", make_pod("avoids-preferred-taint", cpu="100m"))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("avoids-preferred-taint", cpu="100m")))
     assert stepped.reconcile().bound == {"default/avoids-preferred-taint": busy}
 
     preferring = make_pod("prefers", cpu="100m")
@@ -183,7 +191,7 @@ def test_the_scheduler_scores_as_kube_schedulers_default_profile(
     preferring["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 100, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In",
                                                         "values": [idle]}]}}]}}
-    core.create_namespaced_pod("default", preferring)
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(preferring))
     assert stepped.reconcile().bound == {"default/prefers": idle}
 
 
@@ -195,7 +203,7 @@ def test_init_containers_and_overhead_count_as_kube_scheduler_counts_them(
     pod = make_pod("init-heavy", gpus=1)
     pod["spec"]["initContainers"] = [{"name": "warmup", "image": "warmup:1",
                                       "resources": {"limits": {"nvidia.com/gpu": "3"}}}]
-    core.create_namespaced_pod("default", pod)
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
     result = stepped.reconcile()
     assert "Insufficient nvidia.com/gpu" in result.unschedulable["default/init-heavy"]
 
@@ -207,24 +215,26 @@ def test_a_pod_goes_only_where_its_bound_volume_can_attach_like_volume_binding(
     stepped.add_instance(make_instance("i-0aaa", zone="us-east-1a", gpus=2), timedelta(0))
     stepped.add_instance(make_instance("i-0ccc", zone="us-east-1c", gpus=2), timedelta(0))
     stepped.reconcile()
-    core.create_namespaced_pod("default", make_pod("filler", cpu="4", node_selector={L.ZONE: "us-east-1c"}))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("filler", cpu="4", node_selector={L.ZONE: "us-east-1c"})))
     stepped.reconcile()
-    core.create_persistent_volume({"metadata": {"name": "pv-c"}, "spec": {
+    core.create_persistent_volume(client.V1PersistentVolume.model_validate({"metadata": {"name": "pv-c"}, "spec": {
         "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0c"},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1c"]}]}]}}}})
-    core.create_namespaced_persistent_volume_claim("default", {"metadata": {"name": "data"}, "spec": {
+            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1c"]}]}]}}}}))
+    core.create_namespaced_persistent_volume_claim("default", client.V1PersistentVolumeClaim.model_validate({
+        "metadata": {"name": "data"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3", "volumeName": "pv-c",
-        "resources": {"requests": {"storage": "10Gi"}}}})
+        "resources": {"requests": {"storage": "10Gi"}}}}))
     for name, claim in (("reader", "data"), ("orphan", "gone")):
         pod = make_pod(name)
         pod["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
-        core.create_namespaced_pod("default", pod)
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
     stepped.reconcile()
 
     reader = core.read_namespaced_pod("reader", "default")
-    assert core.read_node(reader.spec.node_name).metadata.labels[L.ZONE] == "us-east-1c"
-    assert core.read_namespaced_pod("orphan", "default").spec.node_name is None
+    assert kube_reads.labels(core.read_node(kube_reads.bound_node(reader)))[L.ZONE] == "us-east-1c"
+    assert kube_reads.pod_spec(core.read_namespaced_pod("orphan", "default")).node_name is None
     condition = pod_condition(core, "orphan")
     assert condition is not None and condition["message"] == 'persistentvolumeclaim "gone" not found'

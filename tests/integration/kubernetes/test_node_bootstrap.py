@@ -28,6 +28,7 @@ from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.resources import Resources
+from tests import kube_reads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -87,12 +88,12 @@ def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_
     kube.reconcile()
     with kube.client() as api:
         [node] = client.CoreV1Api(api).list_node().items
-    labels = node.metadata.labels
+    labels = kube_reads.labels(node)
     assert labels["team"] == "vision" and labels[L.NODE_POOL] == "gpu-burst" and labels[L.CLAIM_LABEL] == "claim-1"
     assert labels[L.INSTANCE_TYPE] == "g5.12xlarge" and labels[L.ZONE] == "us-east-1b"
-    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
-    assert node.status.capacity["pods"] == "234"  # maxPods from the NodeConfig
-    assert "nvidia.com/gpu" not in node.status.allocatable  # Ready, but the device plugin has not run yet
+    assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    assert kube_reads.capacity(node)["pods"] == "234"  # maxPods from the NodeConfig
+    assert "nvidia.com/gpu" not in kube_reads.allocatable(node)  # Ready, but the device plugin has not run yet
     clock.advance(timedelta(seconds=10))
     kube.reconcile()
     node_after = kube.api.get(NODES, "", instance.name)

@@ -61,7 +61,7 @@ def store(aws: EmbeddedAws) -> Any:
 
 def launch_requests(aws: EmbeddedAws) -> list[dict[str, Any]]:
     sqs = aws.clients.client("sqs")
-    out = []
+    out: list[dict[str, Any]] = []
     while True:
         batch = sqs.receive_message(QueueUrl=aws.queue_url("launch"), MaxNumberOfMessages=10).get("Messages", [])
         if not batch:
