@@ -59,4 +59,4 @@ def test_canonical_units_and_fit() -> None:
      ("Lt", ("4",), {"k": "x"}, False)],
 )
 def test_requirement_operators(op: str, values: tuple[str, ...], labels: dict[str, str], expected: bool) -> None:
-    assert Requirement(key="k", operator=op, values=values).matches(labels) is expected  # type: ignore[arg-type]
+    assert Requirement(key="k", operator=op, values=values).matches(labels) is expected

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from gpu_autoscaler_agent.selection import (
@@ -12,6 +14,9 @@ from gpu_autoscaler_agent.selection import (
     tolerates_gpu_pool,
 )
 from tests.unit.agent.builders import container, make_pod
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.pods import PodGroup
 
 SELECTOR = PodSelector(["nvidia.com/gpu", "gpu-autoscaler/shared"])
 
@@ -31,6 +36,18 @@ class FakeGroups:
     def member_count(self, ref: GroupRef) -> int | None:
         self.asked.append(("members", ref.name))
         return self.counts.get(ref.name)
+
+    def workload_size(self, ref: GroupRef) -> int | None:
+        """No Kueue-managed Jobs here (the port's third question; none of these gangs is a Job or JobSet)."""
+        self.asked.append(("workload", ref.name))
+        return None
+
+
+def resolved(ref: GroupRef, source: FakeGroups) -> PodGroup:
+    """`resolve_group` for a gang these tests know it reports (None is only for Jobs Kueue does not manage)."""
+    group = resolve_group(ref, source)
+    assert group is not None
+    return group
 
 
 def test_an_unschedulable_gpu_pod_is_reported() -> None:
@@ -116,7 +133,7 @@ def test_kueue_gang_takes_its_size_from_the_total_count_annotation() -> None:
     ref = group_ref(pod)
     assert ref == GroupRef("kueue", "team-a", "train-42", 8)
     groups = FakeGroups()
-    group = resolve_group(ref, groups)
+    group = resolved(ref, groups)
     assert (group.name, group.min_member) == ("train-42", 8)
     assert groups.asked == []
 
@@ -124,35 +141,35 @@ def test_kueue_gang_takes_its_size_from_the_total_count_annotation() -> None:
 def test_kueue_gang_without_a_count_falls_back_to_its_labelled_members() -> None:
     ref = group_ref(make_pod(labels={"kueue.x-k8s.io/pod-group-name": "g"}))
     assert ref is not None
-    assert resolve_group(ref, FakeGroups(counts={"g": 3})).min_member == 3
+    assert resolved(ref, FakeGroups(counts={"g": 3})).min_member == 3
 
 
 def test_coscheduling_gang_takes_min_member_from_its_pod_group() -> None:
     ref = group_ref(make_pod(labels={"scheduling.x-k8s.io/pod-group": "nginx"}))
     assert ref == GroupRef("coscheduling", "team-a", "nginx")
     groups = FakeGroups(min_members={"nginx": 3}, counts={"nginx": 5})
-    assert resolve_group(ref, groups).min_member == 3
+    assert resolved(ref, groups).min_member == 3
     assert groups.asked == [("minMember", "nginx")]
 
 
 def test_coscheduling_gang_without_a_pod_group_counts_its_members() -> None:
     ref = group_ref(make_pod(labels={"scheduling.x-k8s.io/pod-group": "nginx"}))
     assert ref is not None
-    assert resolve_group(ref, FakeGroups(counts={"nginx": 4})).min_member == 4
+    assert resolved(ref, FakeGroups(counts={"nginx": 4})).min_member == 4
 
 
 def test_volcano_gang_prefers_its_min_member_annotation() -> None:
     pod = make_pod(annotations={"scheduling.k8s.io/group-name": "pg", "scheduling.volcano.sh/group-min-member": "9"})
     ref = group_ref(pod)
     assert ref == GroupRef("volcano", "team-a", "pg", 9)
-    assert resolve_group(ref, FakeGroups(min_members={"pg": 2})).min_member == 9
+    assert resolved(ref, FakeGroups(min_members={"pg": 2})).min_member == 9
 
 
 def test_volcano_gang_reads_its_pod_group_and_defaults_to_one() -> None:
     ref = group_ref(make_pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
     assert ref is not None
-    assert resolve_group(ref, FakeGroups(min_members={"pg": 2})).min_member == 2
-    assert resolve_group(ref, FakeGroups()).min_member == 1
+    assert resolved(ref, FakeGroups(min_members={"pg": 2})).min_member == 2
+    assert resolved(ref, FakeGroups()).min_member == 1
 
 
 def test_a_bad_gang_size_annotation_is_ignored() -> None:

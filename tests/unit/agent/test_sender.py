@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
@@ -7,6 +9,9 @@ from botocore.stub import Stubber
 
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.sender import Backoff, QueueSender, SendFailed, deduplication_id
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-pending-pods.fifo"
 
@@ -16,7 +21,7 @@ def report(uid: str, rv: str) -> Report:
 
 
 @pytest.fixture
-def sqs() -> object:
+def sqs() -> SQSClient:
     return boto3.client("sqs", region_name="us-east-1")
 
 
@@ -40,7 +45,7 @@ def test_an_overlong_single_id_is_hashed() -> None:
     assert len(deduplication_id([report("u" * 120, "123456789")], 1)) == 64
 
 
-def test_a_message_goes_to_the_cluster_group_with_the_id(sqs: object) -> None:
+def test_a_message_goes_to_the_cluster_group_with_the_id(sqs: SQSClient) -> None:
     stubber = Stubber(sqs)
     stubber.add_response(
         "send_message",
@@ -48,7 +53,7 @@ def test_a_message_goes_to_the_cluster_group_with_the_id(sqs: object) -> None:
         {"QueueUrl": QUEUE, "MessageBody": "{}", "MessageGroupId": "ml-prod", "MessageDeduplicationId": "d-1"},
     )
     with stubber:
-        assert QueueSender(sqs, QUEUE, "ml-prod").send("{}", "d-1") == "m-1"  # type: ignore[arg-type]
+        assert QueueSender(sqs, QUEUE, "ml-prod").send("{}", "d-1") == "m-1"
     stubber.assert_no_pending_responses()
 
 
@@ -58,12 +63,12 @@ def test_a_message_goes_to_the_cluster_group_with_the_id(sqs: object) -> None:
      ("InvalidMessageContents", False, True), ("AccessDenied", False, False)],
 )
 def test_failures_say_whether_they_were_throttling_or_a_refusal(
-    sqs: object, code: str, throttled: bool, rejected: bool
+    sqs: SQSClient, code: str, throttled: bool, rejected: bool
 ) -> None:
     stubber = Stubber(sqs)
     stubber.add_client_error("send_message", service_error_code=code, http_status_code=400)
     with stubber, pytest.raises(SendFailed) as caught:
-        QueueSender(sqs, QUEUE, "ml-prod").send("{}", "d-1")  # type: ignore[arg-type]
+        QueueSender(sqs, QUEUE, "ml-prod").send("{}", "d-1")
     assert (caught.value.code, caught.value.throttled, caught.value.rejected) == (code, throttled, rejected)
 
 

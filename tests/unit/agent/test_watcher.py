@@ -50,7 +50,8 @@ def run(lists: list[Any], watches: list[Any]) -> tuple[RecordingSink, FakeCoreAp
     metrics = Metrics()
     watcher = PodWatcher(
         None, sink, PodSelector(["nvidia.com/gpu"]), NoGroups(), metrics,  # type: ignore[arg-type]
-        field_selector="spec.nodeName=", backoff=Backoff(initial=0.001, maximum=0.001), core_api=core,
+        field_selector="spec.nodeName=", backoff=Backoff(initial=0.001, maximum=0.001),
+        core_api=core,  # type: ignore[arg-type]  # the fake in the client's place
     )
     thread = threading.Thread(target=watcher.run, args=(stop,))
     thread.start()
@@ -124,8 +125,8 @@ def test_a_server_away_is_retried_from_the_same_version_without_a_new_list(failu
 
 
 def test_a_failed_first_list_is_retried() -> None:
-    sink, core, _, watcher = run([urllib3.exceptions.MaxRetryError(None, "/api/v1/pods"), ListResponse([GPU], "10")],
-                                 [])
+    unreachable = urllib3.exceptions.MaxRetryError(None, "/api/v1/pods")  # type: ignore[arg-type]  # no pool: only caught
+    sink, core, _, watcher = run([unreachable, ListResponse([GPU], "10")], [])
     assert core.list_count() >= 2 and watcher.synced.is_set()
     assert sink.calls[0] == ("replace_all", ["gpu"])
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from gpu_autoscaler.domain.catalog import Catalog, UnknownInstanceType
 from gpu_autoscaler.models.requirements import Requirement
 from tests.unit.catalog.builders import make_instance_type, make_offering
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.catalog import Offering
 
 
 def small_catalog() -> Catalog:
@@ -75,19 +80,25 @@ def test_offerings_filter_by_zone_capacity_type_and_exclusions() -> None:
             ] == [("g6f.large", "us-east-1c", "on-demand"), ("g6.12xlarge", "us-east-1a", "on-demand")]
 
 
+def found(offering: Offering | None) -> Offering:
+    """An offering the test knows the catalog has (its lookups answer None for none)."""
+    assert offering is not None
+    return offering
+
+
 def test_cheapest_offering() -> None:
     catalog = small_catalog()
     cheapest = catalog.cheapest()
     assert cheapest is not None and cheapest.reservation_id == "cr-1"  # a reservation is already paid for
-    assert catalog.cheapest(capacity_types=["on-demand", "spot"]).instance_type == "m5.large"
-    assert catalog.cheapest("g6.xlarge", zones=["us-east-1a"], capacity_types=["spot"]).price_per_hour == 0.41
+    assert found(catalog.cheapest(capacity_types=["on-demand", "spot"])).instance_type == "m5.large"
+    assert found(catalog.cheapest("g6.xlarge", zones=["us-east-1a"], capacity_types=["spot"])).price_per_hour == 0.41
     assert catalog.cheapest("g6.xlarge", zones=["us-east-1c"]) is None
 
 
 def test_offering_lookup_and_price_by_key() -> None:
     catalog = small_catalog()
     assert catalog.price(("g6.xlarge", "us-east-1b", "spot")) == 0.39
-    assert catalog.offering(("g6.12xlarge", "us-east-1a", "reserved")).reservation_id == "cr-1"
+    assert found(catalog.offering(("g6.12xlarge", "us-east-1a", "reserved"))).reservation_id == "cr-1"
     assert catalog.price(("g6.xlarge", "us-east-1c", "spot")) is None
 
 
@@ -96,7 +107,7 @@ def test_without_drops_unavailable_offerings_and_keeps_types() -> None:
     smaller = catalog.without({("g6.xlarge", "us-east-1b", "spot"), ("g6.12xlarge", "us-east-1a", "reserved")})
     assert len(smaller.all_offerings()) == len(catalog.all_offerings()) - 2
     assert smaller.instance_types() == catalog.instance_types()
-    assert smaller.cheapest("g6.xlarge").price_per_hour == 0.41
+    assert found(smaller.cheapest("g6.xlarge")).price_per_hour == 0.41
     assert catalog.without(set()) is catalog
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.drift import drift_reason, pool_hash
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pool
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
 
 CATALOG = make_catalog()
 CONFIG = make_config(make_pool(requirements=[
@@ -30,14 +34,21 @@ def test_a_node_launched_as_configured_has_not_drifted() -> None:
     assert drift_reason(CONFIG, CATALOG, claim(attributes={})) is None  # nothing recorded: nothing to compare
 
 
+def drifted(config: Config, catalog: Catalog, node: NodeClaim) -> str:
+    """`drift_reason` of a claim the test knows has drifted (None is for one that has not)."""
+    reason = drift_reason(config, catalog, node)
+    assert reason is not None, "not drifted"
+    return reason
+
+
 def test_each_kind_of_drift_is_named() -> None:
-    assert "no longer configured" in drift_reason(CONFIG, CATALOG, claim(pool="gone"))
-    assert "zone us-east-1z" in drift_reason(CONFIG, CATALOG, claim(zone="us-east-1z"))
+    assert "no longer configured" in drifted(CONFIG, CATALOG, claim(pool="gone"))
+    assert "zone us-east-1z" in drifted(CONFIG, CATALOG, claim(zone="us-east-1z"))
     on_demand_only = make_config(make_pool(capacityTypes=["on-demand"]))
-    assert "capacity type spot" in drift_reason(on_demand_only, CATALOG, claim())
-    assert "requirement karpenter.k8s.aws/instance-category In g" in drift_reason(
+    assert "capacity type spot" in drifted(on_demand_only, CATALOG, claim())
+    assert "requirement karpenter.k8s.aws/instance-category In g" in drifted(
         CONFIG, CATALOG, claim(instance_type="p5.4xlarge", capacity_type="on-demand"))
-    assert "image ami-0ffffffffffffffff" in drift_reason(
+    assert "image ami-0ffffffffffffffff" in drifted(
         CONFIG, CATALOG, claim(attributes={"imageId": "ami-0ffffffffffffffff"}))
     relabelled = make_config(make_pool(labels={"team": "a"}, requirements=CONFIG.pool("gpu").requirements))
-    assert "settings" in drift_reason(relabelled, CATALOG, claim())
+    assert "settings" in drifted(relabelled, CATALOG, claim())

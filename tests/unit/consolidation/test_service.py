@@ -27,6 +27,9 @@ from gpu_autoscaler.services.reconcile import ReconcileService
 from tests.unit.consolidation.builders import NOW, TAINT, Cluster, pool_config
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 
 
@@ -39,7 +42,7 @@ class RecordingCompute:
     def create_fleet(self, request: Any) -> Any:
         raise AssertionError("consolidation never launches through the fleet directly")
 
-    def terminate(self, instance_ids: list[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
         self.terminated.extend(instance_ids)
         return list(instance_ids)
 
@@ -54,7 +57,7 @@ class Journal:
     def send(self, request: LaunchRequest) -> None:
         self.entries.append(("launch", request))
 
-    def send_many(self, requests: list[LaunchRequest]) -> None:
+    def send_many(self, requests: Sequence[LaunchRequest]) -> None:
         self.entries.extend(("launch", r) for r in requests)
 
     def drain(self, request: DrainRequest, delay: timedelta | None = None) -> None:
@@ -89,8 +92,15 @@ class Rig:
             solver=lambda: solver, clock=self.clock, budgets=MemoryDisruptionBudgets(self.kube),
         )
 
-    def claim(self, node: str):
-        return self.store.get_claim(self.scene.claims[node].id)
+    def stored(self, claim_id: str) -> NodeClaim:
+        """A claim the test knows the store holds (get_claim answers None for one it does not)."""
+        claim = self.store.get_claim(claim_id)
+        assert claim is not None, f"no claim {claim_id} in the store"
+        return claim
+
+    def claim(self, node: str) -> NodeClaim:
+        """The claim of the scene's node."""
+        return self.stored(self.scene.claims[node].id)
 
     def decide(self) -> ConsolidateOutcome:
         """Two ticks a minute apart, as the schedule fires them: the first proposes, the second validates and
@@ -119,7 +129,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
     assert drain.replacements == [replacement.id]
     assert drain.deadline == decided + rig.config.timeouts.consolidation_drain
     assert drain.wait_until == decided + rig.config.timeouts.registration_ttl
-    assert rig.store.get_claim(replacement.id).state is ClaimState.PENDING
+    assert rig.stored(replacement.id).state is ClaimState.PENDING
     assert DISRUPTION_ATTRIBUTE in rig.claim(big).attributes
 
     # The drain waits while the replacement is on its way, and evicts once its node is initialized.
@@ -127,7 +137,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
                            clock=rig.clock, sleep=lambda s: rig.clock.advance(timedelta(seconds=s)))
     waited = drainer.drain(drain)
     assert waited.status == "continued" and waited.evicted == [] and not rig.kube.calls.cordoned
-    stored = rig.store.get_claim(replacement.id)
+    stored = rig.stored(replacement.id)
     stored = rig.store.transition(stored, ClaimState.LAUNCHED, "launched", instance_id="i-0replacement",
                                   instance_type=replacement.instance_types[0], zone=replacement.zones[0])
     provider_id = f"aws:///{replacement.zones[0]}/i-0replacement"
@@ -135,7 +145,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
                                   provider_id=provider_id, created_at=rig.clock.now(),
                                   allocatable=Resources.from_quantities({"nvidia.com/gpu": "4"})))
     rig.service.run()  # reconcile registers it
-    assert rig.store.get_claim(replacement.id).state is ClaimState.REGISTERED
+    assert rig.stored(replacement.id).state is ClaimState.REGISTERED
     rig.clock.advance(timedelta(seconds=30))
     original, again = rig.journal.drain_queue.receive()  # consolidation's request, and the drain's continuation
     assert (original, again.attempt) == (drain, 1)

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tomllib
+from email.message import Message
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,7 +31,15 @@ PRIVATE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/train@sha256:" + "a
 def _parts(user_data: str) -> list[tuple[str, str]]:
     message = email.message_from_string(user_data)
     assert message.is_multipart()
-    return [(part.get_content_type(), part.get_payload()) for part in message.get_payload()]
+    parts = message.get_payload()
+    assert isinstance(parts, list)
+    found: list[tuple[str, str]] = []
+    for part in parts:
+        assert isinstance(part, Message)
+        payload = part.get_payload()
+        assert isinstance(payload, str)  # each part is a document of its own, not nested
+        found.append((part.get_content_type(), payload))
+    return found
 
 
 def _al2023(**pool: object) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +19,13 @@ from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.services.fleet import FleetService, NotConfiguredForLaunch
 from tests.unit.fleet.builders import NOW, TEMPLATE, TYPES, make_claim, make_config, make_gang
 from tests.unit.fleet.fakes import FakeCompute, launch_first, no_capacity
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog as DomainCatalog
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.ports import CatalogSource
+    from tests.unit.fleet.fakes import Answer
 
 TTL = timedelta(minutes=30)
 
@@ -36,7 +44,8 @@ class Catalog:
 
 
 class Harness:
-    def __init__(self, *answers: object, config=None, catalog=None, template: str | None = TEMPLATE) -> None:
+    def __init__(self, *answers: Answer, config: Config | None = None,
+                 catalog: CatalogSource | DomainCatalog | None = None, template: str | None = TEMPLATE) -> None:
         self.clock = FixedClock(NOW)
         self.config = config or make_config()
         self.store = MemoryStateStore("ml-prod", self.clock)
@@ -316,12 +325,12 @@ def test_pods_added_while_the_attempt_is_recorded_do_not_skip_the_claim() -> Non
     write = h.store.update_claim
     raced: list[str] = []
 
-    def packer_first(copy, **changes):
+    def packer_first(claim: NodeClaim, **changes: object) -> NodeClaim:
         if not raced:
-            raced.append(copy.id)
-            current = h.claim(copy.id)
+            raced.append(claim.id)
+            current = h.claim(claim.id)
             write(current, pods=(*current.pods, "pod-late"))
-        return write(copy, **changes)
+        return write(claim, **changes)
 
     h.store.update_claim = packer_first  # type: ignore[method-assign]
     outcome = h.launch(claim.id)

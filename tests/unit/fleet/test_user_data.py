@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import tomllib
+from email.message import Message
 
 import pytest
 import yaml
@@ -34,7 +35,10 @@ def node_config(user_data: str) -> dict:
     """The NodeConfig inside the MIME document, as nodeadm reads it."""
     message = email.message_from_string(user_data)
     assert message.is_multipart()
-    [part] = message.get_payload()
+    parts = message.get_payload()
+    assert isinstance(parts, list)
+    [part] = parts
+    assert isinstance(part, Message)
     assert part.get_content_type() == "application/node.eks.aws"
     return yaml.safe_load(part.get_payload())
 

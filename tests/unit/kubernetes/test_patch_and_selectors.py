@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpu_autoscaler.emulator.kube_objects import NODES, PODS, ApiError
@@ -13,7 +15,7 @@ from gpu_autoscaler.emulator.kube_selectors import (
     selector_from_object,
 )
 
-POD = {
+POD: dict[str, Any] = {
     "metadata": {"name": "p", "labels": {"app": "web"}, "finalizers": ["a"]},
     "spec": {"containers": [{"name": "main", "image": "v1"}, {"name": "side", "image": "s1"}],
              "tolerations": [{"key": "x", "operator": "Exists"}]},

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from gpu_autoscaler.clock import Clock
+    from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.messages import LaunchRequest
 
 
@@ -144,6 +145,16 @@ class FakeStateStore:
 
     def demand_history(self, pool: str, since: datetime) -> list[tuple[datetime, float]]:
         return sorted((b, g) for (p, b), g in self.demand.items() if p == pool and b >= since)
+
+    # Boot times and instance lookups belong to the reconcile, drain and interruption paths, not the packer's.
+    def claim_for_instance(self, instance_id: str) -> NodeClaim | None:
+        raise AssertionError("the packer never looks a claim up by its instance")
+
+    def record_boot_time(self, sample: BootSample, ttl: timedelta) -> None:
+        raise AssertionError("the packer never records boot times")
+
+    def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
+        raise AssertionError("the packer never reads boot times")
 
 
 @dataclass

@@ -22,4 +22,4 @@ def test_a_class_that_cannot_use_a_kind_reweighs_without_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         best = corrected(first, demand, req, kinds, np.array([1.5, 0.1]), [lambda _w: list(first)])
-    assert sum(o.copies * o.counts for o in best).tolist() == [2, 3]
+    assert sum((o.copies * o.counts for o in best), np.zeros_like(demand)).tolist() == [2, 3]

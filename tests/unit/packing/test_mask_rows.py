@@ -14,6 +14,7 @@ from tests.unit.packing.builders import make_catalog, make_config, make_pod, mak
 if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing import Solver
     from gpu_autoscaler.domain.packing.results import Plan
+    from gpu_autoscaler.models.pods import PendingPod
 
 
 def _plan(solver: Solver, pods: list[Any], **kwargs: Any) -> Plan:
@@ -41,7 +42,7 @@ def _cheapest(solver: Solver) -> tuple[str, str, str]:
     return (claim.instance_types[0], claim.zones[0], claim.capacity_type)
 
 
-_CHANGES = {
+_CHANGES: dict[str, tuple[list[PendingPod], list[PendingPod], dict[str, Any]]] = {
     "requests": ([make_pod(gpus=1)], [make_pod(gpus=8, cpu="1")], {}),
     "tolerations": ([make_pod(gpus=1)], [make_pod(gpus=1, tolerate=False)], {}),
     "selector": ([make_pod(gpus=1)], [make_pod(gpus=1, nodeSelector={"topology.kubernetes.io/zone": "us-east-1b"})],

@@ -62,7 +62,7 @@ def pools(draw: st.DrawFn) -> list[dict[str, Any]]:
             pool["gpuSharing"] = {"mode": "time-slicing", "replicas": draw(st.integers(2, 8))}
         elif sharing == "mig":
             pool["gpuSharing"] = {"mode": "mig", "migProfile": "1g.10gb"}
-        limits = {}
+        limits: dict[str, float] = {}
         if draw(st.booleans()):
             limits["gpus"] = draw(st.integers(0, 24))
         if draw(st.booleans()):
@@ -136,8 +136,8 @@ def test_every_plan_is_valid(data: st.DataObject) -> None:
     unavailable = set(data.draw(st.lists(st.tuples(st.sampled_from(sorted(TYPES)), st.sampled_from(ZONES),
                                                    st.sampled_from(["spot", "on-demand"])), max_size=6)))
     for packer in ("ours", "baseline"):
-        extra = {"packer": first_fit_decreasing} if packer == "baseline" else {}
-        solver = Solver(config, catalog, make_solver().clock, **extra)
+        solver = (Solver(config, catalog, make_solver().clock, packer=first_fit_decreasing) if packer == "baseline"
+                  else Solver(config, catalog, make_solver().clock))
         plan = solver.solve(pod_list, claims=live, covered=covered, unavailable=unavailable, source="m")
         check_plan(plan, pod_list, config, catalog, live, unavailable)
         again = solver.solve(pod_list, claims=live, covered=covered, unavailable=unavailable, source="m")

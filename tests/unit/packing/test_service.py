@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,6 +13,9 @@ from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.services.packer import PackerService, WrongCluster
 from tests.unit.packing.builders import NOW, make_catalog, make_claim, make_config, make_gang, make_pod, make_pool
 from tests.unit.packing.fakes import Boom, FakeStateStore, FixedQuotas, RecordingLaunchQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Harness:
@@ -102,9 +105,9 @@ def test_a_claim_whose_pods_were_taken_meanwhile_is_closed_before_launch(h: Harn
     h.store.claims[other.id] = other
     original = h.store.assign_pods
 
-    def taken(claim_id: str, uids: list[str], ttl: timedelta) -> list[str]:
-        original(other.id, uids, ttl)  # another writer got there first
-        return original(claim_id, uids, ttl)
+    def taken(claim_id: str, pod_uids: Sequence[str], ttl: timedelta) -> list[str]:
+        original(other.id, pod_uids, ttl)  # another writer got there first
+        return original(claim_id, pod_uids, ttl)
 
     h.store.assign_pods = taken  # type: ignore[method-assign]
     outcome = h.service.handle(h.document([pod]), source="m-1")
@@ -289,7 +292,11 @@ def test_one_document_reads_the_clusters_claims_and_its_pods_assignments_once(
     reads: list[str] = []
     for name in ("list_claims", "assignments"):
         original = getattr(h.store, name)
-        monkeypatch.setattr(h.store, name, lambda *a, _o=original, _n=name, **k: reads.append(_n) or _o(*a, **k))
+        def counted(*a: Any, _o: Any = original, _n: str = name, **k: Any) -> Any:
+            reads.append(_n)
+            return _o(*a, **k)
+
+        monkeypatch.setattr(h.store, name, counted)
 
     h.service.handle(h.document([make_pod(cpu="2", memory="8Gi") for _ in range(3)]), source="m-2")
 

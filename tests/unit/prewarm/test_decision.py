@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +23,8 @@ from gpu_autoscaler.models.claims import ClaimState
 from .builders import make_claim, make_config, make_pool, make_types, make_window
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gpu_autoscaler.config import Config
 
 START = datetime(2026, 1, 5, 14, tzinfo=UTC)
@@ -75,7 +77,8 @@ class TestWindows:
         assert (need.gpus, need.shapes) == (4, (("4d-t0", 16.0),))
 
     def test_a_pool_with_no_recorded_pods_gets_the_cheapest_gpus(self) -> None:
-        for mixes in (None, {"gpu": {}}):
+        no_pods: tuple[Mapping[str, Mapping[str, float]] | None, ...] = (None, {"gpu": {}})
+        for mixes in no_pods:
             [need] = decide(make_config(), START - timedelta(minutes=8), [], GPUS, mixes=mixes).needs
             assert need.shapes == ()
 
@@ -133,7 +136,7 @@ class TestWindows:
 
 
 class TestForecast:
-    def config(self, **predictive: object) -> Config:
+    def config(self, **predictive: Any) -> Config:
         return make_config(windows=[], enabled=True, **predictive)
 
     def test_launches_the_shortfall_against_all_live_capacity(self) -> None:
@@ -260,7 +263,7 @@ class TestPackerRequest:
 class TestShapedForecast:
     """Headroom in whole pods of the classes that come, against the room the pool has free."""
 
-    def config(self, **predictive: object) -> Config:
+    def config(self, **predictive: Any) -> Config:
         return make_config(windows=[], enabled=True, **predictive)
 
     def test_free_room_on_registered_nodes_is_headroom(self) -> None:

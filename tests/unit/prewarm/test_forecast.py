@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -20,6 +21,9 @@ from gpu_autoscaler.domain.forecast import (
 )
 
 from .builders import MONDAY, office_hours_demand
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.domain.forecast import Forecast
 
 LEAD = timedelta(minutes=8)
 
@@ -65,18 +69,26 @@ class TestHistory:
         assert bucket_start(at(0, 0, 7, )) == at(0, 0, 5)
 
 
+def predicted(forecast: Forecast) -> float:
+    """The GPUs of a forecast the test knows is made (None is for one that is not made: too little history, say)."""
+    assert forecast.gpus is not None, forecast.status
+    return forecast.gpus
+
+
 class TestPattern:
     def test_recovers_a_known_office_hours_pattern(self) -> None:
         # Two weeks of 2 GPUs, plus 10 on weekdays 09:00-17:00 UTC, plus Poisson(1) noise.
         series = DemandSeries.from_array(MONDAY, office_hours_demand(21, noise=1.0))
         forecaster = Forecaster(0.9)
-        busy, quiet, weekend = [], [], []
+        busy: list[float] = []
+        quiet: list[float] = []
+        weekend: list[float] = []
         for day in range(14, 19):  # the third week's weekdays, from the first two weeks
-            busy.append(forecaster.forecast(series, at(day, 8, 55), at(day, 8, 55) + LEAD).gpus)
-            busy.append(forecaster.forecast(series, at(day, 13), at(day, 13) + LEAD).gpus)
-            quiet.append(forecaster.forecast(series, at(day, 3), at(day, 3) + LEAD).gpus)
+            busy.append(predicted(forecaster.forecast(series, at(day, 8, 55), at(day, 8, 55) + LEAD)))
+            busy.append(predicted(forecaster.forecast(series, at(day, 13), at(day, 13) + LEAD)))
+            quiet.append(predicted(forecaster.forecast(series, at(day, 3), at(day, 3) + LEAD)))
         for day in (19, 20):
-            weekend.append(forecaster.forecast(series, at(day, 13), at(day, 13) + LEAD).gpus)
+            weekend.append(predicted(forecaster.forecast(series, at(day, 13), at(day, 13) + LEAD)))
         truth_q90_busy = 12 + 2  # 12 GPUs plus the 90th percentile of Poisson(1) noise (2)
         truth_q90_quiet = 2 + 2
         assert all(abs(g - truth_q90_busy) <= 1.5 for g in busy), busy

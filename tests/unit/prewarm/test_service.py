@@ -43,8 +43,10 @@ class Rig:
         self.queue = RecordingQueue()
         catalog = make_catalog()
         solver = Solver(config, catalog, self.clock)
-        self.service = PrewarmService(config, self.store, self.queue, catalog.instance_types,
-                                      plan_capacity=SolverPlanner(lambda: solver, self.store), clock=self.clock)
+        # MemoryStore holds the StateStore operations prewarm and its planner use, not the whole port.
+        self.service = PrewarmService(config, self.store, self.queue, catalog.instance_types,  # type: ignore[arg-type]
+                                      plan_capacity=SolverPlanner(lambda: solver, self.store),  # type: ignore[arg-type]
+                                      clock=self.clock)
 
     def tick(self, at: datetime | None = None, tick: ScheduleTick = RATE) -> dict[str, Any]:
         if at is not None:

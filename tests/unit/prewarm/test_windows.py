@@ -15,8 +15,8 @@ from .builders import make_config, make_window
 NEW_YORK = ZoneInfo("America/New_York")
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def schedule(lead: timedelta = timedelta(minutes=8), **overrides: object) -> WindowSchedule:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime
+from typing import Any
 
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
 from gpu_autoscaler.models.requirements import terms_match
@@ -24,7 +25,9 @@ def _cluster() -> SimulatedCluster:
 
 
 def _join(cluster: SimulatedCluster, n: int, type_name: str, pool: str) -> SimNode:
-    instance = SimulatedInstance(f"i-{n:04d}", MIXED_CATALOG.get(type_name), "us-east-1a", "on-demand", 1.0, 0.0,
+    instance_type = MIXED_CATALOG.get(type_name)
+    assert instance_type is not None, type_name
+    instance = SimulatedInstance(f"i-{n:04d}", instance_type, "us-east-1a", "on-demand", 1.0, 0.0,
                                  f"claim-{n}", pool)
     return cluster.join(instance, MIXED_CONFIG.pool(pool))
 
@@ -63,7 +66,7 @@ def test_scheduling_a_queue_binds_what_searching_every_pod_binds() -> None:
                 type_name = "g4dn.12xlarge"
             for cluster in clusters:
                 _join(cluster, n, type_name, pool)
-        shapes = [{"gpus": g, "milli": m, "cpu": c} for g, m, c in
+        shapes: list[dict[str, Any]] = [{"gpus": g, "milli": m, "cpu": c} for g, m, c in
                   ((1, 1000, 2000), (1, 500, 2000), (2, 1000, 8000), (4, 1000, 40000), (1, 250, 1000))]
         queues: tuple[list[SimPod], list[SimPod]] = ([], [])
         for i in range(rng.randint(1, 40)):

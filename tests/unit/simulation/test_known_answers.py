@@ -47,7 +47,7 @@ def test_one_pod_waits_for_one_node_and_pays_for_it() -> None:
 
 def test_a_gang_launches_whole_in_one_zone_and_starts_together() -> None:
     catalog = make_catalog()
-    big = {"gpus": 8, "cpu": 64000, "memory": 600_000, "gang": "train", "gang_size": 2}
+    big: dict[str, Any] = {"gpus": 8, "cpu": 64000, "memory": 600_000, "gang": "train", "gang_size": 2}
     trace = make_trace(*(make_pod(i, arrival=0.0, duration=7200.0, **big) for i in range(2)))
     run, result = _run(trace, make_config(), catalog)
     instances = list(run.cloud.instances.values())
@@ -130,7 +130,8 @@ def test_an_underused_node_is_consolidated_once_consolidate_after_has_passed_sin
     nothing in the cluster changes at that moment (the first node's own last pod event came two minutes after
     the second's), and although the cluster had no node at all on the search's first minutes."""
     catalog = make_catalog(("g4dn.xlarge", "g4dn.12xlarge"), spot=False)
-    wide = {"cpu": 6000, "memory": 8192}  # too many vCPUs for a g4dn.xlarge: 4 such pods take one g4dn.12xlarge
+    # too many vCPUs for a g4dn.xlarge: 4 such pods take one g4dn.12xlarge
+    wide: dict[str, Any] = {"cpu": 6000, "memory": 8192}
     first_started, second_started = PACK + QUEUE + BOOT, 1000.0 + PACK + QUEUE + BOOT
     second_settles = second_started + 3600.0  # its three short pods finish
     first_settles = second_settles + 120.0

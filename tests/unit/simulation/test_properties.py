@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from tests.unit.simulation.builders import MIXED_CATALOG as CATALOG
 from tests.unit.simulation.builders import MIXED_CONFIG as CONFIG
 from tests.unit.simulation.builders import make_pod, make_trace
 
-ROUGH = {"insufficient_capacity_rate": 0.3, "spot_monthly_interruption": (0.999,) * 5}
+ROUGH: dict[str, Any] = {"insufficient_capacity_rate": 0.3, "spot_monthly_interruption": (0.999,) * 5}
 """Capacity errors and interruptions often enough that a short trace meets them."""
 
 
@@ -43,7 +44,7 @@ def test_the_same_seed_gives_the_same_report() -> None:
 
 def test_parallel_processes_give_the_same_report_as_one() -> None:
     trace = _mixed_trace()
-    kwargs = {"settings": SimulationSettings(seed=5, **ROUGH), "catalog": CATALOG}
+    kwargs: dict[str, Any] = {"settings": SimulationSettings(seed=5, **ROUGH), "catalog": CATALOG}
     alone = simulate(trace, CONFIG, workers=1, **kwargs).to_json()["policies"]
     side_by_side = simulate(trace, CONFIG, workers=2, **kwargs).to_json()["policies"]
     strip = lambda ps: [{k: v for k, v in p.items() if k != "runSeconds"} for p in ps]  # noqa: E731

@@ -162,8 +162,8 @@ def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_servic
             assert window.first_record is not None and window.values.any()
         yielded.update(cls for cls, _ in got)
         for key, *_ in recorders:
-            values = store.series(key).values
-            lo = rng.randint(0, values.size + 3)
-            hi = rng.randint(lo - 2, values.size + 5)
-            assert store.holds_demand(key, lo, hi) == bool(values[lo:max(lo, hi)].any()), (step, key, lo, hi)
+            held = store.series(key).values
+            lo = rng.randint(0, held.size + 3)
+            hi = rng.randint(lo - 2, held.size + 5)
+            assert store.holds_demand(key, lo, hi) == bool(held[lo:max(lo, hi)].any()), (step, key, lo, hi)
     assert yielded == {"1d-t0", "2d-t1", "8d-t0", "1d-t3"}
