@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
 __all__ = ["allocatable", "bound_node", "capacity", "cordoned", "disruptions_allowed", "instance_id", "instance_nodes",
-           "labels", "list_version", "metadata", "name", "node_name", "node_spec", "node_status", "pod_spec",
+           "labels", "list_version", "metadata", "name", "node_spec", "node_status", "pod_spec",
            "pod_status", "refusal", "taints", "uid"]
 
 
@@ -72,11 +72,6 @@ def uid(obj: _Object) -> str:
     return value
 
 
-def node_name(node: V1Node) -> str:
-    """A Node's `metadata.name`."""
-    return name(node)
-
-
 def labels(obj: _Object) -> dict[str, str]:
     """`metadata.labels`; an object without labels has none (the API server leaves the field out)."""
     return metadata(obj).labels or {}
@@ -85,14 +80,14 @@ def labels(obj: _Object) -> dict[str, str]:
 def node_spec(node: V1Node) -> V1NodeSpec:
     """A Node's `spec`: the API server returns one with every Node."""
     if node.spec is None:
-        raise ValueError(f"node {node_name(node)} has no spec: not one the API server returned")
+        raise ValueError(f"node {name(node)} has no spec: not one the API server returned")
     return node.spec
 
 
 def node_status(node: V1Node) -> V1NodeStatus:
     """A Node's `status`: the API server returns one with every Node."""
     if node.status is None:
-        raise ValueError(f"node {node_name(node)} has no status: not one the API server returned")
+        raise ValueError(f"node {name(node)} has no status: not one the API server returned")
     return node.status
 
 
@@ -100,7 +95,7 @@ def capacity(node: V1Node) -> dict[str, str]:
     """`status.capacity`: the kubelet reports it when it registers the Node."""
     value = node_status(node).capacity
     if value is None:
-        raise ValueError(f"node {node_name(node)} reports no capacity")
+        raise ValueError(f"node {name(node)} reports no capacity")
     return value
 
 
@@ -109,7 +104,7 @@ def allocatable(node: V1Node) -> dict[str, str]:
     `nvidia.com/gpu` joins it once its device plugin has run)."""
     value = node_status(node).allocatable
     if value is None:
-        raise ValueError(f"node {node_name(node)} reports nothing allocatable")
+        raise ValueError(f"node {name(node)} reports nothing allocatable")
     return value
 
 
@@ -127,14 +122,14 @@ def instance_id(node: V1Node) -> str:
     """The EC2 instance the node runs on: the last part of its `spec.providerID`."""
     provider_id = node_spec(node).provider_id
     if not provider_id:
-        raise ValueError(f"node {node_name(node)} has no providerID")
+        raise ValueError(f"node {name(node)} has no providerID")
     return provider_id.rsplit("/", 1)[1]
 
 
 def instance_nodes(nodes: Iterable[V1Node]) -> dict[str, str]:
     """Instance id → node name, for the nodes that have a providerID (every node the emulator's kubelet
     registered: it sets the field when it creates the Node)."""
-    return {instance_id(n): node_name(n) for n in nodes if node_spec(n).provider_id}
+    return {instance_id(n): name(n) for n in nodes if node_spec(n).provider_id}
 
 
 def pod_spec(pod: V1Pod) -> V1PodSpec:

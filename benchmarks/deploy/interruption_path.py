@@ -95,7 +95,7 @@ def _launch_node(aws: EmbeddedAws, kube: LocalKubernetes, store: DynamoStateStor
     kube.add_instance(instance, boot_delay=timedelta(0))
     core = client.CoreV1Api(kube.client())
     deadline = time.monotonic() + 30
-    while not any(kube_reads.node_name(n) == instance.name for n in core.list_node().items):
+    while not any(kube_reads.name(n) == instance.name for n in core.list_node().items):
         if time.monotonic() > deadline:
             raise SystemExit("the node never joined")
         time.sleep(0.05)

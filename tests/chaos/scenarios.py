@@ -237,7 +237,7 @@ def _capacity_types(rig: ChaosRig, names: set[str]) -> dict[str, str]:
     """Pod name → the capacity type of the node it is bound to."""
     from gpu_autoscaler.models import labels as L
 
-    nodes = {kube_reads.node_name(n): kube_reads.labels(n).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
+    nodes = {kube_reads.name(n): kube_reads.labels(n).get(L.CAPACITY_TYPE, "") for n in rig.core.list_node().items}
     return {p.metadata.name: nodes.get(p.spec.node_name, "") for p in rig.pods()
             if p.metadata.name in names and p.spec.node_name}
 

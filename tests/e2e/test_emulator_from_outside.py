@@ -130,7 +130,7 @@ def test_pods_launch_instances_nodes_join_and_pods_bind(emulator: dict[str, Any]
     tags = _tags(launched[0])
     assert tags[TAG_CLUSTER] == "ml-prod"
     assert tags[TAG_NODE_POOL]
-    nodes = {kube_reads.node_name(n): n for n in core.list_node().items}
+    nodes = {kube_reads.name(n): n for n in core.list_node().items}
     claimed = {i["InstanceId"] for i in launched}
     for pod in pods:
         node = nodes[kube_reads.bound_node(pod)]
@@ -160,7 +160,7 @@ def test_a_spot_warning_on_the_bus_drains_and_replaces_the_node(emulator: dict[s
     }])
 
     def cordoned_or_gone() -> bool:
-        node = next((n for n in core.list_node().items if kube_reads.node_name(n) == nodes[victim]), None)
+        node = next((n for n in core.list_node().items if kube_reads.name(n) == nodes[victim]), None)
         return node is None or kube_reads.cordoned(node)
 
     _wait(cordoned_or_gone, what=f"node {nodes[victim]} to be cordoned")

@@ -85,7 +85,7 @@ def test_a_gang_created_with_small_pods_binds_after_one_boot_and_no_node_is_wast
         assert all(pods.values()), f"not every pod was bound: {pods}"
         assert gang_bound * SPEED <= BOOT_SECONDS + 60, f"gang bound after {gang_bound * SPEED:.0f} emulated s"
 
-        nodes = {kube_reads.node_name(n): n for n in core.list_node().items}
+        nodes = {kube_reads.name(n): n for n in core.list_node().items}
         used = set(pods.values())
         # What EC2 says is running for the cluster (claim tags are added just after a gang's launch, so the
         # emulator's snapshot of an instance taken at launch may not hold them yet).

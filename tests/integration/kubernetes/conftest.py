@@ -123,4 +123,4 @@ def pod_condition(core: client.CoreV1Api, name: str, namespace: str = "default")
 
 
 def node_names(core: client.CoreV1Api) -> list[str]:
-    return sorted(kube_reads.node_name(n) for n in core.list_node().items)
+    return sorted(kube_reads.name(n) for n in core.list_node().items)
