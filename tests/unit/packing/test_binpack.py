@@ -145,7 +145,8 @@ def test_residual_fill_takes_runs_exactly_as_one_pod_at_a_time(seed: int) -> Non
                 start = np.zeros(n_classes, np.int64)
                 start[lead] = 1
             expected = one_pod_at_a_time(kind, w, rem, req, k, start)
-            assert np.array_equal(_fill_residual(kind, w, rem, req, k, start), expected)
+            holds = k.feasible[:, kind] & (req <= cap[kind]).all(axis=1)
+            assert np.array_equal(_fill_residual(kind, w, rem, req, k, holds, start), expected)
 
 
 def test_small_pods_fill_the_room_bulky_pods_leave() -> None:

@@ -131,27 +131,29 @@ def _take_in_order(order: np.ndarray, req: np.ndarray, limit: np.ndarray, free: 
 
 
 def _fills_led_by_each(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, share: np.ndarray,
-                       wide: bool = False) -> list[np.ndarray]:
+                       holds: np.ndarray, wide: bool = False) -> list[np.ndarray]:
     """Fills of kind `k` that start with as many pods as fit of one of its bulkiest classes, then the residual.
 
     A fill that takes the best-scoring pod each step can stop one bulky pod short of a much better node
     (two 220 GiB pods and small ones, where three and small ones fit); leading with each bulky class
     in turn finds those. `wide` also leads with one pod fewer than fit: one 4-GPU pod beside two
     2-GPU 192 GiB pods on an 8-GPU node, where two 4-GPU pods or three 192 GiB ones fill it alone.
-    `share`: [C] each class's bottleneck share of the kind's room (`_bottleneck_shares`).
+    `share`: [C] each class's bottleneck share of the kind's room (`_bottleneck_shares`); `holds`: see
+    `_fill_residual`.
     """
-    bulky = [int(c) for c in np.argsort(-share) if rem[c] > 0 and kinds.feasible[c, k] and share[c] <= 1.0]
+    by_share = np.argsort(-share)
+    bulky = by_share[((rem > 0) & kinds.feasible[:, k] & (share <= 1.0))[by_share]][:_LEADERS].tolist()
     out = []
-    for c in bulky[:_LEADERS]:
+    for c in bulky:
         most = min(int(rem[c]), int(1.0 // share[c]) if share[c] > 0 else int(rem[c]))
         for n in (most, most - 1) if wide and most > 1 else (most,):
             lead = np.zeros(req.shape[0], np.int64)
             lead[c] = n
-            out.append(_fill_residual(k, w, rem, req, kinds, lead))
+            out.append(_fill_residual(k, w, rem, req, kinds, holds, lead))
     return out
 
 
-def _fill_residual(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds,
+def _fill_residual(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, holds: np.ndarray,
                    start: np.ndarray | None = None) -> np.ndarray:
     """One node of kind `k`, a pod at a time: the pod worth most per share of the room still free.
 
@@ -165,11 +167,13 @@ def _fill_residual(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kind
     span that doubles while the class keeps winning), and the run is taken up to the first step that
     would pick another class. The picks are exactly those of one pod at a time (room is whole numbers,
     exact in float64; a class fits exactly when its share of the free room is at most 1).
+
+    `holds`: [C] the classes an empty node of kind `k` may hold (`_Fills.holds`): only those with pods left
+    can ever be picked.
     """
     counts = np.zeros(req.shape[0], np.int64) if start is None else start.copy()
     free = kinds.cap[k].astype(np.float64) - counts @ req
-    # Only classes the kind may hold, with pods left, and that fit an empty node of it, can ever be picked.
-    live = np.flatnonzero(kinds.feasible[:, k] & (rem > counts) & (req <= kinds.cap[k]).all(axis=1))
+    live = np.flatnonzero(holds & (rem > counts))
     if live.size == 0:
         return counts
     reqf = req[live].astype(np.float64)
@@ -390,6 +394,7 @@ class _Fills:
         self._led: dict[int, list[np.ndarray]] = {}
         self._bounds: dict[int, tuple[int, float, bool]] = {}
         """Per kind: the demand left when its bound was computed, the bound, whether it counts pods."""
+        self._holds: dict[int, np.ndarray] = {}
 
     def plain(self, k: int, rem: np.ndarray, best_eff: float) -> list[np.ndarray]:
         """A fill in this kind's own density order and a fill by residual score, unless (in a wide search)
@@ -400,7 +405,7 @@ class _Fills:
                 return []
             plain = [
                 _fill_one(k, self._order(k), rem, self.req, self.kinds, self.nz),
-                _fill_residual(k, self.w, rem, self.req, self.kinds),
+                _fill_residual(k, self.w, rem, self.req, self.kinds, self.holds(k)),
             ]
             self._plain[k] = plain
         return plain
@@ -411,9 +416,17 @@ class _Fills:
         if led is None or _stale(led, rem):
             if self.wide and not self._may_beat(k, rem, best_eff):
                 return []
-            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.shares[k], self.wide)
+            led = _fills_led_by_each(k, self.w, rem, self.req, self.kinds, self.shares[k], self.holds(k), self.wide)
             self._led[k] = led
         return led
+
+    def holds(self, k: int) -> np.ndarray:
+        """[C] the classes an empty node of kind `k` may hold: allowed there and within its room. Fixed for the
+        greedy's run, and asked by every residual fill of the kind (hundreds per tier of a large burst)."""
+        found = self._holds.get(k)
+        if found is None:
+            found = self._holds[k] = self.kinds.feasible[:, k] & (self.req <= self.kinds.cap[k]).all(axis=1)
+        return found
 
     def _order(self, k: int) -> np.ndarray:
         """Kind `k`'s density order: it depends only on the weights, fixed for the greedy's run."""
@@ -438,9 +451,9 @@ class _Fills:
             # beat `best_eff` settles it without being computed again.
             return False
         if found is None or found[0] != left:
-            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, counted=False), False)
+            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, self.holds(k), counted=False), False)
         if self._beats(k, found[1], best_eff) and not found[2]:
-            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, counted=True), True)
+            found = (left, _value_bound(k, self.w, rem, self.req, self.kinds, self.holds(k), counted=True), True)
         self._bounds[k] = found
         return self._beats(k, found[1], best_eff)
 
@@ -449,15 +462,16 @@ class _Fills:
         return bound > _EPS and self.kinds.price[k] / bound < best_eff - _EPS
 
 
-def _value_bound(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, *, counted: bool) -> float:
-    """An upper bound on the weight one node of kind `k` can hold from `rem`.
+def _value_bound(k: int, w: np.ndarray, rem: np.ndarray, req: np.ndarray, kinds: Kinds, holds: np.ndarray, *,
+                 counted: bool) -> float:
+    """An upper bound on the weight one node of kind `k` can hold from `rem` (`holds`: see `_fill_residual`).
 
     Per resource every class needs (pods always): the node's room in it times the best weight per unit
     of it; with `counted`, the fractional knapsack over that resource alone (classes by weight per unit,
     whole counts until the room runs out, then a fraction). The least over the resources. On a one-GPU
     kind either is the weightiest class that fits, which a fill reaches.
     """
-    live = kinds.feasible[:, k] & (rem > 0) & (req <= kinds.cap[k]).all(axis=1)
+    live = holds & (rem > 0)
     if not live.any():
         return 0.0
     need = req[live]
