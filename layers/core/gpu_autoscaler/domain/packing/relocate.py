@@ -52,8 +52,11 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
     # Computed once per pattern, not per copy (a 10,000-pod burst: 131 patterns of 3,452 nodes).
     room = np.repeat(_room(pattern_free, req, kinds, pattern_kind), copies, axis=0)
     total = room.sum(axis=0)
-    for d in np.lexsort((counts.sum(axis=1), price)):
-        key = (int(kind[d]), counts[d].tobytes())
+    # Each node's (kind, contents), kept as they change: most nodes are copies skipped on it at once.
+    keys = [key for key, n in zip(((int(k), c.tobytes()) for k, c, _ in opened), copies, strict=True)
+            for _ in range(n)]
+    for d in np.lexsort((counts.sum(axis=1), price)).tolist():
+        key = keys[d]
         if key in failed:
             continue
         present = counts[d] > 0
@@ -72,6 +75,8 @@ def empty_into_holes(opened: Sequence[Node], req: np.ndarray, kinds: Kinds) -> l
         counts[d] = 0
         moved = True
         touched = sorted({r for r, _, _ in placed})
+        for r in touched:
+            keys[r] = (int(kind[r]), counts[r].tobytes())
         room[touched] = _room(free[touched], req, kinds, kind[touched])
         room[d] = 0
         total = room.sum(axis=0)
