@@ -73,9 +73,9 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
     classes: list[PodClass] = []
     for pod in pods:
         # Plain tuples, not the models themselves: hashing and comparing a thousand pods' pydantic
-        # tolerations costs more than the rest of the grouping. Tolerations by identity: a document's
-        # equal lists of them are one tuple of models (`PendingPod` shares them), and equal ones that are
-        # not still meet in `by_canonical`.
+        # tolerations costs more than the rest of the grouping. Tolerations by the identity of their tuple:
+        # a document's equal lists of them are one tuple of models (`PendingPod` shares them), and equal
+        # ones that are not still meet in `by_canonical`.
         affinity = pod.required_node_affinity
         group = pod.pod_group
         spread = tuple([(t.topology_key, t.max_skew, t.when_unsatisfiable, tuple(sorted(t.zone_counts.items())))
@@ -85,7 +85,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
             tuple(pod.node_selector.items()) if pod.node_selector else (),
             tuple([tuple([(r.key, r.operator, r.values) for r in term.match_expressions]) for term in affinity])
             if affinity else (),
-            tuple([id(t) for t in pod.tolerations]),
+            id(pod.tolerations),
             pod.priority,
             (pod.namespace, group.name) if group else None,
             spread,

@@ -84,13 +84,14 @@ class SolvePass:
         fresh: list[PendingPod] = []
         seen: set[str] = set()
         for pod in pods:
-            if pod.uid in seen:
+            uid = pod.uid
+            if uid in seen:
                 continue
-            seen.add(pod.uid)
-            claim_id = covered.get(pod.uid)
+            seen.add(uid)
+            claim_id = covered.get(uid)
             # Only a live claim covers a pod: an assignment to one that is gone, draining or unknown does not.
             if claim_id is not None and claim_id in live_ids:
-                self.covered[pod.uid] = claim_id
+                self.covered[uid] = claim_id
             else:
                 fresh.append(pod)
         self.unschedulable: list[Unschedulable] = []
@@ -114,8 +115,11 @@ class SolvePass:
     # Setup
 
     def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
-        """Pods pinned to their volumes' zones; those the agent or their volumes rule out are unschedulable."""
+        """Pods pinned to their volumes' zones, asking for their DRA devices and one-per-node room as for
+        resources; those the agent or their volumes rule out are unschedulable. One pass over the pods (a
+        burst's ten thousand)."""
         out = []
+        zoned = False
         for pod in pods:
             if pod.unplannable:
                 self.unschedulable.append(Unschedulable(pod.uid, pod.key, pod.unplannable))
@@ -123,10 +127,11 @@ class SolvePass:
                 self.unschedulable.append(Unschedulable(
                     pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
             else:
+                if pod.device_requests or pod.pod_anti_affinity:
+                    pod = with_requests(pod, {**device_totals(pod), **one_per_node(pod)})
+                zoned = zoned or bool(pod.volume_zones)
                 out.append(pod)
-        out = [with_requests(p, {**device_totals(p), **one_per_node(p)})
-               if p.device_requests or p.pod_anti_affinity else p for p in out]
-        return with_volume_zones(out) if any(p.volume_zones for p in out) else out
+        return with_volume_zones(out) if zoned else out
 
     def _classify(self, pods: list[PendingPod]) -> None:
         solver = self.s
@@ -137,6 +142,8 @@ class SolvePass:
             [[c.requests[n] for n in self.names] for c in self.classes], np.int64
         ).reshape(len(self.classes), len(self.names))
         self.rem = np.array([c.count for c in self.classes], np.int64)
+        self.ungrouped = np.array([c.gang is None for c in self.classes], bool)
+        """[C] classes outside gangs (`gangs` places the others)."""
         self._taken = [0] * len(self.classes)
         self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
         self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
@@ -316,10 +323,7 @@ class SolvePass:
 
     def _place_classes(self, view: PoolView, capacity_type: CapacityType, tier: np.ndarray) -> None:
         masks = self.ok[view.position]
-        rows = [
-            c for c, cls in enumerate(self.classes)
-            if cls.gang is None and self.rem[c] > 0 and masks[c, tier].any()
-        ]
+        rows = np.flatnonzero(self.ungrouped & (self.rem > 0) & masks[:, tier].any(axis=1)).tolist()
         if not rows:
             return
         row_index = np.asarray(rows, np.int64)
