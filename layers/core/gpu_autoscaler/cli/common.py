@@ -131,9 +131,11 @@ def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
     """The result on stdout: JSON (indented), YAML, or the command's table.
 
     JSON is written by pydantic-core's serializer: the standard library's encoder runs in pure Python once
-    asked to indent (52 ms of `plan`'s 10,000-pod answer, 7 ms here), and text stays as written (UTF-8)."""
+    asked to indent (52 ms of `plan`'s 10,000-pod answer, 7 ms here), and text stays as written (UTF-8). Its
+    bytes go to stdout as they are: as text they would be decoded, searched for colour codes (JSON escapes
+    control characters, so it has none) and encoded again, three copies of a 2 MB answer (~2 ms)."""
     if output is Output.json:
-        typer.echo(to_json(data, indent=2, fallback=str).decode())
+        typer.echo(to_json(data, indent=2, fallback=str))
     elif output is Output.yaml:
         import yaml
 
