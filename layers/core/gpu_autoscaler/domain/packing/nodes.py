@@ -5,14 +5,13 @@ Shared by the pass (`solver`) and the placement steps it hands work to (`gangs`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np  # noqa: TC002 (dataclass fields)
 
 if TYPE_CHECKING:
     from gpu_autoscaler.config import CapacityType, NodePool
-    from gpu_autoscaler.models.pods import PendingPod
 
 __all__ = ["CANDIDATE_PRICE_CEILING", "MAX_CANDIDATES", "Candidates", "NewNode", "PoolView", "TierArrays"]
 
@@ -76,4 +75,3 @@ class NewNode:
     candidates: Candidates
     counts: np.ndarray
     gang: str | None = None
-    pods: list[PendingPod] = field(default_factory=list)

@@ -108,7 +108,8 @@ class SolvePass:
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
         self.failures: dict[tuple[int, int], str] = {}
         self._tiers: dict[tuple[int, str], TierArrays] = {}
-        self.nodes: list[NewNode] = []
+        self.opened: list[tuple[NewNode, list[list[PendingPod]]]] = []
+        """Nodes opened, each with the pods of each of its copies (`_open_copies` opens a pattern's at once)."""
         self.existing: dict[str, list[str]] = {}
         self._charge_live_claims()
 
@@ -486,66 +487,63 @@ class SolvePass:
         """Record an admitted node and take its pods out of the remaining demand."""
         if node.candidates.reservation_position >= 0:
             self.reserved_left[node.candidates.reservation_position] -= 1
-        node.pods = [p for c in np.flatnonzero(node.counts) for p in self.take(int(c), int(node.counts[c]))]
-        self.nodes.append(node)
+        self.opened.append((node, [[p for c in np.flatnonzero(node.counts)
+                                     for p in self.take(int(c), int(node.counts[c]))]]))
 
     def _open_copies(self, node: NewNode, present: np.ndarray, copies: int) -> None:
-        """`_open` for `copies` nodes like `node` (no reservation), taking each class's pods in one go."""
+        """`open_node` for `copies` nodes like `node` (no reservation), taking each class's pods in one go."""
         if copies <= 0:
             return
         taken = [(self.take(int(c), int(node.counts[c]) * copies), int(node.counts[c])) for c in present]
-        for i in range(copies):
-            pods = [p for block, n in taken for p in block[i * n:(i + 1) * n]]
-            self.nodes.append(NewNode(node.pool, node.capacity_type, node.candidates, node.counts, node.gang, pods))
+        self.opened.append((node, [[p for block, n in taken for p in block[i * n:(i + 1) * n]]
+                                   for i in range(copies)]))
 
     # Output
 
     def _claims(self) -> list[NodeClaim]:
-        """One NodeClaim per node. Copies of one pattern (the same candidates, counts, pool, capacity type and
-        gang: a burst's thousands of nodes are a few hundred patterns) differ only in id, pods and reason, so
-        the first is validated and the others are copies of it with those replaced, each with its own
-        attributes as validation would give it (the 10,000-pod benchmark: 4,477 claims of 256 patterns)."""
+        """One NodeClaim per node. The copies of one opened pattern (a burst's thousands of nodes are a few
+        hundred patterns: the 10,000-pod benchmark's 4,477 claims, 256) differ only in id, pods and reason, so
+        the first is validated and the others are copies of it with those replaced, each with its own attributes
+        as validation would give it."""
         cluster = self.s.config.cluster_name
         claims = []
-        first_of: dict[tuple[int, bytes, int, str, str | None], NodeClaim] = {}
         pool_names = [view.pool.name for view in self.s.pools]
-        for node in self.nodes:
-            pods = node.pods
-            uids = tuple([p.uid for p in pods])
+        for node, copies in self.opened:
             pool = pool_names[node.pool]
-            key = (id(node.candidates), node.counts.tobytes(), node.pool, node.capacity_type, node.gang)
-            first = first_of.get(key)
-            if first is not None:
-                claims.append(first.model_copy(update={
-                    "id": claim_id(self.source, pool, node.capacity_type, uids),
-                    "pods": uids,
-                    "reason": _reason_text(pods),
-                    "attributes": dict(first.attributes),
-                }))
-                continue
-            cand = node.candidates
-            used = node.counts @ self.req
-            attributes = {
-                REQUESTS_ATTRIBUTE: requests_attribute(dict(zip(self.names, (int(v) for v in used), strict=True))),
-            }
-            if self.source:
-                attributes[SOURCE_ATTRIBUTE] = self.source
-            first = first_of[key] = NodeClaim(
-                cluster=cluster,
-                id=claim_id(self.source, pool, node.capacity_type, uids),
-                pool=pool,
-                capacity_type=node.capacity_type,
-                zones=cand.zones,
-                instance_types=tuple(self.idx.types[t].name for t in cand.types),
-                price_per_hour=cand.prices[0],
-                pods=uids,
-                gang=node.gang,
-                created_at=self.now,
-                reservation_id=cand.reservation,
-                reason=_reason_text(pods),
-                attributes=attributes,
-            )
-            claims.append(first)
+            first: NodeClaim | None = None
+            for pods in copies:
+                uids = tuple([p.uid for p in pods])
+                if first is not None:
+                    claims.append(first.model_copy(update={
+                        "id": claim_id(self.source, pool, node.capacity_type, uids),
+                        "pods": uids,
+                        "reason": _reason_text(pods),
+                        "attributes": dict(first.attributes),
+                    }))
+                    continue
+                cand = node.candidates
+                used = node.counts @ self.req
+                attributes = {
+                    REQUESTS_ATTRIBUTE: requests_attribute(dict(zip(self.names, (int(v) for v in used), strict=True))),
+                }
+                if self.source:
+                    attributes[SOURCE_ATTRIBUTE] = self.source
+                first = NodeClaim(
+                    cluster=cluster,
+                    id=claim_id(self.source, pool, node.capacity_type, uids),
+                    pool=pool,
+                    capacity_type=node.capacity_type,
+                    zones=cand.zones,
+                    instance_types=tuple(self.idx.types[t].name for t in cand.types),
+                    price_per_hour=cand.prices[0],
+                    pods=uids,
+                    gang=node.gang,
+                    created_at=self.now,
+                    reservation_id=cand.reservation,
+                    reason=_reason_text(pods),
+                    attributes=attributes,
+                )
+                claims.append(first)
         return claims
 
 def _matches(cls: PodClass, labels: Mapping[str, str]) -> bool:
