@@ -11,7 +11,7 @@ once, for mypy, wherever the tests and the benchmarks read those fields, and nam
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -34,6 +34,8 @@ __all__ = ["allocatable", "bound_node", "capacity", "cordoned", "disruptions_all
            "labels", "list_version", "metadata", "name", "node_spec", "node_status", "pod_spec",
            "pod_status", "refusal", "taints", "uid"]
 
+T = TypeVar("T")
+
 
 class _Object(Protocol):
     """Any object the API server stores (Pod, Node, Event, ...): what these reads need of it is its metadata."""
@@ -49,27 +51,27 @@ class _Listing(Protocol):
     def metadata(self) -> V1ListMeta | None: ...
 
 
+def _given(value: T | None, what: str) -> T:
+    """`value`, which the API server always returns; if it ever does not, an error that names what is missing
+    rather than an AttributeError on None further on."""
+    if value is None:
+        raise ValueError(f"{what}: not one the API server returned")
+    return value
+
+
 def metadata(obj: _Object) -> V1ObjectMeta:
     """`metadata`: every object the API server returns has it."""
-    if obj.metadata is None:
-        raise ValueError(f"a {type(obj).__name__} without metadata: not one the API server returned")
-    return obj.metadata
+    return _given(obj.metadata, f"a {type(obj).__name__} without metadata")
 
 
 def name(obj: _Object) -> str:
     """`metadata.name` (the server fills it from `generateName` when a request has only that)."""
-    value = metadata(obj).name
-    if value is None:
-        raise ValueError(f"a {type(obj).__name__} without a name: not one the API server returned")
-    return value
+    return _given(metadata(obj).name, f"a {type(obj).__name__} without a name")
 
 
 def uid(obj: _Object) -> str:
     """`metadata.uid`: the server gives every object one when it creates it."""
-    value = metadata(obj).uid
-    if value is None:
-        raise ValueError(f"{type(obj).__name__} {name(obj)} has no uid: not one the API server returned")
-    return value
+    return _given(metadata(obj).uid, f"{type(obj).__name__} {name(obj)} has no uid")
 
 
 def labels(obj: _Object) -> dict[str, str]:
@@ -79,33 +81,23 @@ def labels(obj: _Object) -> dict[str, str]:
 
 def node_spec(node: V1Node) -> V1NodeSpec:
     """A Node's `spec`: the API server returns one with every Node."""
-    if node.spec is None:
-        raise ValueError(f"node {name(node)} has no spec: not one the API server returned")
-    return node.spec
+    return _given(node.spec, f"node {name(node)} has no spec")
 
 
 def node_status(node: V1Node) -> V1NodeStatus:
     """A Node's `status`: the API server returns one with every Node."""
-    if node.status is None:
-        raise ValueError(f"node {name(node)} has no status: not one the API server returned")
-    return node.status
+    return _given(node.status, f"node {name(node)} has no status")
 
 
 def capacity(node: V1Node) -> dict[str, str]:
     """`status.capacity`: the kubelet reports it when it registers the Node."""
-    value = node_status(node).capacity
-    if value is None:
-        raise ValueError(f"node {name(node)} reports no capacity")
-    return value
+    return _given(node_status(node).capacity, f"node {name(node)} reports no capacity")
 
 
 def allocatable(node: V1Node) -> dict[str, str]:
     """`status.allocatable`: the kubelet reports it when it registers the Node (an extended resource such as
     `nvidia.com/gpu` joins it once its device plugin has run)."""
-    value = node_status(node).allocatable
-    if value is None:
-        raise ValueError(f"node {name(node)} reports nothing allocatable")
-    return value
+    return _given(node_status(node).allocatable, f"node {name(node)} reports nothing allocatable")
 
 
 def taints(node: V1Node) -> list[V1Taint]:
@@ -134,24 +126,20 @@ def instance_nodes(nodes: Iterable[V1Node]) -> dict[str, str]:
 
 def pod_spec(pod: V1Pod) -> V1PodSpec:
     """A Pod's `spec` (its `nodeName` once bound): the API server returns one with every Pod."""
-    if pod.spec is None:
-        raise ValueError(f"pod {name(pod)} has no spec: not one the API server returned")
-    return pod.spec
+    return _given(pod.spec, f"pod {name(pod)} has no spec")
 
 
 def bound_node(pod: V1Pod) -> str:
     """`spec.nodeName` of a pod the caller knows is bound (to look its node up); an unbound pod is an error here."""
     node = pod_spec(pod).node_name
     if node is None:
-        raise ValueError(f"pod {name(pod)} is not bound to a node")
+        raise ValueError(f"pod {name(pod)} is not bound to a node")  # the caller's expectation, not the server's
     return node
 
 
 def pod_status(pod: V1Pod) -> V1PodStatus:
     """A Pod's `status` (its phase and conditions): the API server sets one when it creates the Pod."""
-    if pod.status is None:
-        raise ValueError(f"pod {name(pod)} has no status: not one the API server returned")
-    return pod.status
+    return _given(pod.status, f"pod {name(pod)} has no status")
 
 
 def refusal(error: ApiException) -> dict[str, Any]:
@@ -171,7 +159,5 @@ def disruptions_allowed(budget: V1PodDisruptionBudget) -> int | None:
 
 def list_version(listing: _Listing) -> str:
     """A list's `metadata.resourceVersion`: where a watch starts to see every later change."""
-    version = listing.metadata.resource_version if listing.metadata is not None else None
-    if version is None:
-        raise ValueError("a list without a resourceVersion: not one the API server returned")
-    return version
+    return _given(listing.metadata.resource_version if listing.metadata is not None else None,
+                  "a list without a resourceVersion")
