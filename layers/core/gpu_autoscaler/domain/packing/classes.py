@@ -57,8 +57,8 @@ class PodClass:
 
 
 def _plain(value: object) -> object:
-    """A model as the tuple of its fields' values (nested models and tuples likewise): equal exactly when the
-    models are."""
+    """A model as the tuple of its fields' values (nested models and tuples likewise): for models of one type,
+    equal exactly when they are."""
     if isinstance(value, BaseModel):
         return tuple(_plain(getattr(value, name)) for name in type(value).model_fields)
     if isinstance(value, tuple):
