@@ -8,7 +8,6 @@ share them are one class with a count, and the work per pass grows with the clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -38,6 +37,11 @@ class PodClass:
     tolerations: tuple[Toleration, ...]
     priority: int
     gang: str | None
+    constraint_key: tuple[object, ...]
+    """What decides where the class may go (not how much room it takes): its node selector, affinity and
+    tolerations in plain tuples of the models' fields (`_plain`). The solver files class rows and selector masks
+    under it, and `classify` groups by it: hashing and comparing the pydantic models themselves there made a
+    consolidation replay ~4 % slower."""
     pods: list[PendingPod] = field(default_factory=list)
 
     @property
@@ -47,13 +51,6 @@ class PodClass:
     @property
     def example(self) -> PendingPod:
         return self.pods[0]
-
-    @cached_property
-    def constraint_key(self) -> tuple[object, ...]:
-        """What decides where the class may go (not how much room it takes), in plain tuples of the models'
-        fields: the solver files class rows and selector masks under it, and hashing and comparing the pydantic
-        models themselves there made a consolidation replay ~4 % slower."""
-        return (self.node_selector, _plain(self.affinity), _plain(self.tolerations))
 
 
 def _plain(value: object) -> object:
@@ -94,8 +91,8 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
         if found is None:
             requests = pod_requests(pod)
             selector = tuple(sorted(pod.node_selector.items()))
-            canonical = (requests, selector, pod.required_node_affinity, pod.tolerations, pod.priority, pod.gang,
-                         spread)
+            constraint = (selector, _plain(pod.required_node_affinity), _plain(pod.tolerations))
+            canonical = (requests, constraint, pod.priority, pod.gang, spread)
             found = by_canonical.get(canonical)
             if found is None:
                 found = PodClass(
@@ -106,6 +103,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
                     tolerations=pod.tolerations,
                     priority=pod.priority,
                     gang=pod.gang,
+                    constraint_key=constraint,
                 )
                 classes.append(found)
                 by_canonical[canonical] = found
