@@ -3,7 +3,7 @@ consolidation must leave alone because an eviction would be refused now."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes import client
@@ -12,7 +12,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets, selector_matches
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from tests import kube_reads
-from tests.integration.kubernetes.conftest import make_instance, make_pod, wait_for
+from tests.integration.kubernetes.conftest import make_budget, make_instance, make_pod, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,12 +24,6 @@ def kube() -> Iterator[LocalKubernetes]:
         yield local
 
 
-def budget(name: str, selector: dict[str, Any], **spec: Any) -> client.V1PodDisruptionBudget:
-    return client.V1PodDisruptionBudget.model_validate({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
-        "spec": {"selector": selector, **spec}})
-
-
 def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes) -> None:
     api = kube.client()
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
@@ -38,9 +32,9 @@ def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes)
         core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": app})))
     cluster = KubernetesCluster(api)
     wait_for(lambda: sum(p.phase == "Running" for p in cluster.list_pods()) == 3, what="pods running")
-    policy.create_namespaced_pod_disruption_budget("default", budget("db", {"matchLabels": {"app": "db"}},
+    policy.create_namespaced_pod_disruption_budget("default", make_budget("db", {"matchLabels": {"app": "db"}},
                                                                      minAvailable=2))
-    policy.create_namespaced_pod_disruption_budget("default", budget("web", {"matchExpressions": [
+    policy.create_namespaced_pod_disruption_budget("default", make_budget("web", {"matchExpressions": [
         {"key": "app", "operator": "In", "values": ["web"]}]}, maxUnavailable=1))
     wait_for(lambda: kube_reads.disruptions_allowed(
         policy.read_namespaced_pod_disruption_budget("web", "default")) == 1, what="budget status")

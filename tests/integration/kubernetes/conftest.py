@@ -114,6 +114,14 @@ def make_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
 
 
+def make_budget(name: str, selector: dict[str, Any], **spec: Any) -> client.V1PodDisruptionBudget:
+    """A PodDisruptionBudget in `default`: `selector` is its label selector (`matchLabels`, `matchExpressions`),
+    `spec` the rest (`minAvailable`, `maxUnavailable`)."""
+    return client.V1PodDisruptionBudget.model_validate({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"selector": selector, **spec}})
+
+
 def pod_condition(core: client.CoreV1Api, name: str, namespace: str = "default") -> dict[str, Any] | None:
     pod = core.read_namespaced_pod(name, namespace)
     for condition in kube_reads.pod_status(pod).conditions or ():

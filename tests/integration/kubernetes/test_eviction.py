@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests import kube_reads
-from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names, wait_for
+from tests.integration.kubernetes.conftest import make_budget, make_instance, make_pod, node_names, wait_for
 
 if TYPE_CHECKING:
     from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
@@ -30,12 +30,6 @@ def _pod(cluster: KubernetesCluster, name: str) -> ClusterPod:
     return next(p for p in cluster.list_pods() if p.name == name)
 
 
-def _budget(name: str, selector: dict[str, str], **spec: Any) -> client.V1PodDisruptionBudget:
-    return client.V1PodDisruptionBudget.model_validate({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
-        "spec": {"selector": {"matchLabels": selector}, **spec}})
-
-
 def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
     core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster, api: client.ApiClient,
 ) -> None:
@@ -43,8 +37,8 @@ def test_an_eviction_blocked_by_a_budget_is_429_until_the_budget_allows_it(
     for name in ("web-0", "web-1"):
         core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": "web"})))
     _running(core, "web-0", "web-1")
-    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("web", {"app": "web"},
-                                                                                       minAvailable=2))
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        "default", make_budget("web", {"matchLabels": {"app": "web"}}, minAvailable=2))
     outcome = cluster.evict(_pod(cluster, "web-0"))
     assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)
     assert "needs 2 healthy pods and has 2 currently" in outcome.message
@@ -74,8 +68,8 @@ def test_a_percentage_budget_and_a_pending_pod(core: client.CoreV1Api, kube: Loc
     _running(core, "a", "b", "c", "d")
     core.create_namespaced_pod("default", client.V1Pod.model_validate(
         make_pod("queued", labels={"app": "batch"}, gpus=8)))
-    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("default", _budget("batch", {"app": "batch"},
-                                                                                       maxUnavailable="50%"))
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        "default", make_budget("batch", {"matchLabels": {"app": "batch"}}, maxUnavailable="50%"))
     # 5 selected, 50 % rounds up to 3 unavailable, so 2 must stay healthy: 4 healthy allow 2 evictions.
     assert [cluster.evict(_pod(cluster, n)).evicted for n in ("a", "b", "c")] == [True, True, False]
     assert cluster.evict(_pod(cluster, "queued")).evicted  # Pending pods are evicted without a budget check
