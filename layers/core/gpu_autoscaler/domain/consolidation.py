@@ -163,6 +163,7 @@ class _Pass(GroupJudge):
         """Claims without a node in the picture: in flight, or draining nodes already gone."""
         self.live_ids = {c.id for c in self.others} | {
             cid for cid, n in self.by_claim.items() if n.claim.state is not ClaimState.TERMINATED}
+        self.free_rooms = None
         self.skipped: dict[str, str] = {}
         self.decisions: list[Decision] = []
         self.taken: dict[str, int] = {}
@@ -308,6 +309,7 @@ class _Pass(GroupJudge):
         if proposal:
             self.decisions.append(decision)
             self.taken[decision.pool] = self.taken.get(decision.pool, 0) + len(decision.nodes)
+        self.free_rooms = None
         for name in decision.nodes:
             node = next(n for n in self.nodes if n.name == name)
             node.removed = True

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms, type_rooms
 from gpu_autoscaler.domain.consolidation_memo import PerObject, claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import fits, pod_requests
@@ -25,7 +26,7 @@ from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
-    from gpu_autoscaler.config import DisruptionReason, NodePool
+    from gpu_autoscaler.config import Config, DisruptionReason, NodePool
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
     from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
     from gpu_autoscaler.domain.packing.results import Plan
@@ -139,6 +140,10 @@ class GroupJudge:
     quotas: Mapping[str, int] | None
     max_replacements: int | None
     """At most this many new nodes per consolidation decision (None: as many as the cheapest placement needs)."""
+    config: Config
+    free_rooms: FreeRooms | None
+    """The usable nodes' free room (`consolidation_floor`), made when first needed; None again once a decision
+    changes it."""
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
                             ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
@@ -188,6 +193,10 @@ class GroupJudge:
         pod kind on each) is weighed against the group without those nodes, and taken only when it saves more and
         leaves fewer nodes than it drains: otherwise keeping the node moves fewer pods and launches less."""
         group = list(group)
+        if len(group) == 1 and reason != "Drifted":
+            floor = self._priced_out(group[0])
+            if floor is not None:
+                return floor
         while True:
             plan, names = self.simulate(group)
             if len(group) < 2 or reason == "Drifted":
@@ -208,6 +217,29 @@ class GroupJudge:
                     isinstance(alternative, Decision) and alternative.saving >= found.saving - EPS):
                 return alternative
             return found
+
+    def _priced_out(self, n: GroupNode) -> str | None:
+        """Why no plan for the node alone can save (`consolidation_floor`), or None when one might."""
+        if not n.item.pods:
+            return None
+        types = type_rooms(self.config, self.solver)
+        pods = [pod_requests(entry.pod) for entry in n.item.pods]
+        if self._cheaper_home(types, pods, n.price):
+            return None
+        if self.free_rooms is None:
+            self.free_rooms = FreeRooms(types, [(d, d.free) for d in self.nodes if d.usable and not d.removed])
+        left = self.free_rooms.stranded(pods, n)
+        if not left or self._cheaper_home(types, left, n.price):
+            return None
+        return (f"no saving: {len(left)} of its pods fit on no other node, and no type cheaper than its "
+                f"${n.price:.4f}/h holds {'them' if self.max_replacements == 1 else 'each of them'}")
+
+    def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float) -> bool:
+        """Whether new nodes for `pods` could cost under `price`: one type cheaper holding them together (one
+        replacement allowed), else each of them."""
+        if self.max_replacements == 1:
+            return types.cheapest(sum(pods[1:], pods[0])) < price - EPS
+        return all(types.cheapest(pod) < price - EPS for pod in pods)
 
     def _swapped(self, group: Sequence[GroupNode], replacements: Sequence[NodeClaim], *, whole: bool) -> set[str]:
         """The group's nodes a replacement would re-buy: for each new claim none of whose instance types is cheaper

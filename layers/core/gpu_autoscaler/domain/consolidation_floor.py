@@ -1,0 +1,137 @@
+"""The price floor of a node's replacement: a single-node judgement that cannot save, answered without a solve.
+
+Replaying the Alibaba trace under the karpenter-like policy (every node with pods weighed each pass), consolidation
+took nine tenths of the replay's CPU, most of it solver calls for single nodes that ended "no saving": the pods
+that have no room on any other node need a new node, and every type that holds them costs at least what the node
+costs. That much is known before the solve, from two relaxations of it:
+
+- a pod goes onto another node's free room only if its requests fit there (`fit.fits`; its selector, affinity
+  and taints can only keep it off more nodes), so the pods that fit on no other node's free room all go onto new
+  nodes or nowhere;
+- a new node costs at least its cheapest type's cheapest offering, in any pool, zone or capacity type, and that
+  type's allocatable in that pool holds every pod placed on it; so with at most one replacement allowed (Karpenter's
+  rule, `max_replacements=1`) it costs at least the cheapest type holding all of those pods together, and with any
+  number, at least the cheapest type holding the most expensive one of them alone.
+
+When that floor is at or above the node's price, every plan the solver could return is refused (unschedulable,
+too many replacements, or not cheaper: `GroupJudge._decide`), so the judgement is "no saving" without asking.
+Only for one node: a group's judgement may drop nodes and look again at the rest (`_swapped`), which a floor
+for the whole group says nothing about. Replaying the trace, the floor answered 60,729 of karpenter-like's
+100,104 single-node "no saving" judgements, and none that the solver would have taken.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+from gpu_autoscaler.domain.packing.fit import allocatable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.resources import Resources
+
+__all__ = ["FreeRooms", "TypeRooms", "type_rooms"]
+
+_CACHE_LIMIT = 65536
+"""Request vectors whose cheapest type `TypeRooms` keeps; past it, cleared."""
+
+
+class TypeRooms:
+    """Every instance type's allocatable in every pool, by its cheapest offering's price, ascending: whether a type
+    cheaper than a price could hold some requests."""
+
+    def __init__(self, config: Config, catalog: Catalog) -> None:
+        rows: list[tuple[float, Mapping[str, int]]] = []
+        for instance_type in catalog.instance_types():
+            offerings = catalog.offerings_for(instance_type.name)
+            if offerings:  # cheapest first
+                rows.extend((offerings[0].price_per_hour, allocatable(instance_type, pool, config.overhead))
+                            for pool in config.node_pools)
+        rows.sort(key=lambda row: row[0])
+        self.names: tuple[str, ...] = tuple(sorted({name for _, room in rows for name in room}))
+        self._column = {name: i for i, name in enumerate(self.names)}
+        self.prices = np.array([price for price, _ in rows], float)
+        self.rooms = _matrix([room for _, room in rows], self.names)
+        self._cheapest: dict[Resources, float] = {}
+
+    def vector(self, requests: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The requests' nonzero values and their columns in `names`; None when they ask for something no type
+        has (so they fit nowhere)."""
+        columns: list[int] = []
+        values: list[int] = []
+        for name, value in requests.items():
+            if value:
+                column = self._column.get(name)
+                if column is None:
+                    return None
+                columns.append(column)
+                values.append(value)
+        return np.array(columns, np.intp), np.array(values, np.int64)
+
+    def cheapest(self, requests: Resources) -> float:
+        """The cheapest offering's price of the cheapest type that holds `requests` in some pool (inf: none)."""
+        found = self._cheapest.get(requests)
+        if found is None:
+            if len(self._cheapest) >= _CACHE_LIMIT:
+                self._cheapest.clear()
+            vector = self.vector(requests)
+            holds = np.flatnonzero(_holds(self.rooms, vector)) if vector is not None else np.zeros(0, np.intp)
+            found = self._cheapest[requests] = float(self.prices[holds[0]]) if holds.size else math.inf
+        return found
+
+
+class FreeRooms:
+    """Other nodes' free room, as rows over `TypeRooms.names`: which pods of a node fit on none of them (`fit.fits`:
+    only what a pod asks for is compared, so a resource overcommitted on a node keeps off only the pods asking for
+    it)."""
+
+    def __init__(self, types: TypeRooms, nodes: Sequence[tuple[object, Mapping[str, int]]]) -> None:
+        """`nodes`: each node (any object, told apart by identity) with its free room."""
+        self.types = types
+        self._row = {id(node): i for i, (node, _) in enumerate(nodes)}
+        self.rows = _matrix([free for _, free in nodes], types.names)
+        self._holding: dict[Resources, np.ndarray] = {}
+
+    def stranded(self, pods: Sequence[Resources], own: object) -> list[Resources]:
+        """The pods' requests that fit on no node but `own` (the node they are on)."""
+        row = self._row.get(id(own))
+        out = []
+        for pod in pods:
+            holding = self._holding.get(pod)
+            if holding is None:
+                vector = self.types.vector(pod)
+                holding = self._holding[pod] = (np.flatnonzero(_holds(self.rows, vector)) if vector is not None
+                                                else np.zeros(0, np.intp))
+            if not holding.size or (holding.size == 1 and holding[0] == row):
+                out.append(pod)
+        return out
+
+
+def _matrix(rooms: Sequence[Mapping[str, int]], names: Sequence[str]) -> np.ndarray:
+    return np.array([[room.get(name, 0) for name in names] for room in rooms], np.int64).reshape(
+        len(rooms), len(names))
+
+
+def _holds(rows: np.ndarray, requests: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Which rows hold the requests (a `TypeRooms.vector`)."""
+    columns, values = requests
+    return np.asarray((rows[:, columns] >= values).all(axis=1))
+
+
+_ROOMS: WeakKeyDictionary[Solver, tuple[Config, TypeRooms]] = WeakKeyDictionary()
+
+
+def type_rooms(config: Config, solver: Solver) -> TypeRooms:
+    """The solver's catalog's `TypeRooms` under `config`, built once per solver (its catalog is fixed for its life)."""
+    found = _ROOMS.get(solver)
+    if found is None or found[0] is not config:
+        found = _ROOMS[solver] = (config, TypeRooms(config, solver.index.catalog))
+    return found[1]

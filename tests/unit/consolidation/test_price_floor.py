@@ -1,0 +1,171 @@
+"""The price floor of a single node's replacement (`domain.consolidation_floor`): a node whose stranded pods (those
+that fit on no other node's free room) no cheaper type holds is "no saving" without a solve, and the floor never
+turns away a node the solver would have removed or replaced."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.domain.consolidation import consolidate
+from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms
+from gpu_autoscaler.domain.consolidation_group import GroupJudge
+from gpu_autoscaler.domain.packing import Solver
+from gpu_autoscaler.models.resources import Resources
+from tests.unit.consolidation.builders import Cluster, make_config, make_pool, pool_config
+from tests.unit.packing.builders import TYPES, make_offerings, make_type
+
+if TYPE_CHECKING:
+    import pytest
+
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationResult
+
+
+class _Counting(Solver):
+    """A solver that counts its solves."""
+
+    solves = 0
+
+    def solve(self, *args: Any, **kwargs: Any) -> Any:
+        self.solves += 1
+        return super().solve(*args, **kwargs)
+
+
+def _run(cluster: Cluster, **kwargs: Any) -> tuple[ConsolidationResult, int]:
+    solver = _Counting(cluster.config, cluster.catalog, cluster.clock)
+    result = consolidate(cluster.config, solver, cluster.items(), claims=list(cluster.claims.values()), **kwargs)
+    return result, solver.solves
+
+
+def _without_floor(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> ConsolidationResult:
+    with monkeypatch.context() as patched:
+        patched.setattr(GroupJudge, "_priced_out", lambda self, n: None)
+        return _run(cluster, **kwargs)[0]
+
+
+def test_a_node_whose_pods_fit_nowhere_cheaper_is_no_saving_without_a_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four GPUs and 40 vCPUs: nothing is cheaper than the spot g5.12xlarge holding them, and the other node (not a
+    candidate itself) has no room for them."""
+    cluster = Cluster(pool_config())
+    snug = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(snug, gpus=4, cpu="40", memory="64Gi")
+    full = cluster.node("g6.xlarge", capacity_type="spot", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pod(full, gpus=1)
+    result, solves = _run(cluster)
+    assert result.decisions == ()
+    assert result.skipped[snug].startswith("no saving: 1 of its pods fit on no other node")
+    assert solves == 0
+    assert _without_floor(cluster, monkeypatch).skipped[snug].startswith("no saving")
+
+
+def test_with_one_replacement_allowed_the_stranded_pods_are_priced_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two one-GPU pods on a g5.12xlarge, On-Demand only: each alone fits a g6.xlarge, together only a type no cheaper
+    than the node. With one replacement allowed (Karpenter's rule) the floor answers; with any number the solver
+    replaces the node by two small ones."""
+    names = ("g5.12xlarge", "g6.xlarge")
+    catalog = Catalog([make_type(n) for n in names],
+                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"])
+    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"],
+                                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
+                      catalog)
+    node = cluster.node("g5.12xlarge")
+    cluster.pods_on(node, 2, gpus=1, cpu="3", memory="12Gi")
+    one, solves = _run(cluster, max_replacements=1)
+    assert one.decisions == () and solves == 0
+    assert one.skipped[node].startswith("no saving")
+    assert "too many replacements" in _without_floor(cluster, monkeypatch, max_replacements=1).skipped[node]
+    many, solves = _run(cluster)
+    assert solves > 0 and len(many.decisions) == 1 and len(many.decisions[0].replacements) == 2
+
+
+def test_only_the_stranded_pods_are_priced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a g5.12xlarge (On-Demand only), a two-GPU pod with room on another node and a one-GPU pod with none: the
+    two together need a type no cheaper than the node, the stranded one alone a g6.xlarge. The floor leaves it to
+    the solver, which moves one and replaces the node by the small type for the other."""
+    names = ("g5.12xlarge", "g6.xlarge")
+    catalog = Catalog([make_type(n) for n in names],
+                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"])
+    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"],
+                                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
+                      catalog)
+    node = cluster.node("g5.12xlarge")
+    cluster.pod(node, gpus=2, cpu="1", memory="4Gi")
+    cluster.pod(node, gpus=1, cpu="3", memory="4Gi")
+    other = cluster.node("g5.12xlarge", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pod(other, gpus=2, cpu="46", memory="64Gi")
+    result, solves = _run(cluster, max_replacements=1)
+    assert solves > 0
+    assert len(result.decisions) == 1 and result.decisions[0].nodes == (node,)
+    assert [c.instance_types[0] for c in result.decisions[0].replacements] == ["g6.xlarge"]
+    assert result == _without_floor(cluster, monkeypatch, max_replacements=1)
+
+
+def test_a_pod_with_room_on_another_node_is_not_stranded() -> None:
+    """The four-GPU pod fits on the half-empty g5.48xlarge: the floor says nothing, the solver moves it."""
+    cluster = Cluster(pool_config())
+    snug = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(snug, gpus=4, cpu="40", memory="64Gi")
+    roomy = cluster.node("g5.48xlarge", capacity_type="spot")
+    cluster.pod(roomy, gpus=4, cpu="40", memory="64Gi")
+    result, solves = _run(cluster)
+    assert solves > 0
+    assert [d.nodes for d in result.decisions] == [(snug,)] and result.decisions[0].action == "delete"
+
+
+def test_type_rooms_give_the_cheapest_type_holding_requests_in_any_pool() -> None:
+    cluster = Cluster(pool_config())
+    rooms = TypeRooms(cluster.config, cluster.catalog)
+    spot = {name: row[9] if row[9] is not None else row[8] for name, row in TYPES.items()}
+    assert rooms.cheapest(Resources({"nvidia.com/gpu": 1, "cpu": 1000, "pods": 1})) == spot["g6f.large"]
+    one_gpu = Resources({"nvidia.com/gpu": 1, "cpu": 3000, "pods": 1})
+    assert rooms.cheapest(one_gpu) == min(spot["g6.xlarge"], spot["g5.xlarge"]), "a g6f.large has 2 vCPUs"
+    four_gpus = Resources({"nvidia.com/gpu": 4, "cpu": 40000, "pods": 1})
+    assert rooms.cheapest(four_gpus) == spot["g5.12xlarge"]
+    assert rooms.cheapest(Resources({"nvidia.com/gpu": 9, "pods": 1})) == float("inf")
+    assert rooms.cheapest(Resources({"example.com/fpga": 1, "pods": 1})) == float("inf"), "nothing has it"
+
+
+def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node() -> None:
+    cluster = Cluster(pool_config())
+    types = TypeRooms(cluster.config, cluster.catalog)
+    own, other = object(), object()
+    rooms = FreeRooms(types, [(own, {"nvidia.com/gpu": 4, "cpu": 8000, "pods": 10}),
+                              (other, {"nvidia.com/gpu": 1, "cpu": -500, "memory": 4096, "pods": 10})])
+    gpu_only = Resources({"nvidia.com/gpu": 1, "pods": 1})
+    with_cpu = Resources({"nvidia.com/gpu": 1, "cpu": 100, "pods": 1})
+    assert rooms.stranded([gpu_only], own) == [], "the other node's overcommitted CPU does not keep it off"
+    assert rooms.stranded([with_cpu], own) == [with_cpu]
+    assert rooms.stranded([with_cpu], other) == [], "its own node aside, the first node has room"
+
+
+_NAMES = ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "g5.48xlarge", "g6.xlarge")
+_NODE = st.tuples(st.sampled_from(_NAMES), st.sampled_from(("spot", "on-demand")),
+                  st.lists(st.tuples(st.integers(1, 4), st.integers(1, 40), st.integers(1, 64)), max_size=4))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(nodes=st.lists(_NODE, min_size=1, max_size=6), one=st.booleans())
+def test_the_floor_never_turns_away_a_node_the_solver_would_take(
+        nodes: list[tuple[str, str, list[tuple[int, int, int]]]], one: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random clusters, each node's pods within its GPUs, vCPUs and memory: the same decisions and the same nodes
+    left alone with and without the floor; where the reasons differ, the floor's is its own "no saving"."""
+    cluster = Cluster(pool_config())
+    for name, capacity_type, pods in nodes:
+        node = cluster.node(name, capacity_type=capacity_type)
+        vcpu, memory, gpus = TYPES[name][:3]
+        for pod_gpus, cpu, gib in pods:
+            if pod_gpus <= gpus and cpu < vcpu - 1 and gib * 1024 < memory * 0.8:
+                gpus, vcpu, memory = gpus - pod_gpus, vcpu - cpu, memory - gib * 1024
+                cluster.pod(node, gpus=pod_gpus, cpu=str(cpu), memory=f"{gib}Gi")
+    kwargs = {"max_replacements": 1} if one else {}
+    with_floor, _ = _run(cluster, **kwargs)
+    without = _without_floor(cluster, monkeypatch, **kwargs)
+    assert with_floor.decisions == without.decisions
+    assert with_floor.skipped.keys() == without.skipped.keys()
+    for node, why in with_floor.skipped.items():
+        if why != without.skipped[node]:
+            assert "fit on no other node" in why, (why, without.skipped[node])
