@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from decimal import Decimal
 
@@ -60,3 +61,14 @@ def test_canonical_units_and_fit() -> None:
 )
 def test_requirement_operators(op: str, values: tuple[str, ...], labels: dict[str, str], expected: bool) -> None:
     assert Requirement(key="k", operator=op, values=values).matches(labels) is expected
+
+
+def test_a_vector_keeps_its_hash_but_pickles_without_it() -> None:
+    """The hash is of this process's string hashes: a vector sent to another process (the simulator's workers)
+    hashes there afresh."""
+    r = Resources({"cpu": 1000, "nvidia.com/gpu": 1})
+    assert hash(r) == hash(Resources({"nvidia.com/gpu": 1, "cpu": 1000})) == hash(r)
+    back = pickle.loads(pickle.dumps(r))
+    assert back == r and back._hash is None and hash(back) == hash(r)
+    assert r == Resources({"cpu": 1000, "nvidia.com/gpu": 1}) and r != Resources({"cpu": 1000})
+    assert r == {"cpu": 1000, "nvidia.com/gpu": 1, "memory": 0}, "a plain mapping's zeros are missing values"

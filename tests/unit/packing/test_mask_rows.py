@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.domain.packing.classes import classify
+from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 from tests.unit.packing.builders import make_catalog, make_config, make_pod, make_pool, make_solver
 
@@ -102,3 +103,15 @@ def test_a_class_key_is_equal_for_equal_constraints_and_differs_for_any_field() 
     assert same != key(requiredNodeAffinity=[{"matchExpressions": [{**term["matchExpressions"][0], "values": ["t4"]}]}],
                        tolerations=[wait])
     assert same != key(requiredNodeAffinity=[term], tolerations=[{**wait, "effect": "NoSchedule"}])
+
+
+def test_a_pod_classified_again_reuses_its_plain_constraints_and_footprint() -> None:
+    """The consolidation search classifies the same pod objects every pass: their constraints' plain tuples and
+    their requests with the pod slot are made once per object."""
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a10g"]}]}
+    pod = make_pod(gpus=1, requiredNodeAffinity=[term])
+    first, again = classify([pod])[0].constraint_key, classify([pod])[0].constraint_key
+    assert first == again and first[1] is again[1], "the affinity's plain tuple, kept for the pod's tuple of terms"
+    assert pod_requests(pod) is pod_requests(pod)
+    twin = make_pod(gpus=1, requiredNodeAffinity=[term])
+    assert classify([twin])[0].constraint_key == first

@@ -136,6 +136,13 @@ MULTI_NODE_MAX_CANDIDATES = 100
 _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType, NodePool, Overhead, Resources]]] = (
     WeakKeyDictionary())
 """Per solver (per configuration and catalog): (instance type, pool) → the objects it came from and its allocatable."""
+_FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool | None, Overhead, float, Resources,
+                                                     Resources | None]]] = WeakKeyDictionary()
+"""Per solver: a node object's id → the node, its pool and overhead, and its price, use and allocatable (`_node`)."""
+_FIGURES_LIMIT = 4096
+"""Nodes (claims) `_FIGURES` (`_DRIFT`) keeps per solver; past it, cleared."""
+_DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
+"""Per solver: a claim object's id → the claim, the configuration and its `drift_reason` (`_Pass._drift_reason`)."""
 
 
 # The pass
@@ -183,8 +190,15 @@ class _Pass(GroupJudge):
     # Setup
 
     def _node(self, item: ConsolidationNode) -> GroupNode:
+        """The node's part in the pass; its price, use and allocatable kept per node object for as long as the
+        solver lives (the simulator hands the same object every pass until the node changes)."""
         claim = item.claim
         pool = self.pools.get(claim.pool) if claim is not None else None
+        overhead = self.config.overhead
+        cache = _FIGURES.setdefault(self.solver, {})
+        found = cache.get(id(item))
+        if found is not None and found[0] is item and found[1] is pool and found[2] is overhead:
+            return GroupNode(item, pool, *found[3:])
         totals: dict[str, int] = {}  # every pod's `pod_requests`, summed in one dict rather than a vector per pod
         for entry in item.pods:
             for name, value in entry.pod.resources.items():
@@ -198,7 +212,11 @@ class _Pass(GroupJudge):
                 reported = item.node.allocatable.as_dict()
                 deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
                 used = used + deficit
-        return GroupNode(item, pool, _price(self.catalog, claim) if claim is not None else 0.0, used, computed)
+        price = _price(self.catalog, claim) if claim is not None else 0.0
+        if len(cache) >= _FIGURES_LIMIT:
+            cache.clear()
+        cache[id(item)] = (item, pool, overhead, price, used, computed)
+        return GroupNode(item, pool, price, used, computed)
 
     def _allocatable(self, instance_type: InstanceType, pool: NodePool) -> Resources:
         """`fit.allocatable`, once per instance type and pool for as long as the solver lives (a pass a minute
@@ -381,7 +399,7 @@ class _Pass(GroupJudge):
         reason: DisruptionReason = pending.reason  # type: ignore[assignment]
         if reason == "Empty" and any(n.item.pods for n in group):
             return "no longer empty"
-        if reason == "Drifted" and drift_reason(self.config, self.catalog, group[0].claim) is None:
+        if reason == "Drifted" and self._drift_reason(group[0].claim) is None:
             return "no longer drifted"
         found = self.evaluate(group, reason)
         if isinstance(found, str):
@@ -394,7 +412,7 @@ class _Pass(GroupJudge):
 
     def _drift(self, eligible: list[GroupNode]) -> None:
         for n in eligible:
-            why = drift_reason(self.config, self.catalog, n.claim)
+            why = self._drift_reason(n.claim)
             if why is None or n.removed:
                 continue
             assert n.pool is not None
@@ -406,6 +424,19 @@ class _Pass(GroupJudge):
                 self.skip(n, f"drifted: {why}, but {decision}")
                 continue
             self.apply(replace(decision, detail=f"{why}; {decision.detail}"))
+
+    def _drift_reason(self, claim: NodeClaim) -> str | None:
+        """`drift_reason`, kept per claim object and configuration for as long as the solver (its catalog) lives:
+        every pass asks it of every node, and a claim and a configuration never change."""
+        cache = _DRIFT.setdefault(self.solver, {})
+        found = cache.get(id(claim))
+        if found is not None and found[0] is claim and found[1] is self.config:
+            return found[2]
+        why = drift_reason(self.config, self.catalog, claim)
+        if len(cache) >= _FIGURES_LIMIT:
+            cache.clear()
+        cache[id(claim)] = (claim, self.config, why)
+        return why
 
     def _empty(self, eligible: list[GroupNode]) -> None:
         for n in eligible:

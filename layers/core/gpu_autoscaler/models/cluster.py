@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +23,7 @@ DEFAULT_GRACE_SECONDS = 30
 
 
 class ClusterNode(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, ignored_types=(cached_property,))
 
     name: str
     provider_id: str | None = None
@@ -43,7 +44,7 @@ class ClusterNode(BaseModel):
         "true" at node level; durations are a pod-level form)."""
         return self.annotations.get(DO_NOT_DISRUPT) == "true"
 
-    @property
+    @cached_property
     def instance_id(self) -> str | None:
         return self.provider_id.rsplit("/", 1)[-1] if self.provider_id else None
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler,
 
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
-from gpu_autoscaler.models.resources import DRA_PREFIX, Resources
+from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, Resources
 from gpu_autoscaler.models.taints import Toleration
 
 __all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "PodAntiAffinity", "TopologySpread",
@@ -120,6 +120,12 @@ class PendingPod(_Wire):
     @cached_property
     def resources(self) -> Resources:
         return _parsed(self.requests)
+
+    @cached_property
+    def footprint(self) -> Resources:
+        """What the pod takes on a node: its requests and the one `pods` slot (`fit.pod_requests`). Kept: the
+        consolidation search asks it of the same pods every pass."""
+        return self.resources + {PODS: 1}
 
     @property
     def key(self) -> str:

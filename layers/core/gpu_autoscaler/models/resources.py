@@ -104,10 +104,15 @@ def _canonical_quantity(name: str, quantity: str | int | float) -> int:
 class Resources(Mapping[str, int]):
     """An immutable vector of resources in canonical integer units; missing means zero."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_hash", "_values")
 
     def __init__(self, values: Mapping[str, int] | None = None) -> None:
         self._values: dict[str, int] = {k: int(v) for k, v in (values or {}).items() if v}
+        self._hash: int | None = None
+
+    def __reduce__(self) -> tuple[type[Resources], tuple[dict[str, int]]]:
+        """Pickled as its values: the kept hash is of this process's string hashes."""
+        return Resources, (self._values,)
 
     @classmethod
     def from_quantities(cls, quantities: Mapping[str, str | int | float]) -> Resources:
@@ -155,12 +160,16 @@ class Resources(Mapping[str, int]):
         return Resources({k: v * factor for k, v in self._values.items()})
 
     def __eq__(self, other: object) -> bool:
+        if type(other) is Resources:
+            return self._values == other._values
         if isinstance(other, Mapping):
             return self._values == {k: v for k, v in other.items() if v}
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(frozenset(self._values.items()))
+        if self._hash is None:
+            self._hash = hash(frozenset(self._values.items()))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"Resources({self._values!r})"

@@ -63,6 +63,25 @@ def _plain(value: object) -> object:
     return value
 
 
+_PLAIN_LIMIT = 16384
+"""Tuples whose plain form `_plain_of` keeps; past it, cleared."""
+_PLAIN: dict[int, tuple[object, object]] = {}
+
+
+def _plain_of(value: tuple[BaseModel, ...]) -> object:
+    """`_plain` of a pod's affinity terms or tolerations, kept per tuple (held, so its id is not reused): the
+    consolidation search classifies the same pods pass after pass, a class of one each, and making their plain
+    tuples again cost a tenth of its solves. The models are frozen, so a tuple's plain form never changes."""
+    found = _PLAIN.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    plain = _plain(value)
+    if len(_PLAIN) >= _PLAIN_LIMIT:
+        _PLAIN.clear()
+    _PLAIN[id(value)] = (value, plain)
+    return plain
+
+
 def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
     """Group pods into classes, in order of first appearance (so plans are deterministic)."""
     by_raw: dict[tuple[object, ...], PodClass] = {}
@@ -91,7 +110,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
         if found is None:
             requests = pod_requests(pod)
             selector = tuple(sorted(pod.node_selector.items()))
-            constraint = (selector, _plain(pod.required_node_affinity), _plain(pod.tolerations))
+            constraint = (selector, _plain_of(pod.required_node_affinity), _plain_of(pod.tolerations))
             canonical = (requests, constraint, pod.priority, pod.gang, spread)
             found = by_canonical.get(canonical)
             if found is None:

@@ -105,7 +105,7 @@ def allocatable(instance_type: InstanceType, pool: NodePool, overhead: Overhead)
 
 def pod_requests(pod: PendingPod) -> Resources:
     """The pod's requests plus the one `pods` slot it takes."""
-    return pod.resources + {PODS: 1}
+    return pod.footprint
 
 
 def fits(requests: Mapping[str, int], capacity: Mapping[str, int]) -> bool:

@@ -1,0 +1,81 @@
+"""What consolidation keeps between passes for the same objects (the simulator hands the same node, claim and pod
+objects every minute until they change): each node's price, use and allocatable, each claim's drift, each recorded
+requests attribute — computed once per object or string, and afresh for a new one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from gpu_autoscaler.domain import consolidation
+from gpu_autoscaler.domain.consolidation import consolidate
+from gpu_autoscaler.domain.packing import results
+from gpu_autoscaler.domain.packing.results import claim_requests
+from tests.unit.consolidation.builders import Cluster, pool_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pytest
+
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
+    from gpu_autoscaler.domain.packing import Solver
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[object]:
+    calls: list[object] = []
+    original: Callable[..., Any] = getattr(module, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def _cluster() -> tuple[Cluster, Solver, list[ConsolidationNode]]:
+    cluster = Cluster(pool_config())
+    for _ in range(3):
+        cluster.pods_on(cluster.node("g5.12xlarge"), 2, gpus=1)
+    return cluster, cluster.solver(), cluster.items()
+
+
+def _pass(cluster: Cluster, solver: Solver, items: list[ConsolidationNode]) -> object:
+    return consolidate(cluster.config, solver, items, claims=list(cluster.claims.values()))
+
+
+def test_a_node_object_seen_before_is_not_priced_again_and_a_new_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, solver, items = _cluster()
+    priced = _counting(monkeypatch, consolidation, "_price")
+    first = _pass(cluster, solver, items)
+    assert len(priced) == 3
+    assert _pass(cluster, solver, items) == first and len(priced) == 3
+    changed = replace(items[0], pods=items[0].pods[:1])
+    _pass(cluster, solver, [changed, *items[1:]])
+    assert priced[3:] == [changed.claim], "the changed node only"
+    _pass(cluster, cluster.solver(), items)
+    assert len(priced) == 7, "another solver (catalog): every node afresh"
+
+
+def test_a_claim_object_seen_before_is_not_checked_for_drift_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, solver, items = _cluster()
+    checked = _counting(monkeypatch, consolidation, "drift_reason")
+    _pass(cluster, solver, items)
+    assert len(checked) == 3
+    _pass(cluster, solver, items)
+    assert len(checked) == 3
+    assert items[0].claim is not None
+    claim = items[0].claim.model_copy(update={"attributes": {**items[0].claim.attributes, "x": "y"}})
+    _pass(cluster, solver, [replace(items[0], claim=claim), *items[1:]])
+    assert checked[3:] == [claim]
+
+
+def test_a_requests_attribute_is_parsed_once_per_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _counting(monkeypatch, results.json, "loads")
+    cluster, _, _ = _cluster()
+    claim = next(iter(cluster.claims.values())).model_copy(update={"attributes": {"requests": '{"cpu":1237}'}})
+    assert claim_requests(claim) == {"cpu": 1237} and claim_requests(claim) == {"cpu": 1237}
+    assert parsed == ['{"cpu":1237}']
+    other = claim.model_copy(update={"attributes": {"requests": '{"cpu":2473}'}})
+    assert claim_requests(other) == {"cpu": 2473} and len(parsed) == 2
