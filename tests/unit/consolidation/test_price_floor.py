@@ -46,6 +46,16 @@ def _without_floor(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, **kwargs: 
         return _run(cluster, **kwargs)[0]
 
 
+def _on_demand_cluster() -> Cluster:
+    """g5.12xlarge and g6.xlarge On-Demand only: no spot offering below the 4-GPU type's price."""
+    names = ("g5.12xlarge", "g6.xlarge")
+    catalog = Catalog([make_type(n) for n in names],
+                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"])
+    return Cluster(make_config(make_pool(capacityTypes=["on-demand"],
+                                         disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
+                   catalog)
+
+
 def test_a_node_whose_pods_fit_nowhere_cheaper_is_no_saving_without_a_solve(monkeypatch: pytest.MonkeyPatch) -> None:
     """Four GPUs and 40 vCPUs: nothing is cheaper than the spot g5.12xlarge holding them, and the other node (not a
     candidate itself) has no room for them."""
@@ -65,12 +75,7 @@ def test_with_one_replacement_allowed_the_stranded_pods_are_priced_together(monk
     """Two one-GPU pods on a g5.12xlarge, On-Demand only: each alone fits a g6.xlarge, together only a type no cheaper
     than the node. With one replacement allowed (Karpenter's rule) the floor answers; with any number the solver
     replaces the node by two small ones."""
-    names = ("g5.12xlarge", "g6.xlarge")
-    catalog = Catalog([make_type(n) for n in names],
-                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"])
-    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"],
-                                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
-                      catalog)
+    cluster = _on_demand_cluster()
     node = cluster.node("g5.12xlarge")
     cluster.pods_on(node, 2, gpus=1, cpu="3", memory="12Gi")
     one, solves = _run(cluster, max_replacements=1)
@@ -85,12 +90,7 @@ def test_only_the_stranded_pods_are_priced(monkeypatch: pytest.MonkeyPatch) -> N
     """On a g5.12xlarge (On-Demand only), a two-GPU pod with room on another node and a one-GPU pod with none: the
     two together need a type no cheaper than the node, the stranded one alone a g6.xlarge. The floor leaves it to
     the solver, which moves one and replaces the node by the small type for the other."""
-    names = ("g5.12xlarge", "g6.xlarge")
-    catalog = Catalog([make_type(n) for n in names],
-                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"])
-    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"],
-                                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
-                      catalog)
+    cluster = _on_demand_cluster()
     node = cluster.node("g5.12xlarge")
     cluster.pod(node, gpus=2, cpu="1", memory="4Gi")
     cluster.pod(node, gpus=1, cpu="3", memory="4Gi")
