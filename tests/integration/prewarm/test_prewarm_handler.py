@@ -103,7 +103,10 @@ def test_a_window_warms_its_pool_holds_it_and_releases_it_when_closed(aws: Embed
 def test_a_pool_with_a_day_of_demand_history_is_forecast(aws: EmbeddedAws) -> None:
     state = store(aws)
     now = bucket_start(datetime.now(UTC))
-    for i in range(1, 26 * 12 + 1):  # 26 hours of 3 GPUs in the shared pool
+    # 26 hours of 3 GPUs in the shared pool, and the bucket under way: the handler forecasts from the buckets
+    # complete at its own now, which is the next bucket's when the records take it past a 5-minute boundary
+    # (the current one then counts, empty, and the level falls to 2.5).
+    for i in range(26 * 12 + 1):
         state.record_demand("gpu-shared", now - i * timedelta(minutes=5), 3.0, timedelta(days=14))
     summary = invoke(aws, {"trigger": "rate"})
     assert summary["forecastStatus"] == "partial"
