@@ -139,6 +139,10 @@ def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node(
     assert rooms.stranded([gpu_only], own) == [], "the other node's overcommitted CPU does not keep it off"
     assert rooms.stranded([with_cpu], own) == [with_cpu]
     assert rooms.stranded([with_cpu], other) == [], "its own node aside, the first node has room"
+    assert rooms.with_room([with_cpu]).tolist() == [True, False]
+    assert rooms.with_room([with_cpu, gpu_only]).tolist() == [True, True]
+    assert rooms.with_room([Resources({"nvidia.com/gpu": 2, "pods": 1})]).tolist() == [True, False]
+    assert rooms.row(own) == 0 and rooms.row(object()) is None
 
 
 _NAMES = ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "g5.48xlarge", "g6.xlarge")

@@ -100,16 +100,32 @@ class FreeRooms:
         self.rows = _matrix([free for _, free in nodes], types.names)
         self._holding: dict[Resources, np.ndarray] = {}
 
+    def row(self, node: object) -> int | None:
+        """The node's row; None for a node not given."""
+        return self._row.get(id(node))
+
+    def holding(self, pod: Resources) -> np.ndarray:
+        """The rows whose free room holds `pod`, ascending; kept per request vector."""
+        found = self._holding.get(pod)
+        if found is None:
+            vector = self.types.vector(pod)
+            found = self._holding[pod] = (np.flatnonzero(_holds(self.rows, vector)) if vector is not None
+                                          else np.zeros(0, np.intp))
+        return found
+
+    def with_room(self, pods: Sequence[Resources]) -> np.ndarray:
+        """[rows] whether a row holds at least one of `pods`."""
+        out = np.zeros(self.rows.shape[0], bool)
+        for pod in pods:
+            out[self.holding(pod)] = True
+        return out
+
     def stranded(self, pods: Sequence[Resources], own: object) -> list[Resources]:
         """The pods' requests that fit on no node but `own` (the node they are on)."""
-        row = self._row.get(id(own))
+        row = self.row(own)
         out = []
         for pod in pods:
-            holding = self._holding.get(pod)
-            if holding is None:
-                vector = self.types.vector(pod)
-                holding = self._holding[pod] = (np.flatnonzero(_holds(self.rows, vector)) if vector is not None
-                                                else np.zeros(0, np.intp))
+            holding = self.holding(pod)
             if not holding.size or (holding.size == 1 and holding[0] == row):
                 out.append(pod)
         return out

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms, type_rooms
 from gpu_autoscaler.domain.consolidation_memo import PerObject, claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
-from gpu_autoscaler.domain.packing.fit import fits, pod_requests
+from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, Resources
@@ -147,18 +147,19 @@ class GroupJudge:
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
                             ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
-        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`), as a claim in
-        flight (the node here: `as_in_flight` makes it); the claims that only count against limits and quotas,
-        as they are. Returns (claims, claim id → node name)."""
+        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`, compared as
+        `FreeRooms` rows), as a claim in flight (the node here: `as_in_flight` makes it); the claims that only count
+        against limits and quotas, as they are. Returns (claims, claim id → node name)."""
         out: list[GroupNode | NodeClaim] = []
         names: dict[str, str] = {}
-        needs = list({pod_requests(p) for p in pods})
+        rooms = self._free_rooms()
+        with_room = rooms.with_room(list({pod_requests(p) for p in pods}))
         for n in self.nodes:
             if n.item.claim is None or n.pool is None:
                 continue
             if n.removed or n.name in exclude:
                 out.append(n.claim)  # still running (and paid for) until drained
-            elif n.usable and any(fits(need, n.free) for need in needs):
+            elif n.usable and (row := rooms.row(n)) is not None and with_room[row]:
                 out.append(n)
                 names[n.claim.id] = n.name
             elif self.charged:
@@ -218,6 +219,13 @@ class GroupJudge:
                 return alternative
             return found
 
+    def _free_rooms(self) -> FreeRooms:
+        """The usable nodes' free room, made once per pass until a decision changes it."""
+        if self.free_rooms is None:
+            self.free_rooms = FreeRooms(type_rooms(self.config, self.solver),
+                                        [(d, d.free) for d in self.nodes if d.usable and not d.removed])
+        return self.free_rooms
+
     def _priced_out(self, n: GroupNode) -> str | None:
         """Why no plan for the node alone can save (`consolidation_floor`), or None when one might."""
         if not n.item.pods:
@@ -226,9 +234,7 @@ class GroupJudge:
         pods = [pod_requests(entry.pod) for entry in n.item.pods]
         if self._cheaper_home(types, pods, n.price):
             return None
-        if self.free_rooms is None:
-            self.free_rooms = FreeRooms(types, [(d, d.free) for d in self.nodes if d.usable and not d.removed])
-        left = self.free_rooms.stranded(pods, n)
+        left = self._free_rooms().stranded(pods, n)
         if not left or self._cheaper_home(types, left, n.price):
             return None
         return (f"no saving: {len(left)} of its pods fit on no other node, and no type cheaper than its "
