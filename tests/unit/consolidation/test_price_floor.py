@@ -14,6 +14,7 @@ from gpu_autoscaler.domain.consolidation import consolidate
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms
 from gpu_autoscaler.domain.consolidation_group import GroupJudge
 from gpu_autoscaler.domain.packing import Solver
+from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.resources import Resources
 from tests.unit.consolidation.builders import Cluster, make_config, make_pool, pool_config
 from tests.unit.packing.builders import TYPES, make_offerings, make_type
@@ -86,6 +87,49 @@ def test_with_one_replacement_allowed_the_stranded_pods_are_priced_together(monk
     assert solves > 0 and len(many.decisions) == 1 and len(many.decisions[0].replacements) == 2
 
 
+def test_a_spot_node_without_spot_to_spot_is_priced_against_capacity_that_is_not_spot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One GPU pod on a Spot g5.12xlarge (2.38 USD/h) in a pool without spot-to-spot: an On-Demand g6.xlarge (0.80)
+    would hold it, so the floor leaves it to the solver (whose Spot g6.xlarge is refused); with the pod needing 40
+    vCPUs only a g5.12xlarge holds it, On-Demand at 5.67: the floor answers."""
+    cluster = Cluster(pool_config())
+    small = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(small, gpus=1, cpu="3", memory="12Gi")
+    result, solves = _run(cluster)
+    assert solves == 1 and result.skipped[small].startswith("spot-to-spot"), "the solver's plan is Spot: refused"
+    big = Cluster(pool_config())
+    node = big.node("g5.12xlarge", capacity_type="spot")
+    big.pod(node, gpus=1, cpu="40", memory="12Gi")
+    result, solves = _run(big)
+    assert solves == 0 and "no offering but Spot" in result.skipped[node]
+    assert _without_floor(big, monkeypatch).skipped[node].startswith("no saving: the cheapest placement")
+
+
+def test_a_spot_node_with_spot_to_spot_is_priced_against_spot_too() -> None:
+    """A Spot g5.xlarge (0.41 USD/h) and sixteen one-GPU Spot types at 0.20–0.26 (On-Demand 0.90 and up): with
+    spot-to-spot the node is replaced by the cheapest fifteen; without it the floor answers, nothing On-Demand being
+    cheaper."""
+    types = [make_type("g5.xlarge")]
+    offerings = make_offerings(("g5.xlarge",))
+    for i in range(16):
+        name = f"g9.x{i}large"
+        types.append(InstanceType(name=name, vcpu=8, memory_mib=32768, gpus=1, gpu_devices=1, gpu_model="L4",
+                                  gpu_manufacturer="NVIDIA", gpu_memory_mib=24576, max_pods=58))
+        offerings += [Offering(instance_type=name, zone="us-east-1a", capacity_type="spot",
+                               price_per_hour=round(0.20 + 0.004 * i, 4), interruption_band=1),
+                      Offering(instance_type=name, zone="us-east-1a", capacity_type="on-demand",
+                               price_per_hour=round(0.90 + 0.01 * i, 4))]
+    for spot_to_spot in (True, False):
+        cluster = Cluster(pool_config(spotToSpot=spot_to_spot), Catalog(types, offerings))
+        node = cluster.node("g5.xlarge", capacity_type="spot")
+        cluster.pod(node, gpus=1, cpu="3", memory="12Gi")
+        result, solves = _run(cluster)
+        if spot_to_spot:
+            assert solves == 1 and result.decisions[0].replacements[0].capacity_type == "spot"
+        else:
+            assert solves == 0 and "no offering but Spot" in result.skipped[node]
+
+
 def test_only_the_stranded_pods_are_priced(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a g5.12xlarge (On-Demand only), a two-GPU pod with room on another node and a one-GPU pod with none: the
     two together need a type no cheaper than the node, the stranded one alone a g6.xlarge. The floor leaves it to
@@ -124,6 +168,8 @@ def test_type_rooms_give_the_cheapest_type_holding_requests_in_any_pool() -> Non
     assert rooms.cheapest(one_gpu) == min(spot["g6.xlarge"], spot["g5.xlarge"]), "a g6f.large has 2 vCPUs"
     four_gpus = Resources({"nvidia.com/gpu": 4, "cpu": 40000, "pods": 1})
     assert rooms.cheapest(four_gpus) == spot["g5.12xlarge"]
+    on_demand = {name: row[8] for name, row in TYPES.items()}
+    assert rooms.cheapest(one_gpu, spot=False) == on_demand["g6.xlarge"], "its cheapest offering but Spot's"
     assert rooms.cheapest(Resources({"nvidia.com/gpu": 9, "pods": 1})) == float("inf")
     assert rooms.cheapest(Resources({"example.com/fpga": 1, "pods": 1})) == float("inf"), "nothing has it"
 
@@ -152,12 +198,13 @@ _NODE = st.tuples(st.sampled_from(_NAMES), st.sampled_from(("spot", "on-demand")
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(nodes=st.lists(_NODE, min_size=1, max_size=6), one=st.booleans())
+@given(nodes=st.lists(_NODE, min_size=1, max_size=6), one=st.booleans(), spot_to_spot=st.booleans())
 def test_the_floor_never_turns_away_a_node_the_solver_would_take(
-        nodes: list[tuple[str, str, list[tuple[int, int, int]]]], one: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        nodes: list[tuple[str, str, list[tuple[int, int, int]]]], one: bool, spot_to_spot: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Random clusters, each node's pods within its GPUs, vCPUs and memory: the same decisions and the same nodes
     left alone with and without the floor; where the reasons differ, the floor's is its own "no saving"."""
-    cluster = Cluster(pool_config())
+    cluster = Cluster(pool_config(spotToSpot=spot_to_spot))
     for name, capacity_type, pods in nodes:
         node = cluster.node(name, capacity_type=capacity_type)
         vcpu, memory, gpus = TYPES[name][:3]

@@ -227,25 +227,29 @@ class GroupJudge:
         return self.free_rooms
 
     def _priced_out(self, n: GroupNode) -> str | None:
-        """Why no plan for the node alone can save (`consolidation_floor`), or None when one might."""
+        """Why no plan for the node alone can save (`consolidation_floor`), or None when one might. A Spot node
+        whose pool does not opt in to spot-to-spot can only be replaced by capacity that is not Spot (`_cheaper`
+        refuses any plan with a Spot replacement), so only those offerings' prices count."""
         if not n.item.pods:
             return None
         types = type_rooms(self.config, self.solver)
+        spot = not (n.claim.capacity_type == "spot" and n.pool is not None and not n.pool.disruption.spot_to_spot)
         pods = [pod_requests(entry.pod) for entry in n.item.pods]
-        if self._cheaper_home(types, pods, n.price):
+        if self._cheaper_home(types, pods, n.price, spot=spot):
             return None
         left = self._free_rooms().stranded(pods, n)
-        if not left or self._cheaper_home(types, left, n.price):
+        if not left or self._cheaper_home(types, left, n.price, spot=spot):
             return None
-        return (f"no saving: {len(left)} of its pods fit on no other node, and no type cheaper than its "
+        offerings = "type" if spot else "offering but Spot (no spot-to-spot)"
+        return (f"no saving: {len(left)} of its pods fit on no other node, and no {offerings} cheaper than its "
                 f"${n.price:.4f}/h holds {'them' if self.max_replacements == 1 else 'each of them'}")
 
-    def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float) -> bool:
-        """Whether new nodes for `pods` could cost under `price`: one type cheaper holding them together (one
-        replacement allowed), else each of them."""
+    def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float, *, spot: bool) -> bool:
+        """Whether new nodes for `pods` could cost under `price` (Spot among them if `spot`): one type cheaper
+        holding them together (one replacement allowed), else each of them."""
         if self.max_replacements == 1:
-            return types.cheapest(sum(pods[1:], pods[0])) < price - EPS
-        return all(types.cheapest(pod) < price - EPS for pod in pods)
+            return types.cheapest(sum(pods[1:], pods[0]), spot=spot) < price - EPS
+        return all(types.cheapest(pod, spot=spot) < price - EPS for pod in pods)
 
     def _swapped(self, group: Sequence[GroupNode], replacements: Sequence[NodeClaim], *, whole: bool) -> set[str]:
         """The group's nodes a replacement would re-buy: for each new claim none of whose instance types is cheaper
