@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpu_autoscaler.config import CapacityType
 from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.cached import CachedModel
 
 __all__ = ["InstanceType", "Offering"]
 
@@ -20,7 +21,7 @@ def _kebab(name: str) -> str:
     return name.lower().replace(" ", "-")
 
 
-class InstanceType(BaseModel):
+class InstanceType(CachedModel):
     """An EC2 instance type as the packer needs it; GPU numbers already corrected by the override table."""
 
     model_config = ConfigDict(frozen=True, ignored_types=(cached_property,))

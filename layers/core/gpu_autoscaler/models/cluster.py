@@ -7,6 +7,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.durations import parse_duration
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
@@ -22,7 +23,7 @@ DEFAULT_GRACE_SECONDS = 30
 """`spec.terminationGracePeriodSeconds` when a pod does not say (the API server's default)."""
 
 
-class ClusterNode(BaseModel):
+class ClusterNode(CachedModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, ignored_types=(cached_property,))
 
     name: str

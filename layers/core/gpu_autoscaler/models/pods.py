@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
+from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, Resources
@@ -60,7 +61,7 @@ class PodAntiAffinity(_Wire):
     label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
 
 
-class PendingPod(_Wire):
+class PendingPod(_Wire, CachedModel):
     uid: str = Field(min_length=1)
     namespace: str = "default"
     name: str

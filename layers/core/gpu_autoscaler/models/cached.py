@@ -1,0 +1,32 @@
+"""Frozen models with cached properties: a copy with changed fields forgets what was computed from the old ones.
+
+`functools.cached_property` keeps its value in the instance's `__dict__`, which pydantic's `model_copy` copies
+whole before applying `update`: without this, `pod.model_copy(update={"requests": ...})` kept the old pod's
+parsed `resources`, and a node copied with another `provider_id` its old `instance_id`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Self
+
+__all__ = ["CachedModel"]
+
+
+class CachedModel(BaseModel):
+    """A model whose `cached_property` values are dropped from a copy made with `update` (computed again on use)."""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            for cls in type(self).__mro__:
+                for name, value in vars(cls).items():
+                    if isinstance(value, cached_property):
+                        copied.__dict__.pop(name, None)
+        return copied
