@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.domain.consolidation import consolidate
-from gpu_autoscaler.domain.consolidation_memo import PerObject, SolveMemo, claim_print, pod_print, question, solve_memo
+from gpu_autoscaler.domain.consolidation_memo import SolveMemo, claim_print, pod_print, question, solve_memo
 from gpu_autoscaler.domain.packing import Solver
+from gpu_autoscaler.domain.per_object import PerObject
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim, StateTransition
 from gpu_autoscaler.models.pods import PendingPod, PodGroup
 from gpu_autoscaler.models.taints import Toleration
@@ -249,7 +250,7 @@ def test_a_value_per_object_is_computed_once_per_object_and_forgotten_past_its_l
         calls.append(pod.name)
         return pod.name.upper()
 
-    kept: PerObject[PendingPod] = PerObject(compute, limit=2)
+    kept: PerObject[PendingPod, str] = PerObject(compute, limit=2)
     a, b, c = (PendingPod(uid=n, namespace="ml", name=n, requests={"nvidia.com/gpu": "1"}) for n in ("a", "b", "c"))
     assert [kept(a), kept(a), kept(b)] == ["A", "A", "B"] and calls == ["a", "b"]
     twin = a.model_copy()

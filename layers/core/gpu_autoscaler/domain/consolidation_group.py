@@ -16,10 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms, type_rooms
-from gpu_autoscaler.domain.consolidation_memo import PerObject, claim_print, question, solve_memo
+from gpu_autoscaler.domain.consolidation_memo import claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.per_object import PerObject
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, Resources
 
@@ -373,6 +374,6 @@ def _pod_shape(pod: PendingPod) -> str:
     )
 
 
-pod_shape: PerObject[PendingPod] = PerObject(_pod_shape)
+pod_shape: PerObject[PendingPod, str] = PerObject(_pod_shape)
 """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot tell
 apart, and a string, so a node's pods sort whatever their constraints (each pod's computed once)."""

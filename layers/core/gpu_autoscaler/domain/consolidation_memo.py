@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
+from gpu_autoscaler.domain.per_object import PerObject
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+    from collections.abc import Collection, Hashable, Mapping, Sequence
     from datetime import datetime
 
     from gpu_autoscaler.domain.catalog import OfferingKey
@@ -34,42 +36,17 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["SOLVE_MEMO_LIMIT", "PerObject", "SolveMemo", "claim_print", "pod_print", "solve_memo"]
-
-M = TypeVar("M")
+__all__ = ["SOLVE_MEMO_LIMIT", "SolveMemo", "claim_print", "pod_print", "solve_memo"]
 
 SOLVE_MEMO_LIMIT = 2048
 """Plans kept at most per solver; the least recently used goes. A key holds a reference per claim shown (the prints
 themselves are shared by the keys of one pass), a plan a few claims: a few MB at the limit on a cluster of a
 hundred nodes. The search asks ~4 new questions a pass, so the limit spans hundreds of passes."""
-_PRINTS_LIMIT = 16384
-"""Canonical forms a `PerObject` keeps by object (claims and pods are frozen models, often the same objects minute
-to minute); past it, cleared. Each holds its object: ~2 KB, ~30 MB at most per `PerObject`."""
 
 _MEMOS: WeakKeyDictionary[Solver, SolveMemo] = WeakKeyDictionary()
 
 
-class PerObject(Generic[M]):
-    """A string computed from a frozen model, kept per object (held, so its id is not reused) up to `limit`
-    objects; past it, cleared. The same pods and claims come back pass after pass: computed once each."""
-
-    def __init__(self, compute: Callable[[M], str], limit: int = _PRINTS_LIMIT) -> None:
-        self.compute = compute
-        self.limit = limit
-        self._kept: dict[int, tuple[M, str]] = {}
-
-    def __call__(self, model: M) -> str:
-        found = self._kept.get(id(model))
-        if found is not None and found[0] is model:
-            return found[1]
-        text = self.compute(model)
-        if len(self._kept) >= self.limit:
-            self._kept.clear()
-        self._kept[id(model)] = (model, text)
-        return text
-
-
-_print: PerObject[NodeClaim | PendingPod] = PerObject(lambda model: model.model_dump_json())
+_print: PerObject[NodeClaim | PendingPod, str] = PerObject(lambda model: model.model_dump_json())
 """Every field of a frozen model, as canonical JSON."""
 
 

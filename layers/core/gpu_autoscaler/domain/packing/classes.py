@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from gpu_autoscaler.domain.packing.fit import pod_requests
+from gpu_autoscaler.domain.per_object import PerObject
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -63,23 +64,9 @@ def _plain(value: object) -> object:
     return value
 
 
-_PLAIN_LIMIT = 16384
-"""Tuples whose plain form `_plain_of` keeps; past it, cleared."""
-_PLAIN: dict[int, tuple[object, object]] = {}
-
-
-def _plain_of(value: tuple[BaseModel, ...]) -> object:
-    """`_plain` of a pod's affinity terms or tolerations, kept per tuple (held, so its id is not reused): the
-    consolidation search classifies the same pods pass after pass, a class of one each, and making their plain
-    tuples again cost a tenth of its solves. The models are frozen, so a tuple's plain form never changes."""
-    found = _PLAIN.get(id(value))
-    if found is not None and found[0] is value:
-        return found[1]
-    plain = _plain(value)
-    if len(_PLAIN) >= _PLAIN_LIMIT:
-        _PLAIN.clear()
-    _PLAIN[id(value)] = (value, plain)
-    return plain
+_plain_of: PerObject[tuple[BaseModel, ...], object] = PerObject(_plain)
+"""`_plain` of a pod's affinity terms or tolerations, kept per tuple: the consolidation search classifies the same
+pods pass after pass, a class of one each, and making their plain tuples again cost a tenth of its solves."""
 
 
 def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
