@@ -139,8 +139,8 @@ _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType
 _FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool | None, Overhead, float, Resources,
                                                      Resources | None]]] = WeakKeyDictionary()
 """Per solver: a node object's id → the node, its pool and overhead, and its price, use and allocatable (`_node`)."""
-_FIGURES_LIMIT = 4096
-"""Nodes (claims) `_FIGURES` (`_DRIFT`) keeps per solver; past it, cleared."""
+_PER_SOLVER_LIMIT = 4096
+"""Nodes `_FIGURES` and claims `_DRIFT` keep per solver; past it, cleared."""
 _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
 """Per solver: a claim object's id → the claim, the configuration and its `drift_reason` (`_Pass._drift_reason`)."""
 
@@ -213,7 +213,7 @@ class _Pass(GroupJudge):
                 deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
                 used = used + deficit
         price = _price(self.catalog, claim) if claim is not None else 0.0
-        if len(cache) >= _FIGURES_LIMIT:
+        if len(cache) >= _PER_SOLVER_LIMIT:
             cache.clear()
         cache[id(item)] = (item, pool, overhead, price, used, computed)
         return GroupNode(item, pool, price, used, computed)
@@ -433,7 +433,7 @@ class _Pass(GroupJudge):
         if found is not None and found[0] is claim and found[1] is self.config:
             return found[2]
         why = drift_reason(self.config, self.catalog, claim)
-        if len(cache) >= _FIGURES_LIMIT:
+        if len(cache) >= _PER_SOLVER_LIMIT:
             cache.clear()
         cache[id(claim)] = (claim, self.config, why)
         return why
