@@ -5,7 +5,7 @@ Shared by the pass (`solver`) and the placement steps it hands work to (`gangs`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np  # noqa: TC002 (dataclass fields)
@@ -35,6 +35,9 @@ class PoolView:
     reservations: frozenset[str]
     fractional_ok: bool = False
     """The pool asks for fractional-GPU types, so any pod it places may go to one (see `fractional`)."""
+    tiers: dict[CapacityType, np.ndarray] = field(default_factory=dict)
+    """Per capacity type, the positions of the `base` offerings of it, ascending (read-only): a solve's tiers
+    when every offering is available."""
 
 
 @dataclass

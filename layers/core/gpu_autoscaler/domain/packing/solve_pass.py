@@ -97,6 +97,7 @@ class SolvePass:
         self.unschedulable: list[Unschedulable] = []
         self._available_key: bytes | None = None
         self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
+        self.all_available = not unavailable
         self._classify(self._placeable(fresh))
         if any(spreads(c.example) for c in self.classes):
             of_class = {p.uid: c.index for c in self.classes for p in c.pods}
@@ -228,17 +229,18 @@ class SolvePass:
     def run(self) -> Plan:
         self._place_in_flight()
         gangs = gangs_to_place(self)
-        for view in self.s.pools:
-            for capacity_type in view.capacity_order:
-                tier = np.flatnonzero(
-                    view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type))
-                )
-                if tier.size == 0:
-                    continue
-                for gang in gangs:
-                    if not gang.placed:
-                        place_gang(self, view, capacity_type, tier, gang)
-                self._place_classes(view, capacity_type, tier)
+        for view, capacity_type in ((v, t) for v in self.s.pools for t in v.capacity_order):
+            if not self.rem.any() and all(gang.placed for gang in gangs):
+                break  # every pod has a place: no tier has anything to open
+            tier = view.tiers[capacity_type] if self.all_available else np.flatnonzero(
+                view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type))
+            )
+            if tier.size == 0:
+                continue
+            for gang in gangs:
+                if not gang.placed:
+                    place_gang(self, view, capacity_type, tier, gang)
+            self._place_classes(view, capacity_type, tier)
         explain_unplaced(self, gangs)
         return Plan(
             claims=tuple(self._claims()),
@@ -262,7 +264,10 @@ class SolvePass:
     # Live claims first
 
     def _place_in_flight(self) -> None:
-        targets = []
+        """Pods onto the claims in flight with room, oldest claim first, the highest priority and biggest pods
+        first. In Python integers, not arrays: a consolidation question shows a handful of claims and classes of
+        half a dozen resources, where an array operation's overhead is most of the work."""
+        targets: list[tuple[NodeClaim, PoolView, list[InstanceType], list[int]]] = []
         for claim in self.claims_in:
             view = self.s._pool_by_name.get(claim.pool)
             if claim.state not in IN_FLIGHT_STATES or claim.gang or view is None:
@@ -271,10 +276,10 @@ class SolvePass:
             if not types:
                 continue
             matrix = self.matrices[view.position]
-            cap = np.min(np.stack([matrix[self.idx.type_position[t.name]] for t in types]), axis=0)
+            caps = [matrix[self.idx.type_position[t.name]].tolist() for t in types]
             used = claim_requests(claim)
-            free = cap - np.array([used[n] for n in self.names], np.int64)
-            if (free < 0).any():
+            free = [min(column) - used[name] for column, name in zip(zip(*caps, strict=True), self.names, strict=True)]
+            if min(free, default=0) < 0:
                 # Recorded use beyond what its types hold now (the pool's sharing or overhead changed):
                 # offer no room on it rather than trust a figure that no longer adds up.
                 continue
@@ -288,17 +293,21 @@ class SolvePass:
             key=lambda c: (-self.classes[c].priority, -self.req[c][gpu], -self.req[c][cpu], -self.req[c][memory]),
         )
         for c in order:
+            left = int(self.rem[c])
+            if left == 0:
+                continue
+            need = [(i, v) for i, v in enumerate(self.req[c].tolist()) if v > 0]
             for claim, view, types, free in targets:
-                if self.rem[c] == 0:
-                    break
-                need = self.req[c]
-                positive = need > 0
-                room = int((free[positive] // need[positive]).min()) if positive.any() else int(self.rem[c])
+                room = min((free[i] // v for i, v in need), default=left)
                 if room <= 0 or not self._compatible(c, claim, view, types):
                     continue
-                n = min(room, int(self.rem[c]))
-                free -= n * need
+                n = min(room, left)
+                for i, v in need:
+                    free[i] -= n * v
                 self.existing.setdefault(claim.id, []).extend(p.uid for p in self.take(c, n))
+                left -= n
+                if left == 0:
+                    break
 
     def _compatible(self, c: int, claim: NodeClaim, view: PoolView, types: list[InstanceType]) -> bool:
         cls = self.classes[c]
@@ -324,10 +333,12 @@ class SolvePass:
 
     def _place_classes(self, view: PoolView, capacity_type: CapacityType, tier: np.ndarray) -> None:
         masks = self.ok[view.position]
-        rows = np.flatnonzero(self.ungrouped & (self.rem > 0) & masks[:, tier].any(axis=1)).tolist()
-        if not rows:
+        row_index = np.flatnonzero(self.ungrouped & (self.rem > 0))
+        if row_index.size:
+            row_index = row_index[masks[row_index][:, tier].any(axis=1)]
+        if not row_index.size:
             return
-        row_index = np.asarray(rows, np.int64)
+        rows = row_index.tolist()
         pos = tier[masks[np.ix_(row_index, tier)].any(axis=0)]
         feasible = masks[np.ix_(row_index, pos)]
         limit = self.reserved_limit(pos, capacity_type)
