@@ -64,7 +64,7 @@ def _plain(value: object) -> object:
     return value
 
 
-_plain_of: PerObject[tuple[BaseModel, ...], object] = PerObject(_plain)
+plain_of: PerObject[tuple[BaseModel, ...], object] = PerObject(_plain)
 """`_plain` of a pod's affinity terms or tolerations, kept per tuple: the consolidation search classifies the same
 pods pass after pass, a class of one each, and making their plain tuples again cost a tenth of its solves."""
 
@@ -97,7 +97,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
         if found is None:
             requests = pod_requests(pod)
             selector = tuple(sorted(pod.node_selector.items()))
-            constraint = (selector, _plain_of(pod.required_node_affinity), _plain_of(pod.tolerations))
+            constraint = (selector, plain_of(pod.required_node_affinity), plain_of(pod.tolerations))
             canonical = (requests, constraint, pod.priority, pod.gang, spread)
             found = by_canonical.get(canonical)
             if found is None:
