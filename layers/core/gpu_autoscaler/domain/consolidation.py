@@ -211,11 +211,7 @@ class _Pass(GroupJudge):
         found = cache.get(id(item))
         if found is not None and found[0] is item and found[1] is pool and found[2] is overhead:
             return GroupNode(item, pool, *found[3:])
-        totals: dict[str, int] = {}  # every pod's `pod_requests`, summed in one dict rather than a vector per pod
-        for entry in item.pods:
-            for name, value in entry.pod.resources.items():
-                totals[name] = totals.get(name, 0) + value
-        used = Resources(totals) + {PODS: len(item.pods)} if item.pods else Resources()
+        used = item.footprint
         computed = None
         if claim is not None and pool is not None and claim.instance_type:
             instance_type = self.catalog.get(claim.instance_type)
@@ -562,9 +558,13 @@ def _shape(n: GroupNode) -> tuple[object, ...]:
     """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
     multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
     claim = n.claim
-    pods = sorted(pod_shape(entry.pod) for entry in n.item.pods)
     return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
-            tuple(sorted(n.used.items())), tuple(pods))
+            tuple(sorted(n.used.items())), _pod_shapes(n.item))
+
+
+_pod_shapes: PerObject[ConsolidationNode, tuple[str, ...]] = PerObject(
+    lambda item: tuple(sorted(pod_shape(entry.pod) for entry in item.pods)))
+"""A node's pods' shapes, sorted, kept per node object (the same object pass after pass until its pods change)."""
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:

@@ -235,8 +235,8 @@ class GroupJudge:
             return None
         types = type_rooms(self.config, self.solver)
         spot = not (n.claim.capacity_type == "spot" and n.pool is not None and not n.pool.disruption.spot_to_spot)
-        pods = [pod_requests(entry.pod) for entry in n.item.pods]
-        if self._cheaper_home(types, pods, n.price, spot=spot):
+        pods = n.item.footprints
+        if self._cheaper_home(types, [n.item.footprint] if self.max_replacements == 1 else pods, n.price, spot=spot):
             return None
         left = self._free_rooms().stranded(pods, n)
         if not left or self._cheaper_home(types, left, n.price, spot=spot):

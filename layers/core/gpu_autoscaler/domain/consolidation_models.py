@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
+from gpu_autoscaler.models.resources import PODS, Resources
 from gpu_autoscaler.models.taints import Toleration
 
 if TYPE_CHECKING:
@@ -87,6 +89,21 @@ class ConsolidationNode:
     @property
     def name(self) -> str:
         return self.node.name
+
+    @cached_property
+    def footprints(self) -> tuple[Resources, ...]:
+        """Each pod's requests and pod slot (`fit.pod_requests`), kept: every pass weighs the same node object
+        until its pods change."""
+        return tuple(entry.pod.footprint for entry in self.pods)
+
+    @cached_property
+    def footprint(self) -> Resources:
+        """Its pods' footprints together: what they take on it, and what one node replacing it must hold."""
+        totals: dict[str, int] = {}  # summed in one dict rather than a vector per pod
+        for entry in self.pods:
+            for name, value in entry.pod.resources.items():
+                totals[name] = totals.get(name, 0) + value
+        return Resources(totals) + {PODS: len(self.pods)} if self.pods else Resources()
 
 
 @dataclass(frozen=True)
