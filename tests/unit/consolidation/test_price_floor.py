@@ -159,6 +159,69 @@ def test_a_pod_with_room_on_another_node_is_not_stranded() -> None:
     assert [d.nodes for d in result.decisions] == [(snug,)] and result.decisions[0].action == "delete"
 
 
+def _two_one_gpu_nodes(extra: list[InstanceType], extra_offerings: list[Offering]) -> tuple[Cluster, str, str]:
+    """Two On-Demand g5.xlarge (1.006 USD/h each), each with a one-GPU pod of 3 vCPUs: neither has room for the
+    other's pod, and no type cheaper than a g5.xlarge holds one."""
+    names = ("g5.xlarge", "g5.12xlarge")
+    catalog = Catalog([make_type(n) for n in names] + extra,
+                      [o for o in make_offerings(names) if o.capacity_type == "on-demand"] + extra_offerings)
+    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"],
+                                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None})),
+                      catalog)
+    a, b = cluster.node("g5.xlarge"), cluster.node("g5.xlarge")
+    cluster.pod(a, gpus=1, cpu="3", memory="8Gi")
+    cluster.pod(b, gpus=1, cpu="3", memory="8Gi")
+    return cluster, a, b
+
+
+def test_a_pair_whose_every_part_is_priced_out_is_not_solved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The multi-node search's pair: each node alone is priced out, and the two pods together need a g5.12xlarge
+    (5.672 USD/h) where the pair costs 2.012. No solve at all; without the group floor the search solves the
+    pair and finds what the floor knew."""
+    cluster, a, b = _two_one_gpu_nodes([], [])
+    result, solves = _run(cluster, max_replacements=1)
+    assert result.decisions == () and solves == 0
+    with monkeypatch.context() as patched:
+        patched.setattr(GroupJudge, "priced_out", lambda self, group: False)
+        unfloored, solves = _run(cluster, max_replacements=1)
+    assert solves == 1 and unfloored == result
+
+
+def test_a_pair_that_one_cheaper_node_holds_is_left_to_the_solver() -> None:
+    """As above, with a two-GPU type at 1.50 USD/h: each node alone is still priced out, the pair is not, and the
+    search replaces both nodes by the one cheaper node."""
+    double = InstanceType(name="g9.2gpu", vcpu=16, memory_mib=65536, gpus=2, gpu_devices=2, gpu_model="A10G",
+                          gpu_manufacturer="NVIDIA", gpu_memory_mib=49152, max_pods=58)
+    offering = Offering(instance_type="g9.2gpu", zone="us-east-1a", capacity_type="on-demand", price_per_hour=1.5)
+    cluster, a, b = _two_one_gpu_nodes([double], [offering])
+    result, solves = _run(cluster, max_replacements=1)
+    assert solves == 1
+    assert [(sorted(d.nodes), [c.instance_types[0] for c in d.replacements]) for d in result.decisions] == [
+        (sorted((a, b)), ["g9.2gpu"])]
+
+
+def test_a_pair_not_all_spot_is_priced_against_spot_too() -> None:
+    """A Spot g5.xlarge (0.41 USD/h) and an On-Demand g5.2xlarge (1.212) in a pool without spot-to-spot, one GPU pod
+    on each. Each alone is priced out (the Spot one against capacity that is not Spot; the other's 6-vCPU pod fits
+    nothing cheaper than its node), but a Spot replacement of the two is allowed (not every node of the pair is
+    Spot): a two-GPU type at 1.40 Spot holds both, and the search takes it."""
+    double = InstanceType(name="g9.2gpu", vcpu=16, memory_mib=65536, gpus=2, gpu_devices=2, gpu_model="A10G",
+                          gpu_manufacturer="NVIDIA", gpu_memory_mib=49152, max_pods=58)
+    offerings = [o for o in make_offerings(("g5.xlarge", "g5.2xlarge"), zones=("us-east-1a",))
+                 if o.instance_type == "g5.xlarge" or o.capacity_type == "on-demand"]
+    offerings += [Offering(instance_type="g9.2gpu", zone="us-east-1a", capacity_type="spot", price_per_hour=1.4,
+                           interruption_band=1),
+                  Offering(instance_type="g9.2gpu", zone="us-east-1a", capacity_type="on-demand", price_per_hour=3.0)]
+    cluster = Cluster(pool_config(), Catalog([make_type("g5.xlarge"), make_type("g5.2xlarge"), double], offerings))
+    spot = cluster.node("g5.xlarge", capacity_type="spot")
+    cluster.pod(spot, gpus=1, cpu="2", memory="4Gi")
+    on_demand = cluster.node("g5.2xlarge")
+    cluster.pod(on_demand, gpus=1, cpu="6", memory="4Gi")
+    result, _ = _run(cluster, max_replacements=1)
+    assert [(sorted(d.nodes), [(c.capacity_type, c.instance_types[0]) for c in d.replacements])
+            for d in result.decisions] == [(sorted((spot, on_demand)), [("spot", "g9.2gpu")])]
+
+
 def test_type_rooms_give_the_cheapest_type_holding_requests_in_any_pool() -> None:
     cluster = Cluster(pool_config())
     rooms = TypeRooms(cluster.config, cluster.catalog)
@@ -182,9 +245,9 @@ def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node(
                               (other, {"nvidia.com/gpu": 1, "cpu": -500, "memory": 4096, "pods": 10})])
     gpu_only = Resources({"nvidia.com/gpu": 1, "pods": 1})
     with_cpu = Resources({"nvidia.com/gpu": 1, "cpu": 100, "pods": 1})
-    assert rooms.stranded([gpu_only], own) == [], "the other node's overcommitted CPU does not keep it off"
-    assert rooms.stranded([with_cpu], own) == [with_cpu]
-    assert rooms.stranded([with_cpu], other) == [], "its own node aside, the first node has room"
+    assert rooms.stranded([gpu_only], [own]) == [], "the other node's overcommitted CPU does not keep it off"
+    assert rooms.stranded([with_cpu], [own]) == [with_cpu]
+    assert rooms.stranded([with_cpu], [other]) == [], "its own node aside, the first node has room"
     assert rooms.with_room([with_cpu]).tolist() == [True, False]
     assert rooms.with_room([with_cpu, gpu_only]).tolist() == [True, True]
     assert rooms.with_room([Resources({"nvidia.com/gpu": 2, "pods": 1})]).tolist() == [True, False]
@@ -220,3 +283,39 @@ def test_the_floor_never_turns_away_a_node_the_solver_would_take(
     for node, why in with_floor.skipped.items():
         if why != without.skipped[node]:
             assert "fit on no other node" in why, (why, without.skipped[node])
+
+
+_ON_DEMAND_NAMES = ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "g6.xlarge")
+_ONE_POD_NODE = st.tuples(st.sampled_from(("g5.2xlarge", "g6.xlarge", "g6.xlarge", "g5.12xlarge")),
+                          st.integers(1, 4), st.integers(1, 6))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(nodes=st.lists(_ONE_POD_NODE, min_size=2, max_size=5), one=st.booleans(),
+       budget=st.sampled_from((2, 3, 5)), double_price=st.sampled_from((1.5, 3.0)))
+def test_the_group_floor_never_turns_away_a_group_the_solver_would_take(
+        nodes: list[tuple[str, int, int]], one: bool, budget: int, double_price: float,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On-Demand only, one pod a node (as many GPUs as asked up to the node's, a few vCPUs), a two-GPU type at
+    1.50 or 3.00 USD/h (cheaper or not than two one-GPU nodes), and a budget of 2, 3 or 5 nodes (the multi-node
+    search's largest group): the same decisions and the same nodes left alone with and without the floors,
+    single and group alike."""
+    double = InstanceType(name="g9.2gpu", vcpu=16, memory_mib=65536, gpus=2, gpu_devices=2, gpu_model="A10G",
+                          gpu_manufacturer="NVIDIA", gpu_memory_mib=49152, max_pods=58)
+    catalog = Catalog([make_type(n) for n in _ON_DEMAND_NAMES] + [double],
+                      [o for o in make_offerings(_ON_DEMAND_NAMES) if o.capacity_type == "on-demand"]
+                      + [Offering(instance_type="g9.2gpu", zone="us-east-1a", capacity_type="on-demand",
+                                  price_per_hour=double_price)])
+    cluster = Cluster(make_config(make_pool(capacityTypes=["on-demand"], disruption={
+        "budgets": [{"nodes": str(budget)}], "underutilizedBelow": None})), catalog)
+    for name, gpus, cpu in nodes:
+        vcpu, _, most = TYPES[name][:3]
+        cluster.pod(cluster.node(name), gpus=min(gpus, most), cpu=str(min(cpu, vcpu - 2)), memory="4Gi")
+    kwargs = {"max_replacements": 1} if one else {}
+    with_floor, _ = _run(cluster, **kwargs)
+    with monkeypatch.context() as patched:
+        patched.setattr(GroupJudge, "_priced_out", lambda self, group: None)
+        without = _run(cluster, **kwargs)[0]
+    assert with_floor.decisions == without.decisions
+    assert with_floor.skipped.keys() == without.skipped.keys()

@@ -474,7 +474,8 @@ class _Pass(GroupJudge):
             lo, hi = 2, top
             while lo <= hi:
                 mid = (lo + hi) // 2
-                found = self.evaluate(open_[:mid], "Underutilized")
+                group = open_[:mid]
+                found = "priced out" if self.priced_out(group) else self.evaluate(group, "Underutilized")
                 if isinstance(found, Decision) and found.saving > EPS:
                     if best is None or found.saving > best.saving + EPS:
                         best = found

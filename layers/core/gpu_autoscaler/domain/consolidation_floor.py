@@ -34,7 +34,7 @@ import numpy as np
 from gpu_autoscaler.domain.packing.fit import allocatable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.catalog import Catalog
@@ -127,13 +127,13 @@ class FreeRooms:
             out[self.holding(pod)] = True
         return out
 
-    def stranded(self, pods: Sequence[Resources], own: object) -> list[Resources]:
-        """The pods' requests that fit on no node but `own` (the node they are on)."""
-        row = self.row(own)
+    def stranded(self, pods: Sequence[Resources], own: Collection[object]) -> list[Resources]:
+        """The pods' requests that fit on no node but those of `own` (the nodes they are on)."""
+        rows = {row for node in own if (row := self.row(node)) is not None}
         out = []
         for pod in pods:
             holding = self.holding(pod)
-            if not holding.size or (holding.size == 1 and holding[0] == row):
+            if holding.size <= len(rows) and rows.issuperset(holding.tolist()):
                 out.append(pod)
         return out
 

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms, type_rooms
@@ -34,10 +35,13 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EPS", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "pod_shape"]
+__all__ = ["EPS", "GROUP_FLOOR_MAX", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "pod_shape"]
 
 SPOT_TO_SPOT_MIN_TYPES = 15
 EPS = 1e-9
+GROUP_FLOOR_MAX = 3
+"""The largest group `GroupJudge.priced_out` answers for (7 parts); the multi-node search's budget makes most of
+its groups pairs."""
 _RANK_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -196,7 +200,7 @@ class GroupJudge:
         leaves fewer nodes than it drains: otherwise keeping the node moves fewer pods and launches less."""
         group = list(group)
         if len(group) == 1 and reason != "Drifted":
-            floor = self._priced_out(group[0])
+            floor = self._priced_out(group)
             if floor is not None:
                 return floor
         while True:
@@ -227,23 +231,41 @@ class GroupJudge:
                                         [(d, d.free) for d in self.nodes if d.usable and not d.removed])
         return self.free_rooms
 
-    def _priced_out(self, n: GroupNode) -> str | None:
-        """Why no plan for the node alone can save (`consolidation_floor`), or None when one might. A Spot node
-        whose pool does not opt in to spot-to-spot can only be replaced by capacity that is not Spot (`_cheaper`
-        refuses any plan with a Spot replacement), so only those offerings' prices count."""
-        if not n.item.pods:
+    def priced_out(self, group: Sequence[GroupNode]) -> bool:
+        """Whether no judgement of the group can save, by the floor alone: not one of its subgroups can
+        (`_priced_out`). A group's judgement decides on the group or on part of it (`evaluate` keeps nodes a
+        replacement would merely swap and looks again without them), each part drained while the rest of the
+        cluster, the group's other nodes among it, takes what it can; so when every part is priced out, so is
+        the group. Up to `GROUP_FLOOR_MAX` nodes: a group of n has 2^n − 1 parts."""
+        if not group or len(group) > GROUP_FLOOR_MAX:
+            return False
+        return all(self._priced_out(part) is not None
+                   for size in range(1, len(group) + 1) for part in combinations(group, size))
+
+    def _priced_out(self, group: Sequence[GroupNode]) -> str | None:
+        """Why no plan for draining the group (its pool's nodes, judged not Drifted) can save
+        (`consolidation_floor`), or None when one might. If every node of it is Spot and the pool does not opt in
+        to spot-to-spot, a replacement can only be capacity that is not Spot (`_cheaper` refuses any plan with a
+        Spot replacement), so only those offerings' prices count."""
+        if not any(n.item.pods for n in group):
             return None
         types = type_rooms(self.config, self.solver)
-        spot = not (n.claim.capacity_type == "spot" and n.pool is not None and not n.pool.disruption.spot_to_spot)
-        pods = n.item.footprints
-        if self._cheaper_home(types, [n.item.footprint] if self.max_replacements == 1 else pods, n.price, spot=spot):
+        pool = group[0].pool
+        spot = not (all(n.claim.capacity_type == "spot" for n in group) and pool is not None
+                    and not pool.disruption.spot_to_spot)
+        price = sum(n.price for n in group)
+        pods = [pod for n in group for pod in n.item.footprints]
+        whole = [sum((n.item.footprint for n in group[1:]), group[0].item.footprint)]
+        if self._cheaper_home(types, whole if self.max_replacements == 1 else pods, price, spot=spot):
             return None
-        left = self._free_rooms().stranded(pods, n)
-        if not left or self._cheaper_home(types, left, n.price, spot=spot):
+        left = self._free_rooms().stranded(pods, group)
+        if not left or self._cheaper_home(types, left, price, spot=spot):
             return None
         offerings = "type" if spot else "offering but Spot (no spot-to-spot)"
-        return (f"no saving: {len(left)} of its pods fit on no other node, and no {offerings} cheaper than its "
-                f"${n.price:.4f}/h holds {'them' if self.max_replacements == 1 else 'each of them'}")
+        whose = "its" if len(group) == 1 else "the nodes'"
+        other = "other node" if len(group) == 1 else "node outside them"
+        return (f"no saving: {len(left)} of {whose} pods fit on no {other}, and no {offerings} cheaper than "
+                f"{whose} ${price:.4f}/h holds {'them' if self.max_replacements == 1 else 'each of them'}")
 
     def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float, *, spot: bool) -> bool:
         """Whether new nodes for `pods` could cost under `price` (Spot among them if `spot`): one type cheaper
