@@ -282,7 +282,7 @@ class _Pass(GroupJudge):
             return f"state: claim is {claim.state.value}"
         if disrupting(claim, self.now) and not validating:
             return "disrupting: a consolidation drain is under way"
-        why = _node_why_not(item, claim)
+        why = _node_why_not(item)
         if why is not None:
             return why
         if warm_held(claim, self.now):
@@ -538,13 +538,15 @@ def consolidate(
     return _Pass(config, solver, nodes, claims, unavailable, quotas, pending, max_replacements).run()
 
 
-def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:
+def _node_why_not_now(item: ConsolidationNode) -> str | None:
     """What on the node itself keeps it from voluntary disruption: not Ready or cordoned, not initialized (as
-    Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod."""
+    Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod. Of the node, its
+    claim and its pods alone: kept per node object (`_node_why_not`)."""
     node = item.node
     if not node.ready or node.unschedulable:
         return "not ready or cordoned"
-    why = not_initialized(node, claim_requests(claim))
+    assert item.claim is not None
+    why = not_initialized(node, claim_requests(item.claim))
     if why is not None:
         return f"not initialized: {why}"
     if node.do_not_disrupt:
@@ -553,6 +555,9 @@ def _node_why_not(item: ConsolidationNode, claim: NodeClaim) -> str | None:
         if entry.protected:
             return f"do-not-disrupt: pod {entry.pod.key}"
     return None
+
+
+_node_why_not: PerObject[ConsolidationNode, str | None] = PerObject(_node_why_not_now)
 
 
 def _shape(n: GroupNode) -> tuple[object, ...]:
