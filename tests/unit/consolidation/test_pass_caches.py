@@ -79,3 +79,27 @@ def test_a_requests_attribute_is_parsed_once_per_string(monkeypatch: pytest.Monk
     assert parsed == ['{"cpu":1237}']
     other = claim.model_copy(update={"attributes": {"requests": '{"cpu":2473}'}})
     assert claim_requests(other) == {"cpu": 2473} and len(parsed) == 2
+
+
+def test_what_on_a_node_keeps_it_from_disruption_is_read_once_per_node_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readiness, initialization and do-not-disrupt are of the node object alone: asked once per object."""
+    cluster, solver, items = _cluster()
+    checked = _counting(monkeypatch, consolidation, "not_initialized")
+    _pass(cluster, solver, items)
+    assert len(checked) == 3
+    _pass(cluster, solver, items)
+    assert len(checked) == 3
+    changed = replace(items[0], pods=items[0].pods[:1])
+    _pass(cluster, solver, [changed, *items[1:]])
+    assert len(checked) == 4, "the changed node only"
+
+
+def test_a_pending_pod_object_is_shaped_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass groups the waiting pods by shape each minute; a pod object seen before is not shaped again."""
+    cluster, solver, items = _cluster()
+    shaped = _counting(monkeypatch, consolidation, "plain_of")
+    waiting = [cluster.pod(None, gpus=1), cluster.pod(None, gpus=2)]
+    for _ in range(2):
+        consolidate(cluster.config, solver, items, claims=list(cluster.claims.values()), pending=waiting)
+    assert len(shaped) == 4, "affinity and tolerations of each of the two pods, once"

@@ -475,7 +475,10 @@ class _Pass(GroupJudge):
             while lo <= hi:
                 mid = (lo + hi) // 2
                 group = open_[:mid]
-                found = "priced out" if self.priced_out(group) else self.evaluate(group, "Underutilized")
+                if self.priced_out(group):
+                    hi = mid - 1
+                    continue
+                found = self.evaluate(group, "Underutilized")
                 if isinstance(found, Decision) and found.saving > EPS:
                     if best is None or found.saving > best.saving + EPS:
                         best = found
@@ -538,7 +541,7 @@ def consolidate(
     return _Pass(config, solver, nodes, claims, unavailable, quotas, pending, max_replacements).run()
 
 
-def _node_why_not_now(item: ConsolidationNode) -> str | None:
+def _why_not_on_node(item: ConsolidationNode) -> str | None:
     """What on the node itself keeps it from voluntary disruption: not Ready or cordoned, not initialized (as
     Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod. Of the node, its
     claim and its pods alone: kept per node object (`_node_why_not`)."""
@@ -557,7 +560,8 @@ def _node_why_not_now(item: ConsolidationNode) -> str | None:
     return None
 
 
-_node_why_not: PerObject[ConsolidationNode, str | None] = PerObject(_node_why_not_now)
+_node_why_not: PerObject[ConsolidationNode, str | None] = PerObject(_why_not_on_node)
+"""`_why_not_on_node`, kept per node object: every pass asks it of every node, the same object until it changes."""
 
 
 def _shape(n: GroupNode) -> tuple[object, ...]:

@@ -255,8 +255,9 @@ class GroupJudge:
                     and not pool.disruption.spot_to_spot)
         price = sum(n.price for n in group)
         pods = [pod for n in group for pod in n.item.footprints]
-        whole = [sum((n.item.footprint for n in group[1:]), group[0].item.footprint)]
-        if self._cheaper_home(types, whole if self.max_replacements == 1 else pods, price, spot=spot):
+        together = ([sum((n.item.footprint for n in group[1:]), group[0].item.footprint)]
+                    if self.max_replacements == 1 else pods)
+        if self._cheaper_home(types, together, price, spot=spot):
             return None
         left = self._free_rooms().stranded(pods, group)
         if not left or self._cheaper_home(types, left, price, spot=spot):

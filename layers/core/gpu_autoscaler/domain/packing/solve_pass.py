@@ -232,9 +232,10 @@ class SolvePass:
         for view, capacity_type in ((v, t) for v in self.s.pools for t in v.capacity_order):
             if not self.rem.any() and all(gang.placed for gang in gangs):
                 break  # every pod has a place: no tier has anything to open
-            tier = view.tiers[capacity_type] if self.all_available else np.flatnonzero(
-                view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type))
-            )
+            tier = view.tiers.get(capacity_type) if self.all_available else None
+            if tier is None:
+                tier = np.flatnonzero(
+                    view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type)))
             if tier.size == 0:
                 continue
             for gang in gangs:
