@@ -58,13 +58,19 @@ def test_a_node_object_seen_before_is_not_priced_again_and_a_new_one_is(monkeypa
     assert len(priced) == 7, "another solver (catalog): every node afresh"
 
 
-def test_a_claim_object_seen_before_is_not_checked_for_drift_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def _asked_once_per_node(monkeypatch: pytest.MonkeyPatch, name: str,
+                         ) -> tuple[list[object], Cluster, Solver, list[ConsolidationNode]]:
+    """`consolidation.<name>` counted over two passes on the same three nodes: asked once for each."""
     cluster, solver, items = _cluster()
-    checked = _counting(monkeypatch, consolidation, "drift_reason")
-    _pass(cluster, solver, items)
-    assert len(checked) == 3
-    _pass(cluster, solver, items)
-    assert len(checked) == 3
+    checked = _counting(monkeypatch, consolidation, name)
+    for _ in range(2):
+        _pass(cluster, solver, items)
+        assert len(checked) == 3
+    return checked, cluster, solver, items
+
+
+def test_a_claim_object_seen_before_is_not_checked_for_drift_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked, cluster, solver, items = _asked_once_per_node(monkeypatch, "drift_reason")
     assert items[0].claim is not None
     claim = items[0].claim.model_copy(update={"attributes": {**items[0].claim.attributes, "x": "y"}})
     _pass(cluster, solver, [replace(items[0], claim=claim), *items[1:]])
@@ -84,12 +90,7 @@ def test_a_requests_attribute_is_parsed_once_per_string(monkeypatch: pytest.Monk
 def test_what_on_a_node_keeps_it_from_disruption_is_read_once_per_node_object(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Readiness, initialization and do-not-disrupt are of the node object alone: asked once per object."""
-    cluster, solver, items = _cluster()
-    checked = _counting(monkeypatch, consolidation, "not_initialized")
-    _pass(cluster, solver, items)
-    assert len(checked) == 3
-    _pass(cluster, solver, items)
-    assert len(checked) == 3
+    checked, cluster, solver, items = _asked_once_per_node(monkeypatch, "not_initialized")
     changed = replace(items[0], pods=items[0].pods[:1])
     _pass(cluster, solver, [changed, *items[1:]])
     assert len(checked) == 4, "the changed node only"
