@@ -200,16 +200,19 @@ def test_with_max_replacements_1_a_node_whose_pods_need_two_new_nodes_stays() ->
 def test_with_max_replacements_1_multi_node_consolidation_launches_at_most_one_node() -> None:
     """The same rule for a group (Karpenter's multi-node consolidation calls the same `computeConsolidation`): two
     8-GPU nodes of one 30-vCPU pod each are cheapest as two g5.12xlarge; bounded, one node's pod moves onto the
-    other's room instead."""
+    other's room instead. Which of the two goes is the candidates' order (equal use and price: by name, and the
+    names come from a counter the whole test session shares), so either may."""
     cluster, big = _split_cluster()
     cluster.pods.clear()
     first = cluster.pod(big, cpu="30")
     other = cluster.node("g5.48xlarge")
-    cluster.pod(other, cpu="30")
+    second = cluster.pod(other, cpu="30")
     [unbounded] = cluster.consolidate().decisions
     assert set(unbounded.nodes) == {big, other} and len(unbounded.replacements) == 2
     [bounded] = cluster.consolidate(max_replacements=1).decisions
-    assert (bounded.action, bounded.nodes, bounded.destinations) == ("delete", (big,), {other: (first.uid,)})
+    assert bounded.action == "delete" and bounded.nodes in {(big,), (other,)}
+    kept, moved = (other, first.uid) if bounded.nodes == (big,) else (big, second.uid)
+    assert bounded.destinations == {kept: (moved,)}
 
 
 def test_full_nodes_are_not_swapped_for_their_own_type_to_carry_off_one_removable_node() -> None:
