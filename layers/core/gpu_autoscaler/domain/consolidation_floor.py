@@ -17,10 +17,12 @@ costs. That much is known before the solve, from what any plan of it must satisf
 
 When that floor is at or above the node's price, every plan the solver could return is refused (unschedulable,
 too many replacements, not cheaper, or Spot without spot-to-spot: `GroupJudge._decide`), so the judgement is "no
-saving" without asking. Only for one node: a group's judgement may drop nodes and look again at the rest
-(`_swapped`), which a floor for the whole group says nothing about. Replaying the trace, the floor without the Spot
-rule answered 60,729 of karpenter-like's 100,104 single-node "no saving" judgements, and none that the solver would
-have taken; with it, karpenter-like's single-node solves fell from 48,273 to 18,513.
+saving" without asking. For a group the same holds part by part: its judgement may drop nodes and look again at
+the rest (`_swapped`), so a group is answered only when every part of it is (`GroupJudge.priced_out`, small groups),
+the stranded pods then being those that fit on no node outside the part. Replaying the trace, the floor without the
+Spot rule answered 60,729 of karpenter-like's 100,104 single-node "no saving" judgements, and none that the solver
+would have taken; with it, karpenter-like's single-node solves fell from 48,273 to 18,513, and with the group floor
+its multi-node solves from 12,590 to 8,263.
 """
 
 from __future__ import annotations
