@@ -14,7 +14,7 @@ from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.interruption import parse_notice, replacement_pods
 from gpu_autoscaler.domain.packing.fit import pod_requests
-from gpu_autoscaler.domain.packing.results import claim_requests
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -191,6 +191,49 @@ def test_registered_claims_and_the_drained_claim_itself_are_left_alone() -> None
     assert s.replacements() == registered  # their room is their node's now, which the scheduler sees
     old = s.store.get_claim("nc-old")
     assert old is not None and old.pods == ("uid-0", "uid-1")
+
+
+def started_and_listed(s: Scene, started: datetime, claim_id: str, made: datetime) -> None:
+    """The node's pods started at `started`; a claim in flight made at `made` lists uid-1, with its requests."""
+    for pod in s.cluster.list_pods(NODE):
+        s.cluster.add_pod(pod.model_copy(update={"started_at": started}))
+    s.store.create_claim(NodeClaim(
+        cluster="test", id=claim_id, pool="gpu", capacity_type="spot", zones=("us-east-1a",),
+        instance_types=("g5.xlarge",), price_per_hour=0.41, created_at=made, state=ClaimState.PENDING,
+        pods=("uid-1",), attributes={REQUESTS_ATTRIBUTE: requests_attribute(recorded(["uid-1"], s))}))
+
+
+def test_a_claim_in_flight_planned_for_a_pod_that_then_ran_on_the_doomed_node_is_not_its_replacement() -> None:
+    """A burst's claim lists a pod that kube-scheduler then bound to another node, the one AWS now reclaims (it
+    binds the oldest pending pod to the first node up, not to the node planned for it; that claim's room goes to
+    another pod when its node comes). The claim still lists the pod, but it was made before the pod started:
+    the replacement is planned afresh. The demo's interruption, seen on the emulator: the replica assigned to
+    such a claim was counted as replaced, its successor found no held room and stayed pending."""
+    s = Scene()
+    started_and_listed(s, WARNED_AT - timedelta(minutes=1), "nc-burst", made=WARNED_AT - timedelta(minutes=3))
+    s.store.assign_pods("nc-burst", ["uid-1"], timedelta(minutes=30))
+
+    request = s.warn()
+
+    assert "nc-burst" not in request.replacements
+    fresh = [c for c in s.replacements() if c.id != "nc-burst"]
+    assert sorted(u for c in fresh for u in c.pods) == ["uid-0", "uid-1"]
+    assert set(s.store.assignments(["uid-0", "uid-1"]).values()) == {c.id for c in fresh}
+    s.drainer.drain(request, budget=timedelta(seconds=60))
+    packed = s.packer.handle(s.pending_document(), source="agent-message-2")
+    assert packed.created == () and packed.placed_in_flight == 2  # both successors on the held room
+
+
+def test_a_claim_made_for_a_pod_after_it_started_still_replaces_it() -> None:
+    """The other side of the rule above: a claim in flight made while the pod ran (a rebalance's replacement,
+    whose assignment a later notice has released) still covers it."""
+    s = Scene()
+    started_and_listed(s, WARNED_AT - timedelta(hours=1), "nc-earlier", made=WARNED_AT - timedelta(minutes=3))
+
+    request = s.warn()
+
+    assert "nc-earlier" in request.replacements
+    assert s.store.assignments(["uid-1"]) == {"uid-1": "nc-earlier"}
 
 
 class RacingStore(MemoryStateStore):

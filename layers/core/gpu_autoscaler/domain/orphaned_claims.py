@@ -15,9 +15,11 @@ time it runs, so a NodeClaim whose pods bound elsewhere is free room for the nex
 those claims, so the reconcile step can give their room back (`services.reconcile`).
 
 Two rules keep the room of pods that still need it:
-- only a pod that *started* after the claim was made counts as placed elsewhere (`ClusterPod.started_at`, the
-  pod's `status.startTime`): the replacements consolidation and the interruption function plan for a doomed
-  node's pods list pods still running there, which started before the replacement claim and wait for it;
+- only a pod that *started* after the claim was made counts as placed elsewhere (`started_since`, on
+  `ClusterPod.started_at`, the pod's `status.startTime`): the replacements consolidation and the interruption
+  function plan for a doomed node's pods list pods still running there, which started before the replacement
+  claim and wait for it (the interruption function's plan asks the same question the other way round: a claim
+  made before such a pod started is not its replacement);
 - only a claim last written before the pods were listed, by `LIST_MARGIN`, counts a pod missing from the list as
   gone: a pod created after the list and planned at once (on a new claim, or added to one in flight) is not in
   it, but it is on a claim written since.
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterPod
 
-__all__ = ["LIST_MARGIN", "orphaned_claims"]
+__all__ = ["LIST_MARGIN", "orphaned_claims", "started_since"]
 
 LIST_MARGIN = timedelta(minutes=1)
 """How long before the pod list a claim must have been last written for its pods' absence from that list to mean
@@ -72,4 +74,11 @@ def _no_longer_waits(pod: ClusterPod | None, made: datetime, own_node: str | Non
         return listed_long_after
     if pod.node_name is None or pod.node_name == own_node:
         return False
-    return pod.started_at is not None and pod.started_at >= made
+    return started_since(pod.started_at, made)
+
+
+def started_since(started_at: datetime | None, made: datetime) -> bool:
+    """Whether a running pod started after a claim listing it was made: it was bound elsewhere, and the claim's
+    room is another pod's. A pod that started before was running when the claim was made for it: a
+    replacement it waits for. Unknown start (None): not since."""
+    return started_at is not None and started_at >= made

@@ -221,7 +221,8 @@ class InterruptionService:
         self.store.release_pods(uids)
         document = PendingPodsDocument(schema_version=1, cluster=self.config.cluster_name, sent_at=self.clock.now(),
                                        pods=replacement_pods(pods))
-        packed = self.packer.handle(document, source=f"{notice.kind}#{claim.instance_id}", keep_held=True)
+        packed = self.packer.handle(document, source=f"{notice.kind}#{claim.instance_id}",
+                                    running={p.uid: p.started_at for p in pods})
         covering = self.store.assignments(uids)
         outcome.replacements = sorted({cid for cid in covering.values() if cid != claim.id})
         outcome.unschedulable = [u.name for u in packed.unschedulable]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.fleet import launch_groups
+from gpu_autoscaler.domain.orphaned_claims import started_since
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import (
     HELD_ATTRIBUTE,
@@ -152,14 +153,20 @@ class PackerService:
         return self._solver
 
     def plan(self, document: PendingPodsDocument, source: str = "", *,
-             keep_held: bool = False) -> tuple[Plan, list[NodeClaim]]:
+             running: Mapping[str, datetime | None] | None = None) -> tuple[Plan, list[NodeClaim]]:
         """The decision alone, from the store's current state: (plan, live claims it was made against).
-        `keep_held`: the room held on claims in flight for evicted pods' successors counts as taken (the
-        replacements of a doomed node's pods are planned: they must not take it)."""
-        live, covered = self._read(document, keep_held=keep_held)
-        return self._plan(document, source, live, covered), live
 
-    def _read(self, document: PendingPodsDocument, *, keep_held: bool = False,
+        `running`: given when the document's pods are running on a node about to go and their replacements are
+        planned (uid → the pod's `status.startTime`, None where unknown). The room held on claims in flight for
+        evicted pods' successors then counts as taken (they must not take it), and a claim in flight that lists
+        one of these pods covers it only if it was made after the pod started. One made before was made for it
+        while it was pending, and the pod was bound elsewhere (kube-scheduler binds the oldest pending pod to
+        the first node up, not to the node planned for it): that claim's room goes to another pod when its
+        node comes, so counting it as this pod's replacement leaves the pod's successor with no room."""
+        live, covered = self._read(document, holding=running is not None)
+        return self._plan(document, source, live, covered, running), live
+
+    def _read(self, document: PendingPodsDocument, *, holding: bool = False,
               ) -> tuple[list[NodeClaim], dict[str, str]]:
         """The live claims and the document's pods' assignments: read once per document, since every read of
         the claims returns all the cluster keeps (the cost a backlog of documents pays per document)."""
@@ -168,17 +175,17 @@ class PackerService:
                 f"document for cluster '{document.cluster}' reached the packer of '{self.config.cluster_name}'"
             )
         live = self.store.list_claims(CLAIMED_STATES)
-        if keep_held:
+        if holding:
             live = [_holding(c) for c in live]
         covered = self.store.assignments([p.uid for p in document.pods]) if document.pods else {}
         return live, covered
 
     def _plan(self, document: PendingPodsDocument, source: str, live: list[NodeClaim],
-              covered: dict[str, str]) -> Plan:
+              covered: dict[str, str], running: Mapping[str, datetime | None] | None) -> Plan:
         covered = dict(covered)
         for uid in self._displaced(live, covered):
             del covered[uid]
-        covered.update(_listed_on_claims_in_flight(live, document.pods, covered))
+        covered.update(_listed_on_claims_in_flight(live, document.pods, covered, running))
         quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
         return self.solver().solve(
             document.pods,
@@ -217,21 +224,22 @@ class PackerService:
                 released.add(claim.id)
         return [uid for uid, claim_id in covered.items() if claim_id in released]
 
-    def handle(self, document: PendingPodsDocument, source: str = "", *, keep_held: bool = False) -> PackOutcome:
+    def handle(self, document: PendingPodsDocument, source: str = "", *,
+               running: Mapping[str, datetime | None] | None = None) -> PackOutcome:
         """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims;
-        `keep_held` as for `plan` (the interruption function's replacements)."""
-        live, covered = self._read(document, keep_held=keep_held)
+        `running` as for `plan` (the interruption function's replacements)."""
+        live, covered = self._read(document, holding=running is not None)
         displaced = self._displaced(live, covered)
         if displaced:
             logger.info("%d pod(s) still pending on registered nodes: planned again", len(displaced))
             self.store.release_pods(displaced)  # so the claims planned for them can take their assignment
-        plan = self._plan(document, source, live, covered)
+        plan = self._plan(document, source, live, covered, running)
         pods = {p.uid: p for p in document.pods}
         by_id = {c.id: c for c in live}
         ttl = self.config.timeouts.pod_assignment_ttl
         # Restores what a crash between storing a claim and assigning its pods left unwritten; pods whose
         # assignment was read are left alone, so a document re-reported while its claims launch writes nothing.
-        self.store.assign_many(_group(_listed_on_claims_in_flight(live, document.pods, covered)), ttl)
+        self.store.assign_many(_group(_listed_on_claims_in_flight(live, document.pods, covered, running)), ttl)
         placed = self._add_to_claims([(by_id[cid], uids) for cid, uids in plan.existing.items()], pods, ttl)
         created = self._store_claims(plan.claims, pods, ttl)
         groups: dict[str, list[str]] = {}
@@ -395,7 +403,7 @@ def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[Pendin
     Claims already Registered are left alone: their room is their node's, which the scheduler sees.
 
     The room freed is also recorded as held (`HELD_ATTRIBUTE`) until pending pods take it: the replacements
-    the interruption function plans for another doomed node (`keep_held`) do not count it as free. Without
+    the interruption function plans for another doomed node (`running`) do not count it as free. Without
     that, in a storm of Spot warnings, node B's pods took the room node A's drain had just freed, and A's
     evicted pods waited for a claim made only after their eviction.
     """
@@ -442,15 +450,19 @@ def _entered(claim: NodeClaim, state: ClaimState) -> datetime:
     return claim.updated_at or claim.created_at
 
 
-def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod],
-                                covered: Mapping[str, str]) -> dict[str, str]:
+def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod], covered: Mapping[str, str],
+                                running: Mapping[str, datetime | None] | None = None) -> dict[str, str]:
     """Pods a claim in flight was made for: theirs until its node comes, even if their assignment is missing
-    (a crash between storing the claim and assigning its pods)."""
+    (a crash between storing the claim and assigning its pods). A running pod (`running`: uid → start) is not
+    the claim's if it started since the claim was made (`started_since`): the claim was made for it while it was
+    pending, and it runs on another node (`PackerService.plan`)."""
     wanted = {p.uid for p in pods} - set(covered)
+    started = running or {}
     out: dict[str, str] = {}
     for claim in live:
         if claim.state in IN_FLIGHT_STATES:
-            out.update({uid: claim.id for uid in claim.pods if uid in wanted})
+            out.update({uid: claim.id for uid in claim.pods
+                        if uid in wanted and not started_since(started.get(uid), claim.created_at)})
     return out
 
 
