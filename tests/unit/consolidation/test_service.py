@@ -180,6 +180,26 @@ def test_an_empty_node_is_removed_once_empty_for_consolidate_after() -> None:
     assert drain.replacements == [] and rig.sent("launch") == []
 
 
+def test_an_empty_replacement_is_kept_while_the_pods_it_replaces_are_still_on_their_draining_node() -> None:
+    """A rebalance's replacement, Ready and empty while the drain of the node it replaces waits (for the
+    replacement's GPUs, or for a PodDisruptionBudget): the pods still running there are assigned to it, so it is
+    not removed as Empty. Karpenter's scheduling simulation for a disruption counts the pods of deleting nodes
+    (`SimulateScheduling`, pkg/controllers/disruption/helpers.go): removing a node they need is invalid."""
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    doomed = scene.node(state=ClaimState.DRAINING)
+    leaving = scene.pod(doomed, gpus=4, cpu="16", memory="64Gi")
+    replacement = scene.node(empty_for=timedelta(hours=1))
+    rig = Rig(scene)
+    rig.store.assign_pods(rig.claim(replacement).id, [leaving.uid], timedelta(minutes=30))
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+
+    outcome = rig.decide()
+
+    assert outcome.acted == []
+    assert outcome.result.skipped[replacement] == "incoming: 1 pods are on their way to it"
+
+
 def test_a_node_that_gets_pods_again_loses_its_empty_mark() -> None:
     scene = Cluster(pool_config())
     node = scene.node(empty_for=None)

@@ -82,7 +82,8 @@ class ConsolidationNode:
     empty_since: datetime | None = None
     """Since when it has had no pods to move (None: not known to be empty for any time yet)."""
     incoming: int = 0
-    """Pods the packer assigned to its claim that are still pending: they are on their way to it."""
+    """Pods assigned to its claim that are on their way to it: still pending, or still on a draining node whose
+    replacement it is."""
     pods_changed_at: datetime | None = None
     """Its last pod event, a pod bound to it or gone from it (None: none known; its creation counts instead)."""
 

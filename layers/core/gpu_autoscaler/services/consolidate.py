@@ -209,7 +209,12 @@ class ConsolidateService:
                 on_node.setdefault(pod.node_name, []).append(pod)
         ours = [p for n in nodes if n.instance_id in by_instance for p in on_node.get(n.name, ())]
         blocked = self.budgets.blocked(ours) if self.budgets is not None and ours else set()
-        waiting = [p.uid for p in pods if p.node_name is None and p.phase == "Pending"]
+        # On their way to a claim: pending pods assigned to it, and the pods still on a draining node that its
+        # replacement was planned for (Karpenter's disruption simulation counts deleting nodes' pods, so a node
+        # they need is not removed: `SimulateScheduling`, pkg/controllers/disruption/helpers.go).
+        draining = {n.name for n in nodes if n.instance_id in by_instance
+                    and by_instance[n.instance_id].state is ClaimState.DRAINING}
+        waiting = [p.uid for p in pods if (p.node_name is None and p.phase == "Pending") or p.node_name in draining]
         incoming = Counter(self.store.assignments(waiting).values()) if waiting else Counter()
         items = []
         for node in nodes:
