@@ -181,9 +181,9 @@ def test_an_empty_node_is_removed_once_empty_for_consolidate_after() -> None:
 
 
 def test_an_empty_replacement_is_kept_while_the_pods_it_replaces_are_still_on_their_draining_node() -> None:
-    """A rebalance's replacement, Ready and empty while the drain of the node it replaces waits (for the
-    replacement's GPUs, or for a PodDisruptionBudget): the pods still running there are assigned to it, so it is
-    not removed as Empty. Karpenter's scheduling simulation for a disruption counts the pods of deleting nodes
+    """A rebalance's replacement, Ready and empty while a PodDisruptionBudget holds the drain of the node it
+    replaces (cordoned, its claim Draining): the pods still running there are assigned to it, so it is not
+    removed as Empty. Karpenter's scheduling simulation for a disruption counts the pods of deleting nodes
     (`SimulateScheduling`, pkg/controllers/disruption/helpers.go): removing a node they need is invalid."""
     scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     doomed = scene.node(state=ClaimState.DRAINING)
