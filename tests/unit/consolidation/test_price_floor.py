@@ -187,6 +187,33 @@ def test_a_pair_whose_every_part_is_priced_out_is_not_solved(monkeypatch: pytest
     assert solves == 1 and unfloored == result
 
 
+def test_a_floor_is_computed_once_per_group_until_a_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pair above: the multi-node search prices each node as a part of the pair, and the single-node phase
+    asks for one of them again, with no decision in between: each group's stranded pods are found once."""
+    cluster, a, b = _two_one_gpu_nodes([], [])
+    asked: list[tuple[str, ...]] = []
+    priced_out = GroupJudge._priced_out
+
+    def asking(self: GroupJudge, group: Any) -> str | None:
+        asked.append(tuple(sorted(n.name for n in group)))
+        return priced_out(self, group)
+
+    computed: list[tuple[str, ...]] = []
+    stranded = FreeRooms.stranded
+
+    def counted(self: FreeRooms, pods: Any, own: Any) -> Any:
+        computed.append(tuple(sorted(n.name for n in own)))
+        return stranded(self, pods, own)
+
+    monkeypatch.setattr(GroupJudge, "_priced_out", asking)
+    monkeypatch.setattr(FreeRooms, "stranded", counted)
+    result, solves = _run(cluster, max_replacements=1)
+    assert result.decisions == () and solves == 0
+    # the pair's three parts, then one of its nodes alone (which one: the candidates' order among equals)
+    assert sorted(set(asked)) == sorted([(a,), (b,), tuple(sorted((a, b)))]) and len(asked) == 4
+    assert sorted(computed) == sorted(set(asked))
+
+
 def test_a_pair_that_one_cheaper_node_holds_is_left_to_the_solver() -> None:
     """As above, with a two-GPU type at 1.50 USD/h: each node alone is still priced out, the pair is not, and the
     search replaces both nodes by the one cheaper node."""

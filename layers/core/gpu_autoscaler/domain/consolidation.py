@@ -184,6 +184,7 @@ class _Pass(GroupJudge):
         self.live_ids = {c.id for c in self.others} | {
             cid for cid, n in self.by_claim.items() if n.claim.state is not ClaimState.TERMINATED}
         self.free_rooms = None
+        self.floors = {}
         self.skipped: dict[str, str] = {}
         self.decisions: list[Decision] = []
         self.taken: dict[str, int] = {}
@@ -336,6 +337,7 @@ class _Pass(GroupJudge):
             self.decisions.append(decision)
             self.taken[decision.pool] = self.taken.get(decision.pool, 0) + len(decision.nodes)
         self.free_rooms = None
+        self.floors = {}
         for name in decision.nodes:
             node = next(n for n in self.nodes if n.name == name)
             node.removed = True

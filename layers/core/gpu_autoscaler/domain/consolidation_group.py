@@ -149,6 +149,10 @@ class GroupJudge:
     free_rooms: FreeRooms | None
     """The usable nodes' free room (`consolidation_floor`), made when first needed; None again once a decision
     changes it."""
+    floors: dict[tuple[str, ...], str | None]
+    """Group (its nodes' names) → its floor (`_priced_out`), emptied with `free_rooms`: the multi-node search
+    prices single nodes as parts of its pairs, and the single-node phase asks the same nodes again, on the same
+    free room unless a decision came in between."""
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
                             ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
@@ -244,8 +248,15 @@ class GroupJudge:
 
     def _priced_out(self, group: Sequence[GroupNode]) -> str | None:
         """Why no plan for draining the group (its pool's nodes, judged not Drifted) can save
-        (`consolidation_floor`), or None when one might. If every node of it is Spot and the pool does not opt in
-        to spot-to-spot, a replacement can only be capacity that is not Spot (`_cheaper` refuses any plan with a
+        (`consolidation_floor`), or None when one might; asked again before a decision, the answer it gave."""
+        key = tuple(n.name for n in group)
+        if key not in self.floors:
+            self.floors[key] = self._floor(group)
+        return self.floors[key]
+
+    def _floor(self, group: Sequence[GroupNode]) -> str | None:
+        """`_priced_out`, computed. If every node of the group is Spot and the pool does not opt in to
+        spot-to-spot, a replacement can only be capacity that is not Spot (`_cheaper` refuses any plan with a
         Spot replacement), so only those offerings' prices count."""
         if not any(n.item.pods for n in group):
             return None
