@@ -17,7 +17,6 @@ from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
-from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Toleration
@@ -30,6 +29,7 @@ from tests.unit.packing.builders import make_catalog, make_config, make_pool
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from gpu_autoscaler.models.messages import DrainRequest
 
 INSTANCE = "i-0f3a9c1e5b7d24680"
 NODE = "ip-10-0-7-1.ec2.internal"
@@ -234,23 +234,6 @@ def test_a_claim_made_for_a_pod_after_it_started_still_replaces_it() -> None:
 
     assert "nc-earlier" in request.replacements
     assert s.store.assignments(["uid-1"]) == {"uid-1": "nc-earlier"}
-
-
-def test_a_drain_leaves_the_room_of_a_claim_made_for_a_pod_before_it_started_on_the_drained_node() -> None:
-    """A consolidation drain of a node whose pod is still assigned to a burst's claim in flight, made for it while it
-    was pending (it started here instead): that claim's room is another pod's, so it is neither taken off nor held
-    for the pod's successor, which would wait there for room kube-scheduler gives the other pod."""
-    s = Scene()
-    started_and_listed(s, WARNED_AT - timedelta(minutes=1), "nc-burst", made=WARNED_AT - timedelta(minutes=3))
-    s.store.assign_pods("nc-burst", ["uid-1"], timedelta(minutes=30))
-    before = s.store.get_claim("nc-burst")
-    request = DrainRequest(cluster="test", node_name=NODE, instance_id=INSTANCE, claim_id="nc-old",
-                           reason="consolidation (Empty)", deadline=WARNED_AT + timedelta(minutes=30))
-
-    outcome = s.drainer.drain(request, budget=timedelta(seconds=60))
-
-    assert outcome.evicted == ["ml/infer-0", "ml/infer-1", "kube-system/nvidia-device-plugin"]
-    assert s.store.get_claim("nc-burst") == before  # its pods, requests, nothing held
 
 
 class RacingStore(MemoryStateStore):

@@ -134,9 +134,8 @@ def free_replaced_room(store: StateStore, claim: NodeClaim, pods: Sequence[Clust
                        replacements: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
     """Before `pods` leave `claim`'s node for good (evicted, deleted, or gone with the node): take them off the
     claims in flight made for them (`services.packer.free_room`) — `replacements`, and whichever claim their
-    assignments name (a replacement may have put some on a claim already in flight; not a claim made before the
-    pod started, for it while it was pending: its room is another pod's) — and drop those assignments, since
-    those uids will never be pending again. Claim id → the uids taken off it."""
+    assignments name (a replacement may have put some on a claim already in flight) — and drop their
+    assignments, since those uids will never be pending again. Claim id → the uids taken off it."""
     moving = [p for p in pods if movable(p)]
     if not moving:
         return {}
@@ -147,7 +146,7 @@ def free_replaced_room(store: StateStore, claim: NodeClaim, pods: Sequence[Clust
     # Imported here: the packer's module brings the solver (numpy), which only this step of a drain needs.
     from gpu_autoscaler.services.packer import free_room
 
-    freed = free_room(store, claim_ids, replacement_pods(moving), started={p.uid: p.started_at for p in moving})
+    freed = free_room(store, claim_ids, replacement_pods(moving))
     released = [uid for taken in freed.values() for uid in taken]
     if released:
         store.release_pods(released)

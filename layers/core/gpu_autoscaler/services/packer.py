@@ -381,13 +381,10 @@ class PackerService:
         return demand
 
 
-def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[PendingPod],
-              started: Mapping[str, datetime | None] | None = None) -> dict[str, tuple[str, ...]]:
+def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[PendingPod]) -> dict[str, tuple[str, ...]]:
     """Take `pods` off those claims, still in flight, that were made (in part) for them, and their recorded
     requests with them; claim id → the uids taken off. The drain calls it just before it evicts or deletes
-    the pods of a node whose replacement is not there yet. A pod that started (`started`: uid → its start)
-    since a claim was made is left on it: that claim was made for it while it was pending, not as its
-    replacement (`orphaned_claims.started_since`), and its room is another pod's.
+    the pods of a node whose replacement is not there yet.
 
     Why here and then, and not by having the packer guess which of a claim's pods are gone: the packer sees
     only pending pods and cannot tell an evicted pod from one still running on the doomed node, while the
@@ -417,8 +414,7 @@ def free_room(store: StateStore, claim_ids: Iterable[str], pods: Sequence[Pendin
             claim = store.get_claim(claim_id)
             if claim is None or claim.state not in IN_FLIGHT_STATES:
                 break
-            taken = tuple(u for u in claim.pods if u in requests
-                          and not started_since((started or {}).get(u), claim.created_at))
+            taken = tuple(u for u in claim.pods if u in requests)
             if not taken:
                 break
             total, held = claim_requests(claim), claim_held(claim)
