@@ -181,9 +181,7 @@ def _common_types(state: SolvePass, view: PoolView, capacity_type: CapacityType,
                   layout: list[tuple[np.ndarray, int]]) -> list[int]:
     """EFA types in the gang's zone that hold every gang node's pods, cheapest first."""
     idx = state.idx
-    zone_tier = np.flatnonzero(
-        view.base & state.available & (idx.capacity_of == idx.capacity_code(capacity_type)) & (idx.zone_of == zone)
-    )
+    zone_tier = idx.tier(view.base & state.available & (idx.zone_of == zone), capacity_type)
     good = np.ones(zone_tier.size, bool)
     for c in gang.classes:
         good &= state.ok[view.position][c][zone_tier]

@@ -64,6 +64,11 @@ class CatalogIndex:
     def capacity_code(self, capacity_type: CapacityType) -> int:
         return CAPACITY_ORDER.index(capacity_type)
 
+    def tier(self, mask: np.ndarray, capacity_type: CapacityType) -> np.ndarray:
+        """The positions, ascending, of the offerings in `mask` of this capacity type: a tier the solver opens
+        nodes from."""
+        return np.flatnonzero(mask & (self.capacity_of == self.capacity_code(capacity_type)))
+
     def excluded(self, keys: Collection[OfferingKey]) -> np.ndarray:
         """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity)."""
         mask = np.zeros(len(self.offerings), bool)

@@ -234,8 +234,7 @@ class SolvePass:
                 break  # every pod has a place: no tier has anything to open
             tier = view.tiers.get(capacity_type) if self.all_available else None
             if tier is None:
-                tier = np.flatnonzero(
-                    view.base & self.available & (self.idx.capacity_of == self.idx.capacity_code(capacity_type)))
+                tier = self.idx.tier(view.base & self.available, capacity_type)
             if tier.size == 0:
                 continue
             for gang in gangs:

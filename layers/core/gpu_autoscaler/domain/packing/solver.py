@@ -117,7 +117,7 @@ class Solver:
             base &= idx.requirement_mask(requirement, fixed)
         base &= self._has_image(pool)[idx.type_of]
         alloc = [allocatable(t, pool, self.config.overhead).as_dict() | dra_devices(t, pool) for t in idx.types]
-        tiers = {c: np.flatnonzero(base & (idx.capacity_of == idx.capacity_code(c))) for c in allowed}
+        tiers = {c: idx.tier(base, c) for c in allowed}
         for positions in tiers.values():
             positions.flags.writeable = False
         return PoolView(pool, position, fixed, base, alloc, allowed, reservations,
