@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
 from gpu_autoscaler.domain.consolidation import consolidate
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms
 from gpu_autoscaler.domain.consolidation_group import GroupJudge
@@ -59,8 +59,9 @@ def _on_demand_cluster() -> Cluster:
 
 def test_a_node_whose_pods_fit_nowhere_cheaper_is_no_saving_without_a_solve(monkeypatch: pytest.MonkeyPatch) -> None:
     """Four GPUs and 40 vCPUs: nothing is cheaper than the spot g5.12xlarge holding them, and the other node (not a
-    candidate itself) has no room for them."""
-    cluster = Cluster(pool_config())
+    candidate itself) has no room for them. The pool opts in to spot-to-spot: without it, a Spot node is only
+    deleted (`test_a_spot_node_without_spot_to_spot_is_only_deleted_in_a_pool_that_may_launch_spot`)."""
+    cluster = Cluster(pool_config(spotToSpot=True))
     snug = cluster.node("g5.12xlarge", capacity_type="spot")
     cluster.pod(snug, gpus=4, cpu="40", memory="64Gi")
     full = cluster.node("g6.xlarge", capacity_type="spot", node_annotations={"karpenter.sh/do-not-disrupt": "true"})
@@ -87,28 +88,38 @@ def test_with_one_replacement_allowed_the_stranded_pods_are_priced_together(monk
     assert solves > 0 and len(many.decisions) == 1 and len(many.decisions[0].replacements) == 2
 
 
-def test_a_spot_node_without_spot_to_spot_is_priced_against_capacity_that_is_not_spot(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """One GPU pod on a Spot g5.12xlarge (2.38 USD/h) in a pool without spot-to-spot: an On-Demand g6.xlarge (0.80)
-    would hold it, so the floor leaves it to the solver (whose Spot g6.xlarge is refused); with the pod needing 40
-    vCPUs only a g5.12xlarge holds it, On-Demand at 5.67: the floor answers."""
-    cluster = Cluster(pool_config())
-    small = cluster.node("g5.12xlarge", capacity_type="spot")
-    cluster.pod(small, gpus=1, cpu="3", memory="12Gi")
-    result, solves = _run(cluster)
-    assert solves == 1 and result.skipped[small].startswith("spot-to-spot"), "the solver's plan is Spot: refused"
-    big = Cluster(pool_config())
-    node = big.node("g5.12xlarge", capacity_type="spot")
-    big.pod(node, gpus=1, cpu="40", memory="12Gi")
-    result, solves = _run(big)
-    assert solves == 0 and "no offering but Spot" in result.skipped[node]
-    assert _without_floor(big, monkeypatch).skipped[node].startswith("no saving: the cheapest placement")
+def _spot_node_whose_cheapest_home_is_on_demand() -> tuple[Cluster, str, list[OfferingKey]]:
+    """A Spot g5.12xlarge (2.38 USD/h) with one small GPU pod; a g6.xlarge that only On-Demand offers (0.80); the
+    g5.12xlarge's Spot offerings marked unavailable (insufficient capacity): the solver's cheapest placement of
+    the pod is a new On-Demand node. Returns the cluster, the node and the unavailable offerings."""
+    names = ("g5.12xlarge", "g6.xlarge")
+    offerings = [o for o in make_offerings(names) if o.instance_type == "g5.12xlarge" or o.capacity_type != "spot"]
+    settings = {"budgets": [{"nodes": "100%"}], "underutilizedBelow": None}
+    cluster = Cluster(make_config(make_pool(disruption=settings)),
+                      Catalog([make_type(n) for n in names], offerings))
+    node = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(node, gpus=1, cpu="3", memory="12Gi")
+    unavailable: list[OfferingKey] = [(o.instance_type, o.zone, "spot") for o in offerings if o.capacity_type == "spot"]
+    return cluster, node, unavailable
+
+
+def test_a_spot_node_without_spot_to_spot_is_only_deleted_in_a_pool_that_may_launch_spot() -> None:
+    """Karpenter: "For spot nodes, Karpenter has deletion consolidation enabled by default" (the disruption docs);
+    `computeConsolidation` sends every all-Spot candidate set whose replacement may be Spot to the spot-to-spot path,
+    refused without the feature gate, whichever capacity type the cheapest replacement would have had. So the
+    node stays, although an On-Demand g6.xlarge would be cheaper, and no solve is needed: its pod fits on no
+    other node, so any plan needs a new one."""
+    cluster, node, unavailable = _spot_node_whose_cheapest_home_is_on_demand()
+    result, solves = _run(cluster, unavailable=unavailable)
+    assert result.decisions == ()
+    assert result.skipped[node].startswith("spot-to-spot"), result.skipped[node]
+    assert solves == 0
 
 
 def test_a_spot_node_with_spot_to_spot_is_priced_against_spot_too() -> None:
     """A Spot g5.xlarge (0.41 USD/h) and sixteen one-GPU Spot types at 0.20–0.26 (On-Demand 0.90 and up): with
-    spot-to-spot the node is replaced by the cheapest fifteen; without it the floor answers, nothing On-Demand being
-    cheaper."""
+    spot-to-spot the node is replaced by the cheapest fifteen; without it the node is only deleted, and its pod
+    fits on no other node: the floor answers."""
     types = [make_type("g5.xlarge")]
     offerings = make_offerings(("g5.xlarge",))
     for i in range(16):
@@ -127,7 +138,7 @@ def test_a_spot_node_with_spot_to_spot_is_priced_against_spot_too() -> None:
         if spot_to_spot:
             assert solves == 1 and result.decisions[0].replacements[0].capacity_type == "spot"
         else:
-            assert solves == 0 and "no offering but Spot" in result.skipped[node]
+            assert solves == 0 and result.skipped[node].startswith("spot-to-spot")
 
 
 def test_only_the_stranded_pods_are_priced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,9 +240,9 @@ def test_a_pair_that_one_cheaper_node_holds_is_left_to_the_solver() -> None:
 
 def test_a_pair_not_all_spot_is_priced_against_spot_too() -> None:
     """A Spot g5.xlarge (0.41 USD/h) and an On-Demand g5.2xlarge (1.212) in a pool without spot-to-spot, one GPU pod
-    on each. Each alone is priced out (the Spot one against capacity that is not Spot; the other's 6-vCPU pod fits
-    nothing cheaper than its node), but a Spot replacement of the two is allowed (not every node of the pair is
-    Spot): a two-GPU type at 1.40 Spot holds both, and the search takes it."""
+    on each. Each alone is priced out (the Spot one is only deleted, and its pod fits on no other node; the other's
+    6-vCPU pod fits nothing cheaper than its node), but a Spot replacement of the two is allowed (not every node of
+    the pair is Spot): a two-GPU type at 1.40 Spot holds both, and the search takes it."""
     double = InstanceType(name="g9.2gpu", vcpu=16, memory_mib=65536, gpus=2, gpu_devices=2, gpu_model="A10G",
                           gpu_manufacturer="NVIDIA", gpu_memory_mib=49152, max_pods=58)
     offerings = [o for o in make_offerings(("g5.xlarge", "g5.2xlarge"), zones=("us-east-1a",))
@@ -258,8 +269,6 @@ def test_type_rooms_give_the_cheapest_type_holding_requests_in_any_pool() -> Non
     assert rooms.cheapest(one_gpu) == min(spot["g6.xlarge"], spot["g5.xlarge"]), "a g6f.large has 2 vCPUs"
     four_gpus = Resources({"nvidia.com/gpu": 4, "cpu": 40000, "pods": 1})
     assert rooms.cheapest(four_gpus) == spot["g5.12xlarge"]
-    on_demand = {name: row[8] for name, row in TYPES.items()}
-    assert rooms.cheapest(one_gpu, spot=False) == on_demand["g6.xlarge"], "its cheapest offering but Spot's"
     assert rooms.cheapest(Resources({"nvidia.com/gpu": 9, "pods": 1})) == float("inf")
     assert rooms.cheapest(Resources({"example.com/fpga": 1, "pods": 1})) == float("inf"), "nothing has it"
 

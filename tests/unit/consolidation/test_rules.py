@@ -303,7 +303,7 @@ def test_a_repack_that_launches_as_many_nodes_as_it_drains_is_not_taken() -> Non
 
 
 def test_a_node_with_nothing_cheaper_for_its_pods_stays() -> None:
-    cluster = Cluster(pool_config())
+    cluster = Cluster(pool_config(spotToSpot=True))  # without it, a Spot node is only deleted
     snug = cluster.node("g6.xlarge", capacity_type="spot")
     cluster.pod(snug)
     result = cluster.consolidate()
@@ -339,7 +339,7 @@ def test_pods_with_different_affinities_on_one_node_are_weighed_together() -> No
 
 
 def test_nodes_alike_but_for_their_pods_order_are_judged_alike() -> None:
-    cluster = Cluster(pool_config())
+    cluster = Cluster(pool_config(spotToSpot=True))  # judged on price: without it, Spot nodes are only deleted
     first, second = cluster.node("g6.xlarge", capacity_type="spot"), cluster.node("g6.xlarge", capacity_type="spot")
     for node, order in ((first, ("g6", "g5")), (second, ("g5", "g6"))):
         for family in order:

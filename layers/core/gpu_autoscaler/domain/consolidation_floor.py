@@ -12,17 +12,17 @@ costs. That much is known before the solve, from what any plan of it must satisf
   type's allocatable in that pool holds every pod placed on it; so with at most one replacement allowed (Karpenter's
   rule, `max_replacements=1`) it costs at least the cheapest type holding all of those pods together, and with any
   number, at least the cheapest type holding the most expensive one of them alone;
-- a Spot node in a pool that does not opt in to spot-to-spot is never replaced by Spot (`GroupJudge._cheaper`
-  refuses the plan), so only offerings that are not Spot count for it.
+- Spot nodes in a pool that may launch Spot and does not opt in to spot-to-spot are only deleted, never replaced
+  (Karpenter's rule: `consolidation_group._deletion_only`), so one stranded pod is enough to refuse them.
 
-When that floor is at or above the node's price, every plan the solver could return is refused (unschedulable,
-too many replacements, not cheaper, or Spot without spot-to-spot: `GroupJudge._decide`), so the judgement is "no
-saving" without asking. For a group the same holds part by part: its judgement may drop nodes and look again at
-the rest (`_swapped`), so a group is answered only when every part of it is (`GroupJudge.priced_out`, small groups),
-the stranded pods then being those that fit on no node outside the part. Replaying the trace, the floor without the
-Spot rule answered 60,729 of karpenter-like's 100,104 single-node "no saving" judgements, and none that the solver
-would have taken; with it, karpenter-like's single-node solves fell from 48,273 to 18,513, and with the group floor
-its multi-node solves from 12,590 to 8,263.
+When that floor is at or above the node's price (or a stranded pod is on such Spot nodes), every plan the solver could
+return is refused (unschedulable, too many replacements, not cheaper, or spot-to-spot: `GroupJudge._decide`), so the
+judgement is "no saving" (or "spot-to-spot") without asking. For a group the same holds part by part: its judgement may
+drop nodes and look again at the rest (`_swapped`), so a group is answered only when every part of it is
+(`GroupJudge.priced_out`, small groups), the stranded pods then being those that fit on no node outside the part.
+Replaying the trace, the floor without the Spot rule answered 60,729 of karpenter-like's 100,104 single-node "no saving"
+judgements, and none that the solver would have taken; with it, karpenter-like's single-node solves fell from 48,273 to
+18,513, and with the group floor its multi-node solves from 12,590 to 8,263.
 """
 
 from __future__ import annotations
@@ -50,23 +50,21 @@ _CACHE_LIMIT = 65536
 
 
 class TypeRooms:
-    """Every instance type's allocatable in every pool, with its cheapest offering's price and its cheapest offering
-    but Spot's: the cheapest type that could hold some requests."""
+    """Every instance type's allocatable in every pool, with its cheapest offering's price: the cheapest type that
+    could hold some requests."""
 
     def __init__(self, config: Config, catalog: Catalog) -> None:
-        rows: list[tuple[float, float, Mapping[str, int]]] = []
+        rows: list[tuple[float, Mapping[str, int]]] = []
         for instance_type in catalog.instance_types():
             offerings = catalog.offerings_for(instance_type.name)  # cheapest first
             if offerings:
-                not_spot = next((o.price_per_hour for o in offerings if o.capacity_type != "spot"), math.inf)
-                rows.extend((offerings[0].price_per_hour, not_spot, allocatable(instance_type, pool, config.overhead))
+                rows.extend((offerings[0].price_per_hour, allocatable(instance_type, pool, config.overhead))
                             for pool in config.node_pools)
         self.names: tuple[str, ...] = tuple(sorted({name for *_, room in rows for name in room}))
         self._column = {name: i for i, name in enumerate(self.names)}
         self.prices = np.array([row[0] for row in rows], float).reshape(len(rows))
-        self.not_spot = np.array([row[1] for row in rows], float).reshape(len(rows))
-        self.rooms = _matrix([row[2] for row in rows], self.names)
-        self._cheapest: dict[tuple[Resources, bool], float] = {}
+        self.rooms = _matrix([row[1] for row in rows], self.names)
+        self._cheapest: dict[Resources, float] = {}
 
     def vector(self, requests: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray] | None:
         """The requests' nonzero values and their columns in `names`; None when they ask for something no type
@@ -82,18 +80,15 @@ class TypeRooms:
                 values.append(value)
         return np.array(columns, np.intp), np.array(values, np.int64)
 
-    def cheapest(self, requests: Resources, *, spot: bool = True) -> float:
-        """The price of the cheapest offering (not Spot's, unless `spot`) of a type that holds `requests` in some
-        pool; inf when none does."""
-        key = (requests, spot)
-        found = self._cheapest.get(key)
+    def cheapest(self, requests: Resources) -> float:
+        """The price of the cheapest offering of a type that holds `requests` in some pool; inf when none does."""
+        found = self._cheapest.get(requests)
         if found is None:
             if len(self._cheapest) >= _CACHE_LIMIT:
                 self._cheapest.clear()
             vector = self.vector(requests)
-            prices = self.prices if spot else self.not_spot
-            holds = _holds(self.rooms, vector) if vector is not None else np.zeros(len(prices), bool)
-            found = self._cheapest[key] = float(prices[holds].min()) if holds.any() else math.inf
+            holds = _holds(self.rooms, vector) if vector is not None else np.zeros(len(self.prices), bool)
+            found = self._cheapest[requests] = float(self.prices[holds].min()) if holds.any() else math.inf
         return found
 
 

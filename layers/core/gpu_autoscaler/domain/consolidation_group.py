@@ -255,36 +255,34 @@ class GroupJudge:
         return self.floors[key]
 
     def _floor(self, group: Sequence[GroupNode]) -> str | None:
-        """`_priced_out`, computed. If every node of the group is Spot and the pool does not opt in to
-        spot-to-spot, a replacement can only be capacity that is not Spot (`_cheaper` refuses any plan with a
-        Spot replacement), so only those offerings' prices count."""
+        """`_priced_out`, computed. A group `_deletion_only` is refused as soon as one of its pods fits on no node
+        outside it."""
         if not any(n.item.pods for n in group):
             return None
-        types = type_rooms(self.config, self.solver)
-        pool = group[0].pool
-        spot = not (all(n.claim.capacity_type == "spot" for n in group) and pool is not None
-                    and not pool.disruption.spot_to_spot)
-        price = sum(n.price for n in group)
         pods = [pod for n in group for pod in n.item.footprints]
-        together = ([sum((n.item.footprint for n in group[1:]), group[0].item.footprint)]
-                    if self.max_replacements == 1 else pods)
-        if self._cheaper_home(types, together, price, spot=spot):
-            return None
-        left = self._free_rooms().stranded(pods, group)
-        if not left or self._cheaper_home(types, left, price, spot=spot):
-            return None
-        offerings = "type" if spot else "offering but Spot (no spot-to-spot)"
         whose = "its" if len(group) == 1 else "the nodes'"
         other = "other node" if len(group) == 1 else "node outside them"
-        return (f"no saving: {len(left)} of {whose} pods fit on no {other}, and no {offerings} cheaper than "
+        if _deletion_only(group):
+            stranded = self._free_rooms().stranded(pods, group)
+            return f"{_DELETION_ONLY}, and {len(stranded)} of {whose} pods fit on no {other}" if stranded else None
+        types = type_rooms(self.config, self.solver)
+        price = sum(n.price for n in group)
+        together = ([sum((n.item.footprint for n in group[1:]), group[0].item.footprint)]
+                    if self.max_replacements == 1 else pods)
+        if self._cheaper_home(types, together, price):
+            return None
+        left = self._free_rooms().stranded(pods, group)
+        if not left or self._cheaper_home(types, left, price):
+            return None
+        return (f"no saving: {len(left)} of {whose} pods fit on no {other}, and no type cheaper than "
                 f"{whose} ${price:.4f}/h holds {'them' if self.max_replacements == 1 else 'each of them'}")
 
-    def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float, *, spot: bool) -> bool:
-        """Whether new nodes for `pods` could cost under `price` (Spot among them if `spot`): one type cheaper
-        holding them together (one replacement allowed), else each of them."""
+    def _cheaper_home(self, types: TypeRooms, pods: Sequence[Resources], price: float) -> bool:
+        """Whether new nodes for `pods` could cost under `price`: one type cheaper holding them together (one
+        replacement allowed), else each of them."""
         if self.max_replacements == 1:
-            return types.cheapest(sum(pods[1:], pods[0]), spot=spot) < price - EPS
-        return all(types.cheapest(pod, spot=spot) < price - EPS for pod in pods)
+            return types.cheapest(sum(pods[1:], pods[0])) < price - EPS
+        return all(types.cheapest(pod) < price - EPS for pod in pods)
 
     def _swapped(self, group: Sequence[GroupNode], replacements: Sequence[NodeClaim], *, whole: bool) -> set[str]:
         """The group's nodes a replacement would re-buy: for each new claim none of whose instance types is cheaper
@@ -357,6 +355,8 @@ class GroupJudge:
         """The replacements with only candidates that keep the total below what they replace, whichever the
         fleet launches (each gets a share of the saving, in proportion to its expected price); the
         spot-to-spot gate."""
+        if _deletion_only(group):
+            return _DELETION_ONLY
         expected = sum(c.price_per_hour for c in replacements)
         if expected >= before - EPS:
             nodes = "the nodes" if len(group) > 1 else "the node"
@@ -372,7 +372,7 @@ class GroupJudge:
                 pool = group[0].pool
                 assert pool is not None
                 if not pool.disruption.spot_to_spot:
-                    return "spot-to-spot: the pool does not opt in (disruption.spotToSpot)"
+                    return _DELETION_ONLY  # a pool that no longer launches Spot, its pods planned in one that does
                 if len(group) == 1:
                     if len(keep) < SPOT_TO_SPOT_MIN_TYPES:
                         return f"spot-to-spot: only {len(keep)} cheaper spot types, {SPOT_TO_SPOT_MIN_TYPES} needed"
@@ -389,6 +389,20 @@ class GroupJudge:
         return max(self._zone_prices(claim, instance_type), default=float("inf"))
 
 
+def _deletion_only(group: Sequence[GroupNode]) -> bool:
+    """Whether the group may be deleted but not replaced: every node Spot, in a pool that may launch Spot and does
+    not opt in to spot-to-spot. Karpenter: "For spot nodes, Karpenter has deletion consolidation enabled by
+    default" (its disruption docs); `computeConsolidation` (kubernetes-sigs/karpenter
+    pkg/controllers/disruption/consolidation.go) sends every all-Spot candidate set whose replacement's
+    requirements allow Spot to `computeSpotToSpotConsolidation`, which refuses without the feature gate, whatever
+    capacity type the cheapest replacement would have: a Spot node is not replaced by On-Demand either, even when
+    Spot has no capacity for the smaller type. The pods of a Spot node all allow Spot (a required capacity-type
+    selector would have kept them off it), so the replacement's requirements allow Spot when the pool does."""
+    pool = group[0].pool
+    return (pool is not None and not pool.disruption.spot_to_spot and "spot" in pool.capacity_types
+            and all(n.claim.capacity_type == "spot" for n in group))
+
+
 def _full(claim: NodeClaim) -> NodeClaim:
     """A claim as the solver must see it: counted against limits and quotas, with no room for anyone."""
     if claim.state not in IN_FLIGHT_STATES:
@@ -398,6 +412,7 @@ def _full(claim: NodeClaim) -> NodeClaim:
 
 _FULL = requests_attribute({GPU: 10**9})
 _SAME_TYPE = "no saving: each node would be replaced by its own instance type at no lower price"
+_DELETION_ONLY = "spot-to-spot: the pool does not opt in (disruption.spotToSpot), so Spot nodes are only deleted"
 
 
 def _pod_shape(pod: PendingPod) -> str:
