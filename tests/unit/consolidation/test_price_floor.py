@@ -26,13 +26,18 @@ if TYPE_CHECKING:
 
 
 class _Counting(Solver):
-    """A solver that counts its solves."""
+    """A solver that counts its solves and the node packings they ask for."""
 
     solves = 0
+    packed = 0
 
     def solve(self, *args: Any, **kwargs: Any) -> Any:
         self.solves += 1
         return super().solve(*args, **kwargs)
+
+    def pack(self, *args: Any, **kwargs: Any) -> Any:
+        self.packed += 1
+        return super().pack(*args, **kwargs)
 
 
 def _run(cluster: Cluster, **kwargs: Any) -> tuple[ConsolidationResult, int]:
@@ -114,6 +119,23 @@ def test_a_spot_node_without_spot_to_spot_is_only_deleted_in_a_pool_that_may_lau
     assert result.decisions == ()
     assert result.skipped[node].startswith("spot-to-spot"), result.skipped[node]
     assert solves == 0
+
+
+def test_a_spot_node_only_deleted_is_solved_onto_the_other_nodes_without_opening_one() -> None:
+    """Two one-GPU pods on a Spot g5.12xlarge, and another node (not a candidate) with one GPU free: each pod alone
+    fits there, so the floor leaves the node to the solver, but not both. Any plan needs a new node, and the node
+    may only be deleted: the solver is asked where the pods go on the nodes that stay, and packs no new node."""
+    cluster = Cluster(pool_config())
+    node = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pods_on(node, 2, gpus=1, cpu="1", memory="4Gi")
+    other = cluster.node("g5.12xlarge", capacity_type="spot",
+                         node_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.pods_on(other, 3, gpus=1, cpu="1", memory="4Gi")
+    solver = _Counting(cluster.config, cluster.catalog, cluster.clock)
+    result = consolidate(cluster.config, solver, cluster.items(), claims=list(cluster.claims.values()))
+    assert result.decisions == ()
+    assert result.skipped[node].startswith("spot-to-spot"), result.skipped[node]
+    assert solver.solves == 1 and solver.packed == 0
 
 
 def test_a_spot_node_with_spot_to_spot_is_priced_against_spot_too() -> None:

@@ -184,7 +184,8 @@ def test_each_part_of_a_question_is_in_its_key() -> None:
     solver = cluster.solver()
     pod = PendingPod(uid="u1", name="p", requests={"cpu": "1"})
     base = ([pod], [("full", "x")], [("g5.xlarge", "us-east-1a", "spot")], "s", {"q": 1})
-    key = question(*base, solver)
+    key = question(*base, solver, new_nodes=True)
+    assert question(*base, solver, new_nodes=False) != key
     variants = [
         ([pod, PendingPod(uid="u2", name="p", requests={"cpu": "1"})], *base[1:]),
         (base[0], [("full", "y")], *base[2:]),
@@ -195,8 +196,8 @@ def test_each_part_of_a_question_is_in_its_key() -> None:
         (*base[:4], None),
     ]
     for variant in variants:
-        assert question(*variant, solver) != key, variant
-    assert question(*base, solver) == key
+        assert question(*variant, solver, new_nodes=True) != key, variant
+    assert question(*base, solver, new_nodes=True) == key
 
 
 def test_the_memo_is_bounded_least_recently_used_first_out() -> None:

@@ -176,21 +176,22 @@ class GroupJudge:
         out.extend(self.others)
         return out, names
 
-    def simulate(self, group: Sequence[GroupNode]) -> tuple[Plan, dict[str, str]]:
+    def simulate(self, group: Sequence[GroupNode], *, new_nodes: bool = True) -> tuple[Plan, dict[str, str]]:
         """Where the group's pods go: the solver's plan, or the one it gave for this very question before
-        (`consolidation_memo`: the key is everything the solve reads)."""
+        (`consolidation_memo`: the key is everything the solve reads). `new_nodes` False: onto the nodes that stay
+        only (`Solver.solve`), for a group that may only be deleted."""
         pods = [entry.pod for n in group for entry in n.item.pods]
         shown, names = self._destination_claims({n.name for n in group}, pods)
         source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
         memo = solve_memo(self.solver)
         key = question(pods, [c.shown() if isinstance(c, GroupNode) else ("full", claim_print(c)) for c in shown],
-                       self.unavailable, source, self.quotas, self.solver)
+                       self.unavailable, source, self.quotas, self.solver, new_nodes=new_nodes)
         now = self.solver.clock.now()
         plan = memo.get(key, now)
         if plan is None:
             claims = [c.as_in_flight() if isinstance(c, GroupNode) else _full(c) for c in shown]
             plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source,
-                                     quotas=self.quotas)
+                                     quotas=self.quotas, new_nodes=new_nodes)
             memo.put(key, plan)
         return plan, names
 
@@ -208,7 +209,10 @@ class GroupJudge:
             if floor is not None:
                 return floor
         while True:
-            plan, names = self.simulate(group)
+            # One node that may only be deleted needs no more than where its pods go on the nodes that stay; a
+            # group's plan must name its new nodes, to find those it would merely swap.
+            only_deleted = len(group) == 1 and reason != "Drifted" and _deletion_only(group)
+            plan, names = self.simulate(group, new_nodes=not only_deleted)
             if len(group) < 2 or reason == "Drifted":
                 return self._decide(group, reason, plan, names)
             swapped = self._swapped(group, plan.claims, whole=True)
@@ -318,6 +322,8 @@ class GroupJudge:
                 names: dict[str, str]) -> Decision | str:
         if plan.unschedulable:
             first = plan.unschedulable[0]
+            if len(group) == 1 and reason != "Drifted" and _deletion_only(group):
+                return f"{_DELETION_ONLY}, and pod {first.name} fits on no other node"
             return f"no room: pod {first.name} fits nowhere else ({first.reason})"
         before = sum(n.price for n in group)
         pool = group[0].claim.pool

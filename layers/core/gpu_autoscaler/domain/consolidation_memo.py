@@ -11,10 +11,11 @@ quotas — and of its own solver (configuration, catalog, packer: fixed for its 
 claim stamped with this pass's now.
 
 The key is every one of those inputs, in full: each claim and pod as its canonical JSON (`model_dump_json`: every
-field), each node shown as a claim in flight as the inputs its view is made of (`GroupNode.as_in_flight`: its
-claim, price, used and capacity), the unavailable offerings and quotas sorted. A question differing in anything
-the solver reads is another question. One memo per solver (as `packing.memo.PackMemo`: a warm Lambda container
-keeps its solver, so a minute's run finds the last one's plans), bounded: least recently used first out.
+field), each node shown as a claim in flight as the inputs its view is made of (`GroupNode.as_in_flight`: its claim,
+price, used and capacity), the unavailable offerings and quotas sorted. A question differing in anything the solver
+reads (whether it may open nodes among them) is another question. One memo per solver (as `packing.memo.PackMemo`: a
+warm Lambda container keeps its solver, so a minute's run finds the last one's plans), bounded: least recently used
+first out.
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ def pod_print(pod: PendingPod) -> str:
 
 
 def question(pods: Sequence[PendingPod], claims: Sequence[Hashable], unavailable: Collection[OfferingKey],
-             source: str, quotas: Mapping[str, int] | None, solver: Solver) -> tuple[object, ...]:
-    """The key of one `solve(pods, claims=..., unavailable=..., source=..., quotas=...)` on `solver`: `claims` are
-    the claims' prints in the order given (the solver's order among equals follows it)."""
+             source: str, quotas: Mapping[str, int] | None, solver: Solver, *, new_nodes: bool) -> tuple[object, ...]:
+    """The key of one `solve(pods, claims=..., unavailable=..., source=..., quotas=..., new_nodes=...)` on `solver`:
+    `claims` are the claims' prints in the order given (the solver's order among equals follows it)."""
     shown = solver.quotas if quotas is None else quotas
     return (tuple(pod_print(p) for p in pods), tuple(claims), tuple(sorted(unavailable)), source,
-            quotas is None, tuple(sorted(shown.items())))
+            quotas is None, tuple(sorted(shown.items())), new_nodes)
 
 
 class SolveMemo:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.nodes import PoolView
     from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 
-__all__ = ["class_reason", "explain_unplaced"]
+__all__ = ["class_reason", "explain_unplaced", "leave_unplaced"]
 
 
 def explain_unplaced(state: SolvePass, gangs: list[Gang]) -> None:
@@ -36,11 +36,20 @@ def explain_unplaced(state: SolvePass, gangs: list[Gang]) -> None:
             for pod in state.take(c, int(state.rem[c])):
                 state.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
     for c in range(len(state.classes)):
-        if state.rem[c] <= 0:
-            continue
-        reason = class_reason(state, c)
-        for pod in state.take(c, int(state.rem[c])):
-            state.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
+        if state.rem[c] > 0:
+            _unplaced(state, c, class_reason(state, c))
+
+
+def leave_unplaced(state: SolvePass, reason: str) -> None:
+    """Every pod still unplaced becomes unschedulable with `reason` (no node was to be opened for it)."""
+    for c in range(len(state.classes)):
+        if state.rem[c] > 0:
+            _unplaced(state, c, reason)
+
+
+def _unplaced(state: SolvePass, c: int, reason: str) -> None:
+    for pod in state.take(c, int(state.rem[c])):
+        state.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
 
 
 def class_reason(state: SolvePass, c: int) -> str:

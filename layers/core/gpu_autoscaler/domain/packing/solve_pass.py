@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_autoscaler.domain.packing.binpack import Kinds
 from gpu_autoscaler.domain.packing.classes import PodClass, classify
-from gpu_autoscaler.domain.packing.explain import explain_unplaced
+from gpu_autoscaler.domain.packing.explain import explain_unplaced, leave_unplaced
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES
 from gpu_autoscaler.domain.packing.gangs import gangs_to_place, place_gang
 from gpu_autoscaler.domain.packing.nodes import (
@@ -73,8 +73,11 @@ class SolvePass:
         unavailable: Collection[OfferingKey],
         source: str,
         quotas: Mapping[str, int] | None = None,
+        *,
+        new_nodes: bool = True,
     ) -> None:
         self.s = solver
+        self.new_nodes = new_nodes
         self.idx = solver.index
         self.source = source
         self.now = solver.clock.now()
@@ -228,6 +231,19 @@ class SolvePass:
 
     def run(self) -> Plan:
         self._place_in_flight()
+        if self.new_nodes:
+            self._open_nodes()
+        else:
+            leave_unplaced(self, "no room on the claims in flight, and no new node was asked for")
+        return Plan(
+            claims=tuple(self._claims()),
+            existing={k: tuple(v) for k, v in self.existing.items()},
+            unschedulable=tuple(self.unschedulable),
+            covered=dict(self.covered),
+        )
+
+    def _open_nodes(self) -> None:
+        """The pods left, onto new nodes: gangs whole, then classes, tier by tier in each pool's order."""
         gangs = gangs_to_place(self)
         for view, capacity_type in ((v, t) for v in self.s.pools for t in v.capacity_order):
             if not self.rem.any() and all(gang.placed for gang in gangs):
@@ -242,12 +258,6 @@ class SolvePass:
                     place_gang(self, view, capacity_type, tier, gang)
             self._place_classes(view, capacity_type, tier)
         explain_unplaced(self, gangs)
-        return Plan(
-            claims=tuple(self._claims()),
-            existing={k: tuple(v) for k, v in self.existing.items()},
-            unschedulable=tuple(self.unschedulable),
-            covered=dict(self.covered),
-        )
 
     def reserved_limit(self, pos: np.ndarray, capacity_type: CapacityType) -> np.ndarray | None:
         """[N] how many nodes each reserved offering in `pos` still holds; None outside reservations."""
