@@ -22,7 +22,8 @@ drop nodes and look again at the rest (`_swapped`), so a group is answered only 
 (`GroupJudge.priced_out`, small groups), the stranded pods then being those that fit on no node outside the part.
 Replaying the trace, the floor without the Spot rule answered 60,729 of karpenter-like's 100,104 single-node "no saving"
 judgements, and none that the solver would have taken; with it, karpenter-like's single-node solves fell from 48,273 to
-18,513, and with the group floor its multi-node solves from 12,590 to 8,263.
+18,513, and with the group floor its multi-node solves from 12,590 to 8,263; with Spot nodes only deleted (a stranded
+pod refuses them), 16,212 and 6,796.
 """
 
 from __future__ import annotations
