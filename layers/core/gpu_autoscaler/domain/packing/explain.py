@@ -33,8 +33,7 @@ def explain_unplaced(state: SolvePass, gangs: list[Gang]) -> None:
         size = int(sum(state.rem[c] for c in gang.classes))
         reason = f"gang {gang.name} ({size} pods) cannot be placed whole: " + "; ".join(parts)
         for c in gang.classes:
-            for pod in state.take(c, int(state.rem[c])):
-                state.unschedulable.append(Unschedulable(pod.uid, pod.key, reason))
+            _unplaced(state, c, reason)
     for c in range(len(state.classes)):
         if state.rem[c] > 0:
             _unplaced(state, c, class_reason(state, c))
