@@ -396,6 +396,23 @@ def test_pods_go_onto_claims_in_flight_first() -> None:
     assert len(plan.existing[claim.id]) == 3 and len(plan.claims) == 1
 
 
+def test_without_new_nodes_pods_go_onto_claims_in_flight_alone_and_the_rest_are_unschedulable() -> None:
+    """`new_nodes=False` (a consolidation that may only delete): the same places on the claim in flight as the full
+    solve gives, no node opened, the pods left over unschedulable."""
+    from tests.unit.packing.builders import make_claim
+
+    claim = make_claim(instance_types=("g5.12xlarge",), pods=("earlier",), attributes={
+        "requests": '{"cpu":8000,"memory":34359738368,"nvidia.com/gpu":1,"pods":1}'})
+    pods = make_pods(4, cpu="8", memory="32Gi")
+    pool = make_pool(capacityTypes=["on-demand"])
+    full = solve(pods, pool, claims=[claim])
+    only = solve(pods, pool, claims=[claim], new_nodes=False)
+    assert only.existing == full.existing and len(only.existing[claim.id]) == 3
+    assert only.claims == () and len(full.claims) == 1
+    assert [u.pod for u in only.unschedulable] == list(full.claims[0].pods)
+    assert {u.reason for u in only.unschedulable} == {"no room on the claims in flight, and no new node was asked for"}
+
+
 def test_claims_in_flight_are_not_used_by_pods_that_cannot_go_there() -> None:
     from tests.unit.packing.builders import make_claim
 

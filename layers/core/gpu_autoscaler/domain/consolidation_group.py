@@ -209,10 +209,7 @@ class GroupJudge:
             if floor is not None:
                 return floor
         while True:
-            # One node that may only be deleted needs no more than where its pods go on the nodes that stay; a
-            # group's plan must name its new nodes, to find those it would merely swap.
-            only_deleted = len(group) == 1 and reason != "Drifted" and _deletion_only(group)
-            plan, names = self.simulate(group, new_nodes=not only_deleted)
+            plan, names = self.simulate(group, new_nodes=not _solved_without_new_nodes(group, reason))
             if len(group) < 2 or reason == "Drifted":
                 return self._decide(group, reason, plan, names)
             swapped = self._swapped(group, plan.claims, whole=True)
@@ -322,7 +319,7 @@ class GroupJudge:
                 names: dict[str, str]) -> Decision | str:
         if plan.unschedulable:
             first = plan.unschedulable[0]
-            if len(group) == 1 and reason != "Drifted" and _deletion_only(group):
+            if _solved_without_new_nodes(group, reason):
                 return f"{_DELETION_ONLY}, and pod {first.name} fits on no other node"
             return f"no room: pod {first.name} fits nowhere else ({first.reason})"
         before = sum(n.price for n in group)
@@ -407,6 +404,12 @@ def _deletion_only(group: Sequence[GroupNode]) -> bool:
     pool = group[0].pool
     return (pool is not None and not pool.disruption.spot_to_spot and "spot" in pool.capacity_types
             and all(n.claim.capacity_type == "spot" for n in group))
+
+
+def _solved_without_new_nodes(group: Sequence[GroupNode], reason: DisruptionReason) -> bool:
+    """One node that may only be deleted needs no more than where its pods go on the nodes that stay; a group's plan
+    must name its new nodes, to find those it would merely swap (`GroupJudge._swapped`), and drift replaces."""
+    return len(group) == 1 and reason != "Drifted" and _deletion_only(group)
 
 
 def _full(claim: NodeClaim) -> NodeClaim:
