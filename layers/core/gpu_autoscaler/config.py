@@ -293,8 +293,8 @@ class Disruption(_Model):
     every node with pods is weighed, as Karpenter does."""
     spot_to_spot: bool = False
     """Whether consolidation may replace Spot nodes (Karpenter's `SpotToSpotConsolidation` feature gate): by
-    cheaper Spot, a single node only from at least 15 cheaper types. Off, as Karpenter's default, Spot nodes in a
-    pool that may launch Spot are only deleted when their pods fit on the nodes that stay, never replaced, not by
+    cheaper Spot only, a single node only from at least 15 cheaper types. Off, as Karpenter's default, Spot nodes in
+    a pool that may launch Spot are only deleted when their pods fit on the nodes that stay, never replaced, not by
     On-Demand either."""
     budgets: list[Budget] = Field(default_factory=lambda: [Budget(nodes="10%")])
     rebalance: Literal["ignore", "replace"] = "replace"

@@ -93,13 +93,13 @@ def test_with_one_replacement_allowed_the_stranded_pods_are_priced_together(monk
     assert solves > 0 and len(many.decisions) == 1 and len(many.decisions[0].replacements) == 2
 
 
-def _spot_node_whose_cheapest_home_is_on_demand() -> tuple[Cluster, str, list[OfferingKey]]:
+def _spot_node_whose_cheapest_home_is_on_demand(**disruption: Any) -> tuple[Cluster, str, list[OfferingKey]]:
     """A Spot g5.12xlarge (2.38 USD/h) with one small GPU pod; a g6.xlarge that only On-Demand offers (0.80); the
     g5.12xlarge's Spot offerings marked unavailable (insufficient capacity): the solver's cheapest placement of
     the pod is a new On-Demand node. Returns the cluster, the node and the unavailable offerings."""
     names = ("g5.12xlarge", "g6.xlarge")
     offerings = [o for o in make_offerings(names) if o.instance_type == "g5.12xlarge" or o.capacity_type != "spot"]
-    settings = {"budgets": [{"nodes": "100%"}], "underutilizedBelow": None}
+    settings = {"budgets": [{"nodes": "100%"}], "underutilizedBelow": None, **disruption}
     cluster = Cluster(make_config(make_pool(disruption=settings)),
                       Catalog([make_type(n) for n in names], offerings))
     node = cluster.node("g5.12xlarge", capacity_type="spot")
@@ -119,6 +119,16 @@ def test_a_spot_node_without_spot_to_spot_is_only_deleted_in_a_pool_that_may_lau
     assert result.decisions == ()
     assert result.skipped[node].startswith("spot-to-spot"), result.skipped[node]
     assert solves == 0
+
+
+def test_with_spot_to_spot_a_spot_node_is_replaced_by_spot_only() -> None:
+    """With the gate on, Karpenter requires the replacement of Spot candidates to be Spot
+    (`computeSpotToSpotConsolidation` adds `karpenter.sh/capacity-type In [spot]`), so where only On-Demand holds
+    the pod, as here, the node stays rather than being replaced by On-Demand."""
+    cluster, node, unavailable = _spot_node_whose_cheapest_home_is_on_demand(spotToSpot=True)
+    result, _ = _run(cluster, unavailable=unavailable)
+    assert result.decisions == ()
+    assert result.skipped[node].startswith("spot-to-spot"), result.skipped[node]
 
 
 def test_a_spot_node_only_deleted_is_solved_onto_the_other_nodes_without_opening_one() -> None:

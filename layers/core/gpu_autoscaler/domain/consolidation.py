@@ -39,7 +39,7 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
 A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
 launches saves money. Without the pool's `disruption.spotToSpot`, Spot nodes in a pool that may launch Spot are
 only deleted, never replaced, On-Demand included (Karpenter: "For spot nodes, Karpenter has deletion
-consolidation enabled by default"); with it, replacing one
+consolidation enabled by default"); with it, they are replaced by Spot only, and replacing one
 spot node also needs at least `SPOT_TO_SPOT_MIN_TYPES` cheaper candidate types, and is then launched from
 the cheapest 15 of them: with fewer, the cheapest spot pool is also the most interrupted one, and chasing
 it down the price ladder node by node costs more than it saves (Karpenter's rule; several spot nodes into

@@ -360,6 +360,8 @@ class GroupJudge:
         spot-to-spot gate."""
         if _deletion_only(group):
             return _DELETION_ONLY
+        if _spot_group(group) and any(c.capacity_type != "spot" for c in replacements):
+            return _SPOT_ONLY
         expected = sum(c.price_per_hour for c in replacements)
         if expected >= before - EPS:
             nodes = "the nodes" if len(group) > 1 else "the node"
@@ -392,18 +394,25 @@ class GroupJudge:
         return max(self._zone_prices(claim, instance_type), default=float("inf"))
 
 
-def _deletion_only(group: Sequence[GroupNode]) -> bool:
-    """Whether the group may be deleted but not replaced: every node Spot, in a pool that may launch Spot and does
-    not opt in to spot-to-spot. Karpenter: "For spot nodes, Karpenter has deletion consolidation enabled by
-    default" (its disruption docs); `computeConsolidation` (kubernetes-sigs/karpenter
-    pkg/controllers/disruption/consolidation.go) sends every all-Spot candidate set whose replacement's
-    requirements allow Spot to `computeSpotToSpotConsolidation`, which refuses without the feature gate, whatever
-    capacity type the cheapest replacement would have: a Spot node is not replaced by On-Demand either, even when
-    Spot has no capacity for the smaller type. The pods of a Spot node all allow Spot (a required capacity-type
-    selector would have kept them off it), so the replacement's requirements allow Spot when the pool does."""
+def _spot_group(group: Sequence[GroupNode]) -> bool:
+    """Whether a replacement of the group takes Karpenter's spot-to-spot path: every node Spot, in a pool that may
+    launch Spot. `computeConsolidation` (kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go)
+    sends every all-Spot candidate set whose replacement's requirements allow Spot to
+    `computeSpotToSpotConsolidation`, whatever capacity type the cheapest replacement would have. The pods of a
+    Spot node all allow Spot (a required capacity-type selector would have kept them off it), so the replacement's
+    requirements allow Spot when the pool does. That path refuses without the feature gate (`_deletion_only`), and
+    with it requires the replacement to be Spot (it adds `karpenter.sh/capacity-type In [spot]`): a Spot node is
+    never replaced by On-Demand, even when Spot has no capacity for the smaller type."""
     pool = group[0].pool
-    return (pool is not None and not pool.disruption.spot_to_spot and "spot" in pool.capacity_types
-            and all(n.claim.capacity_type == "spot" for n in group))
+    return pool is not None and "spot" in pool.capacity_types and all(n.claim.capacity_type == "spot" for n in group)
+
+
+def _deletion_only(group: Sequence[GroupNode]) -> bool:
+    """Whether the group may be deleted but not replaced: a `_spot_group` in a pool that does not opt in to
+    spot-to-spot. Karpenter: "For spot nodes, Karpenter has deletion consolidation enabled by default" (its
+    disruption docs)."""
+    pool = group[0].pool
+    return pool is not None and not pool.disruption.spot_to_spot and _spot_group(group)
 
 
 def _solved_without_new_nodes(group: Sequence[GroupNode], reason: DisruptionReason) -> bool:
@@ -422,6 +431,7 @@ def _full(claim: NodeClaim) -> NodeClaim:
 _FULL = requests_attribute({GPU: 10**9})
 _SAME_TYPE = "no saving: each node would be replaced by its own instance type at no lower price"
 _DELETION_ONLY = "spot-to-spot: the pool does not opt in (disruption.spotToSpot), so Spot nodes are only deleted"
+_SPOT_ONLY = "spot-to-spot: Spot nodes are replaced by Spot only, and only capacity that is not Spot holds their pods"
 
 
 def _pod_shape(pod: PendingPod) -> str:
