@@ -115,7 +115,8 @@ class SolvePass:
         self.opened: list[tuple[NewNode, list[list[PendingPod]]]] = []
         """Nodes opened, each with the pods of each of its copies (`_open_copies` opens a pattern's at once)."""
         self.existing: dict[str, list[str]] = {}
-        self._charge_live_claims()
+        if new_nodes:  # pool limits, quotas and reservations bound only the nodes a solve opens
+            self._charge_live_claims()
 
     # Setup
 
@@ -151,8 +152,15 @@ class SolvePass:
         """[C] classes outside gangs (`gangs` places the others)."""
         self._taken = [0] * len(self.classes)
         self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
-        self.ok: list[np.ndarray] = [self._class_masks(v) for v in solver.pools]
-        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base)."""
+        self._ok: list[np.ndarray] | None = None
+
+    @property
+    def ok(self) -> list[np.ndarray]:
+        """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base). Made when
+        first read: a solve that opens no node (`new_nodes` False) reads it only if its pods spread over zones."""
+        if self._ok is None:
+            self._ok = [self._class_masks(v) for v in self.s.pools]
+        return self._ok
 
     def _class_zones(self, c: int) -> list[str]:
         """Zones where some pool has an offering that may hold a pod of the class."""
