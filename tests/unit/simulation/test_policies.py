@@ -8,7 +8,14 @@ from gpu_autoscaler.domain.packing.baseline import first_fit_decreasing
 from gpu_autoscaler.domain.packing.binpack import pack
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.resources import GPU
-from gpu_autoscaler.simulation.policies import FIXED_POOL, POLICY_NAMES, PodShaper, build_policy, choose_fixed_type
+from gpu_autoscaler.simulation.policies import (
+    FIXED_POOL,
+    POLICY_NAMES,
+    PodShaper,
+    build_policy,
+    choose_fixed_type,
+    default_policies,
+)
 from gpu_autoscaler.simulation.run import submission_order
 from tests.unit.simulation.builders import make_catalog, make_config, make_pod, make_pool
 
@@ -89,7 +96,20 @@ def test_karpenter_overlay_keeps_the_pools_gpu_sharing_as_a_node_overlay_would_a
     assert overlay.config.pool("gpu-shared").gpu_sharing.replicas == 4
     assert plain.config.pool("gpu-shared").gpu_sharing.mode == "none"
     assert not overlay.config.predictive.enabled and not overlay.config.scaling_windows
-    assert "karpenter-overlay" not in POLICY_NAMES, "on request only: the default report keeps its four policies"
+    assert "karpenter-overlay" not in POLICY_NAMES, "only where pods would share GPUs (`default_policies`)"
+
+
+def test_karpenter_overlay_joins_the_default_set_where_karpenter_would_share_gpus_too() -> None:
+    """Karpenter time-slices a GPU when a NodeOverlay advertises the replicas (issue 16: "if Karpenter would use a
+    feature for the same pods, say so in the report"): wherever a pool shares GPUs and a pod asks for part of one,
+    karpenter-like alone would compare ours against a Karpenter that buys a whole GPU for every fraction."""
+    shared = make_pool("gpu-shared", capacityTypes=["on-demand"], gpuSharing={"mode": "time-slicing", "replicas": 4})
+    sharing = make_config(make_pool(), shared)
+    fraction = make_pod(0, arrival=0.0, gpus=1, milli=250)
+    whole = make_pod(1, arrival=0.0, gpus=1)
+    assert default_policies(sharing, [whole, fraction]) == (*POLICY_NAMES, "karpenter-overlay")
+    assert default_policies(sharing, [whole]) == POLICY_NAMES, "no pod shares a GPU: the overlay changes nothing"
+    assert default_policies(make_config(make_pool()), [fraction]) == POLICY_NAMES, "no pool shares GPUs"
 
 
 def test_the_policies_that_weigh_every_node_start_first_and_the_rest_keep_their_order() -> None:

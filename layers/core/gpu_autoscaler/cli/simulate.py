@@ -18,7 +18,7 @@ import typer
 from gpu_autoscaler.cli.common import Output, OutputOption, emit, note
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
-from gpu_autoscaler.simulation.policies import KNOWN_POLICIES, OPTIONAL_POLICIES, POLICY_NAMES
+from gpu_autoscaler.simulation.policies import KNOWN_POLICIES, OPTIONAL_POLICIES, POLICY_NAMES, default_policies
 from gpu_autoscaler.simulation.settings import BootTimesError, SimulationSettings, read_boot_times
 from gpu_autoscaler.simulation.trace import TraceError, read_trace
 
@@ -46,8 +46,9 @@ def simulate_command(
         Path | None, typer.Option("--config", help="JSON file holding the configuration object (default: cdk.json)")
     ] = None,
     policy: Annotated[
-        list[str] | None, typer.Option("--policy", help=f"repeatable; default: {', '.join(POLICY_NAMES)}; "
-                                                          f"also: {', '.join(OPTIONAL_POLICIES)}")
+        list[str] | None, typer.Option("--policy", help=f"repeatable; default: {', '.join(POLICY_NAMES)}, and "
+                                                          f"{', '.join(OPTIONAL_POLICIES)} where a pool time-slices "
+                                                          "GPUs and a pod asks for part of one")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="seeds Spot interruptions and capacity errors")] = 0,
     boot_seconds: Annotated[float, typer.Option("--boot-seconds", help="launch to Ready, seconds", min=0)] = 300.0,
@@ -73,8 +74,7 @@ def simulate_command(
     pre-warm code the Lambdas run; report cost, waits and allocation against a clairvoyant lower bound."""
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("gpu_autoscaler").setLevel(logging.ERROR)
-    chosen = list(dict.fromkeys(policy or POLICY_NAMES))
-    unknown = [p for p in chosen if p not in KNOWN_POLICIES]
+    unknown = [p for p in policy or () if p not in KNOWN_POLICIES]
     if unknown:
         raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(KNOWN_POLICIES)}",
                                  param_hint="--policy")
@@ -92,6 +92,7 @@ def simulate_command(
     if not replay.pods:
         typer.echo(f"{trace}: no GPU pods to replay", err=True)
         raise typer.Exit(2)
+    chosen = list(dict.fromkeys(policy or default_policies(config, replay.pods)))
     settings = SimulationSettings(seed=seed, boot_seconds=boot_seconds, insufficient_capacity_rate=capacity_error_rate,
                                   fixed_instance_type=fixed_type, boot_times=measured)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The simulator: a job trace replayed through the Lambdas' own decision code, one run per policy.
 
-`read_trace` reads a trace; `simulate(trace, config)` runs each policy (`POLICY_NAMES`) on simulated
+`read_trace` reads a trace; `simulate(trace, config)` runs each policy (`default_policies`) on simulated
 adapters — a `FixedClock`, the in-memory state store, `SimulatedCloud` (EC2) and `SimulatedCluster`
 (Kubernetes) — and returns a `SimulationReport` (`report.json`, the terminal table, the plots).
 """

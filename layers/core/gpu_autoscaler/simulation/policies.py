@@ -18,9 +18,10 @@ differs is the configuration it runs with and the packing method:
   "Can't remove without creating N candidates"), strictly cheaper than what it replaces; spot is replaced by spot
   only with the pool's `disruption.spotToSpot` (Karpenter's `SpotToSpotConsolidation` feature gate, off by
   default) and, for one node, 15 cheaper types. Our own policies may replace a node by several smaller ones.
-- `karpenter-overlay` (on request, not in the default set): karpenter-like with the pools' GPU sharing kept,
-  as Karpenter runs when a NodeOverlay (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced
-  `nvidia.com/gpu` replicas a type's device plugin will offer: the fair baseline on traces of shared GPUs.
+- `karpenter-overlay`: karpenter-like with the pools' GPU sharing kept, as Karpenter runs when a NodeOverlay
+  (alpha, `karpenter.sh/v1alpha1`) advertises the time-sliced `nvidia.com/gpu` replicas a type's device plugin
+  will offer: the fair baseline wherever pods share GPUs, so in the default set when they would
+  (`default_policies`).
 - `fixed-node-group`: a Cluster-Autoscaler node group: one instance type, On-Demand, first-fit packing, no
   sharing, no windows, no prediction, empty or underused nodes removed after 10 minutes (CA's
   `scale-down-unneeded-time`; `emptyKeepLeadTimes` 0), a node with pods only while they request under half its
@@ -61,13 +62,13 @@ if TYPE_CHECKING:
     from gpu_autoscaler.simulation.trace import TracePod
 
 __all__ = ["FIXED_COVERAGE", "FIXED_POOL", "KNOWN_POLICIES", "OPTIONAL_POLICIES", "POLICY_NAMES", "Policy",
-           "PodShaper", "build_policy", "choose_fixed_type"]
+           "PodShaper", "build_policy", "choose_fixed_type", "default_policies"]
 
 PolicyName = Literal["ours", "ours-no-prediction", "karpenter-like", "fixed-node-group", "karpenter-overlay"]
 POLICY_NAMES: tuple[PolicyName, ...] = ("ours", "ours-no-prediction", "karpenter-like", "fixed-node-group")
-"""The default set."""
+"""The four every run compares by default (`default_policies` adds karpenter-overlay where pods share GPUs)."""
 OPTIONAL_POLICIES: tuple[PolicyName, ...] = ("karpenter-overlay",)
-"""Run when asked for by name (`--policy`)."""
+"""Beyond the four: run by name (`--policy`), or where `default_policies` says the run needs it."""
 KNOWN_POLICIES: tuple[PolicyName, ...] = POLICY_NAMES + OPTIONAL_POLICIES
 FIXED_POOL = "node-group"
 FIXED_COVERAGE = 0.99
@@ -101,6 +102,15 @@ class Policy:
         if self.max_replacements is not None:
             out["maxReplacements"] = self.max_replacements
         return out
+
+
+def default_policies(config: Config, pods: Sequence[TracePod]) -> tuple[PolicyName, ...]:
+    """The four, and karpenter-overlay when a pool time-slices GPUs and a pod asks for part of one. There Karpenter
+    would share GPUs too, given a NodeOverlay, so karpenter-like alone — a whole GPU for every fraction — would
+    flatter ours; a report that leaves the fair baseline out must be asked for so (`--policy`)."""
+    if PodShaper(config).shared is not None and any(pod.fractional for pod in pods):
+        return (*POLICY_NAMES, "karpenter-overlay")
+    return POLICY_NAMES
 
 
 def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[TracePod],

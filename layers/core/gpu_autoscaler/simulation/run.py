@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.simulation.engine import PolicyRun
-from gpu_autoscaler.simulation.policies import POLICY_NAMES, build_policy
+from gpu_autoscaler.simulation.policies import build_policy, default_policies
 from gpu_autoscaler.simulation.report import SimulationReport
 from gpu_autoscaler.simulation.settings import SimulationSettings
 
@@ -45,17 +45,19 @@ def simulate(
     trace: Trace,
     config: Config,
     *,
-    policies: Sequence[str] = POLICY_NAMES,
+    policies: Sequence[str] | None = None,
     settings: SimulationSettings | None = None,
     catalog: Catalog | None = None,
     progress: Callable[[str, float], None] | None = None,
     workers: int | None = None,
 ) -> SimulationReport:
-    """Replay `trace` under each policy; `workers` processes (default: one per core, at most one per policy)."""
+    """Replay `trace` under each policy (default: `default_policies`); `workers` processes (default: one per core, at
+    most one per policy)."""
     started = time.perf_counter()
     settings = settings or SimulationSettings()
     catalog = catalog or simulation_catalog(config)
-    built = [build_policy(name, config, catalog, trace.pods, settings.fixed_instance_type) for name in policies]
+    names = policies if policies is not None else default_policies(config, trace.pods)
+    built = [build_policy(name, config, catalog, trace.pods, settings.fixed_instance_type) for name in names]
     count = workers if workers is not None else min(len(built), os.cpu_count() or 1)
     if count > 1 and len(built) > 1 and "fork" in multiprocessing.get_all_start_methods():
         results = _parallel(built, trace, catalog, settings, progress, count)
