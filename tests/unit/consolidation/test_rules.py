@@ -103,6 +103,44 @@ def test_a_node_whose_pods_request_half_its_gpus_is_not_underused_unless_the_poo
     assert touched(cluster.consolidate()) == {busy, lonely}
 
 
+def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
+    """Room on a node the search keeps, whose pods no cheaper new node would hold, is paid for as long as they run:
+    a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods of a dearer node do not
+    need (a cheaper type would hold them) was bought for the next arrivals, and the threshold keeps it for them."""
+
+    def scene(held_type: str, capacity_type: str, cpu: str = "1") -> tuple[Cluster, str, str]:
+        cluster = Cluster(pool_config(underutilizedBelow=0.5))
+        held = cluster.node(held_type, capacity_type=capacity_type)
+        cluster.pod(held, cpu=cpu)  # 1 of its GPUs: under half, so weighed, and kept (see below)
+        busy = cluster.node("g5.xlarge")
+        cluster.pod(busy)  # its one GPU: busy
+        return cluster, held, busy
+
+    # Only a g5.48xlarge (or a dearer p5.48xlarge) has 150 vCPUs: the pod keeps its Spot node (only deleted, and the
+    # pod fits on no other node), whose 7 free GPUs are sunk.
+    cluster, held, busy = scene("g5.48xlarge", "spot", cpu="150")
+    result = cluster.consolidate()
+    [decision] = result.decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (busy,))
+    assert set(decision.destinations) == {held}
+    assert decision.saving == pytest.approx(TYPES["g5.xlarge"][8])
+    assert result.skipped[held].startswith("spot-to-spot: the pool does not opt in")
+    # A Spot g5.12xlarge whose one pod fits nowhere else stays (Spot is only deleted), but a g5.xlarge would hold that
+    # pod: its room is not sunk, and the busy node stays busy.
+    cluster, held, busy = scene("g5.12xlarge", "spot")
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[busy] == ("busy: its pods request 100% of its GPUs, not under the pool's "
+                                    "underutilizedBelow 50%")
+    # Cluster Autoscaler's rule alone: a node over the threshold never goes.
+    cluster = Cluster(pool_config(underutilizedBelow=0.5, intoSunkRoom=False))
+    held = cluster.node("g5.48xlarge", capacity_type="spot")
+    cluster.pod(held, cpu="150")
+    busy = cluster.node("g5.xlarge")
+    cluster.pod(busy)
+    assert cluster.consolidate().decisions == ()
+
+
 def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:
     """Karpenter's consolidateAfter counts from the node's last pod event (`status.lastPodEventTime`): a node
     two hours old whose pods changed a minute ago is left alone; once unchanged that long, it goes."""

@@ -43,6 +43,9 @@ def test_ours_runs_the_configuration_and_the_others_strip_what_they_lack() -> No
     assert {p.disruption.underutilized_below for p in karpenter.config.node_pools} == {None}
     assert {p.disruption.underutilized_below for p in blind.config.node_pools} == {0.5}
     fixed = build_policy("fixed-node-group", CONFIG, catalog, pods)
+    # Cluster Autoscaler never scales down a node over its threshold, sunk room or not.
+    assert [p.disruption.into_sunk_room for p in fixed.config.node_pools] == [False]
+    assert all(p.disruption.into_sunk_room for p in blind.config.node_pools)
     (pool,) = fixed.config.node_pools
     assert pool.name == FIXED_POOL and pool.capacity_types == ["on-demand"] and not fixed.prewarm
     assert pool.disruption.underutilized_below == 0.5

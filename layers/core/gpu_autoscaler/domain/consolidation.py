@@ -34,7 +34,11 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
      first, whose pods fit on the other nodes plus new nodes cheaper together than all of them;
      repeated while one is found;
    - single-node: each remaining candidate, emptiest first, removed when its pods fit on the others'
-     free room, or replaced by cheaper nodes.
+     free room, or replaced by cheaper nodes;
+   - sunk room (ours, not Karpenter's: it weighs every node above): a node left out as busy (its pods request at
+     least `underutilizedBelow` of it, Cluster Autoscaler's threshold) is removed when its pods all fit in the free
+     room of candidates kept above whose own pods no cheaper new nodes would hold — room paid for as long as they
+     run (`Disruption.into_sunk_room`).
 
 A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
 launches saves money. Without the pool's `disruption.spotToSpot`, Spot nodes in a pool that may launch Spot are
@@ -366,18 +370,23 @@ class _Pass(GroupJudge):
         self._empty(eligible)
         underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
                      and n.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"]
-        weighed = []
+        weighed: list[GroupNode] = []
+        busy: list[GroupNode] = []
         for n in underused:
-            why = ("too young: under the pool's consolidateAfter since its last pod event"
-                   if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after else _busy(n))  # type: ignore[union-attr]
-            if why is None:
-                weighed.append(n)
-            else:
+            assert n.pool is not None
+            if self.now - _last_pod_event(n) < n.pool.disruption.consolidate_after:
+                self.skip(n, "too young: under the pool's consolidateAfter since its last pod event")
+            elif (why := _busy(n)) is not None:
                 self.skip(n, why)
-        underused = sorted(weighed, key=lambda n: (n.utilization, -n.price, n.name))
+                if n.pool.disruption.into_sunk_room:
+                    busy.append(n)
+            else:
+                weighed.append(n)
+        underused = sorted(weighed, key=_candidate_order)
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
+        self._into_sunk_room(busy, [n for n in underused if not n.removed])
         return ConsolidationResult(tuple(self.decisions), tuple(validated), tuple(invalidated), dict(self.skipped),
                                    self.budget_start)
 
@@ -493,6 +502,25 @@ class _Pass(GroupJudge):
                 return
             self.apply(best)
 
+    def _into_sunk_room(self, busy: list[GroupNode], kept: list[GroupNode]) -> None:
+        """Busy nodes (at or over `underutilizedBelow`) deleted into sunk room (`Disruption.into_sunk_room`): the free
+        room of nodes the search kept whose own pods no cheaper new nodes would hold (`GroupJudge.sunk`). A busy node
+        goes only when every pod of it fits there, so nothing is launched for it. Like `_single`, a node like one
+        already found not to fit is not asked about again: the sunk room only shrinks during a pass."""
+        sunk = [n for n in kept if self.sunk(n)] if busy else []
+        failed: set[tuple[object, ...]] = set()
+        for n in sorted(busy, key=_candidate_order):
+            if not sunk:
+                return
+            assert n.pool is not None
+            if n.removed or n.locked or self.allowance(n.pool, "Underutilized") == 0 or _shape(n) in failed:
+                continue
+            found = self.deletion_into(n, sunk)
+            if found is None:
+                failed.add(_shape(n))
+            else:
+                self.apply(found)
+
     def _single(self, candidates: list[GroupNode]) -> None:
         """Each candidate on its own. The room elsewhere only shrinks during a pass (nodes go, destinations
         fill), so a node like one already found wanting — same offering, same pods — is not asked about again:
@@ -519,6 +547,10 @@ class _Pass(GroupJudge):
                 self.skip(n, why)
             else:
                 self.apply(found)
+
+
+def _candidate_order(n: GroupNode) -> tuple[float, float, str]:
+    return n.utilization, -n.price, n.name
 
 
 def consolidate(

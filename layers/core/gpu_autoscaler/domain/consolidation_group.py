@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from typing import TYPE_CHECKING
@@ -154,11 +154,11 @@ class GroupJudge:
     prices single nodes as parts of its pairs, and the single-node phase asks the same nodes again, on the same
     free room unless a decision came in between."""
 
-    def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod],
+    def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod], into: Collection[str] | None = None,
                             ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
-        """The solver's claims: every node that stays and has room for one of `pods` (`fit.fits`, compared as
-        `FreeRooms` rows), as a claim in flight (the node here: `as_in_flight` makes it); the claims that only count
-        against limits and quotas, as they are. Returns (claims, claim id → node name)."""
+        """The solver's claims: every node that stays (of `into`, when given) and has room for one of `pods`
+        (`fit.fits`, compared as `FreeRooms` rows), as a claim in flight (the node here: `as_in_flight` makes it);
+        the claims that only count against limits and quotas, as they are. Returns (claims, claim id → node name)."""
         out: list[GroupNode | NodeClaim] = []
         names: dict[str, str] = {}
         rooms = self._free_rooms()
@@ -168,7 +168,7 @@ class GroupJudge:
                 continue
             if n.removed or n.name in exclude:
                 out.append(n.claim)  # still running (and paid for) until drained
-            elif n.usable and (row := rooms.row(n)) is not None and with_room[row]:
+            elif n.usable and (into is None or n.name in into) and (row := rooms.row(n)) is not None and with_room[row]:
                 out.append(n)
                 names[n.claim.id] = n.name
             elif self.charged:
@@ -176,12 +176,13 @@ class GroupJudge:
         out.extend(self.others)
         return out, names
 
-    def simulate(self, group: Sequence[GroupNode], *, new_nodes: bool = True) -> tuple[Plan, dict[str, str]]:
+    def simulate(self, group: Sequence[GroupNode], *, new_nodes: bool = True,
+                 into: Collection[str] | None = None) -> tuple[Plan, dict[str, str]]:
         """Where the group's pods go: the solver's plan, or the one it gave for this very question before
         (`consolidation_memo`: the key is everything the solve reads). `new_nodes` False: onto the nodes that stay
-        only (`Solver.solve`), for a group that may only be deleted."""
+        only (`Solver.solve`), for a group that may only be deleted; `into`: onto those of these names only."""
         pods = [entry.pod for n in group for entry in n.item.pods]
-        shown, names = self._destination_claims({n.name for n in group}, pods)
+        shown, names = self._destination_claims({n.name for n in group}, pods, into)
         source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
         memo = solve_memo(self.solver)
         key = question(pods, [c.shown() if isinstance(c, GroupNode) else ("full", claim_print(c)) for c in shown],
@@ -228,6 +229,22 @@ class GroupJudge:
                     isinstance(alternative, Decision) and alternative.saving >= found.saving - EPS):
                 return alternative
             return found
+
+    def sunk(self, n: GroupNode) -> bool:
+        """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes hold them (with the
+        other nodes' room), so the node goes only when they do."""
+        plan, _ = self.simulate([n])
+        return bool(plan.unschedulable) or sum(c.price_per_hour for c in plan.claims) >= n.price - EPS
+
+    def deletion_into(self, n: GroupNode, into: Sequence[GroupNode]) -> Decision | None:
+        """The node deleted, its pods moved onto the free room of `into` only; None when they do not all fit there."""
+        plan, names = self.simulate([n], new_nodes=False, into={d.name for d in into})
+        if plan.unschedulable:
+            return None
+        found = self._decide([n], "Underutilized", plan, names)
+        if isinstance(found, str):
+            return None
+        return replace(found, detail=f"its pods fit in the sunk room of {len(found.destinations)} other nodes")
 
     def _free_rooms(self) -> FreeRooms:
         """The usable nodes' free room, made once per pass until a decision changes it."""

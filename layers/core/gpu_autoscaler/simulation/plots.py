@@ -90,6 +90,7 @@ def write_plots(report: SimulationReport, out: Path) -> list[Path]:
     for x, r in enumerate(report.results):
         ax.annotate(f"${r.cost:,.0f}", (x, bottom[x]), ha="center", va="bottom", fontsize=8)
     ax.set(ylabel="USD", title=f"{title}: where the cost goes")
+    ax.set_ylim(0, max(bottom.max(initial=0.0), 1.0) * 1.08)  # room above the tallest bar for its label
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="y")
     paths.append(_save(fig, out / PLOTS[3]))

@@ -25,8 +25,9 @@ differs is the configuration it runs with and the packing method:
 - `fixed-node-group`: a Cluster-Autoscaler node group: one instance type, On-Demand, first-fit packing, no
   sharing, no windows, no prediction, empty or underused nodes removed after 10 minutes (CA's
   `scale-down-unneeded-time`; `emptyKeepLeadTimes` 0), a node with pods only while they request under half its
-  GPUs (CA's `scale-down-gpu-utilization-threshold`, 0.5: `underutilizedBelow`'s default). The type is given, or
-  the cheapest per GPU among those that hold at least 99 % of the trace's GPU pods (`choose_fixed_type`).
+  GPUs (CA's `scale-down-gpu-utilization-threshold`, 0.5: `underutilizedBelow`'s default; `intoSunkRoom` off).
+  The type is given, or the cheapest per GPU among those that hold at least 99 % of the trace's GPU pods
+  (`choose_fixed_type`).
 
 How a trace pod asks for a GPU depends on the configuration, as it would in a real cluster: a whole-GPU
 pod asks for `nvidia.com/gpu: n` and tolerates the taints of the pools without sharing; a fractional pod
@@ -149,7 +150,7 @@ def build_policy(name: str, base: Config, catalog: Catalog, pods: Sequence[Trace
             "capacityTypes": ["on-demand"],
             "requirements": [{"key": L.INSTANCE_TYPE, "operator": "In", "values": [chosen]}],
             "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10m",
-                           "emptyKeepLeadTimes": 0},
+                           "emptyKeepLeadTimes": 0, "intoSunkRoom": False},
         }]
         data["scalingWindows"] = []
         data["predictive"] = {**data.get("predictive", {}), "enabled": False}
