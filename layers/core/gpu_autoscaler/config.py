@@ -293,10 +293,10 @@ class Disruption(_Model):
     every node with pods is weighed, as Karpenter does."""
     into_sunk_room: bool = True
     """Whether a node at or over `underutilizedBelow` is still deleted when its pods all fit in sunk room: free room on
-    nodes the underutilized search keeps, whose own pods no cheaper new nodes would hold (a p3dn.24xlarge held by a
-    V100 pod: seven GPUs paid for as long as that pod runs, whoever uses them). The threshold keeps the room the
-    packer bought for the next arrivals; sunk room was bought for no one. False: Cluster Autoscaler's rule alone
-    (a node over its threshold is never scaled down)."""
+    nodes that stay (kept by the underutilized search, or themselves busy) whose own pods no cheaper new nodes would
+    hold (a p3dn.24xlarge held by a V100 pod: seven GPUs paid for as long as that pod runs, whoever uses them). The
+    threshold keeps the room the packer bought for the next arrivals; sunk room was bought for no one. False:
+    Cluster Autoscaler's rule alone (a node over its threshold is never scaled down)."""
     spot_to_spot: bool = False
     """Whether consolidation may replace Spot nodes (Karpenter's `SpotToSpotConsolidation` feature gate): by
     cheaper Spot only, a single node only from at least 15 cheaper types. Off, as Karpenter's default, Spot nodes in

@@ -132,6 +132,14 @@ def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_
     assert result.decisions == ()
     assert result.skipped[busy] == ("busy: its pods request 100% of its GPUs, not under the pool's "
                                     "underutilizedBelow 50%")
+    # A busy node's sunk room takes pods too: 4 of the g5.48xlarge's GPUs asked for (not under half), 4 free.
+    cluster = Cluster(pool_config(underutilizedBelow=0.5))
+    held = cluster.node("g5.48xlarge", capacity_type="spot")
+    cluster.pod(held, gpus=4, cpu="150")
+    busy = cluster.node("g5.xlarge")
+    cluster.pod(busy)
+    [decision] = cluster.consolidate().decisions
+    assert (decision.action, decision.nodes, set(decision.destinations)) == ("delete", (busy,), {held})
     # Cluster Autoscaler's rule alone: a node over the threshold never goes.
     cluster = Cluster(pool_config(underutilizedBelow=0.5, intoSunkRoom=False))
     held = cluster.node("g5.48xlarge", capacity_type="spot")

@@ -37,8 +37,8 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
      free room, or replaced by cheaper nodes;
    - sunk room (ours, not Karpenter's: it weighs every node above): a node left out as busy (its pods request at
      least `underutilizedBelow` of it, Cluster Autoscaler's threshold) is removed when its pods all fit in the free
-     room of candidates kept above whose own pods no cheaper new nodes would hold — room paid for as long as they
-     run (`Disruption.into_sunk_room`).
+     room of nodes that stay (kept above, or busy) whose own pods no cheaper new nodes would hold — room paid for
+     as long as they run (`Disruption.into_sunk_room`).
 
 A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
 launches saves money. Without the pool's `disruption.spotToSpot`, Spot nodes in a pool that may launch Spot are
@@ -113,6 +113,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Config, DisruptionReason, NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
+    from gpu_autoscaler.domain.consolidation_floor import FreeRooms
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.cluster import ClusterPod
@@ -148,9 +149,11 @@ _FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool 
                                                      Resources | None]]] = WeakKeyDictionary()
 """Per solver: a node object's id → the node, its pool and overhead, and its price, use and allocatable (`_node`)."""
 _PER_SOLVER_LIMIT = 4096
-"""Nodes `_FIGURES` and claims `_DRIFT` keep per solver; past it, cleared."""
+"""Nodes `_FIGURES`, claims `_DRIFT` and node shapes `_SUNK` keep per solver; past it, cleared."""
 _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
 """Per solver: a claim object's id → the claim, the configuration and its `drift_reason` (`_Pass._drift_reason`)."""
+_SUNK: WeakKeyDictionary[Solver, dict[tuple[object, ...], bool]] = WeakKeyDictionary()
+"""Per solver: `_Pass.sunk` by the node's shape (`_shape`) and the offerings marked unavailable."""
 
 
 def _shape_of_pending(pod: ClusterPod) -> tuple[object, ...]:
@@ -178,6 +181,9 @@ class _Pass(GroupJudge):
         self.catalog: Catalog = solver.index.catalog
         self.now = solver.clock.now()
         self.unavailable = unavailable
+        self._unavailable_key = frozenset(unavailable)
+        self._sunk: dict[str, bool] = {}
+        """`sunk`, per node name, for this pass."""
         self.quotas = quotas
         self.pools = {p.name: p for p in config.node_pools}
         self.nodes: list[GroupNode] = [self._node(n) for n in nodes]
@@ -386,7 +392,7 @@ class _Pass(GroupJudge):
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
-        self._into_sunk_room(busy, [n for n in underused if not n.removed])
+        self._into_sunk_room(busy, [n for n in underused if not n.removed] + busy)
         return ConsolidationResult(tuple(self.decisions), tuple(validated), tuple(invalidated), dict(self.skipped),
                                    self.budget_start)
 
@@ -502,24 +508,60 @@ class _Pass(GroupJudge):
                 return
             self.apply(best)
 
-    def _into_sunk_room(self, busy: list[GroupNode], kept: list[GroupNode]) -> None:
+    def _into_sunk_room(self, busy: list[GroupNode], stays: list[GroupNode]) -> None:
         """Busy nodes (at or over `underutilizedBelow`) deleted into sunk room (`Disruption.into_sunk_room`): the free
-        room of nodes the search kept whose own pods no cheaper new nodes would hold (`GroupJudge.sunk`). A busy node
-        goes only when every pod of it fits there, so nothing is launched for it. Like `_single`, a node like one
-        already found not to fit is not asked about again: the sunk room only shrinks during a pass."""
-        sunk = [n for n in kept if self.sunk(n)] if busy else []
+        room of nodes that stay (kept by the search, or busy) whose own pods no cheaper new nodes would hold
+        (`sunk`). A busy node goes only when every pod of it fits there, so nothing is launched for it. Each pod must
+        first fit some sunk node's room on its own (`FreeRooms.holding`), and only the nodes that could take one are
+        asked whether they are sunk; like `_single`, a node like one already found not to fit is not asked about
+        again: the sunk room only shrinks during a pass."""
         failed: set[tuple[object, ...]] = set()
+        rooms: FreeRooms | None = None
+        by_row: dict[int, GroupNode] = {}
         for n in sorted(busy, key=_candidate_order):
-            if not sunk:
-                return
             assert n.pool is not None
-            if n.removed or n.locked or self.allowance(n.pool, "Underutilized") == 0 or _shape(n) in failed:
+            if n.removed or n.locked or self.allowance(n.pool, "Underutilized") == 0:
                 continue
-            found = self.deletion_into(n, sunk)
-            if found is None:
-                failed.add(_shape(n))
+            shape = _shape(n)
+            if shape in failed:
+                continue
+            if rooms is None or rooms is not self.free_rooms:  # made again after each decision
+                rooms = self._free_rooms()
+                by_row = {row: d for d in stays if not d.removed and (row := rooms.row(d)) is not None}
+            into: dict[str, GroupNode] = {}
+            for footprint in n.item.footprints:
+                hosts = [d for row in rooms.holding(footprint).tolist()
+                         if (d := by_row.get(row)) is not None and d is not n and self.sunk(d)]
+                if not hosts:
+                    break
+                into.update((d.name, d) for d in hosts)
             else:
-                self.apply(found)
+                found = self.deletion_into(n, list(into.values()))
+                if found is not None:
+                    self.apply(found)
+                    continue
+            failed.add(shape)
+
+    def sunk(self, n: GroupNode) -> bool:
+        """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes would hold them, so it
+        goes only when they do. Room elsewhere is left out — the question is what the pods cost wherever they go, not
+        where they could go now — so the answer depends on the node's shape and the offerings marked unavailable only,
+        and is kept by them for as long as the solver (its configuration and catalog) lives."""
+        found = self._sunk.get(n.name)
+        if found is not None:
+            return found
+        cache = _SUNK.setdefault(self.solver, {})
+        key = (_shape(n), self._unavailable_key)
+        found = cache.get(key)
+        if found is None:
+            plan = self.solver.solve([entry.pod for entry in n.item.pods], unavailable=self.unavailable,
+                                     source=f"consolidate:sunk:{n.claim.id}")
+            found = bool(plan.unschedulable) or sum(c.price_per_hour for c in plan.claims) >= n.price - EPS
+            if len(cache) >= _PER_SOLVER_LIMIT:
+                cache.clear()
+            cache[key] = found
+        self._sunk[n.name] = found
+        return found
 
     def _single(self, candidates: list[GroupNode]) -> None:
         """Each candidate on its own. The room elsewhere only shrinks during a pass (nodes go, destinations

@@ -230,12 +230,6 @@ class GroupJudge:
                 return alternative
             return found
 
-    def sunk(self, n: GroupNode) -> bool:
-        """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes hold them (with the
-        other nodes' room), so the node goes only when they do."""
-        plan, _ = self.simulate([n])
-        return bool(plan.unschedulable) or sum(c.price_per_hour for c in plan.claims) >= n.price - EPS
-
     def deletion_into(self, n: GroupNode, into: Sequence[GroupNode]) -> Decision | None:
         """The node deleted, its pods moved onto the free room of `into` only; None when they do not all fit there."""
         plan, names = self.simulate([n], new_nodes=False, into={d.name for d in into})
