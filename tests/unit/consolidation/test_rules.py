@@ -104,9 +104,10 @@ def test_a_node_whose_pods_request_half_its_gpus_is_not_underused_unless_the_poo
 
 
 def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
-    """Room on a node the search keeps, whose pods no cheaper new node would hold, is paid for as long as they run:
-    a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods of a dearer node do not
-    need (a cheaper type would hold them) was bought for the next arrivals, and the threshold keeps it for them."""
+    """Room on a node that stays (kept by the search, or busy itself) whose pods no cheaper new node would hold is paid
+    for as long as they run: a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods
+    of a dearer node do not need (a cheaper type would hold them) was bought for the next arrivals, and the threshold
+    keeps it for them."""
 
     def scene(held_type: str, capacity_type: str, cpu: str = "1") -> tuple[Cluster, str, str]:
         cluster = Cluster(pool_config(underutilizedBelow=0.5))
