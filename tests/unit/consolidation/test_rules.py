@@ -150,6 +150,23 @@ def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_
     assert cluster.consolidate().decisions == ()
 
 
+def test_a_pass_like_one_that_found_no_sunk_room_is_skipped_only_while_nothing_it_reads_has_changed() -> None:
+    """`_into_sunk_room` remembers the last pass that found nothing, by its node objects; the same nodes with other
+    offerings marked unavailable are another question. Here the Spot g5.12xlarge's one pod has a cheaper home (a
+    g5.xlarge) until every smaller offering is out of capacity: then its room is sunk, and the busy node goes."""
+    cluster = Cluster(pool_config(underutilizedBelow=0.5))
+    held = cluster.node("g5.12xlarge", capacity_type="spot")
+    cluster.pod(held)
+    busy = cluster.node("g5.xlarge")
+    cluster.pod(busy)
+    solver, items, claims = cluster.solver(), cluster.items(), list(cluster.claims.values())
+    assert consolidate(cluster.config, solver, items, claims=claims).decisions == ()
+    assert consolidate(cluster.config, solver, items, claims=claims).decisions == (), "the same nodes: nothing"
+    smaller = [o.key for o in cluster.catalog.all_offerings() if o.instance_type not in ("g5.12xlarge", "g5.48xlarge")]
+    [decision] = consolidate(cluster.config, solver, items, claims=claims, unavailable=smaller).decisions
+    assert (decision.action, decision.nodes, set(decision.destinations)) == ("delete", (busy,), {held})
+
+
 def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:
     """Karpenter's consolidateAfter counts from the node's last pod event (`status.lastPodEventTime`): a node
     two hours old whose pods changed a minute ago is left alone; once unchanged that long, it goes."""

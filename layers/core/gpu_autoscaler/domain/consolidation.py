@@ -70,7 +70,7 @@ once, per reason (`budgets`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -113,7 +113,6 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Config, DisruptionReason, NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
-    from gpu_autoscaler.domain.consolidation_floor import FreeRooms
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.cluster import ClusterPod
@@ -154,6 +153,8 @@ _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]
 """Per solver: a claim object's id → the claim, the configuration and its `drift_reason` (`_Pass._drift_reason`)."""
 _SUNK: WeakKeyDictionary[Solver, dict[tuple[object, ...], bool]] = WeakKeyDictionary()
 """Per solver: `_Pass.sunk` by the node's shape (`_shape`) and the offerings marked unavailable."""
+_SUNK_NONE: WeakKeyDictionary[Solver, _SunkPicture] = WeakKeyDictionary()
+"""Per solver: what the last `_Pass._into_sunk_room` that found nothing saw."""
 
 
 def _shape_of_pending(pod: ClusterPod) -> tuple[object, ...]:
@@ -512,35 +513,51 @@ class _Pass(GroupJudge):
         """Busy nodes (at or over `underutilizedBelow`) deleted into sunk room (`Disruption.into_sunk_room`): the free
         room of nodes that stay (kept by the search, or busy) whose own pods no cheaper new nodes would hold
         (`sunk`). A busy node goes only when every pod of it fits there, so nothing is launched for it. Each pod must
-        first fit some sunk node's room on its own (`FreeRooms.holding`), and only the nodes that could take one are
-        asked whether they are sunk; like `_single`, a node like one already found not to fit is not asked about
-        again: the sunk room only shrinks during a pass."""
+        first fit some sunk node's room on its own, and only the nodes with room for one are asked whether they are
+        sunk; like `_single`, a node like one already found not to fit is not asked about again: the sunk room only
+        shrinks during a pass. A pass that sees the very nodes of the last one that found nothing, with the budgets
+        not in the way, finds nothing either (`_SUNK_NONE`)."""
+        if not busy:
+            return
+        seen = _SunkPicture(tuple(n.item for n in busy), tuple(d.item for d in stays),
+                            (self._unavailable_key, tuple(n.locked for n in busy), tuple(d.locked for d in stays)))
+        last = _SUNK_NONE.get(self.solver)
+        if last is not None and last.same(seen):
+            return
         failed: set[tuple[object, ...]] = set()
-        rooms: FreeRooms | None = None
-        by_row: dict[int, GroupNode] = {}
+        hosts_of: dict[Resources, list[GroupNode]] = {}
+        budgeted = found_any = False
         for n in sorted(busy, key=_candidate_order):
             assert n.pool is not None
-            if n.removed or n.locked or self.allowance(n.pool, "Underutilized") == 0:
+            if n.removed or n.locked:
+                continue
+            if self.allowance(n.pool, "Underutilized") == 0:
+                budgeted = True
                 continue
             shape = _shape(n)
             if shape in failed:
                 continue
-            if rooms is None or rooms is not self.free_rooms:  # made again after each decision
-                rooms = self._free_rooms()
-                by_row = {row: d for d in stays if not d.removed and (row := rooms.row(d)) is not None}
             into: dict[str, GroupNode] = {}
             for footprint in n.item.footprints:
-                hosts = [d for row in rooms.holding(footprint).tolist()
-                         if (d := by_row.get(row)) is not None and d is not n and self.sunk(d)]
-                if not hosts:
+                hosts = hosts_of.get(footprint)
+                if hosts is None:
+                    hosts = hosts_of[footprint] = [d for d in stays if d.usable and not d.removed
+                                                   and fits(footprint, d.free) and self.sunk(d)]
+                if not any(d is not n for d in hosts):
                     break
-                into.update((d.name, d) for d in hosts)
+                into.update((d.name, d) for d in hosts if d is not n)
             else:
                 found = self.deletion_into(n, list(into.values()))
                 if found is not None:
                     self.apply(found)
+                    found_any = True
+                    hosts_of = {}  # the destinations' room changed
                     continue
             failed.add(shape)
+        if found_any or budgeted:
+            _SUNK_NONE.pop(self.solver, None)
+        else:
+            _SUNK_NONE[self.solver] = seen
 
     def sunk(self, n: GroupNode) -> bool:
         """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes would hold them, so it
@@ -589,6 +606,23 @@ class _Pass(GroupJudge):
                 self.skip(n, why)
             else:
                 self.apply(found)
+
+
+@dataclass(frozen=True, eq=False)
+class _SunkPicture:
+    """What `_Pass._into_sunk_room` saw: its busy and staying node objects (held, so their ids are not reused), and
+    the rest it reads (the offerings marked unavailable, which nodes took pods earlier in the pass)."""
+
+    busy: tuple[ConsolidationNode, ...]
+    stays: tuple[ConsolidationNode, ...]
+    rest: tuple[object, ...]
+
+    def same(self, other: _SunkPicture) -> bool:
+        """The same node objects (a node object is the same pass after pass until the node changes), in the same
+        order, and the rest equal."""
+        return (len(self.busy) == len(other.busy) and len(self.stays) == len(other.stays)
+                and all(a is b for a, b in zip(self.busy, other.busy, strict=True))
+                and all(a is b for a, b in zip(self.stays, other.stays, strict=True)) and self.rest == other.rest)
 
 
 def _candidate_order(n: GroupNode) -> tuple[float, float, str]:
