@@ -151,7 +151,7 @@ def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_
 
 
 def test_a_pass_like_one_that_found_no_sunk_room_is_skipped_only_while_nothing_it_reads_has_changed() -> None:
-    """`_into_sunk_room` remembers the last pass that found nothing, by its node objects; the same nodes with other
+    """`into_sunk_room` remembers the last pass that found nothing, by its node objects; the same nodes with other
     offerings marked unavailable are another question. Here the Spot g5.12xlarge's one pod has a cheaper home (a
     g5.xlarge) until every smaller offering is out of capacity: then its room is sunk, and the busy node goes."""
     cluster = Cluster(pool_config(underutilizedBelow=0.5))

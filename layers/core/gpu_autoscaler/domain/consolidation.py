@@ -38,7 +38,7 @@ for (the nodes removed are no longer destinations; the room the moved pods take 
    - sunk room (ours, not Karpenter's: it weighs every node above): a node left out as busy (its pods request at
      least `underutilizedBelow` of it, Cluster Autoscaler's threshold) is removed when its pods all fit in the free
      room of nodes that stay (kept above, or busy) whose own pods no cheaper new nodes would hold — room paid for
-     as long as they run (`Disruption.into_sunk_room`).
+     as long as they run (`Disruption.into_sunk_room`; the phase is `consolidation_sunk`).
 
 A replacement's candidate types are only those cheaper than what it replaces, so whichever the fleet
 launches saves money. Without the pool's `disruption.spotToSpot`, Spot nodes in a pool that may launch Spot are
@@ -70,12 +70,19 @@ once, per reason (`budgets`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from gpu_autoscaler.domain.budgets import allowed_disruptions
-from gpu_autoscaler.domain.consolidation_group import EPS, SPOT_TO_SPOT_MIN_TYPES, GroupJudge, GroupNode, pod_shape
+from gpu_autoscaler.domain.consolidation_group import (
+    EPS,
+    SPOT_TO_SPOT_MIN_TYPES,
+    GroupJudge,
+    GroupNode,
+    candidate_order,
+    node_shape,
+)
 from gpu_autoscaler.domain.consolidation_models import (
     EMPTY_SINCE_ATTRIBUTE,
     POD_SET_ATTRIBUTE,
@@ -94,6 +101,7 @@ from gpu_autoscaler.domain.consolidation_models import (
     warm_held,
     warm_until,
 )
+from gpu_autoscaler.domain.consolidation_sunk import into_sunk_room
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import drift_reason
@@ -148,13 +156,9 @@ _FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool 
                                                      Resources | None]]] = WeakKeyDictionary()
 """Per solver: a node object's id → the node, its pool and overhead, and its price, use and allocatable (`_node`)."""
 _PER_SOLVER_LIMIT = 4096
-"""Nodes `_FIGURES`, claims `_DRIFT` and node shapes `_SUNK` keep per solver; past it, cleared."""
+"""Nodes `_FIGURES` and claims `_DRIFT` keep per solver; past it, cleared."""
 _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
 """Per solver: a claim object's id → the claim, the configuration and its `drift_reason` (`_Pass._drift_reason`)."""
-_SUNK: WeakKeyDictionary[Solver, dict[tuple[object, ...], bool]] = WeakKeyDictionary()
-"""Per solver: `_Pass.sunk` by the node's shape (`_shape`) and the offerings marked unavailable."""
-_SUNK_NONE: WeakKeyDictionary[Solver, _SunkPicture] = WeakKeyDictionary()
-"""Per solver: what the last `_Pass._into_sunk_room` that found nothing saw."""
 
 
 def _shape_of_pending(pod: ClusterPod) -> tuple[object, ...]:
@@ -182,9 +186,9 @@ class _Pass(GroupJudge):
         self.catalog: Catalog = solver.index.catalog
         self.now = solver.clock.now()
         self.unavailable = unavailable
-        self._unavailable_key = frozenset(unavailable)
-        self._sunk: dict[str, bool] = {}
-        """`sunk`, per node name, for this pass."""
+        self.unavailable_key = frozenset(unavailable)
+        self.sunk_known: dict[str, bool] = {}
+        """`consolidation_sunk.is_sunk`, per node name, for this pass."""
         self.quotas = quotas
         self.pools = {p.name: p for p in config.node_pools}
         self.nodes: list[GroupNode] = [self._node(n) for n in nodes]
@@ -389,11 +393,11 @@ class _Pass(GroupJudge):
                     busy.append(n)
             else:
                 weighed.append(n)
-        underused = sorted(weighed, key=_candidate_order)
+        underused = sorted(weighed, key=candidate_order)
         for pool in sorted({n.claim.pool for n in underused}):
             self._multi([n for n in underused if n.claim.pool == pool])
         self._single(underused)
-        self._into_sunk_room(busy, [n for n in underused if not n.removed] + busy)
+        into_sunk_room(self, busy, [n for n in underused if not n.removed] + busy)
         return ConsolidationResult(tuple(self.decisions), tuple(validated), tuple(invalidated), dict(self.skipped),
                                    self.budget_start)
 
@@ -509,77 +513,6 @@ class _Pass(GroupJudge):
                 return
             self.apply(best)
 
-    def _into_sunk_room(self, busy: list[GroupNode], stays: list[GroupNode]) -> None:
-        """Busy nodes (at or over `underutilizedBelow`) deleted into sunk room (`Disruption.into_sunk_room`): the free
-        room of nodes that stay (kept by the search, or busy) whose own pods no cheaper new nodes would hold
-        (`sunk`). A busy node goes only when every pod of it fits there, so nothing is launched for it. Each pod must
-        first fit some sunk node's room on its own, and only the nodes with room for one are asked whether they are
-        sunk; like `_single`, a node like one already found not to fit is not asked about again: the sunk room only
-        shrinks during a pass. A pass that sees the very nodes of the last one that found nothing, with the budgets
-        not in the way, finds nothing either (`_SUNK_NONE`)."""
-        if not busy:
-            return
-        seen = _SunkPicture(tuple(n.item for n in busy), tuple(d.item for d in stays),
-                            (self._unavailable_key, tuple(n.locked for n in busy), tuple(d.locked for d in stays)))
-        last = _SUNK_NONE.get(self.solver)
-        if last is not None and last.same(seen):
-            return
-        failed: set[tuple[object, ...]] = set()
-        hosts_of: dict[Resources, list[GroupNode]] = {}
-        budgeted = found_any = False
-        for n in sorted(busy, key=_candidate_order):
-            assert n.pool is not None
-            if n.removed or n.locked:
-                continue
-            if self.allowance(n.pool, "Underutilized") == 0:
-                budgeted = True
-                continue
-            shape = _shape(n)
-            if shape in failed:
-                continue
-            into: dict[str, GroupNode] = {}
-            for footprint in n.item.footprints:
-                hosts = hosts_of.get(footprint)
-                if hosts is None:
-                    hosts = hosts_of[footprint] = [d for d in stays if d.usable and not d.removed
-                                                   and fits(footprint, d.free) and self.sunk(d)]
-                if not any(d is not n for d in hosts):
-                    break
-                into.update((d.name, d) for d in hosts if d is not n)
-            else:
-                found = self.deletion_into(n, list(into.values()))
-                if found is not None:
-                    self.apply(found)
-                    found_any = True
-                    hosts_of = {}  # the destinations' room changed
-                    continue
-            failed.add(shape)
-        if found_any or budgeted:
-            _SUNK_NONE.pop(self.solver, None)
-        else:
-            _SUNK_NONE[self.solver] = seen
-
-    def sunk(self, n: GroupNode) -> bool:
-        """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes would hold them, so it
-        goes only when they do. Room elsewhere is left out — the question is what the pods cost wherever they go, not
-        where they could go now — so the answer depends on the node's shape and the offerings marked unavailable only,
-        and is kept by them for as long as the solver (its configuration and catalog) lives."""
-        found = self._sunk.get(n.name)
-        if found is not None:
-            return found
-        cache = _SUNK.setdefault(self.solver, {})
-        key = (_shape(n), self._unavailable_key)
-        found = cache.get(key)
-        if found is None:
-            plan = self.solver.solve([entry.pod for entry in n.item.pods], unavailable=self.unavailable,
-                                     source=f"consolidate:sunk:{n.claim.id}")
-            found = bool(plan.unschedulable) or sum(c.price_per_hour for c in plan.claims) >= n.price - EPS
-            if len(cache) >= _PER_SOLVER_LIMIT:
-                cache.clear()
-            cache[key] = found
-        self._sunk[n.name] = found
-        return found
-
     def _single(self, candidates: list[GroupNode]) -> None:
         """Each candidate on its own. The room elsewhere only shrinks during a pass (nodes go, destinations
         fill), so a node like one already found wanting — same offering, same pods — is not asked about again:
@@ -595,7 +528,7 @@ class _Pass(GroupJudge):
             if self.allowance(n.pool, "Underutilized") == 0:
                 self.skip(n, f"budget: pool {n.pool.name} allows no more Underutilized disruption now")
                 continue
-            shape = _shape(n)
+            shape = node_shape(n)
             if shape in failed:
                 self.skip(n, failed[shape])
                 continue
@@ -606,27 +539,6 @@ class _Pass(GroupJudge):
                 self.skip(n, why)
             else:
                 self.apply(found)
-
-
-@dataclass(frozen=True, eq=False)
-class _SunkPicture:
-    """What `_Pass._into_sunk_room` saw: its busy and staying node objects (held, so their ids are not reused), and
-    the rest it reads (the offerings marked unavailable, which nodes took pods earlier in the pass)."""
-
-    busy: tuple[ConsolidationNode, ...]
-    stays: tuple[ConsolidationNode, ...]
-    rest: tuple[object, ...]
-
-    def same(self, other: _SunkPicture) -> bool:
-        """The same node objects (a node object is the same pass after pass until the node changes), in the same
-        order, and the rest equal."""
-        return (len(self.busy) == len(other.busy) and len(self.stays) == len(other.stays)
-                and all(a is b for a, b in zip(self.busy, other.busy, strict=True))
-                and all(a is b for a, b in zip(self.stays, other.stays, strict=True)) and self.rest == other.rest)
-
-
-def _candidate_order(n: GroupNode) -> tuple[float, float, str]:
-    return n.utilization, -n.price, n.name
 
 
 def consolidate(
@@ -674,19 +586,6 @@ def _why_not_on_node(item: ConsolidationNode) -> str | None:
 
 _node_why_not: PerObject[ConsolidationNode, str | None] = PerObject(_why_not_on_node)
 """`_why_not_on_node`, kept per node object: every pass asks it of every node, the same object until it changes."""
-
-
-def _shape(n: GroupNode) -> tuple[object, ...]:
-    """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
-    multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
-    claim = n.claim
-    return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
-            tuple(sorted(n.used.items())), _pod_shapes(n.item))
-
-
-_pod_shapes: PerObject[ConsolidationNode, tuple[str, ...]] = PerObject(
-    lambda item: tuple(sorted(pod_shape(entry.pod) for entry in item.pods)))
-"""A node's pods' shapes, sorted, kept per node object (the same object pass after pass until its pods change)."""
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EPS", "GROUP_FLOOR_MAX", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "pod_shape"]
+__all__ = ["EPS", "GROUP_FLOOR_MAX", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "candidate_order",
+           "node_shape", "pod_shape"]
 
 SPOT_TO_SPOT_MIN_TYPES = 15
 EPS = 1e-9
@@ -233,9 +234,7 @@ class GroupJudge:
     def deletion_into(self, n: GroupNode, into: Sequence[GroupNode]) -> Decision | None:
         """The node deleted, its pods moved onto the free room of `into` only; None when they do not all fit there."""
         plan, names = self.simulate([n], new_nodes=False, into={d.name for d in into})
-        if plan.unschedulable:
-            return None
-        found = self._decide([n], "Underutilized", plan, names)
+        found = self._decide([n], "Underutilized", plan, names)  # a pod left unschedulable: a reason, not a decision
         if isinstance(found, str):
             return None
         return replace(found, detail=f"its pods fit in the sunk room of {len(found.destinations)} other nodes")
@@ -456,3 +455,21 @@ def _pod_shape(pod: PendingPod) -> str:
 pod_shape: PerObject[PendingPod, str] = PerObject(_pod_shape)
 """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot tell
 apart, and a string, so a node's pods sort whatever their constraints (each pod's computed once)."""
+
+
+def candidate_order(n: GroupNode) -> tuple[float, float, str]:
+    """Emptiest first, then dearest: the order candidates are weighed in."""
+    return n.utilization, -n.price, n.name
+
+
+def node_shape(n: GroupNode) -> tuple[object, ...]:
+    """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
+    multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
+    claim = n.claim
+    return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
+            tuple(sorted(n.used.items())), _node_pod_shapes(n.item))
+
+
+_node_pod_shapes: PerObject[ConsolidationNode, tuple[str, ...]] = PerObject(
+    lambda item: tuple(sorted(pod_shape(entry.pod) for entry in item.pods)))
+"""A node's pods' shapes, sorted, kept per node object (the same object pass after pass until its pods change)."""

@@ -1,0 +1,126 @@
+"""Sunk room: the last phase of a consolidation pass, for the nodes Cluster Autoscaler's threshold leaves alone.
+
+A node whose pods request at least the pool's `underutilizedBelow` share of it is busy: the underutilized search does
+not weigh it, because moving its pods would take the room the packer bought for the next arrivals (README, the
+simulator's eighth round). Some free room was bought for no one: a node that stays (kept by the search, or busy
+itself) whose own pods no cheaper new nodes would hold is paid for as long as they run, whoever uses its room — a
+p3dn.24xlarge held by one V100 pod, the only type with V100s, has seven such GPUs. Karpenter, which weighs every node,
+fills that room by deleting the small nodes whose pods fit there; here a busy node goes when every pod of it fits in
+sunk room (`Disruption.into_sunk_room`), within its pool's budget, so nothing is launched for it. On three Alibaba
+traces this made ours 5–13 % cheaper and run more pods (README, the simulator's eleventh round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
+
+from gpu_autoscaler.domain.consolidation_group import EPS, candidate_order, node_shape
+from gpu_autoscaler.domain.packing.fit import fits
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.domain.consolidation import _Pass
+    from gpu_autoscaler.domain.consolidation_group import GroupNode
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
+    from gpu_autoscaler.domain.packing.solver import Solver
+    from gpu_autoscaler.models.resources import Resources
+
+__all__ = ["into_sunk_room", "is_sunk"]
+
+_LIMIT = 4096
+"""Node shapes `_SUNK` keeps per solver; past it, cleared."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Picture:
+    """What `into_sunk_room` saw: its busy and staying node objects (held, so their ids are not reused), and the rest
+    it reads (the offerings marked unavailable, which nodes took pods earlier in the pass)."""
+
+    busy: tuple[ConsolidationNode, ...]
+    stays: tuple[ConsolidationNode, ...]
+    rest: tuple[object, ...]
+
+    def same(self, other: _Picture) -> bool:
+        """The same node objects (a node object is the same pass after pass until the node changes), in the same
+        order, and the rest equal."""
+        return (len(self.busy) == len(other.busy) and len(self.stays) == len(other.stays)
+                and all(a is b for a, b in zip(self.busy, other.busy, strict=True))
+                and all(a is b for a, b in zip(self.stays, other.stays, strict=True)) and self.rest == other.rest)
+
+
+_SUNK: WeakKeyDictionary[Solver, dict[tuple[object, ...], bool]] = WeakKeyDictionary()
+"""Per solver: `is_sunk` by the node's shape (`node_shape`) and the offerings marked unavailable."""
+_NONE_FOUND: WeakKeyDictionary[Solver, _Picture] = WeakKeyDictionary()
+"""Per solver: what the last `into_sunk_room` that found nothing saw."""
+
+
+def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> None:
+    """Busy nodes deleted into sunk room, each decision applied to the pass's picture. Each pod must first fit some
+    sunk node's room on its own, and only the nodes with room for one are asked whether they are sunk; like the
+    single-node phase, a node like one already found not to fit is not asked about again: the sunk room only shrinks
+    during a pass. A pass that sees the very nodes of the last one that found nothing, with the budgets not in the way,
+    finds nothing either (`_NONE_FOUND`)."""
+    if not busy:
+        return
+    seen = _Picture(tuple(n.item for n in busy), tuple(d.item for d in stays),
+                    (p.unavailable_key, tuple(n.locked for n in busy), tuple(d.locked for d in stays)))
+    last = _NONE_FOUND.get(p.solver)
+    if last is not None and last.same(seen):
+        return
+    failed: set[tuple[object, ...]] = set()
+    hosts_of: dict[Resources, list[GroupNode]] = {}
+    budgeted = found_any = False
+    for n in sorted(busy, key=candidate_order):
+        assert n.pool is not None
+        if n.removed or n.locked:
+            continue
+        if p.allowance(n.pool, "Underutilized") == 0:
+            budgeted = True
+            continue
+        shape = node_shape(n)
+        if shape in failed:
+            continue
+        into: dict[str, GroupNode] = {}
+        for footprint in n.item.footprints:
+            hosts = hosts_of.get(footprint)
+            if hosts is None:
+                hosts = hosts_of[footprint] = [d for d in stays if d.usable and not d.removed
+                                               and fits(footprint, d.free) and is_sunk(p, d)]
+            if not any(d is not n for d in hosts):
+                break
+            into.update((d.name, d) for d in hosts if d is not n)
+        else:
+            found = p.deletion_into(n, list(into.values()))
+            if found is not None:
+                p.apply(found)
+                found_any = True
+                hosts_of = {}  # the destinations' room changed
+                continue
+        failed.add(shape)
+    if found_any or budgeted:
+        _NONE_FOUND.pop(p.solver, None)
+    else:
+        _NONE_FOUND[p.solver] = seen
+
+
+def is_sunk(p: _Pass, n: GroupNode) -> bool:
+    """Whether the node's free room is paid for as long as its pods run: no cheaper new nodes would hold them, so it
+    goes only when they do. Room elsewhere is left out — the question is what the pods cost wherever they go, not
+    where they could go now — so the answer depends on the node's shape and the offerings marked unavailable only,
+    and is kept by them for as long as the solver (its configuration and catalog) lives."""
+    found = p.sunk_known.get(n.name)
+    if found is not None:
+        return found
+    cache = _SUNK.setdefault(p.solver, {})
+    key = (node_shape(n), p.unavailable_key)
+    found = cache.get(key)
+    if found is None:
+        plan = p.solver.solve([entry.pod for entry in n.item.pods], unavailable=p.unavailable,
+                              source=f"consolidate:sunk:{n.claim.id}")
+        found = bool(plan.unschedulable) or sum(c.price_per_hour for c in plan.claims) >= n.price - EPS
+        if len(cache) >= _LIMIT:
+            cache.clear()
+        cache[key] = found
+    p.sunk_known[n.name] = found
+    return found
