@@ -167,6 +167,43 @@ def test_a_pass_like_one_that_found_no_sunk_room_is_skipped_only_while_nothing_i
     assert (decision.action, decision.nodes, set(decision.destinations)) == ("delete", (busy,), {held})
 
 
+def test_a_busy_node_whose_pods_fit_sunk_room_one_by_one_but_not_together_costs_no_solve() -> None:
+    """Whether a node's room is sunk is a solve the first time its shape is asked, and so is a deletion: neither is
+    asked for a busy node whose pods, each fitting the hosts' room, do not fit it added up. Here the Spot
+    g5.48xlarge's 150-vCPU pod leaves it ~42 vCPUs: three 11-vCPU pods of a busy g5.12xlarge go there, four do not."""
+
+    def scene(pods: int) -> tuple[Cluster, str, str]:
+        cluster = Cluster(pool_config(underutilizedBelow=0.5))
+        held = cluster.node("g5.48xlarge", capacity_type="spot")
+        cluster.pod(held, cpu="150")
+        busy = cluster.node("g5.12xlarge")
+        for _ in range(pods):
+            cluster.pod(busy, cpu="11")
+        return cluster, held, busy
+
+    def solved(cluster: Cluster) -> tuple[tuple[object, ...], list[str]]:
+        solver, sources = cluster.solver(), []
+        solve = solver.solve
+
+        def spy(pods, **kwargs):
+            sources.append(kwargs.get("source", ""))
+            return solve(pods, **kwargs)
+
+        solver.solve = spy  # type: ignore[method-assign]
+        result = consolidate(cluster.config, solver, cluster.items(), claims=list(cluster.claims.values()))
+        return result.decisions, sources
+
+    cluster, held, busy = scene(3)
+    [decision], sources = solved(cluster)
+    assert (decision.action, decision.nodes, set(decision.destinations)) == ("delete", (busy,), {held})
+    assert any(s.startswith("consolidate:sunk:") for s in sources), "the held node's room was asked about"
+    cluster, held, busy = scene(4)
+    decisions, sources = solved(cluster)
+    assert decisions == ()
+    busy_claim = cluster.claims[busy].id
+    assert not [s for s in sources if s.startswith("consolidate:sunk:") or busy_claim in s], sources
+
+
 def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:
     """Karpenter's consolidateAfter counts from the node's last pod event (`status.lastPodEventTime`): a node
     two hours old whose pods changed a minute ago is left alone; once unchanged that long, it goes."""
