@@ -104,3 +104,22 @@ def test_a_pending_pod_object_is_shaped_once(monkeypatch: pytest.MonkeyPatch) ->
     for _ in range(2):
         consolidate(cluster.config, solver, items, claims=list(cluster.claims.values()), pending=waiting)
     assert len(shaped) == 4, "affinity and tolerations of each of the two pods, once"
+
+
+def test_a_node_shape_is_kept_per_node_object_only_while_its_use_and_price_are_the_ones_it_was_computed_from() -> None:
+    """`node_shape` is asked for every busy node on every pass: kept per node object, it is answered again for the
+    very use object `_Pass._node` hands back, and computed afresh for another use (one taken in the pass) or price."""
+    from gpu_autoscaler.domain.consolidation_group import GroupNode, node_shape
+    from gpu_autoscaler.models.resources import Resources
+
+    cluster, _, items = _cluster()
+    item = items[0]
+    used = Resources({"cpu": 1000, "nvidia.com/gpu": 2})
+    node = GroupNode(item, None, 5.0, used, None)
+    shape = node_shape(node)
+    assert node_shape(GroupNode(item, None, 5.0, used, None)) is shape, "the same node object and use: kept"
+    assert node_shape(GroupNode(item, None, 5.0, Resources({"cpu": 1000, "nvidia.com/gpu": 2}), None)) == shape
+    assert node_shape(GroupNode(item, None, 5.5, used, None)) != shape, "another price"
+    node.take(Resources({"cpu": 1}))
+    assert node_shape(node) != shape, "a node that took pods in the pass"
+    assert node_shape(GroupNode(items[1], None, 5.0, used, None)) == shape, "another node of the same shape"

@@ -97,7 +97,8 @@ def test_the_simulated_prewarm_reads_each_series_as_its_window_through_ticks_and
 def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_series() -> None:
     """`SparseForecaster` reads a shape class's series from its non-zero buckets: every field of every forecast
     equals the domain forecaster's on the same window — sparse and busier series, records starting late,
-    windows clipped at the series' start, quantiles whose sample falls among the zeros or past them."""
+    windows clipped at the series' start, quantiles whose sample falls among the zeros or past them, and a level
+    weight below zero (where a quiet profile and a quiet recent level no longer mean no forecast)."""
     rng = random.Random(11)
     clock = FixedClock(START)
     store = SimulationStateStore("c", clock, history_from=START, buckets=50)
@@ -112,8 +113,9 @@ def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_se
             if (key != "gpu/4d-t0" or moment >= late) and rng.random() < chance:
                 store.record_demand(key, moment, rng.choice([0.0, 1.0, 2.0, 4.0, 2.5]), BUCKET)
     compared = 0
-    for quantile, tolerance in ((0.9, timedelta(minutes=10)), (0.5, timedelta(minutes=5)), (0.97, BUCKET * 0)):
-        domain = Forecaster(quantile, tolerance=tolerance)
+    for quantile, tolerance, weight in ((0.9, timedelta(minutes=10), 0.5), (0.5, timedelta(minutes=5), 0.5),
+                                        (0.97, BUCKET * 0, 0.5), (0.9, timedelta(minutes=10), -0.5)):
+        domain = Forecaster(quantile, tolerance=tolerance, level_weight=weight)
         sparse = SparseForecaster.like(domain)
         for _ in range(150):
             now = START + timedelta(days=rng.uniform(0.5, 24))
@@ -125,7 +127,7 @@ def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_se
                 plain = DemandSeries(window.start, window.values, window.first_record)
                 assert sparse.forecast(window, now, target, "gpu") == domain.forecast(plain, now, target, "gpu")
                 compared += 1
-    assert compared == 3 * 150 * 3
+    assert compared == 4 * 150 * 3
 
 
 def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_service_does() -> None:
@@ -167,3 +169,28 @@ def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_servic
             hi = rng.randint(lo - 2, held.size + 5)
             assert store.holds_demand(key, lo, hi) == bool(held[lo:max(lo, hi)].any()), (step, key, lo, hi)
     assert yielded == {"1d-t0", "2d-t1", "8d-t0", "1d-t3"}
+
+
+def test_the_sparse_forecaster_skips_the_median_only_where_it_cannot_move_the_forecast() -> None:
+    """A quiet target and a quiet recent level give no forecast with a level weight of zero or more, whatever the
+    usual level (`SparseForecaster` then leaves its median out); with a weight below zero a busy usual level raises
+    one, as in the domain forecaster. Demand every day at 10:05 but today; now 10:15, the target 10:20; the profiles
+    read the very bucket of the time of day."""
+    clock = FixedClock(START)
+    store = SimulationStateStore("c", clock, history_from=START, buckets=50)
+    config = make_config(make_pool("gpu"))
+    prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
+                               make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
+    ten = START.replace(hour=10, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    for day in range(20):
+        store.record_demand("gpu/1d-t0", ten + timedelta(days=day, minutes=5), 2.0, BUCKET)
+    now = ten + timedelta(days=20, minutes=15)
+    target = now + timedelta(minutes=5)
+    window = prewarm._history("gpu/1d-t0", now - timedelta(days=14), now)
+    assert isinstance(window, SparseSeries)
+    plain = DemandSeries(window.start, window.values, window.first_record)
+    for weight, expected in ((0.5, 0.0), (0.0, 0.0), (-0.5, 1.0)):
+        domain = Forecaster(0.9, tolerance=BUCKET * 0, level_weight=weight)
+        want = domain.forecast(plain, now, target, "gpu")
+        assert (want.profile, want.level, want.gpus) == (0.0, 0.0, expected), weight
+        assert SparseForecaster.like(domain).forecast(window, now, target, "gpu") == want, weight

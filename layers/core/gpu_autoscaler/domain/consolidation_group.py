@@ -21,7 +21,7 @@ from gpu_autoscaler.domain.consolidation_memo import claim_print, question, solv
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
-from gpu_autoscaler.domain.per_object import PerObject
+from gpu_autoscaler.domain.per_object import PER_OBJECT_LIMIT, PerObject
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, Resources
 
@@ -464,10 +464,23 @@ def candidate_order(n: GroupNode) -> tuple[float, float, str]:
 
 def node_shape(n: GroupNode) -> tuple[object, ...]:
     """What a single-node decision depends on besides the rest of the cluster: the offering and the pods (as a
-    multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order)."""
+    multiset: each pod's canonical form, sorted — affinity terms and tolerations are models with no order). Kept per
+    node object while the pass's figure of its use is the very one it was computed from (`_Pass._node` hands the same
+    one pass after pass; a node that takes pods gets another)."""
+    found = _node_shapes.get(id(n.item))
+    if found is not None and found[0] is n.item and found[1] is n.used and found[2] == n.price:
+        return found[3]
     claim = n.claim
-    return (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
-            tuple(sorted(n.used.items())), _node_pod_shapes(n.item))
+    shape = (claim.pool, claim.capacity_type, claim.instance_type, claim.zone, round(n.price, 6),
+             tuple(sorted(n.used.items())), _node_pod_shapes(n.item))
+    if len(_node_shapes) >= PER_OBJECT_LIMIT:
+        _node_shapes.clear()
+    _node_shapes[id(n.item)] = (n.item, n.used, n.price, shape)
+    return shape
+
+
+_node_shapes: dict[int, tuple[ConsolidationNode, Resources, float, tuple[object, ...]]] = {}
+"""`node_shape` by node object (held, so its id is not reused), with the use and price it was computed from."""
 
 
 _node_pod_shapes: PerObject[ConsolidationNode, tuple[str, ...]] = PerObject(

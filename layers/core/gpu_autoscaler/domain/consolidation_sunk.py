@@ -73,6 +73,7 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
         return
     failed: set[tuple[object, ...]] = set()
     fitting: dict[Resources, list[GroupNode]] = {}
+    live = [d for d in stays if d.usable and not d.removed]
     budgeted = found_any = False
     for n in sorted(busy, key=candidate_order):
         assert n.pool is not None
@@ -84,12 +85,13 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
         shape = node_shape(n)
         if shape in failed:
             continue
-        into = _sunk_hosts(p, n, stays, fitting)
+        into = _sunk_hosts(p, n, live, fitting)
         found = p.deletion_into(n, into) if into is not None else None
         if found is not None:
             p.apply(found)
             found_any = True
-            fitting = {}  # the destinations' room changed
+            fitting = {}  # the destinations' room changed, and the node is gone
+            live = [d for d in live if not d.removed]
             continue
         failed.add(shape)
     if found_any or budgeted:
@@ -98,17 +100,17 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
         _NONE_FOUND[p.solver] = seen
 
 
-def _sunk_hosts(p: _Pass, n: GroupNode, stays: list[GroupNode],
+def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
                 fitting: dict[Resources, list[GroupNode]]) -> list[GroupNode] | None:
     """The other nodes whose sunk room could take the node's pods: each pod fits one of them on its own, and all
     fit their free room added up; None when there are none such. Room first, sunk after: whether a node is sunk
-    costs a solve the first time its shape is asked, and most busy nodes fail on room alone. `fitting` keeps the
-    staying nodes each footprint fits, until a decision changes their room."""
+    costs a solve the first time its shape is asked, and most busy nodes fail on room alone. `live`: the staying nodes
+    that may take pods; `fitting` keeps those each footprint fits, until a decision changes their room."""
     per: list[list[GroupNode]] = []
     for footprint in n.item.footprints:
         hosts = fitting.get(footprint)
         if hosts is None:
-            hosts = fitting[footprint] = [d for d in stays if d.usable and not d.removed and fits(footprint, d.free)]
+            hosts = fitting[footprint] = [d for d in live if fits(footprint, d.free)]
         if not any(d is not n for d in hosts):
             return None
         per.append(hosts)

@@ -69,9 +69,12 @@ class SparseForecaster(Forecaster):
         last = recent.tolist()
         # The domain's `recent.sum()`, whose arithmetic it must keep, only where there is something to add.
         level = float(recent.sum()) / recent.size if any(last) else 0.0
-        usual = self._sparse_profile(series, end, end - 1 - (recent_buckets - 1) // 2, 0.5, first, half)
-        offset = level - usual[0] if usual is not None else 0.0
-        gpus = max(0.0, value + self.level_weight * offset)
+        if value == 0.0 and level == 0.0 and self.level_weight >= 0:
+            gpus = 0.0  # the offset, 0 less a median of demand, is never above 0: the domain's max(0, …) is 0
+        else:
+            usual = self._sparse_profile(series, end, end - 1 - (recent_buckets - 1) // 2, 0.5, first, half)
+            offset = level - usual[0] if usual is not None else 0.0
+            gpus = max(0.0, value + self.level_weight * offset)
         return Forecast(pool, ForecastStatus.OK, target, history, gpus, value, level, samples, current=last[-1])
 
     def _sparse_profile(self, series: SparseSeries, end: int, target_index: int, q: float,
