@@ -204,6 +204,22 @@ def test_a_busy_node_whose_pods_fit_sunk_room_one_by_one_but_not_together_costs_
     assert not [s for s in sources if s.startswith("consolidate:sunk:") or busy_claim in s], sources
 
 
+def test_a_node_over_committed_in_one_resource_does_not_hide_the_sunk_room_of_another() -> None:
+    """A node whose pods ask more of a resource than it has (here a GPU over its eight) takes no pod (the solver gives
+    it no room), and its deficit is not room less than none when the hosts' free room is added up: the busy
+    g5.2xlarge's two pods, one GPU and 5 vCPUs, fit the one GPU the busy g5.48xlarge has free, beside it."""
+    cluster = Cluster(pool_config(underutilizedBelow=0.5))
+    one_free = cluster.node("g5.48xlarge", capacity_type="spot")
+    cluster.pod(one_free, gpus=7, cpu="150")
+    over = cluster.node("g5.48xlarge", capacity_type="spot")
+    cluster.pod(over, gpus=9, cpu="100")
+    busy = cluster.node("g5.2xlarge")
+    cluster.pod(busy, gpus=1, cpu="1")
+    cluster.pod(busy, gpus=0, cpu="4")  # fits the over-committed node's CPU too, on its own
+    [decision] = cluster.consolidate().decisions
+    assert (decision.action, decision.nodes, set(decision.destinations)) == ("delete", (busy,), {one_free})
+
+
 def test_an_old_node_waits_consolidate_after_from_its_last_pod_event_not_from_its_creation() -> None:
     """Karpenter's consolidateAfter counts from the node's last pod event (`status.lastPodEventTime`): a node
     two hours old whose pods changed a minute ago is left alone; once unchanged that long, it goes."""

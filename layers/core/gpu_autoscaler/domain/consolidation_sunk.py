@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 
 from gpu_autoscaler.domain.consolidation_group import EPS, candidate_order, node_shape
 from gpu_autoscaler.domain.packing.fit import fits
+from gpu_autoscaler.models.resources import GPU
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -110,7 +111,9 @@ def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
     for footprint in n.item.footprints:
         hosts = fitting.get(footprint)
         if hosts is None:
-            hosts = fitting[footprint] = [d for d in live if fits(footprint, d.free)]
+            gpus = footprint.get(GPU, 0)  # most staying nodes have no GPU free: asked first, the rest only then
+            hosts = fitting[footprint] = [d for d in live if (not gpus or gpus <= d.free.get(GPU, 0))
+                                          and fits(footprint, d.free)]
         if not any(d is not n for d in hosts):
             return None
         per.append(hosts)
@@ -125,10 +128,11 @@ def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
 
 
 def _fits_together(n: GroupNode, into: Iterable[GroupNode]) -> bool:
-    """Whether the node's pods together fit the nodes' free room added up: short of that no placement holds them."""
+    """Whether the node's pods together fit the nodes' free room added up: short of that no placement holds them. A
+    node over-committed in some resource (its use above its allocatable) adds none of it, not less than none."""
     room: Counter[str] = Counter()
     for d in into:
-        room.update(d.free)
+        room.update({name: value for name, value in d.free.items() if value > 0})
     return fits(n.item.footprint, room)
 
 
