@@ -11,6 +11,7 @@ from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.consolidation import (
     SPOT_TO_SPOT_MIN_TYPES,
     ConsolidationNode,
+    Decision,
     consolidate,
     empty_wait,
     pod_set,
@@ -181,7 +182,7 @@ def test_a_busy_node_whose_pods_fit_sunk_room_one_by_one_but_not_together_costs_
             cluster.pod(busy, cpu="11")
         return cluster, held, busy
 
-    def solved(cluster: Cluster) -> tuple[tuple[object, ...], list[str]]:
+    def solved(cluster: Cluster) -> tuple[tuple[Decision, ...], list[str]]:
         solver, sources = cluster.solver(), []
         solve = solver.solve
 
