@@ -124,7 +124,7 @@ def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
     if not all(any(d is not n and d.name in sunk for d in hosts) for hosts in per):
         return None
     into = [d for name, d in room.items() if name in sunk]
-    return into if _fits_together(n, into) else None
+    return into if len(into) == len(room) or _fits_together(n, into) else None  # all sunk: the room just added up
 
 
 def _fits_together(n: GroupNode, into: Iterable[GroupNode]) -> bool:
