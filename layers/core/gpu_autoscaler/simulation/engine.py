@@ -31,12 +31,14 @@ up are terminated then.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
 import random
 import time
 import zlib
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +70,7 @@ from gpu_autoscaler.simulation.store import SimulationStateStore
 from gpu_autoscaler.simulation.trace import TRACE_EPOCH
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from datetime import datetime
 
     from gpu_autoscaler.config import Config
@@ -80,7 +82,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.simulation.settings import SimulationSettings
     from gpu_autoscaler.simulation.trace import Trace
 
-__all__ = ["PolicyRun"]
+__all__ = ["REPLAY_COLLECTOR_THRESHOLDS", "PolicyRun"]
 
 # Event kinds, in the order they are handled at one instant: room is freed before it is taken.
 (_FINISH, _DELETE, _RECLAIM, _READY, _RECONCILE, _ARRIVE, _SCHEDULE, _DRAIN, _NOTICE, _LAUNCH, _PACK, _PREWARM,
@@ -88,6 +90,14 @@ __all__ = ["PolicyRun"]
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
 _RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
+REPLAY_COLLECTOR_THRESHOLDS = (100_000, 50, 1_000)
+"""The cyclic garbage collector's thresholds while a policy runs (`gc.set_threshold`; CPython's are 700, 10, 10).
+A replay keeps ~650,000 objects for the whole run (caches, series, claims, pods), and each full collection walks
+every one of them to free next to nothing: on the default trace CPython's thresholds made 9–10 full collections,
+~0.2 s each, ~1.9 of ours-no-prediction's ~23 CPU-s and ~2.6 of ours' ~36 in all, and they freed 289 objects
+between them. With these the run's collections cost ~0.4 s. The young ones still run, rarer, so a cycle is still
+freed; unlike `plan` (`cli.plan`), the collector is not switched off: a replay runs for minutes, on traces of any
+length."""
 
 
 class PolicyRun:
@@ -193,6 +203,11 @@ class PolicyRun:
 
     def run(self) -> RunResult:
         started = time.perf_counter()
+        with _rarer_collections():
+            self._replay()
+        return self._result(time.perf_counter() - started)
+
+    def _replay(self) -> None:
         for pod in self.pods:
             self.push(pod.trace.arrival, _ARRIVE, pod)
         if self.prewarm is not None:
@@ -219,7 +234,6 @@ class PolicyRun:
         self._close()
         if self.progress is not None:
             self.progress(1.0)
-        return self._result(time.perf_counter() - started)
 
     def _finished(self) -> bool:
         if self.arrivals_left or self.running:
@@ -755,6 +769,16 @@ class PolicyRun:
             end=self.t, seconds=seconds, timeline=self.timeline, policy=self.policy.to_json(),
             cost_breakdown=self.ledger.breakdown(cost),
         )
+
+
+@contextmanager
+def _rarer_collections() -> Iterator[None]:
+    kept = gc.get_threshold()
+    gc.set_threshold(*REPLAY_COLLECTOR_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*kept)
 
 
 def _when_empty(config: Config) -> Config:
