@@ -90,14 +90,14 @@ __all__ = ["REPLAY_COLLECTOR_THRESHOLDS", "PolicyRun"]
 _LAUNCH_TEMPLATE = "lt-0000000000simulated"
 _RETRY_SOON = ("budget", "incoming", "nominated")
 """Reasons consolidation leaves an empty node alone that pass with time alone: look again next minute."""
-REPLAY_COLLECTOR_THRESHOLDS = (100_000, 50, 1_000)
-"""The cyclic garbage collector's thresholds while a policy runs (`gc.set_threshold`; CPython's are 700, 10, 10).
-A replay keeps ~650,000 objects for the whole run (caches, series, claims, pods), and each full collection walks
-every one of them to free next to nothing: on the default trace CPython's thresholds made 9–10 full collections,
-~0.2 s each, ~1.9 of ours-no-prediction's ~23 CPU-s and ~2.6 of ours' ~36 in all, and they freed 289 objects
-between them. With these the run's collections cost ~0.4 s. The young ones still run, rarer, so a cycle is still
-freed; unlike `plan` (`cli.plan`), the collector is not switched off: a replay runs for minutes, on traces of any
-length."""
+REPLAY_COLLECTOR_THRESHOLDS = (700, 10, 1_000)
+"""The cyclic garbage collector's thresholds while a policy runs (`gc.set_threshold`): CPython's own for the young
+generations (700, 10), and a full collection after 1,000 middle ones instead of 10. A replay keeps ~650,000 objects
+for the whole run (caches, series, claims, pods), and each full collection walks every one of them to free next to
+nothing: on the default trace CPython's thresholds made 9–10 full collections, ~0.2 s each — ~1.6 of
+ours-no-prediction's ~23 CPU-s and ~2.2 of ours' ~36 — that freed 289 objects between them; with these there are
+none, and the young collections, which free the few cycles a run makes, cost the ~0.3 s they did. Unlike `plan`'s
+(`cli.plan`), the collector is not switched off: a replay runs for minutes, on traces of any length."""
 
 
 class PolicyRun:
