@@ -96,8 +96,8 @@ generations (700, 10), and a full collection after 1,000 middle ones instead of 
 for the whole run (caches, series, claims, pods), and each full collection walks every one of them to free next to
 nothing: on the default trace CPython's thresholds made 9–10 full collections, ~0.2 s each — ~1.6 of
 ours-no-prediction's ~23 CPU-s and ~2.2 of ours' ~36 — that freed 289 objects between them; with these there are
-none, and the young collections, which free the few cycles a run makes, cost the ~0.3 s they did. Unlike `plan`'s
-(`cli.plan`), the collector is not switched off: a replay runs for minutes, on traces of any length."""
+none, and the young collections, which free the few cycles a run makes, cost the ~0.3 s they did. The collector
+stays on, unlike in `plan` (`cli.plan`): a replay runs for minutes, on traces of any length."""
 
 
 class PolicyRun:
