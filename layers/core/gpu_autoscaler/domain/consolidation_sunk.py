@@ -120,8 +120,8 @@ def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
     room = {d.name: d for hosts in per for d in hosts if d is not n}
     if not _fits_together(n, room.values()):
         return None
-    sunk = {name for name, d in room.items() if is_sunk(p, d)}
-    if not all(any(d is not n and d.name in sunk for d in hosts) for hosts in per):
+    sunk = {name for name, d in room.items() if is_sunk(p, d)}  # never the node's own name: `room` leaves it out
+    if not all(any(d.name in sunk for d in hosts) for hosts in per):
         return None
     into = [d for name, d in room.items() if name in sunk]
     return into if len(into) == len(room) or _fits_together(n, into) else None  # all sunk: the room just added up
