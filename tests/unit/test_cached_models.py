@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.cluster import ClusterNode
 from gpu_autoscaler.models.pods import PendingPod
@@ -25,3 +27,17 @@ def test_an_instance_type_copied_with_another_name_has_its_family() -> None:
     g5 = InstanceType(name="g5.xlarge", vcpu=4, memory_mib=16384)
     assert g5.family == "g5"
     assert g5.model_copy(update={"name": "g6.xlarge"}).family == "g6"
+
+
+def test_a_subclass_copy_forgets_its_own_cached_properties_and_its_bases() -> None:
+    class Labelled(ClusterNode):
+        @cached_property
+        def shout(self) -> str:
+            return self.name.upper()
+
+    node = Labelled(name="a", provider_id="aws:///us-east-1a/i-1")
+    assert (node.shout, node.instance_id) == ("A", "i-1")
+    # The base class's names, found first, are not the subclass's: each class has its own.
+    ClusterNode(name="b").model_copy(update={"name": "c"})
+    copy = node.model_copy(update={"name": "b", "provider_id": "aws:///us-east-1a/i-2"})
+    assert (copy.shout, copy.instance_id) == ("B", "i-2")

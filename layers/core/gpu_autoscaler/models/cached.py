@@ -7,7 +7,7 @@ parsed `resources`, and a node copied with another `provider_id` its old `instan
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -25,8 +25,16 @@ class CachedModel(BaseModel):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copied = super().model_copy(update=update, deep=deep)
         if update:
-            for cls in type(self).__mro__:
-                for name, value in vars(cls).items():
-                    if isinstance(value, cached_property):
-                        copied.__dict__.pop(name, None)
+            kept = copied.__dict__
+            for name in _cached_properties(type(self)):
+                kept.pop(name, None)
         return copied
+
+
+@cache
+def _cached_properties(cls: type) -> tuple[str, ...]:
+    """The names of `cls`'s cached properties, its bases' included: found once per class, since walking the
+    namespaces of its MRO (pydantic's `BaseModel` alone holds some two hundred names) took ~40 µs a copy, and the
+    consolidation pass copies pods by the tens of thousands over a replay."""
+    return tuple(name for klass in cls.__mro__ for name, value in vars(klass).items()
+                 if isinstance(value, cached_property))
