@@ -25,16 +25,16 @@ class CachedModel(BaseModel):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copied = super().model_copy(update=update, deep=deep)
         if update:
-            kept = copied.__dict__
+            computed = copied.__dict__
             for name in _cached_properties(type(self)):
-                kept.pop(name, None)
+                computed.pop(name, None)
         return copied
 
 
 @cache
 def _cached_properties(cls: type) -> tuple[str, ...]:
     """The names of `cls`'s cached properties, its bases' included: found once per class, since walking the
-    namespaces of its MRO (pydantic's `BaseModel` alone holds some two hundred names) took ~40 µs a copy, and the
-    consolidation pass copies pods by the tens of thousands over a replay."""
+    namespaces of its MRO (a pod's five classes hold some 180 names, 77 of them pydantic's `BaseModel`) took ~10 µs
+    of a copy's ~12, and the consolidation pass copies pods by the tens of thousands over a replay."""
     return tuple(name for klass in cls.__mro__ for name, value in vars(klass).items()
                  if isinstance(value, cached_property))
