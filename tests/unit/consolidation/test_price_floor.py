@@ -14,6 +14,7 @@ from gpu_autoscaler.domain.consolidation import consolidate
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms
 from gpu_autoscaler.domain.consolidation_group import GroupJudge
 from gpu_autoscaler.domain.packing import Solver
+from gpu_autoscaler.domain.packing.fit import fits
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.resources import Resources
 from tests.unit.consolidation.builders import Cluster, make_config, make_pool, pool_config
@@ -316,11 +317,37 @@ def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node(
     assert rooms.stranded([gpu_only], [own]) == [], "the other node's overcommitted CPU does not keep it off"
     assert rooms.stranded([with_cpu], [own]) == [with_cpu]
     assert rooms.stranded([with_cpu], [other]) == [], "its own node aside, the first node has room"
-    assert rooms.with_room([with_cpu]).tolist() == [True, False]
-    assert rooms.with_room([with_cpu, gpu_only]).tolist() == [True, True]
-    assert rooms.with_room([Resources({"nvidia.com/gpu": 2, "pods": 1})]).tolist() == [True, False]
+    assert rooms.with_room([with_cpu]) == 0b01, "a bit per row: the first node only"
+    assert rooms.with_room([with_cpu, gpu_only]) == 0b11
+    assert rooms.with_room([Resources({"nvidia.com/gpu": 2, "pods": 1})]) == 0b01
+    assert rooms.with_room([Resources({"example.com/fpga": 1, "pods": 1})]) == 0, "no type has it"
     assert rooms.row(own) == 0 and rooms.row(object()) is None
 
+
+
+_ROOM_NAMES = ("cpu", "memory", "nvidia.com/gpu", "pods")
+_ROOM = st.dictionaries(st.sampled_from(_ROOM_NAMES), st.integers(-4, 12), max_size=4)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(free=st.lists(_ROOM, max_size=12), pods=st.lists(_ROOM.map(lambda r: {k: abs(v) for k, v in r.items()}),
+                                                        min_size=1, max_size=6),
+       own=st.sets(st.integers(0, 11), max_size=3))
+def test_free_rooms_answer_as_fits_does_node_by_node(free: list[dict[str, int]], pods: list[dict[str, int]],
+                                                    own: set[int]) -> None:
+    """The bit masks against `fit.fits` asked of each node in turn: ties, over-committed room (negative) and
+    resources a node does not list (zero) included."""
+    cluster = Cluster(pool_config())
+    nodes = [object() for _ in free]
+    rooms = FreeRooms(TypeRooms(cluster.config, cluster.catalog), list(zip(nodes, free, strict=True)))
+    asked = [Resources(pod) for pod in pods]
+    for pod in asked:
+        expected = sum(1 << i for i, room in enumerate(free) if fits(pod, room))
+        assert rooms.holding(pod) == expected
+    assert rooms.with_room(asked) == sum(1 << i for i, room in enumerate(free) if any(fits(p, room) for p in asked))
+    mine = [nodes[i] for i in own if i < len(nodes)]
+    assert rooms.stranded(asked, mine) == [
+        p for p in asked if not any(fits(p, room) for i, room in enumerate(free) if nodes[i] not in mine)]
 
 _NAMES = ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "g5.48xlarge", "g6.xlarge")
 _NODE = st.tuples(st.sampled_from(_NAMES), st.sampled_from(("spot", "on-demand")),

@@ -169,7 +169,8 @@ class GroupJudge:
                 continue
             if n.removed or n.name in exclude:
                 out.append(n.claim)  # still running (and paid for) until drained
-            elif n.usable and (into is None or n.name in into) and (row := rooms.row(n)) is not None and with_room[row]:
+            elif (n.usable and (into is None or n.name in into) and (row := rooms.row(n)) is not None
+                  and with_room >> row & 1):
                 out.append(n)
                 names[n.claim.id] = n.name
             elif self.charged:
