@@ -326,7 +326,6 @@ def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node(
     assert rooms.row(own) == 0 and rooms.row(object()) is None
 
 
-
 _ROOM_NAMES = ("cpu", "memory", "nvidia.com/gpu", "pods")
 _ROOM = st.dictionaries(st.sampled_from(_ROOM_NAMES), st.integers(-4, 12), max_size=4)
 
@@ -369,8 +368,13 @@ def test_free_rooms_of_thousands_of_nodes_answer_as_fits_does_in_bounded_memory(
     finally:
         tracemalloc.stop()
     assert peak < 40_000_000, f"{peak / 1e6:.0f} MB"
-    for pod, mask in zip(asked[:5], held, strict=False):
+    for n in (511, 20_000):  # 511: one node short of a step of two, rounded up
+        some = FreeRooms(rooms.types, list(zip(nodes[:n], free[:n], strict=True)))
+        some.holding(Resources({"cpu": 1, "memory": 1, "nvidia.com/gpu": 1, "pods": 1}))
+        assert [len(ranked.marks) <= 257 for ranked in some._by_resource.values()] == [True] * 4
+    for pod, mask in zip(asked[:5], held[:5], strict=True):
         assert mask == sum(1 << i for i, room in enumerate(free) if fits(pod, room))
+
 
 _NAMES = ("g5.xlarge", "g5.2xlarge", "g5.12xlarge", "g5.48xlarge", "g6.xlarge")
 _NODE = st.tuples(st.sampled_from(_NAMES), st.sampled_from(("spot", "on-demand")),

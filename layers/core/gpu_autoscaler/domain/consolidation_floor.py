@@ -158,7 +158,8 @@ class FreeRooms:
 
 
 _MARKS = 256
-"""Masks `_Ranked` keeps per resource at most: every node's up to this many nodes, every n/256th beyond."""
+"""Prefixes `_Ranked` keeps a mask of, besides the empty one, at most: every one up to this many nodes, every
+⌈n/256⌉th beyond."""
 
 
 class _Ranked:
@@ -171,7 +172,7 @@ class _Ranked:
         self.order = sorted(range(len(room)), key=room.__getitem__, reverse=True)
         self.negated = [-room[row] for row in self.order]
         """Ascending, for `bisect`."""
-        self.step = max(1, len(room) // _MARKS)
+        self.step = max(1, -(-len(room) // _MARKS))
         self.marks = [0]
         first_k = 0
         for k, row in enumerate(self.order, 1):
