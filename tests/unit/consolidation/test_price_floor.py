@@ -309,11 +309,9 @@ def test_type_rooms_give_the_cheapest_type_holding_requests_in_any_pool() -> Non
 
 
 def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node() -> None:
-    cluster = Cluster(pool_config())
-    types = TypeRooms(cluster.config, cluster.catalog)
     own, other = object(), object()
-    rooms = FreeRooms(types, [(own, {"nvidia.com/gpu": 4, "cpu": 8000, "pods": 10}),
-                              (other, {"nvidia.com/gpu": 1, "cpu": -500, "memory": 4096, "pods": 10})])
+    rooms = FreeRooms([(own, {"nvidia.com/gpu": 4, "cpu": 8000, "pods": 10}),
+                       (other, {"nvidia.com/gpu": 1, "cpu": -500, "memory": 4096, "pods": 10})])
     gpu_only = Resources({"nvidia.com/gpu": 1, "pods": 1})
     with_cpu = Resources({"nvidia.com/gpu": 1, "cpu": 100, "pods": 1})
     assert rooms.stranded([gpu_only], [own]) == [], "the other node's overcommitted CPU does not keep it off"
@@ -322,12 +320,12 @@ def test_free_rooms_compare_only_what_a_pod_asks_for_and_leave_out_its_own_node(
     assert rooms.with_room([with_cpu]) == 0b01, "a bit per row: the first node only"
     assert rooms.with_room([with_cpu, gpu_only]) == 0b11
     assert rooms.with_room([Resources({"nvidia.com/gpu": 2, "pods": 1})]) == 0b01
-    assert rooms.with_room([Resources({"example.com/fpga": 1, "pods": 1})]) == 0, "no type has it"
+    assert rooms.with_room([Resources({"example.com/fpga": 1, "pods": 1})]) == 0, "no node has it"
     assert rooms.row(own) == 0 and rooms.row(object()) is None
 
 
-_ROOM_NAMES = ("cpu", "memory", "nvidia.com/gpu", "pods")
-_ROOM = st.dictionaries(st.sampled_from(_ROOM_NAMES), st.integers(-4, 12), max_size=4)
+_ROOM_NAMES = ("cpu", "memory", "nvidia.com/gpu", "pods", "example.com/fpga")
+_ROOM = st.dictionaries(st.sampled_from(_ROOM_NAMES), st.integers(-4, 12), max_size=5)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -338,9 +336,8 @@ def test_free_rooms_answer_as_fits_does_node_by_node(free: list[dict[str, int]],
                                                     own: set[int]) -> None:
     """The bit masks against `fit.fits` asked of each node in turn: ties, over-committed room (negative) and
     resources a node does not list (zero) included."""
-    cluster = Cluster(pool_config())
     nodes = [object() for _ in free]
-    rooms = FreeRooms(TypeRooms(cluster.config, cluster.catalog), list(zip(nodes, free, strict=True)))
+    rooms = FreeRooms(list(zip(nodes, free, strict=True)))
     asked = [Resources(pod) for pod in pods]
     for pod in asked:
         expected = sum(1 << i for i, room in enumerate(free) if fits(pod, room))
@@ -352,15 +349,14 @@ def test_free_rooms_answer_as_fits_does_node_by_node(free: list[dict[str, int]],
 
 
 def test_free_rooms_of_thousands_of_nodes_answer_as_fits_does_in_bounded_memory() -> None:
-    """Past 256 nodes a resource keeps every n/256th mask, not one per node (one per node: a 218 MB peak here)."""
-    cluster = Cluster(pool_config())
+    """Past 256 nodes a resource keeps every ⌈n/256⌉th mask, not one per node (one per node: a 218 MB peak here)."""
     rng = random.Random(7)
     free = [{"cpu": rng.randint(-500, 96_000), "memory": rng.randint(0, 400_000), "nvidia.com/gpu": rng.randint(0, 8),
              "pods": rng.randint(0, 110)} for _ in range(20_000)]
     nodes = [object() for _ in free]
     tracemalloc.start()
     try:
-        rooms = FreeRooms(TypeRooms(cluster.config, cluster.catalog), list(zip(nodes, free, strict=True)))
+        rooms = FreeRooms(list(zip(nodes, free, strict=True)))
         asked = [Resources({"cpu": rng.randint(1, 64_000), "memory": rng.randint(1, 200_000),
                             "nvidia.com/gpu": rng.randint(0, 4), "pods": 1}) for _ in range(20)]
         held = [rooms.holding(pod) for pod in asked]
@@ -369,7 +365,7 @@ def test_free_rooms_of_thousands_of_nodes_answer_as_fits_does_in_bounded_memory(
         tracemalloc.stop()
     assert peak < 40_000_000, f"{peak / 1e6:.0f} MB"
     for n in (511, 20_000):  # 511: one node short of a step of two, rounded up
-        some = FreeRooms(rooms.types, list(zip(nodes[:n], free[:n], strict=True)))
+        some = FreeRooms(list(zip(nodes[:n], free[:n], strict=True)))
         some.holding(Resources({"cpu": 1, "memory": 1, "nvidia.com/gpu": 1, "pods": 1}))
         assert [len(ranked.marks) <= 257 for ranked in some._by_resource.values()] == [True] * 4
     for pod, mask in zip(asked[:5], held[:5], strict=True):

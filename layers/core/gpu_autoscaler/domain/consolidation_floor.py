@@ -63,7 +63,7 @@ class TypeRooms:
                 rows.extend((offerings[0].price_per_hour, allocatable(instance_type, pool, config.overhead))
                             for pool in config.node_pools)
         self.names: tuple[str, ...] = tuple(sorted({name for *_, room in rows for name in room}))
-        self.columns = {name: i for i, name in enumerate(self.names)}
+        self._column = {name: i for i, name in enumerate(self.names)}
         self.prices = np.array([row[0] for row in rows], float).reshape(len(rows))
         self.rooms = _matrix([row[1] for row in rows], self.names)
         self._cheapest: dict[Resources, float] = {}
@@ -75,7 +75,7 @@ class TypeRooms:
         values: list[int] = []
         for name, value in requests.items():
             if value:
-                column = self.columns.get(name)
+                column = self._column.get(name)
                 if column is None:
                     return None
                 columns.append(column)
@@ -95,8 +95,9 @@ class TypeRooms:
 
 
 class FreeRooms:
-    """Other nodes' free room: which pods of a node fit on none of them (`fit.fits`: only what a pod asks for is
-    compared, so a resource overcommitted on a node keeps off only the pods asking for it).
+    """Other nodes' free room: which pods of a node fit on none of them, and which nodes hold a pod (`fit.fits`: only
+    what a pod asks for is compared, so a resource overcommitted on a node keeps off only the pods asking for it). The
+    floor asks it of the nodes that may take pods; the sunk-room phase, of the nodes that stay (`consolidation_sunk`).
 
     A pass's free room has some ten nodes and is asked about some forty pods (the karpenter-like replay: 830,000
     in 167,000 questions over 21,000 passes), so the rows that hold a pod are a bit mask, an `int` (bit i: the
@@ -105,9 +106,8 @@ class FreeRooms:
     instead took 3.2 s of that replay, in calls on arrays this small; this takes 1.2 s. A cluster of thousands of
     nodes keeps at most `_MARKS` masks per resource (`_Ranked`), not one per node."""
 
-    def __init__(self, types: TypeRooms, nodes: Sequence[tuple[object, Mapping[str, int]]]) -> None:
+    def __init__(self, nodes: Sequence[tuple[object, Mapping[str, int]]]) -> None:
         """`nodes`: each node (any object, told apart by identity) with its free room."""
-        self.types = types
         self._row = {id(node): i for i, (node, _) in enumerate(nodes)}
         self._free = [free for _, free in nodes]
         self._all = (1 << len(nodes)) - 1
@@ -119,16 +119,12 @@ class FreeRooms:
         return self._row.get(id(node))
 
     def holding(self, pod: Resources) -> int:
-        """The rows whose free room holds `pod`, as a bit mask; kept per request vector. A pod asking for what no
-        type has fits on none."""
+        """The rows whose free room holds `pod`, as a bit mask; kept per request vector."""
         found = self._holding.get(pod)
         if found is None:
             found = self._all
             for name, value in pod.items():
                 if value:
-                    if name not in self.types.columns:
-                        found = 0
-                        break
                     ranked = self._ranked(name)
                     first = bisect_right(ranked.negated, -value)  # the rows before it have the room
                     found &= ranked.marks[first] if ranked.step == 1 else ranked.first(first)

@@ -243,8 +243,7 @@ class GroupJudge:
     def _free_rooms(self) -> FreeRooms:
         """The usable nodes' free room, made once per pass until a decision changes it."""
         if self.free_rooms is None:
-            self.free_rooms = FreeRooms(type_rooms(self.config, self.solver),
-                                        [(d, d.free) for d in self.nodes if d.usable and not d.removed])
+            self.free_rooms = FreeRooms([(d, d.free) for d in self.nodes if d.usable and not d.removed])
         return self.free_rooms
 
     def priced_out(self, group: Sequence[GroupNode]) -> bool:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
+from gpu_autoscaler.domain.consolidation_floor import FreeRooms
 from gpu_autoscaler.domain.consolidation_group import EPS, candidate_order, node_shape
 from gpu_autoscaler.domain.packing.fit import fits
-from gpu_autoscaler.models.resources import GPU
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.consolidation_group import GroupNode
     from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
     from gpu_autoscaler.domain.packing.solver import Solver
-    from gpu_autoscaler.models.resources import Resources
 
 __all__ = ["into_sunk_room", "is_sunk"]
 
@@ -73,8 +72,8 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
     if last is not None and last.same(seen):
         return
     failed: set[tuple[object, ...]] = set()
-    fitting: dict[Resources, list[GroupNode]] = {}
     live = [d for d in stays if d.usable and not d.removed]
+    rooms: FreeRooms | None = None
     budgeted = found_any = False
     for n in sorted(busy, key=candidate_order):
         assert n.pool is not None
@@ -86,13 +85,15 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
         shape = node_shape(n)
         if shape in failed:
             continue
-        into = _sunk_hosts(p, n, live, fitting)
+        if rooms is None:
+            rooms = FreeRooms([(d, d.free) for d in live])
+        into = _sunk_hosts(p, n, live, rooms)
         found = p.deletion_into(n, into) if into is not None else None
         if found is not None:
             p.apply(found)
             found_any = True
-            fitting = {}  # the destinations' room changed, and the node is gone
             live = [d for d in live if not d.removed]
+            rooms = None  # the destinations' room changed, and the node is gone
             continue
         failed.add(shape)
     if found_any or budgeted:
@@ -101,30 +102,33 @@ def into_sunk_room(p: _Pass, busy: list[GroupNode], stays: list[GroupNode]) -> N
         _NONE_FOUND[p.solver] = seen
 
 
-def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode],
-                fitting: dict[Resources, list[GroupNode]]) -> list[GroupNode] | None:
+def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode], rooms: FreeRooms) -> list[GroupNode] | None:
     """The other nodes whose sunk room could take the node's pods: each pod fits one of them on its own, and all
     fit their free room added up; None when there are none such. Room first, sunk after: whether a node is sunk
     costs a solve the first time its shape is asked, and most busy nodes fail on room alone. `live`: the staying nodes
-    that may take pods; `fitting` keeps those each footprint fits, until a decision changes their room."""
-    per: list[list[GroupNode]] = []
+    that may take pods, `rooms` their free room (bit i: `live[i]`), kept until a decision changes it."""
+    own = rooms.row(n)
+    others = ~(1 << own) if own is not None else -1
+    per: list[int] = []
     for footprint in n.item.footprints:
-        hosts = fitting.get(footprint)
-        if hosts is None:
-            gpus = footprint.get(GPU, 0)  # most staying nodes have no GPU free: asked first, the rest only then
-            hosts = fitting[footprint] = [d for d in live if (not gpus or gpus <= d.free.get(GPU, 0))
-                                          and fits(footprint, d.free)]
-        if not any(d is not n for d in hosts):
+        hosts = rooms.holding(footprint) & others
+        if not hosts:
             return None
         per.append(hosts)
-    room = {d.name: d for hosts in per for d in hosts if d is not n}
-    if not _fits_together(n, room.values()):
+    with_room = 0
+    for hosts in per:
+        with_room |= hosts
+    room = [(i, d) for i, d in enumerate(live) if with_room >> i & 1]
+    if not _fits_together(n, [d for _, d in room]):
         return None
-    sunk = {name for name, d in room.items() if is_sunk(p, d)}  # never the node's own name: `room` leaves it out
-    if not all(any(d.name in sunk for d in hosts) for hosts in per):
+    sunk = 0
+    for i, d in room:
+        if is_sunk(p, d):
+            sunk |= 1 << i
+    if not all(hosts & sunk for hosts in per):
         return None
-    into = [d for name, d in room.items() if name in sunk]
-    return into if len(into) == len(room) or _fits_together(n, into) else None  # all sunk: the room just added up
+    into = [d for i, d in enumerate(live) if sunk >> i & 1]
+    return into if sunk == with_room or _fits_together(n, into) else None  # all sunk: the room just added up
 
 
 def _fits_together(n: GroupNode, into: Iterable[GroupNode]) -> bool:
