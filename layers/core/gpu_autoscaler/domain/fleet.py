@@ -383,6 +383,8 @@ def build_request(
     configs: dict[tuple[str, str | None], list[FleetOverride]] = {}
     images = context.images_for(pool)
     all_or_nothing = gang is not None and len(claims) > 1
+    user_data: dict[str, str] = {}
+    """Per instance type: its offerings in other zones boot the same node."""
     for rank, (instance_type, zone) in enumerate(attempt.offerings):
         arch = architecture(instance_type, context.instance_types)
         known = context.instance_types.get(instance_type)
@@ -398,10 +400,13 @@ def build_request(
             placement_group=context.placement_groups.get(placement_group_key(pool.name, zone))
             if pool.efa and all_or_nothing else None,
         )
-        setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
-                           claim_id=single_claim, gang=gang, overhead=context.overhead)
+        rendered = user_data.get(instance_type)
+        if rendered is None:
+            setup = node_setup(pool, attempt.capacity_type, instance_type=known or instance_type,
+                               claim_id=single_claim, gang=gang, overhead=context.overhead)
+            rendered = user_data[instance_type] = render_user_data(context.bootstrap, setup)
         template = context.template_for(attempt.capacity_type, efa) if efa else None
-        configs.setdefault((render_user_data(context.bootstrap, setup), template), []).append(override)
+        configs.setdefault((rendered, template), []).append(override)
     return FleetRequest(
         cluster=context.cluster,
         pool=pool.name,
