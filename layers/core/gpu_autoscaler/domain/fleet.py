@@ -383,8 +383,7 @@ def build_request(
     configs: dict[tuple[str, str | None], list[FleetOverride]] = {}
     images = context.images_for(pool)
     all_or_nothing = gang is not None and len(claims) > 1
-    user_data: dict[str, str] = {}
-    """Per instance type: its offerings in other zones boot the same node."""
+    user_data: dict[str, str] = {}  # per instance type: its offerings in other zones boot the same node
     for rank, (instance_type, zone) in enumerate(attempt.offerings):
         arch = architecture(instance_type, context.instance_types)
         known = context.instance_types.get(instance_type)
