@@ -218,7 +218,6 @@ def test_each_instance_type_gets_user_data_with_its_own_labels() -> None:
         assert b"gpu-autoscaler/claim=gpu-burst-a1b2c" in user_data
 
 
-
 def test_an_instance_type_in_several_zones_is_one_launch_config_with_an_override_per_zone() -> None:
     """One user data per instance type (rendered once: its zones boot the same node), holding its zones' overrides."""
     request = request_for([make_claim(zones=("us-east-1a", "us-east-1b"))])
@@ -226,6 +225,7 @@ def test_an_instance_type_in_several_zones_is_one_launch_config_with_an_override
     zones = {c.overrides[0].instance_type: sorted(o.zone for o in c.overrides) for c in request.launch_configs}
     assert zones == {"g6.xlarge": ["us-east-1a", "us-east-1b"], "g5.xlarge": ["us-east-1a", "us-east-1b"]}
     assert len(request.launch_configs) == 2 and len({c.user_data for c in request.launch_configs}) == 2
+
 
 def test_a_request_ec2_would_refuse_cannot_be_built() -> None:
     request = request_for(make_gang(2), gang="training/train-42")

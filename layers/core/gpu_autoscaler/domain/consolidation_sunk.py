@@ -127,7 +127,7 @@ def _sunk_hosts(p: _Pass, n: GroupNode, live: list[GroupNode], rooms: FreeRooms)
             sunk |= 1 << i
     if not all(hosts & sunk for hosts in per):
         return None
-    into = [d for i, d in enumerate(live) if sunk >> i & 1]
+    into = [d for i, d in room if sunk >> i & 1]
     return into if sunk == with_room or _fits_together(n, into) else None  # all sunk: the room just added up
 
 
