@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,9 @@ CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 def config_from_context(app: App) -> Config:
     """The `gpu-autoscaler` context (cdk.json, as the CDK CLI passes it), or cdk.json itself when the app runs
     without the CLI. Raises ConfigError naming each invalid field."""
-    raw: Any = app.node.try_get_context(CONTEXT_KEY)
+    raw: Any = _cli_context().get(CONTEXT_KEY)
+    if raw is None:
+        raw = app.node.try_get_context(CONTEXT_KEY)
     if raw is None:
         return load_config(CDK_JSON)
     if isinstance(raw, str):  # `cdk synth -c gpu-autoscaler='{...}'` passes a string
@@ -35,6 +38,22 @@ def config_from_context(app: App) -> Config:
         except json.JSONDecodeError as exc:
             raise ConfigError([f"context {CONTEXT_KEY}: not valid JSON ({exc})"]) from None
     return parse_config(raw)
+
+
+def _cli_context() -> dict[str, Any]:
+    """The context as the CDK CLI hands it to the app, read here as JSON: through jsii (`try_get_context`) a null in
+    the context's objects arrives as a missing key, and `underutilizedBelow: null` (every node weighed) would read as
+    its default, 0.5. The two sources aws-cdk-lib's `App` reads, in its order: the JSON in CDK_CONTEXT_JSON
+    (cx-api's CONTEXT_ENV), then the file CONTEXT_OVERFLOW_LOCATION_ENV names when the context is too large for the
+    environment (core/lib/app.js, `loadContext`)."""
+    context: dict[str, Any] = {}
+    inline = os.environ.get("CDK_CONTEXT_JSON")
+    if inline:
+        context.update(json.loads(inline))
+    overflow = os.environ.get("CONTEXT_OVERFLOW_LOCATION_ENV")
+    if overflow:
+        context.update(json.loads(Path(overflow).read_text()))
+    return context
 
 
 def build(app: App, *, layer_dependencies: bool | None = None) -> GpuAutoscalerStack:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -21,9 +22,19 @@ def test_cdk_json_holds_the_full_example() -> None:
 
 def test_round_trips_through_json(config_data: dict[str, Any]) -> None:
     config = parse_config(config_data)
-    import json
-
     assert parse_config(json.loads(config.to_json())) == config
+
+
+def test_a_pool_weighing_every_node_stays_so_through_the_published_json(config_data: dict[str, Any]) -> None:
+    # `underutilizedBelow: null` is Karpenter's rule (every node weighed); its default is 0.5. The Lambdas read the
+    # configuration from `to_json()` (the SSM parameter), so a null left out there would become 0.5 in the account.
+    config_data["nodePools"][0].setdefault("disruption", {})["underutilizedBelow"] = None
+    config = parse_config(config_data)
+    assert config.node_pools[0].disruption.underutilized_below is None
+    published = json.loads(config.to_json())
+    assert published["nodePools"][0]["disruption"]["underutilizedBelow"] is None
+    assert parse_config(published) == config
+    assert {p["disruption"]["underutilizedBelow"] for p in published["nodePools"][1:]} <= {0.5}  # the others' default
 
 
 def test_a_pools_termination_grace_period_is_optional_and_a_duration(config_data: dict[str, Any]) -> None:

@@ -18,8 +18,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -307,6 +310,17 @@ class Disruption(_Model):
     """On a rebalance recommendation: ignore it, or launch a replacement and then drain."""
     rebalance_drain_after: Duration = timedelta(minutes=10)
     """Drain a rebalanced node once its replacement is Ready, or after this long at most."""
+
+    @model_serializer(mode="wrap")
+    def _with_every_node_weighed(self, handler: SerializerFunctionWrapHandler,
+                                 info: SerializationInfo) -> dict[str, Any]:
+        """`underutilizedBelow: null` written even where nulls are left out: it is the one setting whose null is not
+        its default (0.5), and the configuration the Lambdas read (`Config.to_json`, the SSM parameter) leaves nulls
+        out, so a pool set to weigh every node would weigh as Cluster Autoscaler in the account."""
+        out: dict[str, Any] = handler(self)
+        if self.underutilized_below is None and info.exclude_none:
+            out["underutilizedBelow" if info.by_alias else "underutilized_below"] = None
+        return out
 
 
 class Overhead(_Model):

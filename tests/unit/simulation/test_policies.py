@@ -52,6 +52,14 @@ def test_ours_runs_the_configuration_and_the_others_strip_what_they_lack() -> No
     assert pool.requirements[0].values == (fixed.instance_type,)
 
 
+def test_ours_without_prediction_keeps_a_pool_that_weighs_every_node() -> None:
+    # `underutilizedBelow: null` (Karpenter's rule) differs from the default (0.5): dropping the null on the way
+    # would replay another configuration than the one given.
+    config = make_config(make_pool(weight=10, disruption={"underutilizedBelow": None}), SHARED)
+    blind = build_policy("ours-no-prediction", config, make_catalog(), [make_pod()])
+    assert [p.disruption.underutilized_below for p in blind.config.node_pools] == [None, 0.5]
+
+
 def test_the_fixed_type_holds_nearly_every_pod_at_the_lowest_price_per_gpu() -> None:
     catalog = make_catalog()
     small = [make_pod(i) for i in range(99)]
