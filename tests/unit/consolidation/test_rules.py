@@ -104,6 +104,46 @@ def test_a_node_whose_pods_request_half_its_gpus_is_not_underused_unless_the_poo
     assert touched(cluster.consolidate()) == {busy, lonely}
 
 
+def test_a_busy_node_whose_gpus_cost_four_times_the_cheapest_free_gpu_is_weighed_all_the_same() -> None:
+    """Cluster Autoscaler's threshold keeps a busy node's room for the next arrivals; it must not keep pods on an
+    On-Demand H100 node (6.88 USD per GPU-hour) while Spot A10G room (0.59) stands free: moving them saves more than
+    buying that room back would cost. Room only 3.4 times cheaper (On-Demand A10G, 2.04) leaves it busy."""
+
+    def scene(room_capacity_type: str) -> tuple[Cluster, str, str]:
+        cluster = Cluster(pool_config(underutilizedBelow=0.5))
+        dear = cluster.node("p5.48xlarge")
+        cluster.pods_on(dear, 4)  # 4 of its 8 GPUs: busy by the threshold
+        roomy = cluster.node("g5.48xlarge", capacity_type=room_capacity_type, age=timedelta(minutes=5))
+        cluster.pods_on(roomy, 2)  # too young to go; 6 GPUs free
+        return cluster, dear, roomy
+
+    cluster, dear, roomy = scene("spot")
+    [decision] = cluster.consolidate().decisions
+    assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (dear,))
+    assert set(decision.destinations) == {roomy}
+    cluster, dear, roomy = scene("on-demand")
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[dear] == "busy: its pods request 50% of its GPUs, not under the pool's underutilizedBelow 50%"
+
+
+def test_time_sliced_slots_are_not_cheap_gpus() -> None:
+    """A time-sliced node advertises each GPU as `replicas` slots: priced per slot, every whole-GPU node beside a
+    time-slicing pool would look four times dearer and lose Cluster Autoscaler's threshold."""
+    shared = make_pool("gpu-shared", weight=1, taints=[{"key": "gpu-autoscaler/shared", "value": "true",
+                                                        "effect": "NoSchedule"}],
+                       gpuSharing={"mode": "time-slicing", "replicas": 4},
+                       disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
+    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}), shared)
+    cluster = Cluster(config)
+    busy = cluster.node("g5.xlarge", capacity_type="spot")
+    cluster.pod(busy)  # its one GPU: busy
+    sliced = cluster.node("g5.xlarge", capacity_type="spot", pool="gpu-shared", age=timedelta(minutes=5))
+    cluster.pod(sliced, tolerations=())  # 1 of its 4 slots: 0.10 USD per slot, 0.41 per GPU like the busy node's
+    result = cluster.consolidate()
+    assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
+
+
 def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
     """Room on a node that stays (kept by the search, or busy itself) whose pods no cheaper new node would hold is paid
     for as long as they run: a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods
