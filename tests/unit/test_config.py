@@ -37,6 +37,41 @@ def test_a_pool_weighing_every_node_stays_so_through_the_published_json(config_d
     assert {p["disruption"]["underutilizedBelow"] for p in published["nodePools"][1:]} <= {0.5}  # the others' default
 
 
+def test_no_other_setting_has_a_null_that_is_not_its_default() -> None:
+    # The published JSON leaves nulls out (`to_json`), which is right wherever null is the default;
+    # `Disruption` writes its `underutilizedBelow` null anyway. A new setting like it would need the same.
+    import types
+    import typing
+
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    from gpu_autoscaler.config import Config
+
+    def may_be_null(annotation: Any) -> bool:
+        return annotation is type(None) or (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+                                            and any(may_be_null(a) for a in typing.get_args(annotation)))
+
+    def models(annotation: Any) -> list[type[BaseModel]]:
+        found = [m for a in typing.get_args(annotation) for m in models(a)]
+        return [*found, annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else found
+
+    seen: set[type[BaseModel]] = set()
+    odd: set[tuple[str, str]] = set()
+    pending: list[type[BaseModel]] = [Config]
+    while pending:
+        model = pending.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            default_not_null = field.default_factory is not None or field.default not in (None, PydanticUndefined)
+            if may_be_null(field.annotation) and default_not_null:
+                odd.add((model.__name__, name))
+            pending.extend(models(field.annotation))
+    assert odd == {("Disruption", "underutilized_below")}
+
+
 def test_a_pools_termination_grace_period_is_optional_and_a_duration(config_data: dict[str, Any]) -> None:
     from datetime import timedelta
 

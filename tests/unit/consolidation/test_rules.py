@@ -139,7 +139,7 @@ def test_time_sliced_slots_are_not_cheap_gpus() -> None:
     busy = cluster.node("g5.xlarge", capacity_type="spot")
     cluster.pod(busy)  # its one GPU: busy
     sliced = cluster.node("g5.xlarge", capacity_type="spot", pool="gpu-shared", age=timedelta(minutes=5))
-    cluster.pod(sliced, tolerations=())  # 1 of its 4 slots: 0.10 USD per slot, 0.41 per GPU like the busy node's
+    cluster.pod(sliced)  # 1 of its 4 slots: 0.10 USD per slot, 0.41 per GPU like the busy node's
     result = cluster.consolidate()
     assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
 

@@ -606,7 +606,7 @@ DEAR_GPU_RATIO = 4.0
 GPU's price) still leaves three quarters of the dear GPU's price saved."""
 
 
-def _busy(n: GroupNode, cheapest: float | None = None) -> str | None:
+def _busy(n: GroupNode, cheapest: float | None) -> str | None:
     """Why a node with pods is not weighed by the underutilized search: its pods request at least the pool's
     `underutilizedBelow` share of it (Cluster Autoscaler's scale-down utilization thresholds). The threshold keeps
     the room a busy node holds for the next arrivals, where moving its pods would save its price only until they
