@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import json
+import types
+import typing
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
-from gpu_autoscaler.config import ConfigError, load_config, parse_config
+from gpu_autoscaler.config import Config, ConfigError, load_config, parse_config
 from tests.conftest import ROOT
 
 
@@ -40,14 +44,6 @@ def test_a_pool_weighing_every_node_stays_so_through_the_published_json(config_d
 def test_no_other_setting_has_a_null_that_is_not_its_default() -> None:
     # The published JSON leaves nulls out (`to_json`), which is right wherever null is the default;
     # `Disruption` writes its `underutilizedBelow` null anyway. A new setting like it would need the same.
-    import types
-    import typing
-
-    from pydantic import BaseModel
-    from pydantic_core import PydanticUndefined
-
-    from gpu_autoscaler.config import Config
-
     def may_be_null(annotation: Any) -> bool:
         return annotation is type(None) or (typing.get_origin(annotation) in (typing.Union, types.UnionType)
                                             and any(may_be_null(a) for a in typing.get_args(annotation)))

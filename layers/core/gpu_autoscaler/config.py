@@ -319,7 +319,7 @@ class Disruption(_Model):
         out, so a pool set to weigh every node would weigh as Cluster Autoscaler in the account."""
         out: dict[str, Any] = handler(self)
         if self.underutilized_below is None and info.exclude_none:
-            out["underutilizedBelow" if info.by_alias else "underutilized_below"] = None
+            out[to_camel("underutilized_below") if info.by_alias else "underutilized_below"] = None
         return out
 
 

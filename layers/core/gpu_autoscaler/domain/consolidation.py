@@ -638,9 +638,11 @@ def _gpu_price(n: GroupNode) -> float | None:
 
 
 def _cheapest_free_gpu(nodes: Sequence[GroupNode]) -> float | None:
-    """The lowest price per physical GPU among the nodes that may take pods and have a GPU (or slot) free."""
+    """The lowest price per physical GPU among the nodes that may take pods and have a GPU (or slot) free. Read from
+    the GPU counts alone: asked on every pass, building each node's whole free room for it cost 0.7 s of
+    ours-no-prediction's replay."""
     prices = [price for n in nodes if n.usable and not n.removed and n.capacity is not None
-              and n.free.get(GPU, 0) >= 1 and (price := _gpu_price(n)) is not None]
+              and n.capacity[GPU] - n.used[GPU] >= 1 and (price := _gpu_price(n)) is not None]
     return min(prices, default=None)
 
 
