@@ -44,6 +44,13 @@ def test_simulate_writes_the_report_the_plots_and_the_table(tmp_path: Path, caps
     for name in ("gpus.png", "cost.png", "waits.png", "costs.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fixed-node-group" in result.output and "÷ bound" in result.output
+    # Where each pool's dollars go: on the terminal and in the report, adding up to each policy's cost.
+    assert "where the cost goes by node pool" in result.output
+    for policy in report["policies"]:
+        pools = policy["costByPool"]
+        assert sum(p["cost"] for p in pools.values()) == pytest.approx(policy["cost"], abs=0.01 * len(pools))
+        assert sum(p["nodesLaunched"] for p in pools.values()) == policy["nodesLaunched"]
+    assert set(report["policies"][0]["costByPool"]) <= {"gpu", "gpu-shared"}
     goals.main([str(out / "report.json")])  # the goals read the report as the CLI writes it
     judged = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("  met", "  MISSED"))]
     assert len(judged) == 4 and "karpenter-overlay" in judged[0], judged

@@ -22,7 +22,7 @@ PACK, QUEUE, BOOT = 10.0, 2.0, 300.0
 
 def test_the_ledger_splits_one_instance_by_its_state() -> None:
     ledger = CostLedger()
-    ledger.launched("i-1", 0.0, price_per_hour=3600.0 * 4, gpus=4)  # 4 USD a second, 1 a GPU-second
+    ledger.launched("i-1", 0.0, price_per_hour=3600.0 * 4, gpus=4, pool="gpu")  # 4 USD a second, 1 a GPU-second
     ledger.ready("i-1", 10.0)  # 40 booting
     ledger.pod_started("i-1", "a", 20.0, share=1.0, bound_per_gpu_second=0.5,  # 40 empty, not held: lag
                        allocatable_per_gpu_second=0.75)
@@ -41,6 +41,25 @@ def test_the_ledger_splits_one_instance_by_its_state() -> None:
     })
 
 
+def test_the_ledger_keeps_each_pools_parts_apart_and_they_add_up_to_the_whole() -> None:
+    ledger = CostLedger()
+    ledger.launched("i-1", 0.0, price_per_hour=3600.0, gpus=1, pool="training")  # 1 USD a second
+    ledger.launched("i-2", 0.0, price_per_hour=7200.0, gpus=1, pool="shared")  # 2 USD a second
+    ledger.launched("i-3", 5.0, price_per_hour=3600.0, gpus=1, pool="shared")
+    ledger.ready("i-1", 10.0)
+    ledger.ready("i-2", 10.0)
+    ledger.pod_started("i-2", "p", 10.0, share=1.0, bound_per_gpu_second=1.0)
+    ledger.close(20.0)
+    zero = dict.fromkeys(COST_PARTS, 0.0)
+    by_pool = ledger.by_pool()
+    assert by_pool == {
+        "training": pytest.approx({**zero, "booting": 10.0, "consolidationLag": 10.0}),
+        "shared": pytest.approx({**zero, "booting": 20.0 + 15.0, "lowerBound": 10.0, "pricePremium": 10.0}),
+    }
+    whole = ledger.breakdown(total=20.0 + 40.0 + 15.0)
+    assert whole == pytest.approx({part: sum(p[part] for p in by_pool.values()) for part in COST_PARTS} | {"other": 0})
+
+
 def test_a_pod_on_a_node_of_its_own_costs_its_bound_plus_the_boot() -> None:
     catalog = make_catalog(spot=False)
     trace = make_trace(make_pod(arrival=100.0, duration=3600.0))
@@ -52,6 +71,28 @@ def test_a_pod_on_a_node_of_its_own_costs_its_bound_plus_the_boot() -> None:
     assert parts["pricePremium"] == pytest.approx(0.0, abs=1e-9)
     assert sum(parts.values()) == pytest.approx(result.cost)
     assert result.to_json()["costBreakdown"]["booting"] == round(0.526 * BOOT / 3600, 2)
+
+
+def test_the_cost_by_pool_names_each_pools_instance_types_and_what_they_cost() -> None:
+    # A whole-GPU pod lands in the whole-GPU pool, a quarter of a GPU in the time-slicing pool: each pool's cost is
+    # its own node's, from launch to termination, split into the same parts as the run's.
+    catalog = make_catalog(("g4dn.xlarge",), spot=False)
+    trace = make_trace(make_pod(0, arrival=0.0, duration=3600.0),
+                       make_pod(1, arrival=0.0, duration=3600.0, milli=250, cpu=1000, memory=2048))
+    result = PolicyRun(build_policy("ours-no-prediction", CONFIG, catalog, trace.pods), trace, catalog,
+                       sim_settings()).run()
+    pools = result.to_json()["costByPool"]
+    assert list(pools) == ["gpu", "gpu-shared"]
+    for name, pool in pools.items():
+        assert pool["nodesLaunched"] == 1, name
+        [only] = pool["instanceTypes"]
+        assert only == {"instanceType": "g4dn.xlarge", "capacityType": "on-demand", "cost": pool["cost"],
+                        "nodesLaunched": 1, "hours": pytest.approx(only["hours"])}, name
+        assert pool["cost"] == pytest.approx(0.526 * only["hours"], abs=0.01), name
+        assert sum(pool["costBreakdown"].values()) == pytest.approx(pool["cost"], abs=0.02), name
+    assert pools["gpu"]["costBreakdown"]["lowerBound"] == pytest.approx(0.526, abs=0.01)
+    assert pools["gpu-shared"]["costBreakdown"]["lowerBound"] == pytest.approx(0.526 / 4, abs=0.01)
+    assert sum(p["cost"] for p in pools.values()) == pytest.approx(result.cost, abs=0.02)
 
 
 def test_a_dearer_type_forced_by_memory_is_a_premium_and_its_idle_gpus_are_fragmentation() -> None:
@@ -129,3 +170,11 @@ def test_the_parts_add_up_to_the_cost_and_the_bound_is_the_lower_bound(drawn, se
         waste = {k: v for k, v in parts.items() if k not in ("lowerBound", "pricePremium", "other")}
         assert parts["pricePremium"] >= -1e-6 * max(result.cost, 1.0), name
         assert all(v >= -1e-9 for v in waste.values()), (name, waste)
+        pools = result.cost_by_pool
+        assert sum(p.cost for p in pools.values()) == pytest.approx(result.cost, rel=1e-9, abs=1e-9), name
+        assert sum(p.nodes for p in pools.values()) == result.nodes_launched, name
+        for pool in pools.values():
+            assert sum(pool.breakdown().values()) == pytest.approx(pool.cost, rel=1e-9, abs=1e-9), name
+            assert abs(pool.breakdown()["other"]) <= 1e-6 * max(pool.cost, 1.0), name
+        for part in COST_PARTS:
+            assert sum(p.parts[part] for p in pools.values()) == pytest.approx(parts[part], rel=1e-9, abs=1e-9)

@@ -20,13 +20,23 @@ interval's cost is split exactly by that state:
 
 A run that keeps the ledger gets the parts measured, not inferred: `other` (total cost less the parts) is
 floating-point dust unless an instance accrues outside the ledger, and the report shows it so that can be seen.
+
+The parts are kept per node pool as well (`PoolCost`), with each pool's instance types: a deployment's pools are
+its own choices (a pool weighted first, a family left out), and what each of them costs is the first thing to
+know before blaming the autoscaler's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["COST_PARTS", "CostLedger"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from gpu_autoscaler.simulation.cloud import SimulatedInstance
+
+__all__ = ["COST_PARTS", "CostLedger", "PoolCost", "TypeCost", "pool_costs"]
 
 COST_PARTS = {
     "lowerBound": "the pods' GPU share × seconds run at the cheapest USD per GPU-second that could hold each",
@@ -47,6 +57,8 @@ class _Instance:
     price_per_second: float
     gpus: float
     since: float
+    parts: dict[str, float]
+    """Its pool's parts, which it accrues into."""
     ready: bool = False
     noticed: bool = False
     warm: bool = False
@@ -55,15 +67,18 @@ class _Instance:
 
 
 class CostLedger:
-    """Accrues each instance's cost into `COST_PARTS` at every change of its state. Times are seconds."""
+    """Accrues each instance's cost into `COST_PARTS` of its pool at every change of its state. Times are seconds."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, float] = dict.fromkeys(COST_PARTS, 0.0)
+        self._pools: dict[str, dict[str, float]] = {}
         self._instances: dict[str, _Instance] = {}
         self._pod_instance: dict[str, str] = {}
 
-    def launched(self, instance_id: str, at: float, price_per_hour: float, gpus: float) -> None:
-        self._instances[instance_id] = _Instance(price_per_hour / 3600, gpus, at)
+    def launched(self, instance_id: str, at: float, price_per_hour: float, gpus: float, *, pool: str) -> None:
+        parts = self._pools.get(pool)
+        if parts is None:
+            parts = self._pools[pool] = dict.fromkeys(COST_PARTS, 0.0)
+        self._instances[instance_id] = _Instance(price_per_hour / 3600, gpus, at, parts)
 
     def ready(self, instance_id: str, at: float) -> None:
         self._change(instance_id, at, ready=True)
@@ -109,9 +124,13 @@ class CostLedger:
 
     def breakdown(self, total: float) -> dict[str, float]:
         """The parts, then `other`: `total` less the parts (dust, unless something accrued outside the ledger)."""
-        out = dict(self.parts)
-        out["other"] = total - sum(self.parts.values())
+        out = {part: sum(parts[part] for parts in self._pools.values()) for part in COST_PARTS}
+        out["other"] = total - sum(out.values())
         return out
+
+    def by_pool(self) -> dict[str, dict[str, float]]:
+        """Each pool's parts, pools in the order their first instance was launched."""
+        return {pool: dict(parts) for pool, parts in self._pools.items()}
 
     def instance_ids(self) -> list[str]:
         return list(self._instances)
@@ -133,7 +152,7 @@ class CostLedger:
         return found
 
     def _split(self, instance: _Instance, cost: float, seconds: float) -> None:
-        parts = self.parts
+        parts = instance.parts
         if not instance.ready:
             parts["booting"] += cost
             return
@@ -154,3 +173,62 @@ class CostLedger:
             parts["warmIdle"] += idle
         else:
             parts["consolidationLag"] += idle
+
+
+@dataclass
+class TypeCost:
+    """One instance type and capacity type of a pool: its instances' cost, count and hours up."""
+
+    cost: float = 0.0
+    nodes: int = 0
+    hours: float = 0.0
+
+
+@dataclass
+class PoolCost:
+    """One node pool's share of a run: its parts (as `CostLedger.breakdown`'s) and its instance types."""
+
+    parts: dict[str, float]
+    types: dict[tuple[str, str], TypeCost] = field(default_factory=dict)
+    """(instance type, capacity type) → what its instances cost."""
+
+    @property
+    def cost(self) -> float:
+        return sum(t.cost for t in self.types.values())
+
+    @property
+    def nodes(self) -> int:
+        return sum(t.nodes for t in self.types.values())
+
+    def breakdown(self) -> dict[str, float]:
+        """The parts, then `other`: the pool's cost less them."""
+        return {**self.parts, "other": self.cost - sum(self.parts.values())}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cost": round(self.cost, 2),
+            "nodesLaunched": self.nodes,
+            "costBreakdown": {part: round(usd, 2) for part, usd in self.breakdown().items()},
+            "instanceTypes": [
+                {"instanceType": name, "capacityType": capacity, "cost": round(t.cost, 2), "nodesLaunched": t.nodes,
+                 "hours": round(t.hours, 2)}
+                for (name, capacity), t in sorted(self.types.items(), key=lambda kv: (-kv[1].cost, kv[0]))
+            ],
+        }
+
+
+def pool_costs(instances: Iterable[SimulatedInstance], until: float,
+               parts: Mapping[str, Mapping[str, float]]) -> dict[str, PoolCost]:
+    """Each pool's cost, costliest pool first: its instances (up until `until` unless terminated) and `parts`, the
+    ledger's split of them (`CostLedger.by_pool`)."""
+    pools: dict[str, PoolCost] = {}
+    for instance in instances:
+        pool = pools.get(instance.pool)
+        if pool is None:
+            pool = pools[instance.pool] = PoolCost(dict(parts.get(instance.pool) or dict.fromkeys(COST_PARTS, 0.0)))
+        kind = pool.types.setdefault((instance.instance_type.name, instance.capacity_type), TypeCost())
+        kind.cost += instance.cost(until)
+        kind.nodes += 1
+        kind.hours += max(0.0, (instance.terminated_at if instance.terminated_at is not None else until)
+                          - instance.launched_at) / 3600
+    return dict(sorted(pools.items(), key=lambda kv: (-kv[1].cost, kv[0])))

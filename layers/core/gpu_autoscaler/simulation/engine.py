@@ -62,7 +62,7 @@ from gpu_autoscaler.services.prewarm import PERIOD, SolverPlanner
 from gpu_autoscaler.services.reconcile import ReconcileService
 from gpu_autoscaler.simulation.cloud import SimulatedCloud, interruption_hazard
 from gpu_autoscaler.simulation.cluster import SimPod, SimulatedCluster
-from gpu_autoscaler.simulation.costs import CostLedger
+from gpu_autoscaler.simulation.costs import CostLedger, pool_costs
 from gpu_autoscaler.simulation.metrics import GpuPrices, RunResult, Timeline
 from gpu_autoscaler.simulation.policies import PodShaper
 from gpu_autoscaler.simulation.services import EventQueue, PolicyPacker, SimulatedConsolidate, SimulatedPrewarm
@@ -434,7 +434,8 @@ class PolicyRun:
     def _launched(self, instance: SimulatedInstance) -> None:
         self.provisioned += instance.instance_type.gpus
         self.rate += instance.price_per_hour
-        self.ledger.launched(instance.instance_id, self.t, instance.price_per_hour, instance.instance_type.gpus)
+        self.ledger.launched(instance.instance_id, self.t, instance.price_per_hour, instance.instance_type.gpus,
+                             pool=instance.pool)
         self.push(self.t + self.settings.boot(instance.instance_type, self.rng), _READY, instance)
         self._want_reconcile(register=False)
         if instance.capacity_type == "spot":
@@ -768,6 +769,7 @@ class PolicyRun:
             launch_failures=self.launch_failures, consolidations=self.consolidations, evictions=self.evictions,
             end=self.t, seconds=seconds, timeline=self.timeline, policy=self.policy.to_json(),
             cost_breakdown=self.ledger.breakdown(cost),
+            cost_by_pool=pool_costs(instances, self.t, self.ledger.by_pool()),
         )
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.simulation.costs import PoolCost
     from gpu_autoscaler.simulation.trace import TracePod
 
 __all__ = ["GpuPrices", "RunResult", "Timeline", "holds", "percentile"]
@@ -142,6 +143,8 @@ class RunResult:
     policy: dict[str, Any] = field(default_factory=dict)
     cost_breakdown: dict[str, float] = field(default_factory=dict)
     """The cost split into `costs.COST_PARTS` plus `other`, adding up to `cost`."""
+    cost_by_pool: dict[str, PoolCost] = field(default_factory=dict)
+    """Each node pool's cost, split the same way, with its instance types; costliest first."""
 
     @property
     def gpu_allocation(self) -> float:
@@ -176,5 +179,6 @@ class RunResult:
             "simulatedDays": round(self.end / 86400, 3),
             "runSeconds": round(self.seconds, 2),
             "costBreakdown": {part: round(usd, 2) for part, usd in self.cost_breakdown.items()},
+            "costByPool": {pool: cost.to_json() for pool, cost in self.cost_by_pool.items()},
             "policy": self.policy,
         }

@@ -39,6 +39,8 @@ METRICS = {
     "cancelledWhilePending": "pods the trace itself deleted while pending (they never ran there either) that were "
                              "not started here before that, by reason; not counted as never ran",
     "costBreakdown": {**COST_PARTS, "other": "the cost less the parts above: what accrued outside the ledger"},
+    "costByPool": "per node pool, costliest first: its instances' cost, their count, the same parts as "
+                  "costBreakdown, and each instance type and capacity type with its cost, count and hours up",
 }
 
 
@@ -80,6 +82,7 @@ class SimulationReport:
     def print_table(self, console: Console) -> None:
         console.print(self.table())
         console.print(self.cost_table())
+        console.print(self.pool_table())
 
     def cost_table(self) -> Any:
         """Where each policy's dollars go: the bound, then each kind of waste, as shares of its cost."""
@@ -98,6 +101,32 @@ class SimulationReport:
             table.add_row(r.name, f"{r.cost:,.0f}", *(f"{100 * share:.1f}" for share in shares))
         return table
 
+
+    def pool_table(self) -> Any:
+        """Where each policy's dollars go by node pool: the pool's share, its main parts and its costliest type."""
+        from rich.table import Table
+
+        table = Table(title="where the cost goes by node pool (% of each pool's cost)",
+                      caption="share: % of the policy's cost; rest: boot, warm, overhead, lag and Spot interruption; "
+                              "costliest: the instance type and capacity type costing the pool most, its nodes, USD; "
+                              "report.json has every part and every instance type of each pool (costByPool)")
+        for title in ("policy", "pool", "cost", "share", "nodes", "bound", "frag.", "premium", "rest", "costliest"):
+            table.add_column(title, justify="left" if title in ("policy", "pool", "costliest") else "right")
+        main = ("lowerBound", "fragmentation", "pricePremium")
+        for r in self.results:
+            for i, (name, pool) in enumerate(r.cost_by_pool.items()):
+                parts = pool.breakdown()
+                shares = [parts[p] / pool.cost if pool.cost > 0 else 0.0 for p in main]
+                rest = 1.0 - sum(shares) if pool.cost > 0 else 0.0
+                (kind, capacity), costliest = max(pool.types.items(), key=lambda kv: (kv[1].cost, kv[0]))
+                table.add_row(
+                    r.name if i == 0 else "", name, f"{pool.cost:,.0f}",
+                    f"{100 * pool.cost / r.cost:.1f}" if r.cost > 0 else "–", f"{pool.nodes:,}",
+                    *(f"{100 * share:.1f}" for share in (*shares, rest)),
+                    f"{kind} {capacity} ×{costliest.nodes:,}: {costliest.cost:,.0f}",
+                    end_section=i == len(r.cost_by_pool) - 1,
+                )
+        return table
 
     def table(self) -> Any:
         from rich.table import Table
