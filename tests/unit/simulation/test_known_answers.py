@@ -147,3 +147,34 @@ def test_an_underused_node_is_consolidated_once_consolidate_after_has_passed_sin
         "searched on the minute its consolidateAfter ran out, validated on the next, drained")
     assert first.terminated_at == pytest.approx(result.end)
     assert result.evictions == 1
+
+
+def test_pods_no_pool_can_hold_are_reported_again_together_at_a_doubling_interval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three pods asking for 16 GPUs (no type has them), arriving minutes apart, pending for three days. The real
+    # agent re-reports every pending pod at each resync window, in one document; the replay backs refused pods
+    # off to `max_resync_interval` and keeps them on one grid of each interval, so they go together too: not one
+    # packer call per pod per interval (what made a configuration whose pools hold no pod of a GPU model replay
+    # seven times slower).
+    catalog = make_catalog(spot=False)
+    three_days = 3 * 86400.0
+    refused = [make_pod(i, arrival=arrival, duration=None, deleted_at=three_days, gpus=16, cpu=1000)
+               for i, arrival in enumerate((0.0, 100.0, 250.0))]
+    trace = make_trace(*refused, make_pod(3, arrival=0.0, duration=three_days))  # runs meanwhile: the replay goes on
+    run = PolicyRun(build_policy("ours", make_config(), catalog, trace.pods), trace, catalog, settings())
+    documents: list[set[str]] = []
+    handle = run.packer.handle
+
+    def counted(document: Any, **kwargs: Any) -> Any:
+        documents.append({p.uid for p in document.pods})
+        return handle(document, **kwargs)
+
+    monkeypatch.setattr(run.packer, "handle", counted)
+    result = run.run()
+    assert sum(result.cancelled.values()) == 3, "withdrawn by the trace after three days, never placed"
+    assert [i.instance_type.name for i in run.cloud.instances.values()] == ["g4dn.xlarge"], "the other pod's node"
+    every = {p.uid for p in run.pods if p.trace.gpus == 16}
+    together = [d for d in documents if d == every]
+    # Backed off to 6 hours, all three go together at every 6-hour mark of the three days.
+    assert len(together) >= 3 * 86400 // run.settings.max_resync_interval - 1, documents
+    assert len(documents) <= 30, "a few steps of each pod's doubling before they meet, then one document each time"

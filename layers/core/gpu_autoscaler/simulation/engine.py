@@ -6,7 +6,8 @@ is the in-memory one; EC2 is `SimulatedCloud` and Kubernetes `SimulatedCluster`.
 - the packer (`services.packer.PackerService` with the policy's `Solver`): the pending pods the agent would
   report, batched every `pack_interval` as the agent and the FIFO queue batch them, re-reported every
   `resync_interval` while pending (the agent's resync); a pod the packer cannot place is re-reported with a
-  doubling interval up to `max_resync_interval`, so a pod that fits nowhere costs a bounded number of passes;
+  doubling interval up to `max_resync_interval`, on that interval's grid (so pods refused alike go in one
+  document, as the agent's resync sends them), and a pod that fits nowhere costs a bounded number of passes;
 - the fleet (`services.fleet.FleetService`: attempts, capacity errors, unavailable offerings, fallback);
 - interruptions (`services.interruption.InterruptionService`, fed the EventBridge events EC2 sends: the Spot
   warning, and the state change when EC2 reclaims the instance two minutes later) and drains
@@ -421,6 +422,9 @@ class PolicyRun:
             else:
                 pod.report_every = min(max(self.settings.resync_interval, 2 * pod.report_every),
                                        self.settings.max_resync_interval)
+                # On the interval's grid: refused pods whose intervals are equal fall due together, one document
+                # for all of them, as the agent's resync sends them, not one packing pass each.
+                pod.reported_at = math.floor(self.t / pod.report_every) * pod.report_every
         self._record()
 
     # The fleet and EC2

@@ -69,8 +69,9 @@ class SimulationSettings:
     resync_interval: float = 60.0
     """The agent re-reports a pod still pending this often (its resync)."""
     max_resync_interval: float = 6 * 3600.0
-    """A pod the packer refused is re-reported at a doubling interval up to this (the real agent keeps to its
-    resync; a pod that fits nowhere would otherwise cost a packing pass a minute for weeks)."""
+    """A pod the packer refused is re-reported at a doubling interval up to this, on the interval's grid so that
+    refused pods go together (the real agent keeps to its resync, every pending pod in one document; a pod that fits
+    nowhere would otherwise cost a packing pass a minute for weeks)."""
     consolidation_interval: float = 60.0
     """The consolidate function's schedule: an empty node is looked at on the first minute it falls due."""
     underutilized_interval: float = 60.0
