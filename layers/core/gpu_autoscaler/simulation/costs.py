@@ -23,7 +23,7 @@ floating-point dust unless an instance accrues outside the ledger, and the repor
 
 The parts are kept per node pool as well (`PoolCost`), with each pool's instance types: a deployment's pools are
 its own choices (a pool weighted first, a family left out), and what each of them costs is the first thing to
-know before blaming the autoscaler's.
+know before comparing policies on it.
 """
 
 from __future__ import annotations
