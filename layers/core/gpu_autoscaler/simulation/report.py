@@ -101,7 +101,6 @@ class SimulationReport:
             table.add_row(r.name, f"{r.cost:,.0f}", *(f"{100 * share:.1f}" for share in shares))
         return table
 
-
     def pool_table(self) -> Any:
         """Where each policy's dollars go by node pool: the pool's share, its main parts and its costliest type."""
         from rich.table import Table
