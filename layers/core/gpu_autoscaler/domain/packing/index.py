@@ -53,7 +53,6 @@ class CatalogIndex:
         self.positions: dict[OfferingKey, list[int]] = {}
         for i, o in enumerate(self.offerings):
             self.positions.setdefault(o.key, []).append(i)
-        self.type_gpus = np.array([t.gpus for t in self.types], np.float64)
         self.type_vcpu = np.array([t.vcpu for t in self.types], np.int64)
         self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         self._numbers: dict[str, np.ndarray] = {}

@@ -45,7 +45,7 @@ from gpu_autoscaler.domain.packing.zones import (
 )
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import device_totals, with_requests
-from gpu_autoscaler.models.resources import CPU, GPU, MEMORY
+from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, is_gpu_resource
 from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
@@ -398,18 +398,16 @@ class SolvePass:
 
     def _room_kept(self, view: PoolView, cap: np.ndarray) -> np.ndarray:
         """What every candidate of a node bought for its room (`cap`, its allocatable) must have too. Where GPUs are
-        whole, its GPUs: the next pods need a free GPU, and a type with as many has the room whatever its CPU. Where
-        they are time-sliced, all of it: a GPU's replicas outnumber the pods its CPU and memory hold (half a GPU
+        whole, its GPU devices: the next pods need a free GPU, and a type with as many has the room whatever its CPU.
+        Where they are time-sliced, all of it: a GPU's replicas outnumber the pods its CPU and memory hold (half a GPU
         beside 6 vCPU on a g4dn.2xlarge leaves two replicas no such pod can use), so the room bought is CPU and
-        memory as much as replicas. Kept in full in whole-GPU pools too, the replay of a trace never tuned on
-        (gpushare20) cost 4.5 % more; GPUs alone in time-slicing pools, the room was decided and a type without it
-        launched (README, the simulator's seventeenth round)."""
+        memory as much as replicas. Kept in full in whole-GPU pools too, the replay of gpushare20 cost 4.5 % more;
+        kept in GPUs alone in time-slicing pools, the room was decided and a type without it launched (README, the
+        simulator's seventeenth round)."""
         if view.pool.gpu_sharing.mode == "time-slicing":
             return cap
-        gpu = self.names.index(GPU)
-        kept = np.zeros_like(cap)
-        kept[gpu] = cap[gpu]
-        return kept
+        devices = np.array([is_gpu_resource(name) for name in self.names])
+        return np.where(devices, cap, 0)
 
     def _dedupe(self, pos: np.ndarray, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keep, per instance type and set of classes it may hold, only the cheapest offering (zone)."""

@@ -95,8 +95,6 @@ class Solver:
         self.mask_rows: dict[tuple[object, ...], np.ndarray] = {}
         """Each pod class's row of offerings it may go to, by pool, resource axes, requests, constraints and the
         offerings available (`class_row`): pure, and asked again on every consolidation candidate."""
-        self.type_gpus = np.array([t.gpus for t in self.index.types], np.float64)
-        """[T] GPUs of each catalog type."""
         names = [t.name for t in self.index.types]
         self.name_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
         """[T] each catalog type's place in name order: the tie-break among candidates of one price."""
