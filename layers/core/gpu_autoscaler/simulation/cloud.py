@@ -64,9 +64,13 @@ class SimulatedInstance:
     def alive(self) -> bool:
         return self.terminated_at is None
 
-    def cost(self, until: float) -> float:
+    def seconds_up(self, until: float) -> float:
+        """From launch to termination (or `until`, if still up)."""
         end = self.terminated_at if self.terminated_at is not None else until
-        return self.price_per_hour * max(0.0, end - self.launched_at) / 3600
+        return max(0.0, end - self.launched_at)
+
+    def cost(self, until: float) -> float:
+        return self.price_per_hour * self.seconds_up(until) / 3600
 
 
 class SimulatedCloud:

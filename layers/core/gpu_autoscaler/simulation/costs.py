@@ -129,7 +129,7 @@ class CostLedger:
         return out
 
     def by_pool(self) -> dict[str, dict[str, float]]:
-        """Each pool's parts, pools in the order their first instance was launched."""
+        """Each pool's parts (copies), pools in the order their first instance was launched."""
         return {pool: dict(parts) for pool, parts in self._pools.items()}
 
     def instance_ids(self) -> list[str]:
@@ -218,17 +218,16 @@ class PoolCost:
 
 
 def pool_costs(instances: Iterable[SimulatedInstance], until: float,
-               parts: Mapping[str, Mapping[str, float]]) -> dict[str, PoolCost]:
+               parts: Mapping[str, dict[str, float]]) -> dict[str, PoolCost]:
     """Each pool's cost, costliest pool first: its instances (up until `until` unless terminated) and `parts`, the
     ledger's split of them (`CostLedger.by_pool`)."""
     pools: dict[str, PoolCost] = {}
     for instance in instances:
         pool = pools.get(instance.pool)
         if pool is None:
-            pool = pools[instance.pool] = PoolCost(dict(parts.get(instance.pool) or dict.fromkeys(COST_PARTS, 0.0)))
+            pool = pools[instance.pool] = PoolCost(parts.get(instance.pool) or dict.fromkeys(COST_PARTS, 0.0))
         kind = pool.types.setdefault((instance.instance_type.name, instance.capacity_type), TypeCost())
         kind.cost += instance.cost(until)
         kind.nodes += 1
-        kind.hours += max(0.0, (instance.terminated_at if instance.terminated_at is not None else until)
-                          - instance.launched_at) / 3600
+        kind.hours += instance.seconds_up(until) / 3600
     return dict(sorted(pools.items(), key=lambda kv: (-kv[1].cost, kv[0])))
