@@ -144,6 +144,26 @@ def test_time_sliced_slots_are_not_cheap_gpus() -> None:
     assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
 
 
+def test_mig_slices_are_not_cheap_gpus() -> None:
+    """With the `single` strategy the device plugin advertises each MIG slice as `nvidia.com/gpu` (seven 1g.5gb
+    slices to an A100): priced per slice, a Spot p4d.24xlarge would be a 0.13 USD GPU and every whole-GPU node
+    beside it would look dear and lose Cluster Autoscaler's threshold. Per physical GPU it is 0.91, and an
+    On-Demand A10G (1.006) is not four times that."""
+    sliced_pool = make_pool("gpu-mig", weight=1, taints=[{"key": "gpu-autoscaler/mig", "value": "true",
+                                                          "effect": "NoSchedule"}],
+                            gpuSharing={"mode": "mig", "migStrategy": "single", "migProfile": "1g.5gb"},
+                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
+    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}),
+                         sliced_pool)
+    cluster = Cluster(config)
+    busy = cluster.node("g5.xlarge")
+    cluster.pod(busy)  # its one GPU: busy
+    sliced = cluster.node("p4d.24xlarge", capacity_type="spot", pool="gpu-mig", age=timedelta(minutes=5))
+    cluster.pod(sliced)  # 1 of its 56 slices
+    result = cluster.consolidate()
+    assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
+
+
 def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
     """Room on a node that stays (kept by the search, or busy itself) whose pods no cheaper new node would hold is paid
     for as long as they run: a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods

@@ -108,7 +108,7 @@ from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import drift_reason
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.packing.classes import plain_of
-from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
+from gpu_autoscaler.domain.packing.fit import allocatable, fits, gpu_equivalent, pod_requests
 from gpu_autoscaler.domain.packing.results import claim_requests
 from gpu_autoscaler.domain.per_object import PerObject
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -628,13 +628,13 @@ def _busy(n: GroupNode, cheapest: float | None) -> str | None:
 
 
 def _gpu_price(n: GroupNode) -> float | None:
-    """The node's price per physical GPU: a time-sliced node advertises each GPU as `replicas` slots, and its slots
-    are not cheaper GPUs (counted as GPUs, every whole-GPU node beside a time-slicing pool would look dear). None for a
-    node without GPUs."""
-    slots = n.capacity.get(GPU, 0) if n.capacity is not None else 0
-    sharing = n.pool.gpu_sharing if n.pool is not None else None
-    per_gpu = sharing.replicas if sharing is not None and sharing.mode == "time-slicing" else 1
-    return n.price * per_gpu / slots if slots > 0 else None
+    """The node's price per physical GPU its devices stand for (`fit.gpu_equivalent`): a time-sliced node advertises
+    each GPU as `replicas` devices and a MIG node with the `single` strategy each slice as one, and neither is a
+    cheaper GPU (counted as GPUs, every whole-GPU node beside such a pool would look dear). None for a node without
+    `nvidia.com/gpu` devices."""
+    if n.capacity is None or n.pool is None or n.capacity.get(GPU, 0) <= 0:
+        return None
+    return n.price / gpu_equivalent({GPU: n.capacity[GPU]}, n.pool)
 
 
 def _cheapest_free_gpu(nodes: Sequence[GroupNode]) -> float | None:
