@@ -227,7 +227,8 @@ class PoolLimits(_Model):
 class GpuSharing(_Model):
     mode: Literal["none", "time-slicing", "mig"] = "none"
     replicas: int = Field(default=1, ge=1, le=64)
-    """time-slicing: how many pods share one physical GPU."""
+    """time-slicing: how many pods share one physical GPU. 1 in every other mode (checked below), so it is read
+    without asking the mode."""
     mig_profile: str | None = None
     """mig: the profile every GPU is partitioned into, e.g. `1g.10gb` (`1g.10gb+me` with the media engine)."""
     mig_strategy: Literal["single", "mixed"] = "mixed"

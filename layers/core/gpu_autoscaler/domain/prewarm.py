@@ -515,7 +515,7 @@ def placeholder_pods(
     affinity: tuple[NodeSelectorTerm, ...] = ()
     if need.instance_type:
         selector[L.INSTANCE_TYPE] = need.instance_type
-        requests = {GPU: str(max(devices or 1, 1) * _replicas(pool))}
+        requests = {GPU: str(max(devices or 1, 1) * pool.gpu_sharing.replicas)}
         count = need.nodes
     elif need.shapes and count > 0:
         return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)
@@ -562,16 +562,12 @@ def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: 
     return pods
 
 
-def _replicas(pool: NodePool) -> int:
-    return pool.gpu_sharing.replicas if pool.gpu_sharing.mode == "time-slicing" else 1
-
-
 def _one_gpu(pool: NodePool) -> dict[str, str]:
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
         per_gpu = next((g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
         return {MIG_PREFIX + sharing.mig_profile: str(per_gpu)}
-    return {GPU: str(_replicas(pool))}
+    return {GPU: str(sharing.replicas)}
 
 
 def largest_within_budget(

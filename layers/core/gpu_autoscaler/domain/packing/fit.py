@@ -73,8 +73,7 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
         if slices:
             values[GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile] = slices
             return Resources(values)
-    replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
-    values[GPU] = instance_type.gpu_devices * replicas
+    values[GPU] = instance_type.gpu_devices * sharing.replicas
     return Resources(values)
 
 
@@ -121,12 +120,11 @@ def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: I
     total = 0.0
     sharing = pool.gpu_sharing
     single_mig = sharing.mode == "mig" and sharing.mig_strategy == "single" and sharing.mig_profile
-    replicas = sharing.replicas if sharing.mode == "time-slicing" else 1
     slices: Mapping[str, int] = requests  # read, never changed: no copy (demand counts every pod each tick)
     if single_mig:
         slices = {MIG_PREFIX + str(sharing.mig_profile): requests.get(GPU, 0)}
     else:
-        total += requests.get(GPU, 0) / replicas
+        total += requests.get(GPU, 0) / sharing.replicas
     for name, count in slices.items():
         if not name.startswith(MIG_PREFIX) or not count:
             continue
