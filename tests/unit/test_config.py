@@ -69,8 +69,6 @@ def test_no_other_setting_has_a_null_that_is_not_its_default() -> None:
 
 
 def test_a_pools_termination_grace_period_is_optional_and_a_duration(config_data: dict[str, Any]) -> None:
-    from datetime import timedelta
-
     assert parse_config(config_data).node_pools[0].termination_grace_period is None
     config_data["nodePools"][0]["terminationGracePeriod"] = "2h"
     assert parse_config(config_data).node_pools[0].termination_grace_period == timedelta(hours=2)
