@@ -27,13 +27,17 @@ TYPES: dict[str, tuple[int, int, float, int, str, float]] = {
     "p5.48xlarge": (192, 2097152, 8, 8, "H100", 55.04),
 }
 
+GPU_MEMORY_MIB = {"L4": 24576, "H100": 81920}
+"""Per GPU: an H100's 80 GB, so NVIDIA's MIG table knows it."""
+
 _ids = itertools.count()
 
 
 def make_type(name: str) -> InstanceType:
     vcpu, memory, gpus, devices, model, _ = TYPES[name]
     return InstanceType(name=name, vcpu=vcpu, memory_mib=memory, gpus=gpus, gpu_devices=devices, gpu_model=model,
-                        gpu_manufacturer="NVIDIA", gpu_memory_mib=int(24576 * max(gpus, 0.125)), max_pods=110)
+                        gpu_manufacturer="NVIDIA", gpu_memory_mib=int(GPU_MEMORY_MIB[model] * max(gpus, 0.125)),
+                        max_pods=110)
 
 
 def make_types() -> list[InstanceType]:

@@ -241,7 +241,8 @@ class TestPackerRequest:
 
     def test_instance_type_placeholders_fill_one_node_each(self) -> None:
         pool = make_config().pool("gpu")
-        pods = placeholder_pods(WarmNeed("gpu", PEAK, instance_type="g6.12xlarge", nodes=2), pool, "t", devices=4)
+        pods = placeholder_pods(WarmNeed("gpu", PEAK, instance_type="g6.12xlarge", nodes=2), pool, "t",
+                               devices={"nvidia.com/gpu": 4})
         assert len(pods) == 2 and pods[0].requests == {"nvidia.com/gpu": "4"}
         assert pods[0].node_selector["node.kubernetes.io/instance-type"] == "g6.12xlarge"
 

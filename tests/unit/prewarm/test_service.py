@@ -22,7 +22,7 @@ from gpu_autoscaler.services.prewarm import (
     parse_tick,
 )
 
-from .builders import MONDAY, make_catalog, make_claim, make_config, make_window, office_hours_demand
+from .builders import MONDAY, make_catalog, make_claim, make_config, make_pool, make_window, office_hours_demand
 from .fakes import MemoryStore, RecordingQueue
 
 if TYPE_CHECKING:
@@ -110,6 +110,31 @@ class TestWindow:
         rig = Rig(config, START)
         rig.tick()
         assert sorted(c.instance_types for c in rig.warm(PEAK)) == [("g6.12xlarge",), ("g6.12xlarge",)]
+        assert rig.gpus(PEAK) == 8
+
+    @pytest.mark.parametrize("strategy", ["mixed", "single"])
+    def test_instance_type_window_in_a_mig_pool_warms_each_node_asked(self, strategy: str) -> None:
+        """A MIG node advertises its slices, not its GPUs: as `nvidia.com/mig-1g.10gb` (mixed) or as
+        `nvidia.com/gpu` (single), 56 on a p5.48xlarge. A placeholder asking `nvidia.com/gpu` 8 fits no mixed node
+        and seven times over on a single one: each node asked must be asked for all of its devices."""
+        pool = make_pool(requirements=[{"key": "karpenter.k8s.aws/instance-family", "operator": "In",
+                                        "values": ["p5"]}],
+                         gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "migStrategy": strategy})
+        config = make_config(pools=[pool], windows=[make_window(warm={"instanceTypes": {"p5.48xlarge": 2}})])
+        rig = Rig(config, START)
+        rig.tick()
+        assert sorted(c.instance_types for c in rig.warm(PEAK)) == [("p5.48xlarge",), ("p5.48xlarge",)]
+        assert rig.gpus(PEAK) == 16
+
+    def test_gpu_window_in_a_mig_single_pool_warms_its_gpus(self) -> None:
+        """With the single strategy a GPU's seven 1g.10gb slices are `nvidia.com/gpu` 7 (NVIDIA's device plugin):
+        a placeholder asking `nvidia.com/mig-1g.10gb` fits no node of the pool."""
+        pool = make_pool(requirements=[{"key": "karpenter.k8s.aws/instance-family", "operator": "In",
+                                        "values": ["p5"]}],
+                         gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "migStrategy": "single"})
+        rig = Rig(make_config(pools=[pool]), START - timedelta(minutes=13))
+        rig.tick()
+        assert [c.instance_types for c in rig.warm(PEAK)] == [("p5.48xlarge",)]
         assert rig.gpus(PEAK) == 8
 
     def test_a_stuck_pending_claim_is_named_again(self) -> None:

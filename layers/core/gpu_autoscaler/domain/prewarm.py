@@ -491,17 +491,18 @@ def placeholder_pods(
     pool: NodePool,
     stamp: str,
     *,
-    devices: int | None = None,
+    devices: Mapping[str, int] | None = None,
     exclude_types: Sequence[str] = (),
     gpus: int | None = None,
 ) -> list[PendingPod]:
     """Synthetic pods standing for warm demand, so the packer finds the cheapest way to hold it.
 
-    Each GPU-count placeholder asks for one physical GPU in the pool's terms (`nvidia.com/gpu` 1, or
-    `replicas` time-sliced devices, or the MIG profile's slices of one GPU — the count from NVIDIA's table
-    for the first GPU that offers the profile), no CPU or memory: the packer then picks the types with the
-    lowest price per GPU. An instance-type placeholder asks for all `devices` devices of one node of that
-    type and selects it by name, so each becomes one node of it. Every placeholder selects the pool and
+    Each GPU-count placeholder asks for one physical GPU in the pool's terms (`nvidia.com/gpu` 1, or `replicas`
+    time-sliced devices, or the MIG profile's slices of one GPU — the count from NVIDIA's table for the first GPU
+    that offers the profile, named `nvidia.com/gpu` with the single strategy), no CPU or memory: the packer then
+    picks the types with the lowest price per GPU. An instance-type placeholder asks for all of one node's GPU
+    `devices`, named as its pool's device plugin names them (`fit.gpu_devices`: a MIG node's slices, not its GPUs),
+    and selects the type by name, so each becomes one node of it. Every placeholder selects the pool and
     tolerates its taints; `exclude_types` keeps partitioned GPUs (less than one GPU per device) out, and
     unless the pool itself says which architecture its nodes have, placeholders ask for amd64: warm
     capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on it.
@@ -515,7 +516,7 @@ def placeholder_pods(
     affinity: tuple[NodeSelectorTerm, ...] = ()
     if need.instance_type:
         selector[L.INSTANCE_TYPE] = need.instance_type
-        requests = {GPU: str(max(devices or 1, 1) * pool.gpu_sharing.replicas)}
+        requests = {name: str(count) for name, count in (devices or {GPU: pool.gpu_sharing.replicas}).items()}
         count = need.nodes
     elif need.shapes and count > 0:
         return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)
@@ -566,7 +567,7 @@ def _one_gpu(pool: NodePool) -> dict[str, str]:
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
         per_gpu = next((g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
-        return {MIG_PREFIX + sharing.mig_profile: str(per_gpu)}
+        return {(GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile): str(per_gpu)}
     return {GPU: str(sharing.replicas)}
 
 

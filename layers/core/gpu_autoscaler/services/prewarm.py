@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
+from gpu_autoscaler.domain.packing.fit import gpu_devices
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.pod_shapes import classes, series_key
 from gpu_autoscaler.domain.prewarm import (
@@ -230,7 +231,7 @@ class PrewarmService:
         self._instance_types = instance_types
         self._schedules = window_schedules(config)
         self._schedules_for: dict[tuple[tuple[str, timedelta], ...], list[WindowSchedule]] = {}
-        self._facts: tuple[list[InstanceType], tuple[GpuCapacity, list[str], dict[str, int]]] | None = None
+        self._facts: tuple[list[InstanceType], tuple[GpuCapacity, list[str], dict[str, InstanceType]]] | None = None
 
     def run(self, tick: ScheduleTick) -> PrewarmOutcome:
         now = self.clock.now()
@@ -239,7 +240,7 @@ class PrewarmService:
             notes.append(f"tick for window '{tick.window}', which is not configured; reconciling the rest")
             logger.warning(notes[-1])
         types = list(self._instance_types())
-        gpus, partitioned, devices = self._type_facts(types)
+        gpus, partitioned, by_name = self._type_facts(types)
         claims = self.store.list_claims(LIVE_STATES)
         leads = self._lead_times(now)
         forecasts = self._forecasts(now, leads)
@@ -250,7 +251,7 @@ class PrewarmService:
         released, handed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
-            launched.extend(self._launch(need, now, gpus, partitioned, devices))
+            launched.extend(self._launch(need, now, gpus, partitioned, by_name))
         for pool in decision.pools:
             notes.extend(f"{pool.pool}: {note}" for note in pool.notes)
         resent = self._resend(claims, now)
@@ -260,15 +261,15 @@ class PrewarmService:
             logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
         return outcome
 
-    def _type_facts(self, types: list[InstanceType]) -> tuple[GpuCapacity, list[str], dict[str, int]]:
-        """GPUs per type, the partitioned types, devices per type: rebuilt only when the catalog's types are not
+    def _type_facts(self, types: list[InstanceType]) -> tuple[GpuCapacity, list[str], dict[str, InstanceType]]:
+        """GPUs per type, the partitioned types, the types by name: rebuilt only when the catalog's types are not
         the very (immutable) objects of the last tick — every tick reads them, the catalog changes rarely."""
         cached = self._facts
         if cached is not None and len(cached[0]) == len(types) and all(
                 a is b for a, b in zip(cached[0], types, strict=True)):
             return cached[1]
         facts = (GpuCapacity(types), sorted(t.name for t in types if t.is_gpu and t.gpus < 1),
-                 {t.name: t.gpu_devices for t in types})
+                 {t.name: t for t in types})
         self._facts = (types, facts)
         return facts
 
@@ -387,14 +388,14 @@ class PrewarmService:
         return released, handed
 
     def _launch(self, need: WarmNeed, now: datetime, gpus: GpuCapacity, partitioned: Sequence[str],
-                devices: dict[str, int]) -> list[NodeClaim]:
+                by_name: dict[str, InstanceType]) -> list[NodeClaim]:
         pool = self.config.pool(need.pool)
         stamp = bucket_start(now).strftime("%Y%m%dT%H%M")
         if need.instance_type:
-            if need.instance_type not in devices:
+            if need.instance_type not in by_name:
                 logger.warning("warm %s: instance type %s is not in the catalog", need.warm, need.instance_type)
                 return []
-            pods = placeholder_pods(need, pool, stamp, devices=devices[need.instance_type])
+            pods = placeholder_pods(need, pool, stamp, devices=gpu_devices(by_name[need.instance_type], pool))
             claims = list(self.plan_capacity(pods))
         else:
             claims = largest_within_budget(

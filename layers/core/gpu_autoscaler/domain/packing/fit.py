@@ -32,6 +32,7 @@ from gpu_autoscaler.models.resources import (
     MIG_PREFIX,
     PODS,
     Resources,
+    is_gpu_resource,
     parse_quantity,
 )
 
@@ -75,6 +76,13 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
             return Resources(values)
     values[GPU] = instance_type.gpu_devices * sharing.replicas
     return Resources(values)
+
+
+def gpu_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
+    """The GPU devices a node of this type in this pool advertises, under the names its pool's device plugin gives
+    them: whole GPUs, time-sliced replicas, or MIG slices (`nvidia.com/mig-<profile>`, or `nvidia.com/gpu` with
+    the single strategy)."""
+    return {name: count for name, count in node_capacity(instance_type, pool).items() if is_gpu_resource(name)}
 
 
 def dra_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
