@@ -164,6 +164,25 @@ def test_mig_slices_are_not_cheap_gpus() -> None:
     assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
 
 
+def test_whole_gpus_in_a_mig_pool_are_priced_as_gpus() -> None:
+    """A GPU without MIG (the A10G) keeps advertising whole GPUs in a MIG pool: its node's price per GPU is its
+    price over its GPUs, not over the A100 slices a GPU of the pool's profile would have made of it (0.41 USD a
+    GPU-hour, not seven times that: not dear beside Spot A10G room at 0.59)."""
+    mig_pool = make_pool("gpu-mig", weight=1, taints=[{"key": "gpu-autoscaler/mig", "value": "true",
+                                                       "effect": "NoSchedule"}],
+                         gpuSharing={"mode": "mig", "migStrategy": "single", "migProfile": "1g.5gb"},
+                         disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
+    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}),
+                         mig_pool)
+    cluster = Cluster(config)
+    busy = cluster.node("g5.xlarge", capacity_type="spot", pool="gpu-mig")
+    cluster.pod(busy)  # its one GPU: busy
+    roomy = cluster.node("g5.48xlarge", capacity_type="spot", age=timedelta(minutes=5))
+    cluster.pods_on(roomy, 2)  # too young to go; 6 GPUs free at 0.59 USD each
+    result = cluster.consolidate()
+    assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
+
+
 def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
     """Room on a node that stays (kept by the search, or busy itself) whose pods no cheaper new node would hold is paid
     for as long as they run: a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods

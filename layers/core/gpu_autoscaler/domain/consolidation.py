@@ -108,7 +108,7 @@ from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import drift_reason
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.packing.classes import plain_of
-from gpu_autoscaler.domain.packing.fit import allocatable, fits, gpu_equivalent, pod_requests
+from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
 from gpu_autoscaler.domain.packing.results import claim_requests
 from gpu_autoscaler.domain.per_object import PerObject
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -154,8 +154,9 @@ _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType
     WeakKeyDictionary())
 """Per solver (per configuration and catalog): (instance type, pool) → the objects it came from and its allocatable."""
 _FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool | None, Overhead, float, Resources,
-                                                     Resources | None]]] = WeakKeyDictionary()
-"""Per solver: a node object's id → the node, its pool and overhead, and its price, use and allocatable (`_node`)."""
+                                                     Resources | None, float]]] = WeakKeyDictionary()
+"""Per solver: a node object's id → the node, its pool and overhead, and its price, use, allocatable and physical
+GPUs (`_node`)."""
 _PER_SOLVER_LIMIT = 4096
 """Nodes `_FIGURES` and claims `_DRIFT` keep per solver; past it, cleared."""
 _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
@@ -232,18 +233,20 @@ class _Pass(GroupJudge):
             return GroupNode(item, pool, *found[3:])
         used = item.footprint
         computed = None
+        gpus = 0.0
         if claim is not None and pool is not None and claim.instance_type:
             instance_type = self.catalog.get(claim.instance_type)
             if instance_type is not None:
                 computed = self._allocatable(instance_type, pool)
+                gpus = float(instance_type.gpus)
                 reported = item.node.allocatable.as_dict()
                 deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
                 used = used + deficit
         price = _price(self.catalog, claim) if claim is not None else 0.0
         if len(cache) >= _PER_SOLVER_LIMIT:
             cache.clear()
-        cache[id(item)] = (item, pool, overhead, price, used, computed)
-        return GroupNode(item, pool, price, used, computed)
+        cache[id(item)] = (item, pool, overhead, price, used, computed, gpus)
+        return GroupNode(item, pool, price, used, computed, gpus)
 
     def _allocatable(self, instance_type: InstanceType, pool: NodePool) -> Resources:
         """`fit.allocatable`, once per instance type and pool for as long as the solver lives (a pass a minute
@@ -628,13 +631,13 @@ def _busy(n: GroupNode, cheapest: float | None) -> str | None:
 
 
 def _gpu_price(n: GroupNode) -> float | None:
-    """The node's price per physical GPU its devices stand for (`fit.gpu_equivalent`): a time-sliced node advertises
-    each GPU as `replicas` devices and a MIG node with the `single` strategy each slice as one, and neither is a
-    cheaper GPU (counted as GPUs, every whole-GPU node beside such a pool would look dear). None for a node without
-    `nvidia.com/gpu` devices."""
-    if n.capacity is None or n.pool is None or n.capacity.get(GPU, 0) <= 0:
+    """The node's price per physical GPU of its type: a time-sliced node advertises each GPU as `replicas` devices
+    and a MIG node with the `single` strategy each slice as one, and neither is a cheaper GPU (counted as GPUs, every
+    whole-GPU node beside such a pool would look dear); a GPU without MIG in a MIG pool still advertises itself
+    whole. None for a node without `nvidia.com/gpu` devices."""
+    if n.capacity is None or n.capacity.get(GPU, 0) <= 0 or n.gpus <= 0:
         return None
-    return n.price / gpu_equivalent({GPU: n.capacity[GPU]}, n.pool)
+    return n.price / n.gpus
 
 
 def _cheapest_free_gpu(nodes: Sequence[GroupNode]) -> float | None:

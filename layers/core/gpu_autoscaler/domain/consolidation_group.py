@@ -58,6 +58,8 @@ class GroupNode:
     the packer's figure of allocatable."""
     capacity: Resources | None
     """The packer's figure of its allocatable (`fit.allocatable`); None when its type or pool is unknown."""
+    gpus: float = 0.0
+    """Its instance type's physical GPUs (0 when the type is unknown): what its price per GPU divides by."""
     removed: bool = False
     locked: bool = False
     """Took pods in this pass: it stays."""
