@@ -127,15 +127,18 @@ def test_a_busy_node_whose_gpus_cost_four_times_the_cheapest_free_gpu_is_weighed
     assert result.skipped[dear] == "busy: its pods request 50% of its GPUs, not under the pool's underutilizedBelow 50%"
 
 
+def _beside(name: str, **sharing: object) -> Cluster:
+    """A cluster of the default pool and a second one sharing its GPUs, both under Cluster Autoscaler's threshold."""
+    disruption = {"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}
+    shared = make_pool(name, weight=1, taints=[{"key": f"gpu-autoscaler/{name}", "value": "true",
+                                                "effect": "NoSchedule"}], gpuSharing=sharing, disruption=disruption)
+    return Cluster(make_config(make_pool(disruption=disruption), shared))
+
+
 def test_time_sliced_slots_are_not_cheap_gpus() -> None:
     """A time-sliced node advertises each GPU as `replicas` slots: priced per slot, every whole-GPU node beside a
     time-slicing pool would look four times dearer and lose Cluster Autoscaler's threshold."""
-    shared = make_pool("gpu-shared", weight=1, taints=[{"key": "gpu-autoscaler/shared", "value": "true",
-                                                        "effect": "NoSchedule"}],
-                       gpuSharing={"mode": "time-slicing", "replicas": 4},
-                       disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
-    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}), shared)
-    cluster = Cluster(config)
+    cluster = _beside("gpu-shared", mode="time-slicing", replicas=4)
     busy = cluster.node("g5.xlarge", capacity_type="spot")
     cluster.pod(busy)  # its one GPU: busy
     sliced = cluster.node("g5.xlarge", capacity_type="spot", pool="gpu-shared", age=timedelta(minutes=5))
@@ -149,13 +152,7 @@ def test_mig_slices_are_not_cheap_gpus() -> None:
     slices to an A100): priced per slice, a Spot p4d.24xlarge would be a 0.13 USD GPU and every whole-GPU node
     beside it would look dear and lose Cluster Autoscaler's threshold. Per physical GPU it is 0.91, and an
     On-Demand A10G (1.006) is not four times that."""
-    sliced_pool = make_pool("gpu-mig", weight=1, taints=[{"key": "gpu-autoscaler/mig", "value": "true",
-                                                          "effect": "NoSchedule"}],
-                            gpuSharing={"mode": "mig", "migStrategy": "single", "migProfile": "1g.5gb"},
-                            disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
-    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}),
-                         sliced_pool)
-    cluster = Cluster(config)
+    cluster = _beside("gpu-mig", mode="mig", migStrategy="single", migProfile="1g.5gb")
     busy = cluster.node("g5.xlarge")
     cluster.pod(busy)  # its one GPU: busy
     sliced = cluster.node("p4d.24xlarge", capacity_type="spot", pool="gpu-mig", age=timedelta(minutes=5))
@@ -168,13 +165,7 @@ def test_whole_gpus_in_a_mig_pool_are_priced_as_gpus() -> None:
     """A GPU without MIG (the A10G) keeps advertising whole GPUs in a MIG pool: its node's price per GPU is its
     price over its GPUs, not over the A100 slices a GPU of the pool's profile would have made of it (0.41 USD a
     GPU-hour, not seven times that: not dear beside Spot A10G room at 0.59)."""
-    mig_pool = make_pool("gpu-mig", weight=1, taints=[{"key": "gpu-autoscaler/mig", "value": "true",
-                                                       "effect": "NoSchedule"}],
-                         gpuSharing={"mode": "mig", "migStrategy": "single", "migProfile": "1g.5gb"},
-                         disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5})
-    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": 0.5}),
-                         mig_pool)
-    cluster = Cluster(config)
+    cluster = _beside("gpu-mig", mode="mig", migStrategy="single", migProfile="1g.5gb")
     busy = cluster.node("g5.xlarge", capacity_type="spot", pool="gpu-mig")
     cluster.pod(busy)  # its one GPU: busy
     roomy = cluster.node("g5.48xlarge", capacity_type="spot", age=timedelta(minutes=5))
