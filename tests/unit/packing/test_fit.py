@@ -124,3 +124,12 @@ def test_gpu_equivalent_counts_physical_gpus() -> None:
     assert gpu_equivalent({"nvidia.com/gpu": 2}, pool()) == 2
     assert gpu_equivalent({"nvidia.com/gpu": 2}, pool(mode="time-slicing", replicas=4)) == 0.5
     assert gpu_equivalent({"nvidia.com/mig-3g.40gb": 2}, pool()) == pytest.approx(6 / 7)
+
+
+def test_a_mig_slice_is_its_share_of_the_gpu_its_profile_names() -> None:
+    """An A30 has four compute slices, the rest of NVIDIA's MIG GPUs seven: the profile's name says which."""
+    assert gpu_equivalent({"nvidia.com/mig-2g.12gb": 1}, pool()) == pytest.approx(2 / 4)
+    assert gpu_equivalent({"nvidia.com/mig-1g.6gb": 4}, pool()) == pytest.approx(1)
+    single = pool(mode="mig", migStrategy="single", migProfile="1g.6gb")
+    assert gpu_equivalent({"nvidia.com/gpu": 2}, single) == pytest.approx(2 / 4)
+    assert gpu_equivalent({"nvidia.com/mig-1g.10gb": 7}, pool()) == pytest.approx(1)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
+from gpu_autoscaler.domain.packing.mig import compute_share, mig_slices
 from gpu_autoscaler.domain.packing.reserved import kubelet_reservations
 from gpu_autoscaler.models.resources import (
     CPU,
@@ -119,11 +119,11 @@ def fits(requests: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
     return all(value <= capacity.get(name, 0) for name, value in requests.items() if value)
 
 
-def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: InstanceType | None = None) -> float:
+def gpu_equivalent(requests: Mapping[str, int], pool: NodePool) -> float:
     """Physical GPUs a pod's request stands for: what demand history and GPU limits count.
 
-    A time-sliced device is 1/replicas of a GPU; a MIG slice is its compute share (`3g.40gb` is 3/7 of an
-    A100, 2/4 of an A30 — the denominator from the node's GPU when known, else 7).
+    A time-sliced device is 1/replicas of a GPU; a MIG slice is its compute share (`mig.compute_share`: `3g.40gb`
+    is 3/7 of an H100, `2g.12gb` 2/4 of an A30).
     """
     total = 0.0
     sharing = pool.gpu_sharing
@@ -136,13 +136,5 @@ def gpu_equivalent(requests: Mapping[str, int], pool: NodePool, instance_type: I
     for name, count in slices.items():
         if not name.startswith(MIG_PREFIX) or not count:
             continue
-        profile = name.removeprefix(MIG_PREFIX)
-        compute = profile.split("g.", 1)[0]
-        share = int(compute) if compute.isdigit() else 1
-        full = 7
-        if instance_type is not None and instance_type.gpus >= 1:
-            gpu = mig_gpu(instance_type.gpu_model, instance_type.gpu_memory_mib / int(instance_type.gpus))
-            if gpu is not None:
-                full = max(int(p.split("g.", 1)[0]) for p in gpu.profiles if p.split("g.", 1)[0].isdigit())
-        total += count * share / full
+        total += count * compute_share(name.removeprefix(MIG_PREFIX))
     return total

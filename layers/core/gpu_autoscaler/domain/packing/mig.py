@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.catalog import InstanceType
 
-__all__ = ["MIG_GPUS", "MigGpu", "mig_gpu", "mig_slices"]
+__all__ = ["MIG_GPUS", "MigGpu", "compute_share", "mig_gpu", "mig_slices"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,19 @@ def mig_slices(instance_type: InstanceType, profile: str) -> int:
     if gpu is None:
         return 0
     return whole * gpu.profiles.get(profile, 0)
+
+
+def _compute(profile: str) -> int:
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 1
+
+
+_FULL = {profile: max(_compute(p) for p in gpu.profiles) for gpu in reversed(MIG_GPUS) for profile in gpu.profiles}
+"""Profile → compute slices of the GPU that offers it: the profile names say which GPU (an A30's are its own)."""
+
+
+def compute_share(profile: str) -> float:
+    """The share of a GPU's compute one slice of `profile` is: `3g.40gb` is 3/7 of an H100, `2g.12gb` 2/4 of an
+    A30 (7 for a profile the table does not know, as every MIG GPU but the A30 has)."""
+    return _compute(profile) / _FULL.get(profile, 7)
+
