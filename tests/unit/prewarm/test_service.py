@@ -127,8 +127,8 @@ class TestWindow:
         assert rig.gpus(PEAK) == 16
 
     def test_gpu_window_in_a_mig_single_pool_warms_its_gpus(self) -> None:
-        """With the single strategy a GPU's seven 1g.10gb slices are `nvidia.com/gpu` 7 (NVIDIA's device plugin):
-        a placeholder asking `nvidia.com/mig-1g.10gb` fits no node of the pool."""
+        """With the single strategy NVIDIA's device plugin advertises each slice as `nvidia.com/gpu` (56 on a
+        p5.48xlarge): a placeholder asking `nvidia.com/mig-1g.10gb` fits no node of the pool."""
         pool = make_pool(requirements=[{"key": "karpenter.k8s.aws/instance-family", "operator": "In",
                                         "values": ["p5"]}],
                          gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "migStrategy": "single"})

@@ -516,7 +516,7 @@ def placeholder_pods(
     affinity: tuple[NodeSelectorTerm, ...] = ()
     if need.instance_type:
         selector[L.INSTANCE_TYPE] = need.instance_type
-        requests = {name: str(count) for name, count in (devices or {GPU: pool.gpu_sharing.replicas}).items()}
+        requests = {name: str(count) for name, count in devices.items()} if devices else _one_gpu(pool)
         count = need.nodes
     elif need.shapes and count > 0:
         return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)

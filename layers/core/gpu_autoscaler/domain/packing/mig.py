@@ -94,11 +94,11 @@ def _compute(profile: str) -> int:
 
 
 _FULL = {profile: max(_compute(p) for p in gpu.profiles) for gpu in reversed(MIG_GPUS) for profile in gpu.profiles}
-"""Profile → compute slices of the GPU that offers it: the profile names say which GPU (an A30's are its own)."""
+"""Profile → compute slices of the first GPU in the table that offers it: the profile names say which GPU (an
+A30's are its own; the names GPUs share are all of seven-slice GPUs)."""
 
 
 def compute_share(profile: str) -> float:
     """The share of a GPU's compute one slice of `profile` is: `3g.40gb` is 3/7 of an H100, `2g.12gb` 2/4 of an
     A30 (7 for a profile the table does not know, as every MIG GPU but the A30 has)."""
     return _compute(profile) / _FULL.get(profile, 7)
-
