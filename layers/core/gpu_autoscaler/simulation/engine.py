@@ -762,8 +762,7 @@ class PolicyRun:
         instances = list(self.cloud.instances.values())
         cost = self.cloud.cost(self.t)
         spot = sum(i.cost(self.t) for i in instances if i.capacity_type == "spot")
-        provisioned = sum(i.instance_type.gpus * ((i.terminated_at or self.t) - i.launched_at) / 3600
-                          for i in instances)
+        provisioned = sum(i.instance_type.gpus * i.seconds_up(self.t) / 3600 for i in instances)
         return RunResult(
             name=self.policy.name, cost=cost, lower_bound=lower, gpu_hours_provisioned=provisioned,
             gpu_hours_allocated=allocated, waits=waits, interruptions=self.interruption_count,
