@@ -15,10 +15,12 @@ from gpu_autoscaler.domain.prewarm import (
     WarmNeed,
     decide,
     largest_within_budget,
+    mig_slices_per_gpu,
     placeholder_pods,
     window_warm,
 )
 from gpu_autoscaler.models.claims import ClaimState
+from tests.unit.packing.builders import make_type as make_packing_type
 
 from .builders import make_claim, make_config, make_pool, make_types, make_window
 
@@ -238,6 +240,25 @@ class TestPackerRequest:
             "nvidia.com/gpu": "4"}
         assert placeholder_pods(WarmNeed("gpu", "forecast", gpus=1), mig.pool("gpu"), "t")[0].requests == {
             "nvidia.com/mig-3g.40gb": "2"}
+
+    def test_a_mig_pool_counts_the_slices_of_its_own_gpus(self) -> None:
+        """`1g.10gb` is four slices of the p4d's A100 40 GB, seven of the p4de's A100 80 GB and the p5's H100."""
+        types = [make_packing_type(n) for n in ("g5.xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge")]
+
+        def pool(*families: str, profile: str = "1g.10gb") -> Any:
+            requirements = [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": list(families)},
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
+            return make_config(pools=[make_pool(requirements=requirements, gpuSharing={
+                "mode": "mig", "migProfile": profile})], windows=[]).pool("gpu")
+
+        assert mig_slices_per_gpu(pool("p5"), types) == 7
+        assert mig_slices_per_gpu(pool("p4de", "p5"), types) == 7
+        assert mig_slices_per_gpu(pool("p4d", "p5"), types) == 4  # the fewest: a short tick is made up on the next
+        assert mig_slices_per_gpu(pool("g5"), types) is None
+        assert mig_slices_per_gpu(pool("p5", profile="3g.40gb"), types) == 2
+        assert mig_slices_per_gpu(make_config().pool("gpu"), types) is None  # not a MIG pool
+        pods = placeholder_pods(WarmNeed("gpu", "forecast", gpus=1), pool("p5"), "t", slices_per_gpu=7)
+        assert pods[0].requests == {"nvidia.com/mig-1g.10gb": "7"}
 
     def test_instance_type_placeholders_fill_one_node_each(self) -> None:
         pool = make_config().pool("gpu")

@@ -137,6 +137,17 @@ class TestWindow:
         assert [c.instance_types for c in rig.warm(PEAK)] == [("p5.48xlarge",)]
         assert rig.gpus(PEAK) == 8
 
+    @pytest.mark.parametrize("strategy", ["mixed", "single"])
+    def test_gpu_window_in_a_mig_pool_counts_the_slices_of_the_pools_own_gpus(self, strategy: str) -> None:
+        """`1g.10gb` is four slices of an A100 40 GB but seven of an H100: a pool of H100s warming 9 GPUs asks for
+        63 slices, two p5.48xlarge, not 36 (one node, 8 GPUs, short of the window's target)."""
+        pool = make_pool(requirements=[{"key": "karpenter.k8s.aws/instance-family", "operator": "In",
+                                        "values": ["p5"]}],
+                         gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "migStrategy": strategy})
+        rig = Rig(make_config(pools=[pool], windows=[make_window(warm={"gpus": 9})]), START - timedelta(minutes=13))
+        rig.tick()
+        assert rig.gpus(PEAK) == 16
+
     def test_a_stuck_pending_claim_is_named_again(self) -> None:
         rig = Rig(make_config(), START - timedelta(minutes=8))
         rig.tick()

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.packing.mig import MIG_GPUS
+from gpu_autoscaler.domain.packing.mig import MIG_GPUS, mig_slices
 from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
@@ -74,6 +74,7 @@ __all__ = [
     "WarmNeed",
     "decide",
     "largest_within_budget",
+    "mig_slices_per_gpu",
     "placeholder_pods",
     "window_warm",
     "warm_window",
@@ -494,12 +495,14 @@ def placeholder_pods(
     devices: Mapping[str, int] | None = None,
     exclude_types: Sequence[str] = (),
     gpus: int | None = None,
+    slices_per_gpu: int | None = None,
 ) -> list[PendingPod]:
     """Synthetic pods standing for warm demand, so the packer finds the cheapest way to hold it.
 
     Each GPU-count placeholder asks for one physical GPU in the pool's terms (`nvidia.com/gpu` 1, or `replicas`
-    time-sliced devices, or the MIG profile's slices of one GPU — the count from NVIDIA's table for the first GPU
-    that offers the profile, named `nvidia.com/gpu` with the single strategy), no CPU or memory: the packer then
+    time-sliced devices, or the MIG profile's slices of one GPU — `slices_per_gpu`, those of the pool's own GPUs
+    (`mig_slices_per_gpu`), else NVIDIA's table's for the first GPU that offers the profile — named `nvidia.com/gpu`
+    with the single strategy), no CPU or memory: the packer then
     picks the types with the lowest price per GPU. An instance-type placeholder asks for all of one node's GPU
     `devices`, named as its pool's device plugin names them (`fit.gpu_devices`: a MIG node's slices, not its GPUs),
     and selects the type by name, so each becomes one node of it. Every placeholder selects the pool and
@@ -516,12 +519,12 @@ def placeholder_pods(
     affinity: tuple[NodeSelectorTerm, ...] = ()
     if need.instance_type:
         selector[L.INSTANCE_TYPE] = need.instance_type
-        requests = {name: str(count) for name, count in devices.items()} if devices else _one_gpu(pool)
+        requests = {name: str(count) for name, count in devices.items()} if devices else _one_gpu(pool, slices_per_gpu)
         count = need.nodes
     elif need.shapes and count > 0:
         return _shaped(need, pool, stamp, count, tolerations, selector, exclude_types)
     else:
-        requests = _one_gpu(pool)
+        requests = _one_gpu(pool, slices_per_gpu)
         affinity = _placeholder_affinity(pool, exclude_types)
     holder = need.warm.replace(":", "-").replace("/", "-")
     return [
@@ -563,10 +566,30 @@ def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: 
     return pods
 
 
-def _one_gpu(pool: NodePool) -> dict[str, str]:
+def mig_slices_per_gpu(pool: NodePool, instance_types: Iterable[InstanceType]) -> int | None:
+    """Slices of a MIG pool's profile one GPU of the pool's own types gives: `1g.10gb` is four of an A100 40 GB and
+    seven of an H100, so NVIDIA's table alone cannot say. Types are the pool's by the requirements a type decides
+    (family, size, GPU name…; not zone or capacity type). Where its types differ, the fewest: a target a tick
+    leaves short is made up on the next (warm capacity is counted in the claims' GPUs), while GPUs bought beyond
+    it are held until released. None when no type of the pool offers the profile."""
+    sharing = pool.gpu_sharing
+    if sharing.mode != "mig" or not sharing.mig_profile:
+        return None
+    deciding = [r for r in pool.requirements if r.key in _DECIDED_BY_TYPE]
+    counts = [mig_slices(t, sharing.mig_profile) // int(t.gpus) for t in instance_types
+              if t.gpus >= 1 and mig_slices(t, sharing.mig_profile) and all(r.matches(t.labels) for r in deciding)]
+    return min(counts, default=None)
+
+
+_DECIDED_BY_TYPE = (L.WELL_KNOWN - {L.CAPACITY_TYPE, L.ZONE, L.NODE_POOL}) | {L.INSTANCE_GPU_FRACTION}
+"""Requirement keys whose value a node's instance type decides (`InstanceType.labels`)."""
+
+
+def _one_gpu(pool: NodePool, slices_per_gpu: int | None = None) -> dict[str, str]:
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
-        per_gpu = next((g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
+        per_gpu = slices_per_gpu or next(
+            (g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
         return {(GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile): str(per_gpu)}
     return {GPU: str(sharing.replicas)}
 

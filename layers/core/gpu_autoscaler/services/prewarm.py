@@ -47,6 +47,7 @@ from gpu_autoscaler.domain.prewarm import (
     WarmNeed,
     decide,
     largest_within_budget,
+    mig_slices_per_gpu,
     placeholder_pods,
 )
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
@@ -398,10 +399,11 @@ class PrewarmService:
             pods = placeholder_pods(need, pool, stamp, devices=gpu_devices(by_name[need.instance_type], pool))
             claims = list(self.plan_capacity(pods))
         else:
+            slices = mig_slices_per_gpu(pool, by_name.values())
             claims = largest_within_budget(
                 need,
                 lambda n: self.plan_capacity(placeholder_pods(need, pool, f"{stamp}n{n}", gpus=n,
-                                                              exclude_types=partitioned)),
+                                                              exclude_types=partitioned, slices_per_gpu=slices)),
                 gpus,
             )
         if not claims:
