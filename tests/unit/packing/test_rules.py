@@ -290,6 +290,19 @@ def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
 
 
 
+def test_a_single_strategy_mig_pool_says_each_gpu_asked_for_is_a_slice() -> None:
+    """With `migStrategy: single` a pod's `nvidia.com/gpu` is a slice: "partitions GPUs" alone would not say why 57
+    of them fit nowhere (a p5.48xlarge has 56)."""
+    pool = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "mig", "migProfile": "1g.10gb",
+                                                              "migStrategy": "single"},
+                     requirements=[{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+                                    "values": ["h100"]}])
+    assert [c.instance_types[0] for c in solve([make_pod(gpus=9)], pool).claims] == ["p5.48xlarge"]
+    plan = solve([make_pod(gpus=57)], pool)
+    assert reason(plan) == ("no offering in pool gpu has 57 GPUs (pool gpu advertises MIG 1g.10gb slices as "
+                            "nvidia.com/gpu: each one a pod asks for is a slice)")
+
+
 # Zones from volumes and spread
 
 

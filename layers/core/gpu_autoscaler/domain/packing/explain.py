@@ -108,6 +108,9 @@ def _sharing_hint(view: PoolView, cls: PodClass) -> str:
         return (f" (pool {view.pool.name} shares or partitions its GPUs; DRA devices of class {NVIDIA_GPU_CLASS} "
                 "are whole GPUs)")
     if sharing.mode == "mig" and cls.requests[GPU]:
+        if sharing.mig_strategy == "single":
+            return (f" (pool {view.pool.name} advertises MIG {sharing.mig_profile} slices as {GPU}: each one a pod "
+                    "asks for is a slice)")
         return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
     wants_mig = [n.removeprefix(MIG_PREFIX) for n in cls.requests if n.startswith(MIG_PREFIX)]
     if wants_mig and (sharing.mode != "mig" or sharing.mig_profile not in wants_mig):
