@@ -174,6 +174,17 @@ def test_whole_gpus_in_a_mig_pool_are_priced_as_gpus() -> None:
     assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
 
 
+def test_a_fraction_of_a_gpu_is_not_a_cheap_gpu() -> None:
+    """A g6f.large's one device is an eighth of an L4: 0.202 USD an hour is 1.62 a GPU, dearer than an On-Demand
+    A10G (1.006), which a free g6f device must not make look four times dearer than the cheapest free GPU."""
+    cluster = Cluster(pool_config(underutilizedBelow=0.5))
+    busy = cluster.node("g5.xlarge")
+    cluster.pod(busy)  # its one GPU: busy
+    cluster.node("g6f.large", age=timedelta(minutes=5), empty_for=None)  # too young to go; its device free
+    result = cluster.consolidate()
+    assert result.skipped[busy].startswith("busy: its pods request 100% of its GPUs")
+
+
 def test_a_busy_node_goes_into_sunk_room_but_not_into_room_a_cheaper_node_would_not_have() -> None:
     """Room on a node that stays (kept by the search, or busy itself) whose pods no cheaper new node would hold is paid
     for as long as they run: a busy node (over `underutilizedBelow`) whose pods all fit there is deleted. Room the pods
