@@ -502,16 +502,15 @@ def placeholder_pods(
     Each GPU-count placeholder asks for one physical GPU in the pool's terms (`nvidia.com/gpu` 1, or `replicas`
     time-sliced devices, or the MIG profile's slices of one GPU — `slices_per_gpu`, those of the pool's own GPUs
     (`mig_slices_per_gpu`), else NVIDIA's table's for the first GPU that offers the profile — named `nvidia.com/gpu`
-    with the single strategy), no CPU or memory: the packer then
-    picks the types with the lowest price per GPU. An instance-type placeholder asks for all of one node's GPU
-    `devices`, named as its pool's device plugin names them (`fit.gpu_devices`: a MIG node's slices, not its GPUs),
-    and selects the type by name, so each becomes one node of it. Every placeholder selects the pool and
-    tolerates its taints; `exclude_types` keeps partitioned GPUs (less than one GPU per device) out, and
-    unless the pool itself says which architecture its nodes have, placeholders ask for amd64: warm
-    capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on it.
-    A forecast need with `shapes` becomes whole pods of its shape classes instead (`pod_shapes.split_gpus`:
-    each asks for its class's devices, CPU and memory), so the packer picks the types those pods need.
-    `stamp` makes the uids, hence the packer's claim ids, unique per decision.
+    with the single strategy), no CPU or memory: the packer then picks the types with the lowest price per GPU. An
+    instance-type placeholder asks for all of one node's GPU `devices`, named as its pool's device plugin names them
+    (`fit.gpu_devices`: a MIG node's slices, not its GPUs), and selects the type by name, so each becomes one node
+    of it. Every placeholder selects the pool and tolerates its taints; `exclude_types` keeps partitioned GPUs (less
+    than one GPU per device) out, and unless the pool itself says which architecture its nodes have, placeholders
+    ask for amd64: warm capacity is for pods not yet seen, and a GPU pod that does not select arm64 rarely runs on
+    it. A forecast need with `shapes` becomes whole pods of its shape classes instead (`pod_shapes.split_gpus`: each
+    asks for its class's devices, CPU and memory), so the packer picks the types those pods need. `stamp` makes the
+    uids, hence the packer's claim ids, unique per decision.
     """
     count = need.gpus if gpus is None else gpus
     tolerations = tuple(Toleration(key=t.key, operator="Exists", effect=t.effect) for t in pool.taints)
@@ -566,6 +565,10 @@ def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: 
     return pods
 
 
+_DECIDED_BY_TYPE = (L.WELL_KNOWN - {L.CAPACITY_TYPE, L.ZONE, L.NODE_POOL}) | {L.INSTANCE_GPU_FRACTION}
+"""Requirement keys whose value a node's instance type decides (`InstanceType.labels`)."""
+
+
 def mig_slices_per_gpu(pool: NodePool, instance_types: Iterable[InstanceType]) -> int | None:
     """Slices of a MIG pool's profile one GPU of the pool's own types gives: `1g.10gb` is four of an A100 40 GB and
     seven of an H100, so NVIDIA's table alone cannot say. Types are the pool's by the requirements a type decides
@@ -576,13 +579,10 @@ def mig_slices_per_gpu(pool: NodePool, instance_types: Iterable[InstanceType]) -
     if sharing.mode != "mig" or not sharing.mig_profile:
         return None
     deciding = [r for r in pool.requirements if r.key in _DECIDED_BY_TYPE]
-    counts = [mig_slices(t, sharing.mig_profile) // int(t.gpus) for t in instance_types
-              if t.gpus >= 1 and mig_slices(t, sharing.mig_profile) and all(r.matches(t.labels) for r in deciding)]
+    counts = [slices // int(t.gpus) for t in instance_types
+              if t.gpus >= 1 and all(r.matches(t.labels) for r in deciding)
+              and (slices := mig_slices(t, sharing.mig_profile))]
     return min(counts, default=None)
-
-
-_DECIDED_BY_TYPE = (L.WELL_KNOWN - {L.CAPACITY_TYPE, L.ZONE, L.NODE_POOL}) | {L.INSTANCE_GPU_FRACTION}
-"""Requirement keys whose value a node's instance type decides (`InstanceType.labels`)."""
 
 
 def _one_gpu(pool: NodePool, slices_per_gpu: int | None = None) -> dict[str, str]:
