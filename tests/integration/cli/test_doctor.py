@@ -14,6 +14,7 @@ from gpu_autoscaler.cli.doctor_checks import (
     DoctorContext,
     check_amis,
     check_efa_security_groups,
+    check_offerings,
     check_quotas,
     check_reservations,
     check_spot_role,
@@ -22,6 +23,7 @@ from gpu_autoscaler.cli.doctor_checks import (
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import Config, load_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.models.requirements import Requirement
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -112,6 +114,27 @@ def test_a_subnet_in_the_wrong_zone_fails(aws: EmbeddedAws) -> None:
     crossed = aws.config.model_copy(update={"network": aws.config.network.model_copy(update={"subnets": subnets})})
     checks = {c.name: c for c in check_subnets(_context(aws, crossed))}
     assert checks["subnet us-east-1a"].status == "fail" and "is in us-east-1b" in checks["subnet us-east-1a"].detail
+
+
+def test_a_pools_zone_capacity_type_and_own_label_requirements_are_read_as_the_packer_reads_them(
+        aws: EmbeddedAws) -> None:
+    """Karpenter's requirements may name the zone, the capacity type, the OS and the pool's own labels: a node has
+    them, an instance type alone does not. Read on the type's labels, every type failed them and doctor said no GPU
+    type met the pool's requirements; and a zone the pool's requirements leave out is not one it lacks."""
+    burst = next(p for p in aws.config.node_pools if p.name == "gpu-burst")
+    extra = [Requirement(key="topology.kubernetes.io/zone", operator="In", values=("us-east-1a",)),
+             Requirement(key="karpenter.sh/capacity-type", operator="In", values=("spot",)),
+             Requirement(key="kubernetes.io/os", operator="In", values=("linux",)),
+             Requirement(key="karpenter.sh/nodepool", operator="In", values=("gpu-burst",)),
+             Requirement(key="team", operator="In", values=("ml",))]
+    pool = burst.model_copy(update={"requirements": [*burst.requirements, *extra], "labels": {"team": "ml"}})
+    pools = [pool if p.name == "gpu-burst" else p for p in aws.config.node_pools]
+    context = _context(aws, aws.config.model_copy(update={"node_pools": pools}))
+    checks = {c.name: c for c in check_offerings(context)}
+    check = checks["offerings gpu-burst"]
+    assert check.status == "pass", check
+    assert check.detail.endswith("offered in us-east-1a")
+    assert {t.name for t in context.candidates(pool)} == {t.name for t in _context(aws).candidates(burst)}
 
 
 def test_an_efa_pool_without_a_self_referencing_group_warns(aws: EmbeddedAws) -> None:

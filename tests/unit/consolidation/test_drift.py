@@ -52,3 +52,16 @@ def test_each_kind_of_drift_is_named() -> None:
         CONFIG, CATALOG, claim(attributes={"imageId": "ami-0ffffffffffffffff"}))
     relabelled = make_config(make_pool(labels={"team": "a"}, requirements=CONFIG.pool("gpu").requirements))
     assert "settings" in drifted(relabelled, CATALOG, claim())
+
+
+def test_karpenters_usual_requirements_hold_on_every_node_of_the_pool() -> None:
+    """Karpenter's example NodePool asks for `kubernetes.io/os In linux` beside the architecture and capacity type;
+    every node the pool launches carries it, so no node has drifted from it."""
+    usual = make_config(make_pool(requirements=[
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]},
+        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["g"]}]))
+    node = claim(attributes={"imageId": IMAGE, "poolHash": pool_hash(usual.pool("gpu"))})
+    assert drift_reason(usual, CATALOG, node) is None

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+from gpu_autoscaler.domain.packing.index import requirement_labels
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
+from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.naming import ResourceNames
 
 if TYPE_CHECKING:
@@ -61,11 +63,23 @@ class DoctorContext:
         return self.security_group_ids.get(configured, configured)
 
     def candidates(self, pool: NodePool) -> list[InstanceType]:
-        """GPU instance types the pool's requirements allow."""
+        """GPU instance types the pool's requirements allow, read as the packer reads them: on a node's labels (its
+        type's, its OS, the pool's own labels and name), with requirements on the zone and the capacity type left to
+        the offerings (`offering_allowed`)."""
         if self.catalog is None:
             return []
+        by_type = [r for r in pool.requirements if r.key not in _BY_OFFERING]
         return [t for t in self.catalog.instance_types()
-                if t.gpus > 0 and all(r.matches(t.labels) for r in pool.requirements)]
+                if t.gpus > 0 and all(r.matches(requirement_labels(t, pool)) for r in by_type)]
+
+
+def offering_allowed(pool: NodePool, zone: str, capacity_type: str) -> bool:
+    """Whether the pool's requirements on the zone and the capacity type allow an offering there."""
+    labels = {L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, **pool.labels, L.NODE_POOL: pool.name}
+    return all(r.matches(labels) for r in pool.requirements if r.key in _BY_OFFERING)
+
+
+_BY_OFFERING = frozenset({L.ZONE, L.CAPACITY_TYPE})
 
 
 def _code(error: Exception) -> str:
@@ -86,8 +100,9 @@ def check_offerings(ctx: DoctorContext) -> list[Check]:
     for pool in ctx.config.node_pools:
         names = {t.name for t in ctx.candidates(pool)}
         wanted = {c for c in pool.capacity_types if c != "reserved"}
-        offered = {o.zone for o in ctx.catalog.offerings() if o.instance_type in names and o.capacity_type in wanted}
-        missing = [z for z in zones if z not in offered]
+        offered = {o.zone for o in ctx.catalog.offerings() if o.instance_type in names and o.capacity_type in wanted
+                   and offering_allowed(pool, o.zone, o.capacity_type)}
+        missing = [z for z in zones if z not in offered and any(offering_allowed(pool, z, c) for c in wanted)]
         if not names:
             results.append(Check(f"offerings {pool.name}", "fail", "no GPU instance type meets the pool's "
                                  "requirements in this region", "widen nodePools[].requirements"))

@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.packing.index import requirement_labels
 from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
@@ -106,10 +107,7 @@ def _requirement_drift(pool: NodePool, catalog: Catalog, claim: NodeClaim, zone:
     instance_type = catalog.get(claim.instance_type)
     if instance_type is None:
         return None  # not in the catalog any more (retired): nothing to match against, and nothing better known
-    labels = dict(instance_type.labels)
-    labels.update({L.CAPACITY_TYPE: claim.capacity_type, L.NODE_POOL: pool.name, **pool.labels})
-    if zone is not None:
-        labels[L.ZONE] = zone
+    labels = requirement_labels(instance_type, pool, zone, claim.capacity_type)
     for requirement in pool.requirements:
         if requirement.key == L.ZONE and zone is None:
             continue

@@ -17,15 +17,32 @@ from gpu_autoscaler.models import labels as L
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
-    from gpu_autoscaler.config import CapacityType
+    from gpu_autoscaler.config import CapacityType, NodePool
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.requirements import Requirement
 
-__all__ = ["OS_LABEL", "CatalogIndex"]
+__all__ = ["OS_LABEL", "CatalogIndex", "requirement_labels"]
 
 OS_LABEL = "kubernetes.io/os"
 _MISSING = -1
+
+
+def requirement_labels(instance_type: InstanceType, pool: NodePool, zone: str | None = None,
+                       capacity_type: str | None = None) -> dict[str, str]:
+    """The labels a node of this type in this pool carries, which the pool's requirements are read against: its
+    type's, its zone and capacity type (when given), its OS (every image here is Linux), and the pool's own labels
+    and name, which win as the kubelet registers them. Karpenter's example NodePool asks for `kubernetes.io/os In
+    linux` beside the architecture and capacity type; read on the type's labels alone, no node would meet it."""
+    labels = dict(instance_type.labels)
+    if zone is not None:
+        labels[L.ZONE] = zone
+    if capacity_type is not None:
+        labels[L.CAPACITY_TYPE] = capacity_type
+    labels[OS_LABEL] = "linux"
+    labels.update(pool.labels)
+    labels[L.NODE_POOL] = pool.name
+    return labels
 
 
 class CatalogIndex:

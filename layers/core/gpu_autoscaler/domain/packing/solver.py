@@ -32,7 +32,7 @@ from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.packing.binpack import Kinds, Opened, pack
 from gpu_autoscaler.domain.packing.fit import allocatable, dra_devices
 from gpu_autoscaler.domain.packing.fractional import FractionalTypes
-from gpu_autoscaler.domain.packing.index import OS_LABEL, CatalogIndex
+from gpu_autoscaler.domain.packing.index import CatalogIndex, requirement_labels
 from gpu_autoscaler.domain.packing.memo import PackMemo
 from gpu_autoscaler.domain.packing.nodes import PoolView
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
@@ -185,10 +185,7 @@ class Solver:
         return found
 
     def labels_of(self, view: PoolView, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
-        labels = dict(instance_type.labels)
-        labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, OS_LABEL: "linux"})
-        labels.update(view.fixed_labels)
-        return labels
+        return requirement_labels(instance_type, view.pool, zone, capacity_type)
 
     def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
         """`packer(demand, req, kinds)`, each distinct question packed once (`packs`): consolidation weighs the
