@@ -22,9 +22,11 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.requirements import Requirement
 
-__all__ = ["OS_LABEL", "CatalogIndex", "requirement_labels"]
+__all__ = ["BY_OFFERING", "OS_LABEL", "CatalogIndex", "requirement_labels"]
 
 OS_LABEL = "kubernetes.io/os"
+BY_OFFERING = frozenset({L.ZONE, L.CAPACITY_TYPE})
+"""Label keys an offering decides, not its instance type: what a question about types alone leaves out."""
 _MISSING = -1
 
 
