@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gpu_autoscaler.domain.catalog import Catalog, UnknownInstanceType
-from gpu_autoscaler.models.requirements import Requirement
 from tests.unit.catalog.builders import make_instance_type, make_offering
 
 if TYPE_CHECKING:
@@ -109,21 +108,6 @@ def test_without_drops_unavailable_offerings_and_keeps_types() -> None:
     assert smaller.instance_types() == catalog.instance_types()
     assert found(smaller.cheapest("g6.xlarge")).price_per_hour == 0.41
     assert catalog.without(set()) is catalog
-
-
-def test_requirements_match_type_zone_and_capacity_labels() -> None:
-    catalog = small_catalog()
-    requirements = [
-        Requirement(key="karpenter.k8s.aws/instance-family", operator="In", values=("g6", "g6f")),
-        Requirement(key="karpenter.sh/capacity-type", operator="NotIn", values=("spot",)),
-        Requirement(key="karpenter.k8s.aws/instance-gpu-count", operator="Lt", values=("4",)),
-    ]
-    assert [o.key for o in catalog.matching(requirements)] == [("g6f.large", "us-east-1c", "on-demand"),
-                                                               ("g6.xlarge", "us-east-1a", "on-demand"),
-                                                               ("g6.xlarge", "us-east-1b", "on-demand")]
-    labels = catalog.labels(catalog.offerings_for("g6f.large")[0])
-    assert labels["topology.kubernetes.io/zone"] == "us-east-1c"
-    assert labels["karpenter.k8s.aws/instance-gpu-name"] == "l4"
 
 
 def test_building_from_a_source() -> None:

@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING
 
 from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.errors import GpuAutoscalerError
-from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Collection, Iterable
 
     from gpu_autoscaler.config import CapacityType
     from gpu_autoscaler.models.catalog import InstanceType, Offering
-    from gpu_autoscaler.models.requirements import Requirement
     from gpu_autoscaler.ports import CatalogSource
 
 __all__ = ["Catalog", "OfferingKey", "UnknownInstanceType", "offering_order"]
@@ -50,7 +48,7 @@ def offering_order(offering: Offering) -> tuple[float, int, str, str, str]:
 class Catalog:
     """Instance types and offerings of one region. Immutable once built; queries never copy the index."""
 
-    __slots__ = ("_by_key", "_by_type", "_gpu_types", "_labels", "_offerings", "_types", "_zones")
+    __slots__ = ("_by_key", "_by_type", "_gpu_types", "_offerings", "_types", "_zones")
 
     def __init__(self, instance_types: Iterable[InstanceType], offerings: Iterable[Offering]) -> None:
         self._types: dict[str, InstanceType] = {t.name: t for t in sorted(instance_types, key=lambda t: t.name)}
@@ -70,7 +68,6 @@ class Catalog:
         self._by_key = by_key
         self._gpu_types = tuple(t for t in self._types.values() if t.is_gpu)
         self._zones = tuple(sorted({o.zone for o in ordered}))
-        self._labels: dict[OfferingKey, dict[str, str]] = {}
 
     @classmethod
     def from_source(cls, source: CatalogSource) -> Catalog:
@@ -175,23 +172,3 @@ class Catalog:
         if not exclude:
             return self
         return Catalog(self._types.values(), self.offerings(exclude=exclude))
-
-    # Requirements
-
-    def labels(self, offering: Offering) -> dict[str, str]:
-        """The labels a node from this offering carries: the instance type's plus zone and capacity type."""
-        key = offering.key
-        found = self._labels.get(key)
-        if found is None:
-            found = dict(self.instance_type(offering.instance_type).labels)
-            found[L.ZONE] = offering.zone
-            found[L.CAPACITY_TYPE] = offering.capacity_type
-            self._labels[key] = found
-        return found
-
-    def matching(
-        self, requirements: Sequence[Requirement], offerings: Iterable[Offering] | None = None
-    ) -> list[Offering]:
-        """Offerings whose node labels satisfy every requirement (a pool's, or a pod's node selector)."""
-        pool = self._offerings if offerings is None else offerings
-        return [o for o in pool if all(r.matches(self.labels(o)) for r in requirements)]
