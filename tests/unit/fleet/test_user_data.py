@@ -67,6 +67,7 @@ def test_al2023_node_config_joins_the_cluster_with_labels_and_taints() -> None:
         L.CAPACITY_TYPE: "reserved",
         L.CLAIM_LABEL: "gpu-reserved-7k2qx",
         L.INSTANCE_CATEGORY: "p", L.INSTANCE_FAMILY: "p5", L.INSTANCE_GENERATION: "5", L.INSTANCE_SIZE: "48xlarge",
+        L.INSTANCE_CPU: "192", L.INSTANCE_MEMORY: "2097152",
         L.INSTANCE_GPU_NAME: "h100", L.INSTANCE_GPU_COUNT: "8", L.INSTANCE_GPU_MEMORY: "81920",
         L.INSTANCE_GPU_MANUFACTURER: "nvidia",
     }
@@ -77,6 +78,7 @@ def test_names_alone_still_give_the_family_labels() -> None:
     setup = node_setup(CONFIG.pool("gpu-burst"), "spot", instance_type="g6e.2xlarge", gang="training/train-42")
     assert setup.labels[L.INSTANCE_FAMILY] == "g6e" and setup.labels[L.INSTANCE_SIZE] == "2xlarge"
     assert setup.labels[GANG_LABEL] == "training.train-42"
+    assert L.INSTANCE_CPU not in setup.labels and L.INSTANCE_MEMORY not in setup.labels  # not known from a name
     assert L.CLAIM_LABEL not in setup.labels and setup.max_pods is None
     assert "maxPods" not in render_user_data(AL2023, setup)
 

@@ -7,7 +7,7 @@ import pytest
 from gpu_autoscaler.domain.packing.index import CatalogIndex
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
-from tests.unit.packing.builders import make_catalog
+from tests.unit.packing.builders import TYPES, make_catalog
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,13 @@ def test_pool_labels_override_and_answer_for_every_offering(index: CatalogIndex)
 def test_excluded_marks_unavailable_offerings(index: CatalogIndex) -> None:
     mask = index.excluded([("p5.48xlarge", "us-east-1a", "spot"), ("nope", "us-east-1a", "spot")])
     assert [index.offerings[i].key for i in range(len(index)) if mask[i]] == [("p5.48xlarge", "us-east-1a", "spot")]
+
+
+def test_karpenters_cpu_and_memory_labels_select_types(index: CatalogIndex) -> None:
+    """Karpenter labels every node with its type's vCPUs (`instance-cpu`, EC2's DefaultVCpus) and memory in MiB
+    (`instance-memory`, MemoryInfo.SizeInMiB; karpenter-provider-aws pkg/providers/instancetype/types.go), and
+    NodePools select on them: without them, `instance-cpu Gt 95` would hold no type at all."""
+    assert matched(index, Requirement(key="karpenter.k8s.aws/instance-cpu", operator="Gt", values=("95",))) == {
+        name for name, row in TYPES.items() if row[0] > 95}
+    assert matched(index, Requirement(key="karpenter.k8s.aws/instance-memory", operator="Lt", values=("32768",))) == {
+        name for name, row in TYPES.items() if row[1] < 32768}

@@ -151,11 +151,14 @@ def node_labels(
     claim_id: str | None = None,
     gang: str | None = None,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """(labels the kubelet registers the node with, keys dropped as not settable by the kubelet)."""
-    known = instance_type if isinstance(instance_type, InstanceType) else InstanceType(
-        name=instance_type, vcpu=1, memory_mib=1
-    )
-    wanted: dict[str, str] = {k: v for k, v in known.labels.items() if k not in _SET_BY_KUBELET}
+    """(labels the kubelet registers the node with, keys dropped as not settable by the kubelet). A type known by
+    name alone gives the labels its name says (family, size…), not its vCPUs and memory."""
+    if isinstance(instance_type, InstanceType):
+        type_labels = instance_type.labels
+    else:
+        type_labels = {k: v for k, v in InstanceType(name=instance_type, vcpu=1, memory_mib=1).labels.items()
+                       if k not in (L.INSTANCE_CPU, L.INSTANCE_MEMORY)}
+    wanted: dict[str, str] = {k: v for k, v in type_labels.items() if k not in _SET_BY_KUBELET}
     wanted.update(pool.labels)
     wanted[L.NODE_POOL] = pool.name
     wanted[L.CAPACITY_TYPE] = capacity_type

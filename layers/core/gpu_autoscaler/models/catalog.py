@@ -54,7 +54,7 @@ class InstanceType(CachedModel):
         """The well-known labels a node of this type carries, for requirement matching."""
         m = _NAME.match(self.name)
         out = {L.INSTANCE_TYPE: self.name, L.ARCH: "arm64" if self.architecture == "arm64" else "amd64",
-               L.INSTANCE_FAMILY: self.family}
+               L.INSTANCE_FAMILY: self.family, L.INSTANCE_CPU: str(self.vcpu), L.INSTANCE_MEMORY: str(self.memory_mib)}
         if m:
             out[L.INSTANCE_CATEGORY] = m.group("category")
             out[L.INSTANCE_GENERATION] = m.group("generation")

@@ -6,6 +6,7 @@ __all__ = [
     "ARCH",
     "CAPACITY_TYPE",
     "INSTANCE_CATEGORY",
+    "INSTANCE_CPU",
     "INSTANCE_FAMILY",
     "INSTANCE_GENERATION",
     "INSTANCE_GPU_COUNT",
@@ -13,6 +14,7 @@ __all__ = [
     "INSTANCE_GPU_MANUFACTURER",
     "INSTANCE_GPU_MEMORY",
     "INSTANCE_GPU_NAME",
+    "INSTANCE_MEMORY",
     "INSTANCE_SIZE",
     "INSTANCE_TYPE",
     "NODE_POOL",
@@ -30,6 +32,10 @@ INSTANCE_CATEGORY = "karpenter.k8s.aws/instance-category"
 INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
 INSTANCE_GENERATION = "karpenter.k8s.aws/instance-generation"
 INSTANCE_SIZE = "karpenter.k8s.aws/instance-size"
+INSTANCE_CPU = "karpenter.k8s.aws/instance-cpu"
+"""The type's vCPUs (EC2's `VCpuInfo.DefaultVCpus`), as Karpenter labels every node."""
+INSTANCE_MEMORY = "karpenter.k8s.aws/instance-memory"
+"""The type's memory in MiB (EC2's `MemoryInfo.SizeInMiB`), as Karpenter labels every node."""
 INSTANCE_GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
 INSTANCE_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 INSTANCE_GPU_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
@@ -44,7 +50,8 @@ ARCH = "kubernetes.io/arch"
 NODE_POOL = "karpenter.sh/nodepool"
 
 WELL_KNOWN = frozenset({
-    INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_GPU_NAME,
+    INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU, INSTANCE_MEMORY,
+    INSTANCE_GPU_NAME,
     INSTANCE_GPU_COUNT, INSTANCE_GPU_MEMORY, INSTANCE_GPU_MANUFACTURER, CAPACITY_TYPE,
     INSTANCE_TYPE, ZONE, ARCH, NODE_POOL,
 })
