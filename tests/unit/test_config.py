@@ -122,3 +122,30 @@ def test_pool_labels_the_kubelet_would_refuse_or_that_restate_well_known_labels_
         NodePool.model_validate({"name": "gpu", "labels": {key: "x"}})
     assert NodePool.model_validate({"name": "gpu", "labels": {"node.kubernetes.io/lifecycle": "spot",
                                                                "example.com/team": "a"}}).labels
+
+
+@pytest.mark.parametrize("requirement", [
+    {"key": "karpenter.k8s.aws/instance-hypervisor", "operator": "In", "values": ["nitro"]},
+    {"key": "karpenter.k8s.aws/instance-local-nvme", "operator": "Gt", "values": ["100"]},
+    {"key": "example.com/team", "operator": "In", "values": ["ml"]},
+    {"key": "example.com/team", "operator": "Exists"},
+])
+def test_a_requirement_no_node_of_the_pool_could_meet_is_refused(requirement: dict[str, Any]) -> None:
+    """A requirement on a label no node of the pool carries holds for no instance type: the pool could never launch,
+    and the packer would say so only once pods wait. Karpenter labels nodes with more of its keys than this
+    project does, and with a custom key's single value; here a custom key must be one of the pool's labels."""
+    from gpu_autoscaler.config import NodePool
+
+    with pytest.raises(ValueError, match=f"requirement {requirement['key']}: no node of pool gpu carries"):
+        NodePool.model_validate({"name": "gpu", "requirements": [requirement]})
+    labelled = {"name": "gpu", "labels": {"example.com/team": "ml"}, "requirements": [requirement]}
+    if requirement["key"] == "example.com/team":
+        assert NodePool.model_validate(labelled).requirements
+    for harmless in ({**requirement, "operator": "NotIn", "values": ["x"]},
+                     {"key": requirement["key"], "operator": "DoesNotExist"}):
+        assert NodePool.model_validate({"name": "gpu", "requirements": [harmless]}).requirements
+    usual = [{"key": k, "operator": "Exists"} for k in ("kubernetes.io/os", "kubernetes.io/arch",
+             "karpenter.sh/capacity-type", "topology.kubernetes.io/zone", "karpenter.sh/nodepool",
+             "node.kubernetes.io/instance-type", "karpenter.k8s.aws/instance-cpu", "karpenter.k8s.aws/instance-memory",
+             "karpenter.k8s.aws/instance-gpu-count", "gpu-autoscaler/gpu-fraction")]
+    assert len(NodePool.model_validate({"name": "gpu", "requirements": usual}).requirements) == len(usual)

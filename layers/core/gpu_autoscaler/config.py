@@ -29,7 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from gpu_autoscaler.models.durations import Duration
 from gpu_autoscaler.models.images import parse_image_reference
-from gpu_autoscaler.models.labels import CLAIM_LABEL, WELL_KNOWN, kubelet_may_set
+from gpu_autoscaler.models.labels import CLAIM_LABEL, NODE_LABEL_KEYS, WELL_KNOWN, kubelet_may_set
 from gpu_autoscaler.models.requirements import Requirement
 from gpu_autoscaler.models.resources import parse_quantity
 from gpu_autoscaler.models.taints import Taint
@@ -418,6 +418,19 @@ class NodePool(_Model):
     drift, rebalance) of one of the pool's nodes may be held by PodDisruptionBudgets and do-not-disrupt pods,
     counted from its cordon; then the pods are deleted (each early enough to get its own grace period) and the
     node goes. Unset: a voluntary drain waits for them however long it takes."""
+
+    @model_validator(mode="after")
+    def _requirements_a_node_can_meet(self) -> NodePool:
+        """A requirement on a label no node of the pool carries holds for no instance type: the pool could never
+        launch, and the packer would say so only once pods wait. Negative operators hold without the label."""
+        carried = NODE_LABEL_KEYS | set(self.labels)
+        for requirement in self.requirements:
+            if requirement.operator in ("In", "Exists", "Gt", "Lt") and requirement.key not in carried:
+                raise ValueError(
+                    f"requirement {requirement.key}: no node of pool {self.name} carries this label, so no instance "
+                    f"type meets it; select on the labels nodes carry ({', '.join(sorted(NODE_LABEL_KEYS))}), or set "
+                    "it in the pool's labels")
+        return self
 
     @field_validator("ephemeral_storage")
     @classmethod

@@ -75,3 +75,10 @@ def test_karpenters_cpu_and_memory_labels_select_types(index: CatalogIndex) -> N
         name for name, row in TYPES.items() if row[0] > 95}
     assert matched(index, Requirement(key="karpenter.k8s.aws/instance-memory", operator="Lt", values=("32768",))) == {
         name for name, row in TYPES.items() if row[1] < 32768}
+
+
+def test_every_label_a_type_gives_is_one_a_requirement_may_name(index: CatalogIndex) -> None:
+    """The configuration refuses requirements on labels no node carries (`NODE_LABEL_KEYS`): a label a type gives
+    and that list lacked would be refused while the packer matched it."""
+    given = set().union(*(t.labels for t in index.catalog.instance_types()))
+    assert given == L.TYPE_LABEL_KEYS

@@ -17,7 +17,10 @@ __all__ = [
     "INSTANCE_MEMORY",
     "INSTANCE_SIZE",
     "INSTANCE_TYPE",
+    "NODE_LABEL_KEYS",
     "NODE_POOL",
+    "OS",
+    "TYPE_LABEL_KEYS",
     "WELL_KNOWN",
     "ZONE",
     "kubelet_may_set",
@@ -47,6 +50,7 @@ CAPACITY_TYPE = "karpenter.sh/capacity-type"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
 ARCH = "kubernetes.io/arch"
+OS = "kubernetes.io/os"
 NODE_POOL = "karpenter.sh/nodepool"
 
 WELL_KNOWN = frozenset({
@@ -55,6 +59,16 @@ WELL_KNOWN = frozenset({
     INSTANCE_GPU_COUNT, INSTANCE_GPU_MEMORY, INSTANCE_GPU_MANUFACTURER, CAPACITY_TYPE,
     INSTANCE_TYPE, ZONE, ARCH, NODE_POOL,
 })
+
+TYPE_LABEL_KEYS = frozenset({
+    INSTANCE_TYPE, ARCH, INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU,
+    INSTANCE_MEMORY, INSTANCE_GPU_NAME, INSTANCE_GPU_COUNT, INSTANCE_GPU_MEMORY, INSTANCE_GPU_MANUFACTURER,
+    INSTANCE_GPU_FRACTION,
+})
+"""The labels a node has from its instance type (`InstanceType.labels`)."""
+NODE_LABEL_KEYS = TYPE_LABEL_KEYS | {ZONE, CAPACITY_TYPE, OS, NODE_POOL}
+"""The labels every node of a pool may carry besides the pool's own: what its requirements can select on. Karpenter
+sets more of its own (`instance-hypervisor`, `instance-local-nvme`…); this project does not."""
 
 CLAIM_LABEL = "gpu-autoscaler/claim"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"

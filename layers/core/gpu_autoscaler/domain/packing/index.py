@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BY_OFFERING", "OS_LABEL", "CatalogIndex", "requirement_labels"]
 
-OS_LABEL = "kubernetes.io/os"
+OS_LABEL = L.OS
 BY_OFFERING = frozenset({L.ZONE, L.CAPACITY_TYPE})
 """Label keys an offering decides, not its instance type: what a question about types alone leaves out."""
 _MISSING = -1
