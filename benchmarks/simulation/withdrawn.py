@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from benchmarks import ALIBABA_TRACE
 from gpu_autoscaler.config import load_config
 from gpu_autoscaler.domain.packing.fit import allocatable, fits
-from gpu_autoscaler.domain.packing.index import OS_LABEL
 from gpu_autoscaler.domain.user_data import node_labels
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.simulation.cluster import SimNode
@@ -67,7 +66,7 @@ def _probe_node(run: PolicyRun, instance: SimulatedInstance) -> SimNode:
     pool = run.config.pool(instance.pool)
     t = instance.instance_type
     labels, _ = node_labels(pool, instance.capacity_type, instance_type=t, claim_id=instance.claim_id)  # type: ignore[arg-type]
-    labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: t.labels[L.ARCH], L.ZONE: instance.zone, OS_LABEL: "linux"})
+    labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: t.labels[L.ARCH], L.ZONE: instance.zone, L.OS: "linux"})
     room = allocatable(t, pool, run.config.overhead).as_dict()
     return SimNode(name="probe", instance=instance, pool=pool, labels=labels, taints=tuple(pool.taints),
                    allocatable=room, free=dict(room), created_at=run.t, order=0)

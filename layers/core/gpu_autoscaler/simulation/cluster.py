@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.fit import allocatable, fits
-from gpu_autoscaler.domain.packing.index import OS_LABEL
 from gpu_autoscaler.domain.user_data import node_labels
 from gpu_autoscaler.errors import NodeNotFound
 from gpu_autoscaler.models import labels as L
@@ -137,7 +136,7 @@ class SimulatedCluster:
     def join(self, instance: SimulatedInstance, pool: NodePool) -> SimNode:
         t = instance.instance_type
         labels, _ = node_labels(pool, instance.capacity_type, instance_type=t, claim_id=instance.claim_id)  # type: ignore[arg-type]
-        labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: t.labels[L.ARCH], L.ZONE: instance.zone, OS_LABEL: "linux"})
+        labels.update({L.INSTANCE_TYPE: t.name, L.ARCH: t.labels[L.ARCH], L.ZONE: instance.zone, L.OS: "linux"})
         room = allocatable(t, pool, self.config.overhead).as_dict()
         self._order += 1
         node = SimNode(

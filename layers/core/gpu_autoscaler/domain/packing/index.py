@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.requirements import Requirement
 
-__all__ = ["BY_OFFERING", "OS_LABEL", "CatalogIndex", "requirement_labels"]
+__all__ = ["BY_OFFERING", "CatalogIndex", "requirement_labels"]
 
-OS_LABEL = L.OS
 BY_OFFERING = frozenset({L.ZONE, L.CAPACITY_TYPE})
 """Label keys an offering decides, not its instance type: what a question about types alone leaves out."""
 _MISSING = -1
@@ -41,7 +40,7 @@ def requirement_labels(instance_type: InstanceType, pool: NodePool, zone: str | 
         labels[L.ZONE] = zone
     if capacity_type is not None:
         labels[L.CAPACITY_TYPE] = capacity_type
-    labels[OS_LABEL] = "linux"
+    labels[L.OS] = "linux"
     labels.update(pool.labels)
     labels[L.NODE_POOL] = pool.name
     return labels
@@ -101,7 +100,7 @@ class CatalogIndex:
             return offering.zone
         if key == L.CAPACITY_TYPE:
             return offering.capacity_type
-        if key == OS_LABEL:
+        if key == L.OS:
             return "linux"
         return self.types[self.type_position[offering.instance_type]].labels.get(key)
 
