@@ -133,7 +133,8 @@ def test_pool_labels_the_kubelet_would_refuse_or_that_restate_well_known_labels_
 def test_a_requirement_no_node_of_the_pool_could_meet_is_refused(requirement: dict[str, Any]) -> None:
     """A requirement on a label no node of the pool carries holds for no instance type: the pool could never launch,
     and the packer would say so only once pods wait. Karpenter labels nodes with more of its keys than this
-    project does, and with a custom key's single value; here a custom key must be one of the pool's labels."""
+    project does, and with a value for each custom key a requirement names; here a custom key must be one of the
+    pool's labels."""
     from gpu_autoscaler.config import NodePool
 
     with pytest.raises(ValueError, match=f"requirement {requirement['key']}: no node of pool gpu carries"):
