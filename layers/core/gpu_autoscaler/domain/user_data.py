@@ -38,7 +38,7 @@ from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.packing.mig import mig_gpu
 from gpu_autoscaler.domain.packing.reserved import KubeletReservations, kubelet_reservations
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.catalog import InstanceType, name_labels
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
 from gpu_autoscaler.models.labels import kubelet_may_set
 from gpu_autoscaler.models.taints import Taint
@@ -153,11 +153,7 @@ def node_labels(
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """(labels the kubelet registers the node with, keys dropped as not settable by the kubelet). A type known by
     name alone gives the labels its name says (family, size…), not its vCPUs and memory."""
-    if isinstance(instance_type, InstanceType):
-        type_labels = instance_type.labels
-    else:
-        type_labels = {k: v for k, v in InstanceType(name=instance_type, vcpu=1, memory_mib=1).labels.items()
-                       if k not in (L.INSTANCE_CPU, L.INSTANCE_MEMORY)}
+    type_labels = instance_type.labels if isinstance(instance_type, InstanceType) else name_labels(instance_type)
     wanted: dict[str, str] = {k: v for k, v in type_labels.items() if k not in _SET_BY_KUBELET}
     wanted.update(pool.labels)
     wanted[L.NODE_POOL] = pool.name

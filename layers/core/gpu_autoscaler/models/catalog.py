@@ -11,9 +11,21 @@ from gpu_autoscaler.config import CapacityType
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.cached import CachedModel
 
-__all__ = ["InstanceType", "Offering"]
+__all__ = ["InstanceType", "Offering", "name_labels"]
 
 _NAME = re.compile(r"^(?P<family>(?P<category>[a-z]+?)(?P<generation>\d+)[a-z0-9-]*)\.(?P<size>.+)$")
+
+
+def name_labels(name: str) -> dict[str, str]:
+    """The well-known labels an instance type's name alone says (type, family, category, generation, size): all
+    that is known of a type the catalog does not hold."""
+    m = _NAME.match(name)
+    out = {L.INSTANCE_TYPE: name, L.INSTANCE_FAMILY: m.group("family") if m else name.split(".")[0]}
+    if m:
+        out[L.INSTANCE_CATEGORY] = m.group("category")
+        out[L.INSTANCE_GENERATION] = m.group("generation")
+        out[L.INSTANCE_SIZE] = m.group("size")
+    return out
 
 
 def _kebab(name: str) -> str:
@@ -46,19 +58,14 @@ class InstanceType(CachedModel):
 
     @cached_property
     def family(self) -> str:
-        m = _NAME.match(self.name)
-        return m.group("family") if m else self.name.split(".")[0]
+        return self.labels[L.INSTANCE_FAMILY]
 
     @cached_property
     def labels(self) -> dict[str, str]:
         """The well-known labels a node of this type carries, for requirement matching."""
-        m = _NAME.match(self.name)
-        out = {L.INSTANCE_TYPE: self.name, L.ARCH: "arm64" if self.architecture == "arm64" else "amd64",
-               L.INSTANCE_FAMILY: self.family, L.INSTANCE_CPU: str(self.vcpu), L.INSTANCE_MEMORY: str(self.memory_mib)}
-        if m:
-            out[L.INSTANCE_CATEGORY] = m.group("category")
-            out[L.INSTANCE_GENERATION] = m.group("generation")
-            out[L.INSTANCE_SIZE] = m.group("size")
+        out = name_labels(self.name)
+        out.update({L.ARCH: "arm64" if self.architecture == "arm64" else "amd64", L.INSTANCE_CPU: str(self.vcpu),
+                    L.INSTANCE_MEMORY: str(self.memory_mib)})
         # As Karpenter's AWS provider writes them (pkg/providers/instancetype/types.go): names in lower kebab
         # case, memory of one GPU in MiB (EC2's `GpuInfo.Gpus[].MemoryInfo.SizeInMiB`).
         if self.gpu_model:
