@@ -44,7 +44,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.index import BY_OFFERING, requirement_labels
-from gpu_autoscaler.domain.packing.mig import MIG_GPUS, mig_slices
+from gpu_autoscaler.domain.packing.mig import first_offering, mig_slices
 from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
@@ -585,8 +585,8 @@ def mig_slices_per_gpu(pool: NodePool, instance_types: Iterable[InstanceType]) -
 def _one_gpu(pool: NodePool, slices_per_gpu: int | None = None) -> dict[str, str]:
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
-        per_gpu = slices_per_gpu or next(
-            (g.profiles[sharing.mig_profile] for g in MIG_GPUS if sharing.mig_profile in g.profiles), 1)
+        first = first_offering(sharing.mig_profile)
+        per_gpu = slices_per_gpu or (first.profiles[sharing.mig_profile] if first is not None else 1)
         return {(GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile): str(per_gpu)}
     return {GPU: str(sharing.replicas)}
 

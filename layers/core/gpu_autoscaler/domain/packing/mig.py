@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.catalog import InstanceType
 
-__all__ = ["MIG_GPUS", "MigGpu", "compute_share", "mig_gpu", "mig_slices"]
+__all__ = ["MIG_GPUS", "MigGpu", "compute_share", "first_offering", "mig_gpu", "mig_slices"]
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,18 @@ def _compute(profile: str) -> int:
     return int(head) if head.isdigit() else 1
 
 
-_FULL = {profile: max(_compute(p) for p in gpu.profiles) for gpu in reversed(MIG_GPUS) for profile in gpu.profiles}
-"""Profile → compute slices of the first GPU in the table that offers it: the profile names say which GPU (an
-A30's are its own; the names GPUs share are all of seven-slice GPUs)."""
+_FIRST = {profile: gpu for gpu in reversed(MIG_GPUS) for profile in gpu.profiles}
+"""Profile → the first GPU in the table that offers it: the profile names say which GPU (an A30's are its own; the
+names GPUs share are all of seven-slice GPUs, though `1g.10gb` is four slices of an A100 40 GB and seven of an H100)."""
+
+
+def first_offering(profile: str) -> MigGpu | None:
+    """The first GPU in NVIDIA's table that offers `profile`: what the profile alone says of its GPU."""
+    return _FIRST.get(profile)
 
 
 def compute_share(profile: str) -> float:
     """The share of a GPU's compute one slice of `profile` is: `3g.40gb` is 3/7 of an H100, `2g.12gb` 2/4 of an
     A30 (7 for a profile the table does not know, as every MIG GPU but the A30 has)."""
-    return _compute(profile) / _FULL.get(profile, 7)
+    gpu = _FIRST.get(profile)
+    return _compute(profile) / (max(_compute(p) for p in gpu.profiles) if gpu is not None else 7)
