@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-from gpu_autoscaler.domain.packing.index import BY_OFFERING, requirement_labels
+from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.naming import ResourceNames
 
 if TYPE_CHECKING:
@@ -69,15 +68,13 @@ class DoctorContext:
         the offerings (`offering_allowed`)."""
         if self.catalog is None:
             return []
-        by_type = NodeSelectorTerm(match_expressions=tuple(r for r in pool.requirements if r.key not in BY_OFFERING))
-        return [t for t in self.catalog.instance_types() if t.gpus > 0 and by_type.matches(requirement_labels(t, pool))]
+        return [t for t in self.catalog.instance_types() if t.gpus > 0 and type_allowed(pool, t)]
 
 
 def offering_allowed(pool: NodePool, zone: str, capacity_type: str) -> bool:
     """Whether the pool's requirements on the zone and the capacity type allow an offering there."""
     labels = {L.ZONE: zone, L.CAPACITY_TYPE: capacity_type}
     return all(r.matches(labels) for r in pool.requirements if r.key in BY_OFFERING)
-
 
 
 def _code(error: Exception) -> str:

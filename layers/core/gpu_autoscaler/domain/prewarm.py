@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.domain.packing.index import BY_OFFERING, requirement_labels
+from gpu_autoscaler.domain.packing.index import type_allowed
 from gpu_autoscaler.domain.packing.mig import first_offering, mig_slices
 from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
@@ -569,16 +569,14 @@ def _shaped(need: WarmNeed, pool: NodePool, stamp: str, gpus: int, tolerations: 
 def mig_slices_per_gpu(pool: NodePool, instance_types: Iterable[InstanceType]) -> int | None:
     """Slices of a MIG pool's profile one GPU of the pool's own types gives: `1g.10gb` is four of an A100 40 GB and
     seven of an H100, so NVIDIA's table alone cannot say. Types are the pool's by its requirements on a node's
-    labels (`requirement_labels`) but the zone and capacity type. Where its types differ, the fewest: a target a tick
+    labels but the zone and capacity type (`type_allowed`). Where its types differ, the fewest: a target a tick
     leaves short is made up on the next (warm capacity is counted in the claims' GPUs), while GPUs bought beyond
     it are held until released. None when no type of the pool offers the profile."""
     sharing = pool.gpu_sharing
     if sharing.mode != "mig" or not sharing.mig_profile:
         return None
-    by_type = NodeSelectorTerm(match_expressions=tuple(r for r in pool.requirements if r.key not in BY_OFFERING))
     counts = [slices // int(t.gpus) for t in instance_types
-              if t.gpus >= 1 and by_type.matches(requirement_labels(t, pool))
-              and (slices := mig_slices(t, sharing.mig_profile))]
+              if t.gpus >= 1 and type_allowed(pool, t) and (slices := mig_slices(t, sharing.mig_profile))]
     return min(counts, default=None)
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.requirements import Requirement
 
-__all__ = ["BY_OFFERING", "CatalogIndex", "requirement_labels"]
+__all__ = ["BY_OFFERING", "CatalogIndex", "requirement_labels", "type_allowed"]
 
 BY_OFFERING = frozenset({L.ZONE, L.CAPACITY_TYPE})
 """Label keys an offering decides, not its instance type: what a question about types alone leaves out."""
@@ -44,6 +44,13 @@ def requirement_labels(instance_type: InstanceType, pool: NodePool, zone: str | 
     labels.update(pool.labels)
     labels[L.NODE_POOL] = pool.name
     return labels
+
+
+def type_allowed(pool: NodePool, instance_type: InstanceType) -> bool:
+    """Whether the pool's requirements allow the type in some zone and capacity type: those on the zone and the
+    capacity type (`BY_OFFERING`) are the offerings' to answer."""
+    labels = requirement_labels(instance_type, pool)
+    return all(r.matches(labels) for r in pool.requirements if r.key not in BY_OFFERING)
 
 
 class CatalogIndex:
