@@ -104,6 +104,13 @@ class Cluster:
             self.empty_since[name] = self.clock.now() - empty_for
         return name
 
+    def update_node(self, name: str, *taints: Taint, **update: Any) -> None:
+        """The Node as it now stands: `update`'s fields replaced, `taints` put on it beside its own."""
+        i = next(i for i, n in enumerate(self.nodes) if n.name == name)
+        if taints:
+            update["taints"] = (*self.nodes[i].taints, *taints)
+        self.nodes[i] = self.nodes[i].model_copy(update=update)
+
     def pod(self, node: str | None, gpus: int = 1, cpu: str = "1", memory: str = "4Gi", **fields: Any) -> ClusterPod:
         n = next(_serial)
         requests = {"cpu": cpu, "memory": memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}

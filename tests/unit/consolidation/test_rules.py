@@ -23,6 +23,8 @@ from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
+from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import Taint
 from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config, wide_spot_catalog
 from tests.unit.packing.builders import TYPES, make_catalog
 
@@ -632,8 +634,7 @@ def test_nodes_not_ours_not_ready_or_being_drained_are_left_alone() -> None:
     draining = cluster.node()
     cluster.claims[draining] = cluster.claims[draining].model_copy(update={"state": ClaimState.DRAINING})
     cordoned = cluster.node()
-    index = next(i for i, n in enumerate(cluster.nodes) if n.name == cordoned)
-    cluster.nodes[index] = cluster.nodes[index].model_copy(update={"unschedulable": True})
+    cluster.update_node(cordoned, unschedulable=True)
     assert cluster.consolidate().decisions == ()
 
 
@@ -657,6 +658,37 @@ def test_nodes_already_draining_use_up_the_budget() -> None:
     for name in list(cluster.claims)[:2]:
         cluster.claims[name] = cluster.claims[name].model_copy(update={"state": ClaimState.DRAINING})
     assert len(cluster.consolidate().decisions) == 1
+
+
+def test_a_percentage_budget_is_of_the_initialized_nodes() -> None:
+    """Karpenter's `BuildDisruptionBudgetMapping` counts only initialized nodes towards a pool's total, so that
+    replacements still booting do not round a percentage up into more disruptions of the nodes that serve."""
+    cluster = Cluster(pool_config(budgets=[{"nodes": "20%"}]))
+    for _ in range(5):
+        cluster.node()
+    booting = [cluster.node(attributes={"requests": '{"nvidia.com/gpu": 1}'}) for _ in range(3)]
+    for name in booting:
+        cluster.update_node(name, ready=False)
+    tainted = cluster.node()
+    cluster.update_node(tainted, Taint(key="node.cloudprovider.kubernetes.io/uninitialized", value="true",
+                                       effect="NoSchedule"))
+    result = cluster.consolidate()
+    assert len(touched(result)) == 1  # 20 % of the 5 initialized nodes, not of 9
+    assert touched(result).isdisjoint({*booting, tainted})
+
+
+def test_an_initialized_node_that_is_not_ready_uses_up_the_budget() -> None:
+    """Karpenter counts a NotReady node among those being disrupted: while a node is down, voluntary disruption
+    takes fewer of the others. It was initialized (its GPUs are allocatable), so it counts in the total too."""
+    cluster = Cluster(pool_config(budgets=[{"nodes": "2"}]))
+    for _ in range(5):
+        cluster.node()
+    down = cluster.node(attributes={"requests": '{"nvidia.com/gpu": 1}'})
+    cluster.update_node(down, Taint(key="node.kubernetes.io/unreachable", value="", effect="NoSchedule"),
+                        ready=False, allocatable=Resources.from_quantities({"nvidia.com/gpu": "4"}))
+    result = cluster.consolidate()
+    assert len(touched(result)) == 1
+    assert down not in touched(result)
 
 
 def test_multi_node_consolidation_stays_within_the_budget() -> None:
@@ -779,8 +811,7 @@ def test_on_demand_to_spot_is_not_gated() -> None:
 
 def _proposed(cluster: Cluster, node: str) -> None:
     """The node as a proposal leaves it: our disrupted taint on it, so no pending pod can land there."""
-    i = next(i for i, n in enumerate(cluster.nodes) if n.name == node)
-    cluster.nodes[i] = cluster.nodes[i].model_copy(update={"taints": (*cluster.nodes[i].taints, DRAIN_TAINT)})
+    cluster.update_node(node, DRAIN_TAINT)
 
 
 def test_a_proposed_empty_node_a_pending_pod_fits_on_stays() -> None:

@@ -5,9 +5,10 @@ share of the pool's nodes (`10%`, rounded up as Karpenter rounds it) — and opt
 budget applies only to Empty, Underutilized or Drifted disruption) and a `schedule` with a `duration`
 (the budget applies only while a firing of the schedule is less than `duration` old). The allowance
 for a reason is the smallest `nodes` of the budgets that apply now, less the pool's nodes already being
-disrupted; with no budget applying, disruption is unbounded (Karpenter's semantics: a pool that lists
-no budgets at all gets the configuration's default of 10%). `nodes: "0"` with a schedule is the usual
-way to say "never during business hours".
+disrupted or NotReady (the caller counts, as Karpenter does, only initialized nodes); with no budget
+applying, disruption is unbounded (Karpenter's semantics: a pool that lists no budgets at all gets the
+configuration's default of 10%). `nodes: "0"` with a schedule is the usual way to say "never during
+business hours".
 
 Schedules are evaluated in UTC, as Karpenter evaluates them, and take either Karpenter's syntax — five
 fields `minute hour day-of-month month day-of-week` (day-of-week 0-7, 0 and 7 Sunday), or the macros
@@ -103,8 +104,8 @@ def allowed_disruptions(budgets: Sequence[Budget], reason: DisruptionReason, poo
                         now: datetime) -> int | None:
     """How many more of the pool's nodes may be disrupted for `reason` now; None when no budget bounds it.
 
-    `pool_nodes`: the pool's nodes (those being disrupted included: a percentage is of the whole pool);
-    `disrupting`: how many of them are being drained already, for any reason.
+    `pool_nodes`: the pool's initialized nodes (those being disrupted included: a percentage is of the whole
+    pool); `disrupting`: how many of them are being drained already, for any reason, or are NotReady.
     """
     limits = [
         _nodes(b, pool_nodes) for b in budgets

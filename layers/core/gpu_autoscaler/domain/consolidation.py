@@ -106,7 +106,7 @@ from gpu_autoscaler.domain.consolidation_sunk import into_sunk_room
 from gpu_autoscaler.domain.disruption_marks import Proposal, disrupting, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import drift_reason
-from gpu_autoscaler.domain.initialization import not_initialized
+from gpu_autoscaler.domain.initialization import not_initialized, was_initialized
 from gpu_autoscaler.domain.packing.classes import plain_of
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
 from gpu_autoscaler.domain.packing.results import claim_requests
@@ -262,14 +262,18 @@ class _Pass(GroupJudge):
         return computed
 
     def _budget_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Each pool's nodes and those being disrupted, as Karpenter's `BuildDisruptionBudgetMapping` counts them:
+        only initialized nodes (a replacement still booting would round a percentage up into more disruptions of
+        the nodes that serve), and among them those NotReady as well as those draining or cordoned."""
         sizes: dict[str, int] = {}
         counted: dict[str, int] = {}
         for n in self.nodes:
-            if n.item.claim is None:
+            claim, node = n.item.claim, n.item.node
+            if claim is None or not was_initialized(node, claim_requests(claim)):
                 continue
-            sizes[n.claim.pool] = sizes.get(n.claim.pool, 0) + 1
-            if disrupting(n.claim, self.now) or n.item.node.unschedulable:
-                counted[n.claim.pool] = counted.get(n.claim.pool, 0) + 1
+            sizes[claim.pool] = sizes.get(claim.pool, 0) + 1
+            if disrupting(claim, self.now) or node.unschedulable or not node.ready:
+                counted[claim.pool] = counted.get(claim.pool, 0) + 1
         for claim in self.others:
             if claim.state is ClaimState.DRAINING:
                 sizes[claim.pool] = sizes.get(claim.pool, 0) + 1

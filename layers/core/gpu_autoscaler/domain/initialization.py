@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.cluster import ClusterNode
 
-__all__ = ["EPHEMERAL_TAINTS", "not_initialized"]
+__all__ = ["EPHEMERAL_TAINTS", "not_initialized", "was_initialized"]
 
 EPHEMERAL_TAINTS: frozenset[tuple[str, str]] = frozenset({
     ("node.kubernetes.io/not-ready", "NoSchedule"),
@@ -43,6 +43,22 @@ def not_initialized(node: ClusterNode, requested: Mapping[str, int]) -> str | No
     for taint in node.taints:
         if (taint.key, taint.effect) in EPHEMERAL_TAINTS:
             return f"taint {taint.key}:{taint.effect} is still on it"
+    return _unregistered(node, requested)
+
+
+def was_initialized(node: ClusterNode, requested: Mapping[str, int]) -> bool:
+    """Whether the node has been initialized, Ready or not now. Karpenter latches initialization on the NodeClaim
+    and counts such nodes, and only those, towards a pool's disruption budget. The Node stands in for that latch
+    here: a NotReady node has been initialized if every resource it was made for is allocatable, since a Node keeps
+    the allocatable its kubelet last reported and device plugins register only with a running kubelet. A NotReady
+    node of a claim that asked for no such resource counts as initialized: counted as disrupting as well, it can
+    only tighten a budget."""
+    if node.ready:
+        return not_initialized(node, requested) is None
+    return _unregistered(node, requested) is None
+
+
+def _unregistered(node: ClusterNode, requested: Mapping[str, int]) -> str | None:
     allocatable = node.allocatable
     for name, quantity in sorted(requested.items()):
         if quantity > 0 and name not in _NODE_RESOURCES and allocatable[name] <= 0:
