@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
-from gpu_autoscaler.batch_metrics import count_failed_records
+from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.domain.interruption import Notice, UnknownEvent, parse_notice
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
 from gpu_autoscaler.services.interruption import InterruptionService, aws_interruption_service
@@ -122,5 +122,6 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     idempotency.register_lambda_context(context)
-    return count_failed_records(metrics, process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context))
+    response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                        context=context)
+    return report_failures(metrics, event, response, lambda: clients().client("sqs"))

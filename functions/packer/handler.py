@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
-from gpu_autoscaler.batch_metrics import count_failed_records
+from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import ResourceNames
@@ -92,5 +92,6 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return count_failed_records(metrics, process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context))
+    response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                        context=context)
+    return report_failures(metrics, event, response, lambda: clients().client("sqs"))

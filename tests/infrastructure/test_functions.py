@@ -102,6 +102,29 @@ def test_queue_triggers_report_partial_batch_failures(synthesized: Synthesized) 
     assert mappings[synthesized.logical_id(stack.functions.functions["packer"])]["BatchSize"] == 10
 
 
+def test_queue_fed_functions_may_bring_a_failed_record_back_soon(synthesized: Synthesized) -> None:
+    """`batch_failures.report_failures` looks up the record's queue and its visibility timeout and changes the
+    record's: the role must allow all three on the queue that feeds it."""
+    stack = synthesized.stack
+    triggers = {"packer": WorkQueue.PENDING_PODS, "interruption": WorkQueue.INTERRUPTION,
+                "fleet": WorkQueue.LAUNCH, "drain": WorkQueue.DRAIN}  # fmt: skip
+    for name, queue in triggers.items():
+        role = stack.functions.functions[name].role
+        assert role is not None
+        role_id = synthesized.logical_id(role)
+        queue_arn = {"Fn::GetAtt": [synthesized.logical_id(stack.queues.queues[queue]), "Arn"]}
+        allowed: set[str] = set()
+        for policy in synthesized.of_type("AWS::IAM::Policy").values():
+            if {"Ref": role_id} not in policy["Properties"]["Roles"]:
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                resources, actions = statement["Resource"], statement["Action"]
+                if statement["Effect"] == "Allow" and queue_arn in (resources if isinstance(resources, list)
+                                                                    else [resources]):
+                    allowed.update(actions if isinstance(actions, list) else [actions])
+        assert {"sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility"} <= allowed, name
+
+
 def test_packer_runs_one_at_a_time_so_the_fifo_group_stays_in_order(synthesized: Synthesized) -> None:
     assert _function(synthesized, "packer")["ReservedConcurrentExecutions"] == 1
     for name in ("prewarm", "consolidate"):

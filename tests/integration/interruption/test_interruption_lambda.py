@@ -287,3 +287,34 @@ def test_a_notice_another_invocation_holds_fails_with_its_reason_logged(
     logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     reasons = [r for r in logged if r.get("messageId") == messages[0]["MessageId"] and r["level"] == "WARNING"]
     assert reasons and "in progress" in reasons[0]["message"]
+
+
+def test_a_notice_that_fails_is_delivered_again_within_the_warning(
+        aws: EmbeddedAws, interruption: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lambda keeps a record its handler reports failed in flight until the queue's visibility timeout ends: six
+    times the function's timeout here, while a Spot warning gives two minutes. The handler has it back sooner
+    (`batch_failures.RETRY_AFTER`, shortened here so the test need not wait ten seconds)."""
+    from gpu_autoscaler import batch_failures
+    from gpu_autoscaler.emulator.sqs_events import sqs_event
+    from gpu_autoscaler.lambda_context import local_context
+
+    def unreachable(**_: Any) -> Any:
+        raise ConnectionError("the cluster's API server did not answer")
+
+    sqs = aws.clients.client("sqs")
+    visibility = sqs.get_queue_attributes(QueueUrl=aws.queue_url("interruption"),
+                                          AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
+    assert int(visibility) > 120  # what a failed record would wait without the handler: past the warning
+    monkeypatch.setattr(batch_failures, "RETRY_AFTER", (1, 1, 1))
+    monkeypatch.setattr(interruption, "act_once", lambda: unreachable)
+    drain_queue(aws, "interruption")  # what tests before left
+    put_event(aws, event_body("spot-interruption-warning", "i-0abc0000000retry0"))
+    messages = receive(aws, "interruption", wait=1)  # as Lambda's poller receives: the queue's visibility timeout
+    response = interruption.handler(sqs_event(messages, aws.queue_arn("interruption")),
+                                    local_context("interruption"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    again = receive(aws, "interruption", wait=5)
+    assert [m["MessageId"] for m in again] == [messages[0]["MessageId"]]
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    drain_queue(aws, "interruption")

@@ -1,0 +1,72 @@
+"""What every queue-fed handler does with the records it reports failed: counts them, and has them back soon.
+
+Counted: a partial batch failure is no Lambda error. Lambda retries the records the handler names and reports the
+invocation as a success, so neither the function's `Errors` metric nor its alarm sees records going back to their
+queue until one reaches the dead-letter queue. `RecordsFailed` is that count, published by every invocation (so none
+publishes an empty metrics document).
+
+Back soon: Lambda leaves a failed record in flight until its queue's visibility timeout ends ("Handling errors for an
+SQS event source in Lambda", AWS Lambda developer guide), and the stack sets that timeout to six times the function's,
+as AWS advises for SQS event sources (`infra.queues.VISIBILITY_FACTOR`): six minutes for the interruption function,
+whose Spot warnings give two, half an hour for a drain. So each failed record's visibility is set here, by how often
+it has been delivered, to `RETRY_AFTER` (10 s, then 40 s, then 160 s) or the queue's own timeout if that is shorter;
+from the fourth delivery on it keeps the queue's, so a longer outage still has the queue's timeout between the last
+deliveries before the dead-letter queue. Karpenter receives its interruption queue with a 20 s visibility timeout for
+the same reason (karpenter-provider-aws `pkg/providers/sqs/sqs.go`). The event source's grant allows GetQueueUrl,
+GetQueueAttributes and ChangeMessageVisibility; a record whose visibility cannot be changed keeps the queue's: it
+comes back later, not never.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from aws_lambda_powertools import Metrics
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+
+__all__ = ["RETRY_AFTER", "report_failures"]
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER = (10, 40, 160)
+"""Seconds until a failed record is delivered again, after its first, second and third delivery."""
+
+
+def report_failures(metrics: Metrics, event: Mapping[str, Any], response: PartialItemFailureResponse,
+                    sqs: Callable[[], Any]) -> PartialItemFailureResponse:
+    """`response` (a batch processor's), after counting its failures in `metrics` and setting the visibility of each
+    failed record of `event` by `RETRY_AFTER`. `sqs` makes the SQS client, called only when a record failed."""
+    failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
+    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(failed))
+    if failed:
+        _retry_soon([r for r in event.get("Records", []) if r.get("messageId") in failed], sqs())
+    return response
+
+
+def _retry_soon(records: list[Mapping[str, Any]], sqs: Any) -> None:
+    queues: dict[str, tuple[str, int]] = {}
+    """By queue ARN: its URL and visibility timeout."""
+    for record in records:
+        delivered = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
+        if delivered > len(RETRY_AFTER):
+            continue
+        arn = record["eventSourceARN"]
+        try:
+            if arn not in queues:
+                *_, account, name = arn.split(":")
+                url = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+                attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])
+                queues[arn] = (url, int(attributes["Attributes"]["VisibilityTimeout"]))
+            url, visibility = queues[arn]
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"],
+                                          VisibilityTimeout=min(RETRY_AFTER[delivered - 1], visibility))
+        except (BotoCoreError, ClientError) as error:
+            log.warning("a failed record keeps its queue's visibility timeout: %s", error,
+                        extra={"messageId": record.get("messageId")})

@@ -1,0 +1,78 @@
+"""A queue-fed handler's failed records: counted, and delivered again after `RETRY_AFTER`, not the queue's timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Metrics
+from botocore.exceptions import ClientError
+
+from gpu_autoscaler.batch_failures import RETRY_AFTER, report_failures
+
+ARN = "arn:aws:sqs:us-east-1:123456789012:ml-prod-interruption"
+
+
+class RecordingSqs:
+    """Answers as SQS does and records what it was asked; `refuse` names receipt handles whose change fails."""
+
+    def __init__(self, refuse: frozenset[str] = frozenset(), visibility: int = 360) -> None:
+        self.refuse = refuse
+        self.visibility = visibility
+        self.urls: list[tuple[str, str]] = []
+        self.changes: list[tuple[str, str, int]] = []
+
+    def get_queue_url(self, QueueName: str, QueueOwnerAWSAccountId: str) -> dict[str, str]:  # noqa: N803
+        self.urls.append((QueueName, QueueOwnerAWSAccountId))
+        return {"QueueUrl": f"https://sqs.us-east-1.amazonaws.com/{QueueOwnerAWSAccountId}/{QueueName}"}
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:  # noqa: N803
+        assert AttributeNames == ["VisibilityTimeout"]
+        return {"Attributes": {"VisibilityTimeout": str(self.visibility)}}
+
+    def change_message_visibility(self, QueueUrl: str, ReceiptHandle: str, VisibilityTimeout: int) -> None:  # noqa: N803
+        if ReceiptHandle in self.refuse:
+            raise ClientError({"Error": {"Code": "ReceiptHandleIsInvalid", "Message": "expired"}},
+                              "ChangeMessageVisibility")
+        self.changes.append((QueueUrl, ReceiptHandle, VisibilityTimeout))
+
+
+def record(message_id: str, delivered: int) -> dict[str, Any]:
+    return {"messageId": message_id, "receiptHandle": f"handle-{message_id}", "body": "{}",
+            "attributes": {"ApproximateReceiveCount": str(delivered)}, "eventSourceARN": ARN}
+
+
+def failures(*message_ids: str) -> Any:
+    return {"batchItemFailures": [{"itemIdentifier": m} for m in message_ids]}
+
+
+def test_each_failed_record_comes_back_by_how_often_it_was_delivered() -> None:
+    sqs = RecordingSqs()
+    event = {"Records": [record("ok", 1), record("first", 1), record("third", 3), record("fourth", 4)]}
+    response = failures("first", "third", "fourth")
+    assert report_failures(Metrics(namespace="Test"), event, response, lambda: sqs) is response
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-interruption"
+    assert sqs.changes == [(url, "handle-first", RETRY_AFTER[0]), (url, "handle-third", RETRY_AFTER[2])]
+    assert sqs.urls == [("ml-prod-interruption", "123456789012")]  # once per queue
+
+
+def test_no_client_is_made_when_nothing_failed() -> None:
+    def never() -> Any:
+        raise AssertionError("an SQS client was made for a batch without failures")
+
+    response = failures()
+    assert report_failures(Metrics(namespace="Test"), {"Records": [record("ok", 1)]}, response, never) is response
+
+
+def test_a_record_whose_visibility_cannot_be_changed_keeps_the_queues_and_the_others_go_on() -> None:
+    sqs = RecordingSqs(refuse=frozenset({"handle-stale"}))
+    event = {"Records": [record("stale", 1), record("next", 2)]}
+    report_failures(Metrics(namespace="Test"), event, failures("stale", "next"), lambda: sqs)
+    assert [(handle, seconds) for _, handle, seconds in sqs.changes] == [("handle-next", RETRY_AFTER[1])]
+
+
+def test_a_queue_with_a_shorter_visibility_timeout_keeps_it() -> None:
+    """Never later than the queue itself would have it back (the emulator's chaos runs shorten it to seconds)."""
+    sqs = RecordingSqs(visibility=15)
+    event = {"Records": [record("first", 1), record("second", 2)]}
+    report_failures(Metrics(namespace="Test"), event, failures("first", "second"), lambda: sqs)
+    assert [seconds for *_, seconds in sqs.changes] == [min(RETRY_AFTER[0], 15), 15]
