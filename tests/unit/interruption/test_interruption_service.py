@@ -158,6 +158,23 @@ def test_rebalance_is_ignored_when_the_pool_says_so() -> None:
     assert h.new_claims() == [] and h.drains.messages == [] and h.cluster.calls.cordoned == []
 
 
+def test_rebalance_buys_no_replacement_for_a_node_a_voluntary_drain_would_leave_alone() -> None:
+    """A rebalance's drain is voluntary, and a voluntary drain leaves a do-not-disrupt node or pod alone: a
+    replacement launched for it would only idle until consolidation removed it."""
+    h = Harness(REBALANCE, at("2026-11-22T10:40:00Z"), do_not_disrupt=True)
+    (outcome,) = h.service.handle(parse_notice(event("rebalance-recommendation")))
+    assert outcome.action == "ignored" and "do-not-disrupt pods ml/infer-0, ml/infer-1" in outcome.reason
+    assert h.new_claims() == [] and h.drains.messages == [] and h.cluster.calls.cordoned == []
+    node = h.cluster.get_node(h.node)
+    assert node is not None
+    h.cluster.add_node(node.model_copy(update={"annotations": DND}))
+    for pod in h.cluster.list_pods(h.node):
+        h.cluster.add_pod(pod.model_copy(update={"annotations": {}}))
+    (outcome,) = h.service.handle(parse_notice(event("rebalance-recommendation")))
+    assert outcome.action == "ignored" and f"node {h.node} is do-not-disrupt" in outcome.reason
+    assert h.new_claims() == []
+
+
 def test_state_change_closes_the_claim_and_releases_its_pods() -> None:
     h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
     h.store.assign_pods("nc-old", ["uid-0", "uid-1"], timedelta(minutes=30))
@@ -181,7 +198,9 @@ def test_every_stopped_state_closes_the_claim(state: str) -> None:
 def test_scheduled_change_replaces_then_drains_before_the_scheduled_start() -> None:
     h = Harness(RETIRING, at("2026-11-22T10:50:00Z"), capacity_type="on-demand")
     (outcome,) = h.service.handle(parse_notice(event("health-scheduled-change")))
-    assert outcome.action == "replace-and-drain" and not outcome.cordoned
+    # Cordoned at once, as Karpenter (CordonAndDrain) and aws-node-termination-handler do: no new pod lands on a
+    # node that is retiring while its replacement boots.
+    assert outcome.action == "replace-and-drain" and outcome.cordoned
     ids = sorted(c.id for c in h.new_claims())
     (drain,) = h.drains.receive()
     start = at("2026-11-26T15:00:00Z")

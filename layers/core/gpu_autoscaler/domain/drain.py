@@ -68,7 +68,9 @@ __all__ = [
     "is_drained_by_us",
     "movable",
     "plan_drain",
+    "protected_pods",
     "termination_time",
+    "voluntary_refusal",
 ]
 
 DRAIN_TAINT = Taint(key="gpu-autoscaler/disrupted", value="", effect="NoSchedule")
@@ -148,6 +150,20 @@ def movable(pod: ClusterPod) -> bool:
     return pod.deletion_timestamp is None or pod.owner_kind == "StatefulSet"
 
 
+def protected_pods(pods: Iterable[ClusterPod], now: datetime) -> tuple[ClusterPod, ...]:
+    """The pods `karpenter.sh/do-not-disrupt` protects now among those a drain would wait for."""
+    return tuple(p for p in pods if drainable(p, now) and p.deletion_timestamp is None and p.do_not_disrupt_active(now))
+
+
+def voluntary_refusal(node: ClusterNode, protected: Sequence[ClusterPod]) -> str | None:
+    """Why a voluntary drain that has not started leaves the node alone (`protected`: `protected_pods`), or None."""
+    if node.do_not_disrupt:
+        return f"node {node.name} is do-not-disrupt"
+    if protected:
+        return f"do-not-disrupt pods {', '.join(p.key for p in protected)}"
+    return None
+
+
 def _tolerates_drain(pod: ClusterPod) -> bool:
     return any(t.tolerates(DRAIN_TAINT) for t in pod.tolerations)
 
@@ -206,15 +222,12 @@ def plan_drain(request: DrainRequest, node: ClusterNode | None, pods: Iterable[C
     skipped = tuple(p for p in pods if p not in waiting)
     voluntary = not request.involuntary and not request.force
     started = is_drained_by_us(node)
-    protected = tuple(p for p in waiting if p.deletion_timestamp is None and p.do_not_disrupt_active(now))
+    protected = protected_pods(waiting, now)
     if voluntary and not started:
-        if node.do_not_disrupt:
-            return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: node {node.name} is do-not-disrupt",
-                             skipped=skipped)
-        if protected:
-            names = ", ".join(p.key for p in protected)
-            return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: do-not-disrupt pods {names}",
-                             skipped=skipped, held=protected)
+        refused = voluntary_refusal(node, protected)
+        if refused is not None:
+            return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: {refused}", skipped=skipped,
+                             held=protected)
         if now >= request.deadline and waiting and replacements is not Replacements.READY:
             return DrainStep(DrainAction.ABANDON, "replacement not initialized by the deadline", skipped=skipped)
     node_time = termination_time(request, None if started else now)

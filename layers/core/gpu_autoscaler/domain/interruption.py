@@ -172,11 +172,13 @@ def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | 
                         drain_deadline=now + after + drain_timeout, reason="rebalance recommendation",
                         termination_grace_period=pool.termination_grace_period if pool else None, **base)
     # A reservation's end and a scheduled change (retirement, reboot, maintenance) take the instance at their
-    # time whatever runs on it: involuntary, so what remains is deleted in time for its grace period.
+    # time whatever runs on it: involuntary, so what remains is deleted in time for its grace period. Cordoned at
+    # once, as Karpenter (`CordonAndDrain`) and aws-node-termination-handler act on both: no new pod should land on
+    # a node that is going while its replacement boots.
     deadline = max((notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10), now)
     reservation = notice.kind in (NoticeKind.RESERVATION_INTERRUPTION, NoticeKind.CAPACITY_BLOCK_EXPIRY)
     return Response(replace=True, drain=True, involuntary=True, wait_for_replacement=True,
-                    cordon_now=reservation, mark_unavailable=reservation, drain_deadline=deadline,
+                    cordon_now=True, mark_unavailable=reservation, drain_deadline=deadline,
                     wait_until=max(deadline - EVICTION_WINDOW, now), reason=str(notice.kind).replace("-", " "),
                     **base)
 

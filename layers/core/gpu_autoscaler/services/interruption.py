@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable
+from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
 from gpu_autoscaler.errors import NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
@@ -156,6 +156,12 @@ class InterruptionService:
         outcome.node = node.name if node is not None else None
         if response.close:
             return self._close(claim, node, response, outcome)
+        if response.drain and not response.involuntary and node is not None:
+            refused = voluntary_refusal(node, protected_pods(self.cluster.list_pods(node.name), now))
+            if refused is not None:  # the drain would leave the node alone: a replacement would only idle
+                outcome.reason = f"{response.reason}: nothing replaced, a voluntary drain would be refused: {refused}"
+                logger.info("%s for %s: %s", notice.kind, instance_id, outcome.reason)
+                return outcome
         if response.cordon_now and node is not None:
             outcome.cordoned = self._cordon(node)
         if response.mark_unavailable:
