@@ -164,8 +164,9 @@ class Compute(Protocol):
 
     def create_fleet(self, request: FleetRequest) -> FleetResult: ...
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
-        """Terminate those carrying this cluster's ownership tag; returns the ids terminated, never others."""
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
+        """Terminate those carrying this cluster's ownership tag; returns the ids terminated, never others.
+        `unknown_is_gone`: an id EC2 does not know is an instance long gone, not one too new to be known yet."""
         ...
 
 

@@ -270,6 +270,20 @@ def test_an_id_ec2_never_learns_of_is_not_reported_terminated(ec2: tuple[Any, St
     assert compute.terminate(["i-0eee000000000006"]) == []
 
 
+def test_an_instance_known_to_be_long_gone_is_asked_about_once(ec2: tuple[Any, Stubber]) -> None:
+    """EC2 forgets a terminated instance about an hour after ("Terminated instances remain visible after termination
+    (for approximately one hour)", TerminateInstances): for an instance launched long ago, not known is gone, and
+    waiting out eventual consistency for it only costs the caller seconds (the garbage collector's tick, a drain)."""
+    client, stubber = ec2
+    sleeps: list[float] = []
+    compute = Ec2Compute(client, "ml-prod", sleep=sleeps.append)
+    stubber.add_client_error("terminate_instances", service_error_code="InvalidInstanceID.NotFound",
+                             expected_params={"InstanceIds": ["i-0eee000000000008"]})
+    assert compute.terminate(["i-0eee000000000008"], unknown_is_gone=True) == []
+    stubber.assert_no_pending_responses()
+    assert sleeps == []
+
+
 class _LowestDraws(random.Random):
     """Every jitter draw at its lowest: the unluckiest run of a randomised backoff."""
 

@@ -42,7 +42,7 @@ class RecordingCompute:
     def create_fleet(self, request: Any) -> Any:
         raise AssertionError("consolidation never launches through the fleet directly")
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
         self.terminated.extend(instance_ids)
         return list(instance_ids)
 

@@ -62,7 +62,7 @@ class FakeCompute:
         self.owned.update(i.instance_id for i in result.instances)
         return result
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
         done = [i for i in instance_ids if i in self.owned]
         self.terminated.extend(i for i in done if i not in self.terminated)
         return done

@@ -81,6 +81,8 @@ def test_the_collector_terminates_leaks_and_closes_claims_through_the_fleet() ->
     assert store.assignments(["pod-a"]) == {}
     assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
     assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": []}
+    # c-lost's instance was launched hours ago: EC2 not knowing it means gone, not yet visible (no waiting).
+    assert compute.terminations == [["i-leak"], ["i-lost"]] and compute.unknown_is_gone == [False, True]
 
 
 def test_an_instance_of_a_request_for_several_claims_is_spared_while_its_claims_are_pending() -> None:

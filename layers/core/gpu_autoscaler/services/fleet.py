@@ -47,6 +47,7 @@ from gpu_autoscaler.domain.fleet import (
     next_attempt,
     read_result,
 )
+from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.domain.user_data import ClusterBootstrap
 from gpu_autoscaler.errors import GpuAutoscalerError, RequestThrottled, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -472,7 +473,10 @@ class FleetService:
                 self.store.release_pods(current.pods)
                 return current
             if current.instance_id:
-                done = self.compute.terminate([current.instance_id])
+                # Past the garbage collector's grace (longer than EC2's eventual consistency), an instance EC2 does
+                # not know is gone, not too new to be known: asking again would only wait.
+                settled = self.clock.now() - launched_at(current) > self.config.timeouts.garbage_collection_grace
+                done = self.compute.terminate([current.instance_id], unknown_is_gone=settled)
                 if current.instance_id not in done:
                     logger.warning("claim %s: instance %s was not terminated (not owned by cluster %s, or gone)",
                                    current.id, current.instance_id, self.config.cluster_name)

@@ -129,7 +129,7 @@ class SimulatedCloud:
             ))
         return FleetResult(fleet_id=f"fleet-{next(self._serial):08x}", instances=tuple(launched), errors=errors)
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
         done = []
         for instance_id in instance_ids:
             instance = self.instances.get(instance_id)

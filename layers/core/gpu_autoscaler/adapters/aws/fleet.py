@@ -7,13 +7,16 @@ throttled call raises `RequestThrottled` (the caller backs off), any other refus
 back as a request-level error, for the domain to classify like the per-override ones.
 
 Termination calls TerminateInstances directly, without describing first: EC2 is eventually consistent, so a
-just-launched instance may be missing from DescribeInstances (EC2 API reference, "Eventual consistency in the
-Amazon EC2 API"), and skipping it leaked it. What may be terminated is IAM's to say: this role may terminate only
-instances carrying `gpu-autoscaler/cluster = <cluster>` (`infra.permissions`), so someone else's instance answers
+just-launched instance may be missing from DescribeInstances (EC2 API reference, "Eventual consistency in the Amazon
+EC2 API"), and skipping it leaked it. What may be terminated is IAM's to say: this role may terminate only instances
+carrying `gpu-autoscaler/cluster = <cluster>` (`infra.permissions`), so someone else's instance answers
 `UnauthorizedOperation`. A call for several ids fails as a whole when one of them is refused or not known yet
-(`InvalidInstanceID.NotFound`): then each id is asked alone, a not-yet-known one again with backoff, and only
-what EC2 confirmed is reported terminated. It is idempotent: EC2 answers for an instance already shutting down
-or terminated as for any other. `owned_instances` lists the cluster's instances for the garbage collector.
+(`InvalidInstanceID.NotFound`): then each id is asked alone, a not-yet-known one again with backoff, and only what
+EC2 confirmed is reported terminated; an instance launched long ago is not waited for (`unknown_is_gone`): EC2
+forgets a terminated instance about an hour after ("Terminated instances remain visible after termination (for
+approximately one hour)", EC2 API reference, TerminateInstances). It is idempotent: EC2 answers for an instance
+already shutting down or terminated as for any other. `owned_instances` lists the cluster's instances for the
+garbage collector.
 """
 
 from __future__ import annotations
@@ -247,13 +250,14 @@ class Ec2Compute:
 
     # ---- terminate ----------------------------------------------------------------------------------------
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
         wanted = list(dict.fromkeys(instance_ids))
         done: list[str] = []
+        retries = 0 if unknown_is_gone else NOT_FOUND_RETRIES
         for start in range(0, len(wanted), _TERMINATE_CHUNK):
             chunk = wanted[start:start + _TERMINATE_CHUNK]
             if len(chunk) == 1:
-                done += self._terminate_one(chunk[0])
+                done += self._terminate_one(chunk[0], retries)
                 continue
             try:
                 done += self._terminate_call(chunk)
@@ -262,15 +266,17 @@ class Ec2Compute:
                     raise self._terminate_error(error) from error
                 # The whole call failed for one id: nothing was terminated. Each id alone, so the rest go.
                 for instance_id in chunk:
-                    done += self._terminate_one(instance_id)
+                    done += self._terminate_one(instance_id, retries)
         return done
 
     def _terminate_call(self, instance_ids: list[str]) -> list[str]:
         answer = self._ec2.terminate_instances(InstanceIds=instance_ids)
         return [i["InstanceId"] for i in answer.get("TerminatingInstances") or []]
 
-    def _terminate_one(self, instance_id: str) -> list[str]:
-        for retry in range(NOT_FOUND_RETRIES + 1):
+    def _terminate_one(self, instance_id: str, retries: int) -> list[str]:
+        """`retries`: how often an id EC2 does not know is asked again (none when it is known to be long gone:
+        EC2 forgets a terminated instance about an hour after, and then answers `InvalidInstanceID.NotFound`)."""
+        for retry in range(retries + 1):
             try:
                 return self._terminate_call([instance_id])
             except ClientError as error:
@@ -281,7 +287,10 @@ class Ec2Compute:
                     return []
                 if code != NOT_FOUND:
                     raise self._terminate_error(error) from error
-                if retry == NOT_FOUND_RETRIES:
+                if not retries:
+                    logger.info("instance %s is unknown to EC2: gone long ago", instance_id)
+                    return []
+                if retry == retries:
                     logger.warning("instance %s still unknown to EC2 after %d tries: not terminated here (the "
                                    "garbage collector ends it if it appears)", instance_id, retry + 1)
                     return []

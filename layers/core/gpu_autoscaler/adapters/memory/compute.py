@@ -56,6 +56,8 @@ class MemoryCompute:
     instances: dict[str, MemoryInstance] = field(default_factory=dict)
     requests: list[FleetRequest] = field(default_factory=list)
     terminations: list[list[str]] = field(default_factory=list)
+    unknown_is_gone: list[bool] = field(default_factory=list)
+    """Each termination's `unknown_is_gone`, in order."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -116,8 +118,9 @@ class MemoryCompute:
                           instance_type=override.instance_type, zone=override.zone,
                           capacity_type=request.capacity_type)
 
-    def terminate(self, instance_ids: Sequence[str]) -> list[str]:
+    def terminate(self, instance_ids: Sequence[str], *, unknown_is_gone: bool = False) -> list[str]:
         self.terminations.append(list(instance_ids))
+        self.unknown_is_gone.append(unknown_is_gone)
         done = []
         for instance_id in dict.fromkeys(instance_ids):
             instance = self.instances.get(instance_id)
