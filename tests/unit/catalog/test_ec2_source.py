@@ -103,6 +103,25 @@ def test_reservations_from_the_api_are_near_free_reserved_offerings() -> None:
     assert call == {"CapacityReservationIds": ["cr-0aaa", "cr-0bbb"]}
 
 
+def test_a_capacity_block_is_not_offered_in_its_last_forty_minutes() -> None:
+    """EC2 warns once, 40 minutes before a Capacity Block ends, and terminates its instances from 30 minutes before
+    (EC2 User Guide, "Capacity Blocks for ML"): a node launched into it meanwhile would get no warning. Karpenter
+    takes such a block as expiring and offers it no more (`CapacityReservationFromEC2`). The offerings are priced
+    for `price_ttl` (10 minutes here), so a block expiring within that is left out already."""
+    def block(reservation_id: str, ends_in: timedelta, kind: str = "capacity-block") -> dict[str, Any]:
+        return {"CapacityReservationId": reservation_id, "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
+                "State": "active", "ReservationType": kind, "AvailableInstanceCount": 1, "TotalInstanceCount": 1,
+                "EndDateType": "limited", "EndDate": NOW + ends_in}
+
+    ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
+        block("cr-0aaa", timedelta(hours=3)), block("cr-0bbb", timedelta(minutes=45)),
+        block("cr-0ccc", timedelta(minutes=20), kind="default")]}])
+    wanted = [CapacityReservation(id=i, type="capacity-block") for i in ("cr-0aaa", "cr-0bbb", "cr-0ccc")]
+    source = make_source(ec2, reservations=wanted, price_ttl=timedelta(minutes=10))
+    reserved = [o.reservation_id for o in source.offerings() if o.capacity_type == "reserved"]
+    assert reserved == ["cr-0aaa", "cr-0ccc"]  # an On-Demand Capacity Reservation's end is not a block's
+
+
 def test_reservations_fall_back_to_the_configuration(caplog: pytest.LogCaptureFixture) -> None:
     ec2 = fake_ec2()
     ec2.fail("describe_capacity_reservations", ResponseParserError("<!doctype html> 500"))

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
 
 __all__ = [
+    "CAPACITY_BLOCK_EXPIRING",
     "GPU_NAME_PATTERNS",
     "RESERVED_PRICE_DIVISOR",
     "Ec2CatalogSource",
@@ -73,10 +74,18 @@ class Reservation:
     available: int | None
 
 
+CAPACITY_BLOCK_EXPIRING = timedelta(minutes=40)
+"""A Capacity Block's last 40 minutes: EC2 sends its one expiration warning then and terminates its instances from 30
+minutes before the end (EC2 User Guide, "Capacity Blocks for ML"), so an instance launched into it meanwhile would
+get no warning. Karpenter takes the block as expiring from then and offers it no more (karpenter-provider-aws
+`CapacityReservationFromEC2`)."""
+
+
 def describe_reservations(
-    ec2: Any, wanted: Sequence[CapacityReservation], warn: WarnOnce | None = None
+    ec2: Any, wanted: Sequence[CapacityReservation], warn: WarnOnce | None = None, *, until: datetime | None = None
 ) -> list[Reservation]:
-    """The active reservations among `wanted`, from the API, or from the configuration when the API fails."""
+    """The active reservations among `wanted`, from the API, or from the configuration when the API fails. `until`:
+    the offerings made of them may be used until then, so a Capacity Block expiring by then is left out."""
     warn = warn or WarnOnce(logger)
     if not wanted:
         return []
@@ -87,6 +96,10 @@ def describe_reservations(
         for page in paginator.paginate(CapacityReservationIds=ids):
             for item in page.get("CapacityReservations", []):
                 if item.get("State") != "active":
+                    continue
+                end = item.get("EndDate")
+                if (item.get("ReservationType") == "capacity-block" and end is not None and until is not None
+                        and until >= end - CAPACITY_BLOCK_EXPIRING):
                     continue
                 found.append(Reservation(
                     id=item["CapacityReservationId"],
@@ -269,7 +282,8 @@ class Ec2CatalogSource:
 
     def _reserved(self, types: dict[str, InstanceType], on_demand: dict[str, float]) -> list[Offering]:
         offerings: list[Offering] = []
-        for reservation in describe_reservations(self._ec2, self._reservations, self._warn):
+        until = self._clock.now() + self._price_ttl  # these offerings are used until the next pricing
+        for reservation in describe_reservations(self._ec2, self._reservations, self._warn, until=until):
             if reservation.instance_type not in types:
                 self._warn(
                     f"reservation-type:{reservation.id}",
