@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from gpu_autoscaler.models.requirements import Requirement
-from gpu_autoscaler.models.resources import Resources, parse_quantity
+from gpu_autoscaler.models.resources import Resources, mig_profile, mig_resource, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -72,3 +72,16 @@ def test_a_vector_keeps_its_hash_but_pickles_without_it() -> None:
     assert back == r and back._hash is None and hash(back) == hash(r)
     assert r == Resources({"cpu": 1000, "nvidia.com/gpu": 1}) and r != Resources({"cpu": 1000})
     assert r == {"cpu": 1000, "nvidia.com/gpu": 1, "memory": 0}, "a plain mapping's zeros are missing values"
+
+
+@pytest.mark.parametrize(("profile", "resource"), [
+    ("1g.10gb", "nvidia.com/mig-1g.10gb"),
+    ("1g.10gb+me", "nvidia.com/mig-1g.10gb.me"),
+    ("1c.2g.20gb", "nvidia.com/mig-1c.2g.20gb"),
+    ("1g.12gb+me.all", "nvidia.com/mig-1g.12gb.me.all"),
+])
+def test_a_mig_profile_is_named_as_the_device_plugin_names_it_and_back(profile: str, resource: str) -> None:
+    """k8s-device-plugin's mixed strategy: `mig-<profile>` with `+` turned into `.`."""
+    assert mig_resource(profile) == resource
+    assert mig_profile(resource) == profile
+    assert mig_profile("nvidia.com/gpu") is None

@@ -232,7 +232,8 @@ class GpuSharing(_Model):
     mig_profile: str | None = None
     """mig: the profile every GPU is partitioned into, e.g. `1g.10gb` (`1g.10gb+me` with the media engine)."""
     mig_strategy: Literal["single", "mixed"] = "mixed"
-    """mig: how the NVIDIA device plugin names the slices — `mixed`: `nvidia.com/mig-<profile>`; `single`:
+    """mig: how the NVIDIA device plugin names the slices — `mixed`: `nvidia.com/mig-<profile>` with `+` as `.`
+    (`nvidia.com/mig-1g.10gb.me`); `single`:
     `nvidia.com/gpu` (pods ask for a slice as for a GPU). The node's device plugin config is chosen to match."""
 
     @model_validator(mode="after")

@@ -183,7 +183,7 @@ def test_a_pod_asking_for_two_shared_gpus_is_rejected_where_the_plugin_fails_suc
 @pytest.mark.parametrize(("sharing", "resource", "count"), [
     ({"mode": "mig", "migProfile": "1g.10gb"}, "nvidia.com/mig-1g.10gb", 56),
     ({"mode": "mig", "migProfile": "1g.10gb", "migStrategy": "single"}, "nvidia.com/gpu", 56),
-    ({"mode": "mig", "migProfile": "1g.10gb+me", "migStrategy": "mixed"}, "nvidia.com/mig-1g.10gb+me", 8),
+    ({"mode": "mig", "migProfile": "1g.10gb+me", "migStrategy": "mixed"}, "nvidia.com/mig-1g.10gb.me", 8),
     ({"mode": "mig", "migProfile": "3g.40gb", "migStrategy": "mixed"}, "nvidia.com/mig-3g.40gb", 16),
 ])
 def test_mig_nodes_advertise_the_slices_under_the_strategy_the_pool_states(

@@ -104,6 +104,19 @@ def test_mig_pool_advertises_slices_not_whole_gpus_on_mig_capable_types() -> Non
     assert node_capacity(make_type("g5.xlarge"), mig)["nvidia.com/gpu"] == 1  # A10G: no MIG, whole GPU
 
 
+def test_a_media_engine_profile_is_advertised_under_the_device_plugins_name() -> None:
+    """The device plugin names a mixed-strategy slice `mig-<profile>` with `+` turned into `.` (k8s-device-plugin
+    internal/rm/rm.go, AddDefaultResourcesToConfig): `+` is not allowed in an extended resource name."""
+    capacity = node_capacity(make_type("p5.48xlarge"), pool(mode="mig", mig_profile="1g.10gb+me"))
+    assert capacity["nvidia.com/mig-1g.10gb.me"] == 8
+    assert "nvidia.com/mig-1g.10gb+me" not in capacity.keys()
+
+
+def test_a_media_engine_slice_is_its_share_of_the_gpu_its_profile_names() -> None:
+    assert gpu_equivalent({"nvidia.com/mig-1g.6gb.me": 1}, pool()) == pytest.approx(1 / 4)  # an A30's
+    assert gpu_equivalent({"nvidia.com/mig-1g.10gb.me": 7}, pool()) == pytest.approx(1)
+
+
 def test_mig_table_matches_models_by_memory() -> None:
     assert mig_gpu("A100", 40960).memory_gib == 40  # type: ignore[union-attr]
     assert mig_gpu("A100", 81920).memory_gib == 80  # type: ignore[union-attr]

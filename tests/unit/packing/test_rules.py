@@ -290,6 +290,19 @@ def test_mig_pods_get_slices_and_whole_gpu_pods_are_told_why_not() -> None:
 
 
 
+def test_media_engine_slices_are_asked_for_under_the_device_plugins_name() -> None:
+    """`1g.10gb+me` is advertised as `nvidia.com/mig-1g.10gb.me` (the device plugin turns `+` into `.`): pods asking
+    for that are placed, and a pod asking for it from a pool of another profile is told the profile it asked for."""
+    media = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "mig", "migProfile": "1g.10gb+me"},
+                      requirements=[{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+                                     "values": ["h100"]}])
+    pods = make_pods(2, gpus=None, requests={"cpu": "1", "memory": "4Gi", "nvidia.com/mig-1g.10gb.me": "1"})
+    plan = solve(pods, media)
+    assert [c.instance_types[0] for c in plan.claims] == ["p5.4xlarge", "p5.4xlarge"]  # one +me slice per GPU
+    plain = make_pool(capacityTypes=["on-demand"], gpuSharing={"mode": "mig", "migProfile": "1g.10gb"})
+    assert reason(solve(pods[:1], plain)).endswith("(pool gpu does not partition GPUs into MIG 1g.10gb+me)")
+
+
 def test_a_single_strategy_mig_pool_says_each_gpu_asked_for_is_a_slice() -> None:
     """With `migStrategy: single` a pod's `nvidia.com/gpu` is a slice: "partitions GPUs" alone would not say why 57
     of them fit nowhere (a p5.48xlarge has 56)."""

@@ -240,6 +240,9 @@ class TestPackerRequest:
             "nvidia.com/gpu": "4"}
         assert placeholder_pods(WarmNeed("gpu", "forecast", gpus=1), mig.pool("gpu"), "t")[0].requests == {
             "nvidia.com/mig-3g.40gb": "2"}
+        media = make_config(pools=[make_pool(gpuSharing={"mode": "mig", "migProfile": "1g.10gb+me"})], windows=[])
+        assert placeholder_pods(WarmNeed("gpu", "forecast", gpus=1), media.pool("gpu"), "t")[0].requests == {
+            "nvidia.com/mig-1g.10gb.me": "1"}
 
     def test_a_mig_pool_counts_the_slices_of_its_own_gpus(self) -> None:
         """`1g.10gb` is four slices of the p4d's A100 40 GB, seven of the p4de's A100 80 GB and the p5's H100."""

@@ -50,7 +50,7 @@ from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.pods import PendingPod
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
-from gpu_autoscaler.models.resources import GPU, MIG_PREFIX
+from gpu_autoscaler.models.resources import GPU, mig_resource
 from gpu_autoscaler.models.taints import Toleration
 
 if TYPE_CHECKING:
@@ -585,7 +585,7 @@ def _one_gpu(pool: NodePool, slices_per_gpu: int | None = None) -> dict[str, str
     if sharing.mode == "mig" and sharing.mig_profile:
         first = first_offering(sharing.mig_profile)
         per_gpu = slices_per_gpu or (first.profiles[sharing.mig_profile] if first is not None else 1)
-        return {(GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile): str(per_gpu)}
+        return {(GPU if sharing.mig_strategy == "single" else mig_resource(sharing.mig_profile)): str(per_gpu)}
     return {GPU: str(sharing.replicas)}
 
 

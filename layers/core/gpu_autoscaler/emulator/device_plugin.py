@@ -19,7 +19,8 @@ configuration, never from the project's packer:
   mig-parted's default config (`all-1g.10gb`, `all-1g.10gb.me`, `all-disabled`…), by GPU model and memory,
   and reports `nvidia.com/mig.config.state` (`success`, or `failed` when the GPU has no such layout). Then the
   strategy decides the names: `single` advertises the slices as `nvidia.com/gpu`, `mixed` as
-  `nvidia.com/mig-<profile>`, `none` ignores MIG devices (a MIG-enabled GPU is not a full GPU: nothing).
+  `nvidia.com/mig-<profile>` with `+` turned into `.` (`1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`), `none`
+  ignores MIG devices (a MIG-enabled GPU is not a full GPU: nothing).
 - Bottlerocket configures the plugin from its own settings instead (`settings.kubelet-device-plugins.nvidia`:
   `device-sharing-strategy = "time-slicing"` with `time-slicing.replicas`, `rename-by-default` and
   `fail-requests-greater-than-one` — both true unless set —, or `device-partitioning-strategy = "mig"` with
@@ -120,6 +121,12 @@ def mig_layout(gpu: Gpu, config_name: str) -> dict[str, int] | None:
     profile = profile[: -len(".me")] + "+me" if profile.endswith(".me") else profile
     count = _MIG_PARTED[key].get(profile)
     return {profile: count} if count else None
+
+
+def _mixed_resource(profile: str) -> str:
+    """The `mixed` strategy's name of a MIG device: k8s-device-plugin internal/rm/rm.go, AddDefaultResourcesToConfig,
+    `strings.ReplaceAll("mig-"+p.String(), "+", ".")` in the `nvidia.com` domain (`mig-1g.10gb.me`)."""
+    return "nvidia.com/" + ("mig-" + profile).replace("+", ".")
 
 
 @dataclass(frozen=True)
@@ -267,7 +274,7 @@ class NvidiaDevicePlugin:
                 advertised[GPU] = gpu.count * sum(layout.values())
             elif config.mig_strategy == "mixed":
                 for profile, count in layout.items():
-                    advertised[f"nvidia.com/mig-{profile}"] = gpu.count * count
+                    advertised[_mixed_resource(profile)] = gpu.count * count
         else:
             advertised[GPU] = gpu.count
         out: dict[str, int] = {}

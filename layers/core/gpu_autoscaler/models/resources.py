@@ -9,6 +9,7 @@ and sums are exact and fast.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 
@@ -23,6 +24,8 @@ __all__ = [
     "PODS",
     "Resources",
     "is_gpu_resource",
+    "mig_profile",
+    "mig_resource",
     "parse_quantity",
 ]
 
@@ -74,6 +77,32 @@ def _number(digits: str, original: str) -> Decimal:
 def is_gpu_resource(name: str) -> bool:
     """GPU devices the autoscaler provisions for: whole GPUs and MIG slices."""
     return name == GPU or name.startswith(MIG_PREFIX)
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource a MIG slice of `profile` is advertised as with the device plugin's `mixed` strategy.
+
+    The plugin names it `mig-<profile>` with every `+` turned into `.` (k8s-device-plugin internal/rm/rm.go,
+    AddDefaultResourcesToConfig): `1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`, as `+` is not allowed in a
+    Kubernetes resource name. Everything that names a slice goes through here, so the packer plans the name a
+    node advertises and pods ask for.
+    """
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
+_MIG_NAME = re.compile(r"((?:\d+c\.)?\d+g\.\d+gb)\.(.+)")
+"""A profile is `[<c>c.]<g>g.<gb>gb` with optional `+attributes` (go-nvlib MigProfileInfo.String): in a resource
+name, whatever follows the memory size after a `.` was an attribute."""
+
+
+def mig_profile(name: str) -> str | None:
+    """The MIG profile a `nvidia.com/mig-…` resource is a slice of (`mig-1g.10gb.me` → `1g.10gb+me`), the inverse of
+    `mig_resource`; None for any other resource."""
+    if not name.startswith(MIG_PREFIX):
+        return None
+    text = name.removeprefix(MIG_PREFIX)
+    attributed = _MIG_NAME.fullmatch(text)
+    return f"{attributed[1]}+{attributed[2]}" if attributed else text
 
 
 def _canonical(name: str, value: Decimal) -> int:

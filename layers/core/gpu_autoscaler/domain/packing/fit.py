@@ -8,7 +8,8 @@ nowhere else. A node's allocatable is what kubelet would report for it:
 - ephemeral-storage: the pool's root volume; pods: the type's max pods;
 - GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
   time-slicing, or slices on MIG-capable GPUs with MIG (see `mig`), named as the device plugin's MIG
-  strategy names them: `nvidia.com/mig-<profile>` (mixed) or `nvidia.com/gpu` (single);
+  strategy names them: `nvidia.com/mig-<profile>` (mixed; `+` in a profile becomes `.`, `mig-1g.10gb.me`, see
+  `resources.mig_resource`) or `nvidia.com/gpu` (single);
   a partitioned type (g6f) advertises its partition as one device;
 
 less what the kubelet holds back (kube-reserved, system-reserved, hard eviction thresholds: the model of
@@ -29,10 +30,11 @@ from gpu_autoscaler.models.resources import (
     EPHEMERAL_STORAGE,
     GPU,
     MEMORY,
-    MIG_PREFIX,
     PODS,
     Resources,
     is_gpu_resource,
+    mig_profile,
+    mig_resource,
     parse_quantity,
 )
 
@@ -72,7 +74,7 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
     if sharing.mode == "mig" and sharing.mig_profile:
         slices = mig_slices(instance_type, sharing.mig_profile)
         if slices:
-            values[GPU if sharing.mig_strategy == "single" else MIG_PREFIX + sharing.mig_profile] = slices
+            values[GPU if sharing.mig_strategy == "single" else mig_resource(sharing.mig_profile)] = slices
             return Resources(values)
     values[GPU] = instance_type.gpu_devices * sharing.replicas
     return Resources(values)
@@ -130,11 +132,12 @@ def gpu_equivalent(requests: Mapping[str, int], pool: NodePool) -> float:
     single_mig = sharing.mode == "mig" and sharing.mig_strategy == "single" and sharing.mig_profile
     slices: Mapping[str, int] = requests  # read, never changed: no copy (demand counts every pod each tick)
     if single_mig:
-        slices = {MIG_PREFIX + str(sharing.mig_profile): requests.get(GPU, 0)}
+        slices = {mig_resource(str(sharing.mig_profile)): requests.get(GPU, 0)}
     else:
         total += requests.get(GPU, 0) / sharing.replicas
     for name, count in slices.items():
-        if not name.startswith(MIG_PREFIX) or not count:
+        profile = mig_profile(name)
+        if profile is None or not count:
             continue
-        total += count * compute_share(name.removeprefix(MIG_PREFIX))
+        total += count * compute_share(profile)
     return total

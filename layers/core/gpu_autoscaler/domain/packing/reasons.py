@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIG_PREFIX, PODS
+from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, GPU, MEMORY, MIG_PREFIX, PODS, mig_profile
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -59,8 +59,8 @@ def describe_need(cls: PodClass, short: Iterable[str] = ()) -> str:
     if gpus:
         parts.append(f"{gpus} × {model}" if model else f"{gpus} GPU{'s' if gpus > 1 else ''}")
     for name, value in sorted(requests.items()):
-        if name.startswith(MIG_PREFIX) and value:
-            parts.append(f"{value} × MIG {name.removeprefix(MIG_PREFIX)}" + (f" of {model}" if model else ""))
+        if (profile := mig_profile(name)) is not None and value:
+            parts.append(f"{value} × MIG {profile}" + (f" of {model}" if model else ""))
     shortfall = [name for name in short if name not in (GPU, PODS) and not name.startswith(MIG_PREFIX)]
     if shortfall or not parts:
         names = shortfall or [n for n in (CPU, MEMORY) if requests[n]]
