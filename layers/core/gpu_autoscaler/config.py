@@ -227,8 +227,10 @@ class PoolLimits(_Model):
 class GpuSharing(_Model):
     mode: Literal["none", "time-slicing", "mig"] = "none"
     replicas: int = Field(default=1, ge=1, le=64)
-    """time-slicing: how many pods share one physical GPU. 1 in every other mode (checked below), so it is read
-    without asking the mode."""
+    """time-slicing: how many pods share one physical GPU, at least 2 (the NVIDIA device plugin refuses a
+    time-slicing config of fewer, k8s-device-plugin api/config/v1/replicas.go, and its node advertises no GPUs), and
+    stated: the default is no sharing. 1 in every other mode (checked below), so it is read without asking the
+    mode."""
     mig_profile: str | None = None
     """mig: the profile every GPU is partitioned into, e.g. `1g.10gb` (`1g.10gb+me` with the media engine)."""
     mig_strategy: Literal["single", "mixed"] = "mixed"
@@ -240,6 +242,9 @@ class GpuSharing(_Model):
     def _mode_fields(self) -> GpuSharing:
         if self.mode != "time-slicing" and self.replicas != 1:
             raise ValueError("replicas only applies to mode 'time-slicing'")
+        if self.mode == "time-slicing" and self.replicas < 2:
+            raise ValueError("mode 'time-slicing' needs replicas, at least 2 (how many pods share one GPU; the NVIDIA "
+                             "device plugin refuses fewer)")
         if self.mode == "mig" and not self.mig_profile:
             raise ValueError("mode 'mig' needs migProfile, e.g. '1g.10gb'")
         if self.mig_strategy != "mixed" and self.mode != "mig":

@@ -180,6 +180,25 @@ def test_a_pod_asking_for_two_shared_gpus_is_rejected_where_the_plugin_fails_suc
     assert (status["phase"], status["reason"]) == ("Failed", "UnexpectedAdmissionError")
 
 
+@pytest.mark.parametrize("bottlerocket", [False, True])
+def test_a_time_slicing_config_of_one_replica_stops_the_plugin(
+        kube: LocalKubernetes, clock: FixedClock, bottlerocket: bool) -> None:
+    """The device plugin refuses a time-slicing config with fewer than two replicas (k8s-device-plugin
+    api/config/v1/replicas.go): the node advertises no GPUs, whether the config comes from the ConfigMap or from
+    Bottlerocket's settings."""
+    one = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n"
+           "        replicas: 1\n")
+    kube.api.create(CONFIGMAPS, "gpu-operator", {"metadata": {"name": "one-replica", "namespace": "gpu-operator"},
+                                                 "data": {"time-slicing-1": one}})
+    kube.device_plugin.config_map = ("gpu-operator", "one-replica")
+    settings = DevicePluginSettings(sharing_strategy="time-slicing", replicas=1) if bottlerocket else None
+    instance = SimulatedInstance("i-0aaa", "g5.12xlarge", "us-east-1a", capacity=Resources.from_quantities(
+        {"cpu": "48", "memory": "180Gi", "pods": "50"}), gpu=Gpu("A10G", "NVIDIA", 4, 22888),
+        labels={"nvidia.com/device-plugin.config": "time-slicing-1"}, device_plugin=settings)
+    node = boot(kube, clock, instance)
+    assert not {k for k in node["status"]["allocatable"] if k.startswith("nvidia.com/")}
+
+
 @pytest.mark.parametrize(("sharing", "resource", "count"), [
     ({"mode": "mig", "migProfile": "1g.10gb"}, "nvidia.com/mig-1g.10gb", 56),
     ({"mode": "mig", "migProfile": "1g.10gb", "migStrategy": "single"}, "nvidia.com/gpu", 56),

@@ -175,8 +175,9 @@ def node_labels(
 
 
 def device_plugin_config(sharing: GpuSharing) -> str | None:
-    """The device plugin config entry a node of this sharing mode needs; None: the plugin's default."""
-    if sharing.mode == "time-slicing" and sharing.replicas > 1:
+    """The device plugin config entry a node of this sharing mode needs; None: the plugin's default. A time-slicing
+    pool has at least two replicas (the configuration says so), as Bottlerocket's settings state them too."""
+    if sharing.mode == "time-slicing":
         return f"time-slicing-{sharing.replicas}"
     if sharing.mode == "mig":
         return f"mig-{sharing.mig_strategy}"

@@ -13,7 +13,9 @@ configuration, never from the project's packer:
   A label naming a key that does not exist stops the plugin (its config-manager fails): nothing is advertised.
   Without the ConfigMap at all, the plugin runs with its built-in defaults (whole GPUs, MIG strategy none).
 - A config file: `flags.migStrategy` (`none`, `single`, `mixed`) and `sharing.timeSlicing`: `resources`
-  (name, replicas, optional rename), `renameByDefault` (a shared resource is advertised as `<name>.shared`),
+  (name, replicas — at least 2, or the config is invalid and the plugin does not start: api/config/v1/replicas.go
+  "number of replicas must be >= 2" —, optional rename), `renameByDefault` (a shared resource is advertised as
+  `<name>.shared`),
   `failRequestsGreaterThanOne` (kept for what a pod may ask; advertising is unchanged).
 - MIG: the MIG manager partitions every GPU as the label `nvidia.com/mig.config` names an entry of
   mig-parted's default config (`all-1g.10gb`, `all-1g.10gb.me`, `all-disabled`…), by GPU model and memory,
@@ -129,6 +131,16 @@ def _mixed_resource(profile: str) -> str:
     return "nvidia.com/" + ("mig-" + profile).replace("+", ".")
 
 
+def _replicas(value: object) -> int:
+    """A time-sliced resource's replicas as the plugin reads them (api/config/v1/replicas.go, ReplicatedResource
+    UnmarshalJSON): an integer, at least 2."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"replicas {value!r} is not an integer")
+    if value < 2:
+        raise ValueError("number of replicas must be >= 2")
+    return value
+
+
 @dataclass(frozen=True)
 class DevicePluginConfig:
     """One plugin config file (`version: v1`)."""
@@ -151,10 +163,9 @@ class DevicePluginConfig:
         slicing = (document.get("sharing") or {}).get("timeSlicing") or {}
         replicas = {}
         for resource in slicing.get("resources") or ():
-            count = int(resource.get("replicas", 1))
-            if count < 1:
-                raise ValueError("replicas must be at least 1")
-            replicas[str(resource["name"])] = (count, resource.get("rename"))
+            if "replicas" not in resource:
+                raise ValueError("no replicas specified")
+            replicas[str(resource["name"])] = (_replicas(resource["replicas"]), resource.get("rename"))
         return cls(mig_strategy=strategy, rename_by_default=bool(slicing.get("renameByDefault", False)),
                    fail_requests_greater_than_one=bool(slicing.get("failRequestsGreaterThanOne", False)),
                    replicas=replicas)
@@ -256,7 +267,11 @@ class NvidiaDevicePlugin:
         out_labels = {"nvidia.com/gpu.count": str(gpu.count), "nvidia.com/gpu.product": gpu.name.replace(" ", "-"),
                       "nvidia.com/gpu.memory": str(gpu.memory_mib)}
         if instance.device_plugin is not None:
-            config, layout = self._bottlerocket(instance)
+            try:
+                config, layout = self._bottlerocket(instance)
+            except ValueError as error:
+                log.warning("device plugin: Bottlerocket's config is invalid (%s); the plugin does not start", error)
+                return {}, out_labels, set()
         else:
             found = self._config(labels)
             if found is None:
@@ -314,7 +329,8 @@ class NvidiaDevicePlugin:
         """Bottlerocket's plugin config (bottlerocket-core-kit `nvidia-k8s-device-plugin-conf.in`: MIG means the
         `single` strategy) and its MIG manager (`nvidia-migmanager`: a known GPU is named `a100.40gb`,
         `a100.80gb`, `h100.80gb`, `h200.141gb` or `b200.180gb`; the value is a profile or a number of slices;
-        a GPU with no entry gets one slice)."""
+        a GPU with no entry gets one slice). The settings become the plugin's config file, which the plugin reads
+        as any other: ValueError where it would refuse it (time-slicing replicas below 2)."""
         settings = instance.device_plugin
         gpu = instance.gpu
         assert settings is not None and gpu is not None
@@ -330,7 +346,7 @@ class NvidiaDevicePlugin:
                 layout = mig_layout(gpu, "all-" + wanted.replace("+", "."))
         replicas: dict[str, tuple[int, str | None]] = {}
         if settings.sharing_strategy == "time-slicing":
-            replicas[GPU] = (settings.replicas, None)
+            replicas[GPU] = (_replicas(settings.replicas), None)
         strategy = "single" if settings.partitioning_strategy == "mig" else "none"
         return DevicePluginConfig(mig_strategy=strategy, rename_by_default=settings.rename_by_default,
                                   fail_requests_greater_than_one=settings.fail_requests_greater_than_one,
