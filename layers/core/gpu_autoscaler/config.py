@@ -229,8 +229,9 @@ class GpuSharing(_Model):
     replicas: int = Field(default=1, ge=1, le=64)
     """time-slicing: how many pods share one physical GPU, at least 2 (the NVIDIA device plugin refuses a
     time-slicing config of fewer, k8s-device-plugin api/config/v1/replicas.go, and its node advertises no GPUs), and
-    stated: the default is no sharing. 1 in every other mode (checked below), so it is read without asking the
-    mode."""
+    stated: the default is no sharing. At most 64: the plugin ConfigMap shipped in `agent/deploy/gpu-operator/` has
+    an entry `time-slicing-<N>` for every N from 2 to 64, which an AL2023 node names by its label (a test keeps the
+    two equal). 1 in every other mode (checked below), so it is read without asking the mode."""
     mig_profile: str | None = None
     """mig: the profile every GPU is partitioned into, e.g. `1g.10gb` (`1g.10gb+me` with the media engine)."""
     mig_strategy: Literal["single", "mixed"] = "mixed"

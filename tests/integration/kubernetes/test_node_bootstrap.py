@@ -120,6 +120,27 @@ def test_time_sliced_al2023_nodes_advertise_the_replicas_the_packer_planned(
     assert node["metadata"]["labels"]["nvidia.com/gpu.replicas"] == "4"
 
 
+@pytest.mark.parametrize("replicas", [2, 16, 17, 64])
+def test_every_replicas_count_a_pool_may_state_is_advertised_on_al2023(
+        kube: LocalKubernetes, clock: FixedClock, replicas: int) -> None:
+    """The node's label names `time-slicing-<replicas>`; the shipped ConfigMap has every such entry."""
+    pool = NodePool.model_validate({"name": "gpu-shared", "gpuSharing": {"mode": "time-slicing",
+                                                                         "replicas": replicas}})
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
+                                                               user_data(pool, G5_12X)))
+    assert node["status"]["allocatable"].get("nvidia.com/gpu") == str(allocatable(G5_12X, pool, Overhead())[
+        "nvidia.com/gpu"]) == str(4 * replicas)
+
+
+def test_a_config_label_the_configmap_lacks_stops_the_plugin(kube: LocalKubernetes, clock: FixedClock) -> None:
+    """The config-manager fails on a config name the ConfigMap does not have (cmd/config-manager, updateConfigName)."""
+    instance = SimulatedInstance("i-0aaa", "g5.12xlarge", "us-east-1a", capacity=Resources.from_quantities(
+        {"cpu": "48", "memory": "180Gi", "pods": "50"}), gpu=Gpu("A10G", "NVIDIA", 4, 22888),
+        labels={"nvidia.com/device-plugin.config": "time-slicing-65"})
+    node = boot(kube, clock, instance)
+    assert not {k for k in node["status"]["allocatable"] if k.startswith("nvidia.com/")}
+
+
 def test_bottlerocket_time_slicing_comes_from_its_settings(kube: LocalKubernetes, clock: FixedClock) -> None:
     """Bottlerocket renames a time-sliced GPU `nvidia.com/gpu.shared` unless the settings say not to."""
     pool = NodePool.model_validate({"name": "gpu-shared", "gpuSharing": {"mode": "time-slicing", "replicas": 4}})

@@ -8,14 +8,16 @@ from email.message import Message
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from gpu_autoscaler.config import ConfigError
+from gpu_autoscaler.config import ConfigError, GpuSharing
 from gpu_autoscaler.domain.user_data import (
     GANG_LABEL,
     GPU_SHARING_LABEL,
     MIG_CONFIG_LABEL,
     ClusterBootstrap,
     cluster_dns_ip,
+    device_plugin_config,
     gang_taint,
     kubelet_may_set,
     label_value,
@@ -23,6 +25,7 @@ from gpu_autoscaler.domain.user_data import (
     render_user_data,
 )
 from gpu_autoscaler.models import labels as L
+from tests.conftest import ROOT
 from tests.unit.fleet.builders import CA, TYPES, make_config
 
 CONFIG = make_config()
@@ -122,6 +125,28 @@ def test_time_slicing_and_mig_pools() -> None:
     labels = node_setup(media.pool("gpu-burst"), "on-demand", instance_type=TYPES["p5.48xlarge"]).labels
     assert labels[MIG_CONFIG_LABEL] == "all-1g.10gb.me" and labels["nvidia.com/device-plugin.config"] == "mig-single"
     assert mig.mig_profiles == {"h100.80gb": "1g.10gb"}
+
+
+def test_every_replicas_count_the_configuration_accepts_has_its_entry_in_the_shipped_plugin_configmap() -> None:
+    """An AL2023 node selects `time-slicing-<replicas>` by its label, and the device plugin's config-manager fails
+    when the ConfigMap has no such entry (k8s-device-plugin cmd/config-manager, updateConfigName): the node would
+    advertise no GPUs. So the configuration's range of replicas and the shipped entries are the same."""
+    def accepted(replicas: int) -> bool:
+        try:
+            GpuSharing(mode="time-slicing", replicas=replicas)
+        except ValidationError:
+            return False
+        return True
+
+    shipped = yaml.safe_load((ROOT / "agent/deploy/gpu-operator/nvidia-device-plugin-config.yaml").read_text())
+    entries = {key: yaml.safe_load(text) for key, text in shipped["data"].items() if key.startswith("time-slicing-")}
+    wanted = {device_plugin_config(GpuSharing(mode="time-slicing", replicas=n)): n for n in range(1, 257)
+              if accepted(n)}
+    assert set(entries) == set(wanted)
+    for key, replicas in wanted.items():
+        [resource] = entries[key]["sharing"]["timeSlicing"]["resources"]
+        assert (resource["name"], resource["replicas"]) == ("nvidia.com/gpu", replicas)
+        assert entries[key]["flags"] == {"migStrategy": "none"}
 
 
 def test_bottlerocket_settings() -> None:
