@@ -17,10 +17,10 @@ from kubernetes import client
 from moto import mock_aws
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.config import NodePool, Overhead
+from gpu_autoscaler.config import NodePool, Overhead, parse_config
 from gpu_autoscaler.domain.packing.fit import allocatable
-from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
-from gpu_autoscaler.emulator.device_plugin import shipped_config_map
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, gang_taint, node_setup, render_user_data
+from gpu_autoscaler.emulator.device_plugin import OperandTolerations, shipped_config_map
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, PODS
 from gpu_autoscaler.emulator.kubelet_user_data import BootstrapError, DevicePluginSettings
 from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes, SimulatedInstance
@@ -28,7 +28,9 @@ from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import Taint
 from tests import kube_reads
+from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -252,6 +254,42 @@ def test_the_device_plugin_removes_startup_taints_when_it_advertises(kube: Local
     kube.reconcile()
     node = kube.api.get(NODES, "", instance.name)
     assert "taints" not in node["spec"] and node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+
+
+EXAMPLE = parse_config(example_config_data())
+
+
+@pytest.mark.parametrize("gang", [None, "train-42"])
+@pytest.mark.parametrize("pool_name", [p.name for p in EXAMPLE.node_pools])
+def test_the_gpu_operator_as_shipped_runs_on_every_node_we_launch_whatever_its_taints(
+        kube: LocalKubernetes, clock: FixedClock, pool_name: str, gang: str | None) -> None:
+    """A gang's node registers with `gpu-autoscaler/gang=<id>:NoSchedule`, a pool's with its own taints
+    (`gpu-autoscaler/shared=true:NoSchedule` in the example): the GPU Operator's DaemonSets (NFD worker, device
+    plugin) run on it only if they tolerate those, or its GPUs are never advertised. The emulator's plugin reads the
+    tolerations from the values file the project ships."""
+    pool = EXAMPLE.pool(pool_name)
+    setup = node_setup(pool, "on-demand", instance_type=G5_12X, claim_id="claim-1", gang=gang)
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
+                                                               render_user_data(AL2023, setup)))
+    assert {t["key"] for t in node["spec"].get("taints") or ()} >= ({"gpu-autoscaler/gang"} if gang else set())
+    planned = allocatable(G5_12X, pool, Overhead())["nvidia.com/gpu"]
+    assert node["status"]["allocatable"].get("nvidia.com/gpu") == str(planned)
+
+
+def test_with_the_charts_tolerations_the_plugin_runs_only_where_nvidia_gpu_is_the_only_taint(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """The GPU Operator chart's defaults: its DaemonSets tolerate `nvidia.com/gpu:NoSchedule` and nothing else
+    (deployments/gpu-operator/values.yaml, `daemonsets.tolerations`, `node-feature-discovery.worker.tolerations`)."""
+    kube.device_plugin.tolerations = OperandTolerations.from_values({})
+    gpu_taint = Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+    nodes = {}
+    for instance_id, taints in (("i-0aaa", (gpu_taint,)), ("i-0bbb", (gpu_taint, gang_taint("train-42")))):
+        nodes[instance_id] = boot(kube, clock, SimulatedInstance(
+            instance_id, "g5.12xlarge", "us-east-1a", capacity=Resources.from_quantities(
+                {"cpu": "48", "memory": "180Gi", "pods": "50"}), gpu=Gpu("A10G", "NVIDIA", 4, 22888), taints=taints))
+    assert nodes["i-0aaa"]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert "nvidia.com/gpu" not in nodes["i-0bbb"]["status"]["allocatable"]
+    assert "nvidia.com/gpu.count" not in nodes["i-0bbb"]["metadata"]["labels"]  # nor GPU Feature Discovery
 
 
 @mock_aws

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 
-__all__ = ["DAEMON_TOLERATIONS", "DaemonSets"]
+__all__ = ["DAEMON_TOLERATIONS", "DaemonSets", "eligible"]
 
 DAEMON_TOLERATIONS = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -65,14 +65,14 @@ class DaemonSets:
             refs = pod["metadata"].get("ownerReferences") or ()
             if pod["metadata"].get("namespace") == namespace and any(r.get("uid") == uid for r in refs):
                 owned.setdefault((pod.get("spec") or {}).get("nodeName") or "", []).append(pod)
-        eligible = {n["metadata"]["name"]: n for n in nodes if _eligible(template, n)}
+        placed = {n["metadata"]["name"]: n for n in nodes if eligible(template, n)}
         changed = 0
-        for node_name in sorted(eligible):
+        for node_name in sorted(placed):
             if not any(not is_terminal(p) for p in owned.get(node_name, ())):
                 self._api.create(PODS, namespace, _daemon_pod(daemonset, template, node_name))
                 changed += 1
         for node_name, pods in owned.items():
-            if node_name not in eligible:
+            if node_name not in placed:
                 for pod in pods:
                     try:
                         self._api.delete(PODS, namespace, pod["metadata"]["name"])
@@ -80,11 +80,11 @@ class DaemonSets:
                     except ApiError as error:
                         if error.code != 404:
                             raise
-        running = [p for name, pods in owned.items() if name in eligible for p in pods if not is_terminal(p)]
+        running = [p for name, pods in owned.items() if name in placed for p in pods if not is_terminal(p)]
         status = {
-            "currentNumberScheduled": len(eligible), "desiredNumberScheduled": len(eligible),
+            "currentNumberScheduled": len(placed), "desiredNumberScheduled": len(placed),
             "numberMisscheduled": 0, "numberReady": sum(1 for p in running if is_ready(p)),
-            "numberAvailable": sum(1 for p in running if is_ready(p)), "updatedNumberScheduled": len(eligible),
+            "numberAvailable": sum(1 for p in running if is_ready(p)), "updatedNumberScheduled": len(placed),
             "observedGeneration": metadata.get("generation", 1),
         }
         if {k: (daemonset.get("status") or {}).get(k) for k in status} != status:
@@ -93,7 +93,9 @@ class DaemonSets:
         return changed
 
 
-def _eligible(template: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+def eligible(template: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether the DaemonSet controller runs a pod of `template` on `node` (also the NVIDIA device plugin's, which
+    is not stored as a DaemonSet: `device_plugin`)."""
     spec = template.get("spec") or {}
     labels = node["metadata"].get("labels") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):

@@ -7,6 +7,16 @@ configuration, never from the project's packer:
 - The kubelet registers a node without GPUs; the plugin, once it runs (`delay` after the Node registered),
   advertises them in the node's capacity and allocatable, and removes the startup taints it is configured
   with (a node that is Ready is not yet initialized until then).
+- It runs only where the GPU Operator's DaemonSets may run: the node's NoSchedule and NoExecute taints must be
+  tolerated (Kubernetes docs, "DaemonSet" — "Taints and tolerations": daemon pods get only the not-ready,
+  unreachable, pressure and unschedulable tolerations on top of their own) by the operand DaemonSets (device plugin,
+  GPU Feature Discovery, MIG manager: the operator gives them `daemonsets.tolerations` of its Helm values,
+  controllers/object_controls.go applyCommonDaemonsetConfig) and by the NFD worker, whose PCI labels tell the
+  operator the node has a GPU (`node-feature-discovery.worker.tolerations`). The values are those the project ships
+  (`agent/deploy/gpu-operator/values.yaml`), over the chart's defaults (deployments/gpu-operator/values.yaml):
+  `nvidia.com/gpu:NoSchedule` alone. A node it cannot run on advertises no GPUs and gets no GPU labels; once
+  running it stays (a NoSchedule taint added later does not evict a daemon pod). Bottlerocket's plugin is a host
+  service, not a DaemonSet: it runs whatever the taints.
 - Its configuration is a ConfigMap in the cluster (the GPU Operator's `devicePlugin.config.name`), one plugin
   config file per key. The node label `nvidia.com/device-plugin.config` names the key to use; without it, the
   deployment's default key (`devicePlugin.config.default`); with no default, the one key if there is only one.
@@ -46,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 import gpu_autoscaler
+from gpu_autoscaler.emulator.daemonsets import eligible
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, format_quantity
 from gpu_autoscaler.emulator.kube_scheduler import pod_requests
 
@@ -64,8 +75,10 @@ __all__ = [
     "MIG_CONFIG_LABEL",
     "DevicePluginConfig",
     "NvidiaDevicePlugin",
+    "OperandTolerations",
     "mig_layout",
     "shipped_config_map",
+    "shipped_operator_values",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,12 +106,54 @@ _MIG_PARTED: dict[tuple[str, int], dict[str, int]] = {
 }
 
 
+def _shipped(name: str) -> dict[str, Any]:
+    path = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy" / "gpu-operator" / name
+    document: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    return document
+
+
 def shipped_config_map() -> dict[str, Any]:
     """The plugin ConfigMap the project ships for its users (`agent/deploy/gpu-operator/`), as they apply it."""
-    path = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy" / "gpu-operator" / (
-        "nvidia-device-plugin-config.yaml")
-    document: dict[str, Any] = yaml.safe_load(path.read_text())
-    return document
+    return _shipped("nvidia-device-plugin-config.yaml")
+
+
+def shipped_operator_values() -> dict[str, Any]:
+    """The GPU Operator Helm values the project ships for its users (`agent/deploy/gpu-operator/values.yaml`)."""
+    return _shipped("values.yaml")
+
+
+_CHART_OPERAND_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+"""gpu-operator deployments/gpu-operator/values.yaml `daemonsets.tolerations` (and each operand's own manifest,
+assets/state-device-plugin/0500_daemonset.yaml, which an empty list leaves in place)."""
+_CHART_NFD_WORKER_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+"""gpu-operator deployments/gpu-operator/values.yaml `node-feature-discovery.worker.tolerations`."""
+
+
+@dataclass(frozen=True)
+class OperandTolerations:
+    """Tolerations of the GPU Operator's pods a node's GPUs wait for: the operand DaemonSets' and the NFD worker's."""
+
+    operands: tuple[Mapping[str, Any], ...] = _CHART_OPERAND_TOLERATIONS
+    nfd_worker: tuple[Mapping[str, Any], ...] = _CHART_NFD_WORKER_TOLERATIONS
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> OperandTolerations:
+        """As Helm merges the user's values over the chart's: a list given replaces the chart's whole. The operator
+        applies `daemonsets.tolerations` only when non-empty (object_controls.go), so an empty one keeps the
+        operands' own."""
+        operands = (values.get("daemonsets") or {}).get("tolerations") or _CHART_OPERAND_TOLERATIONS
+        worker = (values.get("node-feature-discovery") or {}).get("worker") or {}
+        nfd = (worker["tolerations"] or ()) if "tolerations" in worker else _CHART_NFD_WORKER_TOLERATIONS
+        return cls(operands=tuple(operands), nfd_worker=tuple(nfd))
+
+    def run_on(self, node: Mapping[str, Any]) -> bool:
+        """Whether the DaemonSet controller places both the NFD worker and the operands on `node`."""
+        return all(eligible({"spec": {"tolerations": list(t)}}, node) for t in (self.nfd_worker, self.operands))
 
 
 def _mig_gpu(gpu: Gpu) -> tuple[str, int] | None:
@@ -178,9 +233,11 @@ class NvidiaDevicePlugin:
         self, api: ApiServer, clock: Clock, kubelets: Kubelets, *, delay: timedelta = timedelta(0),
         config_map: tuple[str, str] = ("gpu-operator", "nvidia-device-plugin-config"),
         default_config: str | None = "default", startup_taints: tuple[str, ...] = (),
+        tolerations: OperandTolerations | None = None,
     ) -> None:
         """`config_map`: (namespace, name) of the plugin's configs; `default_config`: the key used when the node
-        has no config label; `startup_taints`: taint keys the plugin's readiness removes."""
+        has no config label; `startup_taints`: taint keys the plugin's readiness removes; `tolerations`: the GPU
+        Operator's, from the values the project ships when not given."""
         self._api = api
         self._clock = clock
         self._kubelets = kubelets
@@ -188,8 +245,11 @@ class NvidiaDevicePlugin:
         self.config_map = config_map
         self.default_config = default_config
         self.startup_taints = startup_taints
+        self.tolerations = tolerations or OperandTolerations.from_values(shipped_operator_values())
         self._lock = threading.Lock()
         self._started: set[str] = set()
+        self._untolerated: set[str] = set()
+        """Nodes due whose taints keep the operator's pods off: waiting for a change of the Node, not for time."""
         self._one_each: dict[str, set[str]] = {}
         """Node → shared resources of which a container may get only one (`failRequestsGreaterThanOne`)."""
         kubelets.admission.append(self.admit)
@@ -209,9 +269,9 @@ class NvidiaDevicePlugin:
 
     def next_due(self) -> datetime | None:
         with self._lock:
-            started = set(self._started)
+            settled = self._started | self._untolerated
         return min((at + self.delay for inst, at in self._kubelets.running()
-                    if inst.gpu is not None and inst.name not in started), default=None)
+                    if inst.gpu is not None and inst.name not in settled), default=None)
 
     def reconcile(self) -> list[str]:
         """Advertise on every GPU node whose plugin runs by now; returns the nodes whose resources changed."""
@@ -220,11 +280,31 @@ class NvidiaDevicePlugin:
         for instance, registered in self._kubelets.running():
             if instance.gpu is None or now < registered + self.delay:
                 continue
+            if not self._runs_on(instance):
+                continue
             with self._lock:
                 self._started.add(instance.name)
             if self._advertise(instance):
                 changed.append(instance.name)
         return changed
+
+    def _runs_on(self, instance: SimulatedInstance) -> bool:
+        """Whether the plugin runs on the node: already started, a Bottlerocket host service, or the GPU Operator's
+        pods tolerate the node's taints now."""
+        with self._lock:
+            if instance.name in self._started:
+                return True
+        if instance.device_plugin is not None:
+            return True
+        node = self._api.store.find(NODES, "", instance.name)
+        runs = node is not None and self.tolerations.run_on(node)
+        with self._lock:
+            (self._started if runs else self._untolerated).add(instance.name)
+            if runs:
+                self._untolerated.discard(instance.name)
+        if not runs:
+            log.debug("device plugin: the GPU Operator's DaemonSets do not tolerate the taints of %s", instance.name)
+        return runs
 
     # What one node advertises
 

@@ -2,7 +2,8 @@
 
 `gpu-autoscaler emulator` runs one until Ctrl-C; the demo and the end-to-end tests run one for a story.
 Started in dependency order — AWS and its resources, the Kubernetes API (with the NVIDIA device plugin's
-ConfigMap the project ships, as an operator applies it), the node side (a kubelet reads its instance's user
+ConfigMap the project ships, as an operator applies it, and the plugin placed as the GPU Operator values the project
+ships place it), the node side (a kubelet reads its instance's user
 data and machine from EC2), the pollers, schedules and instance watcher, and last the agent, which
 watches the Kubernetes API and sends pending GPU pods to the pending-pods queue as it does in a cluster.
 """
