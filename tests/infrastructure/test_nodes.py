@@ -32,6 +32,8 @@ def test_launch_templates_pin_the_ami_require_imdsv2_and_encrypt_volumes(synthes
         assert data["ImageId"] == config.ami.x86_64
         assert data["MetadataOptions"]["HttpTokens"] == "required"
         assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        # Our tag keys hold a `/`: an account default of tags in instance metadata would fail every launch.
+        assert data["MetadataOptions"]["InstanceMetadataTags"] == "disabled"
         assert data["SecurityGroupIds"] == config.network.security_groups
         assert data["BlockDeviceMappings"] and all(m["Ebs"]["Encrypted"] is True for m in data["BlockDeviceMappings"])
         assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile_id, "Arn"]}}

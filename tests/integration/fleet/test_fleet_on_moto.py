@@ -216,6 +216,23 @@ def test_a_fresh_account_that_may_not_create_the_spot_role_launches_on_demand(
     assert claim is not None and claim.state is ClaimState.LAUNCHED and claim.capacity_type == "on-demand"
 
 
+def test_an_account_that_puts_tags_in_instance_metadata_by_default_still_launches(
+        aws: EmbeddedAws, fleet: ModuleType, store: DynamoStateStore) -> None:
+    """Through the strict layer: with the account-level default `InstanceMetadataTags=enabled`, EC2 fails every
+    launch whose instance tag keys hold a `/` (ours all do); the templates turn tags in metadata off themselves."""
+    ec2 = aws.clients.client("ec2")
+    ec2.modify_instance_metadata_defaults(InstanceMetadataTags="enabled")
+    try:
+        new_claim(store, "gpu-burst-imds-tags", zones=("us-east-1c",), instance_types=("g6.xlarge",))
+        _, response = deliver(aws, fleet, request("gpu-burst-imds-tags"))
+    finally:
+        ec2.modify_instance_metadata_defaults(InstanceMetadataTags="no-preference")
+    assert response == {"batchItemFailures": []}
+    claim = store.get_claim("gpu-burst-imds-tags")
+    # Spot or On-Demand (the test before may have left Spot marked unavailable): either failed before.
+    assert claim is not None and claim.state is ClaimState.LAUNCHED, claim
+
+
 def test_owned_instances_lists_the_clusters_instances_for_the_garbage_collector(
         aws: EmbeddedAws, config: Config) -> None:
     from datetime import UTC, datetime

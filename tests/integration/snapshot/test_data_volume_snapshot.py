@@ -143,3 +143,17 @@ def test_an_agent_that_never_comes_online_times_out(aws: EmbeddedAws, config: Co
         build_data_volume_snapshot(aws.clients, make_request(aws, config, timeout=60.0), sleep=lambda _: None,
                                    clock=lambda: float(next(ticks)), agent_online=lambda _: False,
                                    progress=lambda _: None)
+
+
+def test_the_builder_launches_in_an_account_that_puts_tags_in_instance_metadata(aws: EmbeddedAws,
+                                                                                config: Config) -> None:
+    """Its tag keys hold a `/`: with the account-level default `InstanceMetadataTags=enabled` EC2 would refuse the
+    launch (strict layer) unless the builder turns tags in metadata off itself."""
+    ec2 = aws.clients.client("ec2")
+    ec2.modify_instance_metadata_defaults(InstanceMetadataTags="enabled")
+    try:
+        result = build_data_volume_snapshot(aws.clients, make_request(aws, config), sleep=lambda _: None,
+                                            agent_online=lambda _: True, progress=lambda _: None)
+    finally:
+        ec2.modify_instance_metadata_defaults(InstanceMetadataTags="no-preference")
+    assert instance(aws, result.instance_id)["MetadataOptions"]["InstanceMetadataTags"] == "disabled"

@@ -14,6 +14,14 @@ One template per capacity type, because EC2 refuses what one template for all wo
   The reserved template leaves it out: each reserved CreateFleet names its reservations itself
   (`ReservedCapacityOptions.CapacityReservationTarget`).
 
+And in every template, `InstanceMetadataTags: disabled`, said outright. Our tag keys hold a `/`
+(`gpu-autoscaler/cluster`), which instance metadata cannot serve: "If you allow access to tags in instance
+metadata, instance tag keys are subject to specific restrictions [no spaces or /]. Non-compliance will result in
+failed launches" (EC2 User Guide, "View tags for your EC2 instances using instance metadata"). A template that
+says nothing takes the account's default ("Order of precedence for instance metadata options"), and an account
+whose baseline sets it to `enabled` (ModifyInstanceMetadataDefaults) would fail every launch with
+`InvalidParameterValue` ("... is not a valid tag key"); Karpenter always disables it for the same reason.
+
 Volumes and image are per pool and go with each launch (CreateFleet overrides carry `BlockDeviceMappings`
 and `ImageId`), so three templates serve every pool.
 
@@ -155,14 +163,16 @@ def launch_template_data(
     efa_interfaces: int = 0,
 ) -> dict[str, Any]:
     """The `LaunchTemplateData` of one capacity type's template: pinned AMI (x86_64; arm64 types override
-    it), the instance profile, IMDSv2 only with one hop (pods do not borrow the node's credentials),
-    encrypted gp3, detailed monitoring, the ownership tag on everything the launch creates."""
+    it), the instance profile, IMDSv2 only with one hop (pods do not borrow the node's credentials), no tags in
+    instance metadata (see the module's docstring), encrypted gp3, detailed monitoring, the ownership tag on
+    everything the launch creates."""
     owner = [{"Key": TAG_CLUSTER, "Value": config.cluster_name}]
     data: dict[str, Any] = {
         "ImageId": config.ami.x86_64,
         "IamInstanceProfile": {"Arn": instance_profile_arn},
         "SecurityGroupIds": list(security_groups),
-        "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1},
+        "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1,
+                            "InstanceMetadataTags": "disabled"},
         "BlockDeviceMappings": ebs_api(block_device_mappings(config.ami, DATA_VOLUME_GIB)),
         "Monitoring": {"Enabled": True},
         "TagSpecifications": [{"ResourceType": kind, "Tags": owner} for kind in launched_resource_types(capacity_type)],

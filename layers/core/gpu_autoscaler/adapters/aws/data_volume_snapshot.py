@@ -181,7 +181,9 @@ class _Builder:
             "UserData": builder_user_data(r.soci),
             "BlockDeviceMappings": [{"DeviceName": DATA_DEVICE, "Ebs": {
                 "VolumeSize": r.volume_gib, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}}],
-            "MetadataOptions": {"HttpTokens": "required"},
+            # Said outright, not left to the account's default: its tag keys hold a `/`, which an account
+            # default of tags in instance metadata would fail the launch for (`domain.launch_templates`).
+            "MetadataOptions": {"HttpTokens": "required", "InstanceMetadataTags": "disabled"},
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
         }
         if r.instance_profile:
