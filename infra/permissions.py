@@ -92,10 +92,10 @@ class Ec2Permissions:
         }
         return builders[capability]()
 
-    def _ec2_arn(self, resource: str, name: str, *, account: bool = True) -> str:
-        return self.stack.format_arn(
-            service="ec2", resource=resource, resource_name=name, account=None if account else ""
-        )
+    def _ec2_arn(self, resource: str, name: str, *, account: str | None = None) -> str:
+        """`account`: None for the stack's own, `""` for a resource of no account (a public image, its snapshots),
+        `"*"` for one another account may own and share with this one."""
+        return self.stack.format_arn(service="ec2", resource=resource, resource_name=name, account=account)
 
     def read_ec2(self) -> PolicyGrant:
         statement = iam.PolicyStatement(
@@ -154,15 +154,20 @@ class Ec2Permissions:
     def launch(self) -> PolicyGrant:
         created = [self._ec2_arn(kind, "*") for kind in _CREATED_BY_LAUNCH]
         launch_templates = [self._ec2_arn("launch-template", t) for t in self.launch_template_ids]
+        # Subnets, security groups and capacity reservations may be another account's, shared with this one: a
+        # shared VPC's subnets and groups (VPC User Guide, "Share your VPC subnets with other accounts") and a
+        # reservation shared through AWS RAM (EC2 User Guide, "Shared Capacity Reservations") keep their owner's
+        # account in their ARN, and RunInstances authorizes them by that ARN. Named by id, in any account
+        # (Karpenter's policy allows `arn:...:ec2:<region>:*:subnet/*` likewise).
         used = [
             *launch_templates,
-            *(self._ec2_arn("subnet", subnet) for subnet in sorted(self.config.network.subnets.values())),
-            *(self._ec2_arn("security-group", group) for group in self.config.network.security_groups),
-            *(self._ec2_arn("image", ami, account=False) for ami in self._amis()),
-            *(self._ec2_arn("capacity-reservation", cr) for cr in self._reservations()),
-            self._ec2_arn("snapshot", "*", account=False),
+            *(self._ec2_arn("subnet", subnet, account="*") for subnet in sorted(self.config.network.subnets.values())),
+            *(self._ec2_arn("security-group", group, account="*") for group in self.config.network.security_groups),
+            *(self._ec2_arn("image", ami, account="") for ami in self._amis()),
+            *(self._ec2_arn("capacity-reservation", cr, account="*") for cr in self._reservations()),
+            self._ec2_arn("snapshot", "*", account=""),
             *(self._ec2_arn("placement-group", group) for group in self.placement_groups),
-            *([self._ec2_arn("image", "*", account=False)] if self._followed_images() else []),
+            *([self._ec2_arn("image", "*", account="")] if self._followed_images() else []),
         ]
         statements = [
             iam.PolicyStatement(
@@ -208,6 +213,13 @@ class Ec2Permissions:
                 f"RunInstances and CreateTags on them require the request to carry {TAG_CLUSTER}="
                 f"{self.config.cluster_name} (aws:RequestTag), and tagging only as part of the launch "
                 "(ec2:CreateAction).",
+            ),
+            Wildcard(
+                r"/^Resource::arn:<AWS::Partition>:ec2:.*:\*:(subnet|security-group|capacity-reservation)\/"
+                r"[a-z]+-[0-9a-f]+$/g",
+                "The configured subnets, security groups and capacity reservations, each named by id, may belong "
+                "to the account that shares them (a shared VPC, a reservation shared through AWS RAM), whose id "
+                "is in their ARN: any account, not any resource.",
             ),
             Wildcard(
                 r"/^Resource::arn:<AWS::Partition>:ec2:.*::snapshot\/\*$/g",

@@ -125,15 +125,31 @@ def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None
     # What a launch only uses is named: the configured subnets, groups, AMIs, reservations, our template.
     lt_ids = [synthesized.logical_id(t) for t in synthesized.stack.nodes.templates.values()]
     expected = {
-        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:subnet/{s}" for s in config.network.subnets.values()),
-        *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:security-group/{g}" for g in config.network.security_groups),
+        *(f"arn:aws:ec2:us-east-1:*:subnet/{s}" for s in config.network.subnets.values()),
+        *(f"arn:aws:ec2:us-east-1:*:security-group/{g}" for g in config.network.security_groups),
         f"arn:aws:ec2:us-east-1::image/{config.ami.x86_64}",
         f"arn:aws:ec2:us-east-1::image/{config.ami.arm64}",
-        f"arn:aws:ec2:us-east-1:{ACCOUNT}:capacity-reservation/cr-0123456789abcdef0",
+        "arn:aws:ec2:us-east-1:*:capacity-reservation/cr-0123456789abcdef0",
         *(f"arn:aws:ec2:us-east-1:{ACCOUNT}:launch-template/${{{lt_id}}}" for lt_id in lt_ids),
         "arn:aws:ec2:us-east-1::snapshot/*",
     }
     assert {flat(r) for r in untagged[0]["Resource"]} == expected
+
+
+def test_shared_subnets_groups_and_reservations_of_another_account_may_be_launched_into(
+        synthesized: Synthesized) -> None:
+    """A shared VPC's subnets (and security groups) and a capacity reservation shared through AWS RAM belong to
+    their owner's account, and their ARNs carry it: pinned to the stack's account, CreateFleet is denied there.
+    Their ids stay named; what the stack creates itself (launch templates, placement groups) stays its own."""
+    config = synthesized.config
+    [statement] = [s for s in allowed(synthesized, "fleet", "ec2:CreateFleet") if "Condition" not in s]
+    used = {flat(r) for r in statement["Resource"]}
+    for subnet in config.network.subnets.values():
+        assert f"arn:aws:ec2:us-east-1:*:subnet/{subnet}" in used
+    for group in config.network.security_groups:
+        assert f"arn:aws:ec2:us-east-1:*:security-group/{group}" in used
+    assert "arn:aws:ec2:us-east-1:*:capacity-reservation/cr-0123456789abcdef0" in used
+    assert all(f":{ACCOUNT}:" in arn for arn in used if ":launch-template/" in arn)
 
 
 _NOT_IN_FUNCTIONS = {"emulator", "simulation", "cli"}
