@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gpu_autoscaler.domain.catalog import Catalog, UnknownInstanceType
+from gpu_autoscaler.domain.catalog import ANY, Catalog, UnknownInstanceType
 from tests.unit.catalog.builders import make_instance_type, make_offering
 
 if TYPE_CHECKING:
@@ -108,6 +108,13 @@ def test_without_drops_unavailable_offerings_and_keeps_types() -> None:
     assert smaller.instance_types() == catalog.instance_types()
     assert found(smaller.cheapest("g6.xlarge")).price_per_hour == 0.41
     assert catalog.without(set()) is catalog
+
+
+def test_a_record_for_a_whole_capacity_type_or_zone_excludes_all_of_it() -> None:
+    catalog = small_catalog()
+    assert not catalog.offerings(exclude={(ANY, ANY, "spot")}, capacity_types=["spot"])
+    left = catalog.offerings(exclude={(ANY, "us-east-1a", "on-demand")}, capacity_types=["on-demand"])
+    assert left and all(o.zone != "us-east-1a" for o in left)
 
 
 def test_building_from_a_source() -> None:

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.fleet import (
     MAX_ATTEMPTS,
     Attempt,
@@ -73,6 +74,16 @@ def test_a_request_level_capacity_error_marks_every_offering_asked() -> None:
     request, _ = spot_request()
     reading = read_result(request, FleetResult(errors=(FleetError(code="VcpuLimitExceeded", capacity_type="spot"),)))
     assert {o for o, _ in reading.unavailable} == set(request.offerings)
+
+
+def test_a_missing_spot_service_linked_role_marks_the_whole_spot_capacity_type() -> None:
+    request, _ = spot_request()
+    code = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
+    per_override = FleetResult(errors=(FleetError(code=code, instance_type="g6.xlarge", zone="us-east-1a",
+                                                  capacity_type="spot"),))
+    whole_request = FleetResult(errors=(FleetError(code=code, capacity_type="spot"),))
+    for result in (per_override, whole_request):
+        assert dict(read_result(request, result).unavailable) == {(ANY, ANY, "spot"): code}
 
 
 def test_fatal_throttled_and_conflict_answers() -> None:

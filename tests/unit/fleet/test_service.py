@@ -130,6 +130,22 @@ def test_spot_exhausted_falls_back_to_on_demand() -> None:
     assert outcome.launched[0].capacity_type == "on-demand"
 
 
+def test_a_missing_spot_service_linked_role_makes_all_of_spot_unavailable_for_a_while() -> None:
+    """As Karpenter marks the Spot capacity type unavailable: any other Spot type would be refused the same way,
+    so no Spot offering is asked until the TTL ends (the operator may have created the role by then)."""
+    h = Harness(no_capacity("AuthFailure.ServiceLinkedRoleCreationNotPermitted"))
+    h.add(make_claim(instance_types=("g6.xlarge",)), make_claim(id="gpu-burst-other", instance_types=("g5.xlarge",)))
+    h.launch("gpu-burst-a1b2c")
+    assert [r.capacity_type for r in h.compute.requests] == ["spot", "on-demand"]
+    h.launch("gpu-burst-other")  # another type, never asked as Spot: not asked now either
+    assert [r.capacity_type for r in h.compute.requests] == ["spot", "on-demand", "on-demand"]
+    assert h.claim("gpu-burst-other").capacity_type == "on-demand"
+    h.clock.advance(h.config.timeouts.unavailable_offering_ttl)
+    h.add(make_claim(id="gpu-burst-later"))
+    h.launch("gpu-burst-later")
+    assert h.compute.requests[-1].capacity_type == "spot"
+
+
 def test_a_claim_that_cannot_launch_releases_its_pods() -> None:
     h = Harness(no_capacity(), no_capacity("VcpuLimitExceeded"))
     h.add(make_claim())

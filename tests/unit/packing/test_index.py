@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.packing.index import CatalogIndex
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
@@ -65,6 +66,17 @@ def test_pool_labels_override_and_answer_for_every_offering(index: CatalogIndex)
 def test_excluded_marks_unavailable_offerings(index: CatalogIndex) -> None:
     mask = index.excluded([("p5.48xlarge", "us-east-1a", "spot"), ("nope", "us-east-1a", "spot")])
     assert [index.offerings[i].key for i in range(len(index)) if mask[i]] == [("p5.48xlarge", "us-east-1a", "spot")]
+
+
+def test_excluded_marks_whole_capacity_types_and_zones(index: CatalogIndex) -> None:
+    def marked(keys: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+        mask = index.excluded(keys)
+        return {index.offerings[i].key for i in range(len(index)) if mask[i]}
+
+    assert marked([(ANY, ANY, "spot")]) == {o.key for o in index.offerings if o.capacity_type == "spot"}
+    assert marked([(ANY, "us-east-1a", "on-demand")]) == {
+        o.key for o in index.offerings if (o.zone, o.capacity_type) == ("us-east-1a", "on-demand")}
+    assert marked([(ANY, "us-east-1z", "spot")]) == set()
 
 
 def test_karpenters_cpu_and_memory_labels_select_types(index: CatalogIndex) -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.packing import MAX_CANDIDATES, Plan, Solver
 from gpu_autoscaler.models.catalog import Offering
 from gpu_autoscaler.models.claims import ClaimState
@@ -474,6 +475,11 @@ def test_unavailable_offerings_are_avoided() -> None:
     unavailable = {("g6.xlarge", z, "spot") for z in ("us-east-1a", "us-east-1b")}
     plan = solve([make_pod()], make_pool(), unavailable=unavailable)
     assert first_types(plan) == ["g5.xlarge"]
+
+
+def test_a_capacity_type_marked_unavailable_is_avoided_whole() -> None:
+    plan = solve([make_pod()], make_pool(), unavailable={(ANY, ANY, "spot")})
+    assert plan.claims and {c.capacity_type for c in plan.claims} == {"on-demand"}
 
 
 def test_every_fitting_offering_unavailable_is_said_so() -> None:

@@ -19,10 +19,15 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.ports import CatalogSource
 
-__all__ = ["Catalog", "OfferingKey", "UnknownInstanceType", "offering_order"]
+__all__ = ["ANY", "Catalog", "OfferingKey", "UnknownInstanceType", "is_excluded", "offering_order"]
 
 OfferingKey = tuple[str, str, str]
 """(instance type, zone, capacity type), as in `Offering.key` and the unavailable-offering records."""
+ANY = "*"
+"""In an unavailable-offering record, for the instance type (and the zone): every offering of that zone and capacity
+type, or of that capacity type. What EC2 refuses for a reason that is no instance type's — a subnet out of
+addresses, an account that may not launch Spot — is marked in one record, for the same TTL, as Karpenter marks a
+subnet or a capacity type unavailable beside its offerings; no instance type or zone is ever named `*`."""
 
 _CAPACITY_RANK = {capacity_type: rank for rank, capacity_type in enumerate(CAPACITY_ORDER)}
 
@@ -32,6 +37,12 @@ class UnknownInstanceType(GpuAutoscalerError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown instance type"
+
+
+def is_excluded(key: OfferingKey, excluded: Collection[OfferingKey]) -> bool:
+    """Whether `excluded` holds this offering, by its own key or a record for its zone or capacity type (`ANY`)."""
+    _, zone, capacity_type = key
+    return key in excluded or (ANY, zone, capacity_type) in excluded or (ANY, ANY, capacity_type) in excluded
 
 
 def offering_order(offering: Offering) -> tuple[float, int, str, str, str]:
@@ -151,7 +162,7 @@ class Catalog:
             for o in pool
             if (zone_set is None or o.zone in zone_set)
             and (type_set is None or o.capacity_type in type_set)
-            and (excluded is None or o.key not in excluded)
+            and (excluded is None or not is_excluded(o.key, excluded))
             and (gpu_names is None or o.instance_type in gpu_names)
         ]
 

@@ -15,7 +15,8 @@ simulated capacity.
 - Idempotency (`client_token`): the ClientToken is a digest of the cluster, the claims and the attempt
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
-  mark their offering unavailable (for the configured TTL), throttling backs off with jitter
+  mark their offering unavailable (for the configured TTL; an account that may not launch Spot, all of
+  Spot), throttling backs off with jitter
   (`backoff_delay`), a spent token moves to the next attempt, an error about one instance type drops that
   type from the launch, anything else ends the launch.
 """
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.config import Overhead
+from gpu_autoscaler.domain.catalog import ANY, is_excluded
 from gpu_autoscaler.domain.launch_templates import (
     block_device_mappings,
     efa_count,
@@ -41,6 +43,7 @@ from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.fleet import (
     MAX_LAUNCH_CONFIGS,
     MAX_OVERRIDES,
+    SPOT_ROLE_ERROR,
     ErrorKind,
     FleetError,
     FleetOverride,
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     from random import Random
 
     from gpu_autoscaler.config import Ami, BlockDeviceMapping, CapacityType, Config, NodePool
+    from gpu_autoscaler.domain.catalog import OfferingKey
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.fleet import AllocationStrategy
@@ -267,7 +271,7 @@ def candidate_offerings(
         if architecture(instance_type, context.instance_types) not in images:
             continue
         for zone in zones:
-            if (instance_type, zone, capacity_type) in blocked:
+            if is_excluded((instance_type, zone, capacity_type), blocked):
                 continue
             if instance_type not in used_types:
                 if len(used_types) == MAX_LAUNCH_CONFIGS:
@@ -468,7 +472,8 @@ class ResultReading:
     strays: tuple[str, ...] = ()
     """Instances to terminate: an all-or-nothing request that came back short, or more than asked for."""
     unavailable: tuple[tuple[tuple[str, str, str], str], ...] = ()
-    """(offering, error code) to mark unavailable."""
+    """(offering, error code) to mark unavailable; an offering of `ANY` instance type (and zone) stands for every
+    offering of its zone (or any zone) and capacity type (`domain.catalog.is_excluded`)."""
     dropped: tuple[tuple[str, str, str], ...] = ()
     """Offerings EC2 refused for their instance type (an invalid parameter for that type): left out of this
     launch's next attempts, not recorded as missing capacity for everyone."""
@@ -496,10 +501,8 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
     fatal = None
     for error in result.errors:
         if error.kind is ErrorKind.UNAVAILABLE:
-            offerings = [error.offering] if error.offering else list(request.offerings)
-            for offering in offerings:
-                if offering is not None:
-                    marks.setdefault(offering, error.code)
+            for offering in _made_unavailable(request, error):
+                marks.setdefault(offering, error.code)
         elif error.kind is ErrorKind.FATAL and error.instance_type:
             # About one type only (Karpenter drops such a type and launches the rest): every offering of it.
             dropped.update((o, None) for o in request.offerings if o[0] == error.instance_type)
@@ -518,6 +521,15 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
         fatal=fatal,
         errors=result.errors,
     )
+
+
+def _made_unavailable(request: FleetRequest, error: FleetError) -> list[OfferingKey]:
+    """What an error of kind UNAVAILABLE makes unavailable: every Spot offering when the account may not launch
+    Spot (Karpenter's `MarkCapacityTypeUnavailable`, one `ANY` record); else the offering EC2 named, or every
+    offering asked when it named none."""
+    if error.code == SPOT_ROLE_ERROR:
+        return [(ANY, ANY, "spot")]
+    return [error.offering] if error.offering else list(request.offerings)
 
 
 def describe_failure(errors: Sequence[FleetError], fallback: str) -> tuple[str, str]:

@@ -22,6 +22,7 @@ __all__ = [
     "CONFIGURATION_ERROR_CODES",
     "MAX_OVERRIDES",
     "PARAM_VALIDATION_ERROR",
+    "SPOT_ROLE_ERROR",
     "THROTTLING_ERROR_CODES",
     "AllocationStrategy",
     "ErrorKind",
@@ -61,11 +62,14 @@ CAPACITY_ERROR_CODES = frozenset({
 """EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
 subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
 left. A request-level one (no instance type named) marks every offering the request asked."""
-CONFIGURATION_ERROR_CODES = frozenset({"AuthFailure.ServiceLinkedRoleCreationNotPermitted"})
-"""The account is not set up for this capacity type (EC2 User Guide, "Service-linked role for Spot Instance
-requests": the first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`).
-Its offerings are marked unavailable like a capacity error, so the claim falls back to another capacity type where
-the pool allows, and the error is logged as a configuration problem for an operator to fix."""
+SPOT_ROLE_ERROR = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
+"""The account may not launch Spot at all (EC2 User Guide, "Service-linked role for Spot Instance requests": the
+first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`)."""
+CONFIGURATION_ERROR_CODES = frozenset({SPOT_ROLE_ERROR})
+"""The account is not set up for this capacity type. Every offering of it is marked unavailable for the usual TTL
+(one record, `domain.fleet.read_result`): as Karpenter marks the Spot capacity type unavailable on this error, since
+any other Spot type would be refused alike. The claim falls back to another capacity type where the pool allows,
+and the error is logged as a configuration problem for an operator to fix."""
 PARAM_VALIDATION_ERROR = "ParamValidationError"
 """botocore refused to send the request (a member its service model lacks: an SDK older than the code). Not EC2's
 answer, and no retry or other capacity type helps: the claim ends with the SDK named."""

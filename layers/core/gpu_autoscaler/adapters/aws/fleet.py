@@ -36,6 +36,7 @@ from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.fleet import (
     CONFIGURATION_ERROR_CODES,
     PARAM_VALIDATION_ERROR,
+    SPOT_ROLE_ERROR,
     ErrorKind,
     FleetError,
     FleetResult,
@@ -60,10 +61,12 @@ TAG_EMULATES = "gpu-autoscaler/emulates"
 """On a subnet an emulator created: the configuration's subnet id it stands in for (`emulator.resources`)."""
 _DEFAULT_TARGET = {"spot": "spot", "on-demand": "on-demand", "reserved": "reserved-capacity"}
 _CONFIGURATION_HINTS = {
-    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": (
+    SPOT_ROLE_ERROR: (
         "the account has no AWSServiceRoleForEC2Spot and this function may not create it: grant "
         "iam:CreateServiceLinkedRole for spot.amazonaws.com (the stack does) or create the role once with "
-        "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`; Spot is skipped meanwhile"),
+        "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com`; meanwhile every Spot "
+        "offering is marked unavailable for timeouts.unavailableOfferingTtl at a time, and pools that allow "
+        "On-Demand launch there"),
 }
 _FILTER_CHUNK = 100
 _TERMINATE_CHUNK = 1000

@@ -8,7 +8,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `ENDED#<id>` | a terminated NodeClaim, the same way, until `expiresAt` |
 | `INSTANCE#<instance-id>` | the claim that launched it: interruption events name instances, not claims |
 | `POD#<uid>` | the claim a pending pod is covered by, until `expiresAt` |
-| `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` |
+| `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` (`*`: any) |
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
 | `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
 

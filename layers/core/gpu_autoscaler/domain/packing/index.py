@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpu_autoscaler.config import CAPACITY_ORDER
+from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
@@ -94,11 +95,18 @@ class CatalogIndex:
         return np.flatnonzero(mask & (self.capacity_of == self.capacity_code(capacity_type)))
 
     def excluded(self, keys: Collection[OfferingKey]) -> np.ndarray:
-        """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity)."""
+        """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity); a key
+        of `ANY` instance type (and zone) masks every offering of its zone (or any zone) and capacity type."""
         mask = np.zeros(len(self.offerings), bool)
+        zone_position = {z: i for i, z in enumerate(self.zones)}
         for key in keys:
-            for i in self.positions.get(tuple(key), ()):  # type: ignore[arg-type]
-                mask[i] = True
+            instance_type, zone, capacity_type = key
+            if instance_type != ANY:
+                for i in self.positions.get((instance_type, zone, capacity_type), ()):
+                    mask[i] = True
+            elif capacity_type in CAPACITY_ORDER and (zone == ANY or zone in zone_position):
+                wide = self.capacity_of == CAPACITY_ORDER.index(capacity_type)
+                mask |= wide if zone == ANY else wide & (self.zone_of == zone_position[zone])
         return mask
 
     def label(self, position: int, key: str) -> str | None:
