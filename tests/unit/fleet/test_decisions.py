@@ -86,6 +86,18 @@ def test_a_missing_spot_service_linked_role_marks_the_whole_spot_capacity_type()
         assert dict(read_result(request, result).unavailable) == {(ANY, ANY, "spot"): code}
 
 
+def test_a_subnet_out_of_addresses_marks_every_offering_of_its_zone() -> None:
+    request, _ = spot_request()
+    code = "InsufficientFreeAddressesInSubnet"
+    result = FleetResult(errors=(FleetError(code=code, instance_type="g6.xlarge", zone="us-east-1a",
+                                            capacity_type="spot"),))
+    assert dict(read_result(request, result).unavailable) == {
+        (ANY, "us-east-1a", capacity_type): code for capacity_type in ("reserved", "spot", "on-demand")}
+    # Without a zone named (the whole request refused), what was asked, as for any capacity error.
+    whole = read_result(request, FleetResult(errors=(FleetError(code=code, capacity_type="spot"),)))
+    assert {o for o, _ in whole.unavailable} == set(request.offerings)
+
+
 def test_fatal_throttled_and_conflict_answers() -> None:
     request, _ = spot_request()
     fatal = read_result(request, FleetResult(errors=(FleetError(code="InvalidParameterValue", message="bad"),)))

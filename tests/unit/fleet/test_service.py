@@ -10,6 +10,7 @@ import pytest
 
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.catalog import is_excluded
 from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, client_token
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.catalog import Offering
@@ -144,6 +145,23 @@ def test_a_missing_spot_service_linked_role_makes_all_of_spot_unavailable_for_a_
     h.add(make_claim(id="gpu-burst-later"))
     h.launch("gpu-burst-later")
     assert h.compute.requests[-1].capacity_type == "spot"
+
+
+def test_a_subnet_out_of_addresses_makes_its_whole_zone_unavailable_for_a_while() -> None:
+    """One subnet per zone: no instance of any type or capacity type gets an address there until the TTL ends
+    (Karpenter marks the subnet unavailable beside the offering)."""
+    h = Harness(no_capacity("InsufficientFreeAddressesInSubnet", only=1))
+    h.add(make_claim())
+    h.launch("gpu-burst-a1b2c")
+    first, second = h.compute.requests
+    assert (first.overrides[0].instance_type, first.overrides[0].zone) == ("g6.xlarge", "us-east-1a")
+    assert {o.zone for o in second.overrides} == {"us-east-1b"}  # g5.xlarge in us-east-1a is not asked either
+    unavailable = h.store.unavailable_offerings()
+    assert all(is_excluded((t, "us-east-1a", ct), unavailable)
+               for t in ("g6.xlarge", "g5.xlarge") for ct in ("spot", "on-demand", "reserved"))
+    assert not is_excluded(("g5.xlarge", "us-east-1b", "spot"), unavailable)
+    h.clock.advance(h.config.timeouts.unavailable_offering_ttl)
+    assert h.store.unavailable_offerings() == set()
 
 
 def test_a_claim_that_cannot_launch_releases_its_pods() -> None:

@@ -15,8 +15,8 @@ simulated capacity.
 - Idempotency (`client_token`): the ClientToken is a digest of the cluster, the claims and the attempt
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
-  mark their offering unavailable (for the configured TTL; an account that may not launch Spot, all of
-  Spot), throttling backs off with jitter
+  mark their offering unavailable (for the configured TTL; a full subnet, its whole zone; an account that
+  may not launch Spot, all of Spot), throttling backs off with jitter
   (`backoff_delay`), a spent token moves to the next attempt, an error about one instance type drops that
   type from the launch, anything else ends the launch.
 """
@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.config import Overhead
+from gpu_autoscaler.config import CAPACITY_ORDER, Overhead
 from gpu_autoscaler.domain.catalog import ANY, is_excluded
 from gpu_autoscaler.domain.launch_templates import (
     block_device_mappings,
@@ -44,6 +44,7 @@ from gpu_autoscaler.models.fleet import (
     MAX_LAUNCH_CONFIGS,
     MAX_OVERRIDES,
     SPOT_ROLE_ERROR,
+    SUBNET_FULL_ERROR,
     ErrorKind,
     FleetError,
     FleetOverride,
@@ -525,10 +526,13 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
 
 def _made_unavailable(request: FleetRequest, error: FleetError) -> list[OfferingKey]:
     """What an error of kind UNAVAILABLE makes unavailable: every Spot offering when the account may not launch
-    Spot (Karpenter's `MarkCapacityTypeUnavailable`, one `ANY` record); else the offering EC2 named, or every
-    offering asked when it named none."""
+    Spot (Karpenter's `MarkCapacityTypeUnavailable`, one `ANY` record); every offering of a zone whose subnet is
+    out of addresses, of every capacity type (one subnet per zone; Karpenter's `MarkSubnetUnavailable`); else the
+    offering EC2 named, or every offering asked when it named none."""
     if error.code == SPOT_ROLE_ERROR:
         return [(ANY, ANY, "spot")]
+    if error.code == SUBNET_FULL_ERROR and error.zone:
+        return [(ANY, error.zone, capacity_type) for capacity_type in CAPACITY_ORDER]
     return [error.offering] if error.offering else list(request.offerings)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_OVERRIDES",
     "PARAM_VALIDATION_ERROR",
     "SPOT_ROLE_ERROR",
+    "SUBNET_FULL_ERROR",
     "THROTTLING_ERROR_CODES",
     "AllocationStrategy",
     "ErrorKind",
@@ -46,6 +47,10 @@ MAX_LAUNCH_CONFIGS = 50
 AllocationStrategy = Literal["price-capacity-optimized", "lowest-price", "prioritized"]
 ReservationType = Literal["on-demand-capacity-reservation", "capacity-block"]
 
+SUBNET_FULL_ERROR = "InsufficientFreeAddressesInSubnet"
+"""The subnet has no free address for the instance: no launch of any type or capacity type gets one there until
+addresses free up. The configuration has one subnet per zone, so every offering of the zone is marked unavailable
+for the usual TTL (one record, `domain.fleet.read_result`), as Karpenter marks the subnet unavailable."""
 CAPACITY_ERROR_CODES = frozenset({
     "InsufficientInstanceCapacity",
     "InsufficientCapacity",
@@ -53,7 +58,7 @@ CAPACITY_ERROR_CODES = frozenset({
     "MaxSpotInstanceCountExceeded",
     "VcpuLimitExceeded",
     "ReservationCapacityExceeded",
-    "InsufficientFreeAddressesInSubnet",
+    SUBNET_FULL_ERROR,
     "SpotMaxPriceTooLow",
     "Unsupported",
     "MaxFleetCountExceeded",
@@ -61,7 +66,8 @@ CAPACITY_ERROR_CODES = frozenset({
 })
 """EC2 cannot give this offering now (no capacity, a quota — instances, vCPUs, fleets —, a full reservation or
 subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
-left. A request-level one (no instance type named) marks every offering the request asked."""
+left. A request-level one (no instance type named) marks every offering the request asked; a full subnet
+(`SUBNET_FULL_ERROR`) every offering of its zone."""
 SPOT_ROLE_ERROR = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
 """The account may not launch Spot at all (EC2 User Guide, "Service-linked role for Spot Instance requests": the
 first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`)."""
