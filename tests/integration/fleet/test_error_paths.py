@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from gpu_autoscaler.adapters.aws.fleet import Ec2Compute, render_create_fleet
+from gpu_autoscaler.adapters.aws.fleet import NOT_FOUND_RETRIES, Ec2Compute, render_create_fleet
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.fleet import Attempt, LaunchContext, build_request
@@ -316,6 +317,59 @@ def test_create_fleet_asks_for_the_ownership_tag_on_everything_it_creates(config
     _, params = expected(config, [claim], 0, "spot", [("g6.xlarge", "us-east-1a")])
     for spec in params["TagSpecifications"]:
         assert {"Key": L.TAG_CLUSTER, "Value": "ml-prod"} in spec["Tags"]
+
+
+def _two_claims(config: Config) -> tuple[FleetRequest, dict[str, Any], dict[str, Any]]:
+    """A request for two claims and EC2's answer: both launched, neither tagged with its claim yet."""
+    claims = [NodeClaim(cluster="ml-prod", id=f"tag-{n}", pool="gpu-burst", capacity_type="spot",
+                        zones=("us-east-1a",), instance_types=("g6.xlarge",), price_per_hour=0.4,
+                        created_at=SystemClock().now()) for n in (1, 2)]
+    request, params = expected(config, claims, 0, "spot", [("g6.xlarge", "us-east-1a")])
+    answer = launched(request, "i-0ddd000000000001", "g6.xlarge", "us-east-1a", "spot")
+    answer["Instances"][0]["InstanceIds"].append("i-0ddd000000000002")
+    return request, params, answer
+
+
+def _claim_tags(instance_id: str, claim_id: str) -> dict[str, Any]:
+    return {"Resources": [instance_id], "Tags": [{"Key": L.TAG_CLAIM, "Value": claim_id},
+                                                 {"Key": "Name", "Value": f"ml-prod/{claim_id}"}]}
+
+
+def test_claim_tags_on_instances_ec2_does_not_know_yet_are_asked_again_then_given_up(
+        ec2: tuple[Any, Stubber], config: Config, caplog: pytest.LogCaptureFixture) -> None:
+    """CreateTags right after CreateFleet may meet an instance EC2 does not know yet ("Eventual consistency in the
+    Amazon EC2 API": InvalidInstanceID.NotFound): asked again with backoff. One that never takes is logged, not
+    raised: the launch worked, the claims are recorded from this answer, and until then each instance's launch tag
+    (`gpu-autoscaler/launch`, set at creation) keeps the garbage collector off it."""
+    client, stubber = ec2
+    sleeps: list[float] = []
+    compute = Ec2Compute(client, "ml-prod", sleep=sleeps.append, rng=random.Random(2))
+    request, params, answer = _two_claims(config)
+    stubber.add_response("create_fleet", answer, params)
+    first, second = _claim_tags("i-0ddd000000000001", "tag-1"), _claim_tags("i-0ddd000000000002", "tag-2")
+    stubber.add_client_error("create_tags", service_error_code="InvalidInstanceID.NotFound", expected_params=first)
+    stubber.add_response("create_tags", {}, first)
+    for _ in range(NOT_FOUND_RETRIES + 1):
+        stubber.add_client_error("create_tags", service_error_code="InvalidInstanceID.NotFound",
+                                 expected_params=second)
+    result = compute.create_fleet(request)
+    assert [(i.instance_id, i.claim_id) for i in result.instances] == [("i-0ddd000000000001", "tag-1"),
+                                                                      ("i-0ddd000000000002", "tag-2")]
+    assert len(sleeps) == 1 + NOT_FOUND_RETRIES and sum(sleeps[1:]) >= 3.0
+    assert "i-0ddd000000000002" in caplog.text and "tag-2" in caplog.text
+
+
+def test_claim_tags_throttled_fail_the_call_so_the_redelivery_tags_them(
+        ec2: tuple[Any, Stubber], config: Config) -> None:
+    """Only an instance EC2 does not know yet is waited for: another refusal comes back as before, and the message's
+    redelivery asks the same attempt again (same ClientToken: EC2 hands back the same instances) and tags them."""
+    client, stubber = ec2
+    request, params, answer = _two_claims(config)
+    stubber.add_response("create_fleet", answer, params)
+    stubber.add_client_error("create_tags", service_error_code="RequestLimitExceeded", http_status_code=503,
+                             expected_params=_claim_tags("i-0ddd000000000001", "tag-1"))
+    with pytest.raises(ClientError, match="RequestLimitExceeded"):
+        Ec2Compute(client, "ml-prod", sleep=lambda _: None).create_fleet(request)
 
 
 class OlderBotocore:

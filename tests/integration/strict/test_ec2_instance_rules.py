@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from gpu_autoscaler.emulator.strict import ec2_instances
 from gpu_autoscaler.emulator.strict.ec2_instances import SPOT_ROLE, SPOT_ROLE_MESSAGE
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -57,7 +57,10 @@ def test_a_just_launched_instance_is_not_shown_nor_known_for_a_while(aws: Embedd
     assert instance not in {i["InstanceId"] for r in shown["Reservations"] for i in r["Instances"]}
     assert code_of(ec2.describe_instances, InstanceIds=[instance]) == "InvalidInstanceID.NotFound"
     assert code_of(ec2.terminate_instances, InstanceIds=[instance]) == "InvalidInstanceID.NotFound"
+    assert code_of(ec2.create_tags, Resources=[instance], Tags=[{"Key": "Name", "Value": "x"}]) == \
+        "InvalidInstanceID.NotFound"
     time.sleep(1.6)
+    ec2.create_tags(Resources=[instance], Tags=[{"Key": "Name", "Value": "x"}])
     assert ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["InstanceId"] == instance
 
 
@@ -67,6 +70,32 @@ def test_the_fleet_adapter_terminates_an_instance_ec2_does_not_know_yet(aws: Emb
 
     instance = run(aws, ec2, aws.config.cluster_name)
     assert Ec2Compute(ec2, aws.config.cluster_name).terminate([instance]) == [instance]
+
+
+def test_the_fleet_adapter_tags_claims_on_instances_ec2_does_not_know_yet(aws: EmbeddedAws, ec2: Any,
+                                                                           lag: None) -> None:
+    """A request for several claims tags each instance with its claim right after CreateFleet, when EC2 may not
+    know the instances yet: asked again with backoff, not failed (the launch itself worked)."""
+    from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
+    from gpu_autoscaler.domain.fleet import TAG_LAUNCH
+    from gpu_autoscaler.models.fleet import FleetOverride, FleetRequest, LaunchConfig
+
+    cluster = aws.config.cluster_name
+    token = "gpu-autoscaler-tags-after-launch-0"
+    request = FleetRequest(
+        cluster=cluster, pool="gpu-burst", claim_ids=("tag-a", "tag-b"), capacity_type="on-demand",
+        allocation_strategy="lowest-price", target_capacity=2, client_token=token,
+        launch_template_id=aws.resources.launch_templates["on-demand"],
+        launch_configs=(LaunchConfig(overrides=(FleetOverride(
+            instance_type="g6.xlarge", zone="us-east-1a", subnet_id=aws.zone_subnets["us-east-1a"]),)),),
+        tags={TAG_CLUSTER: cluster, TAG_LAUNCH: token},
+    )
+    result = Ec2Compute(ec2, cluster).create_fleet(request)
+    assert not result.errors and len(result.instances) == 2
+    for instance in result.instances:
+        [found] = ec2.describe_instances(InstanceIds=[instance.instance_id])["Reservations"][0]["Instances"]
+        tags = {t["Key"]: t["Value"] for t in found["Tags"]}
+        assert tags[TAG_CLAIM] == instance.claim_id and tags["Name"] == f"{cluster}/{instance.claim_id}"
 
 
 def test_spot_without_the_role_and_without_permission_to_create_it(aws: EmbeddedAws, ec2: Any, account: str) -> None:

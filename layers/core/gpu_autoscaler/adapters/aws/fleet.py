@@ -4,7 +4,8 @@ A `FleetRequest` is rendered as it is, nothing decided here: one `LaunchTemplate
 user data (base64, `LaunchTemplateSpecificationUserData`), the overrides as given, the DESIGN tags on the
 fleet, the instances and their volumes. The answer's `Instances` and `Errors` become a `FleetResult`; a
 throttled call raises `RequestThrottled` (the caller backs off), any other refusal of the whole call comes
-back as a request-level error, for the domain to classify like the per-override ones.
+back as a request-level error, for the domain to classify like the per-override ones. The instances of a request
+for several claims are then tagged with their claims (`_tag_claims`), one not known yet asked again with backoff.
 
 Termination calls TerminateInstances directly, without describing first: EC2 is eventually consistent, so a
 just-launched instance may be missing from DescribeInstances (EC2 API reference, "Eventual consistency in the Amazon
@@ -242,14 +243,33 @@ class Ec2Compute:
         )
 
     def _tag_claims(self, instances: Sequence[LaunchedInstance]) -> None:
-        """A request for several claims launched untagged by claim: each instance now gets its claim's tags."""
+        """A request for several claims launched untagged by claim: each instance now gets its claim's tags.
+
+        Right after CreateFleet EC2 may not know the instance yet ("Eventual consistency in the Amazon EC2 API":
+        CreateTags answers `InvalidInstanceID.NotFound`): asked again with backoff, as termination does. One still
+        unknown after that is logged, not raised: the launch worked, the fleet records each claim's instance from
+        this answer, and until it has, the instance's launch tag (`gpu-autoscaler/launch`, put on at creation by
+        the request's TagSpecifications) keeps the garbage collector off it (`domain.garbage_collection`); only
+        its claim tag and Name are missing. Any other refusal (throttling) is raised as before: the message comes
+        back, asks the same attempt again (same ClientToken, the same instances) and tags them then."""
         for instance in instances:
             if instance.claim_id is None:
                 continue
-            self._ec2.create_tags(
-                Resources=[instance.instance_id],
-                Tags=_tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"}),
-            )
+            tags = _tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"})
+            for retry in range(NOT_FOUND_RETRIES + 1):
+                try:
+                    self._ec2.create_tags(Resources=[instance.instance_id], Tags=tags)
+                    break
+                except ClientError as error:
+                    if _code(error) != NOT_FOUND:
+                        raise
+                    if retry == NOT_FOUND_RETRIES:
+                        logger.warning("instance %s, launched for claim %s, still unknown to EC2 after %d tries: "
+                                       "not tagged with its claim (its launch tag keeps it from the garbage "
+                                       "collector until the claim records it)", instance.instance_id,
+                                       instance.claim_id, retry + 1)
+                        break
+                    self._sleep(backoff_delay(retry, self._rng, fixed=0.5))
 
     # ---- terminate ----------------------------------------------------------------------------------------
 

@@ -10,8 +10,9 @@
   immediately after a resource is created, it might not be visible yet: DescribeInstances may not return the
   instance, and actions on it may return `InvalidInstanceID.NotFound`" (EC2 API Reference, "Eventual
   consistency in the Amazon EC2 API"). moto shows every instance at once; with `set_visibility_lag(seconds)`
-  an instance is missing from DescribeInstances and unknown to TerminateInstances for that long after its
-  launch. Off (0) unless a test or the emulator asks for it.
+  an instance is missing from DescribeInstances and unknown to TerminateInstances and CreateTags (the tags of
+  a request for several claims, put on right after CreateFleet) for that long after its launch. Off (0) unless
+  a test or the emulator asks for it.
 - **The Spot service-linked role.** The first Spot launch in an account creates `AWSServiceRoleForEC2Spot`
   on the caller's behalf; a caller without `iam:CreateServiceLinkedRole` for spot.amazonaws.com is refused
   with `AuthFailure.ServiceLinkedRoleCreationNotPermitted` ("The provided credentials do not have permission
@@ -133,10 +134,12 @@ def _not_found(instance_id: str) -> Refusal:
     return Refusal("InvalidInstanceID.NotFound", f"The instance ID '{instance_id}' does not exist")
 
 
-@check("ec2", "TerminateInstances")
+@check("ec2", "TerminateInstances", "CreateTags")
 def _unknown_until_consistent(request: AwsRequest) -> None:
     hidden = _invisible(request)
-    for instance_id in request.params.get("InstanceIds", []):
+    named = request.params.get("InstanceIds") if request.action == "TerminateInstances" else \
+        request.params.get("Resources")
+    for instance_id in named or []:
         if instance_id in hidden:
             raise _not_found(str(instance_id))
 
