@@ -18,6 +18,7 @@ from gpu_autoscaler.domain.consolidation import (
     pods_changed_at,
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
+from gpu_autoscaler.domain.fleet import CAPACITY_TYPE_PINNED_ATTRIBUTE
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
@@ -804,6 +805,21 @@ def test_on_demand_to_spot_is_not_gated() -> None:
     cluster.pod(on_demand)
     [decision] = cluster.consolidate().decisions
     assert decision.replacements[0].capacity_type == "spot"
+
+
+def test_a_replacement_chosen_for_its_price_is_pinned_to_its_capacity_type_a_drift_replacement_is_not() -> None:
+    """Karpenter adds `capacity-type In [spot]` to an On-Demand node's replacement priced as Spot, so that "if spot
+    capacity is insufficient we don't replace the node with a more expensive on-demand node"; drift replaces
+    whatever it costs."""
+    cluster = Cluster(pool_config(spotToSpot=False))
+    cluster.pod(cluster.node("g5.12xlarge"))
+    [cheaper] = by_reason(cluster.consolidate(), "Underutilized")
+    assert cheaper.replacements[0].capacity_type == "spot"
+    cluster = Cluster(pool_config())
+    cluster.pod(cluster.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"}))
+    [drift] = by_reason(cluster.consolidate(), "Drifted")
+    assert [c.attributes.get(CAPACITY_TYPE_PINNED_ATTRIBUTE) for c in cheaper.replacements] == ["true"]
+    assert [c.attributes.get(CAPACITY_TYPE_PINNED_ATTRIBUTE) for c in drift.replacements] == [None]
 
 
 # Pending pods: a proposed node one of them would be scheduled on is not a candidate (Karpenter's nomination)

@@ -11,7 +11,8 @@ import pytest
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.catalog import is_excluded
-from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, client_token
+from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE
+from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, CAPACITY_TYPE_PINNED_ATTRIBUTE, client_token
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.catalog import Offering
 from gpu_autoscaler.models.claims import ClaimState
@@ -129,6 +130,37 @@ def test_spot_exhausted_falls_back_to_on_demand() -> None:
     claim = h.claim("gpu-burst-a1b2c")
     assert claim.state is ClaimState.LAUNCHED and claim.capacity_type == "on-demand"
     assert outcome.launched[0].capacity_type == "on-demand"
+
+
+def test_a_consolidation_replacement_without_spot_capacity_is_not_launched_on_demand() -> None:
+    """Its types were kept for being cheaper than the node it replaces at the Spot price: On-Demand could cost more
+    than that node. The launch fails, and the drain waiting for it leaves the node alone (Karpenter pins the
+    replacement's capacity type)."""
+    h = Harness(no_capacity())
+    h.add(make_claim(attributes={REPLACES_ATTRIBUTE: "gpu-burst-old", CAPACITY_TYPE_PINNED_ATTRIBUTE: "true"}))
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert [r.capacity_type for r in h.compute.requests] == ["spot"]
+    assert h.claim("gpu-burst-a1b2c").state is ClaimState.TERMINATED
+    assert [f.claim_id for f in outcome.failed] == ["gpu-burst-a1b2c"] and not outcome.launched
+
+
+def test_a_pinned_claim_with_no_spot_offering_left_is_not_launched_on_demand_either() -> None:
+    h = Harness()
+    h.add(make_claim(attributes={CAPACITY_TYPE_PINNED_ATTRIBUTE: "true"}))
+    for instance_type in ("g6.xlarge", "g5.xlarge"):
+        for zone in ("us-east-1a", "us-east-1b"):
+            h.store.mark_unavailable((instance_type, zone, "spot"), TTL, "InsufficientInstanceCapacity")
+    outcome = h.launch("gpu-burst-a1b2c")
+    assert h.compute.requests == [] and outcome.failed[0].code == "NoOfferings"
+
+
+def test_a_drift_replacement_falls_back_to_on_demand_as_any_claim() -> None:
+    """Drift replaces whatever it costs: Karpenter pins consolidation's replacements only."""
+    h = Harness(no_capacity())
+    h.add(make_claim(attributes={REPLACES_ATTRIBUTE: "gpu-burst-old"}))
+    h.launch("gpu-burst-a1b2c")
+    assert [r.capacity_type for r in h.compute.requests] == ["spot", "on-demand"]
+    assert h.claim("gpu-burst-a1b2c").capacity_type == "on-demand"
 
 
 def test_a_missing_spot_service_linked_role_makes_all_of_spot_unavailable_for_a_while() -> None:

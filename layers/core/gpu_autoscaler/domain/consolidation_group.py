@@ -3,7 +3,8 @@
 Every "do these pods fit" is a `Solver.solve` call, the packer's own decision: the nodes that stay are shown to the
 solver as claims in flight whose recorded requests are what their pods use, so it places the moving pods on their
 free room first and plans new nodes only for the rest (Karpenter's scheduling simulation). The rules on top:
-replacements only of types cheaper than what they replace (`_cheaper`), the spot-to-spot gate, and no node swapped
+replacements only of types cheaper than what they replace (`_cheaper`) and pinned to the capacity type they were
+priced at (`fleet.CAPACITY_TYPE_PINNED_ATTRIBUTE`), the spot-to-spot gate, and no node swapped
 for a new one of its own type (`_swapped`). `consolidation._Pass` runs the searches over these judgements.
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.domain.consolidation_floor import FreeRooms, TypeRooms, type_rooms
 from gpu_autoscaler.domain.consolidation_memo import claim_print, question, solve_memo
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decision
+from gpu_autoscaler.domain.fleet import CAPACITY_TYPE_PINNED_ATTRIBUTE
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.per_object import PER_OBJECT_LIMIT, PerObject
@@ -352,9 +354,11 @@ class GroupJudge:
             if isinstance(narrowed, str):
                 return narrowed
             replacements = narrowed
+        # Chosen for its price at its capacity type (`_cheaper`): never launched as a dearer one (drift: any).
+        pinned = {} if reason == "Drifted" else {CAPACITY_TYPE_PINNED_ATTRIBUTE: "true"}
         replacements = [c.model_copy(update={
             "reason": f"consolidation ({reason}): replaces {', '.join(nodes)}",
-            "attributes": {**c.attributes, REPLACES_ATTRIBUTE: ",".join(claim_ids)},
+            "attributes": {**c.attributes, REPLACES_ATTRIBUTE: ",".join(claim_ids), **pinned},
         }) for c in replacements]
         after = sum(c.price_per_hour for c in replacements)
         counts = Counter(f"{c.capacity_type} {c.instance_types[0]}" for c in replacements)

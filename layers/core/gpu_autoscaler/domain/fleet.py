@@ -11,7 +11,8 @@ simulated capacity.
   Instances and volumes carry the DESIGN tags; user data joins the node with its labels and taints.
 - Attempts (`first_attempt`, `next_attempt`): an attempt is a capacity type and the offerings it may use.
   After a failure the claim goes on with the offerings not yet known to be unavailable; when none is left
-  it falls back to On-Demand where the pool allows it; then it gives up.
+  it falls back to On-Demand where the pool allows it and the claim is not pinned to its capacity type (a
+  consolidation replacement, `CAPACITY_TYPE_PINNED_ATTRIBUTE`); then it gives up.
 - Idempotency (`client_token`): the ClientToken is a digest of the cluster, the claims and the attempt
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPT_ATTRIBUTE",
+    "CAPACITY_TYPE_PINNED_ATTRIBUTE",
     "MAX_ATTEMPTS",
     "STRATEGIES",
     "TAG_GANG",
@@ -100,6 +102,14 @@ of its claims as their attempt). Which instance is whose is known only from the 
 collector that live claims own them (an invocation that died after CreateFleet, or CreateTags throttled)."""
 MAX_ATTEMPTS = 5
 """CreateFleet calls per claim and invocation: the claim's own type, what is left of it, On-Demand."""
+CAPACITY_TYPE_PINNED_ATTRIBUTE = "capacityTypePinned"
+"""NodeClaim attribute, `"true"`: the claim launches as its own capacity type or not at all, never falling back to
+On-Demand. Consolidation sets it on a replacement: its types were kept for being cheaper than what it replaces at
+that capacity type's price, and On-Demand could cost more than the node itself. Karpenter pins such a replacement
+(`computeConsolidation`, kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go) so that "if spot
+capacity is insufficient we don't replace the node with a more expensive on-demand node": the launch fails, the
+drain waiting for it is abandoned, and the node stays. Drift's replacements are not pinned (Karpenter's are not):
+they replace whatever they cost."""
 ATTEMPT_ATTRIBUTE = "launchAttempt"
 """NodeClaim attribute: the attempt in flight (JSON), written before CreateFleet is called, so a retried
 message asks EC2 the very same request again (same token, same parameters) and gets the same answer."""
@@ -329,7 +339,8 @@ def _fallback(
     unavailable: Iterable[tuple[str, str, str]],
     context: LaunchContext,
 ) -> Attempt | None:
-    if capacity_type == "on-demand" or "on-demand" not in pool.capacity_types:
+    if capacity_type == "on-demand" or "on-demand" not in pool.capacity_types or any(
+            c.attributes.get(CAPACITY_TYPE_PINNED_ATTRIBUTE) == "true" for c in claims):
         return None
     offerings = candidate_offerings(claims, "on-demand", unavailable, context, context.images_for(pool))
     return Attempt(number, "on-demand", offerings) if offerings else None
