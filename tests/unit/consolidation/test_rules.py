@@ -757,6 +757,28 @@ def test_drift_waits_for_its_budget() -> None:
     assert result.skipped[old].startswith("budget") and "Drifted" in result.skipped[old]
 
 
+def test_the_nodes_of_a_pool_gone_from_the_configuration_are_replaced_or_deleted_whatever_the_budgets() -> None:
+    """Karpenter's NodeClaims are owned by their NodePool: deleting it deletes them, drained but not budgeted. Here
+    they drift: each replaced where its pods need room, deleted when empty, none held by a budget (the pool whose
+    budgets would bound them is gone) nor by its warm hold (prewarm no longer tends that pool); do-not-disrupt and
+    PodDisruptionBudgets still keep a node until they allow it."""
+    cluster = Cluster(pool_config(budgets=[{"nodes": "0"}]))
+    busy = [cluster.node("g5.12xlarge", pool="retired", warm="forecast") for _ in range(3)]
+    for name in busy:
+        cluster.pod(name, gpus=4, cpu="16", memory="64Gi")
+    empty = cluster.node("g5.12xlarge", pool="retired", age=timedelta(minutes=1))
+    guarded = cluster.node("g5.12xlarge", pool="retired")
+    cluster.pod(guarded, annotations={DO_NOT_DISRUPT: "true"})
+    result = cluster.consolidate()
+    drifted = {n: d for d in by_reason(result, "Drifted") for n in d.nodes}
+    assert set(drifted) == {*busy, empty} and len(result.decisions) == 4
+    assert all(drifted[n].action == "replace" and "pool retired is no longer configured" in drifted[n].detail
+               for n in busy)
+    assert all(c.pool == "gpu" for n in busy for c in drifted[n].replacements)
+    assert drifted[empty].action == "delete"
+    assert result.skipped[guarded].startswith("do-not-disrupt")
+
+
 # Spot to spot
 
 

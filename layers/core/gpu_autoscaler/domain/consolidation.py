@@ -22,7 +22,8 @@ One pass, in Karpenter's order, each decision applied to the pass's picture befo
 for (the nodes removed are no longer destinations; the room the moved pods take is taken):
 
 1. Drifted nodes (see `drift`): replaced — their pods onto other nodes' free room plus the new nodes the
-   rest need, whatever they cost.
+   rest need, whatever they cost. The nodes of a pool gone from the configuration all drift at once, bound by no
+   budget, warm hold or `minNodeAge` of a pool that is no more (Karpenter deletes a NodePool's NodeClaims with it).
 2. Empty nodes (no pods but DaemonSet and mirror pods) empty for `empty_wait` — the pool's `consolidateAfter`,
    and at least `emptyKeepLeadTimes` of its lead time: removed. Replaying the Alibaba trace with Karpenter's
    wait alone, a third of the nodes launched for arriving pods came within 10 minutes of the removal of an empty
@@ -302,8 +303,6 @@ class _Pass(GroupJudge):
         if item.claim is None:
             return "not ours: no NodeClaim launched it"
         claim = item.claim
-        if n.pool is None:
-            return f"pool: {claim.pool} is not configured (drift replaces it once its pods can move)"
         if claim.state is not ClaimState.REGISTERED:
             return f"state: claim is {claim.state.value}"
         if disrupting(claim, self.now) and not validating:
@@ -311,10 +310,11 @@ class _Pass(GroupJudge):
         why = _node_why_not(item)
         if why is not None:
             return why
-        if warm_held(claim, self.now):
-            return f"warm: held by {claim.warm}"
-        if self.now - _born(n) < n.pool.disruption.min_node_age:
-            return f"too young: under the pool's minNodeAge {n.pool.disruption.min_node_age}"
+        if n.pool is not None:  # a pool gone from the configuration: its holds and its minimum age went with it
+            if warm_held(claim, self.now):
+                return f"warm: held by {claim.warm}"
+            if self.now - _born(n) < n.pool.disruption.min_node_age:
+                return f"too young: under the pool's minNodeAge {n.pool.disruption.min_node_age}"
         for entry in item.pods:
             if not entry.evictable:
                 return f"pdb: a PodDisruptionBudget forbids evicting {entry.pod.key} now"
@@ -386,6 +386,7 @@ class _Pass(GroupJudge):
             elif n.item.claim is not None and n.claim.state is ClaimState.REGISTERED:
                 self.skip(n, why)
         self._drift(eligible)
+        eligible = [n for n in eligible if n.pool is not None]  # a gone pool's nodes are drift's alone
         self._empty(eligible)
         underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
                      and n.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"]
@@ -452,12 +453,20 @@ class _Pass(GroupJudge):
         return found
 
     def _drift(self, eligible: list[GroupNode]) -> None:
+        """Drifted nodes replaced (or deleted, when nothing needs new room), within their pool's budget.
+
+        A node whose pool is gone from the configuration has no budget to wait for: Karpenter's NodeClaims are
+        owned by their NodePool (an ownerReference, `nodeclaimtemplate.go`), so deleting the pool deletes them all
+        at once, each drained gracefully but none budgeted. Here they are all drifted in the pass too, and more
+        gently than a cascade: the pods that need room get it first (the replacements are Ready before the
+        drain), and the voluntary drain respects PodDisruptionBudgets and do-not-disrupt, which bound how many
+        pods of a workload leave at once as they do in Karpenter's drain. A node whose pods fit nowhere is left
+        alone, where a cascade would leave them pending."""
         for n in eligible:
             why = self._drift_reason(n.claim)
             if why is None or n.removed:
                 continue
-            assert n.pool is not None
-            if self.allowance(n.pool, "Drifted") == 0:
+            if n.pool is not None and self.allowance(n.pool, "Drifted") == 0:
                 self.skip(n, f"budget: pool {n.pool.name} allows no more Drifted disruption now ({why})")
                 continue
             decision = self.evaluate([n], "Drifted")
