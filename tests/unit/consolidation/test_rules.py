@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from gpu_autoscaler.domain.consolidation import (
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.fleet import CAPACITY_TYPE_PINNED_ATTRIBUTE
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
@@ -81,6 +83,60 @@ def test_a_node_whose_pods_fit_on_another_nodes_free_room_is_removed() -> None:
     assert (decision.reason, decision.action, decision.nodes) == ("Underutilized", "delete", (lonely,))
     assert set(decision.destinations) == {roomy}
     assert decision.saving == pytest.approx(TYPES["g5.12xlarge"][8])
+
+
+def _booting(cluster: Cluster, name: str, gpus: int) -> None:
+    """The node as its device plugin leaves it until it registers: Ready, its GPUs not allocatable yet, its claim
+    made for `gpus` of them."""
+    cluster.update_node(name, allocatable=Resources({"cpu": 47000, "memory": 180 * 2**30, "pods": 200}))
+    claim = cluster.claims[name]
+    cluster.claims[name] = claim.model_copy(update={"attributes": {
+        **claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute({"nvidia.com/gpu": gpus})}})
+
+
+def test_a_node_not_initialized_yet_takes_no_pods_moved_off_another() -> None:
+    """Karpenter refuses a command whose scheduling simulation puts a pod onto a node not initialized yet
+    (`SimulateScheduling`, pkg/controllers/disruption/helpers.go): the pass leaves the node alone until it is."""
+    cluster = Cluster(pool_config())
+    lonely = cluster.node("g5.12xlarge")
+    cluster.pod(lonely)
+    booting = cluster.node("g5.48xlarge", age=timedelta(minutes=5))
+    cluster.pods_on(booting, 3)
+    _booting(cluster, booting, 8)
+    result = cluster.consolidate()
+    assert all(booting not in d.destinations for d in result.decisions)
+    assert lonely not in touched(result)
+    assert result.skipped[lonely].startswith(f"uninitialized: its pods would go onto {booting}")
+    _booting(cluster, booting, 0)  # its claim asked for no GPU: initialized, and no GPU is allocatable there
+    result = cluster.consolidate()
+    assert all(booting not in d.destinations for d in result.decisions)
+
+
+def test_pods_on_their_way_to_a_node_keep_their_room_on_it() -> None:
+    """Karpenter schedules the pending pods in the same simulation as the moving ones: they compete for the room.
+    Here the room a node's pods on their way will take (what its claim was made for, less those of its pods already
+    there) is not free for the moving pods."""
+    cluster = Cluster(pool_config())
+    lonely = cluster.node("g5.12xlarge")
+    cluster.pods_on(lonely, 2)
+    awaited = cluster.node("g5.12xlarge", age=timedelta(minutes=5))
+    cluster.update_node(awaited, allocatable=Resources({"cpu": 48000, "memory": 192 * 2**30, "pods": 234,
+                                                        "ephemeral-storage": 2**40, "nvidia.com/gpu": 4}))
+    arrived = cluster.pod(awaited)
+    claim = cluster.claims[awaited]
+    cluster.claims[awaited] = claim.model_copy(update={"pods": (arrived.uid, "pod-b", "pod-c"), "attributes": {
+        **claim.attributes,
+        REQUESTS_ATTRIBUTE: requests_attribute({"nvidia.com/gpu": 3, "cpu": 3000, "memory": 12 * 2**30, "pods": 3})}})
+
+    def items(incoming: int) -> list[ConsolidationNode]:
+        return [replace(item, incoming=incoming) if item.node.name == awaited else item for item in cluster.items()]
+
+    [decision] = consolidate(cluster.config, cluster.solver(), items(0), claims=list(cluster.claims.values())
+                             ).decisions
+    assert decision.action == "delete" and len(decision.destinations[awaited]) == 2  # four GPUs, one taken
+    [decision] = consolidate(cluster.config, cluster.solver(), items(2), claims=list(cluster.claims.values())
+                             ).decisions
+    assert len(decision.destinations[awaited]) == 1 and len(decision.replacements) == 1  # two more on their way
 
 
 def test_a_node_whose_pods_request_half_its_gpus_is_not_underused_unless_the_pool_weighs_every_node() -> None:

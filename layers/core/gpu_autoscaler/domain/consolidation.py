@@ -18,6 +18,10 @@ the service taints its nodes and marks their claims, and the pass of a later tic
 passed, looks at the same nodes again before anything else (`validated` / `invalidated`), as Karpenter's
 validation does — only a decision that still holds is carried out.
 
+Where moved pods may go: the free room of the nodes that stay, less what the pods on their way to them will take
+(`_on_the_way`); a plan that puts one onto a node not initialized yet is refused until it is, as Karpenter's
+`SimulateScheduling` refuses it.
+
 One pass, in Karpenter's order, each decision applied to the pass's picture before the next is looked
 for (the nodes removed are no longer destinations; the room the moved pods take is taken):
 
@@ -155,9 +159,9 @@ _ALLOCATABLE: WeakKeyDictionary[Solver, dict[tuple[str, str], tuple[InstanceType
     WeakKeyDictionary())
 """Per solver (per configuration and catalog): (instance type, pool) → the objects it came from and its allocatable."""
 _FIGURES: WeakKeyDictionary[Solver, dict[int, tuple[ConsolidationNode, NodePool | None, Overhead, float, Resources,
-                                                     Resources | None, float]]] = WeakKeyDictionary()
-"""Per solver: a node object's id → the node, its pool and overhead, and its price, use, allocatable and physical
-GPUs (`_node`)."""
+                                                     Resources | None, float, str | None]]] = WeakKeyDictionary()
+"""Per solver: a node object's id → the node, its pool and overhead, and its price, use, allocatable, physical
+GPUs and why it is not initialized (`_node`)."""
 _PER_SOLVER_LIMIT = 4096
 """Nodes `_FIGURES` and claims `_DRIFT` keep per solver; past it, cleared."""
 _DRIFT: WeakKeyDictionary[Solver, dict[int, tuple[NodeClaim, Config, str | None]]] = WeakKeyDictionary()
@@ -197,6 +201,8 @@ class _Pass(GroupJudge):
         self.nodes: list[GroupNode] = [self._node(n) for n in nodes]
         for n in self.nodes:
             n.usable = self._usable(n)
+        self.uninitialized = {n.name: n.not_initialized for n in self.nodes
+                              if n.usable and n.not_initialized is not None}
         self.by_claim = {n.claim.id: n for n in self.nodes if n.item.claim is not None}
         on_nodes = set(self.by_claim)
         self.others = [c for c in claims if c.id not in on_nodes and c.state is not ClaimState.TERMINATED]
@@ -224,7 +230,13 @@ class _Pass(GroupJudge):
 
     def _node(self, item: ConsolidationNode) -> GroupNode:
         """The node's part in the pass; its price, use and allocatable kept per node object for as long as the
-        solver lives (the simulator hands the same object every pass until the node changes)."""
+        solver lives (the simulator hands the same object every pass until the node changes).
+
+        Its use is its pods' footprint, plus the room its pods on their way will take (`_on_the_way`), plus what the
+        kubelet reports less than the packer's figure of allocatable — as Karpenter's `StateNode.Allocatable` reads
+        it: an initialized node's allocatable as reported, a resource it does not report none; a node not initialized
+        yet has what its claim expects where the kubelet still reports zero or nothing (its device plugin has not
+        registered), and takes no moved pods anyway (`GroupJudge.uninitialized`)."""
         claim = item.claim
         pool = self.pools.get(claim.pool) if claim is not None else None
         overhead = self.config.overhead
@@ -235,19 +247,23 @@ class _Pass(GroupJudge):
         used = item.footprint
         computed = None
         gpus = 0.0
+        waiting = _initialization(item) if claim is not None else None
         if claim is not None and pool is not None and claim.instance_type:
             instance_type = self.catalog.get(claim.instance_type)
             if instance_type is not None:
                 computed = self._allocatable(instance_type, pool)
                 gpus = float(instance_type.gpus)
                 reported = item.node.allocatable.as_dict()
-                deficit = {k: v - reported[k] for k, v in computed.items() if k in reported and v > reported[k]}
-                used = used + deficit
+                if reported:  # none at all: not known (a Node read without its status), the packer's figure stands
+                    used = used + {k: v - reported.get(k, 0) for k, v in computed.items() if v > reported.get(k, 0)
+                                   and (waiting is None or reported.get(k, 0) > 0)}
+        if item.incoming and claim is not None:
+            used = used + _on_the_way(item, claim)
         price = _price(self.catalog, claim) if claim is not None else 0.0
         if len(cache) >= _PER_SOLVER_LIMIT:
             cache.clear()
-        cache[id(item)] = (item, pool, overhead, price, used, computed, gpus)
-        return GroupNode(item, pool, price, used, computed, gpus)
+        cache[id(item)] = (item, pool, overhead, price, used, computed, gpus, waiting)
+        return GroupNode(item, pool, price, used, computed, gpus, waiting)
 
     def _allocatable(self, instance_type: InstanceType, pool: NodePool) -> Resources:
         """`fit.allocatable`, once per instance type and pool for as long as the solver lives (a pass a minute
@@ -590,8 +606,7 @@ def _why_not_on_node(item: ConsolidationNode) -> str | None:
     node = item.node
     if not node.ready or node.unschedulable:
         return "not ready or cordoned"
-    assert item.claim is not None
-    why = not_initialized(node, claim_requests(item.claim))
+    why = _initialization(item)
     if why is not None:
         return f"not initialized: {why}"
     if node.do_not_disrupt:
@@ -602,8 +617,35 @@ def _why_not_on_node(item: ConsolidationNode) -> str | None:
     return None
 
 
+def _not_initialized(item: ConsolidationNode) -> str | None:
+    assert item.claim is not None
+    return not_initialized(item.node, claim_requests(item.claim))
+
+
+_initialization: PerObject[ConsolidationNode, str | None] = PerObject(_not_initialized)
+"""Why a node of ours is not initialized yet, or None: asked of a candidate (`_why_not_on_node`) and of a
+destination (`_Pass._node`), once per node object."""
 _node_why_not: PerObject[ConsolidationNode, str | None] = PerObject(_why_not_on_node)
 """`_why_not_on_node`, kept per node object: every pass asks it of every node, the same object until it changes."""
+
+
+def _on_the_way(item: ConsolidationNode, claim: NodeClaim) -> Resources:
+    """The room the pods on their way to a node will take: what its claim was made for (its recorded requests, the
+    packer's or the replacement's plan) less the footprint of the claim's pods already on it. Karpenter schedules
+    pending pods and those of deleting nodes in the same simulation as the moving pods, so they compete for that
+    room; here only the count of the pods on their way is known, the claim's record says how much they take. A pod
+    of the plan that will never come (deleted meanwhile) keeps its room until none is on its way: a destination
+    missed, never one overfilled."""
+    planned = claim_requests(claim)
+    if not planned:
+        return Resources()
+    mine = set(claim.pods)
+    arrived: dict[str, int] = {}
+    for entry in item.pods:
+        if entry.pod.uid in mine:
+            for name, value in entry.pod.footprint.items():
+                arrived[name] = arrived.get(name, 0) + value
+    return Resources({k: v - arrived.get(k, 0) for k, v in planned.items() if v > arrived.get(k, 0)})
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:

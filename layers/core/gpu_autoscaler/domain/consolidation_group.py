@@ -62,6 +62,8 @@ class GroupNode:
     """The packer's figure of its allocatable (`fit.allocatable`); None when its type or pool is unknown."""
     gpus: float = 0.0
     """Its instance type's physical GPUs (0 when the type is unknown): what its price per GPU divides by."""
+    not_initialized: str | None = None
+    """Why its node is not initialized yet (`initialization.not_initialized`), or None once it is."""
     removed: bool = False
     locked: bool = False
     """Took pods in this pass: it stays."""
@@ -154,6 +156,9 @@ class GroupJudge:
     free_rooms: FreeRooms | None
     """The usable nodes' free room (`consolidation_floor`), made when first needed; None again once a decision
     changes it."""
+    uninitialized: Mapping[str, str]
+    """Node name → why it is not initialized yet, for the nodes that may take pods but must not be planned for yet
+    (`_decide`)."""
     floors: dict[tuple[str, ...], str | None]
     """Group (its nodes' names) → its floor (`_priced_out`), emptied with `free_rooms`: the multi-node search
     prices single nodes as parts of its pairs, and the single-node phase asks the same nodes again, on the same
@@ -339,6 +344,14 @@ class GroupJudge:
         before = sum(n.price for n in group)
         pool = group[0].claim.pool
         destinations = {names[cid]: tuple(uids) for cid, uids in plan.existing.items() if cid in names}
+        for name in destinations:
+            # Karpenter refuses a command whose simulation puts a pod onto a node not initialized yet
+            # (`SimulateScheduling`, pkg/controllers/disruption/helpers.go): it may never come up, or not as
+            # planned. The group waits until it is, and its room is known.
+            why = self.uninitialized.get(name)
+            if why is not None:
+                return (f"uninitialized: {'its' if len(group) == 1 else 'their'} pods would go onto {name}, "
+                        f"not initialized yet ({why})")
         nodes = tuple(n.name for n in group)
         claim_ids = tuple(n.claim.id for n in group)
         if not plan.claims:
