@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.catalog import Catalog
-from gpu_autoscaler.domain.consolidation import ConsolidationNode, ConsolidationResult, consolidate, node_pods
+from gpu_autoscaler.domain.consolidation import (
+    ConsolidationNode,
+    ConsolidationResult,
+    consolidate,
+    node_pods,
+    protected_daemons,
+)
 from gpu_autoscaler.domain.packing import Solver
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -136,7 +142,8 @@ class Cluster:
             members = node_pods(node, self.pods, self.blocked)
             since = None if members else self.empty_since.get(node.name)
             out.append(ConsolidationNode(node, self.claims.get(node.name), members, since,
-                                         pods_changed_at=self.pods_changed.get(node.name)))
+                                         pods_changed_at=self.pods_changed.get(node.name),
+                                         protected_daemons=protected_daemons(node, self.pods)))
         return out
 
     def consolidate(self, **kwargs: Any) -> ConsolidationResult:

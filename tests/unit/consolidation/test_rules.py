@@ -630,6 +630,22 @@ def test_a_node_with_a_do_not_disrupt_pod_survives() -> None:
     assert result.skipped[guarded].startswith("do-not-disrupt")
 
 
+def test_a_do_not_disrupt_daemonset_pod_keeps_its_node_a_pod_on_its_way_out_does_not() -> None:
+    """Karpenter's `ValidatePodsDisruptable`: DaemonSet and mirror pods may block disruption with the annotation;
+    a pod that is terminating or finished protects nothing (`IsDisruptable`)."""
+    cluster = Cluster(pool_config(consolidateAfter="10m", emptyKeepLeadTimes=0))
+    daemon = cluster.node()
+    cluster.pod(daemon, gpus=0, owner_kind="DaemonSet", annotations={DO_NOT_DISRUPT: "true"})
+    leaving = cluster.node("g5.48xlarge")
+    cluster.pod(leaving, owner_kind="StatefulSet", deletion_timestamp=NOW - timedelta(seconds=5),
+                annotations={DO_NOT_DISRUPT: "true"})
+    done = cluster.node()
+    cluster.pod(done, gpus=0, owner_kind="DaemonSet", phase="Succeeded", annotations={DO_NOT_DISRUPT: "true"})
+    result = cluster.consolidate()
+    assert result.skipped[daemon].startswith("do-not-disrupt: pod team/")
+    assert touched(result) == {leaving, done}
+
+
 def test_a_node_whose_pod_a_disruption_budget_protects_survives() -> None:
     cluster = Cluster(pool_config())
     protected = cluster.node("g5.48xlarge")

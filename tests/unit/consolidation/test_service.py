@@ -251,6 +251,25 @@ def test_do_not_disrupt_and_disruption_budgets_protect_nodes_through_the_service
     assert [d.nodes for d in rig.decide().acted] == [(budgeted,)]
 
 
+def test_an_empty_node_whose_daemonset_or_mirror_pod_is_do_not_disrupt_is_not_removed() -> None:
+    """Karpenter: "we will allow Mirror Pods and DaemonSets to block disruption using this annotation"
+    (`StateNode.ValidatePodsDisruptable`): they move nowhere, yet keep the node."""
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    daemon = scene.node()
+    scene.pod(daemon, gpus=0, owner_kind="DaemonSet", annotations={DO_NOT_DISRUPT: "true"})
+    static = scene.node()
+    scene.pod(static, gpus=0, owner_kind="Node", mirror=True, annotations={DO_NOT_DISRUPT: "true"})
+    plain = scene.node()
+    scene.pod(plain, gpus=0, owner_kind="DaemonSet")
+    rig = Rig(scene)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    outcome = rig.decide()
+    assert [d.nodes for d in outcome.acted] == [(plain,)]
+    assert outcome.result.skipped[daemon].startswith("do-not-disrupt: pod team/")
+    assert outcome.result.skipped[static].startswith("do-not-disrupt: pod team/")
+
+
 def test_warm_capacity_survives_while_its_window_is_open_and_not_after() -> None:
     scene = Cluster(pool_config())
     until = NOW + timedelta(minutes=30)

@@ -63,7 +63,8 @@ than one new NodeClaim is left alone ("Can't remove without creating N candidate
 kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go). Drift is not bounded (Karpenter's
 drift launches every replacement its scheduling simulation asks for).
 
-Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"`, nodes holding warm
+Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"` (a DaemonSet or mirror pod
+included, as Karpenter's), nodes holding warm
 capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
 `minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now, nodes with pods still on
 their way to them (a replacement, until the nodes it replaces are gone), proposed nodes a pending pod would be
@@ -104,6 +105,7 @@ from gpu_autoscaler.domain.consolidation_models import (
     node_pods,
     pod_set,
     pods_changed_at,
+    protected_daemons,
     warm_held,
     warm_until,
 )
@@ -149,6 +151,7 @@ __all__ = [
     "node_pods",
     "pod_set",
     "pods_changed_at",
+    "protected_daemons",
     "warm_held",
     "warm_until",
 ]
@@ -614,6 +617,8 @@ def _why_not_on_node(item: ConsolidationNode) -> str | None:
     for entry in item.pods:
         if entry.protected:
             return f"do-not-disrupt: pod {entry.pod.key}"
+    if item.protected_daemons:
+        return f"do-not-disrupt: pod {item.protected_daemons[0]}"
     return None
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "node_pods",
     "pod_set",
     "pods_changed_at",
+    "protected_daemons",
     "warm_held",
     "warm_until",
 ]
@@ -86,6 +87,9 @@ class ConsolidationNode:
     replacement it is."""
     pods_changed_at: datetime | None = None
     """Its last pod event, a pod bound to it or gone from it (None: none known; its creation counts instead)."""
+    protected_daemons: tuple[str, ...] = ()
+    """Keys of its DaemonSet and mirror pods on which `karpenter.sh/do-not-disrupt` is active (`protected_daemons`):
+    they move nowhere, so they are not in `pods`, yet they keep the node."""
 
     @property
     def name(self) -> str:
@@ -204,12 +208,27 @@ def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection
     )
     out = []
     on_node = [p for p in pods if p.node_name == node.name]
-    protected = {p.uid for p in on_node if p.do_not_disrupt_active(now)}
+    protected = {p.uid for p in on_node if _blocks(p, now)}
     for pod in replacement_pods(on_node):
         missing = tuple(t for t in tolerate if t not in pod.tolerations)
         moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
         out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected))
     return tuple(out)
+
+
+def protected_daemons(node: ClusterNode, pods: Iterable[ClusterPod], now: datetime | None = None) -> tuple[str, ...]:
+    """The keys of the node's DaemonSet and mirror pods that `karpenter.sh/do-not-disrupt` protects now. They need
+    no room elsewhere (`node_pods` leaves them out), but Karpenter lets them keep their node all the same: "we will
+    allow Mirror Pods and DaemonSets to block disruption using this annotation" (`StateNode.ValidatePodsDisruptable`,
+    kubernetes-sigs/karpenter pkg/controllers/state/statenode.go) — a node agent whose work must not be cut short."""
+    return tuple(sorted(p.key for p in pods if p.node_name == node.name and (p.owner_kind == "DaemonSet" or p.mirror)
+                        and _blocks(p, now)))
+
+
+def _blocks(pod: ClusterPod, now: datetime | None) -> bool:
+    """Whether do-not-disrupt on the pod keeps its node: active on a pod that is neither finished nor terminating
+    (Karpenter's `IsDisruptable`: a pod on its way out protects nothing)."""
+    return not pod.finished and not pod.terminating and pod.do_not_disrupt_active(now)
 
 
 def empty_since(previous: datetime | None, pods: Sequence[NodePod], now: datetime) -> datetime | None:

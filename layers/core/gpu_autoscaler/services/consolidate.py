@@ -46,6 +46,7 @@ from gpu_autoscaler.domain.consolidation import (
     node_pods,
     pod_set,
     pods_changed_at,
+    protected_daemons,
 )
 from gpu_autoscaler.domain.disruption_marks import (
     DISRUPTION_ATTRIBUTE,
@@ -225,7 +226,8 @@ class ConsolidateService:
             if claim is not None and claim.state is ClaimState.REGISTERED:
                 claim, since, changed = self._track_pods(claim, members, here, now)
             items.append(ConsolidationNode(node, claim, members, since, incoming[claim.id] if claim else 0,
-                                           pods_changed_at=changed))
+                                           pods_changed_at=changed,
+                                           protected_daemons=protected_daemons(node, here, now)))
         return items
 
     def _track_pods(self, claim: NodeClaim, members: Sequence[NodePod], here: Sequence[ClusterPod], now: datetime,
