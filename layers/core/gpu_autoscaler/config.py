@@ -127,6 +127,11 @@ class Ami(_Model):
     x86_64: str = Field(pattern=f"{_PINNED_AMI}|{_SSM_AMI}")
     arm64: str | None = Field(default=None, pattern=f"{_PINNED_AMI}|{_SSM_AMI}")
 
+    def images(self) -> dict[str, str]:
+        """Architecture (`x86_64`, `arm64`) → image id: what a node of each architecture boots. The fleet launches
+        from it and drift compares with it, one reading for both."""
+        return {"x86_64": self.x86_64, **({"arm64": self.arm64} if self.arm64 else {})}
+
     @model_validator(mode="after")
     def _pinned_unless_latest(self) -> Ami:
         ids = [i for i in (self.x86_64, self.arm64) if i]
@@ -616,6 +621,10 @@ class Config(_Model):
     def pool_ami(self, pool: NodePool) -> Ami:
         """The image a pool's nodes boot: its own, else the global one."""
         return pool.ami or self.ami
+
+    def pool_images(self, pool: NodePool) -> dict[str, str]:
+        """Architecture → the image a pool's nodes boot (`pool_ami`'s `images`)."""
+        return self.pool_ami(pool).images()
 
     def pool(self, name: str) -> NodePool:
         for pool in self.node_pools:

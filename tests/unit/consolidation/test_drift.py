@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.domain.drift import drift_reason, pool_hash
+import pytest
+
+from gpu_autoscaler.domain.drift import POOL_HASH_VERSION, drift_reason, pool_hash
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pool
 
 if TYPE_CHECKING:
-    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.config import Config, NodePool
     from gpu_autoscaler.domain.catalog import Catalog
 
 CATALOG = make_catalog()
@@ -65,3 +69,70 @@ def test_karpenters_usual_requirements_hold_on_every_node_of_the_pool() -> None:
         {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["g"]}]))
     node = claim(attributes={"imageId": IMAGE, "poolHash": pool_hash(usual.pool("gpu"))})
     assert drift_reason(usual, CATALOG, node) is None
+
+
+POOL_AMI = {"family": "AL2023", "version": "v20261120", "x86_64": "ami-0aaaaaaaaaaaaaaa1"}
+
+
+def stamped(pool: NodePool, **attributes: str) -> NodeClaim:
+    """A claim registered by today's reconcile in `pool`: its hash, the hash's version and `attributes`."""
+    return claim(attributes={"poolHash": pool_hash(pool), "poolHashVersion": POOL_HASH_VERSION, **attributes})
+
+
+def test_a_pool_with_its_own_image_is_compared_with_that_image_not_the_global_one() -> None:
+    """The fleet launches a pool's nodes from the pool's own image (`images_for`): drift compares with the same,
+    so a global AMI bump leaves such a pool's nodes alone and a bump of the pool's image drifts them."""
+    own = make_config(make_pool(ami=POOL_AMI))
+    node = stamped(own.pool("gpu"), imageId=POOL_AMI["x86_64"])
+    assert drift_reason(own, CATALOG, node) is None
+    bumped_global = make_config(make_pool(ami=POOL_AMI),
+                                ami={"family": "AL2023", "version": "v2", "x86_64": "ami-0bbbbbbbbbbbbbbb2"})
+    assert drift_reason(bumped_global, CATALOG, node) is None
+    bumped_pool = make_config(make_pool(ami={**POOL_AMI, "x86_64": "ami-0ccccccccccccccc3"}))
+    assert "now wants ami-0ccccccccccccccc3" in drifted(bumped_pool, CATALOG, node)
+
+
+@pytest.mark.parametrize("change", [
+    {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "200Gi", "volumeType": "gp3"}}]},
+    {"prePullImages": ["public.ecr.aws/nvidia/cuda:12.4.1-base-ubuntu22.04"]},
+    {"soci": True},
+])
+def test_the_pools_volumes_pre_pulled_images_and_snapshotter_are_node_settings(change: dict[str, Any]) -> None:
+    """They shape the instance at launch (its volumes, its user data), as Karpenter's EC2NodeClass hash covers
+    block devices and user data: a node launched before they changed has drifted."""
+    before = make_config(make_pool(soci=False))
+    after = make_config(make_pool(**change), ami={"family": "AL2023", "version": "v20261120",
+                                                   "x86_64": IMAGE})
+    node = stamped(before.pool("gpu"), imageId=IMAGE)
+    assert "settings" in drifted(after, CATALOG, node)
+
+
+def test_a_pool_without_the_newly_hashed_settings_keeps_its_hash() -> None:
+    """A field newly covered by the hash counts only when set (Karpenter hashes with IgnoreZeroValue): the nodes
+    of a pool that sets none of them keep the hash they registered with, and are not replaced on upgrade."""
+    pool = CONFIG.pool("gpu")
+    assert pool_hash(pool) == _legacy_hash(pool)
+
+
+def test_a_node_registered_before_the_hash_covered_its_pools_volumes_is_not_drifted_by_that() -> None:
+    """Karpenter's hash versions: a NodeClaim stamped under an older version is not compared with the new hash
+    (the hash controller re-stamps it); here the older stamp is compared with what the older version covered."""
+    volumes = [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "200Gi", "volumeType": "gp3"}}]
+    config = make_config(make_pool(blockDeviceMappings=volumes))
+    pool = config.pool("gpu")
+    legacy = claim(attributes={"imageId": IMAGE, "poolHash": _legacy_hash(pool)})
+    assert drift_reason(config, CATALOG, legacy) is None
+    relabelled = make_config(make_pool(blockDeviceMappings=volumes, labels={"team": "a"}))
+    assert "settings" in drifted(relabelled, CATALOG, legacy)  # what the old hash covered still drifts
+
+
+def _legacy_hash(pool: NodePool) -> str:
+    """The hash as reconcile stamped it before it covered volumes, pre-pulled images and SOCI."""
+    shape = {
+        "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
+        "labels": sorted(pool.labels.items()),
+        "gpuSharing": pool.gpu_sharing.model_dump(mode="json"),
+        "ephemeralStorage": pool.ephemeral_storage,
+        "efa": pool.efa,
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]

@@ -13,7 +13,13 @@ from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE, POD_SET_ATTRIBUTE, PODS_CHANGED_AT_ATTRIBUTE
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
-from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, pool_hash
+from gpu_autoscaler.domain.drift import (
+    IMAGE_ATTRIBUTE,
+    POOL_HASH_ATTRIBUTE,
+    POOL_HASH_VERSION,
+    POOL_HASH_VERSION_ATTRIBUTE,
+    pool_hash,
+)
 from gpu_autoscaler.domain.forecast import bucket_start
 from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState, StateTransition
@@ -24,7 +30,7 @@ from gpu_autoscaler.services.consolidate import ConsolidateOutcome, ConsolidateS
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService
 from gpu_autoscaler.services.reconcile import ReconcileService
-from tests.unit.consolidation.builders import NOW, TAINT, Cluster, pool_config
+from tests.unit.consolidation.builders import NOW, TAINT, Cluster, make_config, make_pool, pool_config
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -302,6 +308,24 @@ def test_reconcile_registers_launched_claims_whose_node_joined() -> None:
     assert (claim.state, claim.node_name) == (ClaimState.REGISTERED, node)
     assert claim.attributes[POOL_HASH_ATTRIBUTE] == pool_hash(rig.config.pool("gpu"))
     assert claim.attributes[IMAGE_ATTRIBUTE] == rig.config.ami.x86_64
+
+
+def test_registration_keeps_the_image_recorded_at_launch_else_stamps_the_pools_own() -> None:
+    """The image a node was launched from is the fleet's record; a claim launched before it recorded one gets its
+    pool's image (its own where it sets one, as the fleet launches it), never the global one for such a pool."""
+    pool_ami = {"family": "AL2023", "version": "v20261120", "x86_64": "ami-0aaaaaaaaaaaaaaa1"}
+    scene = Cluster(make_config(make_pool(ami=pool_ami, disruption={"budgets": [{"nodes": "100%"}]})))
+    recorded = scene.node("g6.xlarge", capacity_type="spot")
+    unrecorded = scene.node("g6.xlarge", capacity_type="spot")
+    launched(scene, recorded, NOW - timedelta(minutes=3))
+    launched(scene, unrecorded, NOW - timedelta(minutes=3))
+    scene.claims[recorded] = scene.claims[recorded].model_copy(
+        update={"attributes": {IMAGE_ATTRIBUTE: "ami-0ddddddddddddddd4"}})
+    rig = Rig(scene)
+    rig.service.run()
+    assert rig.claim(recorded).attributes[IMAGE_ATTRIBUTE] == "ami-0ddddddddddddddd4"
+    assert rig.claim(unrecorded).attributes[IMAGE_ATTRIBUTE] == "ami-0aaaaaaaaaaaaaaa1"
+    assert rig.claim(unrecorded).attributes[POOL_HASH_VERSION_ATTRIBUTE] == POOL_HASH_VERSION
 
 
 def test_claims_whose_node_never_joined_are_ended_and_their_pods_released() -> None:

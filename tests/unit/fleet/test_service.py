@@ -12,6 +12,7 @@ from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.catalog import is_excluded
 from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE
+from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE
 from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, CAPACITY_TYPE_PINNED_ATTRIBUTE, client_token
 from gpu_autoscaler.errors import RequestThrottled
 from gpu_autoscaler.models.catalog import Offering
@@ -89,6 +90,25 @@ def test_a_pending_claim_is_launched_and_recorded() -> None:
     assert [t.state for t in claim.history] == [ClaimState.LAUNCHED]
     assert outcome.calls == 1 and not outcome.failed
     assert h.store.assignments(["pod-1"]) == {"pod-1": "gpu-burst-a1b2c"}
+
+
+def test_each_launched_claim_records_the_image_its_instance_was_launched_from() -> None:
+    """Drift compares a node's image with its pool's (Karpenter's NodeClaim `status.imageID` against the
+    NodeClass's AMIs): the claim keeps the image the request named for its instance's architecture — the pool's
+    own where it sets one, the global one otherwise — not whatever the configuration says when it registers."""
+    pool_ami = {"family": "AL2023", "version": "v20261120", "x86_64": "ami-0aaaaaaaaaaaaaaa1",
+                "arm64": "ami-0aaaaaaaaaaaaaaa2"}
+    catalog = Catalog([Offering(instance_type=t, zone="us-east-1a", capacity_type="spot", price_per_hour=0.3)
+                       for t in ("g6.xlarge", "g5g.xlarge")])
+    h = Harness(config=make_config(pool_gpu_burst={"ami": pool_ami}), catalog=catalog)
+    h.add(make_claim(), make_claim(id="gpu-burst-arm", instance_types=("g5g.xlarge",), pods=("pod-2",)))
+    h.launch("gpu-burst-a1b2c", "gpu-burst-arm")
+    assert h.claim("gpu-burst-a1b2c").attributes[IMAGE_ATTRIBUTE] == "ami-0aaaaaaaaaaaaaaa1"
+    assert h.claim("gpu-burst-arm").attributes[IMAGE_ATTRIBUTE] == "ami-0aaaaaaaaaaaaaaa2"
+    plain = Harness(catalog=catalog)
+    plain.add(make_claim())
+    plain.launch("gpu-burst-a1b2c")
+    assert plain.claim("gpu-burst-a1b2c").attributes[IMAGE_ATTRIBUTE] == plain.config.ami.x86_64
 
 
 def test_a_redelivered_request_launches_nothing() -> None:

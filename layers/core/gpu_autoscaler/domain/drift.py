@@ -7,10 +7,22 @@ Karpenter replaces drifted nodes within the pool's budgets; so does consolidatio
 - its capacity type is no longer among the pool's, or its capacity reservation no longer the pool's;
 - its instance type, zone and capacity type no longer satisfy the pool's requirements (the labels are
   the catalog's, as the packer matches them);
-- its image is not the configured AMI for its architecture (the claim's `imageId` attribute, written
-  when the instance is launched or registers);
-- the pool's node settings — taints, labels, GPU sharing, root volume, EFA — changed since the node
-  registered (the claim's `poolHash` attribute, stamped at registration, against `pool_hash` now).
+- its image is not the one its pool's nodes are launched from now, for its architecture — the pool's own `ami`
+  where it sets one, else the global one (`Config.pool_images`, what the fleet launches from; Karpenter's AMI
+  drift compares the NodeClaim's `status.imageID` with its NodeClass's AMIs). The claim's `imageId` attribute is
+  the image the fleet's request named for the instance, recorded with the launch; a claim launched before it was
+  recorded gets its pool's image at registration;
+- the pool's node settings — taints, labels, GPU sharing, root volume, EFA, and what shapes the instance at
+  launch: `blockDeviceMappings`, `prePullImages`, `soci` (Karpenter's EC2NodeClass hash covers block devices and
+  user data) — changed since the node registered (the claim's `poolHash` attribute, stamped at registration,
+  against `pool_hash` now). The pool's `ami` is left to the image comparison above, as Karpenter's hash leaves
+  out `amiSelectorTerms`: a new image is a new id.
+
+Upgrades (Karpenter's hash versions, `ec2nodeclass-hash-version`): a setting newly covered by the hash counts
+only when set, so a pool that sets none keeps its hash (Karpenter hashes with `IgnoreZeroValue`). A claim stamped
+before version `POOL_HASH_VERSION` (no `poolHashVersion` attribute) is compared with what its version covered —
+the settings above before the launch-shaping ones — and with the global image, which is what registration
+stamped then: no node is replaced by the upgrade itself.
 
 Pure: configuration, catalog and claim in; a reason in words (or None) out.
 """
@@ -29,12 +41,27 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.claims import NodeClaim
 
-__all__ = ["IMAGE_ATTRIBUTE", "POOL_HASH_ATTRIBUTE", "drift_reason", "expected_image", "pool_hash"]
+__all__ = [
+    "IMAGE_ATTRIBUTE",
+    "POOL_HASH_ATTRIBUTE",
+    "POOL_HASH_VERSION",
+    "POOL_HASH_VERSION_ATTRIBUTE",
+    "drift_reason",
+    "expected_image",
+    "pool_hash",
+]
 
 IMAGE_ATTRIBUTE = "imageId"
-"""NodeClaim attribute: the AMI id the instance was launched from."""
+"""NodeClaim attribute: the AMI id the instance was launched from (as its fleet request named it)."""
 POOL_HASH_ATTRIBUTE = "poolHash"
 """NodeClaim attribute: `pool_hash` of its pool when its node registered."""
+POOL_HASH_VERSION_ATTRIBUTE = "poolHashVersion"
+"""NodeClaim attribute: the `POOL_HASH_VERSION` its `poolHash` was computed under (absent: version 1)."""
+POOL_HASH_VERSION = "2"
+"""Bumped when a setting that may already be set joins the hash, or one leaves it: a claim stamped under an older
+version is compared with that version's digest, never with today's (no node drifts by an upgrade). 2:
+`blockDeviceMappings`, `prePullImages`, `soci`; the image recorded at launch (version 1 claims carry the global
+image, stamped at registration)."""
 
 
 def pool_hash(pool: NodePool) -> str:
@@ -57,20 +84,32 @@ _POOL_HASHES: dict[int, tuple[NodePool, str]] = {}
 _POOL_HASHES_KEPT = 64
 
 
-def _pool_hash(pool: NodePool) -> str:
-    shape = {
+def _pool_hash(pool: NodePool, *, launch: bool = True) -> str:
+    """`launch`: with the launch-shaping settings (version 2); without, version 1's digest. Each of them joins the
+    shape only when set, so a pool that sets none has the same digest under both versions."""
+    shape: dict[str, object] = {
         "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
         "labels": sorted(pool.labels.items()),
         "gpuSharing": pool.gpu_sharing.model_dump(mode="json"),
         "ephemeralStorage": pool.ephemeral_storage,
         "efa": pool.efa,
     }
+    if launch:
+        if pool.block_device_mappings:
+            shape["blockDeviceMappings"] = sorted(
+                (m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in pool.block_device_mappings),
+                key=lambda m: str(m.get("deviceName")))
+        if pool.pre_pull_images:
+            shape["prePullImages"] = sorted(pool.pre_pull_images)
+        if pool.soci:
+            shape["soci"] = True
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def expected_image(config: Config, architecture: str) -> str | None:
-    """The configured AMI for an instance architecture (`x86_64` or `arm64`)."""
-    return config.ami.arm64 if architecture == "arm64" else config.ami.x86_64
+def expected_image(config: Config, pool: NodePool, architecture: str) -> str | None:
+    """The image a node of this pool and architecture (`x86_64` or `arm64`) is launched from now: the pool's own
+    where it sets one, else the global one — what the fleet's request names (`LaunchContext.images_for`)."""
+    return config.pool_images(pool).get(architecture)
 
 
 def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | None:
@@ -89,15 +128,19 @@ def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | No
     found = _requirement_drift(pool, catalog, claim, zone)
     if found:
         return found
+    current = claim.attributes.get(POOL_HASH_VERSION_ATTRIBUTE) == POOL_HASH_VERSION
     image = claim.attributes.get(IMAGE_ATTRIBUTE)
     instance_type = catalog.get(claim.instance_type) if claim.instance_type else None
     if image and instance_type is not None:
-        wanted = expected_image(config, instance_type.architecture)
+        # A version 1 stamp is the global image registration wrote, whatever the pool launched from.
+        ami = config.pool_ami(pool) if current else config.ami
+        wanted = ami.images().get(instance_type.architecture)
         if wanted and image != wanted:
-            return f"image {image}, the configuration now wants {wanted} ({config.ami.family} {config.ami.version})"
+            return f"image {image}, the configuration now wants {wanted} ({ami.family} {ami.version})"
     recorded = claim.attributes.get(POOL_HASH_ATTRIBUTE)
-    if recorded and recorded != pool_hash(pool):
-        return f"pool {pool.name}'s node settings (taints, labels, GPU sharing, storage or EFA) changed"
+    if recorded and recorded != (pool_hash(pool) if current else _pool_hash(pool, launch=False)):
+        return (f"pool {pool.name}'s node settings (taints, labels, GPU sharing, storage, volumes, pre-pulled images, "
+                "SOCI or EFA) changed")
     return None
 
 

@@ -157,9 +157,7 @@ class LaunchContext:
 
     def images_for(self, pool: NodePool) -> Mapping[str, str]:
         """Architecture → AMI for a pool's nodes: its own image where it sets one, else the global one."""
-        if pool.ami is None:
-            return self.images
-        return {"x86_64": pool.ami.x86_64, **({"arm64": pool.ami.arm64} if pool.ami.arm64 else {})}
+        return self.images if pool.ami is None else pool.ami.images()
 
     def volumes_for(self, pool: NodePool) -> tuple[BlockDeviceMapping, ...]:
         """The pool's volumes (its `blockDeviceMappings`, else its `ephemeralStorage`); none without an image."""
@@ -187,14 +185,11 @@ class LaunchContext:
     ) -> LaunchContext:
         """`subnet_ids` maps the configuration's subnet ids to the endpoint's (identity where absent)."""
         mapping = subnet_ids or {}
-        images = {"x86_64": config.ami.x86_64}
-        if config.ami.arm64:
-            images["arm64"] = config.ami.arm64
         return cls(
             cluster=config.cluster_name,
             zone_subnets={zone: mapping.get(subnet, subnet) for zone, subnet in config.network.subnets.items()},
             launch_template_id=launch_template_id,
-            images=images,
+            images=config.ami.images(),
             bootstrap=bootstrap or ClusterBootstrap.from_config(config),
             instance_types={t.name: t for t in instance_types},
             launch_templates=dict(launch_templates or {}),

@@ -8,8 +8,9 @@ Launch (`FleetService.launch`, one `LaunchRequest`):
    on the claims (conditional on their still being Pending), so if this invocation dies after EC2 answered,
    the retried message asks EC2 the same request under the same ClientToken and is given the same
    instances instead of new ones.
-3. Each instance launched: Pending → Launched with its instance id, type, zone, capacity type and price
-   (a conditional write). If the claim moved on meanwhile, the instance is not ours to keep: terminated.
+3. Each instance launched: Pending → Launched with its instance id, type, zone, capacity type and price, and the
+   image its request named for it (`domain.drift`'s `imageId`: drift compares it with its pool's image) — a
+   conditional write. If the claim moved on meanwhile, the instance is not ours to keep: terminated.
 4. Each capacity error marks its offering unavailable for `timeouts.unavailableOfferingTtl`; the claims go
    on with what is left, then On-Demand where the pool allows. Throttling is retried here with backoff and
    jitter; when it persists the message fails and SQS brings it back later (the claims are still Pending).
@@ -34,10 +35,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
+from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE
 from gpu_autoscaler.domain.fleet import (
     ATTEMPT_ATTRIBUTE,
     Attempt,
     LaunchContext,
+    architecture,
     backoff_delay,
     build_request,
     client_token,
@@ -279,7 +282,7 @@ class FleetService:
                 logger.info("dropping %s from this launch: %s", sorted({o[0] for o in reading.dropped}),
                             "; ".join(f"{e.code} {e.message}" for e in reading.errors if e.instance_type))
                 unavailable.update(reading.dropped)
-            done = self._record_launches(remaining, reading.launched, outcome)
+            done = self._record_launches(remaining, reading.launched, outcome, context.images_for(pool), context)
             remaining = [c for c in remaining if c.id not in done]
             if not remaining:
                 return
@@ -384,7 +387,8 @@ class FleetService:
         self._sleep(delay)
 
     def _record_launches(self, claims: Sequence[NodeClaim], launched: Sequence[LaunchedInstance],
-                         outcome: LaunchOutcome) -> set[str]:
+                         outcome: LaunchOutcome, images: Mapping[str, str], context: LaunchContext) -> set[str]:
+        """`images`: architecture → the image the request named (`LaunchContext.images_for` the claims' pool)."""
         by_id = {c.id: c for c in claims}
         done: set[str] = set()
         now = self.clock.now()
@@ -393,12 +397,19 @@ class FleetService:
             if claim is None:
                 continue
             price = self._price(instance, claim)
-            record = functools.partial(
+            image = images.get(architecture(instance.instance_type, context.instance_types))
+            transition = functools.partial(
                 self.store.transition, to=ClaimState.LAUNCHED,
                 reason=f"launched {instance.instance_type} in {instance.zone}", instance_id=instance.instance_id,
                 instance_type=instance.instance_type, zone=instance.zone, capacity_type=instance.capacity_type,
                 launched_price_per_hour=price,
             )
+
+            def record(copy: NodeClaim, transition: Callable[..., NodeClaim] = transition,
+                       image: str | None = image) -> NodeClaim:
+                attributes = {**copy.attributes, IMAGE_ATTRIBUTE: image} if image else copy.attributes
+                return transition(copy, attributes=attributes)
+
             try:  # retried on a fresh copy while still Pending: only a change of state makes the instance a stray
                 write_fresh(self.store, claim, record, still=_pending)
             except StaleClaim:

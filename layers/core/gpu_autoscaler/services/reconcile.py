@@ -1,8 +1,9 @@
 """Reconcile, on the consolidation schedule: claims against the Nodes that joined, and the demand history.
 
 1. Registration: a Launched claim whose instance has a Node (providerID `aws:///<zone>/<instance-id>`)
-   becomes Registered with the Node's name. The pool's settings digest and the configured image are stamped on
-   it then (`drift`), so a later change of either shows as drift.
+   becomes Registered with the Node's name. The pool's settings digest (and its version) is stamped on it then,
+   and the pool's image for a claim whose launch did not record the one it named (`drift`), so a later change
+   of either shows as drift.
 2. Registration timeout: a claim whose Node has not joined within `timeouts.registrationTtl` of its launch
    (or, never launched, of its creation) is ended through the fleet — its instance terminated if there is
    one, the claim Terminated, its pods released so the packer plans them again.
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE, observe_boot
 from gpu_autoscaler.domain.drain import movable
-from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, POOL_HASH_ATTRIBUTE, expected_image, pool_hash
+from gpu_autoscaler.domain.drift import (
+    IMAGE_ATTRIBUTE,
+    POOL_HASH_ATTRIBUTE,
+    POOL_HASH_VERSION,
+    POOL_HASH_VERSION_ATTRIBUTE,
+    expected_image,
+    pool_hash,
+)
 from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
@@ -154,12 +162,16 @@ class ReconcileService:
         if boot is not None:
             attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
         try:
-            attributes[POOL_HASH_ATTRIBUTE] = pool_hash(self.config.pool(claim.pool))
+            pool = self.config.pool(claim.pool)
         except KeyError:
-            pass  # the pool is gone: drift says so without a digest
-        image = expected_image(self.config, "arm64" if node.labels.get(L.ARCH) == "arm64" else "x86_64")
-        if image and IMAGE_ATTRIBUTE not in attributes:
-            attributes[IMAGE_ATTRIBUTE] = image
+            pool = None  # the pool is gone: drift says so without a digest
+        if pool is not None:
+            attributes[POOL_HASH_ATTRIBUTE] = pool_hash(pool)
+            attributes[POOL_HASH_VERSION_ATTRIBUTE] = POOL_HASH_VERSION
+            # The fleet records the image it launched from; a claim launched before it did gets its pool's.
+            image = expected_image(self.config, pool, "arm64" if node.labels.get(L.ARCH) == "arm64" else "x86_64")
+            if image and IMAGE_ATTRIBUTE not in attributes:
+                attributes[IMAGE_ATTRIBUTE] = image
         try:
             self.store.transition(claim, ClaimState.REGISTERED, f"node {node.name} joined", node_name=node.name,
                                   attributes=attributes)
