@@ -851,6 +851,51 @@ def test_the_nodes_of_a_pool_gone_from_the_configuration_are_replaced_or_deleted
     assert result.skipped[guarded].startswith("do-not-disrupt")
 
 
+def _graced(grace: str | None) -> Cluster:
+    """One pool whose budgets allow everything, with `terminationGracePeriod` `grace`."""
+    pool = make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None},
+                     **({"terminationGracePeriod": grace} if grace else {}))
+    return Cluster(make_config(pool))
+
+
+def test_a_termination_grace_period_lets_drift_start_past_pods_that_block_eviction() -> None:
+    """Karpenter's Eventual class (drift): with the NodePool's terminationGracePeriod set, a do-not-disrupt or
+    PDB-blocked pod does not keep a drifted node from being a candidate ("drifted nodes will begin draining even if
+    there are pods blocking eviction"); the drain holds such pods until the grace period ends."""
+    for blocking in ("do-not-disrupt", "pdb"):
+        cluster = _graced("1h")
+        old = cluster.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"})
+        if blocking == "pdb":
+            cluster.blocked.add(cluster.pod(old).uid)
+        else:
+            cluster.pod(old, annotations={DO_NOT_DISRUPT: "true"})
+        [decision] = cluster.consolidate().decisions
+        assert (decision.reason, decision.nodes) == ("Drifted", (old,)), blocking
+
+
+def test_without_a_termination_grace_period_pods_that_block_eviction_hold_off_drift() -> None:
+    cluster = _graced(None)
+    old = cluster.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"})
+    cluster.pod(old, annotations={DO_NOT_DISRUPT: "true"})
+    result = cluster.consolidate()
+    assert result.decisions == () and result.skipped[old].startswith("do-not-disrupt: pod")
+
+
+def test_a_termination_grace_period_does_not_open_other_reasons_or_a_node_annotated_do_not_disrupt() -> None:
+    """Only pod-level blocks are set aside (Karpenter's `IgnorePodBlockEvictionError`), and only for drift: an
+    undrifted node with a do-not-disrupt pod is not consolidated, a drifted Node annotated do-not-disrupt is kept."""
+    cluster = _graced("1h")
+    idle = cluster.node("g5.48xlarge")
+    cluster.pod(idle, annotations={DO_NOT_DISRUPT: "true"})
+    annotated = cluster.node("g6.xlarge", capacity_type="spot", node_annotations={DO_NOT_DISRUPT: "true"},
+                             attributes={"imageId": "ami-0000000000000000a"})
+    cluster.pod(annotated)
+    result = cluster.consolidate()
+    assert result.decisions == ()
+    assert result.skipped[idle].startswith("do-not-disrupt: pod")
+    assert result.skipped[annotated] == "do-not-disrupt: the node is annotated"
+
+
 # Spot to spot
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE, PROPOSAL_TTL, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from tests.unit.consolidation.builders import NOW, Cluster, pool_config
+from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config
 from tests.unit.consolidation.test_service import Rig
 
 
@@ -110,3 +110,27 @@ def test_a_pod_that_arrives_while_a_proposal_waits_gets_the_node_back() -> None:
     assert outcome.acted == [] and [r.nodes for r in outcome.rejected] == [(empty,)]
     assert outcome.rejected[0].reason.startswith(f"{empty}: nominated: pending pod")
     assert not _tainted(rig, empty) and rig.journal.entries == []
+
+
+def test_a_drift_with_a_termination_grace_period_holds_through_a_do_not_disrupt_pod_and_its_drain_says_so() -> None:
+    """Karpenter validates drift with the Eventual class too: a do-not-disrupt pod arriving on a drifted node whose
+    pool has a terminationGracePeriod keeps the decision, and the drain request is marked eventual so the drain
+    starts rather than refusing (the pod is held until the grace period has run)."""
+    scene = Cluster(make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}]}, terminationGracePeriod="1h")))
+    old = scene.node("g6.xlarge", capacity_type="spot", attributes={"imageId": "ami-0000000000000000a"})
+    scene.pod(old)
+    rig = Rig(scene)
+    assert [d.reason for d in rig.service.run().proposed] == ["Drifted"]
+    rig.kube.add_pod(scene.pod(old, gpus=0, annotations={DO_NOT_DISRUPT: "true"}))
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert [d.nodes for d in outcome.acted] == [(old,)] and outcome.rejected == []
+    [drain] = rig.sent("drain")
+    assert drain.eventual and drain.termination_grace_period == timedelta(hours=1)
+
+
+def test_a_consolidation_drain_is_not_eventual() -> None:
+    rig, big = _scene()
+    rig.decide()
+    [drain] = rig.sent("drain")
+    assert not drain.eventual

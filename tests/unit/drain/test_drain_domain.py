@@ -38,6 +38,23 @@ def test_do_not_disrupt_stops_a_voluntary_drain_before_it_starts() -> None:
     assert "team-a/train-0" in step.reason
 
 
+def test_a_drift_drain_with_a_termination_grace_period_starts_past_do_not_disrupt_pods() -> None:
+    """Karpenter's Eventual class: a drifted node with a terminationGracePeriod begins draining even with pods that
+    block eviction; they are held, then deleted in time for their grace before the period ends. The Node's own
+    annotation still refuses it, and a drift drain without a grace period is refused as any voluntary one."""
+    pods = [make_pod("web-0"), make_pod("train-0", annotations=DND, termination_grace_period_seconds=30)]
+    request = make_request(eventual=True, termination_grace_period="1h")
+    step = plan_drain(request, make_node(), pods, NOW)
+    assert step.action is DrainAction.EVICT and step.cordon
+    assert [p.name for p in step.evict] == ["web-0"] and [p.name for p in step.held] == ["train-0"]
+    due = plan_drain(request.model_copy(update={"cordoned_at": NOW}), make_node(taints=(DRAIN_TAINT,),
+                     unschedulable=True), pods[1:], NOW + timedelta(minutes=59, seconds=30))
+    assert [p.name for p in due.delete] == ["train-0"]
+    annotated = make_node(annotations={"karpenter.sh/do-not-disrupt": "true"})
+    assert plan_drain(request, annotated, pods, NOW).action is DrainAction.ABANDON
+    assert plan_drain(make_request(eventual=True), make_node(), pods, NOW).action is DrainAction.ABANDON
+
+
 def test_do_not_disrupt_is_held_by_an_involuntary_drain_then_deleted_in_time_for_its_grace() -> None:
     pods = [make_pod("train-0", annotations=DND, termination_grace_period_seconds=30)]
     for request in (make_request(force=True), make_request(involuntary=True)):

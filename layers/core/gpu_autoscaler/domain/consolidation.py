@@ -66,7 +66,8 @@ drift launches every replacement its scheduling simulation asks for).
 Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"` (a DaemonSet or mirror pod
 included, as Karpenter's), nodes holding warm
 capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
-`minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now, nodes with pods still on
+`minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now (these two pod-level blocks
+aside for drift in a pool with a `terminationGracePeriod`, Karpenter's Eventual class), nodes with pods still on
 their way to them (a replacement, until the nodes it replaces are gone), proposed nodes a pending pod would be
 scheduled on (it fits in their free room, our own disrupted taint aside: Karpenter's candidates and its validation leave
 out a node nominated for a pending pod — `pkg/controllers/disruption/validation.go`, `IsNodeNominated` — so a
@@ -316,8 +317,14 @@ class _Pass(GroupJudge):
 
     # Eligibility
 
-    def why_not(self, n: GroupNode, *, validating: bool = False) -> str | None:
-        """Why this node may not be disrupted voluntarily at all, or None (`validating`: its own proposal aside)."""
+    def why_not(self, n: GroupNode, *, validating: bool = False, reason: DisruptionReason | None = None,
+                ) -> str | None:
+        """Why this node may not be disrupted voluntarily at all, or None (`validating`: its own proposal aside).
+
+        `reason` Drifted, in a pool with a `terminationGracePeriod`: pods that block eviction (do-not-disrupt,
+        PodDisruptionBudgets) do not count — Karpenter's Eventual disruption class (`NewCandidate` ignores
+        pod-blocking errors when the NodeClaim has a TerminationGracePeriod: "drifted nodes will begin draining
+        even if there are pods blocking eviction"); the drain holds them until the period has run."""
         item = n.item
         if item.claim is None:
             return "not ours: no NodeClaim launched it"
@@ -329,14 +336,20 @@ class _Pass(GroupJudge):
         why = _node_why_not(item)
         if why is not None:
             return why
+        eventual = reason == "Drifted" and n.pool is not None and n.pool.termination_grace_period is not None
+        if not eventual:  # drift with a grace period goes past the pods that would hold it (Karpenter's Eventual)
+            protected = next((e.pod.key for e in item.pods if e.protected), None) or next(
+                iter(item.protected_daemons), None)
+            if protected is not None:
+                return f"do-not-disrupt: pod {protected}"
         if n.pool is not None:  # a pool gone from the configuration: its holds and its minimum age went with it
             if warm_held(claim, self.now):
                 return f"warm: held by {claim.warm}"
             if self.now - _born(n) < n.pool.disruption.min_node_age:
                 return f"too young: under the pool's minNodeAge {n.pool.disruption.min_node_age}"
-        for entry in item.pods:
-            if not entry.evictable:
-                return f"pdb: a PodDisruptionBudget forbids evicting {entry.pod.key} now"
+        blocked = None if eventual else next((e.pod for e in item.pods if not e.evictable), None)
+        if blocked is not None:
+            return f"pdb: a PodDisruptionBudget forbids evicting {blocked.key} now"
         if item.incoming:
             return f"incoming: {item.incoming} pods are on their way to it"
         replaced = [cid for cid in claim.attributes.get(REPLACES_ATTRIBUTE, "").split(",") if cid in self.live_ids]
@@ -398,13 +411,24 @@ class _Pass(GroupJudge):
     def run(self) -> ConsolidationResult:
         validated, invalidated = self._validate()
         eligible: list[GroupNode] = []
+        drift_eligible: list[GroupNode] = []
+        held: dict[str, str] = {}
         for n in self.nodes:
             why = self.why_not(n)
             if why is None:
                 eligible.append(n)
+                drift_eligible.append(n)
             elif n.item.claim is not None and n.claim.state is ClaimState.REGISTERED:
-                self.skip(n, why)
-        self._drift(eligible)
+                if n.pool is not None and n.pool.termination_grace_period is not None \
+                        and self.why_not(n, reason="Drifted") is None:
+                    drift_eligible.append(n)  # held back by its pods, which a grace period bounds for drift
+                    held[n.name] = why
+                else:
+                    self.skip(n, why)
+        self._drift(drift_eligible)
+        for n in drift_eligible:
+            if n.name in held and not n.removed:
+                self.skip(n, held[n.name])
         eligible = [n for n in eligible if n.pool is not None]  # a gone pool's nodes are drift's alone
         self._empty(eligible)
         underused = [n for n in eligible if not n.removed and n.item.pods and n.pool is not None
@@ -453,11 +477,11 @@ class _Pass(GroupJudge):
         """The decision again, or why it no longer holds: every node still a candidate, and the pods still going
         where they went — no new node where none was planned, no more and no dearer replacements (Karpenter's
         `validateCommand`)."""
+        reason: DisruptionReason = pending.reason  # type: ignore[assignment]
         for n in group:
-            why = self.why_not(n, validating=True)
+            why = self.why_not(n, validating=True, reason=reason)
             if why is not None:
                 return f"{n.name}: {why}"
-        reason: DisruptionReason = pending.reason  # type: ignore[assignment]
         if reason == "Empty" and any(n.item.pods for n in group):
             return "no longer empty"
         if reason == "Drifted" and self._drift_reason(group[0].claim) is None:
@@ -604,8 +628,8 @@ def consolidate(
 
 def _why_not_on_node(item: ConsolidationNode) -> str | None:
     """What on the node itself keeps it from voluntary disruption: not Ready or cordoned, not initialized (as
-    Karpenter's candidates must be), do-not-disrupt on the Node or an active one on a pod. Of the node, its
-    claim and its pods alone: kept per node object (`_node_why_not`)."""
+    Karpenter's candidates must be), do-not-disrupt on the Node (Karpenter's `ValidateNodeDisruptable`, which no
+    disruption class sets aside). Of the node and its claim alone: kept per node object (`_node_why_not`)."""
     node = item.node
     if not node.ready or node.unschedulable:
         return "not ready or cordoned"
@@ -614,11 +638,6 @@ def _why_not_on_node(item: ConsolidationNode) -> str | None:
         return f"not initialized: {why}"
     if node.do_not_disrupt:
         return "do-not-disrupt: the node is annotated"
-    for entry in item.pods:
-        if entry.protected:
-            return f"do-not-disrupt: pod {entry.pod.key}"
-    if item.protected_daemons:
-        return f"do-not-disrupt: pod {item.protected_daemons[0]}"
     return None
 
 

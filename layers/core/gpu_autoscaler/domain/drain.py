@@ -15,8 +15,9 @@ The rules, as Karpenter's termination controller applies them (kubernetes-sigs/k
   critical pods (priority class `system-cluster-critical` / `system-node-critical`), critical DaemonSet pods —
   Kubernetes' graceful node shutdown order, so a node's logging and networking outlive its workloads.
 - `karpenter.sh/do-not-disrupt` (on a pod: `"true"` or a duration since the pod started; on the Node:
-  `"true"`) makes a voluntary drain leave the node alone if it has not started; a started drain, or an
-  involuntary one, holds such pods — it neither evicts nor deletes them until their deletion time.
+  `"true"`) makes a voluntary drain leave the node alone if it has not started — on a pod, not an eventual one
+  (drift with a `terminationGracePeriod`, Karpenter's Eventual class); a started drain, or an involuntary or
+  eventual one, holds such pods — it neither evicts nor deletes them until their deletion time.
 - Replacement first: while a replacement is not initialized and `wait_until` has not come, wait, node
   untouched. A voluntary drain whose replacement failed, or is still not initialized at the deadline, leaves the
   node alone: without the replacement its pods would have nowhere to go.
@@ -224,7 +225,9 @@ def plan_drain(request: DrainRequest, node: ClusterNode | None, pods: Iterable[C
     started = is_drained_by_us(node)
     protected = protected_pods(waiting, now)
     if voluntary and not started:
-        refused = voluntary_refusal(node, protected)
+        # An eventual drain has a termination time that ends the hold: only the Node's annotation refuses it.
+        eventual = request.eventual and request.termination_grace_period is not None
+        refused = voluntary_refusal(node, () if eventual else protected)
         if refused is not None:
             return DrainStep(DrainAction.ABANDON, f"voluntary drain refused: {refused}", skipped=skipped,
                              held=protected)

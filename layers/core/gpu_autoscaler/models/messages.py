@@ -70,6 +70,11 @@ class DrainRequest(_Message):
     cordoned its pods may still block it; past it they are deleted. None: wait for them however long it takes."""
     cordoned_at: datetime | None = Field(default=None, alias="cordonedAt")
     """When this drain cordoned the node (or first found it cordoned): the start of `terminationGracePeriod`."""
+    eventual: bool = False
+    """Karpenter's Eventual disruption class (drift): with a `terminationGracePeriod`, pods that block eviction
+    (do-not-disrupt, PodDisruptionBudgets) do not refuse the drain before it starts, as they refuse a graceful one
+    (consolidation): it cordons, holds them and deletes them in time for their grace before the period ends. The
+    Node's own do-not-disrupt annotation still refuses it."""
     terminate_after: datetime | None = Field(default=None, alias="terminateAfter")
     """Never terminate the instance before this (a Spot warning's `instance-action-time`): AWS reclaims it then,
     and until then pods still finishing their grace period, or tolerating the drain, keep running."""

@@ -325,7 +325,7 @@ class ConsolidateService:
             outcome.launch_requests.append(launch)
         for name, claim in zip(decision.nodes, marked, strict=True):
             request = self._drain_request(name, claim, f"consolidation ({decision.reason}): {decision.detail}",
-                                          deadline, replacement_ids, wait_until)
+                                          deadline, replacement_ids, wait_until, eventual=decision.reason == "Drifted")
             self.drains.send(request)
             self._record_sent(claim)
             outcome.drain_requests.append(request)
@@ -338,15 +338,17 @@ class ConsolidateService:
             )
 
     def _drain_request(self, node: str, claim: NodeClaim, reason: str, deadline: datetime,
-                       replacement_ids: Sequence[str], wait_until: datetime) -> DrainRequest:
-        """A voluntary drain of one node of a decision: its pool's `terminationGracePeriod` alone may end it early."""
+                       replacement_ids: Sequence[str], wait_until: datetime, *, eventual: bool) -> DrainRequest:
+        """A voluntary drain of one node of a decision: its pool's `terminationGracePeriod` alone may end it early.
+        `eventual`: a drift's (Karpenter's Eventual class), which pods that block eviction do not refuse when the
+        pool has that period (`DrainRequest.eventual`)."""
         pool = next((p for p in self.config.node_pools if p.name == claim.pool), None)
         return DrainRequest(
             cluster=self.config.cluster_name, node_name=node, instance_id=claim.instance_id, claim_id=claim.id,
             reason=reason, involuntary=False, deadline=deadline,
             replacement_claim_id=replacement_ids[0] if replacement_ids else None,
             replacement_claim_ids=list(replacement_ids[1:]), wait_until=wait_until,
-            termination_grace_period=pool.termination_grace_period if pool is not None else None,
+            termination_grace_period=pool.termination_grace_period if pool is not None else None, eventual=eventual,
         )
 
     def _record_sent(self, claim: NodeClaim) -> None:
@@ -374,7 +376,7 @@ class ConsolidateService:
             request = self._drain_request(
                 item.node.name, claim, f"consolidation ({mark.reason}), sent again: the tick that decided it "
                 "stopped before sending its drain", mark.until, list(mark.replacements),
-                min(now + self.config.timeouts.registration_ttl, mark.until))
+                min(now + self.config.timeouts.registration_ttl, mark.until), eventual=mark.reason == "Drifted")
             logger.warning("node %s was marked for consolidation but its drain was never sent: sending it",
                            item.node.name)
             self.drains.send(request)
