@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE, PROPOSAL_TTL, proposal
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
@@ -134,3 +135,46 @@ def test_a_consolidation_drain_is_not_eventual() -> None:
     rig.decide()
     [drain] = rig.sent("drain")
     assert not drain.eventual
+
+
+BEFORE_NINE = NOW.replace(hour=8, minute=59, second=30)
+
+
+def test_a_budget_that_closes_between_proposal_and_validation_drops_the_decision() -> None:
+    """Karpenter's validation builds the budgets again (`BuildDisruptionBudgetMapping`) and drops a command whose
+    pool allows no more: proposed at 08:59:30, a `nodes: "0"` budget from 09:00 holds it back at 09:00:30."""
+    office = [{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}]
+    scene = Cluster(pool_config(budgets=office), clock=FixedClock(BEFORE_NINE))
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    rig = Rig(scene)
+    assert [d.nodes for d in rig.service.run().proposed] == [(big,)]
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert outcome.acted == [] and [r.nodes for r in outcome.rejected] == [(big,)]
+    assert outcome.rejected[0].reason.startswith("budget: pool gpu")
+    assert not _tainted(rig, big) and rig.journal.entries == []
+
+
+def test_a_proposal_does_not_count_against_its_own_budget_but_the_others_do() -> None:
+    """As in Karpenter, where a command's candidates are not yet marked for deletion while it is validated: a
+    budget of one node validates the one node proposed; two proposed under a budget of two that became one are
+    each checked with the budget the ones validated before them left — the first goes on, the second is dropped."""
+    scene = Cluster(pool_config(budgets=[{"nodes": "1"}]))
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    rig = Rig(scene)
+    assert [d.nodes for d in rig.decide().acted] == [(big,)]
+
+    shrinking = [{"nodes": "1", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "2"}]
+    scene = Cluster(pool_config(budgets=shrinking, consolidateAfter="5m", emptyKeepLeadTimes=0),
+                    clock=FixedClock(BEFORE_NINE - timedelta(minutes=6)))
+    first, second = scene.node("g5.12xlarge"), scene.node("g5.12xlarge")
+    rig = Rig(scene)
+    rig.service.run()  # the service notes them empty from now
+    rig.clock.set(BEFORE_NINE)
+    assert sorted(n for d in rig.service.run().proposed for n in d.nodes) == sorted([first, second])
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert len(outcome.acted) == 1 and len(outcome.rejected) == 1
+    assert outcome.rejected[0].reason.startswith("budget: pool gpu")

@@ -16,7 +16,7 @@ rule 2) and plans new nodes only for the rest — exactly Karpenter's scheduling
 A decision is first a proposal (`domain.disruption_marks`): the pass that finds it returns it in `decisions`;
 the service taints its nodes and marks their claims, and the pass of a later tick, once `VALIDATION_DELAY` has
 passed, looks at the same nodes again before anything else (`validated` / `invalidated`), as Karpenter's
-validation does — only a decision that still holds is carried out.
+validation does — only a decision that still holds, and that its pools' budgets still allow, is carried out.
 
 Where moved pods may go: the free room of the nodes that stay, less what the pods on their way to them will take
 (`_on_the_way`); a plan that puts one onto a node not initialized yet is refused until it is, as Karpenter's
@@ -219,6 +219,9 @@ class _Pass(GroupJudge):
         self.decisions: list[Decision] = []
         self.taken: dict[str, int] = {}
         self.budget_start: dict[str, dict[str, int | None]] = {}
+        self.awaiting: dict[str, int] = {}
+        """Per pool, the nodes of proposals due for validation this pass and not validated (yet): counted among the
+        disrupting nodes, but not against the proposals being validated (`_budget_recheck`)."""
         self.charged = bool(quotas or config.vcpu_quotas) or any(
             p.limits.gpus is not None or p.limits.price_per_hour is not None for p in config.node_pools)
         """Whether nodes that take no pods must still be shown to the solver, for pool limits and vCPU quotas."""
@@ -289,17 +292,25 @@ class _Pass(GroupJudge):
         sizes: dict[str, int] = {}
         counted: dict[str, int] = {}
         for n in self.nodes:
-            claim, node = n.item.claim, n.item.node
-            if claim is None or not was_initialized(node, claim_requests(claim)):
+            counts = self._counts(n)
+            if counts is None:
                 continue
-            sizes[claim.pool] = sizes.get(claim.pool, 0) + 1
-            if disrupting(claim, self.now) or node.unschedulable or not node.ready:
-                counted[claim.pool] = counted.get(claim.pool, 0) + 1
+            sizes[n.claim.pool] = sizes.get(n.claim.pool, 0) + 1
+            if counts:
+                counted[n.claim.pool] = counted.get(n.claim.pool, 0) + 1
         for claim in self.others:
             if claim.state is ClaimState.DRAINING:
                 sizes[claim.pool] = sizes.get(claim.pool, 0) + 1
                 counted[claim.pool] = counted.get(claim.pool, 0) + 1
         return sizes, counted
+
+    def _counts(self, n: GroupNode) -> bool | None:
+        """None: not one of its pool's nodes for the budgets (not ours, not initialized); else whether it uses up
+        budget (being disrupted — a proposal's included —, cordoned or NotReady)."""
+        claim, node = n.item.claim, n.item.node
+        if claim is None or not was_initialized(node, claim_requests(claim)):
+            return None
+        return disrupting(claim, self.now) or node.unschedulable or not node.ready
 
     # Budgets
 
@@ -463,12 +474,22 @@ class _Pass(GroupJudge):
                 due.setdefault(found.claims, found)
         validated: list[Decision] = []
         invalidated: list[Rejection] = []
+        # Proposed nodes count as disrupted; at its validation a proposal is weighed as Karpenter weighs a command,
+        # whose candidates are not marked yet: its own nodes and those of proposals not validated before it aside.
+        self.awaiting = {}
+        for claims in due:
+            for n in (self.by_claim[c] for c in claims if c in self.by_claim):
+                if self._counts(n):
+                    self.awaiting[n.claim.pool] = self.awaiting.get(n.claim.pool, 0) + 1
         for claims, pending in sorted(due.items()):
             group = [self.by_claim[c] for c in claims if c in self.by_claim]
             outcome = self._recheck(group, pending) if len(group) == len(claims) else "a node of it is gone"
             if isinstance(outcome, Decision):
                 self.apply(outcome, proposal=False)
                 validated.append(outcome)
+                for n in group:
+                    if self._counts(n):
+                        self.awaiting[n.claim.pool] -= 1
             else:
                 invalidated.append(Rejection(tuple(n.name for n in group), claims, outcome))
         return validated, invalidated
@@ -482,6 +503,9 @@ class _Pass(GroupJudge):
             why = self.why_not(n, validating=True, reason=reason)
             if why is not None:
                 return f"{n.name}: {why}"
+        why = self._budget_recheck(group, reason)
+        if why is not None:
+            return why
         if reason == "Empty" and any(n.item.pods for n in group):
             return "no longer empty"
         if reason == "Drifted" and self._drift_reason(group[0].claim) is None:
@@ -494,6 +518,24 @@ class _Pass(GroupJudge):
         if reason != "Drifted" and found.price_after > pending.price_after + 1e-6:
             return f"the replacements now cost ${found.price_after:.4f}/h, ${pending.price_after:.4f}/h were planned"
         return found
+
+    def _budget_recheck(self, group: list[GroupNode], reason: DisruptionReason) -> str | None:
+        """Why the pools' budgets no longer allow the proposal's nodes, or None. Karpenter's validation builds the
+        budgets again (`validateCandidates`, `BuildDisruptionBudgetMapping`) and drops the command when one of
+        its candidates' pool has none left: a schedule that opened a `nodes: "0"` budget since, or nodes gone
+        NotReady or disrupted meanwhile."""
+        wanted: dict[str, int] = {}
+        for n in group:
+            wanted[n.claim.pool] = wanted.get(n.claim.pool, 0) + 1
+        for name, count in sorted(wanted.items()):
+            pool = self.pools[name]
+            others = self._disrupting.get(name, 0) - self.awaiting.get(name, 0)
+            allowed = allowed_disruptions(pool.disruption.budgets, reason, self._pool_sizes.get(name, 0), others,
+                                          self.now)
+            if allowed is not None and allowed < count:
+                return (f"budget: pool {name} now allows {allowed} more {reason} disruption(s), the decision takes "
+                        f"{count}")
+        return None
 
     def _drift(self, eligible: list[GroupNode]) -> None:
         """Drifted nodes replaced (or deleted, when nothing needs new room), within their pool's budget.
