@@ -64,6 +64,10 @@ class ClusterPod(BaseModel):
     """`DaemonSet` pods are never evicted by a drain; mirror pods (static) neither."""
     mirror: bool = False
     phase: str = "Pending"
+    ready: bool = True
+    """Its `Ready` condition is True (the API server's `IsPodReady`; a pod read from the API without it is not). Only
+    PodDisruptionBudgets read it: a pod not Ready is not among a budget's healthy pods, and its eviction may go past
+    a spent budget (`unhealthyPodEvictionPolicy`)."""
     # What the pod asks of a node, copied from its spec: a replacement for an interrupted node is planned
     # from these, by the same solver that plans pending pods.
     node_selector: dict[str, str] = Field(default_factory=dict)
