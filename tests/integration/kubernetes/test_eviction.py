@@ -179,3 +179,21 @@ def test_an_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, kube: Loc
     core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("nowhere", gpus=64)))
     core.delete_namespaced_pod("nowhere", "default")
     assert core.list_namespaced_pod("default").items == []
+
+
+def test_a_pod_under_two_budgets_is_refused_as_blocked_not_failed(
+    core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster, api: client.ApiClient,
+) -> None:
+    """The eviction subresource answers 500 for a pod more than one budget selects; Karpenter's eviction queue
+    takes that answer as it takes a 429 (the pod is retried, the drain goes on), so a drain — an involuntary one
+    whose deadline ends it, or one with a terminationGracePeriod — is not failed by it."""
+    kube.add_instance(make_instance(gpus=4))
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("web-0", labels={"app": "web", "tier": "gold"})))
+    _running(core, "web-0")
+    for name, selector in (("web", {"app": "web"}), ("gold", {"tier": "gold"})):
+        client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+            "default", make_budget(name, {"matchLabels": selector}, maxUnavailable=1))
+    outcome = cluster.evict(_pod(cluster, "web-0"))
+    assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)
+    assert "more than one PodDisruptionBudget" in outcome.message

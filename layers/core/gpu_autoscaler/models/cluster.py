@@ -128,7 +128,7 @@ class EvictionOutcome(BaseModel):
     pod: str
     evicted: bool
     blocked: bool = False
-    """A PodDisruptionBudget refused the eviction (HTTP 429): retry later."""
+    """A PodDisruptionBudget refused the eviction (HTTP 429, or 500 for a pod several budgets select): retry later."""
     gone: bool = False
     message: str = ""
 

@@ -57,7 +57,10 @@ __all__ = ["MIRROR_ANNOTATION", "KubernetesCluster", "node_from_json", "pod_from
 log = logging.getLogger(__name__)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-_NOT_FOUND, _CONFLICT, _TOO_MANY = 404, 409, 429
+_NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 404, 409, 429, 500
+_MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
+"""In the API server's 500 for an eviction of a pod several budgets select (registry/core/pod/storage/eviction.go:
+"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")."""
 _CORDON_ATTEMPTS = 5
 _NODES = ("api", "v1", "nodes")
 _PODS = ("api", "v1", "pods")
@@ -204,7 +207,9 @@ class KubernetesCluster:
         try:
             self._rest.post(path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"), body)
         except KubernetesHttpError as error:
-            if error.status == _TOO_MANY:
+            if error.status == _TOO_MANY or (error.status == _INTERNAL and _MULTIPLE_BUDGETS in error.message):
+                # A budget refuses it now (429), or several select it (500, which lasts while they do): Karpenter's
+                # eviction queue retries both alike, and so does the drain.
                 return EvictionOutcome(pod=pod.key, evicted=False, blocked=True, message=error.message)
             if error.status in (_NOT_FOUND, _CONFLICT):
                 return EvictionOutcome(pod=pod.key, evicted=False, gone=True, message=error.message)
