@@ -178,3 +178,15 @@ def test_a_proposal_does_not_count_against_its_own_budget_but_the_others_do() ->
     outcome = rig.service.run()
     assert len(outcome.acted) == 1 and len(outcome.rejected) == 1
     assert outcome.rejected[0].reason.startswith("budget: pool gpu")
+
+
+def test_the_drift_of_a_pool_gone_from_the_configuration_is_validated_without_its_budgets() -> None:
+    """A gone pool's nodes drift bound by no budget (its budgets went with it): their proposal is validated and
+    carried out on the next tick, not looked up among the configured pools' budgets."""
+    scene = Cluster(pool_config(budgets=[{"nodes": "0"}]))
+    retired = scene.node("g5.12xlarge", pool="retired")
+    rig = Rig(scene)
+    assert [(d.reason, d.nodes) for d in rig.service.run().proposed] == [("Drifted", (retired,))]
+    rig.clock.advance(timedelta(minutes=1))
+    outcome = rig.service.run()
+    assert [(d.reason, d.nodes) for d in outcome.acted] == [("Drifted", (retired,))] and outcome.rejected == []

@@ -528,7 +528,9 @@ class _Pass(GroupJudge):
         for n in group:
             wanted[n.claim.pool] = wanted.get(n.claim.pool, 0) + 1
         for name, count in sorted(wanted.items()):
-            pool = self.pools[name]
+            pool = self.pools.get(name)
+            if pool is None:  # a pool gone from the configuration: its budgets went with it (`_drift`)
+                continue
             others = self._disrupting.get(name, 0) - self.awaiting.get(name, 0)
             allowed = allowed_disruptions(pool.disruption.budgets, reason, self._pool_sizes.get(name, 0), others,
                                           self.now)
