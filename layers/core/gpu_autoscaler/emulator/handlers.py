@@ -33,6 +33,7 @@ __all__ = [
     "default_functions_dir",
     "environment",
     "forget_function_modules",
+    "handler_module_name",
     "handler_path",
     "load_handler",
     "run_handler",
@@ -129,8 +130,13 @@ class _LoggingState:
                 handler.filters[:] = self.root_filters[id(handler)]
 
 
+def handler_module_name(function: str) -> str:
+    """The module table's name for a function's handler (one per environment: `function` may carry its number)."""
+    return f"_gpu_autoscaler_function_{function.replace('-', '_')}"
+
+
 def load_handler(path: Path, function: str) -> Callable[[Any, Any], Any]:
-    module_name = f"_gpu_autoscaler_function_{function.replace('-', '_')}"
+    module_name = handler_module_name(function)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise HandlerLoadError(f"cannot import {path}")
@@ -169,13 +175,19 @@ def run_handler(
             context = local_context(function_name, region=region, timeout_seconds=timeout_seconds)
             return handler(event, context)
     finally:
-        forget_function_modules(path.parent, modules_before)
+        forget_function_modules(path.parent, modules_before, function)
 
 
-def forget_function_modules(directory: Path, modules_before: set[str]) -> None:
-    """Drop the handler and the siblings it imported, so two functions' `helper.py` never meet."""
+def forget_function_modules(directory: Path, modules_before: set[str], function: str) -> None:
+    """Drop the function's handler and the siblings it imported, so two functions' `helper.py` never meet.
+
+    Only its own: the emulator's host may load other functions' handlers in other threads meanwhile (`invoke
+    --launch-first` runs one handler beside a whole emulator), each dropping its own, so a module new since
+    `modules_before` may be another's, or gone again by the time it is looked at."""
     root = directory.resolve()
+    own = handler_module_name(function)
     for name in set(sys.modules) - modules_before:
-        file = getattr(sys.modules[name], "__file__", None)
-        if name.startswith("_gpu_autoscaler_function_") or (file and Path(file).resolve().is_relative_to(root)):
-            del sys.modules[name]
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) if module is not None else None
+        if name == own or (file and Path(file).resolve().is_relative_to(root)):
+            sys.modules.pop(name, None)

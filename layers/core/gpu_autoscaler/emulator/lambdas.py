@@ -233,7 +233,7 @@ class LambdaHost:
             handler = load_handler(path, name)
             # The handler and its siblings leave the module table (the environment keeps the handler, and with it
             # everything it imported), so two functions' `helper.py` never meet and nothing outlives the host.
-            forget_function_modules(path.parent, modules_before)
+            forget_function_modules(path.parent, modules_before, name)
         return _Environment(function, handler, variables)
 
     def _stream(self) -> TextIO:
