@@ -90,6 +90,20 @@ def test_a_scheduled_change_is_involuntary_and_a_rebalance_carries_the_pools_gra
     assert not rebalance.involuntary and rebalance.termination_grace_period == timedelta(hours=1)
 
 
+def test_a_scheduled_change_already_started_still_gives_its_pods_an_eviction_window(config: Config) -> None:
+    """A Health scheduled change whose start has passed (an update of a change under way, a notice redriven from the
+    dead-letter queue) still names an instance that runs: Karpenter and aws-node-termination-handler drain it
+    gracefully. Its pods are evicted within `EVICTION_WINDOW`, not deleted at once with a second's grace."""
+    from gpu_autoscaler.domain.interruption import EVICTION_WINDOW
+
+    health = parse_notice(real_event("aws_health_scheduled_change.json"))
+    assert health.deadline is not None
+    late = health.deadline + timedelta(hours=1)
+    response = decide(health, health.instance_ids[0], make_claim(), config.pool("gpu-burst"), late)
+    assert response.involuntary and response.cordon_now
+    assert response.drain_deadline == late + EVICTION_WINDOW and response.wait_until == late
+
+
 def test_state_change_closes_the_claim(config: Config) -> None:
     event = real_event("ec2_state_change.json")
     event["detail"]["state"] = "terminated"

@@ -175,8 +175,13 @@ def decide(notice: Notice, instance_id: str, claim: NodeClaim, pool: NodePool | 
     # time whatever runs on it: involuntary, so what remains is deleted in time for its grace period. Cordoned at
     # once, as Karpenter (`CordonAndDrain`) and aws-node-termination-handler act on both: no new pod should land on
     # a node that is going while its replacement boots.
+    # A scheduled change already under way (an update of it, a notice redriven from the dead-letter queue) names an
+    # instance that still runs, at a time already past: its pods get `EVICTION_WINDOW`, as Karpenter's graceful
+    # drain would give them time, not a deletion at once. A reservation's end is EC2's hard time, past or not.
     deadline = max((notice.deadline - DRAIN_MARGIN) if notice.deadline else now + timedelta(minutes=10), now)
     reservation = notice.kind in (NoticeKind.RESERVATION_INTERRUPTION, NoticeKind.CAPACITY_BLOCK_EXPIRY)
+    if not reservation and notice.deadline is not None and notice.deadline <= now:
+        deadline = now + EVICTION_WINDOW
     return Response(replace=True, drain=True, involuntary=True, wait_for_replacement=True,
                     cordon_now=True, mark_unavailable=reservation, drain_deadline=deadline,
                     wait_until=max(deadline - EVICTION_WINDOW, now), reason=str(notice.kind).replace("-", " "),
