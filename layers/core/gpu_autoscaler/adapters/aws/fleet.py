@@ -23,10 +23,11 @@ garbage collector.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import botocore
 from botocore.exceptions import ClientError, ParamValidationError
@@ -57,6 +58,8 @@ __all__ = ["TAG_EMULATES", "Ec2Compute", "efa_security_group_problem", "render_c
            "resolve_security_groups", "resolve_subnets"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 TAG_EMULATES = "gpu-autoscaler/emulates"
 """On a subnet an emulator created: the configuration's subnet id it stands in for (`emulator.resources`)."""
@@ -256,20 +259,25 @@ class Ec2Compute:
             if instance.claim_id is None:
                 continue
             tags = _tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"})
-            for retry in range(NOT_FOUND_RETRIES + 1):
-                try:
-                    self._ec2.create_tags(Resources=[instance.instance_id], Tags=tags)
-                    break
-                except ClientError as error:
-                    if _code(error) != NOT_FOUND:
-                        raise
-                    if retry == NOT_FOUND_RETRIES:
-                        logger.warning("instance %s, launched for claim %s, still unknown to EC2 after %d tries: "
-                                       "not tagged with its claim (its launch tag keeps it from the garbage "
-                                       "collector until the claim records it)", instance.instance_id,
-                                       instance.claim_id, retry + 1)
-                        break
+            tagged = self._once_known(functools.partial(self._ec2.create_tags, Resources=[instance.instance_id],
+                                                        Tags=tags), NOT_FOUND_RETRIES)
+            if tagged is None:
+                logger.warning("instance %s, launched for claim %s, still unknown to EC2 after %d tries: not tagged "
+                               "with its claim (its launch tag keeps it from the garbage collector until the claim "
+                               "records it)", instance.instance_id, instance.claim_id, NOT_FOUND_RETRIES + 1)
+
+    def _once_known(self, call: Callable[[], T], retries: int) -> T | None:
+        """`call()`, asked again up to `retries` times with backoff while EC2 answers `InvalidInstanceID.NotFound`
+        (an instance too new to be known yet); None if it never knew it. Any other refusal is raised."""
+        for retry in range(retries + 1):
+            try:
+                return call()
+            except ClientError as error:
+                if _code(error) != NOT_FOUND:
+                    raise
+                if retry < retries:
                     self._sleep(backoff_delay(retry, self._rng, fixed=0.5))
+        return None
 
     # ---- terminate ----------------------------------------------------------------------------------------
 
@@ -299,26 +307,23 @@ class Ec2Compute:
     def _terminate_one(self, instance_id: str, retries: int) -> list[str]:
         """`retries`: how often an id EC2 does not know is asked again (none when it is known to be long gone:
         EC2 forgets a terminated instance about an hour after, and then answers `InvalidInstanceID.NotFound`)."""
-        for retry in range(retries + 1):
-            try:
-                return self._terminate_call([instance_id])
-            except ClientError as error:
-                code = _code(error)
-                if code in _REFUSED:
-                    logger.warning("not terminating %s: %s %s (not carrying %s=%s?)", instance_id, code,
-                                   _message(error), TAG_CLUSTER, self.cluster)
-                    return []
-                if code != NOT_FOUND:
-                    raise self._terminate_error(error) from error
-                if not retries:
-                    logger.info("instance %s is unknown to EC2: gone long ago", instance_id)
-                    return []
-                if retry == retries:
-                    logger.warning("instance %s still unknown to EC2 after %d tries: not terminated here (the "
-                                   "garbage collector ends it if it appears)", instance_id, retry + 1)
-                    return []
-                self._sleep(backoff_delay(retry, self._rng, fixed=0.5))
-        return []  # pragma: no cover
+        try:
+            done = self._once_known(functools.partial(self._terminate_call, [instance_id]), retries)
+        except ClientError as error:
+            code = _code(error)
+            if code in _REFUSED:
+                logger.warning("not terminating %s: %s %s (not carrying %s=%s?)", instance_id, code,
+                               _message(error), TAG_CLUSTER, self.cluster)
+                return []
+            raise self._terminate_error(error) from error
+        if done is None:
+            if retries:
+                logger.warning("instance %s still unknown to EC2 after %d tries: not terminated here (the garbage "
+                               "collector ends it if it appears)", instance_id, retries + 1)
+            else:
+                logger.info("instance %s is unknown to EC2: gone long ago", instance_id)
+            return []
+        return done
 
     @staticmethod
     def _terminate_error(error: ClientError) -> Exception:
