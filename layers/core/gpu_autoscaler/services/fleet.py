@@ -26,7 +26,6 @@ Safe to call again.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import time
@@ -282,7 +281,7 @@ class FleetService:
                 logger.info("dropping %s from this launch: %s", sorted({o[0] for o in reading.dropped}),
                             "; ".join(f"{e.code} {e.message}" for e in reading.errors if e.instance_type))
                 unavailable.update(reading.dropped)
-            done = self._record_launches(remaining, reading.launched, outcome, context.images_for(pool), context)
+            done = self._record_launches(remaining, reading.launched, outcome, pool, context)
             remaining = [c for c in remaining if c.id not in done]
             if not remaining:
                 return
@@ -387,8 +386,9 @@ class FleetService:
         self._sleep(delay)
 
     def _record_launches(self, claims: Sequence[NodeClaim], launched: Sequence[LaunchedInstance],
-                         outcome: LaunchOutcome, images: Mapping[str, str], context: LaunchContext) -> set[str]:
-        """`images`: architecture → the image the request named (`LaunchContext.images_for` the claims' pool)."""
+                         outcome: LaunchOutcome, pool: NodePool, context: LaunchContext) -> set[str]:
+        """Each claim records the image its request named for its instance (`LaunchContext.images_for` its pool)."""
+        images = context.images_for(pool)
         by_id = {c.id: c for c in claims}
         done: set[str] = set()
         now = self.clock.now()
@@ -398,17 +398,14 @@ class FleetService:
                 continue
             price = self._price(instance, claim)
             image = images.get(architecture(instance.instance_type, context.instance_types))
-            transition = functools.partial(
-                self.store.transition, to=ClaimState.LAUNCHED,
-                reason=f"launched {instance.instance_type} in {instance.zone}", instance_id=instance.instance_id,
-                instance_type=instance.instance_type, zone=instance.zone, capacity_type=instance.capacity_type,
-                launched_price_per_hour=price,
-            )
 
-            def record(copy: NodeClaim, transition: Callable[..., NodeClaim] = transition,
+            def record(copy: NodeClaim, instance: LaunchedInstance = instance, price: float = price,
                        image: str | None = image) -> NodeClaim:
-                attributes = {**copy.attributes, IMAGE_ATTRIBUTE: image} if image else copy.attributes
-                return transition(copy, attributes=attributes)
+                return self.store.transition(
+                    copy, ClaimState.LAUNCHED, f"launched {instance.instance_type} in {instance.zone}",
+                    instance_id=instance.instance_id, instance_type=instance.instance_type, zone=instance.zone,
+                    capacity_type=instance.capacity_type, launched_price_per_hour=price,
+                    attributes={**copy.attributes, IMAGE_ATTRIBUTE: image} if image else copy.attributes)
 
             try:  # retried on a fresh copy while still Pending: only a change of state makes the instance a stray
                 write_fresh(self.store, claim, record, still=_pending)
