@@ -708,12 +708,8 @@ def _on_the_way(item: ConsolidationNode, claim: NodeClaim) -> Resources:
     if not planned:
         return Resources()
     mine = set(claim.pods)
-    arrived: dict[str, int] = {}
-    for entry in item.pods:
-        if entry.pod.uid in mine:
-            for name, value in entry.pod.footprint.items():
-                arrived[name] = arrived.get(name, 0) + value
-    return Resources({k: v - arrived.get(k, 0) for k, v in planned.items() if v > arrived.get(k, 0)})
+    left = planned - sum((e.pod.footprint for e in item.pods if e.pod.uid in mine), Resources())
+    return Resources({k: v for k, v in left.items() if v > 0})
 
 
 def _price(catalog: Catalog, claim: NodeClaim) -> float:
