@@ -98,15 +98,14 @@ class CatalogIndex:
         """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity); a key
         of `ANY` instance type (and zone) masks every offering of its zone (or any zone) and capacity type."""
         mask = np.zeros(len(self.offerings), bool)
-        zone_position = {z: i for i, z in enumerate(self.zones)}
         for key in keys:
             instance_type, zone, capacity_type = key
             if instance_type != ANY:
                 for i in self.positions.get((instance_type, zone, capacity_type), ()):
                     mask[i] = True
-            elif capacity_type in CAPACITY_ORDER and (zone == ANY or zone in zone_position):
+            elif capacity_type in CAPACITY_ORDER and (zone == ANY or zone in self.zones):
                 wide = self.capacity_of == CAPACITY_ORDER.index(capacity_type)
-                mask |= wide if zone == ANY else wide & (self.zone_of == zone_position[zone])
+                mask |= wide if zone == ANY else wide & (self.zone_of == self.zones.index(zone))
         return mask
 
     def label(self, position: int, key: str) -> str | None:
