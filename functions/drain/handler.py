@@ -17,7 +17,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from pydantic import ValidationError
 
-from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.naming import ResourceNames
@@ -53,13 +52,6 @@ def budget(context: LambdaContext | None) -> timedelta:
     return max(timedelta(0), min(remaining, MAX_BUDGET))
 
 
-
-@functools.cache
-def sqs() -> Any:
-    """The client that has failed records back soon (`report_failures`); made only once a record fails."""
-    settings = load_settings()
-    return AwsClients(settings.region, settings.endpoint_url).client("sqs")
-
 @tracer.capture_method
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     try:
@@ -91,4 +83,4 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
                                         context=context)
-    return report_failures(metrics, event, response, sqs)
+    return report_failures(metrics, event, response)

@@ -22,7 +22,6 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from pydantic import ValidationError
 
-from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.errors import ClusterBootstrapUnavailable, RequestThrottled
 from gpu_autoscaler.models.messages import LaunchRequest
@@ -60,13 +59,6 @@ def record_metrics(outcome: LaunchOutcome) -> None:
             metric.add_dimension(name="reason", value=failed.code)
 
 
-
-@functools.cache
-def sqs() -> Any:
-    """The client that has failed records back soon (`report_failures`); made only once a record fails."""
-    settings = load_settings()
-    return AwsClients(settings.region, settings.endpoint_url).client("sqs")
-
 @tracer.capture_method
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     try:
@@ -100,4 +92,4 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
                                         context=context)
-    return report_failures(metrics, event, response, sqs)
+    return report_failures(metrics, event, response)

@@ -124,4 +124,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
     idempotency.register_lambda_context(context)
     response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
                                         context=context)
-    return report_failures(metrics, event, response, lambda: clients().client("sqs"))
+    return report_failures(metrics, event, response)

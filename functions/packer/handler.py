@@ -94,4 +94,4 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
                                         context=context)
-    return report_failures(metrics, event, response, lambda: clients().client("sqs"))
+    return report_failures(metrics, event, response)

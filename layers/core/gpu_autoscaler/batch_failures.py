@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpu_autoscaler.adapters.aws.clients import AwsClients
+from gpu_autoscaler.settings import load_settings
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
@@ -39,8 +42,14 @@ RETRY_AFTER = (10, 40, 160)
 """Seconds until a failed record is delivered again, after its first, second and third delivery."""
 
 
+def _sqs() -> Any:
+    """The function's SQS client, made only when a record failed (a rare path: no client at cold start)."""
+    settings = load_settings()
+    return AwsClients(settings.region, settings.endpoint_url).client("sqs")
+
+
 def report_failures(metrics: Metrics, event: Mapping[str, Any], response: PartialItemFailureResponse,
-                    sqs: Callable[[], Any]) -> PartialItemFailureResponse:
+                    sqs: Callable[[], Any] = _sqs) -> PartialItemFailureResponse:
     """`response` (a batch processor's), after counting its failures in `metrics` and setting the visibility of each
     failed record of `event` by `RETRY_AFTER`. `sqs` makes the SQS client, called only when a record failed."""
     failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
