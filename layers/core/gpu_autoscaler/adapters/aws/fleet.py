@@ -259,12 +259,13 @@ class Ec2Compute:
             if instance.claim_id is None:
                 continue
             tags = _tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"})
-            tagged = self._once_known(functools.partial(self._ec2.create_tags, Resources=[instance.instance_id],
-                                                        Tags=tags), NOT_FOUND_RETRIES)
-            if tagged is None:
+            if self._once_known(functools.partial(self._tag, instance.instance_id, tags), NOT_FOUND_RETRIES) is None:
                 logger.warning("instance %s, launched for claim %s, still unknown to EC2 after %d tries: not tagged "
                                "with its claim (its launch tag keeps it from the garbage collector until the claim "
                                "records it)", instance.instance_id, instance.claim_id, NOT_FOUND_RETRIES + 1)
+
+    def _tag(self, instance_id: str, tags: list[dict[str, str]]) -> object:
+        return self._ec2.create_tags(Resources=[instance_id], Tags=tags)
 
     def _once_known(self, call: Callable[[], T], retries: int) -> T | None:
         """`call()`, asked again up to `retries` times with backoff while EC2 answers `InvalidInstanceID.NotFound`
