@@ -20,7 +20,12 @@ from cdk_nag import NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from gpu_autoscaler.naming import FUNCTIONS
-from gpu_autoscaler.wiring import ASYNC_MAX_EVENT_AGE_SECONDS, ASYNC_RETRY_ATTEMPTS, FUNCTION_WIRING
+from gpu_autoscaler.wiring import (
+    APPLICATION_LOG_LEVEL,
+    ASYNC_MAX_EVENT_AGE_SECONDS,
+    ASYNC_RETRY_ATTEMPTS,
+    FUNCTION_WIRING,
+)
 from infra.permissions import Capability, Ec2Permissions, Wildcard
 from infra.queues import WorkQueue
 
@@ -239,6 +244,11 @@ class Functions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             environment=self.environment(spec),
             log_group=log_group,
+            # JSON, so the runtime's root handler writes the services' standard-library records as JSON lines
+            # beside Powertools' own; the application level is what the runtime sets the root logger to.
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=lambda_.ApplicationLogLevel[APPLICATION_LOG_LEVEL],
+            system_log_level_v2=lambda_.SystemLogLevel.WARN,
             recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.recursive else lambda_.RecursiveLoop.TERMINATE,
             # Scheduler invokes asynchronously: a tick that still fails goes to the scheduler DLQ, and a stale
             # tick is dropped rather than retried past the next one.

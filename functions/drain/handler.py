@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.models.messages import DrainRequest
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import ResourceNames, log_service
 from gpu_autoscaler.services.drain import DrainService, aws_drain_service
 from gpu_autoscaler.settings import load_settings
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger(service="drain")
+logger = Logger(service=log_service("drain"))
 tracer = Tracer(service="drain")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="drain")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.errors import ClusterBootstrapUnavailable, RequestThrottled
 from gpu_autoscaler.models.messages import LaunchRequest
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import ResourceNames, log_service
 from gpu_autoscaler.services.fleet import FleetService, LaunchOutcome, aws_fleet_service
 from gpu_autoscaler.settings import load_settings
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 NAMESPACE = ResourceNames("").metrics_namespace
-logger = Logger(service="fleet")
+logger = Logger(service=log_service("fleet"))
 tracer = Tracer(service="fleet")
 metrics = Metrics(namespace=NAMESPACE, service="fleet")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)

@@ -28,7 +28,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAl
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.domain.interruption import Notice, UnknownEvent, parse_notice
-from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
+from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames, log_service
 from gpu_autoscaler.services.interruption import InterruptionService, aws_interruption_service
 from gpu_autoscaler.settings import load_settings
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger(service="interruption")
+logger = Logger(service=log_service("interruption"))
 tracer = Tracer(service="interruption")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="interruption")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)

@@ -25,7 +25,7 @@ from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import ResourceNames, log_service
 from gpu_autoscaler.services.packer import PackerService, aws_packer_service
 from gpu_autoscaler.settings import load_settings
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger(service="packer")
+logger = Logger(service=log_service("packer"))
 tracer = Tracer(service="packer")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import ResourceNames, log_service
 from gpu_autoscaler.services.prewarm import InvalidTick, PrewarmService, aws_prewarm_service, parse_tick
 from gpu_autoscaler.settings import load_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger(service="prewarm")
+logger = Logger(service=log_service("prewarm"))
 tracer = Tracer(service="prewarm")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="prewarm")
 

@@ -9,7 +9,7 @@ import aws_cdk.aws_lambda as lambda_
 
 from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from gpu_autoscaler.settings import FunctionSettings
-from gpu_autoscaler.wiring import FULL_VCPU_MB
+from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FULL_VCPU_MB
 from infra.functions import FUNCTION_SPECS
 from infra.queues import WorkQueue
 
@@ -86,6 +86,17 @@ def test_each_function_has_its_own_role_and_a_log_group_with_retention(synthesiz
         group = groups[props["LoggingConfig"]["LogGroup"]["Ref"]]["Properties"]
         assert group["LogGroupName"] == f"/aws/lambda/{props['FunctionName']}"
         assert group["RetentionInDays"] == 30
+
+
+def test_each_function_logs_json_at_the_application_log_level(synthesized: Synthesized) -> None:
+    """Lambda's Python runtime sets the root logger's level only from the application log level; without it the
+    root stays at WARNING and the services' INFO lines (launches, consolidation decisions) are dropped
+    (tests/unit/test_function_logs.py runs each handler as the runtime sets it up with this level)."""
+    for name in FUNCTIONS:
+        config = _function(synthesized, name)["LoggingConfig"]
+        assert config["LogFormat"] == "JSON", name
+        assert config["ApplicationLogLevel"] == APPLICATION_LOG_LEVEL, name
+        assert config["SystemLogLevel"] == "WARN", name
 
 
 def test_queue_triggers_report_partial_batch_failures(synthesized: Synthesized) -> None:

@@ -9,9 +9,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["FUNCTIONS", "NAME_LIMITS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "ResourceNames", "fit"]
+__all__ = [
+    "FUNCTIONS", "NAME_LIMITS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "ResourceNames", "fit", "log_service",
+]
 
 FUNCTIONS = ("packer", "fleet", "interruption", "drain", "prewarm", "consolidate")
+
+
+def log_service(function: str) -> str:
+    """The service a function's Powertools Logger logs as: `gpu-autoscaler-fleet`, not `fleet`.
+
+    Powertools' Logger adds a filter to the Lambda runtime's root handler that drops every record whose logger
+    name *contains* the service name (`SuppressFilter`, so that its own records are not printed twice). Named
+    `fleet`, it dropped every line of `gpu_autoscaler.services.fleet` and `gpu_autoscaler.adapters.aws.fleet`
+    ("CreateFleet refused …") before CloudWatch saw it. A hyphen is in no module's name."""
+    return f"gpu-autoscaler-{function}"
 
 # The single table's key schema: the stack, the emulator and the state store agree on it here.
 PARTITION_KEY = "PK"

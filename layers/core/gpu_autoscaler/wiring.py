@@ -16,6 +16,7 @@ from datetime import timedelta
 from gpu_autoscaler.naming import FUNCTIONS
 
 __all__ = [
+    "APPLICATION_LOG_LEVEL",
     "ASYNC_MAX_EVENT_AGE_SECONDS",
     "ASYNC_RETRY_ATTEMPTS",
     "FULL_VCPU_MB",
@@ -47,6 +48,12 @@ MAX_RECEIVE_COUNT = 5
 VISIBILITY_FACTOR = 6
 """AWS's advice for Lambda consumers: visibility ≥ 6 × function timeout, so retries of a throttled batch
 do not make a message visible again while a function still holds it."""
+
+APPLICATION_LOG_LEVEL = "INFO"
+"""Every function's application log level (Lambda's advanced logging controls, with the JSON log format). The
+Python runtime sets the root logger's level from it (`AWS_LAMBDA_LOG_LEVEL`); without one the root stays at the
+standard library's WARNING, and the services' INFO lines (each consolidation decision, each launch) never reach
+the log. Powertools' Logger takes the same level from it."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from gpu_autoscaler.emulator.handlers import (
 )
 from gpu_autoscaler.emulator.isolation import forget_foreign_logger, scope
 from gpu_autoscaler.lambda_context import local_context
-from gpu_autoscaler.naming import FUNCTIONS
+from gpu_autoscaler.naming import FUNCTIONS, log_service
 from gpu_autoscaler.wiring import FUNCTION_WIRING
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class LambdaHost:
         with self._load_lock, scope(variables, self._stream()):
             modules_before = set(sys.modules)
             boto3.DEFAULT_SESSION = None
-            for service in {function, variables.get("POWERTOOLS_SERVICE_NAME", function)}:
+            for service in {function, log_service(function), variables.get("POWERTOOLS_SERVICE_NAME", function)}:
                 forget_foreign_logger(service)
             handler = load_handler(path, name)
             # The handler and its siblings leave the module table (the environment keeps the handler, and with it

@@ -1,0 +1,52 @@
+"""What a function's own code logs reaches the function's log in Lambda.
+
+Lambda's Python runtime puts one handler on the root logger before it imports `handler.py`, and sets the root
+logger's level only from the function's application log level (advanced logging controls: `AWS_LAMBDA_LOG_LEVEL`);
+without one the root stays at the standard library's WARNING. Powertools' Logger then adds a filter to that root
+handler. The services and adapters log through the standard library (`gpu_autoscaler.services.fleet`, …), so
+both decide whether a CloudWatch reader ever sees "CreateFleet refused" or a consolidation decision. Each case runs
+in a fresh process set up as the runtime sets it up, with the log level the stack configures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpu_autoscaler.naming import FUNCTIONS
+from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RUNTIME = textwrap.dedent("""
+    import importlib.util, io, logging, os, sys
+    os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_LAMBDA_LOG_LEVEL=sys.argv[2], AWS_LAMBDA_LOG_FORMAT="JSON")
+    # awslambdaric's bootstrap (_setup_logging): one handler on the root logger, the root's level only when
+    # AWS_LAMBDA_LOG_LEVEL names a level.
+    sink = io.StringIO()
+    root = logging.getLogger()
+    root.addHandler(logging.StreamHandler(sink))
+    if sys.argv[2] in logging._nameToLevel:
+        root.setLevel(sys.argv[2])
+    spec = importlib.util.spec_from_file_location("handler", f"functions/{sys.argv[1]}/handler.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    logging.getLogger(f"gpu_autoscaler.services.{sys.argv[1]}").info("MARK from the service")
+    print("SEEN" if "MARK from the service" in sink.getvalue() else "LOST")
+""")
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_a_services_info_line_reaches_the_functions_log(function: str) -> None:
+    """The service module of each function shares its name (`fleet` → `gpu_autoscaler.services.fleet`): Powertools'
+    root-handler filter drops every record whose logger name contains the Logger's service name."""
+    out = subprocess.run(
+        [sys.executable, "-c", RUNTIME, function, APPLICATION_LOG_LEVEL],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip().splitlines()[-1:] == ["SEEN"], out.stderr[-2000:]
