@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 logger = Logger(service=log_service("drain"))
 tracer = Tracer(service="drain")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="drain")
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 
 MARGIN = timedelta(seconds=30)
 """Left of the invocation after the last wait: the last pass, the re-enqueue and the batch report."""

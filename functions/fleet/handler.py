@@ -38,7 +38,7 @@ NAMESPACE = ResourceNames("").metrics_namespace
 logger = Logger(service=log_service("fleet"))
 tracer = Tracer(service="fleet")
 metrics = Metrics(namespace=NAMESPACE, service="fleet")
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 
 
 @functools.cache

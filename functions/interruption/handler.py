@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 logger = Logger(service=log_service("interruption"))
 tracer = Tracer(service="interruption")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="interruption")
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 idempotency = IdempotencyConfig(expires_after_seconds=6 * 3600)
 """Long enough to cover AWS repeating a notice and SQS redriving a message; a rebalance hours later acts again."""
 IDEMPOTENCY_PARTITION = "IDEMPOTENCY#interruption"

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 logger = Logger(service=log_service("packer"))
 tracer = Tracer(service="packer")
 metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
-processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+processor = SqsFifoPartialProcessor(skip_group_on_error=True, logger=logger)
 """Only the failed record's group stops (a group is one cluster; another cluster's documents go on)."""
 processor.raise_on_entire_batch_failure = False  # report every record failed rather than raise; the constructor
 # of this Powertools version does not take the option its base class has (powertools-lambda-python#7596)

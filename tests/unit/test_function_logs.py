@@ -50,3 +50,43 @@ def test_a_services_info_line_reaches_the_functions_log(function: str) -> None:
         env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip().splitlines()[-1:] == ["SEEN"], out.stderr[-2000:]
+
+
+FAILING_RECORD = textwrap.dedent("""
+    import importlib.util, json, os, sys
+    os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x")
+    from gpu_autoscaler.lambda_context import local_context
+    function, sample = sys.argv[1:3]
+    spec = importlib.util.spec_from_file_location("handler", f"functions/{function}/handler.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Broken:
+        def __getattr__(self, name):
+            raise KeyError(f"InstanceId missing from the answer ({name})")
+
+    module.service = Broken
+    event = json.load(open(f"events/{sample}.json"))
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = "9"  # past the quick retries: no SQS call
+    response = module.handler(event, local_context(function))
+    print("RESPONSE", json.dumps(response))
+""")
+
+
+@pytest.mark.parametrize("function, sample", [
+    ("fleet", "fleet-launch-request"), ("drain", "drain-request"),
+    ("interruption", "interruption-spot-warning"), ("packer", "packer-pending-pods"),
+])
+def test_a_record_that_fails_unexpectedly_is_logged_with_its_reason(function: str, sample: str) -> None:
+    """A partial batch failure is no Lambda error: the record goes back to its queue, and after `maxReceiveCount`
+    to its dead-letter queue. Its reason must be in the log, or nothing anywhere says why (a bug, a DynamoDB error,
+    a configuration that fails every record)."""
+    out = subprocess.run(
+        [sys.executable, "-c", FAILING_RECORD, function, sample],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
+    assert "RESPONSE" in out.stdout and '"batchItemFailures": [{' in out.stdout, out.stderr[-2000:]
+    assert "InstanceId missing from the answer" in out.stdout + out.stderr
