@@ -22,7 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from pydantic import ValidationError
 
-from gpu_autoscaler.batch_failures import report_failures
+from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.errors import ClusterBootstrapUnavailable, RequestThrottled
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.naming import ResourceNames, log_service
@@ -60,7 +60,8 @@ def record_metrics(outcome: LaunchOutcome) -> None:
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
+    time_for_a_record(lambda_context)
     try:
         request = LaunchRequest.model_validate_json(record.body)
     except ValidationError as error:

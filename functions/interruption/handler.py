@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
-from gpu_autoscaler.batch_failures import report_failures
+from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.domain.interruption import Notice, UnknownEvent, parse_notice
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames, log_service
 from gpu_autoscaler.services.interruption import InterruptionService, aws_interruption_service
@@ -91,7 +91,8 @@ _METRICS = {"closed": "ClaimsClosed", "replace-and-drain": "NodesReplaced", "dra
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
+    time_for_a_record(lambda_context)
     try:
         notice = parse_notice(json.loads(record.body))
     except UnknownEvent as why:

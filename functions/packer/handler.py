@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
-from gpu_autoscaler.batch_failures import report_failures
+from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import ResourceNames, log_service
@@ -65,7 +65,8 @@ def dead_letters() -> SqsDeadLetters | None:
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
+    time_for_a_record(lambda_context)
     try:
         document = PendingPodsDocument.model_validate_json(record.body)
     except ValidationError as error:

@@ -7,7 +7,19 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from botocore.exceptions import ClientError
 
-from gpu_autoscaler.batch_failures import RETRY_AFTER, report_failures
+import pytest
+
+from gpu_autoscaler.adapters.aws.clients import worst_call_seconds
+from gpu_autoscaler.batch_failures import (
+    RECORD_RESERVE_SECONDS,
+    RESERVE_SHARE,
+    RETRY_AFTER,
+    NotStarted,
+    report_failures,
+    time_for_a_record,
+)
+from gpu_autoscaler.lambda_context import local_context
+from gpu_autoscaler.wiring import FUNCTION_WIRING
 
 ARN = "arn:aws:sqs:us-east-1:123456789012:ml-prod-interruption"
 
@@ -76,3 +88,24 @@ def test_a_queue_with_a_shorter_visibility_timeout_keeps_it() -> None:
     event = {"Records": [record("first", 1), record("second", 2)]}
     report_failures(Metrics(namespace="Test"), event, failures("first", "second"), lambda: sqs)
     assert [seconds for *_, seconds in sqs.changes] == [min(RETRY_AFTER[0], 15), 15]
+
+
+def test_a_stalled_aws_call_is_bounded_well_within_every_queue_fed_functions_timeout() -> None:
+    """Before, five attempts of 5 + 30 s: one stalled call could take 175 s, past every function's timeout, and
+    Lambda's stop at the timeout returned the whole batch only after the queue's visibility timeout."""
+    assert worst_call_seconds() <= RECORD_RESERVE_SECONDS
+    for wiring in FUNCTION_WIRING.values():
+        if wiring.queue is not None:  # the stack's functions start records with the whole reserve kept
+            assert RECORD_RESERVE_SECONDS <= RESERVE_SHARE * wiring.timeout_seconds, wiring.name
+
+
+def test_the_first_record_of_an_invocation_is_always_started_and_a_short_one_keeps_a_quarter_for_records() -> None:
+    now = [0.0]
+    context = local_context("interruption", timeout_seconds=6, monotonic=lambda: now[0])
+    time_for_a_record(context)  # 6 s left of 6: started
+    now[0] = 1.4
+    time_for_a_record(context)  # 4.6 s left: more than 3/4 of 6 s
+    now[0] = 1.6
+    with pytest.raises(NotStarted, match="not started: 4 s of the invocation left"):
+        time_for_a_record(context)
+    time_for_a_record(local_context("interruption", timeout_seconds=6, monotonic=lambda: now[0]))  # a new invocation

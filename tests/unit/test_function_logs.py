@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from gpu_autoscaler.batch_failures import RECORD_RESERVE_SECONDS
 from gpu_autoscaler.naming import FUNCTIONS
-from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL
+from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FUNCTION_WIRING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,3 +91,52 @@ def test_a_record_that_fails_unexpectedly_is_logged_with_its_reason(function: st
     )
     assert "RESPONSE" in out.stdout and '"batchItemFailures": [{' in out.stdout, out.stderr[-2000:]
     assert "InstanceId missing from the answer" in out.stdout + out.stderr
+
+
+OUT_OF_TIME = textwrap.dedent("""
+    import copy, importlib.util, json, os, sys
+    os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x")
+    from gpu_autoscaler.lambda_context import local_context
+    function, sample, timeout, step = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+    spec = importlib.util.spec_from_file_location("handler", f"functions/{function}/handler.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    now, calls = [0.0], []
+
+    class Slow:
+        def __getattr__(self, name):
+            calls.append(name)
+            now[0] += step  # this record's calls took `step` seconds of the invocation
+            raise KeyError("the service failed after a slow call")
+
+    module.service = Slow
+    event = json.load(open(f"events/{sample}.json"))
+    first = event["Records"][0]
+    event["Records"] = [dict(copy.deepcopy(first), messageId=f"m-{i}") for i in range(3)]
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = "9"  # past the quick retries: no SQS call
+    context = local_context(function, timeout_seconds=timeout, monotonic=lambda: now[0])
+    response = module.handler(event, context)
+    print("CALLS", len(calls))
+    print("FAILED", len(response["batchItemFailures"]))
+""")
+
+
+@pytest.mark.parametrize("function, sample", [
+    ("fleet", "fleet-launch-request"), ("interruption", "interruption-spot-warning"),
+])
+def test_a_record_is_not_started_when_a_stalled_call_would_outlast_the_invocation(function: str, sample: str) -> None:
+    """When Lambda stops an invocation at its timeout, every record of the batch goes back to the queue and comes
+    again only after its visibility timeout: six minutes for the interruption function, whose Spot warnings give
+    two. So a record is started only while one stalled call still fits; the others are handed back at once, and
+    come again within seconds (`batch_failures.RETRY_AFTER`)."""
+    timeout = FUNCTION_WIRING[function].timeout_seconds
+    step = timeout - RECORD_RESERVE_SECONDS + 1  # after the first record, less than the reserve is left
+    out = subprocess.run(
+        [sys.executable, "-c", OUT_OF_TIME, function, sample, str(timeout), str(step)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
+    assert "CALLS 1" in out.stdout.splitlines() and "FAILED 3" in out.stdout.splitlines(), out.stdout[-3000:]
+    assert "not started" in out.stdout

@@ -15,17 +15,27 @@ deliveries before the dead-letter queue. Karpenter receives its interruption que
 the same reason (karpenter-provider-aws `pkg/providers/sqs/sqs.go`). The event source's grant allows GetQueueUrl,
 GetQueueAttributes and ChangeMessageVisibility; a record whose visibility cannot be changed keeps the queue's: it
 comes back later, not never.
+
+Started only with time left: when Lambda stops an invocation at its timeout, the handler never returns, and every
+record of the batch, those already acted on too, is in flight until the queue's visibility timeout ends ("If the
+invocation fails or times out, every message in the batch will be returned to the queue", same guide). So a record
+is started only while one stalled call (to AWS or to the Kubernetes API, every attempt timing out) still fits in
+what is left (`RECORD_RESERVE_SECONDS`); the records after it are reported failed without being started, and come
+back by `RETRY_AFTER`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpu_autoscaler.adapters.aws.clients import AwsClients
+from gpu_autoscaler.adapters.aws.clients import AwsClients, worst_call_seconds
+from gpu_autoscaler.adapters.kubernetes.rest import FUNCTION_TIMEOUT, worst_request_seconds
 from gpu_autoscaler.settings import load_settings
 
 if TYPE_CHECKING:
@@ -33,13 +43,47 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
-__all__ = ["RETRY_AFTER", "report_failures"]
+__all__ = ["RECORD_RESERVE_SECONDS", "RETRY_AFTER", "NotStarted", "report_failures", "time_for_a_record"]
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER = (10, 40, 160)
 """Seconds until a failed record is delivered again, after its first, second and third delivery."""
+
+RECORD_RESERVE_SECONDS = max(worst_call_seconds(), worst_request_seconds(FUNCTION_TIMEOUT))
+"""A record is started only while this much of the invocation is left: one stalled call still fits."""
+RESERVE_SHARE = 0.75
+"""Of an invocation shorter than the stack's (the chaos rig's interruption function has 6 s), the reserve is at most
+this share of it, so that a quarter of it is left for starting records. The stack's functions (60 s, 120 s) keep
+the whole `RECORD_RESERVE_SECONDS`."""
+
+_invocation_time: OrderedDict[str, float] = OrderedDict()
+"""Seconds each recent invocation had when its first record was looked at, by request id (an execution environment
+runs one invocation at a time; the emulator runs several in one process)."""
+_REMEMBERED = 64
+_invocation_lock = threading.Lock()
+
+
+class NotStarted(Exception):
+    """A record not started: too little of the invocation is left; it goes back to its queue at once."""
+
+
+def time_for_a_record(lambda_context: LambdaContext | None) -> None:
+    """Raise `NotStarted` when less of the invocation is left than one stalled call may take. The first record of an
+    invocation is always started."""
+    if lambda_context is None:
+        return
+    left = lambda_context.get_remaining_time_in_millis() / 1000
+    with _invocation_lock:
+        whole = _invocation_time.setdefault(lambda_context.aws_request_id, left)
+        while len(_invocation_time) > _REMEMBERED:
+            _invocation_time.popitem(last=False)
+    reserve = min(RECORD_RESERVE_SECONDS, RESERVE_SHARE * whole)
+    if left < reserve:
+        raise NotStarted(f"not started: {left:.0f} s of the invocation left, one stalled call may take "
+                         f"{reserve:.0f} s; the record goes back to its queue")
 
 
 def _sqs() -> Any:

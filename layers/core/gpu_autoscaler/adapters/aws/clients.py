@@ -14,9 +14,26 @@ from botocore.config import Config as BotoConfig
 if TYPE_CHECKING:
     from boto3.session import Session
 
-__all__ = ["AwsClients"]
+__all__ = ["AwsClients", "worst_call_seconds"]
 
-_RETRIES = BotoConfig(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+CONNECT_TIMEOUT = 3
+READ_TIMEOUT = 10
+"""Seconds without a byte before an attempt is given up; CreateFleet (`instant`) answers when its instances are
+launched, in a few seconds, and a retry carries the same ClientToken, so EC2 answers it with the same fleet."""
+MAX_ATTEMPTS = 3
+_MAX_BACKOFF = 20
+"""botocore's standard retry mode: attempt n waits up to min(2^(n-1), 20) s before it (`retries/standard.py`)."""
+
+_RETRIES = BotoConfig(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=CONNECT_TIMEOUT,
+                      read_timeout=READ_TIMEOUT)
+
+
+def worst_call_seconds() -> float:
+    """The longest one call can take when the endpoint stalls: every attempt timing out, and the backoffs between.
+    A function's records are started only while this much of the invocation is left
+    (`batch_failures.RECORD_RESERVE_SECONDS`)."""
+    backoffs = sum(min(2 ** (attempt - 1), _MAX_BACKOFF) for attempt in range(1, MAX_ATTEMPTS))
+    return float(MAX_ATTEMPTS * (CONNECT_TIMEOUT + READ_TIMEOUT) + backoffs)
 
 
 class AwsClients:

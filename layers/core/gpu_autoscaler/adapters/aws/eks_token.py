@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest, pem_from_base64
+from gpu_autoscaler.adapters.kubernetes.rest import FUNCTION_TIMEOUT, KubernetesRest, pem_from_base64
 from gpu_autoscaler.clock import SystemClock
 
 if TYPE_CHECKING:
@@ -171,4 +171,4 @@ def eks_api_client(config: Config, clients: AwsClients, clock: Clock | None = No
         access = cluster_access(config, eks)
     source = EksTokenSource(clients.client("sts"), config.cluster_name, clock)
     ca = pem_from_base64(access.certificate_authority) if access.certificate_authority else None
-    return KubernetesRest(access.endpoint, authorization=source.authorization, ca_pem=ca)
+    return KubernetesRest(access.endpoint, authorization=source.authorization, ca_pem=ca, timeout=FUNCTION_TIMEOUT)

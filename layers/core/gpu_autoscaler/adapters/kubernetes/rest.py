@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
+    "FUNCTION_TIMEOUT",
     "JSON_PATCH",
     "MERGE_PATCH",
     "STRATEGIC_MERGE_PATCH",
@@ -50,6 +52,7 @@ __all__ = [
     "KubernetesRest",
     "path",
     "pem_from_base64",
+    "worst_request_seconds",
 ]
 
 JSON_PATCH = "application/json-patch+json"
@@ -59,10 +62,24 @@ _JSON = "application/json"
 _GONE = 410
 _LIST_ATTEMPTS = 3
 
-_RETRIES = urllib3.Retry(total=3, connect=2, read=1, status=0, redirect=0, other=0, allowed_methods={"GET"},
-                         raise_on_status=False)
+_CONNECT_RETRIES = 2
+_READ_RETRIES = 1
+_RETRIES = urllib3.Retry(total=3, connect=_CONNECT_RETRIES, read=_READ_RETRIES, status=0, redirect=0, other=0,
+                         allowed_methods={"GET"}, raise_on_status=False)
 """A refused or reset connection is tried again (a read error only on a GET, which is safe to repeat); an HTTP
 status never is: the caller decides what a 409 or a 429 means."""
+DEFAULT_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for the commands and the agent's host."""
+FUNCTION_TIMEOUT = (3.0, 10.0)
+"""(connect, read) seconds in a Lambda function, whose records must finish within its timeout
+(`worst_request_seconds`)."""
+
+
+def worst_request_seconds(timeout: tuple[float, float]) -> float:
+    """The longest one request can take when the API server stalls: three connections tried, a read retried once
+    (`_RETRIES`)."""
+    connect, read = timeout
+    return (1 + _CONNECT_RETRIES) * connect + (1 + _READ_RETRIES) * read
 
 
 class KubernetesHttpError(KubernetesApiError):
@@ -106,7 +123,7 @@ class KubernetesRest:
         ca_file: str | None = None,
         client_cert: tuple[str, str | None] | None = None,
         verify: bool = True,
-        timeout: tuple[float, float] = (5.0, 30.0),
+        timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     ) -> None:
         """`authorization` gives the `Authorization` header's value ("Bearer …") before every request, so a
         token source can replace an expiring token; `ca_pem` / `ca_file` trust only the cluster's CA."""
@@ -119,7 +136,7 @@ class KubernetesRest:
         """The last answer's `Date` header (RFC 9110: when the server generated it, by its own clock)."""
 
     @classmethod
-    def of(cls, api: KubernetesRest | ApiClientLike, timeout: tuple[float, float] = (5.0, 30.0)) -> KubernetesRest:
+    def of(cls, api: KubernetesRest | ApiClientLike, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> KubernetesRest:
         """This client, or one speaking as a `kubernetes` `ApiClient` does: same host, credentials and TLS."""
         if isinstance(api, KubernetesRest):
             return api
