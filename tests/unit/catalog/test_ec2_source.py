@@ -14,7 +14,7 @@ from gpu_autoscaler.adapters.aws.pricing import OnDemandPrices, PriceSnapshot, S
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import CapacityReservation
 from tests.unit.catalog.builders import make_gpu, raw_instance_type
-from tests.unit.catalog.fakes import FakeClient
+from tests.unit.catalog.fakes import FakeClient, client_error
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -38,6 +38,13 @@ def fake_ec2(**answers: Any) -> FakeClient:
     }
     defaults.update(answers)
     return FakeClient(**defaults)
+
+
+def reservation_item(reservation_id: str, **fields: Any) -> dict[str, Any]:
+    """One reservation as DescribeCapacityReservations answers it: an active g6.xlarge one in us-east-1a."""
+    return {"CapacityReservationId": reservation_id, "InstanceType": "g6.xlarge", "InstancePlatform": "Linux/UNIX",
+            "AvailabilityZone": "us-east-1a", "Tenancy": "default", "State": "active", "ReservationType": "default",
+            "AvailableInstanceCount": 1, "TotalInstanceCount": 4, **fields}
 
 
 def snapshot() -> PriceSnapshot:
@@ -88,19 +95,47 @@ def test_without_zones_every_zone_counts() -> None:
 
 
 def test_reservations_from_the_api_are_near_free_reserved_offerings() -> None:
+    """Only active reservations are asked for (as Karpenter's query, pkg/providers/capacityreservation/types.go):
+    an expired or cancelled one is not in the answer."""
     ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
-        {"CapacityReservationId": "cr-0aaa", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
-         "State": "active", "ReservationType": "default", "AvailableInstanceCount": 3, "TotalInstanceCount": 4},
-        {"CapacityReservationId": "cr-0bbb", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1b",
-         "State": "expired", "AvailableInstanceCount": 0},
-    ]}])
+        reservation_item("cr-0aaa", AvailableInstanceCount=3, TotalInstanceCount=4)]}])
     source = make_source(ec2, reservations=[CapacityReservation(id="cr-0aaa"), CapacityReservation(id="cr-0bbb")])
     reserved = [o for o in source.offerings() if o.capacity_type == "reserved"]
     assert [(o.key, o.reservation_id, o.reservation_type, o.available_count) for o in reserved] == [
         (("g6.xlarge", "us-east-1a", "reserved"), "cr-0aaa", "default", 3)]
     assert reserved[0].price_per_hour == pytest.approx(0.8048 / RESERVED_PRICE_DIVISOR)
     call = next(kw for op, kw in ec2.calls if op == "describe_capacity_reservations")
-    assert call == {"CapacityReservationIds": ["cr-0aaa", "cr-0bbb"]}
+    assert call == {"CapacityReservationIds": ["cr-0aaa", "cr-0bbb"],
+                    "Filters": [{"Name": "state", "Values": ["active"]}]}
+
+
+def test_an_unknown_reservation_id_is_skipped_and_the_others_are_read_from_the_api(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """EC2 fails the whole DescribeCapacityReservations call with InvalidCapacityReservationId.NotFound when one of
+    its ids is unknown (a Capacity Block purged after its end, a typo). Karpenter asks per id and skips an unknown one
+    (karpenter-provider-aws pkg/providers/capacityreservation/provider.go: "we only receive this error when requesting
+    a single ID"). The configuration is no stand-in here: its count is the reservation's size, not what is left."""
+    def answer(**kwargs: Any) -> list[dict[str, Any]]:
+        ids = kwargs["CapacityReservationIds"]
+        if "cr-0dead" in ids:
+            raise client_error("InvalidCapacityReservationId.NotFound", "DescribeCapacityReservations")
+        return [{"CapacityReservations": [reservation_item(i, AvailableInstanceCount=3) for i in ids]}]
+
+    ec2 = fake_ec2(describe_capacity_reservations=answer)
+    configured = [
+        CapacityReservation(id="cr-0aaa", instance_type="g6.xlarge", availability_zone="us-east-1a", instance_count=8),
+        CapacityReservation(id="cr-0dead", instance_type="g6.xlarge", availability_zone="us-east-1b", instance_count=2),
+    ]
+    source = make_source(ec2, reservations=configured)
+    with caplog.at_level(logging.WARNING):
+        reserved = [o for o in source.offerings() if o.capacity_type == "reserved"]
+        source.catalog()
+    assert [(o.reservation_id, o.available_count) for o in reserved] == [("cr-0aaa", 3)]
+    asked = [kw["CapacityReservationIds"] for op, kw in ec2.calls if op == "describe_capacity_reservations"]
+    assert asked == [["cr-0aaa", "cr-0dead"], ["cr-0aaa"], ["cr-0dead"]]
+    warnings = [r.getMessage() for r in caplog.records if "cr-0dead" in r.getMessage()]
+    assert len(warnings) == 1 and "InvalidCapacityReservationId.NotFound" in warnings[0]
 
 
 def test_a_capacity_block_is_not_offered_in_its_last_forty_minutes() -> None:

@@ -4,11 +4,12 @@
   type with a GPU is in one of them), GPU data corrected by the override table.
 - Where: `DescribeInstanceTypeOfferings` by availability zone, restricted to the configured zones.
 - Prices: see `pricing` (Pricing API / spot price history, with bundled snapshots as fallback).
-- Reserved: the node pools' capacity reservations, read with `DescribeCapacityReservations`. Where that
-  API does not answer (moto lacks it), the reservations' `instanceType`/`availabilityZone` from the
-  configuration stand in, logged once. A reservation is already paid for, so using it costs nothing
-  extra; its offering is priced like Karpenter's, on-demand / 10,000,000: near zero, so it is always
-  preferred, yet two reservations still rank by what their instances are worth.
+- Reserved: the node pools' active capacity reservations, read with `DescribeCapacityReservations`; an id
+  EC2 does not know is skipped, logged once. Where that API does not answer (moto lacks it, or permission is
+  denied), the reservations' `instanceType`/`availabilityZone` from the configuration stand in, logged once.
+  A reservation is already paid for, so using it costs nothing extra; its offering is priced like
+  Karpenter's, on-demand / 10,000,000: near zero, so it is always preferred, yet two reservations still rank
+  by what their instances are worth.
 
 Instance types are read once per source; offerings are re-priced when older than `price_ttl`.
 """
@@ -49,6 +50,7 @@ __all__ = [
     "CAPACITY_BLOCK_EXPIRING",
     "GPU_NAME_PATTERNS",
     "RESERVED_PRICE_DIVISOR",
+    "UNKNOWN_RESERVATION",
     "Ec2CatalogSource",
     "Reservation",
     "describe_reservations",
@@ -81,34 +83,42 @@ get no warning. Karpenter takes the block as expiring from then and offers it no
 `CapacityReservationFromEC2`)."""
 
 
+UNKNOWN_RESERVATION = frozenset({"InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"})
+"""How EC2 answers a DescribeCapacityReservations call naming an id it does not know (a Capacity Block purged after
+its end, a typo): the whole call fails, whatever the other ids."""
+
+
 def describe_reservations(
     ec2: Any, wanted: Sequence[CapacityReservation], warn: WarnOnce | None = None, *, until: datetime | None = None
 ) -> list[Reservation]:
-    """The active reservations among `wanted`, from the API, or from the configuration when the API fails. `until`:
-    the offerings made of them may be used until then, so a Capacity Block expiring by then is left out."""
+    """The active reservations among `wanted`, from the API, or from the configuration when the API is not there
+    (permission denied, moto). `until`: the offerings made of them may be used until then, so a Capacity Block
+    expiring by then is left out.
+
+    One call for all ids; when EC2 refuses it for an unknown id, one call per id, and the ids EC2 does not know
+    are skipped (warned once each), as Karpenter does (karpenter-provider-aws
+    pkg/providers/capacityreservation/provider.go: "we only receive this error when requesting a single ID"). Only
+    active reservations are asked for, as Karpenter's query (types.go, `DescribeCapacityReservationsInput`)."""
     warn = warn or WarnOnce(logger)
     if not wanted:
         return []
     ids = sorted({r.id for r in wanted})
     try:
-        found: list[Reservation] = []
-        paginator = ec2.get_paginator("describe_capacity_reservations")
-        for page in paginator.paginate(CapacityReservationIds=ids):
-            for item in page.get("CapacityReservations", []):
-                if item.get("State") != "active":
-                    continue
-                end = item.get("EndDate")
-                if (item.get("ReservationType") == "capacity-block" and end is not None and until is not None
-                        and until >= end - CAPACITY_BLOCK_EXPIRING):
-                    continue
-                found.append(Reservation(
-                    id=item["CapacityReservationId"],
-                    instance_type=item["InstanceType"],
-                    zone=item["AvailabilityZone"],
-                    type=item.get("ReservationType", "default"),
-                    available=item.get("AvailableInstanceCount"),
-                ))
-        return found
+        try:
+            items = _describe(ec2, ids)
+        except ClientError as error:
+            if _code(error) not in UNKNOWN_RESERVATION:
+                raise
+            items = []
+            for reservation_id in ids:
+                try:
+                    items += _describe(ec2, [reservation_id])
+                except ClientError as one:
+                    if _code(one) not in UNKNOWN_RESERVATION:
+                        raise
+                    warn(f"reservation-unknown:{reservation_id}",
+                         "capacity reservation %s: EC2 does not know it (%s): ignored",
+                         reservation_id, describe_error(one))
     except _UNAVAILABLE as error:
         usable = [r for r in wanted if r.instance_type and r.availability_zone]
         skipped = sorted(r.id for r in wanted if not (r.instance_type and r.availability_zone))
@@ -122,6 +132,32 @@ def describe_reservations(
             Reservation(r.id, r.instance_type or "", r.availability_zone or "", r.type, r.instance_count)
             for r in usable
         ]
+    found: list[Reservation] = []
+    for item in items:
+        end = item.get("EndDate")
+        if (item.get("ReservationType") == "capacity-block" and end is not None and until is not None
+                and until >= end - CAPACITY_BLOCK_EXPIRING):
+            continue
+        found.append(Reservation(
+            id=item["CapacityReservationId"],
+            instance_type=item["InstanceType"],
+            zone=item["AvailabilityZone"],
+            type=item.get("ReservationType", "default"),
+            available=item.get("AvailableInstanceCount"),
+        ))
+    return found
+
+
+def _describe(ec2: Any, ids: list[str]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    paginator = ec2.get_paginator("describe_capacity_reservations")
+    for page in paginator.paginate(CapacityReservationIds=ids, Filters=[{"Name": "state", "Values": ["active"]}]):
+        items += page.get("CapacityReservations", [])
+    return items
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 class Ec2CatalogSource:
