@@ -138,6 +138,31 @@ def test_an_unknown_reservation_id_is_skipped_and_the_others_are_read_from_the_a
     assert len(warnings) == 1 and "InvalidCapacityReservationId.NotFound" in warnings[0]
 
 
+def test_a_reservation_for_another_platform_or_tenancy_is_not_offered(caplog: pytest.LogCaptureFixture) -> None:
+    """An instance runs in a reservation only if it "Has matching attributes (instance type, platform, Availability
+    Zone, and tenancy)" (EC2 User Guide, "Launch instances into an existing Capacity Reservation"). Our nodes are
+    Linux/UNIX (AL2023, Bottlerocket) with default tenancy: a Windows, RHEL or dedicated reservation would take no
+    launch of ours, each planned into it failing."""
+    ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
+        reservation_item("cr-0aaa"),
+        reservation_item("cr-0bbb", InstancePlatform="Red Hat Enterprise Linux"),
+        reservation_item("cr-0ccc", Tenancy="dedicated"),
+        reservation_item("cr-0ddd", InstancePlatform="Windows", Tenancy="dedicated"),
+    ]}])
+    source = make_source(ec2, reservations=[CapacityReservation(id=i) for i in ("cr-0aaa", "cr-0bbb", "cr-0ccc",
+                                                                                 "cr-0ddd")])
+    with caplog.at_level(logging.WARNING):
+        assert [o.reservation_id for o in source.offerings() if o.capacity_type == "reserved"] == ["cr-0aaa"]
+        source.catalog()
+    warned = {rid: [r.getMessage() for r in caplog.records if rid in r.getMessage()]
+              for rid in ("cr-0aaa", "cr-0bbb", "cr-0ccc", "cr-0ddd")}
+    assert warned["cr-0aaa"] == []
+    assert [len(m) for m in warned.values()] == [0, 1, 1, 1]
+    assert "platform Red Hat Enterprise Linux, not Linux/UNIX" in warned["cr-0bbb"][0]
+    assert "tenancy dedicated, not default" in warned["cr-0ccc"][0]
+    assert "platform Windows, not Linux/UNIX; tenancy dedicated, not default" in warned["cr-0ddd"][0]
+
+
 def test_a_capacity_block_is_not_offered_in_its_last_forty_minutes() -> None:
     """EC2 warns once, 40 minutes before a Capacity Block ends, and terminates its instances from 30 minutes before
     (EC2 User Guide, "Capacity Blocks for ML"): a node launched into it meanwhile would get no warning. Karpenter

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gpu_autoscaler.adapters.aws.catalog import unusable_reason
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
@@ -332,7 +333,8 @@ def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:
 
 
 def check_reservations(ctx: DoctorContext) -> list[Check]:
-    """Each configured capacity reservation exists, is active, and fits its pool (type and zone)."""
+    """Each configured capacity reservation exists, is active, fits its pool (type and zone) and our nodes (platform
+    and tenancy: `unusable_reason`)."""
     results = []
     for pool in ctx.config.node_pools:
         allowed = {t.name for t in ctx.candidates(pool)}
@@ -362,6 +364,8 @@ def check_reservations(ctx: DoctorContext) -> list[Check]:
                 problems.append(f"{cr.get('InstanceType')} is not among the pool's types")
             if cr.get("AvailabilityZone") not in ctx.config.zones:
                 problems.append(f"zone {cr.get('AvailabilityZone')} has no configured subnet")
+            if (unusable := unusable_reason(cr)) is not None:
+                problems.append(unusable)
             results.append(Check(name, "fail" if problems else "pass",
                                  f"pool {pool.name}: " + ("; ".join(problems) if problems else
                                  f"active, {cr.get('InstanceType')} in {cr.get('AvailabilityZone')}, "

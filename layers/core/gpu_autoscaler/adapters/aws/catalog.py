@@ -5,8 +5,9 @@
 - Where: `DescribeInstanceTypeOfferings` by availability zone, restricted to the configured zones.
 - Prices: see `pricing` (Pricing API / spot price history, with bundled snapshots as fallback).
 - Reserved: the node pools' active capacity reservations, read with `DescribeCapacityReservations`; an id
-  EC2 does not know is skipped, logged once. Where that API does not answer (moto lacks it, or permission is
-  denied), the reservations' `instanceType`/`availabilityZone` from the configuration stand in, logged once.
+  EC2 does not know, or a reservation for another platform or tenancy than our nodes', is skipped, logged
+  once. Where that API does not answer (moto lacks it, or permission is denied), the reservations'
+  `instanceType`/`availabilityZone` from the configuration stand in, logged once.
   A reservation is already paid for, so using it costs nothing extra; its offering is priced like
   Karpenter's, on-demand / 10,000,000: near zero, so it is always preferred, yet two reservations still rank
   by what their instances are worth.
@@ -38,7 +39,7 @@ from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.models.catalog import Offering
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.adapters.aws.instance_types import GpuFacts
@@ -49,11 +50,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPACITY_BLOCK_EXPIRING",
     "GPU_NAME_PATTERNS",
+    "NODE_PLATFORM",
+    "NODE_TENANCY",
     "RESERVED_PRICE_DIVISOR",
     "UNKNOWN_RESERVATION",
     "Ec2CatalogSource",
     "Reservation",
     "describe_reservations",
+    "unusable_reason",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,6 +85,28 @@ CAPACITY_BLOCK_EXPIRING = timedelta(minutes=40)
 minutes before the end (EC2 User Guide, "Capacity Blocks for ML"), so an instance launched into it meanwhile would
 get no warning. Karpenter takes the block as expiring from then and offers it no more (karpenter-provider-aws
 `CapacityReservationFromEC2`)."""
+
+
+NODE_PLATFORM = "Linux/UNIX"
+NODE_TENANCY = "default"
+"""What our nodes are to EC2: Linux/UNIX (AL2023 and Bottlerocket alike) with default tenancy (the launch templates
+set none). An instance runs in a reservation only if it "Has matching attributes (instance type, platform,
+Availability Zone, and tenancy)" (EC2 User Guide, "Launch instances into an existing Capacity Reservation"); a
+reservation's `InstancePlatform` may also be e.g. `Red Hat Enterprise Linux`, `SUSE Linux`, `Ubuntu Pro`, `Windows`
+or `Linux with SQL Server Standard`, and its `Tenancy` `dedicated`, none of which takes them."""
+
+
+def unusable_reason(item: Mapping[str, Any]) -> str | None:
+    """Why our nodes cannot run in the reservation EC2 describes as `item` (its platform, its tenancy), or None.
+    A field EC2 leaves out is taken to match: what is not known to differ is not ruled out."""
+    problems = []
+    platform = item.get("InstancePlatform", NODE_PLATFORM)
+    if platform != NODE_PLATFORM:
+        problems.append(f"platform {platform}, not {NODE_PLATFORM}")
+    tenancy = item.get("Tenancy", NODE_TENANCY)
+    if tenancy != NODE_TENANCY:
+        problems.append(f"tenancy {tenancy}, not {NODE_TENANCY}")
+    return "; ".join(problems) or None
 
 
 UNKNOWN_RESERVATION = frozenset({"InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"})
@@ -134,6 +160,11 @@ def describe_reservations(
         ]
     found: list[Reservation] = []
     for item in items:
+        why = unusable_reason(item)
+        if why is not None:
+            warn(f"reservation-unusable:{item['CapacityReservationId']}",
+                 "capacity reservation %s takes no node of ours (%s): ignored", item["CapacityReservationId"], why)
+            continue
         end = item.get("EndDate")
         if (item.get("ReservationType") == "capacity-block" and end is not None and until is not None
                 and until >= end - CAPACITY_BLOCK_EXPIRING):
