@@ -166,20 +166,21 @@ def test_a_reservation_for_another_platform_or_tenancy_is_not_offered(caplog: py
 def test_a_capacity_block_is_not_offered_in_its_last_forty_minutes() -> None:
     """EC2 warns once, 40 minutes before a Capacity Block ends, and terminates its instances from 30 minutes before
     (EC2 User Guide, "Capacity Blocks for ML"): a node launched into it meanwhile would get no warning. Karpenter
-    takes such a block as expiring and offers it no more (`CapacityReservationFromEC2`). The offerings are priced
-    for `price_ttl` (10 minutes here), so a block expiring within that is left out already."""
+    takes such a block as expiring and offers it no more (`CapacityReservationFromEC2`). The reserved offerings are
+    used for `reservation_ttl` (a minute) before they are read again, so a block expiring within that is left out
+    already."""
     def block(reservation_id: str, ends_in: timedelta, kind: str = "capacity-block") -> dict[str, Any]:
         return {"CapacityReservationId": reservation_id, "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
                 "State": "active", "ReservationType": kind, "AvailableInstanceCount": 1, "TotalInstanceCount": 1,
                 "EndDateType": "limited", "EndDate": NOW + ends_in}
 
     ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
-        block("cr-0aaa", timedelta(hours=3)), block("cr-0bbb", timedelta(minutes=45)),
-        block("cr-0ccc", timedelta(minutes=20), kind="default")]}])
-    wanted = [CapacityReservation(id=i, type="capacity-block") for i in ("cr-0aaa", "cr-0bbb", "cr-0ccc")]
+        block("cr-0aaa", timedelta(hours=3)), block("cr-0bbb", timedelta(minutes=41)),
+        block("cr-0ccc", timedelta(minutes=20), kind="default"), block("cr-0ddd", timedelta(minutes=41, seconds=1))]}])
+    wanted = [CapacityReservation(id=i, type="capacity-block") for i in ("cr-0aaa", "cr-0bbb", "cr-0ccc", "cr-0ddd")]
     source = make_source(ec2, reservations=wanted, price_ttl=timedelta(minutes=10))
     reserved = [o.reservation_id for o in source.offerings() if o.capacity_type == "reserved"]
-    assert reserved == ["cr-0aaa", "cr-0ccc"]  # an On-Demand Capacity Reservation's end is not a block's
+    assert reserved == ["cr-0aaa", "cr-0ccc", "cr-0ddd"]  # an On-Demand Capacity Reservation's end is not a block's
 
 
 def test_reservations_fall_back_to_the_configuration(caplog: pytest.LogCaptureFixture) -> None:
@@ -217,6 +218,34 @@ def test_prices_are_refreshed_after_the_ttl_and_types_are_not() -> None:
     count = {op: sum(1 for o, _ in ec2.calls if o == op) for op, _ in ec2.calls}
     assert count["describe_spot_price_history"] == 2
     assert count["describe_instance_types"] == 1
+
+
+def test_reservations_are_read_each_minute_and_their_offerings_say_when() -> None:
+    """A reservation's AvailableInstanceCount changes with every launch into it and every termination (freed after
+    "several minutes to clean up", EC2 User Guide, capacity-blocks-launch.html): it is read again each minute, as
+    Karpenter polls it (pkg/controllers/nodeclass/capacityreservation.go), not with the prices every 10 minutes.
+    The offering says when it was read, so the solver can take off the launches recorded since."""
+    counts = iter([2, 1])
+
+    def answer(**kwargs: Any) -> list[dict[str, Any]]:
+        return [{"CapacityReservations": [reservation_item("cr-0aaa", AvailableInstanceCount=next(counts))]}]
+
+    clock = FixedClock(NOW)
+    ec2 = fake_ec2(describe_capacity_reservations=answer)
+    source = make_source(ec2, clock, reservations=[CapacityReservation(id="cr-0aaa")], price_ttl=timedelta(minutes=10))
+
+    def reserved() -> tuple[int | None, datetime | None]:
+        [offering] = [o for o in source.offerings() if o.capacity_type == "reserved"]
+        return offering.available_count, offering.counted_at
+
+    assert reserved() == (2, NOW)
+    clock.advance(timedelta(seconds=59))
+    assert reserved() == (2, NOW)
+    clock.advance(timedelta(seconds=1))
+    assert reserved() == (1, NOW + timedelta(minutes=1))
+    assert sum(op == "describe_spot_price_history" for op, _ in ec2.calls) == 1  # prices are not read again
+    assert {o.key for o in source.offerings()} == {o.key for o in make_source(fake_ec2()).offerings()} | {
+        ("g6.xlarge", "us-east-1a", "reserved")}
 
 
 def test_prefix_delegation_changes_max_pods() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -9,8 +10,9 @@ import pytest
 from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.packing import MAX_CANDIDATES, Plan, Solver
 from gpu_autoscaler.models.catalog import Offering
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import ClaimState, StateTransition
 from tests.unit.packing.builders import (
+    NOW,
     TOLERATE_GPU,
     make_catalog,
     make_config,
@@ -168,9 +170,10 @@ def test_spot_before_on_demand_within_a_pool() -> None:
                                                    "values": ["p5.4xlarge"]}])).claims[0].capacity_type == "on-demand"
 
 
-def reservation(count: int, rid: str = "cr-0aa", name: str = "g5.12xlarge") -> Offering:
+def reservation(count: int, rid: str = "cr-0aa", name: str = "g5.12xlarge", counted_at: datetime | None = None,
+                ) -> Offering:
     return Offering(instance_type=name, zone="us-east-1a", capacity_type="reserved", price_per_hour=5.672e-7,
-                    reservation_id=rid, available_count=count)
+                    reservation_id=rid, available_count=count, counted_at=counted_at)
 
 
 def test_reserved_first_only_with_reservations_and_within_their_count() -> None:
@@ -191,6 +194,28 @@ def test_pending_reserved_claims_hold_their_reservation() -> None:
     live = [make_claim_for("reserved", instance_types=("g5.12xlarge",), reservation_id="cr-0aa")]
     plan = solve([make_pod(cpu="8", memory="32Gi")], pool, catalog=make_catalog(extra=[reservation(1)]), claims=live)
     assert plan.claims[0].capacity_type == "on-demand"
+
+
+def test_a_reserved_claim_launched_after_the_count_was_read_holds_its_reservation() -> None:
+    """The catalog reads a reservation's AvailableInstanceCount once a minute (`Ec2CatalogSource`): an instance of
+    ours launched into it since is not in that count, so its claim takes its slot off (Karpenter decrements its
+    count on launch, karpenter-provider-aws pkg/providers/capacityreservation/types.go `MarkLaunched`); one launched
+    before the count was read is in it already. Without this the packer planned the same slot again: its launch
+    failed with ReservationCapacityExceeded and the pods waited for an On-Demand node."""
+    pool = make_pool(capacityTypes=["reserved", "on-demand"], capacityReservations=[{"id": "cr-0aa"}])
+    counted = NOW - timedelta(minutes=1)
+    catalog = make_catalog(extra=[reservation(1, counted_at=counted)])
+
+    def launched(at: datetime) -> Any:
+        return make_claim_for("reserved", instance_types=("g5.12xlarge",), instance_type="g5.12xlarge",
+                              zone="us-east-1a", reservation_id="cr-0aa", state=ClaimState.LAUNCHED,
+                              instance_id="i-0aa", history=(StateTransition(state=ClaimState.LAUNCHED, at=at),))
+
+    pod = [make_pod(cpu="8", memory="32Gi")]
+    after = solve(pod, pool, catalog=catalog, claims=[launched(counted + timedelta(seconds=30))])
+    assert [c.capacity_type for c in after.claims] == ["on-demand"]
+    before = solve(pod, pool, catalog=catalog, claims=[launched(counted - timedelta(seconds=30))])
+    assert [(c.capacity_type, c.reservation_id) for c in before.claims] == [("reserved", "cr-0aa")]
 
 
 def make_claim_for(capacity_type: str, **overrides: Any) -> Any:

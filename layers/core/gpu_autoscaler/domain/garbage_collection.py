@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.fleet import ATTEMPT_ATTRIBUTE, Attempt
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import ClaimState, launched_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.fleet import OwnedInstance
 
-__all__ = ["Collection", "collect", "launched_at"]
+__all__ = ["Collection", "collect", "launched_at"]  # launched_at is models.claims'; services.fleet imports it here
 
 _HAS_INSTANCE = frozenset({ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING})
 
@@ -42,14 +42,6 @@ class Collection:
     """Owned instances no live claim accounts for: terminate them."""
     gone: list[NodeClaim] = field(default_factory=list)
     """Live claims whose instance EC2 no longer has: close them."""
-
-
-def launched_at(claim: NodeClaim) -> datetime:
-    """When the claim's instance was launched (its last Launched transition), else when it was created."""
-    for step in reversed(claim.history):
-        if step.state is ClaimState.LAUNCHED:
-            return step.at
-    return claim.created_at
 
 
 def _attempt_token(claim: NodeClaim) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -103,6 +104,9 @@ class Offering(BaseModel):
     reservation_type: str | None = None
     available_count: int | None = None
     """Instances left in the reservation; None where it is not a reservation."""
+    counted_at: datetime | None = None
+    """When `available_count` was read from EC2: our launches into the reservation recorded after it are not in it
+    (the solver takes them off). None where the count is not EC2's (not a reservation, or the configuration's)."""
 
     @property
     def key(self) -> tuple[str, str, str]:

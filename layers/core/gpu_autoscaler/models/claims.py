@@ -9,7 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpu_autoscaler.config import CapacityType
 
-__all__ = ["ALLOWED_TRANSITIONS", "CLAIMED_STATES", "IN_FLIGHT_STATES", "ClaimState", "NodeClaim", "StateTransition"]
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "CLAIMED_STATES",
+    "IN_FLIGHT_STATES",
+    "ClaimState",
+    "NodeClaim",
+    "StateTransition",
+    "launched_at",
+]
 
 
 class ClaimState(StrEnum):
@@ -83,3 +91,11 @@ class NodeClaim(BaseModel):
     @property
     def live(self) -> bool:
         return self.state not in (ClaimState.TERMINATED, ClaimState.DRAINING)
+
+
+def launched_at(claim: NodeClaim) -> datetime:
+    """When the claim's instance was launched (its last Launched transition), else when it was created."""
+    for step in reversed(claim.history):
+        if step.state is ClaimState.LAUNCHED:
+            return step.at
+    return claim.created_at

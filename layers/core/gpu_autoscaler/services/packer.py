@@ -141,7 +141,8 @@ class PackerService:
         self._offerings: tuple[object, ...] | None = None
 
     def solver(self) -> Solver:
-        """The solver over the current catalog; rebuilt only when the source's offerings (prices) change."""
+        """The solver over the current catalog; rebuilt only when the source's offerings change (prices, or the
+        reservations' counts, read again each minute: `catalog.RESERVATION_TTL`)."""
         if isinstance(self._catalog, Catalog):
             if self._solver is None:
                 self._solver = Solver(self.config, self._catalog, self.clock)

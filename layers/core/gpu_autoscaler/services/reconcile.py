@@ -39,12 +39,11 @@ from gpu_autoscaler.domain.drift import (
     expected_image,
     pool_hash,
 )
-from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, launched_at
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@
   Karpenter's, on-demand / 10,000,000: near zero, so it is always preferred, yet two reservations still rank
   by what their instances are worth.
 
-Instance types are read once per source; offerings are re-priced when older than `price_ttl`.
+Instance types are read once per source; offerings are re-priced when older than `price_ttl`, and the
+reservations read again when older than `reservation_ttl` (see `RESERVATION_TTL`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "GPU_NAME_PATTERNS",
     "NODE_PLATFORM",
     "NODE_TENANCY",
+    "RESERVATION_TTL",
     "RESERVED_PRICE_DIVISOR",
     "UNKNOWN_RESERVATION",
     "Ec2CatalogSource",
@@ -78,7 +80,24 @@ class Reservation:
     type: str
     """`default` (an On-Demand Capacity Reservation) or `capacity-block`."""
     available: int | None
+    from_api: bool = True
+    """False where the configuration stands in for the API: `available` is then its `instanceCount`."""
 
+
+RESERVATION_TTL = timedelta(minutes=1)
+"""How long a reservation's AvailableInstanceCount is used before it is read again: each launch into it and each
+termination (freed after "several minutes to clean up", EC2 User Guide, capacity-blocks-launch.html) changes it.
+Karpenter reads reservations each minute (karpenter-provider-aws pkg/controllers/nodeclass/capacityreservation.go).
+
+Between two readings our own launches are the change that matters (the packer would plan a slot already taken, its
+launch fail with ReservationCapacityExceeded, the pods wait for On-Demand). Karpenter keeps the count in its one
+process and decrements it on launch (`MarkLaunched`, pkg/providers/capacityreservation/types.go); our functions are
+separate short-lived processes whose shared state is the claims table, where a launch is a claim's Launched
+transition, with its time. So each reserved offering says when its count was read (`Offering.counted_at`), and the
+solver takes off the claims launched into it after that (`SolvePass`). The time is taken after the call answered:
+a launch recorded while the call was under way counts as in it, an overestimate for at most a minute, which Karpenter
+prefers too ("we'd rather overestimate than underestimate"); EC2's own lag in counting a launch errs the same way.
+A termination is not added back: EC2 frees the slot only after cleaning up, which the next reading shows."""
 
 CAPACITY_BLOCK_EXPIRING = timedelta(minutes=40)
 """A Capacity Block's last 40 minutes: EC2 sends its one expiration warning then and terminates its instances from 30
@@ -155,7 +174,8 @@ def describe_reservations(
             describe_error(error), len(usable), note,
         )
         return [
-            Reservation(r.id, r.instance_type or "", r.availability_zone or "", r.type, r.instance_count)
+            Reservation(r.id, r.instance_type or "", r.availability_zone or "", r.type, r.instance_count,
+                        from_api=False)
             for r in usable
         ]
     found: list[Reservation] = []
@@ -207,6 +227,7 @@ class Ec2CatalogSource:
         overrides: dict[str, GpuFacts] | None = None,
         clock: Clock | None = None,
         price_ttl: timedelta = timedelta(minutes=10),
+        reservation_ttl: timedelta = RESERVATION_TTL,
         name_patterns: Sequence[str] = GPU_NAME_PATTERNS,
     ) -> None:
         self.region = region
@@ -221,11 +242,16 @@ class Ec2CatalogSource:
         self._prefix_delegation = prefix_delegation
         self._overrides = load_gpu_overrides() if overrides is None else overrides
         self._price_ttl = price_ttl
+        self._reservation_ttl = reservation_ttl
         self._patterns = tuple(name_patterns)
         self._types: tuple[InstanceType, ...] | None = None
         self._offered: dict[str, tuple[str, ...]] = {}
+        self._priced: tuple[Offering, ...] = ()
+        """The on-demand and spot offerings of the last pricing."""
+        self._on_demand_prices: dict[str, float] = {}
         self._offerings: tuple[Offering, ...] | None = None
         self._priced_at: datetime | None = None
+        self._counted_at: datetime | None = None
 
     @classmethod
     def from_config(
@@ -278,9 +304,13 @@ class Ec2CatalogSource:
 
     def offerings(self) -> list[Offering]:
         now = self._clock.now()
-        if self._offerings is None or self._priced_at is None or now - self._priced_at >= self._price_ttl:
-            self._offerings = tuple(self._price())
+        if self._priced_at is None or now - self._priced_at >= self._price_ttl:
+            self._priced = tuple(self._price())
             self._priced_at = now
+            self._counted_at = None
+        if self._offerings is None or self._counted_at is None or now - self._counted_at >= self._reservation_ttl:
+            reserved, self._counted_at = self._reserved(now)
+            self._offerings = self._priced + tuple(reserved)
         return list(self._offerings)
 
     def catalog(self) -> Catalog:
@@ -325,8 +355,9 @@ class Ec2CatalogSource:
         )
 
     def _price(self) -> list[Offering]:
+        """The on-demand and spot offerings; the on-demand prices are kept to price the reservations with."""
         types = {t.name: t for t in self.instance_types()}
-        on_demand = self._on_demand.prices(list(types))
+        on_demand = self._on_demand_prices = self._on_demand.prices(list(types))
         spot_places = [
             (name, zone) for name, t in types.items() if "spot" in t.capacity_types for zone in self._offered[name]
         ]
@@ -344,13 +375,18 @@ class Ec2CatalogSource:
                         instance_type=name, zone=zone, capacity_type="spot", price_per_hour=quote.price_per_hour,
                         interruption_band=quote.interruption_band,
                     ))
-        offerings.extend(self._reserved(types, on_demand))
         return offerings
 
-    def _reserved(self, types: dict[str, InstanceType], on_demand: dict[str, float]) -> list[Offering]:
+    def _reserved(self, now: datetime) -> tuple[list[Offering], datetime]:
+        """The reservations' offerings, used until `now` + `reservation_ttl`, and when their counts were read: after
+        the call answered (`RESERVATION_TTL`)."""
+        types = {t.name for t in self.instance_types()}
+        on_demand = self._on_demand_prices
         offerings: list[Offering] = []
-        until = self._clock.now() + self._price_ttl  # these offerings are used until the next pricing
-        for reservation in describe_reservations(self._ec2, self._reservations, self._warn, until=until):
+        until = now + self._reservation_ttl
+        reservations = describe_reservations(self._ec2, self._reservations, self._warn, until=until)
+        counted_at = self._clock.now()
+        for reservation in reservations:
             if reservation.instance_type not in types:
                 self._warn(
                     f"reservation-type:{reservation.id}",
@@ -373,5 +409,6 @@ class Ec2CatalogSource:
                 reservation_id=reservation.id,
                 reservation_type=reservation.type,
                 available_count=reservation.available,
+                counted_at=counted_at if reservation.from_api else None,
             ))
-        return offerings
+        return offerings, counted_at

@@ -43,7 +43,7 @@ from gpu_autoscaler.domain.packing.zones import (
     spreads,
     with_volume_zones,
 )
-from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim, launched_at
 from gpu_autoscaler.models.pods import device_totals, with_requests
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, is_gpu_resource
 from gpu_autoscaler.models.taints import tolerates_all
@@ -197,9 +197,8 @@ class SolvePass:
         return ok
 
     def _charge_live_claims(self) -> None:
-        """Pool limits and quotas count every live claim; pending reserved claims hold their reservation."""
-        idx = self.idx
-        reserved = idx.capacity_code("reserved")
+        """Pool limits and quotas count every live claim; reserved claims that their reservation's count does not
+        show yet hold a slot of it (`_hold_reservation`)."""
         for claim in self.claims_in:
             view = self.s._pool_by_name.get(claim.pool)
             types = self._claim_types(claim)
@@ -213,15 +212,29 @@ class SolvePass:
             if view is not None:
                 self.limits[view.position].charge(gpus, price)
             self.vcpus.charge(self.vcpus.consumption(types, claim.capacity_type))
-            if claim.capacity_type == "reserved" and claim.instance_id is None:
-                for t in types:
-                    for zone in ([claim.zone] if claim.zone else claim.zones):
-                        for i in idx.positions.get((t.name, zone, "reserved"), ()):
-                            if idx.capacity_of[i] == reserved and (
-                                claim.reservation_id is None or idx.offerings[i].reservation_id == claim.reservation_id
-                            ) and self.reserved_left[i] > 0:
-                                self.reserved_left[i] -= 1
-                                break
+            if claim.capacity_type == "reserved":
+                self._hold_reservation(claim, types)
+
+    def _hold_reservation(self, claim: NodeClaim, types: list[InstanceType]) -> None:
+        """A slot of the reservation a reserved claim is for, where the reservation's count (as read) does not show
+        the claim yet: a pending claim's, not launched; a launched claim's when it was launched after the count was
+        read (`Offering.counted_at`; the catalog reads it once a minute, see `catalog.RESERVATION_TTL`). A launched
+        claim is in the reservation it was planned for (its fleet request names only that one), else it would not be
+        `reserved`."""
+        idx = self.idx
+        launched = None if claim.instance_id is None else launched_at(claim)
+        if launched is not None and claim.reservation_id is None:
+            return
+        for t in types:
+            for zone in ([claim.zone] if claim.zone else claim.zones):
+                for i in idx.positions.get((t.name, zone, "reserved"), ()):
+                    offering = idx.offerings[i]
+                    if claim.reservation_id not in (None, offering.reservation_id) or self.reserved_left[i] <= 0:
+                        continue
+                    if launched is not None and (offering.counted_at is None or launched <= offering.counted_at):
+                        continue
+                    self.reserved_left[i] -= 1
+                    return
 
     def _claim_types(self, claim: NodeClaim) -> list[InstanceType]:
         names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
