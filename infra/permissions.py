@@ -46,7 +46,7 @@ class Capability(StrEnum):
     READ_EC2 = "read-ec2"
     """EC2 Describe* calls in the configured region: instance types, offerings, spot prices, reservations."""
     READ_PRICES = "read-prices"
-    """The Pricing API and the EC2 service quotas."""
+    """The Pricing API and the EC2 service quotas (applied values, and defaults where none is applied)."""
     LAUNCH = "launch"
     """CreateFleet / RunInstances with the ownership tag, pass the node role, and
     eks:DescribeCluster on this cluster for what the nodes' user data needs and the configuration leaves out
@@ -114,6 +114,12 @@ class Ec2Permissions:
                     sid="ReadEc2Quotas",
                     actions=["servicequotas:GetServiceQuota"],
                     resources=[self.stack.format_arn(service="servicequotas", resource="ec2", resource_name="*")],
+                ),
+                # A quota with no applied value is read at its AWS default. The Service Authorization Reference
+                # lists no resource type for GetAWSDefaultServiceQuota (GetServiceQuota has `quota`), so it
+                # cannot be held to the EC2 quotas.
+                iam.PolicyStatement(
+                    sid="ReadEc2QuotaDefaults", actions=["servicequotas:GetAWSDefaultServiceQuota"], resources=["*"]
                 ),
             ],
             [

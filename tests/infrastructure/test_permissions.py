@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import botocore.session
+import pytest
 from botocore import xform_name
 
 import gpu_autoscaler
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
 
 ACCOUNT = "111122223333"
-STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts"}
+STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts",
+                "servicequotas:GetAWSDefaultServiceQuota"}
 """Actions without resource-level permissions (plus ec2:Describe*, checked by prefix)."""
 PACKAGE = Path(gpu_autoscaler.__file__).parent
 FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
@@ -156,33 +158,43 @@ _NOT_IN_FUNCTIONS = {"emulator", "simulation", "cli"}
 """Stand-ins for AWS, and the command line, which runs with its user's credentials rather than a function's role."""
 
 
-def ec2_operations_called(root: Path = PACKAGE) -> set[str]:
-    """Every EC2 API action the functions' code calls (`client.describe_instances(`, `get_paginator("...")`), found
-    by name in the import closure of their handlers."""
-    operations = {xform_name(op): op for op in botocore.session.get_session().get_service_model("ec2").operation_names}
+def operations_called(service: str = "ec2", prefix: str = "ec2", root: Path = PACKAGE) -> set[str]:
+    """Every API action of `service` (its botocore name; `prefix`: its IAM prefix) the functions' code calls
+    (`client.describe_instances(`, `get_paginator("...")`), found by name in the import closure of their handlers."""
+    model = botocore.session.get_session().get_service_model(service)
+    operations = {xform_name(op): op for op in model.operation_names}
     called: set[str] = set()
     for path in function_sources():
         if path.is_relative_to(root) and path.relative_to(root).parts[0] in _NOT_IN_FUNCTIONS:
             continue
         source = path.read_text()
         names = re.findall(r"\.([a-z_]+)\(", source) + re.findall(r"""get_paginator\(["']([a-z_]+)["']\)""", source)
-        called.update(f"ec2:{operations[name]}" for name in names if name in operations)
+        called.update(f"{prefix}:{operations[name]}" for name in names if name in operations)
     return called
+
+
+def _granted(synthesized: Synthesized, prefix: str) -> set[str]:
+    return {
+        action
+        for name in FUNCTIONS
+        for statement in statements_of(synthesized, name)
+        for action in _listed(statement["Action"])
+        if action.startswith(f"{prefix}:")
+    }
 
 
 def test_ec2_permissions_are_exactly_what_the_code_calls(synthesized: Synthesized) -> None:
     """Nothing granted that no code calls (issue 14, defect 12), nothing called that is not granted. An instant
     CreateFleet also needs ec2:RunInstances: EC2 authorizes the launches it makes with the caller's permissions
     (EC2 User Guide, "EC2 Fleet prerequisites")."""
-    granted = {
-        action
-        for name in FUNCTIONS
-        for statement in statements_of(synthesized, name)
-        for action in _listed(statement["Action"])
-        if action.startswith("ec2:")
-    }
-    assert granted == ec2_operations_called() | {"ec2:RunInstances"}
+    assert _granted(synthesized, "ec2") == operations_called() | {"ec2:RunInstances"}
     assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
+
+
+@pytest.mark.parametrize(("service", "prefix"), [("service-quotas", "servicequotas"), ("pricing", "pricing")])
+def test_quota_and_price_permissions_are_exactly_what_the_code_calls(
+        synthesized: Synthesized, service: str, prefix: str) -> None:
+    assert _granted(synthesized, prefix) == operations_called(service, prefix)
 
 
 def test_pass_role_only_for_the_node_role_to_ec2(synthesized: Synthesized) -> None:
@@ -229,9 +241,13 @@ def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synt
 
 
 def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:
+    """Applied values on the EC2 quotas only; defaults on `*`, as GetAWSDefaultServiceQuota has no resource type."""
     for statement in allowed(synthesized, "packer", "servicequotas:GetServiceQuota"):
         assert flat(statement["Resource"]) == f"arn:aws:servicequotas:us-east-1:{ACCOUNT}:ec2/*"
+    [defaults] = allowed(synthesized, "packer", "servicequotas:GetAWSDefaultServiceQuota")
+    assert defaults["Action"] == "servicequotas:GetAWSDefaultServiceQuota" and defaults["Resource"] == "*"
     assert not allowed(synthesized, "drain", "pricing:GetProducts")
+    assert not allowed(synthesized, "drain", "servicequotas:GetAWSDefaultServiceQuota")
 
 
 def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:

@@ -179,20 +179,35 @@ class FixedQuotas:
 
 @dataclass
 class FakeServiceQuotasClient:
-    """`get_service_quota` answering from a table; codes missing raise NoSuchResource, `error` fails every call."""
+    """`get_service_quota` answering applied values from `values`, `get_aws_default_service_quota` default values
+    from `defaults`; a code in neither raises NoSuchResource, a code in `reasons` comes back with that
+    `ErrorReason` and no `Value`, and `error` fails every call."""
 
     values: dict[str, float]
     error: Exception | None = None
+    defaults: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
     calls: int = 0
+    """GetServiceQuota calls."""
+    default_calls: int = 0
+    """GetAWSDefaultServiceQuota calls."""
 
     def get_service_quota(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        return self._answer(kwargs["QuotaCode"], self.values, "GetServiceQuota")
+
+    def get_aws_default_service_quota(self, **kwargs: Any) -> dict[str, Any]:
+        self.default_calls += 1
+        return self._answer(kwargs["QuotaCode"], self.defaults, "GetAWSDefaultServiceQuota")
+
+    def _answer(self, code: str, table: dict[str, float], operation: str) -> dict[str, Any]:
         from botocore.exceptions import ClientError
 
-        self.calls += 1
         if self.error is not None:
             raise self.error
-        code = kwargs["QuotaCode"]
-        if code not in self.values:
-            raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "no such quota"}},
-                              "GetServiceQuota")
-        return {"Quota": {"QuotaCode": code, "Value": self.values[code]}}
+        if code in self.reasons:
+            return {"Quota": {"QuotaCode": code, "ErrorReason": {"ErrorCode": self.reasons[code],
+                                                                 "ErrorMessage": "could not read it"}}}
+        if code not in table:
+            raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "no such quota"}}, operation)
+        return {"Quota": {"QuotaCode": code, "Value": table[code]}}

@@ -58,6 +58,30 @@ def test_values_from_service_quotas_with_configuration_overrides_winning() -> No
     assert quotas.vcpu_quotas() == {"g/spot": 256, "p/on-demand": 96}
 
 
+def test_a_quota_with_no_applied_value_counts_at_its_aws_default() -> None:
+    """GetServiceQuota: "If the applied quota value is not available for a quota, the quota is not retrieved"
+    (NoSuchResourceException); GetAWSDefaultServiceQuota "Retrieves the default value for the specified quota".
+    A quota with neither is not in the region: unknown, so not a bound."""
+    client = FakeServiceQuotasClient({QUOTA_CODES["g/spot"]: 256.0},
+                                     defaults={QUOTA_CODES["g/on-demand"]: 64.0, QUOTA_CODES["g/spot"]: 8.0})
+    quotas, _ = source(client)
+    assert quotas.vcpu_quotas() == {"g/spot": 256, "g/on-demand": 64}
+    assert client.default_calls == len(QUOTA_CODES) - 1  # only where no applied value came back
+
+
+def test_a_quota_answered_with_an_error_reason_and_no_value_is_a_failed_read(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`Value` is optional in a ServiceQuota: Service Quotas answers HTTP 200 with `ErrorReason`
+    (DEPENDENCY_ACCESS_DENIED_ERROR, DEPENDENCY_THROTTLING_ERROR, ...) and no value when it could not read the
+    quota from the service (hashicorp/terraform-provider-aws#19719)."""
+    client = FakeServiceQuotasClient(dict.fromkeys(QUOTA_CODES.values(), 96.0),
+                                     reasons={QUOTA_CODES["p/on-demand"]: "DEPENDENCY_THROTTLING_ERROR"})
+    quotas, _ = source(client, {"g/spot": 64})
+    with caplog.at_level(logging.WARNING):
+        assert quotas.vcpu_quotas() == {"g/spot": 64}
+    assert "DEPENDENCY_THROTTLING_ERROR" in caplog.text and QUOTA_CODES["p/on-demand"] in caplog.text
+
+
 def test_answers_are_cached_for_the_ttl() -> None:
     client = FakeServiceQuotasClient({QUOTA_CODES["g/spot"]: 256.0})
     quotas, clock = source(client)

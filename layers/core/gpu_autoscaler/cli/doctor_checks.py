@@ -143,7 +143,8 @@ def check_quotas(ctx: DoctorContext) -> list[Check]:
                 if have is None:
                     results.append(Check(name, "warn", f"unknown (Service Quotas {code} not readable); the pool's "
                                          f"limit of {pool.limits.gpus} GPUs needs up to {need} vCPUs",
-                                         f'set "vcpuQuotas": {{"{key}": N}} or allow servicequotas:GetServiceQuota'))
+                                         f'set "vcpuQuotas": {{"{key}": N}} or allow servicequotas:GetServiceQuota '
+                                         "and GetAWSDefaultServiceQuota"))
                 elif have < need:
                     results.append(Check(name, "fail", f"{have} vCPUs; the pool's limit of {pool.limits.gpus} GPUs "
                                          f"needs up to {need}",
