@@ -108,6 +108,43 @@ def test_without_the_api_the_configuration_stands_alone_and_says_so_once(
     assert len(warnings) == 1 and "g/spot=64" in warnings[0].getMessage()
 
 
+THROTTLED = ClientError({"Error": {"Code": "TooManyRequestsException", "Message": "slow down"}}, "GetServiceQuota")
+
+
+def test_a_failed_read_keeps_the_last_values_and_is_tried_again_a_minute_later(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One throttled call does not make every quota unlimited for the TTL: the values last read stand, said once."""
+    client = FakeServiceQuotasClient(dict.fromkeys(QUOTA_CODES.values(), 96.0))
+    quotas, clock = source(client)
+    assert quotas.vcpu_quotas()["g/on-demand"] == 96
+    clock.advance(timedelta(hours=1))
+    client.error = THROTTLED
+    with caplog.at_level(logging.INFO):
+        assert quotas.vcpu_quotas() == dict.fromkeys(QUOTA_CODES, 96)
+        clock.advance(timedelta(minutes=1))
+        assert quotas.vcpu_quotas() == dict.fromkeys(QUOTA_CODES, 96)
+        calls = client.calls
+        assert quotas.vcpu_quotas() == dict.fromkeys(QUOTA_CODES, 96) and client.calls == calls  # not every call
+        client.error = None
+        client.values[QUOTA_CODES["g/on-demand"]] = 128.0
+        clock.advance(timedelta(minutes=1))
+        assert quotas.vcpu_quotas()["g/on-demand"] == 128
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "TooManyRequestsException" in warnings[0] and "g/on-demand=96" in warnings[0]
+    assert "read at 2026-11-22 10:00:00 UTC" in warnings[0] and "again every 60 s" in warnings[0]
+    assert any("Service Quotas answers again" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def test_a_failed_first_read_is_tried_again_a_minute_later_not_an_hour() -> None:
+    client = FakeServiceQuotasClient(dict.fromkeys(QUOTA_CODES.values(), 96.0), error=THROTTLED)
+    quotas, clock = source(client, {"p/spot": 8})
+    assert quotas.vcpu_quotas() == {"p/spot": 8}
+    client.error = None
+    clock.advance(timedelta(minutes=1))
+    assert quotas.vcpu_quotas() == {**dict.fromkeys(QUOTA_CODES, 96), "p/spot": 8}
+
+
 def test_no_client_means_configuration_only() -> None:
     quotas, _ = source(None, {"p/spot": 8})
     assert quotas.vcpu_quotas() == {"p/spot": 8}

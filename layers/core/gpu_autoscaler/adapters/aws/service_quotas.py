@@ -3,8 +3,10 @@
 GPU instances count against five EC2 quotas (`QUOTA_CODES`: On-Demand G/VT and P; Spot G/VT, P2-P4 and P5). They change
 rarely and the API is slow and throttled, so answers are kept for `ttl`. A quota is its applied value, or where
 GetServiceQuota has none ("If the applied quota value is not available for a quota, the quota is not retrieved"),
-its AWS default (GetAWSDefaultServiceQuota). Where the API does not answer (no permission, a region without it,
-moto, which has no EC2 quotas), the configuration's values stand alone, and that is logged once. Configuration
+its AWS default (GetAWSDefaultServiceQuota). A read that fails (throttled, no permission, a region without the
+API, moto, which has no EC2 quotas) is tried again a minute later, not a TTL later: meanwhile the values of the
+last read stand (a quota not read counts as no bound, so dropping them would lift every limit), or where none
+succeeded yet the configuration's values alone; that is logged once per outage, and its end too. Configuration
 values always win: they exist to override.
 """
 
@@ -25,11 +27,14 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["DEFAULT_QUOTA_TTL", "ServiceQuotasSource"]
+__all__ = ["DEFAULT_QUOTA_TTL", "RETRY_AFTER_FAILURE", "ServiceQuotasSource"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUOTA_TTL = timedelta(hours=1)
+RETRY_AFTER_FAILURE = timedelta(minutes=1)
+"""How soon a failed read is tried again: a throttle (Service Quotas allows GetServiceQuota 5 requests a second
+per account) passes in seconds, and each packing round until then plans on older values."""
 _MISSING = "NoSuchResourceException"
 """GetServiceQuota: no applied value (the default is asked); GetAWSDefaultServiceQuota: a quota the region does
 not have (that one is unknown, the others still count)."""
@@ -61,30 +66,40 @@ class ServiceQuotasSource:
         self._clock = clock or SystemClock()
         self._ttl = ttl
         self._codes = dict(codes)
-        self._cached: tuple[datetime, dict[str, int]] | None = None
-        self._warned = False
+        self._values: dict[str, int] = {}
+        """The quotas in force: the last read that did not fail."""
+        self._read_at: datetime | None = None
+        self._next_read: datetime | None = None
+        self._failing = False
+        self._warned_none = False
 
     def vcpu_quotas(self) -> dict[str, int]:
         now = self._clock.now()
-        if self._cached is None or now - self._cached[0] >= self._ttl:
-            self._cached = (now, self._fetch())
-        return {**self._cached[1], **self._overrides}
+        if self._next_read is None or now >= self._next_read:
+            self._refresh(now)
+        return {**self._values, **self._overrides}
 
-    def _fetch(self) -> dict[str, int]:
+    def _refresh(self, now: datetime) -> None:
         if self._client is None:
-            return {}
+            self._next_read = now + self._ttl
+            return
         found: dict[str, int] = {}
-        for key, code in self._codes.items():
-            try:
+        try:
+            for key, code in self._codes.items():
                 value = self._read(self._client, code)
-            except (*_UNAVAILABLE, _QuotaUnreadable) as error:
-                self._fallback(error)
-                return {}
-            if value is not None:
-                found[key] = value
-        if not found:
-            self._fallback(None)
-        return found
+                if value is not None:
+                    found[key] = value
+        except (*_UNAVAILABLE, _QuotaUnreadable) as error:
+            self._next_read = now + RETRY_AFTER_FAILURE
+            self._failed(error)
+            return
+        if self._failing:
+            logger.info("Service Quotas answers again: vCPU quotas %s", _listed(found))
+        self._values, self._read_at, self._next_read, self._failing = found, now, now + self._ttl, False
+        if not found and not self._warned_none:
+            self._warned_none = True
+            logger.warning("Service Quotas has none of the EC2 GPU vCPU quotas: vCPU quotas come from the "
+                           "configuration's vcpuQuotas only (%s)", _listed(self._overrides) or "none set: unlimited")
 
     @staticmethod
     def _read(client: Any, code: str) -> int | None:
@@ -107,15 +122,23 @@ class ServiceQuotasSource:
                                   f"({reason.get('ErrorMessage', 'no ErrorReason')})")
         return int(quota["Value"])
 
-    def _fallback(self, error: Exception | None) -> None:
-        if self._warned:
+    def _failed(self, error: Exception) -> None:
+        if self._failing:
             return
-        self._warned = True
-        why = f"unavailable ({type(error).__name__}: {error})" if error else "has none of the EC2 GPU vCPU quotas"
-        logger.warning(
-            "Service Quotas %s: vCPU quotas come from the configuration's vcpuQuotas only (%s)",
-            why, ", ".join(f"{k}={v}" for k, v in sorted(self._overrides.items())) or "none set: unlimited",
-        )
+        self._failing = True
+        why = f"Service Quotas unavailable ({type(error).__name__}: {error})"
+        again = f"trying again every {RETRY_AFTER_FAILURE.total_seconds():.0f} s until it answers"
+        if self._read_at is None or not self._values:
+            logger.warning("%s: vCPU quotas come from the configuration's vcpuQuotas only (%s); %s",
+                           why, _listed(self._overrides) or "none set: unlimited", again)
+            return
+        over = f", the configuration's vcpuQuotas over them ({_listed(self._overrides)})" if self._overrides else ""
+        logger.warning("%s: keeping the vCPU quotas read at %s (%s)%s; %s",
+                       why, f"{self._read_at:%Y-%m-%d %H:%M:%S %Z}", _listed(self._values), over, again)
+
+
+def _listed(quotas: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
 
 
 def _error_code(error: ClientError) -> str:
