@@ -250,6 +250,14 @@ def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:
     assert not allowed(synthesized, "drain", "servicequotas:GetAWSDefaultServiceQuota")
 
 
+def test_the_price_list_may_be_asked_outside_the_configured_region(synthesized: Synthesized) -> None:
+    """The Price List endpoint of a region's partition is often another region (eu-central-1 for eu-west-1):
+    GetProducts carries no aws:RequestedRegion condition, unlike the EC2 Describe calls."""
+    for name in FUNCTIONS:
+        for statement in allowed(synthesized, name, "pricing:GetProducts"):
+            assert statement["Resource"] == "*" and "Condition" not in statement
+
+
 def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:
     for role in synthesized.of_type("AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]

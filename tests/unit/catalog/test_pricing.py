@@ -3,9 +3,12 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
+from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.pricing import (
     OnDemandPrices,
     PriceSnapshot,
@@ -13,6 +16,7 @@ from gpu_autoscaler.adapters.aws.pricing import (
     SpotAdvice,
     SpotPrices,
     parse_price_list_item,
+    pricing_endpoint,
 )
 from gpu_autoscaler.clock import FixedClock
 from tests.unit.catalog.fakes import FakeClient, client_error
@@ -137,6 +141,51 @@ def test_price_list_items_without_a_positive_price_are_skipped() -> None:
     assert parse_price_list_item(price_list_item("g6.xlarge", "0.0000000000")) is None
     assert parse_price_list_item(json.dumps({"product": {"attributes": {}}})) is None
     assert parse_price_list_item(price_list_item("g6.xlarge", "0.8048")) == ("g6.xlarge", 0.8048)
+
+
+# Where the Price List API is asked
+
+
+@pytest.mark.parametrize(("region", "endpoint"), [
+    ("us-east-1", "us-east-1"), ("us-west-2", "us-east-1"), ("ca-central-1", "us-east-1"),
+    ("me-south-1", "us-east-1"), ("af-south-1", "us-east-1"), ("sa-east-1", "us-east-1"),
+    ("eu-west-1", "eu-central-1"), ("eu-central-1", "eu-central-1"),
+    ("ap-northeast-1", "ap-south-1"), ("ap-south-1", "ap-south-1"),
+    ("cn-north-1", "cn-northwest-1"), ("cn-northwest-1", "cn-northwest-1"),
+    ("us-gov-west-1", None), ("us-gov-east-1", None),
+])
+def test_the_price_list_is_asked_in_the_regions_partition(region: str, endpoint: str | None) -> None:
+    """The Price List API answers for every region of its partition from a few endpoints: us-east-1, eu-central-1
+    and ap-south-1 (aws), cn-northwest-1 (aws-cn), none in AWS GovCloud (US); of several, Karpenter's choice by
+    the region's prefix (karpenter-provider-aws pkg/providers/pricing/pricing.go, NewAPI)."""
+    assert pricing_endpoint(region) == endpoint
+
+
+@pytest.mark.parametrize(("region", "endpoint"), [("eu-west-1", "eu-central-1"), ("cn-north-1", "cn-northwest-1"),
+                                                  ("us-gov-west-1", None)])
+def test_the_catalog_asks_the_price_list_where_the_partition_serves_it(
+        region: str, endpoint: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple[str, str]] = []
+    make = AwsClients.client
+
+    def client(self: AwsClients, service: str) -> Any:
+        made.append((self.region, service))
+        return make(self, service)
+
+    monkeypatch.setattr(AwsClients, "client", client)
+    Ec2CatalogSource.from_config(AwsClients(region))
+    assert [r for r, service in made if service == "pricing"] == ([endpoint] if endpoint else [])
+
+
+def test_china_regions_are_priced_in_cny_as_the_price_list_answers_there() -> None:
+    """The Price List answers the China regions in CNY (no USD price), as Karpenter reads it (onDemandPage)."""
+    item = json.dumps({
+        "product": {"attributes": {"instanceType": "g5.xlarge", "regionCode": "cn-north-1"}},
+        "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"CNY": "9.7"}}}}}},
+    })
+    client = FakeClient(get_products=[{"PriceList": [item]}])
+    assert OnDemandPrices("cn-north-1", client, make_snapshot()).prices(["g5.xlarge"]) == {"g5.xlarge": 9.7}
+    assert parse_price_list_item(item) is None  # no USD price: nothing in USD
 
 
 # Spot

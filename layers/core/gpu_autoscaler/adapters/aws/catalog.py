@@ -28,12 +28,12 @@ from botocore.parsers import ResponseParserError
 
 from gpu_autoscaler.adapters.aws.instance_types import instance_type_from_api, load_gpu_overrides
 from gpu_autoscaler.adapters.aws.pricing import (
-    PRICING_REGION,
     OnDemandPrices,
     PriceSnapshot,
     SpotPrices,
     WarnOnce,
     describe_error,
+    pricing_endpoint,
 )
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.domain.catalog import Catalog
@@ -264,14 +264,16 @@ class Ec2CatalogSource:
     ) -> Ec2CatalogSource:
         """The source a Lambda or command uses: zones, reservations and prefix delegation from `config`.
 
-        The Pricing API client points where `clients` point (moto answers it with an error, and the
+        The Pricing API client points at the Price List endpoint of the region's partition (`pricing_endpoint`;
+        none in AWS GovCloud (US)), on the endpoint URL `clients` use (moto answers it with an error, and the
         snapshot takes over); `use_pricing_api=False` skips it altogether.
         """
         region = clients.region
         ec2 = clients.client("ec2")
         warn = WarnOnce(logger)
         snapshot = PriceSnapshot.load()
-        pricing = clients.for_region(PRICING_REGION).client("pricing") if use_pricing_api else None
+        endpoint = pricing_endpoint(region) if use_pricing_api else None
+        pricing = clients.for_region(endpoint).client("pricing") if endpoint else None
         zones: list[str] | None = None
         reservations: list[CapacityReservation] = []
         if config is not None:

@@ -54,5 +54,6 @@ class AwsClients:
         return self._clients[service]
 
     def for_region(self, region: str) -> AwsClients:
-        """Clients of another region on the same session and endpoint (the Pricing API lives in us-east-1)."""
+        """Clients of another region on the same session and endpoint (the Price List API is served from a few
+        regions, `pricing.pricing_endpoint`)."""
         return AwsClients(region, self.endpoint_url, self._session)

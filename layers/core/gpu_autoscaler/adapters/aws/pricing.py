@@ -1,7 +1,8 @@
 """Prices of GPU instance types: live from AWS where it answers, from bundled snapshots where it does not.
 
-On-demand prices come from the AWS Price List API (`pricing:GetProducts`, served from us-east-1 whatever
-the region priced). Spot prices come from `ec2:DescribeSpotPriceHistory`: the latest Linux/UNIX price per
+On-demand prices come from the AWS Price List API (`pricing:GetProducts`), asked at an endpoint of the priced
+region's partition (`pricing_endpoint`; AWS GovCloud (US) has none); in the China regions it answers, and so
+every price here is, in CNY. Spot prices come from `ec2:DescribeSpotPriceHistory`: the latest Linux/UNIX price per
 instance type and zone. Where no live source answers — the emulator (moto has no Pricing API and a
 placeholder spot price), a failed call, the simulator — the snapshots built by
 `scripts/build_price_snapshots.py` stand in, each fallback logged once:
@@ -21,10 +22,12 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+import botocore.session
+from botocore.exceptions import BotoCoreError, ClientError, UnknownRegionError
 
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.errors import GpuAutoscalerError
@@ -36,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIN_SPOT_FRACTION",
-    "PRICING_REGION",
     "OnDemandPrices",
     "PriceSnapshot",
     "PricesUnavailable",
@@ -45,12 +47,13 @@ __all__ = [
     "SpotQuote",
     "WarnOnce",
     "describe_error",
+    "price_currency",
+    "pricing_endpoint",
 ]
 
 logger = logging.getLogger(__name__)
 
-PRICING_REGION = "us-east-1"
-"""The Price List API is served from us-east-1 (and a few others); prices of every region are there."""
+_PRICING_DEFAULT = "us-east-1"
 
 MIN_SPOT_FRACTION = 0.05
 """A spot price below 5% of on-demand is no market price (the Spot Advisor's deepest saving is 90%): it is
@@ -70,6 +73,42 @@ SPOT_ADVISOR_SNAPSHOT = "spot-advisor.json"
 
 class PricesUnavailable(GpuAutoscalerError):
     """Neither AWS nor a bundled snapshot can price this region."""
+
+
+@cache
+def _partition(region: str) -> str | None:
+    """`aws`, `aws-cn`, `aws-us-gov`, ...: the partition botocore's endpoint data puts `region` in."""
+    try:
+        return botocore.session.get_session().get_partition_for_region(region)
+    except UnknownRegionError:
+        return None
+
+
+@cache
+def pricing_endpoint(region: str) -> str | None:
+    """The region whose Price List API endpoint prices `region`; None where its partition has none.
+
+    The API is served from a few regions, each answering for every region of its partition; botocore's endpoint
+    data lists them: us-east-1, eu-central-1 and ap-south-1 (aws), cn-northwest-1 (aws-cn), none in AWS GovCloud
+    (US), whose credentials reach no other partition (Karpenter skips live on-demand pricing there). Of several,
+    Karpenter's choice: ap-south-1 for ap-*, eu-central-1 for eu-*, else us-east-1 (karpenter-provider-aws
+    pkg/providers/pricing/pricing.go, NewAPI).
+    """
+    partition = _partition(region)
+    served = botocore.session.get_session().get_available_regions("pricing", partition) if partition else []
+    if region in served:
+        return region
+    prefix = region.split("-", 1)[0]
+    nearer = [r for r in served if r.split("-", 1)[0] == prefix]
+    if nearer:
+        return nearer[0]
+    return _PRICING_DEFAULT if _PRICING_DEFAULT in served else next(iter(served), None)
+
+
+def price_currency(region: str) -> str:
+    """The currency the Price List answers `region` in: CNY in the China regions, USD elsewhere (Karpenter reads
+    `pricePerUnit["CNY"]` for cn-* regions, onDemandPage). Spot prices there are in CNY too."""
+    return "CNY" if _partition(region) == "aws-cn" else "USD"
 
 
 def describe_error(error: BaseException) -> str:
@@ -175,6 +214,7 @@ class OnDemandPrices:
         ttl: timedelta = ON_DEMAND_TTL,
     ) -> None:
         self.region = region
+        self.currency = price_currency(region)
         self._client = pricing_client
         self._snapshot = snapshot or PriceSnapshot.load()
         self._warn = warn or WarnOnce()
@@ -255,26 +295,27 @@ class OnDemandPrices:
             ]
             for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
                 for item in page.get("PriceList", []):
-                    parsed = parse_price_list_item(item)
+                    parsed = parse_price_list_item(item, self.currency)
                     if parsed is not None:
                         name, price = parsed
                         prices[name] = min(price, prices.get(name, price))
         return prices
 
 
-def parse_price_list_item(item: str | Mapping[str, Any]) -> tuple[str, float] | None:
-    """(instance type, USD/hour) of one GetProducts PriceList entry; None for entries without a positive price."""
+def parse_price_list_item(item: str | Mapping[str, Any], currency: str = "USD") -> tuple[str, float] | None:
+    """(instance type, price/hour in `currency`) of one GetProducts PriceList entry; None for entries without a
+    positive price in it."""
     product = json.loads(item) if isinstance(item, str) else item
     name = product.get("product", {}).get("attributes", {}).get("instanceType")
     if not name:
         return None
-    usd = [
-        float(dimension["pricePerUnit"]["USD"])
+    prices = [
+        float(dimension["pricePerUnit"][currency])
         for term in product.get("terms", {}).get("OnDemand", {}).values()
         for dimension in term.get("priceDimensions", {}).values()
-        if "USD" in dimension.get("pricePerUnit", {})
+        if currency in dimension.get("pricePerUnit", {})
     ]
-    positive = [price for price in usd if price > 0]
+    positive = [price for price in prices if price > 0]
     return (name, min(positive)) if positive else None
 
 
