@@ -137,6 +137,25 @@ def test_long_type_lists_are_split_under_the_filter_value_limit() -> None:
     assert len(values) > 1 and all(len(v) <= 1024 for v in values)
 
 
+def test_bare_metal_types_are_asked_for_as_karpenter_asks_for_them() -> None:
+    """Karpenter prices bare metal with a query of its own: tenancy Dedicated, productFamily "Compute Instance
+    (bare metal)", the others with tenancy Shared, productFamily "Compute Instance" (karpenter-provider-aws
+    pkg/providers/pricing/pricing.go, UpdateOnDemandPricing). The fake price list answers like that."""
+    def answer(**kw: Any) -> list[dict[str, Any]]:
+        filters = {f["Field"]: f["Value"] for f in kw["Filters"]}
+        kind = (str(filters.get("tenancy")), str(filters.get("productFamily", "Compute Instance")))
+        listed = {("Shared", "Compute Instance"): {"g5.xlarge": "1.1", "g4dn.xlarge": "0.6"},
+                  ("Dedicated", "Compute Instance (bare metal)"): {"g4dn.metal": "8.6", "g5g.metal": "3.0"}}
+        asked = filters["instanceType"].split(",")
+        return [{"PriceList": [price_list_item(n, usd) for n, usd in listed.get(kind, {}).items() if n in asked]}]
+
+    client = FakeClient(get_products=answer)
+    prices = OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g5.xlarge", "g4dn.metal", "g5g.metal"])
+    assert prices == {"g5.xlarge": 1.1, "g4dn.metal": 8.6, "g5g.metal": 3.0}
+    asked = sorted(next(f["Value"] for f in kw["Filters"] if f["Field"] == "instanceType") for _, kw in client.calls)
+    assert asked == ["g4dn.metal,g5g.metal", "g5.xlarge"]  # each type once, in the query of its kind
+
+
 def test_price_list_items_without_a_positive_price_are_skipped() -> None:
     assert parse_price_list_item(price_list_item("g6.xlarge", "0.0000000000")) is None
     assert parse_price_list_item(json.dumps({"product": {"attributes": {}}})) is None

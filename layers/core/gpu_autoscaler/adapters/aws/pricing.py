@@ -2,10 +2,11 @@
 
 On-demand prices come from the AWS Price List API (`pricing:GetProducts`), asked at an endpoint of the priced
 region's partition (`pricing_endpoint`; AWS GovCloud (US) has none); in the China regions it answers, and so
-every price here is, in CNY. Spot prices come from `ec2:DescribeSpotPriceHistory`: the latest Linux/UNIX price per
-instance type and zone. Where no live source answers — the emulator (moto has no Pricing API and a
-placeholder spot price), a failed call, the simulator — the snapshots built by
-`scripts/build_price_snapshots.py` stand in, each fallback logged once:
+every price here is, in CNY. Bare metal types are asked for as Karpenter asks (tenancy Dedicated, productFamily
+"Compute Instance (bare metal)"), the others with tenancy Shared. Spot prices come from
+`ec2:DescribeSpotPriceHistory`: the latest Linux/UNIX price per instance type and zone. Where no live source
+answers — the emulator (moto has no Pricing API and a placeholder spot price), a failed call, the simulator —
+the snapshots built by `scripts/build_price_snapshots.py` stand in, each fallback logged once:
 
 - on-demand: `data/ondemand-prices.json`, Karpenter's generated price table dated 2026-07-20. It covers
   us-east-1 only; for any other region `PricesUnavailable` is raised rather than guessing, because
@@ -63,6 +64,10 @@ LINUX_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 _HISTORY_BATCH = 100
 _PRICING_VALUE_LIMIT = 1000
 """GetProducts takes filter values up to 1024 characters; an ANY_OF list of types is split below that."""
+_VIRTUAL = ("Shared", "Compute Instance")
+_BARE_METAL = ("Dedicated", "Compute Instance (bare metal)")
+"""(tenancy, productFamily) of the price list entries Karpenter prices each kind of type by: bare metal has a
+query of its own (karpenter-provider-aws pkg/providers/pricing/pricing.go, UpdateOnDemandPricing)."""
 
 ON_DEMAND_TTL = timedelta(hours=12)
 """How long a fetched on-demand price list is reused (Karpenter refreshes its on-demand prices as rarely)."""
@@ -283,23 +288,32 @@ class OnDemandPrices:
     def _from_api(self, client: Any, instance_types: list[str]) -> dict[str, float]:
         prices: dict[str, float] = {}
         paginator = client.get_paginator("get_products")
-        for batch in _value_batches(instance_types, _PRICING_VALUE_LIMIT):
-            filters = [
-                {"Type": "TERM_MATCH", "Field": "regionCode", "Value": self.region},
-                {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
-                {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
-                {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
-                {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
-                {"Type": "TERM_MATCH", "Field": "marketoption", "Value": "OnDemand"},
-                {"Type": "ANY_OF", "Field": "instanceType", "Value": ",".join(batch)},
-            ]
-            for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
-                for item in page.get("PriceList", []):
-                    parsed = parse_price_list_item(item, self.currency)
-                    if parsed is not None:
-                        name, price = parsed
-                        prices[name] = min(price, prices.get(name, price))
+        metal = [name for name in instance_types if _is_bare_metal(name)]
+        virtual = [name for name in instance_types if not _is_bare_metal(name)]
+        for names, (tenancy, family) in ((virtual, _VIRTUAL), (metal, _BARE_METAL)):
+            for batch in _value_batches(names, _PRICING_VALUE_LIMIT):
+                filters = [
+                    {"Type": "TERM_MATCH", "Field": "regionCode", "Value": self.region},
+                    {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
+                    {"Type": "TERM_MATCH", "Field": "tenancy", "Value": tenancy},
+                    {"Type": "TERM_MATCH", "Field": "productFamily", "Value": family},
+                    {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
+                    {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
+                    {"Type": "TERM_MATCH", "Field": "marketoption", "Value": "OnDemand"},
+                    {"Type": "ANY_OF", "Field": "instanceType", "Value": ",".join(batch)},
+                ]
+                for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
+                    for item in page.get("PriceList", []):
+                        parsed = parse_price_list_item(item, self.currency)
+                        if parsed is not None:
+                            name, price = parsed
+                            prices[name] = min(price, prices.get(name, price))
         return prices
+
+
+def _is_bare_metal(instance_type: str) -> bool:
+    """A bare metal type: its size is `metal` or `metal-<n>xl` (g4dn.metal, m7i.metal-48xl)."""
+    return instance_type.partition(".")[2].startswith("metal")
 
 
 def parse_price_list_item(item: str | Mapping[str, Any], currency: str = "USD") -> tuple[str, float] | None:
