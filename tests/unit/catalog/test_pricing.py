@@ -121,6 +121,50 @@ def test_a_region_without_api_or_snapshot_is_an_error_not_a_guess() -> None:
         OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g6.xlarge"])
 
 
+def _unpriced(region: str, client: FakeClient | None, caplog: pytest.LogCaptureFixture) -> str:
+    with caplog.at_level(logging.WARNING), pytest.raises(PricesUnavailable) as raised:
+        OnDemandPrices(region, client, make_snapshot()).prices(["g6.xlarge"])
+    assert "come from the bundled snapshot" not in caplog.text  # they do not: it has no prices for the region
+    message = str(raised.value)
+    assert message.startswith(f"no on-demand prices for {region}: ")
+    assert "the bundled snapshot (dated 2026-07-20) covers only us-east-1" in message
+    assert "not guessed from another region's" in message
+    return message
+
+
+def test_a_refused_price_list_call_says_which_permission_and_where(caplog: pytest.LogCaptureFixture) -> None:
+    client = FakeClient()
+    client.fail("get_products", client_error("AccessDeniedException"))
+    message = _unpriced("eu-west-1", client, caplog)
+    assert "pricing:GetProducts at eu-central-1 was refused (AccessDeniedException)" in message
+    assert "allow pricing:GetProducts at eu-central-1" in message
+
+
+def test_a_failed_price_list_call_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:
+    client = FakeClient()
+    client.fail("get_products", client_error("ThrottlingException"))
+    message = _unpriced("ap-northeast-1", client, caplog)
+    assert "pricing:GetProducts at ap-south-1 failed (ThrottlingException)" in message
+    assert "asked again on the next call" in message
+
+
+def test_a_price_list_that_prices_nothing_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    message = _unpriced("eu-west-1", FakeClient(get_products=[{"PriceList": []}]), caplog)
+    assert "the Price List API at eu-central-1 priced none of them" in message
+    assert "scripts/build_price_snapshots.py" in message
+
+
+def test_govcloud_has_no_price_list_endpoint_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    message = _unpriced("us-gov-west-1", None, caplog)
+    assert "its partition (aws-us-gov) has no Price List API endpoint" in message
+    assert "scripts/build_price_snapshots.py" in message
+
+
+def test_a_price_list_not_asked_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    message = _unpriced("eu-west-1", None, caplog)
+    assert "the Price List API was not asked" in message
+
+
 def test_a_region_the_api_prices_fully_needs_no_snapshot() -> None:
     client = FakeClient(get_products=[{"PriceList": [price_list_item("g6.xlarge", "0.95")]}])
     assert OnDemandPrices("eu-west-1", client, make_snapshot()).prices(["g6.xlarge"]) == {"g6.xlarge": 0.95}

@@ -197,8 +197,8 @@ class PriceSnapshot:
     def on_demand(self, region: str) -> dict[str, float]:
         if region not in self._on_demand:
             raise PricesUnavailable(
-                f"no on-demand prices for {region}: the Pricing API did not answer and the bundled snapshot "
-                f"(dated {self.on_demand_date}) covers only {', '.join(self.on_demand_regions)}"
+                f"no on-demand prices for {region} in the bundled snapshot (dated {self.on_demand_date}): it covers "
+                f"only {', '.join(self.on_demand_regions)}"
             )
         return dict(self._on_demand[region])
 
@@ -249,30 +249,32 @@ class OnDemandPrices:
     def _fetch(self, wanted: list[str]) -> tuple[dict[str, float], bool]:
         """The prices, and whether they are as good as this source gets (no failed call behind them)."""
         live: dict[str, float] = {}
-        failed = False
-        if self._client is None:
+        failure: ClientError | BotoCoreError | None = None
+        if self._client is not None:
+            try:
+                live = self._from_api(self._client, wanted)
+            except (ClientError, BotoCoreError) as error:
+                failure = error
+        missing = [name for name in wanted if name not in live]
+        if not missing:
+            self.source = "pricing-api"
+            return live, True
+        covered = self._snapshot.covers(self.region)
+        if not live and not covered:
+            raise self._unavailable(failure)
+        if covered and failure is not None:
+            self._warn(
+                "pricing-api-failed",
+                "Pricing API unavailable (%s): on-demand prices for %s come from the bundled snapshot dated %s",
+                describe_error(failure), self.region, self._snapshot.on_demand_date,
+            )
+        elif covered and self._client is None:
             self._warn(
                 "no-pricing-client",
                 "no Pricing API client: on-demand prices for %s come from the bundled snapshot dated %s",
                 self.region, self._snapshot.on_demand_date,
             )
-        else:
-            try:
-                live = self._from_api(self._client, wanted)
-            except (ClientError, BotoCoreError) as error:
-                failed = True
-                self._warn(
-                    "pricing-api-failed",
-                    "Pricing API unavailable (%s): on-demand prices for %s come from the bundled snapshot dated %s",
-                    describe_error(error), self.region, self._snapshot.on_demand_date,
-                )
-        missing = [name for name in wanted if name not in live]
-        if not missing:
-            self.source = "pricing-api"
-            return live, True
-        # With nothing live and no snapshot for the region, `on_demand` raises PricesUnavailable.
-        live_only = bool(live) and not self._snapshot.covers(self.region)
-        snapshot = {} if live_only else self._snapshot.on_demand(self.region)
+        snapshot = self._snapshot.on_demand(self.region) if covered else {}
         found = {name: snapshot[name] for name in missing if name in snapshot}
         unpriced = [name for name in missing if name not in snapshot]
         if unpriced:
@@ -283,7 +285,34 @@ class OnDemandPrices:
             )
         snapshot_source = f"snapshot {self._snapshot.on_demand_date}"
         self.source = f"pricing-api + {snapshot_source}" if live else snapshot_source
-        return {**live, **found}, not failed
+        return {**live, **found}, failure is None
+
+    def _unavailable(self, failure: ClientError | BotoCoreError | None) -> PricesUnavailable:
+        """No price for the region from either source: what failed, and what would price it."""
+        endpoint = pricing_endpoint(self.region)
+        snapshot = (f"the bundled snapshot (dated {self._snapshot.on_demand_date}) covers only "
+                    f"{', '.join(self._snapshot.on_demand_regions)}")
+        supply = ("add the region's on-demand prices to the snapshot (data/ondemand-prices.json, which "
+                  "scripts/build_price_snapshots.py builds from a CSV of region, instance type and price) and deploy "
+                  "again")
+        if failure is not None and describe_error(failure).startswith("AccessDenied"):
+            what = f"pricing:GetProducts at {endpoint} was refused ({describe_error(failure)})"
+            todo = (f"allow pricing:GetProducts at {endpoint} to this caller (a policy or SCP that holds requests "
+                    f"to {self.region} must let it through), or {supply}")
+        elif failure is not None:
+            what = f"pricing:GetProducts at {endpoint} failed ({describe_error(failure)})"
+            todo = "it is asked again on the next call"
+        elif self._client is not None:
+            what = f"the Price List API at {endpoint} priced none of them"
+            todo = supply
+        elif endpoint is None:
+            what = f"its partition ({_partition(self.region)}) has no Price List API endpoint"
+            todo = supply
+        else:
+            what = "the Price List API was not asked"
+            todo = f"ask it (pricing:GetProducts at {endpoint}), or {supply}"
+        return PricesUnavailable(f"no on-demand prices for {self.region}: {what}, and {snapshot}; {todo}. "
+                                 "Prices are not guessed from another region's: they differ by family.")
 
     def _from_api(self, client: Any, instance_types: list[str]) -> dict[str, float]:
         prices: dict[str, float] = {}
