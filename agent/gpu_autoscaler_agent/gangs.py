@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.domain.user_data import GANG_LABEL, gang_taint, label_value
+from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -111,7 +112,12 @@ class GangHold:
                 self._untaint(node)
 
     def _nodes(self, selector: str) -> list[dict[str, Any]]:
-        response: Any = self._core.list_node(label_selector=selector, _preload_content=False)
+        """Tainted gang nodes; none when they cannot be listed now (logged: the next sweep lists them again)."""
+        try:
+            response: Any = self._core.list_node(label_selector=selector, _preload_content=False)
+        except CALL_FAILURES as error:
+            log.warning("cannot list gang nodes (%s); the next sweep tries again", describe_error(error))
+            return []
         nodes: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return [n for n in nodes if any(t.get("key") == GANG_LABEL for t in (n.get("spec") or {}).get("taints") or ())]
 
@@ -123,12 +129,14 @@ class GangHold:
             {"op": "replace", "path": "/spec/taints", "value": taints}]
         try:
             self._core.patch_node(str(metadata.get("name")), operations)
-        except ApiException as error:
-            if error.status in (*_GONE, 422):
+        except CALL_FAILURES as error:
+            if isinstance(error, ApiException) and error.status in (*_GONE, 422):
                 log.info("node %s changed before its gang taint was removed; the next sweep does it",
                          metadata.get("name"))
-                return
-            raise
+            else:
+                log.warning("cannot take the gang taint off node %s (%s); the next sweep tries again",
+                            metadata.get("name"), describe_error(error))
+            return
         self._metrics.inc("gang_nodes_released_total")
         log.info("gang %s is bound: node %s is open to every pod", metadata.get("labels", {}).get(GANG_LABEL),
                  metadata.get("name"))

@@ -26,6 +26,7 @@ _FAMILIES = {
     "pods_seen_total": ("counter", "Pod objects observed from lists and watch events."),
     "pods_pending": ("gauge", "Pods currently unschedulable and reportable (GPU)."),
     "pods_invalid_total": ("counter", "Reportable pods that could not be turned into a valid document entry."),
+    "pods_failed_total": ("counter", "Reportable pods skipped for now: a call to the API server failed (by reason)."),
     "pods_sent_total": ("counter", "Pod reports delivered to the queue (a pod counts once per message)."),
     "pods_dropped_total": ("counter", "Pod reports SQS refused by content (the pod is reported again next resync)."),
     "messages_sent_total": ("counter", "Messages accepted by the queue."),

@@ -3,6 +3,12 @@
 The informer pattern without an informer: list (paginated) to learn everything and a resourceVersion,
 watch from it, re-open the watch from the last version seen when it times out, list again when the API
 server says the version is too old (410 Gone), and back off and reconnect when the server is away.
+
+Describing a pod may read or update other objects (its gang toleration, its volumes, its claims, its PodGroup).
+When one of those calls fails — an admission webhook denying the update (Gatekeeper and Kyverno answer 400 or
+403), a missing permission, a busy (429) or failing (500) server — that pod alone is skipped, the reason
+logged, and it is tried again when the watch window ends (within `retry_after` seconds); every other pod is
+reported as usual.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error, status_message
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
@@ -39,6 +46,10 @@ log = logging.getLogger(__name__)
 
 _GONE = 410
 _BAD_REQUEST = 400
+_FIELD_UNSUPPORTED = "field label not supported"
+"""How the API server refuses a field it cannot select on: 400 Bad Request, the message ending in
+`field label not supported: <field>` (apimachinery's `runtime.Scheme.ConvertFieldLabel` and the pods' own
+conversion; the list handler wraps the error in `NewBadRequest`)."""
 
 
 class _RawWatch(watch.Watch):
@@ -66,9 +77,11 @@ class PodWatcher:
         gangs: GangHold | None = None,
         placement: KubernetesPlacement | None = None,
         claims: KubernetesClaims | None = None,
+        retry_after: int = 30,
     ) -> None:
         """`gangs`: keeps gang nodes for their gang (tolerations on members, taints off once bound);
-        `placement`: volume zones and zone spread; `claims`: DRA device requests (each None: not reported)."""
+        `placement`: volume zones and zone spread; `claims`: DRA device requests (each None: not reported);
+        `retry_after`: the longest watch window while pods whose description failed wait to be tried again."""
         self._core = core_api or client.CoreV1Api(api_client)
         self._sink = sink
         self._selector = selector
@@ -82,6 +95,9 @@ class PodWatcher:
         self._gangs = gangs
         self._placement = placement
         self._claims = claims
+        self._retry_after = retry_after
+        self._failed: dict[str, Mapping[str, Any]] = {}
+        """uid → the pod (as last seen) whose description failed on a call to the API server."""
         self.synced = threading.Event()
         """Set once the first full list has been handed over: the agent has a complete view."""
 
@@ -93,6 +109,7 @@ class PodWatcher:
                 if version is None:
                     version = self.sync()
                 version = self._watch_from(version, stop)
+                self._retry_failed()
                 if self._gangs is not None:
                     self._gangs.sweep()
                 failures = 0
@@ -104,13 +121,13 @@ class PodWatcher:
                     self._metrics.inc("watch_restarts_total", reason="expired")
                     version = None
                     continue
-                if error.status == _BAD_REQUEST and self._field_selector:
-                    log.warning("the API server refused field selector %r: filtering on the agent alone",
-                                self._field_selector)
+                if self._field_selector and _field_unsupported(error):
+                    log.warning("the API server refused field selector %r (%s): filtering on the agent alone",
+                                self._field_selector, describe_error(error))
                     self._field_selector = None
                     continue
                 failures += 1
-                log.warning("pods API error %s %s; retrying", error.status, error.reason)
+                log.warning("pods API error (%s); retrying", describe_error(error))
                 self._metrics.inc("watch_restarts_total", reason=f"http_{error.status}")
             except (urllib3.exceptions.HTTPError, OSError, json.JSONDecodeError) as error:
                 failures += 1
@@ -130,7 +147,8 @@ class PodWatcher:
         self._metrics.inc("pods_seen_total", len(pods))
         if self._gangs is not None:
             self._gangs.forget_all()
-        reports = [r for r in (self.report(pod) for pod in pods) if r is not None]
+        self._failed.clear()
+        reports = [r for r in (self._attempt(pod) for pod in pods) if r is not None]
         if self._gangs is not None:
             self._gangs.sweep()
         self._sink.replace_all(reports)
@@ -159,6 +177,7 @@ class PodWatcher:
 
     def _watch_from(self, version: str, stop: threading.Event) -> str:
         self._watch = _RawWatch()
+        timeout = min(self._watch_timeout, self._retry_after) if self._failed else self._watch_timeout
         if stop.is_set():  # stop() may have run before the watch existed: do not open it
             self._watch = None
             return version
@@ -168,8 +187,8 @@ class PodWatcher:
                 resource_version=version or None,
                 field_selector=self._field_selector,
                 allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout,
-                _request_timeout=(10, self._watch_timeout + 30),
+                timeout_seconds=timeout,
+                _request_timeout=(10, timeout + 30),
             ):
                 obj = event["raw_object"]
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
@@ -187,7 +206,10 @@ class PodWatcher:
         uid = (pod.get("metadata") or {}).get("uid")
         if not uid:
             return
-        report = None if kind == "DELETED" else self.report(pod)
+        self._failed.pop(uid, None)
+        report = None if kind == "DELETED" else self._attempt(pod)
+        if uid in self._failed:
+            return  # as it was, until it is tried again
         if report is None and self._gangs is not None:
             self._gangs.track(uid, None)
         if report is None:
@@ -195,8 +217,27 @@ class PodWatcher:
         else:
             self._sink.upsert(report)
 
+    def _retry_failed(self) -> None:
+        for uid, pod in list(self._failed.items()):
+            del self._failed[uid]
+            self._observe("MODIFIED", pod)
+
+    def _attempt(self, pod: Mapping[str, Any]) -> Report | None:
+        """`report`, or None with the pod kept for another try when a call to the API server failed."""
+        try:
+            return self.report(pod)
+        except CALL_FAILURES as error:
+            metadata = pod.get("metadata") or {}
+            reason = f"http_{error.status}" if isinstance(error, ApiException) else "connection"
+            log.warning("cannot report pod %s/%s now, trying again within %d s: %s", metadata.get("namespace"),
+                        metadata.get("name"), self._retry_after, describe_error(error))
+            self._metrics.inc("pods_failed_total", reason=reason)
+            self._failed[str(metadata.get("uid"))] = pod
+            return None
+
     def report(self, pod: Mapping[str, Any]) -> Report | None:
-        """The pod's report if it is to be reported; None otherwise (and for a pod that cannot be described)."""
+        """The pod's report if it is to be reported; None otherwise (and for a pod that cannot be described).
+        Raises what a call to the API server for another object raised (ApiException, a connection error)."""
         if not self._selector.reportable(pod):
             return None
         metadata = pod.get("metadata") or {}
@@ -246,3 +287,8 @@ class PodWatcher:
             if not (gpu or "unplannable" in context or self._selector.gpu_by_spec(pod)):
                 return None
         return context
+
+
+
+def _field_unsupported(error: ApiException) -> bool:
+    return error.status == _BAD_REQUEST and _FIELD_UNSUPPORTED in status_message(error)

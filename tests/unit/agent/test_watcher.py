@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler_agent.gangs import GangHold
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.podgroups import KubernetesPodGroups
 from gpu_autoscaler_agent.selection import PodSelector
@@ -169,8 +171,94 @@ def test_pod_groups_are_read_once_per_ttl_and_absence_is_none() -> None:
     assert groups.min_member(GroupRef("kueue", "team-a", "nginx")) is None  # kueue has no PodGroup resource
 
 
+def bad_request(message: str) -> ApiException:
+    """A 400 as the API server writes it: a Status whose message says what was wrong."""
+    error = ApiException(status=400, reason="Bad Request")
+    error.body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                             "reason": "BadRequest", "code": 400})
+    return error
+
+
 def test_a_refused_field_selector_is_dropped_and_the_agent_filters_alone() -> None:
-    sink, core, _, _ = run([ApiException(status=400, reason="Bad Request"), ListResponse([GPU, CPU], "10")], [])
+    refused = bad_request('Unable to find "/v1, Resource=pods" that match label selector "", field selector '
+                          '"spec.nodeName=": field label not supported: spec.nodeName')
+    sink, core, _, _ = run([refused, ListResponse([GPU, CPU], "10")], [])
     assert core.calls[0]["field_selector"] == "spec.nodeName="
     assert core.calls[1]["field_selector"] is None
     assert sink.calls[0] == ("replace_all", ["gpu"])
+
+
+def test_a_bad_request_about_something_else_keeps_the_field_selector() -> None:
+    sink, core, _, _ = run([bad_request("the server rejected our request for an unknown reason"),
+                            ListResponse([GPU, CPU], "10")], [])
+    assert [c["field_selector"] for c in core.calls[:2]] == ["spec.nodeName=", "spec.nodeName="]
+    assert sink.calls[0] == ("replace_all", ["gpu"])
+
+
+class Raw:
+    def __init__(self, obj: Any) -> None:
+        self.data = json.dumps(obj).encode()
+
+
+class WebhookCore(FakeCoreApi):
+    """Pod updates answered in turn from `patches` (an exception: an admission webhook's or the server's refusal;
+    None: accepted, the patched pod returned); no gang nodes."""
+
+    def __init__(self, lists: list[Any], watches: list[Any], stop: threading.Event,
+                 patches: list[BaseException | None]) -> None:
+        super().__init__(lists, watches, stop)
+        self.patches = list(patches)
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        outcome = self.patches.pop(0) if self.patches else None
+        if outcome is not None:
+            raise outcome
+        pod = next(p for p in MEMBERS if p["metadata"]["name"] == name)
+        return Raw({**pod, "spec": {**pod["spec"], "tolerations": body[1]["value"]}})
+
+    def list_node(self, **kwargs: Any) -> Any:
+        return Raw({"items": []})
+
+
+def denied(status: int) -> ApiException:
+    """An update refused: by a validating admission webhook (Gatekeeper, Kyverno answer 400 or 403 with the
+    policy's message), or by a server too busy (429) or failing (500)."""
+    error = ApiException(status=status, reason="Denied")
+    error.body = json.dumps({"kind": "Status", "status": "Failure", "code": status,
+                             "message": 'admission webhook "validation.gatekeeper.sh" denied the request'})
+    return error
+
+
+MEMBERS = [make_pod(uid="gang-0", name="gang-0", labels={"kueue.x-k8s.io/pod-group-name": "g"},
+                    annotations={"kueue.x-k8s.io/pod-group-total-count": "2"})]
+PLAIN = make_pod(uid="plain", name="infer-0")
+
+
+def run_with_gangs(lists: list[Any], watches: list[Any], patches: list[BaseException | None]
+                   ) -> tuple[RecordingSink, WebhookCore, Metrics]:
+    stop = threading.Event()
+    core = WebhookCore(lists, watches, stop, patches)
+    sink, metrics = RecordingSink(), Metrics()
+    watcher = PodWatcher(None, sink, PodSelector(["nvidia.com/gpu"]), NoGroups(), metrics,  # type: ignore[arg-type]
+                         field_selector="spec.nodeName=", backoff=Backoff(initial=0.001, maximum=0.001),
+                         core_api=core, gangs=GangHold(None, metrics, core_api=core))  # type: ignore[arg-type]
+    thread = threading.Thread(target=watcher.run, args=(stop,))
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    return sink, core, metrics
+
+
+@pytest.mark.parametrize("status", [400, 403, 429, 500])
+def test_a_pod_whose_update_is_refused_is_skipped_and_the_others_are_reported(status: int) -> None:
+    sink, core, metrics = run_with_gangs([ListResponse([*MEMBERS, PLAIN], "10")], [], [denied(status)])
+    assert sink.calls[0] == ("replace_all", ["plain"])
+    assert all(c["field_selector"] == "spec.nodeName=" for c in core.calls)
+    assert metrics.value("pods_failed_total", reason=f"http_{status}") == 1
+
+
+def test_a_pod_that_failed_in_the_watch_is_tried_again_when_the_window_ends() -> None:
+    sink, _, metrics = run_with_gangs([ListResponse([PLAIN], "10")],
+                                      [[event("ADDED", MEMBERS[0])], [bookmark("12")]], [denied(400), None])
+    assert sink.calls == [("replace_all", ["plain"]), ("upsert", "gang-0")]
+    assert metrics.value("pods_failed_total", reason="http_400") == 1
