@@ -3,10 +3,11 @@ from __future__ import annotations
 import pickle
 from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
-from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement, terms_match
 from gpu_autoscaler.models.resources import Resources, mig_profile, mig_resource, parse_quantity
 
 
@@ -85,3 +86,19 @@ def test_a_mig_profile_is_named_as_the_device_plugin_names_it_and_back(profile: 
     assert mig_resource(profile) == resource
     assert mig_profile(resource) == profile
     assert mig_profile("nvidia.com/gpu") is None
+
+
+@pytest.mark.parametrize(("term", "name", "expected"), [
+    ({}, None, False),  # "A null or empty node selector term matches no objects."
+    ({}, "n1", False),
+    ({"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}, None, True),
+    ({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}, None, False),  # a new node
+    ({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}, "n1", True),
+    ({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}, "n2", True),
+    ({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+      "matchExpressions": [{"key": "k", "operator": "In", "values": ["other"]}]}, "n1", False),
+])
+def test_a_node_selector_term_reads_its_fields_and_an_empty_one_matches_nothing(
+        term: dict[str, Any], name: str | None, expected: bool) -> None:
+    assert NodeSelectorTerm.model_validate(term).matches({"k": "v"}, name) is expected
+    assert terms_match([NodeSelectorTerm.model_validate(term)], {"k": "v"}, name) is expected

@@ -128,6 +128,33 @@ def test_affinity_terms_are_ored() -> None:
     assert set(plan.claims[0].instance_types) <= {"g5.xlarge", "g5.2xlarge", "p5.4xlarge"}
 
 
+def test_an_empty_node_selector_term_matches_no_node() -> None:
+    """"A null or empty node selector term matches no objects" (the API reference, NodeSelectorTerm)."""
+    plan = solve([make_pod(requiredNodeAffinity=[{}])], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims
+    assert "empty node selector term" in reason(plan)
+
+
+def test_a_term_selecting_nodes_by_field_is_not_planned_for_a_new_node() -> None:
+    """A new node's name is not known before it exists (Karpenter: "node selector term with matchFields is not
+    supported"); a term with matchFields is never taken for one."""
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-0-1.ec2.internal"]}]}
+    plan = solve([make_pod(requiredNodeAffinity=[by_name])], make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims
+    assert "matchFields" in reason(plan)
+
+
+def test_a_term_selecting_by_field_leaves_the_other_terms_to_plan_on() -> None:
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["ip-10-0-0-1"]}],
+               "matchExpressions": [{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+                                     "values": ["h100"]}]}
+    a10g = {"matchExpressions": [{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In",
+                                  "values": ["a10g"]}]}
+    plan = solve([make_pod(gpus=1, requiredNodeAffinity=[by_name, a10g])], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["g5.xlarge"]
+    assert set(plan.claims[0].instance_types) <= {"g5.xlarge", "g5.2xlarge"}
+
+
 def test_exists_on_an_unknown_label_leaves_the_pod_unschedulable_with_a_reason() -> None:
     pod = make_pod(requiredNodeAffinity=[{"matchExpressions": [{"key": "example.com/x", "operator": "Exists"}]}])
     plan = solve([pod], make_pool(capacityTypes=["on-demand"]))

@@ -386,7 +386,7 @@ class _Pass(GroupJudge):
         for pod in self.pending:
             if (fits(pod.requests + {PODS: 1}, free) and tolerates_all(pod.tolerations, taints)
                     and all(labels.get(k) == v for k, v in pod.node_selector.items())
-                    and terms_match(pod.required_node_affinity, labels)):
+                    and terms_match(pod.required_node_affinity, labels, node.name)):
                 return pod
         return None
 

@@ -107,7 +107,7 @@ def eligible(template: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
                   for t in (node.get("spec") or {}).get("taints") or ()]
     except ValidationError:
         return False
-    if not terms_match(terms, labels):
+    if not terms_match(terms, labels, node["metadata"].get("name")):
         return False
     if (node.get("spec") or {}).get("unschedulable"):
         taints.append(Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule"))

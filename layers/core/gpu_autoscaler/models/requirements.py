@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["NodeSelectorTerm", "Operator", "Requirement", "terms_match"]
+__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "Requirement", "terms_match", "unplannable_terms"]
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+NODE_NAME_FIELD = "metadata.name"
+"""The field a node selector term's `matchFields` may name (the API server refuses any other)."""
 
 
 class Requirement(BaseModel):
@@ -58,19 +60,48 @@ class Requirement(BaseModel):
 
 
 class NodeSelectorTerm(BaseModel):
-    """A pod's required node affinity term: all expressions must hold."""
+    """A required node affinity term: its expressions hold on the node's labels and its fields on the node's
+    own fields (`metadata.name`, the one field a term may name), all of them. "A null or empty node selector
+    term matches no objects" (Kubernetes API reference, NodeSelectorTerm)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     match_expressions: tuple[Requirement, ...] = Field(default=(), alias="matchExpressions")
+    match_fields: tuple[Requirement, ...] = Field(default=(), alias="matchFields")
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str], name: str | None = None) -> bool:
+        """`name`: the node's; None for a node not launched yet, whose name no field can be known to match."""
+        if not self.match_expressions and not self.match_fields:
+            return False
+        if self.match_fields and (name is None or not all(r.matches({NODE_NAME_FIELD: name})
+                                                          for r in self.match_fields)):
+            return False
         return all(r.matches(labels) for r in self.match_expressions)
 
+    @property
+    def plannable(self) -> bool:
+        """Whether a node not launched yet may satisfy it: it selects on labels alone, and on some."""
+        return bool(self.match_expressions) and not self.match_fields
 
-def terms_match(terms: tuple[NodeSelectorTerm, ...] | list[NodeSelectorTerm], labels: Mapping[str, str]) -> bool:
-    """Terms are ORed, as in `requiredDuringSchedulingIgnoredDuringExecution`; none means any node."""
-    return not terms or any(t.matches(labels) for t in terms)
+
+def terms_match(terms: tuple[NodeSelectorTerm, ...] | list[NodeSelectorTerm], labels: Mapping[str, str],
+                name: str | None = None) -> bool:
+    """Terms are ORed, as in `requiredDuringSchedulingIgnoredDuringExecution`; none means any node. `name`: the
+    node's, None for a node not launched yet."""
+    return not terms or any(t.matches(labels, name) for t in terms)
+
+
+def unplannable_terms(terms: tuple[NodeSelectorTerm, ...]) -> str | None:
+    """Why no node launched for the pod can satisfy its required node affinity (None when a term may be):
+    every term is empty, or selects nodes by field. Karpenter refuses a pod with any such term ("node selector
+    term with matchFields is not supported", provisioner.go `validateNodeSelectorTerm`); here the pod's other
+    terms are still planned on."""
+    if not terms or any(t.plannable for t in terms):
+        return None
+    if any(t.match_fields for t in terms):
+        return ("its required node affinity selects nodes by field (matchFields on metadata.name): a node not "
+                "launched yet has no name to match, so no node is planned for it")
+    return "its required node affinity has only empty node selector terms, which match no node"
 
 
 def _is_int(text: str) -> bool:

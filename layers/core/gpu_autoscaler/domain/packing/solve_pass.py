@@ -45,6 +45,7 @@ from gpu_autoscaler.domain.packing.zones import (
 )
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim, launched_at
 from gpu_autoscaler.models.pods import device_totals, with_requests
+from gpu_autoscaler.models.requirements import unplannable_terms
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, is_gpu_resource
 from gpu_autoscaler.models.taints import tolerates_all
 
@@ -122,17 +123,23 @@ class SolvePass:
 
     def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
         """Pods pinned to their volumes' zones, asking for their DRA devices and one-per-node room as for
-        resources; those the agent or their volumes rule out are unschedulable. One pass over the pods (a
+        resources; those the agent, their node affinity or their volumes rule out are unschedulable, and affinity
+        terms no node not launched yet can satisfy (empty, or by field) are left out. One pass over the pods (a
         burst's ten thousand)."""
         out = []
         zoned = False
         for pod in pods:
             if pod.unplannable:
                 self.unschedulable.append(Unschedulable(pod.uid, pod.key, pod.unplannable))
+            elif pod.required_node_affinity and (affinity := unplannable_terms(pod.required_node_affinity)):
+                self.unschedulable.append(Unschedulable(pod.uid, pod.key, affinity))
             elif pod.volume_zones is not None and not pod.volume_zones:
                 self.unschedulable.append(Unschedulable(
                     pod.uid, pod.key, "its persistent volumes have no zone in common: no node can attach them all"))
             else:
+                terms = pod.required_node_affinity
+                if terms and not all(t.plannable for t in terms):  # planned on its other terms
+                    pod = pod.model_copy(update={"required_node_affinity": tuple(t for t in terms if t.plannable)})
                 if pod.device_requests or pod.pod_anti_affinity:
                     pod = with_requests(pod, {**device_totals(pod), **one_per_node(pod)})
                 zoned = zoned or bool(pod.volume_zones)
