@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["DRA_GROUP", "ClaimsUnplannable", "KubernetesClaims", "has_claims", "is_gpu_class"]
 
 DRA_GROUP = ("resource.k8s.io", "v1")
-_ABSENT = (403, 404)
+_ABSENT = 404
+"""No such object or resource; a read not allowed (403) is an error, never taken for a missing claim."""
 
 
 class ClaimsUnplannable(Exception):
@@ -113,7 +114,7 @@ class KubernetesClaims:
         try:
             found = call(*args)
         except ApiException as error:
-            if error.status not in _ABSENT:
+            if error.status != _ABSENT:
                 raise
             found = None
         if cache:

@@ -6,6 +6,11 @@
   `WaitForFirstConsumer` class will be provisioned where the pod lands, within the class's `allowedTopologies`.
   kube-scheduler's VolumeBinding filter requires the node to satisfy all of them, so the zones are intersected.
   (https://kubernetes.io/docs/concepts/storage/storage-classes/#volume-binding-mode, #allowed-topologies)
+  A claim kube-scheduler places on no node — missing (an ephemeral volume's before its controller makes it),
+  being deleted, Lost, bound to a volume that does not exist, unbound without a class, or unbound of an
+  `Immediate` class — makes the pod unplannable, with the reason, as Karpenter's `ValidatePersistentVolumeClaims`
+  refuses it (pkg/controllers/provisioning/scheduling/volumetopology.go). A read the agent is not allowed
+  (403) is an error, never taken for "no restriction".
 - Spread: `topologySpreadConstraints` keyed on the zone with `whenUnsatisfiable: DoNotSchedule` are copied
   with how many matching pods already run in each zone (their nodes' zone label), so new nodes even them out.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
@@ -24,7 +29,7 @@ import logging
 from collections import Counter
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -35,13 +40,25 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["ZONE_KEYS", "KubernetesPlacement", "label_selector_text", "node_anti_affinity", "selects", "zone_spread"]
+__all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
+           "selects", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
 ZONE_KEYS = frozenset({"topology.kubernetes.io/zone", "topology.ebs.csi.aws.com/zone",
                        "failure-domain.beta.kubernetes.io/zone"})
-_ABSENT = (403, 404)
+_NOT_FOUND = 404
+
+
+class VolumesUnplannable(Exception):
+    """A volume of the pod that no node can serve: the message says which and why."""
+
+
+class _ClaimPlace(NamedTuple):
+    zones: frozenset[str] | None
+    """Where the claim's volume can be used; None: any zone."""
+    refused: str | None = None
+    """Why no node can serve it (kube-scheduler would place the pod nowhere)."""
 
 
 def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -136,10 +153,11 @@ class KubernetesPlacement:
         return value
 
     def _read(self, call: Callable[..., Any], *args: str) -> dict[str, Any] | None:
+        """The object; None when it does not exist (any other failure is raised)."""
         try:
             response: Any = call(*args, _preload_content=False)
         except ApiException as error:
-            if error.status in _ABSENT:
+            if error.status == _NOT_FOUND:
                 return None
             raise
         found: dict[str, Any] = json.loads(response.data)
@@ -148,7 +166,8 @@ class KubernetesPlacement:
     # Volumes
 
     def volume_zones(self, pod: Mapping[str, Any]) -> list[str] | None:
-        """Zones where every persistent volume of the pod can be used; None when they do not restrict it."""
+        """Zones where every persistent volume of the pod can be used; None when they do not restrict it.
+        Raises VolumesUnplannable for a claim no node can serve."""
         metadata = pod.get("metadata") or {}
         namespace = metadata.get("namespace") or "default"
         result: set[str] | None = None
@@ -159,29 +178,48 @@ class KubernetesPlacement:
                 name = f"{metadata.get('name')}-{volume.get('name')}"
             else:
                 continue
-            zones = self._cached(("pvc", namespace, name), partial(self._claim_zones, namespace, name))
-            if zones is not None:
-                result = set(zones) if result is None else result & set(zones)
+            place: _ClaimPlace = self._cached(("pvc", namespace, name), partial(self._claim_place, namespace, name))
+            if place.refused is not None:
+                raise VolumesUnplannable(place.refused)
+            if place.zones is not None:
+                result = set(place.zones) if result is None else result & set(place.zones)
         return sorted(result) if result is not None else None
 
-    def _claim_zones(self, namespace: str, name: str) -> frozenset[str] | None:
+    def _claim_place(self, namespace: str, name: str) -> _ClaimPlace:
         claim = self._read(self._core.read_namespaced_persistent_volume_claim, name, namespace)
         if claim is None:
-            return None
+            return _ClaimPlace(None, f"its PersistentVolumeClaim {name} does not exist")
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            return _ClaimPlace(None, f"its PersistentVolumeClaim {name} is being deleted")
         spec = claim.get("spec") or {}
-        if volume := spec.get("volumeName"):
+        volume = spec.get("volumeName")
+        if (claim.get("status") or {}).get("phase") == "Lost":
+            return _ClaimPlace(None, f"its PersistentVolumeClaim {name} is Lost: its PersistentVolume {volume} "
+                                     "no longer exists")
+        if volume:
             pv = self._read(self._core.read_persistent_volume, volume)
-            terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
+            if pv is None:
+                return _ClaimPlace(None, f"the PersistentVolume {volume} of its PersistentVolumeClaim {name} does "
+                                         "not exist")
+            terms = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
                 "nodeSelectorTerms") or ()
             zones = _zones_of_terms(terms, "matchExpressions") if terms else None
-        elif class_name := spec.get("storageClassName"):
-            storage_class = self._read(self._storage.read_storage_class, class_name) or {}
-            topologies = storage_class.get("allowedTopologies") or ()
-            late = storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
-            zones = _zones_of_terms(topologies, "matchLabelExpressions") if late and topologies else None
-        else:
-            zones = None
-        return frozenset(zones) if zones is not None else None
+            return _ClaimPlace(frozenset(zones) if zones is not None else None)
+        class_name = spec.get("storageClassName")
+        if not class_name:
+            return _ClaimPlace(None, f"its PersistentVolumeClaim {name} is not bound and names no StorageClass to "
+                                     "provision it")
+        storage_class = self._read(self._storage.read_storage_class, class_name)
+        if storage_class is None:
+            return _ClaimPlace(None, f"the StorageClass {class_name} of its PersistentVolumeClaim {name} does not "
+                                     "exist")
+        if storage_class.get("volumeBindingMode", "Immediate") != "WaitForFirstConsumer":
+            return _ClaimPlace(None, f"its PersistentVolumeClaim {name} is not bound, and a claim of StorageClass "
+                                     f"{class_name}, with immediate volume binding mode, must be bound before the "
+                                     "pod can be scheduled")
+        topologies = storage_class.get("allowedTopologies") or ()
+        zones = _zones_of_terms(topologies, "matchLabelExpressions") if topologies else None
+        return _ClaimPlace(frozenset(zones) if zones is not None else None)
 
     # Spread
 

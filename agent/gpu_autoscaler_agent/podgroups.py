@@ -34,8 +34,9 @@ JOBSET_RESOURCE = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """On a Job or JobSet Kueue manages (the label, or the older annotation of the same name)."""
 _MEMBER_LABELS = {"coscheduling": COSCHEDULING_LABEL, "kueue": KUEUE_GROUP_LABEL}
-_ABSENT = (403, 404)
-"""Not found, or not allowed (the ClusterRole only grants the groups of schedulers it was told about)."""
+_ABSENT = 404
+"""No such object, or no such resource (its scheduler's CRD is not installed). Not allowed (403) is an error: the
+ClusterRole grants every group read here, so a refusal is a misconfiguration to say, not a gang to guess."""
 
 
 class KubernetesPodGroups:
@@ -86,7 +87,7 @@ class KubernetesPodGroups:
         try:
             obj: Any = self._custom.get_namespaced_custom_object(group, version, ref.namespace, plural, ref.name)
         except ApiException as error:
-            if error.status in _ABSENT:
+            if error.status == _ABSENT:
                 log.debug("no %s PodGroup %s/%s (%s)", ref.kind, ref.namespace, ref.name, error.status)
                 return None
             raise
@@ -104,7 +105,7 @@ class KubernetesPodGroups:
             else:
                 return None
         except ApiException as error:
-            if error.status in _ABSENT:
+            if error.status == _ABSENT:
                 return None
             raise
         metadata = obj.get("metadata") or {}
@@ -126,7 +127,7 @@ class KubernetesPodGroups:
                 ref.namespace, label_selector=f"{label}={ref.name}", _preload_content=False
             )
         except ApiException as error:
-            if error.status in _ABSENT:
+            if error.status == _ABSENT:
                 return None
             raise
         items = json.loads(response.data).get("items") or []

@@ -27,7 +27,7 @@ from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error, statu
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
-from gpu_autoscaler_agent.placement import node_anti_affinity, zone_spread
+from gpu_autoscaler_agent.placement import VolumesUnplannable, node_anti_affinity, zone_spread
 from gpu_autoscaler_agent.selection import group_ref, resolve_group
 from gpu_autoscaler_agent.sender import Backoff
 
@@ -266,7 +266,10 @@ class PodWatcher:
         spec = pod.get("spec") or {}
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
         if self._placement is not None:
-            context["volumeZones"] = self._placement.volume_zones(pod)
+            try:
+                context["volumeZones"] = self._placement.volume_zones(pod)
+            except VolumesUnplannable as error:
+                context["unplannable"] = f"its volumes cannot be used on any node: {error}"
             spread = [{"maxSkew": c.get("maxSkew", 1), "topologyKey": c["topologyKey"],
                        "whenUnsatisfiable": "DoNotSchedule",
                        "zoneCounts": self._placement.zone_counts(namespace, c.get("labelSelector"))}
@@ -280,7 +283,7 @@ class PodWatcher:
             try:
                 requests = self._claims.device_requests(pod)
             except ClaimsUnplannable as error:
-                context["unplannable"] = f"its DRA claims cannot be planned for: {error}"
+                context.setdefault("unplannable", f"its DRA claims cannot be planned for: {error}")
             if requests:
                 context["deviceRequests"] = requests
             gpu = any(is_gpu_class(r["deviceClassName"]) for r in requests)

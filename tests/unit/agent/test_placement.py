@@ -1,0 +1,176 @@
+"""Volumes kube-scheduler would place nowhere (Karpenter's `ValidatePersistentVolumeClaims`,
+pkg/controllers/provisioning/scheduling/volumetopology.go) make the pod unplannable, with the reason; a read the
+agent is not allowed is an error, never taken for "no restriction"."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler_agent.health import Metrics
+from gpu_autoscaler_agent.placement import KubernetesPlacement
+from gpu_autoscaler_agent.selection import PodSelector
+from gpu_autoscaler_agent.sender import Backoff
+from gpu_autoscaler_agent.watcher import PodWatcher
+from tests.unit.agent.builders import make_pod
+from tests.unit.agent.fake_kubernetes import FakeCoreApi, ListResponse
+from tests.unit.agent.test_watcher import NoGroups, RecordingSink
+
+CLOCK = FixedClock(datetime(2026, 11, 22, tzinfo=UTC))
+
+
+class Raw:
+    def __init__(self, obj: Any) -> None:
+        self.data = json.dumps(obj).encode()
+
+
+def not_found(kind: str, name: str) -> ApiException:
+    error = ApiException(status=404, reason="Not Found")
+    error.body = json.dumps({"kind": "Status", "code": 404, "reason": "NotFound",
+                             "message": f'{kind} "{name}" not found'})
+    return error
+
+
+def forbidden() -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": (
+        'persistentvolumeclaims "data" is forbidden: User "system:serviceaccount:gpu-autoscaler:agent" cannot get '
+        'resource "persistentvolumeclaims" in API group "" in the namespace "team-a"')})
+    return error
+
+
+class Objects(FakeCoreApi):
+    """Claims, volumes and classes by name (an exception in their place is raised when read)."""
+
+    def __init__(self, claims: dict[str, Any], volumes: dict[str, Any] | None = None,
+                 classes: dict[str, Any] | None = None, pods: list[dict[str, Any]] | None = None) -> None:
+        super().__init__([ListResponse(pods or [], "10")], [], threading.Event())
+        self.claims, self.volumes, self.classes = claims, volumes or {}, classes or {}
+
+    @staticmethod
+    def _get(objects: dict[str, Any], kind: str, name: str) -> Any:
+        found = objects.get(name)
+        if found is None:
+            raise not_found(kind, name)
+        if isinstance(found, BaseException):
+            raise found
+        return Raw(found)
+
+    def read_namespaced_persistent_volume_claim(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self._get(self.claims, "persistentvolumeclaims", name)
+
+    def read_persistent_volume(self, name: str, **kwargs: Any) -> Any:
+        return self._get(self.volumes, "persistentvolumes", name)
+
+    def read_storage_class(self, name: str, **kwargs: Any) -> Any:
+        return self._get(self.classes, "storageclasses", name)
+
+
+def claim(name: str = "data", *, volume: str | None = None, storage_class: str | None = "gp3",
+          phase: str = "Pending", deleting: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    if volume:
+        spec["volumeName"] = volume
+    metadata: dict[str, Any] = {"name": name, "namespace": "team-a"}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-22T09:00:00Z"
+        metadata["finalizers"] = ["kubernetes.io/pvc-protection"]
+    return {"metadata": metadata, "spec": spec, "status": {"phase": phase}}
+
+
+def storage_class(name: str, mode: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com", "volumeBindingMode": mode}
+
+
+def with_claim(**kwargs: Any) -> dict[str, Any]:
+    pod = make_pod(**kwargs)
+    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    return pod
+
+
+def watcher(core: Objects) -> tuple[PodWatcher, RecordingSink, Metrics]:
+    sink, metrics = RecordingSink(), Metrics()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=core)  # type: ignore[arg-type]
+    found = PodWatcher(None, sink, PodSelector(["nvidia.com/gpu"]), NoGroups(), metrics,  # type: ignore[arg-type]
+                       backoff=Backoff(initial=0.001, maximum=0.001), core_api=core,  # type: ignore[arg-type]
+                       placement=placement)
+    return found, sink, metrics
+
+
+@pytest.mark.parametrize(("core", "why"), [
+    (Objects({}), "PersistentVolumeClaim data does not exist"),
+    (Objects({"data": claim(deleting=True)}), "PersistentVolumeClaim data is being deleted"),
+    (Objects({"data": claim(volume="pv-1", phase="Lost")}), "PersistentVolumeClaim data is Lost"),
+    (Objects({"data": claim()}, classes={"gp3": storage_class("gp3", "Immediate")}),
+     "with immediate volume binding mode, must be bound"),
+    (Objects({"data": claim(storage_class=None)}), "is not bound and names no StorageClass"),
+    (Objects({"data": claim()}), "StorageClass gp3 of its PersistentVolumeClaim data does not exist"),
+    (Objects({"data": claim(volume="pv-1", phase="Bound")}),
+     "PersistentVolume pv-1 of its PersistentVolumeClaim data does not exist"),
+])
+def test_a_pod_whose_claim_kube_scheduler_would_refuse_is_reported_unplannable(core: Objects, why: str) -> None:
+    report = watcher(core)[0].report(with_claim())
+    assert report is not None
+    assert why in report.entry["unplannable"]
+
+
+def test_an_ephemeral_volume_whose_claim_is_not_made_yet_is_unplannable_for_now() -> None:
+    pod = make_pod(name="train-0")
+    pod["spec"]["volumes"] = [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]
+    report = watcher(Objects({}))[0].report(pod)
+    assert report is not None and "PersistentVolumeClaim train-0-scratch does not exist" in report.entry["unplannable"]
+
+
+def test_a_late_binding_claim_is_planned() -> None:
+    core = Objects({"data": claim()}, classes={"gp3": storage_class("gp3", "WaitForFirstConsumer")})
+    report = watcher(core)[0].report(with_claim())
+    assert report is not None and "unplannable" not in report.entry
+
+
+def test_a_claim_the_agent_may_not_read_skips_the_pod_with_the_missing_permission_said(
+        caplog: pytest.LogCaptureFixture) -> None:
+    pods = [with_claim(uid="guarded"), make_pod(uid="plain", name="infer-0")]
+    found, sink, metrics = watcher(Objects({"data": forbidden()}, pods=pods))
+    found.sync()
+    assert sink.calls == [("replace_all", ["plain"])]
+    assert metrics.value("pods_failed_total", reason="http_403") == 1
+    assert 'cannot get resource "persistentvolumeclaims"' in caplog.text
+
+
+class ForbiddenCustom:
+    """A custom-objects API that refuses every read, as the API server does when the ClusterRole lacks the rule."""
+
+    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        raise forbidden()
+
+    def get_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        raise forbidden()
+
+
+def test_a_pod_group_the_agent_may_not_read_is_an_error_not_an_absent_group() -> None:
+    from gpu_autoscaler_agent.podgroups import KubernetesPodGroups
+    from gpu_autoscaler_agent.selection import GroupRef
+
+    groups = KubernetesPodGroups(None, CLOCK, custom_api=ForbiddenCustom(),  # type: ignore[arg-type]
+                                 core_api=object(), batch_api=object())  # type: ignore[arg-type]
+    with pytest.raises(ApiException):
+        groups.min_member(GroupRef("coscheduling", "team-a", "g"))
+    with pytest.raises(ApiException):
+        groups.workload_size(GroupRef("jobset", "team-a", "js"))
+
+
+def test_a_dra_claim_the_agent_may_not_read_is_an_error_not_a_missing_claim() -> None:
+    from gpu_autoscaler_agent.claims import KubernetesClaims
+
+    pod = make_pod()
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
+    with pytest.raises(ApiException):
+        KubernetesClaims(None, CLOCK, custom_api=ForbiddenCustom()).device_requests(pod)  # type: ignore[arg-type]
