@@ -12,7 +12,8 @@
   refuses it (pkg/controllers/provisioning/scheduling/volumetopology.go). A read the agent is not allowed
   (403) is an error, never taken for "no restriction".
 - Spread: `topologySpreadConstraints` keyed on the zone with `whenUnsatisfiable: DoNotSchedule` are copied
-  with how many matching pods already run in each zone (their nodes' zone label), so new nodes even them out.
+  with how many matching pods already run in each zone (their nodes' zone label; terminating and finished pods
+  are not counted, as kube-scheduler does not count them), so new nodes even them out.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
 
 - Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
@@ -231,9 +232,12 @@ class KubernetesPlacement:
         return dict(self._cached(("spread", namespace, text), lambda: self._count(namespace, text)))
 
     def _count(self, namespace: str, selector: str) -> dict[str, int]:
+        """Bound pods that are neither finished nor terminating: those kube-scheduler counts (Karpenter's
+        `IgnoredForTopology` skips the others too)."""
         response: Any = self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
         nodes = [(p.get("spec") or {}).get("nodeName") for p in json.loads(response.data).get("items") or ()
-                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                 and not (p.get("metadata") or {}).get("deletionTimestamp")]
         zone_of = self._cached(("nodes",), self._node_zones)
         return dict(Counter(zone_of[n] for n in nodes if n and n in zone_of))
 

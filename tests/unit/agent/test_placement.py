@@ -174,3 +174,27 @@ def test_a_dra_claim_the_agent_may_not_read_is_an_error_not_a_missing_claim() ->
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
     with pytest.raises(ApiException):
         KubernetesClaims(None, CLOCK, custom_api=ForbiddenCustom()).device_requests(pod)  # type: ignore[arg-type]
+
+
+class Spread:
+    """Pods matching `app=x` on nodes of two zones: one running, one terminating, one finished."""
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        def pod(name: str, node: str, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+            metadata: dict[str, Any] = {"name": name, "labels": {"app": "x"}}
+            if deleting:
+                metadata["deletionTimestamp"] = "2026-11-22T09:00:00Z"
+            return {"metadata": metadata, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+        return Raw({"items": [pod("a", "n1"), pod("old", "n2", deleting=True), pod("done", "n2", "Succeeded")]})
+
+    def list_node(self, **kwargs: Any) -> Any:
+        return Raw({"items": [{"metadata": {"name": n, "labels": {"topology.kubernetes.io/zone": z}}}
+                              for n, z in (("n1", "us-east-1a"), ("n2", "us-east-1b"))]})
+
+
+def test_terminating_and_finished_pods_do_not_count_for_zone_spread() -> None:
+    """kube-scheduler's PodTopologySpread and Karpenter (`IgnoredForTopology`: not scheduled, terminal or
+    terminating) count neither."""
+    placement = KubernetesPlacement(None, CLOCK, core_api=Spread(), storage_api=object())  # type: ignore[arg-type]
+    assert placement.zone_counts("team-a", {"matchLabels": {"app": "x"}}) == {"us-east-1a": 1}
