@@ -141,6 +141,24 @@ def test_patches_in_each_format_the_client_sends(core: client.CoreV1Api, kube: L
     assert failed_test.value.status == 422
 
 
+def test_pods_are_defaulted_and_refused_as_a_real_api_server_does(core: client.CoreV1Api) -> None:
+    """Requests defaulted from limits; a GPU request without a limit and a changed node selector refused (422)."""
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))
+    container = kube_reads.pod_spec(core.read_namespaced_pod("p", "default")).containers[0]
+    assert container.resources is not None and container.resources.requests == {
+        "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+    gpu_requested = make_pod("q")
+    gpu_requested["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(gpu_requested))
+    assert refused.value.status == 422 and "Limit must be set for non overcommitable resources" in str(
+        refused.value.body)
+    with pytest.raises(ApiException) as immutable:
+        core.patch_namespaced_pod("p", "default", {"spec": {"nodeSelector": {"a": "b"}}})
+    assert immutable.value.status == 422 and "pod updates may not change fields other than" in str(
+        immutable.value.body)
+
+
 def test_status_is_written_through_its_subresource_only(core: client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("p")))
     core.patch_namespaced_pod("p", "default", {"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "1"}}})

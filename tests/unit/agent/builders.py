@@ -48,11 +48,15 @@ def make_pod(
     overhead: dict[str, str] | None = None,
     pod_resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`gpu_in`: `requests` puts the GPUs in requests and limits (as the API server stores a pod), `limits` in
+    limits alone (as a user may write it)."""
     if containers is None:
         requests = {"cpu": cpu, "memory": memory, **(extra_requests or {})}
         resources: dict[str, Any] = {"requests": requests}
-        if gpus is not None:
-            resources.setdefault(gpu_in, {})["nvidia.com/gpu"] = str(gpus)
+        if gpus is not None:  # an extended resource has a limit, and its request is the limit or absent
+            resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+            if gpu_in == "requests":
+                requests["nvidia.com/gpu"] = str(gpus)
         containers = [{"name": "main", "image": "trainer:1", "resources": resources}]
     affinity = None
     if affinity_terms is not None:
@@ -85,9 +89,13 @@ def make_pod(
 
 
 def container(name: str, restart_policy: str | None = None, **requests: str) -> dict[str, Any]:
-    """A container requesting `cpu=..., memory=..., gpu=...` (gpu names nvidia.com/gpu)."""
+    """A container requesting `cpu=..., memory=..., gpu=...` (gpu names nvidia.com/gpu, limited to as many: the
+    API server refuses an extended resource's request without a limit)."""
     named = {("nvidia.com/gpu" if k == "gpu" else k.replace("_", "-")): v for k, v in requests.items()}
-    out: dict[str, Any] = {"name": name, "image": "x", "resources": {"requests": named}}
+    resources: dict[str, Any] = {"requests": named}
+    if "nvidia.com/gpu" in named:
+        resources["limits"] = {"nvidia.com/gpu": named["nvidia.com/gpu"]}
+    out: dict[str, Any] = {"name": name, "image": "x", "resources": resources}
     if restart_policy is not None:
         out["restartPolicy"] = restart_policy
     return out

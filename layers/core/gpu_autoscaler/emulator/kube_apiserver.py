@@ -13,6 +13,9 @@ else `spec.terminationGracePeriodSeconds`) and `deletionGracePeriodSeconds`, and
 stopped it and deletes it for good (`gracePeriodSeconds=0`, as `kubectl delete --force` does); a second delete
 may only shorten the grace period. An unscheduled or finished pod goes at once. Evictions delete the same way.
 
+Pods are defaulted and checked as the API server does (`kube_pod_rules`): requests from limits, extended
+resources whole and never overcommitted, and an update changing only what a pod's update may.
+
 What is not: admission beyond that, validation beyond what a client would trip over.
 """
 
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.emulator import disruption
 from gpu_autoscaler.emulator.kube_objects import NAMESPACES, NODES, PDBS, PODS, ApiError, format_time, status_body
 from gpu_autoscaler.emulator.kube_patch import apply_patch
+from gpu_autoscaler.emulator.kube_pod_rules import check_pod, check_pod_update, default_pod
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -268,6 +272,9 @@ class ApiServer:
         if "status" in resource.subresources:
             out["status"] = copy.deepcopy(current.get("status", {}))
         old_spec = current.get("spec")
+        if resource is PODS:  # the object an update makes is defaulted as a new one is, then checked
+            default_pod(out)
+            check_pod_update(current, out)
         if old_spec != out.get("spec"):
             out.setdefault("metadata", {})["generation"] = current["metadata"].get("generation", 1) + 1
         elif "generation" in current["metadata"]:
@@ -286,6 +293,8 @@ class ApiServer:
             spec.setdefault("dnsPolicy", "ClusterFirst")
             spec.setdefault("priority", 0)
             spec.setdefault("enableServiceLinks", True)
+            default_pod(obj)
+            check_pod(obj)
             obj["status"] = {"phase": "Pending"}
         elif resource is NAMESPACES:
             obj["status"] = {"phase": "Active"}

@@ -79,7 +79,9 @@ def _max(a: Resources, b: Resources) -> Resources:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """What NodeResourcesFit counts for the pod (without its pod slot)."""
+    """What NodeResourcesFit counts for the pod (without its pod slot): its containers' requests, or for what
+    the pod level names (`spec.resources`), the pod's: "If you specify pod-level requests, the kube-scheduler uses
+    them" (kubernetes.io, Assign Pod-level CPU and memory resources); the pod overhead on top."""
     spec = pod.get("spec") or {}
     sidecars = Resources()
     init_peak = Resources()
@@ -92,7 +94,10 @@ def pod_requests(pod: Mapping[str, Any]) -> Resources:
     app = Resources()
     for container in spec.get("containers") or ():
         app = app + _container_requests(container)
-    return _max(app + sidecars, init_peak) + Resources.from_quantities(spec.get("overhead") or {})
+    total = _max(app + sidecars, init_peak)
+    if pod_level := spec.get("resources"):
+        total = Resources({**total, **_container_requests({"resources": pod_level})})
+    return total + Resources.from_quantities(spec.get("overhead") or {})
 
 
 # Matching
