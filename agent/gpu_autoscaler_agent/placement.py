@@ -13,7 +13,8 @@
   (403) is an error, never taken for "no restriction".
 - Spread: `topologySpreadConstraints` keyed on the zone with `whenUnsatisfiable: DoNotSchedule` are copied
   with how many matching pods already run in each zone (their nodes' zone label; terminating and finished pods
-  are not counted, as kube-scheduler does not count them), so new nodes even them out.
+  are not counted, as kube-scheduler does not count them; `matchLabelKeys` narrow the selector to the pod's own
+  values), so new nodes even them out.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
 
 - Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
 
 __all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
-           "selects", "zone_spread"]
+           "selects", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,22 @@ def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod's zone spread constraints kube-scheduler enforces, as written."""
     return [dict(c) for c in spec.get("topologySpreadConstraints") or ()
             if c.get("topologyKey") in ZONE_KEYS and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+
+
+def spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
+    """The pods a spread constraint counts: its `labelSelector`, ANDed with the pod's own values of its
+    `matchLabelKeys` ("The keys are used to lookup values from the incoming pod labels, those key-value labels are
+    ANDed with labelSelector"; a key the pod lacks is ignored: kubernetes.io, Pod Topology Spread Constraints).
+    An API server that merged them into the selector already (MatchLabelKeysInPodTopologySpreadSelectorMerge)
+    gets the same requirement twice, which selects the same pods."""
+    selector = constraint.get("labelSelector")
+    if selector is None:
+        return None
+    extra = [{"key": k, "operator": "In", "values": [labels[k]]}
+             for k in constraint.get("matchLabelKeys") or () if k in labels]
+    if not extra:
+        return dict(selector)
+    return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

@@ -27,7 +27,7 @@ from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error, statu
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
-from gpu_autoscaler_agent.placement import VolumesUnplannable, node_anti_affinity, zone_spread
+from gpu_autoscaler_agent.placement import VolumesUnplannable, node_anti_affinity, spread_selector, zone_spread
 from gpu_autoscaler_agent.selection import group_ref, resolve_group
 from gpu_autoscaler_agent.sender import Backoff
 
@@ -265,6 +265,7 @@ class PodWatcher:
         context: dict[str, Any] = {}
         spec = pod.get("spec") or {}
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        labels = (pod.get("metadata") or {}).get("labels") or {}
         if self._placement is not None:
             try:
                 context["volumeZones"] = self._placement.volume_zones(pod)
@@ -272,7 +273,7 @@ class PodWatcher:
                 context["unplannable"] = f"its volumes cannot be used on any node: {error}"
             spread = [{"maxSkew": c.get("maxSkew", 1), "topologyKey": c["topologyKey"],
                        "whenUnsatisfiable": "DoNotSchedule",
-                       "zoneCounts": self._placement.zone_counts(namespace, c.get("labelSelector"))}
+                       "zoneCounts": self._placement.zone_counts(namespace, spread_selector(c, labels))}
                       for c in zone_spread(spec)]
             if spread:
                 context["topologySpreadConstraints"] = spread

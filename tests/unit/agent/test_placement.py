@@ -198,3 +198,28 @@ def test_terminating_and_finished_pods_do_not_count_for_zone_spread() -> None:
     terminating) count neither."""
     placement = KubernetesPlacement(None, CLOCK, core_api=Spread(), storage_api=object())  # type: ignore[arg-type]
     assert placement.zone_counts("team-a", {"matchLabels": {"app": "x"}}) == {"us-east-1a": 1}
+
+
+class CountingSpread(Spread):
+    def __init__(self) -> None:
+        self.selectors: list[str] = []
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        self.selectors.append(kwargs["label_selector"])
+        return super().list_namespaced_pod(namespace, **kwargs)
+
+
+def test_a_spread_counts_the_pods_its_match_label_keys_select_too() -> None:
+    """"The keys are used to lookup values from the incoming pod labels, those key-value labels are ANDed with
+    labelSelector to select the group of existing pods over which spreading will be calculated" (kubernetes.io,
+    Pod Topology Spread Constraints); a key the pod lacks is ignored."""
+    pod = make_pod(labels={"app": "x", "pod-template-hash": "abc"})
+    pod["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "x"}}, "matchLabelKeys": ["pod-template-hash", "absent"]}]
+    core = CountingSpread()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=object())  # type: ignore[arg-type]
+    found = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                       Metrics(), core_api=core, placement=placement)  # type: ignore[arg-type]
+    found.report(pod)
+    assert core.selectors == ["app=x,pod-template-hash in (abc)"]
