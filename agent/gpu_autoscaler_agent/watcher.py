@@ -281,17 +281,19 @@ class PodWatcher:
             context["podAntiAffinity"] = apart
         if self._claims is not None and has_claims(pod):
             requests: list[dict[str, Any]] = []
+            refused: str | None = None
             try:
                 requests = self._claims.device_requests(pod)
             except ClaimsUnplannable as error:
-                context.setdefault("unplannable", f"its DRA claims cannot be planned for: {error}")
+                refused = f"its DRA claims cannot be planned for: {error}"
+            gpu = any(is_gpu_class(r["deviceClassName"]) for r in requests)
+            if not (gpu or refused or self._selector.gpu_by_spec(pod)):
+                return None
             if requests:
                 context["deviceRequests"] = requests
-            gpu = any(is_gpu_class(r["deviceClassName"]) for r in requests)
-            if not (gpu or "unplannable" in context or self._selector.gpu_by_spec(pod)):
-                return None
+            if refused:
+                context.setdefault("unplannable", refused)
         return context
-
 
 
 def _field_unsupported(error: ApiException) -> bool:

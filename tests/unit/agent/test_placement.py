@@ -223,3 +223,24 @@ def test_a_spread_counts_the_pods_its_match_label_keys_select_too() -> None:
                        Metrics(), core_api=core, placement=placement)  # type: ignore[arg-type]
     found.report(pod)
     assert core.selectors == ["app=x,pod-template-hash in (abc)"]
+
+
+class NicClaims:
+    """A ResourceClaim asking for a network device, no GPU."""
+
+    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        return {"metadata": {"name": "nic"}, "spec": {"devices": {"requests": [
+            {"name": "nic", "exactly": {"deviceClassName": "nic.example.com", "count": 1}}]}}}
+
+
+def test_a_pod_asking_for_no_gpu_is_not_reported_whatever_its_volumes() -> None:
+    from gpu_autoscaler_agent.claims import KubernetesClaims
+
+    pod = with_claim(gpus=None)
+    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": "nic"}]
+    core = Objects({})
+    found = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                       Metrics(), core_api=core,  # type: ignore[arg-type]
+                       placement=KubernetesPlacement(None, CLOCK, core_api=core, storage_api=core),  # type: ignore[arg-type]
+                       claims=KubernetesClaims(None, CLOCK, custom_api=NicClaims()))  # type: ignore[arg-type]
+    assert found.report(pod) is None
