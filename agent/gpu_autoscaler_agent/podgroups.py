@@ -113,7 +113,7 @@ class KubernetesPodGroups:
             return None
         spec = obj.get("spec") or {}
         if ref.kind == "job":
-            return _job_pods(spec)
+            return _job_pods(spec, int((obj.get("status") or {}).get("succeeded") or 0))
         total = sum(int(r.get("replicas", 1)) * _job_pods((r.get("template") or {}).get("spec") or {})
                     for r in spec.get("replicatedJobs") or ())
         return total or None
@@ -135,8 +135,10 @@ class KubernetesPodGroups:
         return len(live) or None
 
 
-def _job_pods(spec: dict[str, Any]) -> int:
-    """Pods a Job runs at once: its parallelism (default 1), never more than its completions."""
+def _job_pods(spec: dict[str, Any], succeeded: int = 0) -> int:
+    """Pods a Job runs at once: its parallelism (default 1), never more than the completions it still needs ("For
+    fixed completion count Jobs, the actual number of pods running in parallel will not exceed the number of
+    remaining completions": kubernetes.io, Jobs › Controlling parallelism)."""
     parallelism = int(spec.get("parallelism", 1) or 0)
     completions = spec.get("completions")
-    return min(parallelism, int(completions)) if completions is not None else parallelism
+    return max(min(parallelism, int(completions) - succeeded), 0) if completions is not None else parallelism

@@ -262,3 +262,26 @@ def test_a_pod_that_failed_in_the_watch_is_tried_again_when_the_window_ends() ->
                                       [[event("ADDED", MEMBERS[0])], [bookmark("12")]], [denied(400), None])
     assert sink.calls == [("replace_all", ["plain"]), ("upsert", "gang-0")]
     assert metrics.value("pods_failed_total", reason="http_400") == 1
+
+
+class Jobs:
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+
+    def read_namespaced_job(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return Raw({"metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "q"}}, **self.job})
+
+
+@pytest.mark.parametrize(("job", "size"), [
+    ({"spec": {"parallelism": 4, "completions": 10}, "status": {"succeeded": 8}}, 2),
+    ({"spec": {"parallelism": 4, "completions": 10}, "status": {}}, 4),
+    ({"spec": {"parallelism": 4}, "status": {"succeeded": 3}}, 4),  # no completions: parallelism runs
+])
+def test_a_kueue_job_is_a_gang_of_the_pods_it_still_runs(job: dict[str, Any], size: int) -> None:
+    """"For fixed completion count Jobs, the actual number of pods running in parallel will not exceed the number of
+    remaining completions" (kubernetes.io, Jobs › Controlling parallelism)."""
+    from gpu_autoscaler_agent.selection import GroupRef
+
+    groups = KubernetesPodGroups(None, FixedClock(datetime(2026, 11, 22, tzinfo=UTC)),  # type: ignore[arg-type]
+                                 custom_api=object(), core_api=object(), batch_api=Jobs(job))  # type: ignore[arg-type]
+    assert groups.workload_size(GroupRef("job", "team-a", "train")) == size
