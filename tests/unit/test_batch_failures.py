@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aws_lambda_powertools import Metrics
 from botocore.exceptions import ClientError
-
-import pytest
 
 from gpu_autoscaler.adapters.aws.clients import worst_call_seconds
 from gpu_autoscaler.batch_failures import (
