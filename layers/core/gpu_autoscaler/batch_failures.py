@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 __all__ = ["RECORD_RESERVE_SECONDS", "RETRY_AFTER", "NotStarted", "report_failures", "time_for_a_record"]
 
@@ -66,11 +65,20 @@ _REMEMBERED = 64
 _invocation_lock = threading.Lock()
 
 
+class InvocationContext(Protocol):
+    """What of a Lambda context the record clock reads (Lambda's, or `lambda_context.LocalLambdaContext`)."""
+
+    @property
+    def aws_request_id(self) -> str: ...
+
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
 class NotStarted(Exception):
     """A record not started: too little of the invocation is left; it goes back to its queue at once."""
 
 
-def time_for_a_record(lambda_context: LambdaContext | None) -> None:
+def time_for_a_record(lambda_context: InvocationContext | None) -> None:
     """Raise `NotStarted` when less of the invocation is left than one stalled call may take. The first record of an
     invocation is always started."""
     if lambda_context is None:
