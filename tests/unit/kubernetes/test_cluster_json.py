@@ -4,6 +4,7 @@ claims, grace period, node annotations."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from gpu_autoscaler.adapters.kubernetes.cluster import node_from_json, pod_from_json
 
@@ -30,3 +31,31 @@ def test_a_node_reads_with_its_annotations() -> None:
     node = node_from_json({"metadata": {"name": "n1", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
                            "spec": {}, "status": {}})
     assert node.do_not_disrupt
+
+
+def _resizing(condition_reason: str | None) -> dict[str, Any]:
+    pending = {"type": "PodResizePending", "status": "True", "reason": condition_reason}
+    conditions = [pending] if condition_reason else []
+    return {
+        "metadata": {"uid": "u3", "namespace": "ml", "name": "train-0"},
+        "spec": {"nodeName": "n1",
+                 "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                                     "resources": {"requests": {"cpu": "1"}}}],
+                 "containers": [{"name": "main", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}}}]},
+        "status": {"phase": "Running", "conditions": conditions,
+                   "initContainerStatuses": [{"name": "proxy", "allocatedResources": {"cpu": "500m"},
+                                              "resources": {"requests": {"cpu": "500m"}}}],
+                   "containerStatuses": [{"name": "main", "allocatedResources": {"cpu": "4", "memory": "8Gi"},
+                                          "resources": {"requests": {"cpu": "4", "memory": "8Gi"}}}]},
+    }
+
+
+def test_a_bound_pod_in_the_middle_of_a_resize_is_sized_as_the_scheduler_sizes_it() -> None:
+    """In-place resize: the kubelet holds max(spec requests, the status' requests, allocatedResources) of each
+    container until the resize is done, and kube-scheduler and Karpenter (`resources.Ceiling`, `PodRequests` with
+    `UseStatusResources`) count that; an infeasible resize counts only what the kubelet holds (k8s.io
+    component-helpers resource/helpers.go `determineContainerReqs`). Here the main container is being resized down
+    from 4 CPUs to 2 and its sidecar up from 0.5 to 1."""
+    assert pod_from_json(_resizing("Deferred")).requests["cpu"] == 5000  # max(2, 4) + max(1, 0.5)
+    assert pod_from_json(_resizing(None)).requests["cpu"] == 5000
+    assert pod_from_json(_resizing("Infeasible")).requests["cpu"] == 4500  # what the kubelet holds: 4 + 0.5

@@ -81,18 +81,38 @@ def _sum(vectors: Iterable[_Vector]) -> _Vector:
     return total
 
 
-def effective_requests(spec: Mapping[str, Any]) -> dict[str, str]:
+def _resized(container: Mapping[str, Any], statuses: Mapping[str, Mapping[str, Any]], infeasible: bool) -> _Vector:
+    """A running container's requests during an in-place resize: what the kubelet holds as well as what the spec
+    asks, max(spec requests, status requests, allocatedResources), or only what it holds when the resize is
+    infeasible (k8s.io/component-helpers resource/helpers.go `determineContainerReqs`, which kube-scheduler and
+    Karpenter's `resources.Ceiling` use for a bound pod)."""
+    requests = _container_requests(container)
+    status = statuses.get(container.get("name") or "")
+    if status is None or status.get("resources") is None:
+        return requests
+    held = _max({n: _Amount.parse(q) for n, q in ((status.get("resources") or {}).get("requests") or {}).items()},
+                {n: _Amount.parse(q) for n, q in (status.get("allocatedResources") or {}).items()})
+    return held if infeasible else _max(requests, held)
+
+
+def effective_requests(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The scheduler's formula: max(app containers + sidecars, each init container + sidecars started before
-    it), plus pod overhead; pod-level requests (spec.resources) replace the containers' for what they name."""
+    it), plus pod overhead; pod-level requests (spec.resources) replace the containers' for what they name.
+    With a bound pod's `status`, its app containers and sidecars count what an in-place resize holds
+    (`_resized`)."""
+    statuses = {c.get("name") or "": c for key in ("containerStatuses", "initContainerStatuses")
+                for c in (status or {}).get(key) or ()}
+    infeasible = any(c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+                     for c in (status or {}).get("conditions") or ())
     sidecars: _Vector = {}
     init_peak: _Vector = {}
     for init in spec.get("initContainers") or ():
-        requests = _container_requests(init)
         if init.get("restartPolicy") == "Always":
-            sidecars = _add(sidecars, requests)
+            sidecars = _add(sidecars, _resized(init, statuses, infeasible))
         else:
-            init_peak = _max(init_peak, _add(requests, sidecars))
-    total = _max(_add(_sum(_container_requests(c) for c in spec.get("containers") or ()), sidecars), init_peak)
+            init_peak = _max(init_peak, _add(_container_requests(init), sidecars))
+    containers = (_resized(c, statuses, infeasible) for c in spec.get("containers") or ())
+    total = _max(_add(_sum(containers), sidecars), init_peak)
     pod_level = spec.get("resources")
     if pod_level:
         total.update(_container_requests({"resources": pod_level}))

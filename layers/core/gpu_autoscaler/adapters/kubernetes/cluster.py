@@ -301,7 +301,7 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
     annotations = dict(metadata.get("annotations") or {})
     key = f"{metadata.get('namespace')}/{metadata.get('name')}"
     try:
-        requests = Resources.from_quantities(effective_requests(spec))
+        requests = Resources.from_quantities(effective_requests(spec, pod.get("status")))
     except ValueError as error:
         log.warning("ignoring unreadable requests of pod %s: %s", key, error)
         requests = Resources()
