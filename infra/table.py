@@ -18,7 +18,11 @@ __all__ = ["StateTable"]
 
 class StateTable(Construct):
     """On-demand (the load follows the pending pods, idle most of the time) and retained on stack deletion:
-    it holds the record of what we launched, which outlives any deployment of the functions."""
+    it holds the record of what we launched, which outlives any deployment of the functions.
+
+    Retained except when the deploy that created it rolls back (DeletionPolicy RetainExceptOnCreate: "If the stack
+    operation that created the resource is rolled back, CloudFormation deletes the resource"): with its fixed name,
+    a table left by a failed first deploy would fail every retry with "already exists"."""
 
     def __init__(self, scope: Construct, construct_id: str, *, names: ResourceNames) -> None:
         super().__init__(scope, construct_id)
@@ -34,5 +38,5 @@ class StateTable(Construct):
             ),
             time_to_live_attribute=TTL_ATTRIBUTE,
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )

@@ -28,7 +28,16 @@ def test_table_keys_billing_recovery_ttl_encryption_and_retention(synthesized: S
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
     assert props["SSESpecification"]["SSEEnabled"] is True
-    assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
+    assert table["UpdateReplacePolicy"] == "Retain"
+
+
+def test_table_is_retained_except_when_the_deploy_that_created_it_rolls_back(synthesized: Synthesized) -> None:
+    """A first deploy that fails and rolls back must not leave the fixed-name table behind: every retry would fail
+    with "already exists". RetainExceptOnCreate: "If the stack operation that created the resource is rolled back,
+    CloudFormation deletes the resource"; otherwise it is retained as Retain would."""
+    [table] = synthesized.of_type("AWS::DynamoDB::Table").values()
+    assert table["DeletionPolicy"] == "RetainExceptOnCreate"
+    assert table["UpdateReplacePolicy"] == "Retain"
 
 
 def test_config_parameter_holds_the_configuration(synthesized: Synthesized) -> None:
