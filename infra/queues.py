@@ -10,7 +10,7 @@ from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagSuppressions
 from constructs import Construct
 
-from gpu_autoscaler.wiring import MAX_RECEIVE_COUNT, VISIBILITY_FACTOR
+from gpu_autoscaler.wiring import FIFO_QUEUE, MAX_RECEIVE_COUNT, VISIBILITY_FACTOR
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -54,7 +54,7 @@ class WorkQueues(Construct):
         self.dead_letter_queues: dict[WorkQueue, sqs.Queue] = {}
         for kind, (queue_name, dlq_name) in queue_names.items():
             # The agent sets a deduplication id per document, so content-based deduplication stays off.
-            fifo = kind is WorkQueue.PENDING_PODS
+            fifo = kind.value == FIFO_QUEUE
             construct = "".join(part.title() for part in kind.value.split("-"))
             dlq = _queue(self, f"{construct}Dlq", dlq_name, fifo=fifo, retention_period=DLQ_RETENTION)
             self.dead_letter_queues[kind] = dlq

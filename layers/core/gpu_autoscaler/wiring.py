@@ -20,6 +20,7 @@ __all__ = [
     "ASYNC_MAX_EVENT_AGE_SECONDS",
     "ASYNC_RETRY_ATTEMPTS",
     "FULL_VCPU_MB",
+    "FIFO_QUEUE",
     "FUNCTION_WIRING",
     "MAX_RECEIVE_COUNT",
     "QUEUES",
@@ -34,6 +35,7 @@ __all__ = [
     "RateSchedule",
     "consumer",
     "rate_period",
+    "reserved_concurrency",
     "schedule_name",
     "tick_input",
     "visibility_timeout",
@@ -41,6 +43,11 @@ __all__ = [
 
 QUEUES = ("pending-pods", "interruption", "launch", "drain")
 """The work queues, by logical name (each has a `<name>-dlq`)."""
+
+FIFO_QUEUE = "pending-pods"
+"""The one FIFO queue: the agent's documents, in one message group per cluster (its MessageGroupId), so Lambda
+runs its consumer one batch at a time ("for FIFO queues, concurrent invocations are capped either by the number of
+message group IDs or the maximum concurrency setting")."""
 
 MAX_RECEIVE_COUNT = 5
 """Deliveries before SQS moves a message to its DLQ: enough to ride out throttling and transient errors."""
@@ -71,7 +78,9 @@ class FunctionWiring:
     max_concurrency: int | None = None
     """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API."""
     reserved_concurrency: int | None = None
-    """Only where runs must not overlap; a new account's concurrency is small, so nothing is reserved lightly."""
+    """Only where runs must not overlap and nothing else keeps them apart: Lambda keeps 100 of an account's
+    concurrency unreserved ("You can reserve up to the Unreserved account concurrency value minus 100"), so a new
+    account's 10 or 50 fails the deploy of any reservation (`gpu-autoscaler doctor` checks it first)."""
     recursive: bool = False
     """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
 
@@ -83,9 +92,9 @@ computing power)."""
 FUNCTION_WIRING: dict[str, FunctionWiring] = {
     w.name: w
     for w in (
-        # One packer at a time: the FIFO group of the cluster is packed in order, and two packers never
-        # claim capacity for the same pods.
-        FunctionWiring("packer", timeout_seconds=60, memory_mb=1024, queue="pending-pods", reserved_concurrency=1),
+        # One packer at a time without a reservation (`FIFO_QUEUE`): the cluster's reports are packed in order,
+        # and two packers never claim capacity for the same pods.
+        FunctionWiring("packer", timeout_seconds=60, memory_mb=1024, queue="pending-pods"),
         FunctionWiring("fleet", timeout_seconds=120, memory_mb=512, queue="launch", batch_size=5, max_concurrency=5,
                        recursive=True),
         # A full vCPU (Lambda allocates CPU in proportion to memory, one vCPU at 1,769 MB): the Spot warning →
@@ -94,6 +103,9 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         FunctionWiring("interruption", timeout_seconds=60, memory_mb=FULL_VCPU_MB, queue="interruption"),
         FunctionWiring("drain", timeout_seconds=300, memory_mb=512, queue="drain", batch_size=1, max_concurrency=10,
                        recursive=True),
+        # Scheduler-invoked, so nothing but the reservation keeps two ticks from running at once (a window's and
+        # the rate tick both at 09:00; a consolidation longer than its minute): the overlapping tick is throttled,
+        # and Lambda keeps a throttled asynchronous event and tries it again, within its maximum event age.
         FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
         FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
     )
@@ -101,6 +113,11 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
 
 if tuple(FUNCTION_WIRING) != FUNCTIONS:
     raise RuntimeError("FUNCTION_WIRING must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
+
+
+def reserved_concurrency() -> dict[str, int]:
+    """The functions that reserve concurrency, and how much: what the stack takes from the account's."""
+    return {w.name: w.reserved_concurrency for w in FUNCTION_WIRING.values() if w.reserved_concurrency}
 
 
 def consumer(queue: str) -> FunctionWiring:

@@ -37,7 +37,7 @@ from gpu_autoscaler.emulator.handlers import (
 from gpu_autoscaler.emulator.isolation import forget_foreign_logger, scope
 from gpu_autoscaler.lambda_context import local_context
 from gpu_autoscaler.naming import FUNCTIONS, log_service
-from gpu_autoscaler.wiring import FUNCTION_WIRING
+from gpu_autoscaler.wiring import FIFO_QUEUE, FUNCTION_WIRING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -54,8 +54,11 @@ DEFAULT_CONCURRENCY = 2
 
 
 def concurrency(function: str) -> int:
-    """Environments (so concurrent invocations) the emulator gives a function."""
+    """Environments (so concurrent invocations) the emulator gives a function: one for the FIFO queue's consumer,
+    as Lambda runs one batch per message group and the cluster's documents are one group."""
     wiring = FUNCTION_WIRING[function]
+    if wiring.queue == FIFO_QUEUE:
+        return 1
     limit = wiring.reserved_concurrency or wiring.max_concurrency or DEFAULT_CONCURRENCY
     return max(1, min(limit, MAX_ENVIRONMENTS))
 
