@@ -20,12 +20,7 @@ from cdk_nag import NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from gpu_autoscaler.naming import FUNCTIONS
-from gpu_autoscaler.wiring import (
-    APPLICATION_LOG_LEVEL,
-    ASYNC_MAX_EVENT_AGE_SECONDS,
-    ASYNC_RETRY_ATTEMPTS,
-    FUNCTION_WIRING,
-)
+from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FUNCTION_WIRING
 from infra.permissions import Capability, Ec2Permissions, Wildcard
 from infra.queues import WorkQueue
 
@@ -226,7 +221,7 @@ class Functions(Construct):
         log_group.grant_write(role)
         self._table.grant_read_write_data(role)
         self._parameter.grant_read(role)
-        scheduled = spec.trigger is None
+        tick = spec.wiring.tick_retry
         function = lambda_.Function(
             self,
             construct,
@@ -250,11 +245,11 @@ class Functions(Construct):
             application_log_level_v2=lambda_.ApplicationLogLevel[APPLICATION_LOG_LEVEL],
             system_log_level_v2=lambda_.SystemLogLevel.WARN,
             recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.recursive else lambda_.RecursiveLoop.TERMINATE,
-            # Scheduler invokes asynchronously: a tick that still fails goes to the scheduler DLQ, and a stale
-            # tick is dropped rather than retried past the next one.
-            on_failure=destinations.SqsDestination(self._queues.scheduler_dlq) if scheduled else None,
-            retry_attempts=ASYNC_RETRY_ATTEMPTS if scheduled else None,
-            max_event_age=Duration.seconds(ASYNC_MAX_EVENT_AGE_SECONDS) if scheduled else None,
+            # Scheduler invokes asynchronously, so Lambda retries a failed tick (`TickRetry`), drops one past its
+            # age, and sends one that still fails to the scheduler DLQ.
+            on_failure=destinations.SqsDestination(self._queues.scheduler_dlq) if tick else None,
+            retry_attempts=tick.retry_attempts if tick else None,
+            max_event_age=Duration.seconds(tick.max_event_age_seconds) if tick else None,
         )
         if spec.trigger is WorkQueue.PENDING_PODS:
             self._queues.dead_letter_queues[WorkQueue.PENDING_PODS].grant_send_messages(role)

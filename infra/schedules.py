@@ -11,12 +11,12 @@ from constructs import Construct
 
 from gpu_autoscaler.wiring import (
     RATE_SCHEDULES,
+    SCHEDULE_DELIVERY_RETRIES,
     SCHEDULED_TIME,
-    WINDOW_MAX_EVENT_AGE_SECONDS,
-    WINDOW_RETRIES,
     RateSchedule,
     schedule_name,
     tick_input,
+    tick_retry,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Schedules(Construct):
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letter_queue.queue_arn])
         )
         self._dlq_arn = dead_letter_queue.queue_arn
+        self._targets = targets
         self.schedules: dict[str, scheduler.CfnSchedule] = {}
         for window in windows:
             self._schedule(
@@ -70,10 +71,8 @@ class Schedules(Construct):
                 name=schedule_name(window.name),
                 expression=window.schedule,
                 timezone=window.timezone,
-                target=targets["prewarm"],
+                function="prewarm",
                 payload=tick_input(window.name),
-                retries=WINDOW_RETRIES,
-                max_age=WINDOW_MAX_EVENT_AGE_SECONDS,
                 description=f"scaling window {window.name}: warm pool {window.node_pool} for "
                 f"{int(window.duration.total_seconds() // 60)} min",
             )
@@ -83,10 +82,8 @@ class Schedules(Construct):
                 name=rate.name,
                 expression=rate.expression,
                 timezone=None,
-                target=targets[rate.function],
+                function=rate.function,
                 payload=tick_input(None),
-                retries=rate.max_retries,
-                max_age=rate.max_event_age_seconds,
                 description=f"{rate.function} tick",
             )
 
@@ -97,12 +94,13 @@ class Schedules(Construct):
         name: str,
         expression: str,
         timezone: str | None,
-        target: lambda_.IFunction,
+        function: str,
         payload: str,
-        retries: int,
-        max_age: int,
         description: str,
     ) -> None:
+        """The RetryPolicy covers only Scheduler's delivery of the tick to Lambda, which invokes asynchronously: a
+        failed run is Lambda's to retry, by the function's EventInvokeConfig (`gpu_autoscaler.wiring.TickRetry`);
+        a tick is delivered no later than the function would still run it."""
         schedule = scheduler.CfnSchedule(
             self,
             construct_id,
@@ -113,11 +111,12 @@ class Schedules(Construct):
             schedule_expression_timezone=timezone,
             flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
             target=scheduler.CfnSchedule.TargetProperty(
-                arn=target.function_arn,
+                arn=self._targets[function].function_arn,
                 role_arn=self.role.role_arn,
                 input=payload,
                 retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
-                    maximum_retry_attempts=retries, maximum_event_age_in_seconds=max_age
+                    maximum_retry_attempts=SCHEDULE_DELIVERY_RETRIES,
+                    maximum_event_age_in_seconds=tick_retry(function).max_event_age_seconds,
                 ),
                 dead_letter_config=scheduler.CfnSchedule.DeadLetterConfigProperty(arn=self._dlq_arn),
             ),

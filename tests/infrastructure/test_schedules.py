@@ -64,6 +64,26 @@ def test_every_schedule_retries_and_dead_letters(synthesized: Synthesized) -> No
         assert schedule["Target"]["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
 
 
+INTENDED_TICK_RETRY = {"prewarm": (2, 900), "consolidate": (0, 60)}
+"""(retries, maximum age in seconds) of each scheduled function's ticks: a window's tick (prewarm) is retried as often
+as Lambda allows and kept 15 minutes; a consolidation tick older than its minute is superseded by the next one."""
+
+
+def test_each_scheduled_functions_async_invoke_config_holds_its_ticks_retries(synthesized: Synthesized) -> None:
+    """Scheduler invokes Lambda asynchronously ("When you set up EventBridge Scheduler with Lambda, EventBridge
+    Scheduler invokes your Lambda function asynchronously"): a failed tick is retried by the function's
+    EventInvokeConfig, not by the schedule's RetryPolicy, which only covers delivering the invocation."""
+    configs = {c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
+               for c in synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()}  # fmt: skip
+    functions = {_function_id(synthesized, name): name for name in INTENDED_TICK_RETRY}
+    for name, schedule in _schedules(synthesized).items():
+        function = functions[schedule["Target"]["Arn"]["Fn::GetAtt"][0]]
+        retries, age = INTENDED_TICK_RETRY[function]
+        config = configs[_function_id(synthesized, function)]
+        assert (config["MaximumRetryAttempts"], config["MaximumEventAgeInSeconds"]) == (retries, age), name
+        assert schedule["Target"]["RetryPolicy"]["MaximumEventAgeInSeconds"] == age, name
+
+
 def test_scheduler_role_may_only_invoke_the_two_functions(synthesized: Synthesized) -> None:
     role = synthesized.stack.schedules.role
     role_id = synthesized.logical_id(role)

@@ -17,8 +17,6 @@ from gpu_autoscaler.naming import FUNCTIONS
 
 __all__ = [
     "APPLICATION_LOG_LEVEL",
-    "ASYNC_MAX_EVENT_AGE_SECONDS",
-    "ASYNC_RETRY_ATTEMPTS",
     "FULL_VCPU_MB",
     "FIFO_QUEUE",
     "FUNCTION_WIRING",
@@ -28,16 +26,17 @@ __all__ = [
     "RULE_TARGET_MAX_EVENT_AGE_SECONDS",
     "RULE_TARGET_RETRY_ATTEMPTS",
     "SCHEDULED_TIME",
+    "SCHEDULE_DELIVERY_RETRIES",
     "VISIBILITY_FACTOR",
-    "WINDOW_MAX_EVENT_AGE_SECONDS",
-    "WINDOW_RETRIES",
     "FunctionWiring",
     "RateSchedule",
+    "TickRetry",
     "consumer",
     "rate_period",
     "reserved_concurrency",
     "schedule_name",
     "tick_input",
+    "tick_retry",
     "visibility_timeout",
 ]
 
@@ -64,6 +63,20 @@ the log. Powertools' Logger takes the same level from it."""
 
 
 @dataclass(frozen=True)
+class TickRetry:
+    """What a failed or late tick of a scheduled function gets. Scheduler invokes Lambda asynchronously ("When you
+    set up EventBridge Scheduler with Lambda, EventBridge Scheduler invokes your Lambda function asynchronously"):
+    once Lambda has queued the tick, a function error is retried by Lambda, as the function's asynchronous
+    invocation config (EventInvokeConfig) says (at most 2 retries, "a one-minute wait between the first two
+    attempts, and two minutes between the second and third"), and a tick Lambda throttles (another still running
+    in the reserved one) is kept and tried again until it is `max_event_age_seconds` old. The schedule's own
+    RetryPolicy only covers delivering the tick to Lambda."""
+
+    retry_attempts: int
+    max_event_age_seconds: int
+
+
+@dataclass(frozen=True)
 class FunctionWiring:
     """What differs between the functions in how Lambda runs and feeds them."""
 
@@ -83,6 +96,8 @@ class FunctionWiring:
     account's 10 or 50 fails the deploy of any reservation (`gpu-autoscaler doctor` checks it first)."""
     recursive: bool = False
     """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
+    tick_retry: TickRetry | None = None
+    """For the functions Scheduler invokes (no queue): their EventInvokeConfig."""
 
 
 FULL_VCPU_MB = 1769
@@ -106,13 +121,21 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         # Scheduler-invoked, so nothing but the reservation keeps two ticks from running at once (a window's and
         # the rate tick both at 09:00; a consolidation longer than its minute): the overlapping tick is throttled,
         # and Lambda keeps a throttled asynchronous event and tries it again, within its maximum event age.
-        FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
-        FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1),
+        # A window's start matters more than a rate tick: its tick is retried as often as Lambda allows and kept
+        # 15 minutes. One function has one config, so the 5-minute rate tick gets the same: each tick does the
+        # whole job from the time it was due (`SCHEDULED_TIME`), so a late one does no harm.
+        FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1,
+                       tick_retry=TickRetry(retry_attempts=2, max_event_age_seconds=900)),
+        # A tick older than its one-minute period is superseded by the next one: dropped, never retried.
+        FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1,
+                       tick_retry=TickRetry(retry_attempts=0, max_event_age_seconds=60)),
     )
 }  # fmt: skip
 
 if tuple(FUNCTION_WIRING) != FUNCTIONS:
     raise RuntimeError("FUNCTION_WIRING must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
+if any((w.queue is None) != (w.tick_retry is not None) for w in FUNCTION_WIRING.values()):
+    raise RuntimeError("FUNCTION_WIRING: a function has a queue or, Scheduler invoking it, a tick_retry")
 
 
 def reserved_concurrency() -> dict[str, int]:
@@ -133,13 +156,6 @@ def visibility_timeout(queue: str) -> int:
     return consumer(queue).timeout_seconds * VISIBILITY_FACTOR
 
 
-ASYNC_RETRY_ATTEMPTS = 1
-"""Scheduler invokes the scheduled functions asynchronously: a failed tick is retried this often by Lambda,
-then goes to the scheduler DLQ (the functions' on-failure destination)."""
-ASYNC_MAX_EVENT_AGE_SECONDS = 300
-"""A stale tick is dropped rather than retried past the next one."""
-
-
 # ---- EventBridge rules (patterns: gpu_autoscaler.event_patterns) ------------------------------------------
 
 RULE_TARGET_RETRY_ATTEMPTS = 8
@@ -153,13 +169,23 @@ SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 """Scheduler's context attribute: replaced by the time the schedule was due, so a late retry knows its tick."""
 
 
+SCHEDULE_DELIVERY_RETRIES = 5
+"""Scheduler's own retries of a tick it could not hand to Lambda (the Invoke call failed), within the tick's
+`TickRetry.max_event_age_seconds`; a function error is Lambda's to retry (`TickRetry`)."""
+
+
+def tick_retry(function: str) -> TickRetry:
+    """The retries and age of a scheduled function's ticks."""
+    retry = FUNCTION_WIRING[function].tick_retry
+    if retry is None:
+        raise KeyError(f"'{function}' is not invoked by Scheduler")
+    return retry
+
+
 @dataclass(frozen=True)
 class RateSchedule:
     function: str
     expression: str
-    max_retries: int
-    max_event_age_seconds: int
-    """A tick older than its period is superseded by the next one: no point retrying it longer."""
 
     @property
     def name(self) -> str:
@@ -171,13 +197,9 @@ class RateSchedule:
 
 
 RATE_SCHEDULES = (
-    RateSchedule("prewarm", "rate(5 minutes)", max_retries=2, max_event_age_seconds=300),
-    RateSchedule("consolidate", "rate(1 minute)", max_retries=1, max_event_age_seconds=60),
+    RateSchedule("prewarm", "rate(5 minutes)"),
+    RateSchedule("consolidate", "rate(1 minute)"),
 )
-
-WINDOW_RETRIES = 5
-WINDOW_MAX_EVENT_AGE_SECONDS = 900
-"""A window's start matters more than a rate tick: retry longer; the 5-minute pre-warm tick backs it up."""
 
 _RATE = re.compile(r"^rate\((?P<value>\d+)\s+(?P<unit>minutes?|hours?|days?)\)$")
 

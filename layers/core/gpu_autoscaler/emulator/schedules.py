@@ -11,8 +11,9 @@ The schedules are read back from the endpoint (`triggers.read_schedules`), as th
   not the window's would tell them nothing.
 
 A tick is the schedule's input with `<aws.scheduler.scheduled-time>` replaced by the time it was due, handed
-to the function as Lambda's asynchronous invocation would: a failure is retried `ASYNC_RETRY_ATTEMPTS`
-times, then the invocation record goes to the scheduler DLQ (the functions' on-failure destination).
+to the function as Lambda's asynchronous invocation would: a failure is retried as often as the function's
+`TickRetry` says (its EventInvokeConfig), then the invocation record goes to the scheduler DLQ (the functions'
+on-failure destination).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.emulator.scheduler_cron import SchedulerCron
-from gpu_autoscaler.wiring import ASYNC_RETRY_ATTEMPTS, SCHEDULED_TIME, RateSchedule
+from gpu_autoscaler.wiring import SCHEDULED_TIME, RateSchedule, tick_retry
 
 if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
@@ -68,7 +69,7 @@ class ScheduleRunner:
         now = self.clock.now()
         for spec in self.schedules:
             if spec.expression.startswith("rate("):
-                period = RateSchedule(spec.function, spec.expression, 0, 0).period / self.speed
+                period = RateSchedule(spec.function, spec.expression).period / self.speed
                 self._due[spec.name] = _Due(spec, now + period, period=period)
             else:
                 cron = SchedulerCron.parse(spec.expression, spec.timezone)
@@ -118,7 +119,7 @@ class ScheduleRunner:
         stamp = scheduled.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         payload = json.loads(spec.input.replace(SCHEDULED_TIME, stamp))
         invocation = self.host.invoke(spec.function, payload, trigger=f"schedule {spec.name}")
-        for _ in range(ASYNC_RETRY_ATTEMPTS):
+        for _ in range(tick_retry(spec.function).retry_attempts):
             if invocation.error is None:
                 return invocation
             invocation = self.host.invoke(spec.function, payload, trigger=f"schedule {spec.name} (retry)")
@@ -136,7 +137,7 @@ class ScheduleRunner:
                 "requestId": str(uuid.uuid4()),
                 "functionArn": f"{spec.target_arn}:$LATEST",
                 "condition": "RetriesExhausted",
-                "approximateInvokeCount": ASYNC_RETRY_ATTEMPTS + 1,
+                "approximateInvokeCount": tick_retry(spec.function).retry_attempts + 1,
             },
             "requestPayload": payload,
             "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
@@ -144,4 +145,4 @@ class ScheduleRunner:
         }
         self.sqs.send_message(QueueUrl=self.dead_letter_url, MessageBody=json.dumps(record))
         log.warning("schedule %s: %s failed %d times; sent to the scheduler DLQ", spec.name, spec.function,
-                    ASYNC_RETRY_ATTEMPTS + 1)
+                    tick_retry(spec.function).retry_attempts + 1)

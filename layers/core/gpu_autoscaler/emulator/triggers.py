@@ -19,10 +19,10 @@ from gpu_autoscaler.wiring import (
     RATE_SCHEDULES,
     RULE_TARGET_MAX_EVENT_AGE_SECONDS,
     RULE_TARGET_RETRY_ATTEMPTS,
-    WINDOW_MAX_EVENT_AGE_SECONDS,
-    WINDOW_RETRIES,
+    SCHEDULE_DELIVERY_RETRIES,
     schedule_name,
     tick_input,
+    tick_retry,
 )
 
 if TYPE_CHECKING:
@@ -92,14 +92,15 @@ def create_schedules(
     role = _scheduler_role(clients, names, tags)
 
     def create(name: str, expression: str, timezone: str | None, function: str, payload: str,
-               retries: int, max_age: int, description: str) -> str:
+               description: str) -> str:
         extra: dict[str, Any] = {"ScheduleExpressionTimezone": timezone} if timezone else {}
         scheduler.create_schedule(
             Name=name, GroupName=group, ScheduleExpression=expression, Description=description,
             FlexibleTimeWindow={"Mode": "OFF"}, State="ENABLED",
             Target={
                 "Arn": function_arn(names, function, config.region), "RoleArn": role, "Input": payload,
-                "RetryPolicy": {"MaximumRetryAttempts": retries, "MaximumEventAgeInSeconds": max_age},
+                "RetryPolicy": {"MaximumRetryAttempts": SCHEDULE_DELIVERY_RETRIES,
+                                "MaximumEventAgeInSeconds": tick_retry(function).max_event_age_seconds},
                 "DeadLetterConfig": {"Arn": dead_letter_arn},
             },
             **extra,
@@ -107,13 +108,12 @@ def create_schedules(
         return name
 
     created = [
-        create(schedule_name(w.name), w.schedule, w.timezone, "prewarm", tick_input(w.name), WINDOW_RETRIES,
-               WINDOW_MAX_EVENT_AGE_SECONDS, f"scaling window {w.name}: warm pool {w.node_pool}")
+        create(schedule_name(w.name), w.schedule, w.timezone, "prewarm", tick_input(w.name),
+               f"scaling window {w.name}: warm pool {w.node_pool}")
         for w in config.scaling_windows
     ]
     created += [
-        create(rate.name, rate.expression, None, rate.function, tick_input(None), rate.max_retries,
-               rate.max_event_age_seconds, f"{rate.function} tick")
+        create(rate.name, rate.expression, None, rate.function, tick_input(None), f"{rate.function} tick")
         for rate in RATE_SCHEDULES
     ]
     return created
@@ -130,7 +130,6 @@ class ScheduleSpec:
     """The target function's short name (`prewarm`, `consolidate`)."""
     target_arn: str
     input: str
-    max_retries: int
 
 
 def _short_function_name(names: ResourceNames, arn: str) -> str:
@@ -155,6 +154,5 @@ def read_schedules(clients: AwsClients, names: ResourceNames) -> list[ScheduleSp
             function=_short_function_name(names, target["Arn"]),
             target_arn=target["Arn"],
             input=target.get("Input", "{}"),
-            max_retries=int(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 0)),
         ))
     return specs
