@@ -26,6 +26,12 @@ _AWS_MANAGED_KEYS = (
 )
 
 ACCEPTED: dict[str, dict[str, str]] = {
+    "AWS::SNS::Topic": {
+        "CKV_AWS_26": "The alarm topic is not encrypted at rest: CloudWatch alarms can publish to an encrypted "
+        "topic only under a customer managed key whose policy grants cloudwatch.amazonaws.com (the AWS managed "
+        "key's policy cannot), and its messages are alarm state changes naming this stack's queues and functions, "
+        "no customer data. Publishing without TLS is denied (aws:SecureTransport).",
+    },
     "AWS::SQS::Queue": {"CKV_AWS_27": _AWS_MANAGED_KEYS},
     "AWS::DynamoDB::Table": {"CKV_AWS_119": _AWS_MANAGED_KEYS},
     "AWS::Logs::LogGroup": {"CKV_AWS_158": _AWS_MANAGED_KEYS},

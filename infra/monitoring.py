@@ -1,11 +1,16 @@
-"""Alarms on everything that means work was lost or failed, and one dashboard of the pipeline."""
+"""Alarms on everything that means work was lost or failed, the topic they notify, and one dashboard of the
+pipeline."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from gpu_autoscaler.wiring import FUNCTION_WIRING
@@ -16,13 +21,28 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.naming import ResourceNames
 
-__all__ = ["Monitoring"]
+__all__ = ["ALARM_EMAIL_CONTEXT", "Monitoring", "alarm_email"]
 
 _PERIOD = Duration.minutes(1)
+ALARM_EMAIL_CONTEXT = "gpu-autoscaler:alarmEmail"
+"""CDK context: an address subscribed to the alarm topic (`cdk deploy -c gpu-autoscaler:alarmEmail=ops@example.com`);
+a deploy setting, not part of the configuration the functions read."""
+
+
+def alarm_email(scope: Construct) -> str | None:
+    """The context's alarm address, if any; one that is no e-mail address fails the synth, naming the key."""
+    value = scope.node.try_get_context(ALARM_EMAIL_CONTEXT)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or "@" not in value.strip():
+        raise ValueError(f"context {ALARM_EMAIL_CONTEXT}: {value!r} is not an e-mail address")
+    return value.strip()
 
 
 class Monitoring(Construct):
-    """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen."""
+    """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. Each alarm
+    publishes to one topic when it fires and when it clears; the topic takes TLS only (aws:SecureTransport), and
+    the context's alarm address, if given, is subscribed (SNS e-mails it a confirmation link first)."""
 
     def __init__(
         self,
@@ -35,6 +55,11 @@ class Monitoring(Construct):
         dead_letter_queues: dict[str, sqs.Queue],
     ) -> None:
         super().__init__(scope, construct_id)
+        # The alarm names carry the cluster (`names.alarm`); the display name (100 characters at most) need not.
+        self.topic = sns.Topic(self, "AlarmTopic", display_name="gpu-autoscaler alarms", enforce_ssl=True)
+        email = alarm_email(self)
+        if email is not None:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         for label, dlq in dead_letter_queues.items():
             self.alarms[f"dlq-{label}"] = self._any_above_zero(
@@ -50,6 +75,15 @@ class Monitoring(Construct):
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
                 metric=function.metric_errors(period=_PERIOD, statistic="Sum"),
             )
+        # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
+        # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            actions=["sns:Publish"],
+            resources=[self.topic.topic_arn],
+            conditions={"ArnEquals": {"aws:SourceArn": [a.alarm_arn for a in self.alarms.values()]},
+                        "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+        ))
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.dashboard)
         fns = list(functions.items())
         self.dashboard.add_widgets(
@@ -82,7 +116,7 @@ class Monitoring(Construct):
         self, construct_id: str, *, alarm_name: str, alarm_description: str, metric: cloudwatch.IMetric
     ) -> cloudwatch.Alarm:
         """One breaching minute is enough: every alarm here counts things that should never happen."""
-        return cloudwatch.Alarm(
+        alarm = cloudwatch.Alarm(
             self,
             construct_id,
             alarm_name=alarm_name,
@@ -93,6 +127,10 @@ class Monitoring(Construct):
             evaluation_periods=1,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
+        notify = actions.SnsAction(self.topic)
+        alarm.add_alarm_action(notify)
+        alarm.add_ok_action(notify)
+        return alarm
 
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:

@@ -118,6 +118,8 @@ class GpuAutoscalerStack(Stack):
             description="attach to the agent's role: send to the pending-pods queue only",
         )
         CfnOutput(self, "LaunchTemplateId", value=self.nodes.launch_template_id)
+        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn,
+                  description="every alarm publishes here when it fires and clears: subscribe to be told")
         for spec in FUNCTION_SPECS:
             if Capability.KUBERNETES in spec.capabilities:
                 CfnOutput(

@@ -68,9 +68,10 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(infrastructure_config_data(), tmp_path_factory.mktemp("cdk.out"))
 
 
-def synthesize(data: dict[str, Any], outdir: Path) -> Synthesized:
-    """The app as `app.py` builds it, for this configuration, with the package-only layer."""
-    app = cdk.App(outdir=str(outdir), context={CONTEXT_KEY: data, LAYER_DEPENDENCIES_CONTEXT: "false"})
+def synthesize(data: dict[str, Any], outdir: Path, extra_context: dict[str, str] | None = None) -> Synthesized:
+    """The app as `app.py` builds it, for this configuration (and any other context), with the package-only layer."""
+    context = {CONTEXT_KEY: data, LAYER_DEPENDENCIES_CONTEXT: "false", **(extra_context or {})}
+    app = cdk.App(outdir=str(outdir), context=context)
     stack = build(app)
     assembly = app.synth()
     artifact = assembly.get_stack_artifact(stack.artifact_id)

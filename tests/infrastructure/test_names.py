@@ -31,6 +31,7 @@ NAME_PROPERTIES: dict[str, dict[str, int]] = {
     "AWS::Logs::LogGroup": {"LogGroupName": 512},
     "AWS::CloudWatch::Alarm": {"AlarmName": 255},
     "AWS::CloudWatch::Dashboard": {"DashboardName": 255},
+    "AWS::SNS::Topic": {"DisplayName": 100},
     "AWS::EC2::LaunchTemplate": {"LaunchTemplateName": 128},
 }
 """Each resource type's name properties and the length its service allows (the CloudFormation resource
