@@ -1,6 +1,6 @@
 """The preflight checks of `gpu-autoscaler doctor`: one function per check, each returning pass / warn / fail lines.
 
-Each check reads the account (EC2, IAM, EKS, Lambda, Service Quotas) through boto3 clients and compares it with the
+Each check reads the account (EC2, IAM, EKS, KMS, Lambda, Service Quotas) through boto3 clients and compares it with the
 configuration; none changes anything. A check that cannot read what it needs warns and says why, so a missing
 permission or an API the emulator lacks never ends in a traceback. The fix names the command or setting to change.
 """
@@ -37,6 +37,11 @@ UNRESERVED_MINIMUM = 100
 100 in all keeps all of it: "below its minimum value of [10]")."""
 CONCURRENCY_QUOTA_CODE = "L-B99A9384"
 """Service Quotas: Lambda's Concurrent executions."""
+AWS_MANAGED_EBS_KEY = "alias/aws/ebs"
+EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext",
+                   "kms:ReEncrypt*")
+"""What a principal launching instances with volumes under a customer managed key needs of it (EBS creates a
+grant for each volume)."""
 
 
 @dataclass(frozen=True)
@@ -412,6 +417,37 @@ def check_lambda_concurrency(ctx: DoctorContext) -> list[Check]:
                   f"{CONCURRENCY_QUOTA_CODE} --desired-value {desired} (or free other functions' reservations)")]
 
 
+def check_ebs_default_key(ctx: DoctorContext) -> list[Check]:
+    """Node volumes are `Encrypted` with no `KmsKeyId`, so EBS uses the account's default key
+    (ec2:GetEbsDefaultKmsKeyId). A customer managed one must let the principals that launch them use it — the fleet
+    function's role and, for Spot, AWSServiceRoleForEC2Spot (EC2 User Guide: "you must grant the
+    AWSServiceRoleForEC2Spot role permission to use the customer managed key") — or each instance is terminated
+    right after launch (state reason "Client.InternalError: Client error on launch")."""
+    try:
+        key_id = str(ctx.clients.client("ec2").get_ebs_default_kms_key_id()["KmsKeyId"])
+    except (ClientError, BotoCoreError) as error:
+        return [Check("EBS default key", "warn", f"cannot read the account's default EBS key ({_code(error)})",
+                      "allow ec2:GetEbsDefaultKmsKeyId")]
+    if key_id == AWS_MANAGED_EBS_KEY:
+        return [Check("EBS default key", "pass", f"{key_id} (AWS managed)")]
+    try:
+        key = ctx.clients.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]
+    except (ClientError, BotoCoreError) as error:
+        return [Check("EBS default key", "warn", f"{key_id} cannot be described ({_code(error)}); if it is customer "
+                      "managed, the nodes need its grants", "allow kms:DescribeKey on it, and run doctor again")]
+    arn = str(key.get("Arn", key_id))
+    if key.get("KeyManager") == "AWS":
+        return [Check("EBS default key", "pass", f"{arn} (AWS managed)")]
+    principals = "the fleet function's role"
+    if any("spot" in pool.capacity_types for pool in ctx.config.node_pools):
+        principals += f" and {SPOT_ROLE} (Spot launches)"
+    return [Check("EBS default key", "warn", f"node volumes are encrypted with the account's default EBS key "
+                  f"{arn}, which is customer managed: without its grants each instance would terminate right "
+                  "after launch (Client.InternalError: Client error on launch)",
+                  f"in the key's policy, allow {principals} {', '.join(EBS_KEY_ACTIONS)} (kms:CreateGrant with "
+                  "kms:GrantIsForAWSResource true), or set the default back: aws ec2 reset-ebs-default-kms-key-id")]
+
+
 def _reserved(client: Any, function_name: str) -> int:
     """The function's reserved concurrency; 0 when it reserves none or does not exist yet."""
     try:
@@ -425,7 +461,7 @@ def _reserved(client: Any, function_name: str) -> int:
 CHECKS: tuple[Callable[[DoctorContext], list[Check]], ...] = (
     check_offerings, check_quotas, check_spot_role, check_subnets, check_amis, check_node_identity,
     check_access_entries, check_function_access, check_efa_security_groups, check_reservations,
-    check_lambda_concurrency,
+    check_lambda_concurrency, check_ebs_default_key,
 )
 
 
