@@ -2,8 +2,9 @@
 
 One line per check, pass / warn / fail, with the fix (`gpu_autoscaler.cli.doctor_checks`). Without `--aws` it
 checks a fresh embedded AWS provisioned as the stack would find an account (all should pass, except what the
-emulator cannot answer, which warns and says so); `--endpoint-url` checks a running emulator; `--aws` the
-account of the default credentials. Exit code 3 when a check fails, 2 when the configuration is invalid.
+emulator cannot answer, which warns and says so, and a reservation the configuration names by id alone, which a
+fresh account does not hold); `--endpoint-url` checks a running emulator; `--aws` the account of the default
+credentials. Exit code 3 when a check fails, 2 when the configuration is invalid.
 """
 
 from __future__ import annotations
