@@ -41,7 +41,7 @@ ENVIRONMENT = {
     "TABLE_NAME": "ml-prod-gpu-autoscaler", "CONFIG_PARAMETER": "/gpu-autoscaler/ml-prod/config",
     "LAUNCH_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-launch",
     "DRAIN_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-drain",
-    "LAUNCH_TEMPLATE_ID": "lt-0123456789abcdef0", "POWERTOOLS_METRICS_NAMESPACE": "GpuAutoscaler",
+    "LAUNCH_TEMPLATE_ID": "lt-0123456789abcdef0", "POWERTOOLS_METRICS_NAMESPACE": "GpuAutoscaler/ml-prod",
     "OPENBLAS_NUM_THREADS": "1",
 }  # fmt: skip
 """What the stack gives every function (`infra.functions.Functions.environment`), with made-up values: the

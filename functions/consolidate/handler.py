@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from gpu_autoscaler.naming import ResourceNames, log_service
+from gpu_autoscaler.naming import log_service
 from gpu_autoscaler.services.consolidate import ConsolidateService, aws_consolidate_service
 from gpu_autoscaler.services.prewarm import InvalidTick, parse_tick
 from gpu_autoscaler.settings import load_settings
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 logger = Logger(service=log_service("consolidate"))
 tracer = Tracer(service="consolidate")
-metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="consolidate")
+metrics = Metrics(service="consolidate")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.batch_failures import report_failures
 from gpu_autoscaler.models.messages import DrainRequest
-from gpu_autoscaler.naming import ResourceNames, log_service
+from gpu_autoscaler.naming import log_service
 from gpu_autoscaler.services.drain import DrainService, aws_drain_service
 from gpu_autoscaler.settings import load_settings
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 logger = Logger(service=log_service("drain"))
 tracer = Tracer(service="drain")
-metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="drain")
+metrics = Metrics(service="drain")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 
 MARGIN = timedelta(seconds=30)

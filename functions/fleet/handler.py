@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.errors import ClusterBootstrapUnavailable, RequestThrottled
 from gpu_autoscaler.models.messages import LaunchRequest
-from gpu_autoscaler.naming import ResourceNames, log_service
+from gpu_autoscaler.naming import log_service
 from gpu_autoscaler.services.fleet import FleetService, LaunchOutcome, aws_fleet_service
 from gpu_autoscaler.settings import load_settings
 
@@ -34,10 +34,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-NAMESPACE = ResourceNames("").metrics_namespace
 logger = Logger(service=log_service("fleet"))
 tracer = Tracer(service="fleet")
-metrics = Metrics(namespace=NAMESPACE, service="fleet")
+metrics = Metrics(service="fleet")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 
 
@@ -54,7 +53,8 @@ def record_metrics(outcome: LaunchOutcome) -> None:
     for launched in outcome.launched:
         metrics.add_metric(name="TimeToLaunch", unit=MetricUnit.Seconds, value=launched.seconds_to_launch)
     for failed in outcome.failed:
-        with single_metric(name="LaunchFailures", unit=MetricUnit.Count, value=1, namespace=NAMESPACE) as metric:
+        with single_metric(name="LaunchFailures", unit=MetricUnit.Count, value=1,
+                           namespace=metrics.namespace) as metric:
             metric.add_dimension(name="service", value="fleet")
             metric.add_dimension(name="reason", value=failed.code)
 

@@ -28,7 +28,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAl
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.domain.interruption import Notice, UnknownEvent, parse_notice
-from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames, log_service
+from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, log_service
 from gpu_autoscaler.services.interruption import InterruptionService, aws_interruption_service
 from gpu_autoscaler.settings import load_settings
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 logger = Logger(service=log_service("interruption"))
 tracer = Tracer(service="interruption")
-metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="interruption")
+metrics = Metrics(service="interruption")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False, logger=logger)
 idempotency = IdempotencyConfig(expires_after_seconds=6 * 3600)
 """Long enough to cover AWS repeating a notice and SQS redriving a message; a rebalance hours later acts again."""

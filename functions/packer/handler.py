@@ -25,7 +25,7 @@ from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
 from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
-from gpu_autoscaler.naming import ResourceNames, log_service
+from gpu_autoscaler.naming import log_service
 from gpu_autoscaler.services.packer import PackerService, aws_packer_service
 from gpu_autoscaler.settings import load_settings
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = Logger(service=log_service("packer"))
 tracer = Tracer(service="packer")
-metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="packer")
+metrics = Metrics(service="packer")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 processor = SqsFifoPartialProcessor(skip_group_on_error=True, logger=logger)
 """Only the failed record's group stops (a group is one cluster; another cluster's documents go on)."""
 processor.raise_on_entire_batch_failure = False  # report every record failed rather than raise; the constructor

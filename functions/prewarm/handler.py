@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
-from gpu_autoscaler.naming import ResourceNames, log_service
+from gpu_autoscaler.naming import log_service
 from gpu_autoscaler.services.prewarm import InvalidTick, PrewarmService, aws_prewarm_service, parse_tick
 from gpu_autoscaler.settings import load_settings
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 logger = Logger(service=log_service("prewarm"))
 tracer = Tracer(service="prewarm")
-metrics = Metrics(namespace=ResourceNames("").metrics_namespace, service="prewarm")
+metrics = Metrics(service="prewarm")  # the namespace: POWERTOOLS_METRICS_NAMESPACE, the cluster's
 
 
 @functools.cache

@@ -67,7 +67,7 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
         assert env["LAUNCH_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.LAUNCH])}
         assert env["DRAIN_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.DRAIN])}
         assert env["POWERTOOLS_SERVICE_NAME"] == spec.name
-        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "GpuAutoscaler"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == ResourceNames(synthesized.config.cluster_name).metrics_namespace
         assert env["OPENBLAS_NUM_THREADS"] == "1"  # numpy's OpenBLAS starts no worker to spin through a cold start
         if spec.name == "fleet":
             assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": templates["on-demand"]}

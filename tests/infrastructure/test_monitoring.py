@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpu_autoscaler.naming import FUNCTIONS
+from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from infra.monitoring import ALARM_EMAIL_CONTEXT
 from tests.infrastructure.conftest import infrastructure_config_data, synthesize
 
@@ -101,5 +101,6 @@ def test_the_dashboard_graphs_the_records_each_queue_fed_function_sent_back(synt
     text = "".join(part if isinstance(part, str) else json.dumps(part) for part in body["Fn::Join"][1])
     fed = sorted(name for name, wiring in FUNCTION_WIRING.items() if wiring.queue is not None)
     assert fed == ["drain", "fleet", "interruption", "packer"]
+    namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
     for name in fed:
-        assert f'["GpuAutoscaler","RecordsFailed","service","{name}"' in text
+        assert f'["{namespace}","RecordsFailed","service","{name}"' in text

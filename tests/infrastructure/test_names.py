@@ -101,3 +101,10 @@ def test_fit_refuses_a_suffix_that_leaves_no_room() -> None:
     with pytest.raises(ValueError, match="no room"):
         fit("cluster", 10, keep="-a-very-long-suffix")
     assert set(NAME_LIMITS) >= {"function", "queue", "schedule_group", "rule", "role"}
+
+
+def test_each_cluster_has_its_own_metrics_namespace() -> None:
+    """The functions' own metrics (RecordsFailed, TicksRejected, …) and the dashboard and alarms reading them: two
+    clusters in one account and region must not add up in one series."""
+    assert ResourceNames("ml-prod").metrics_namespace == "GpuAutoscaler/ml-prod"
+    assert ResourceNames("ml-prod").metrics_namespace != ResourceNames("ml-staging").metrics_namespace

@@ -138,7 +138,10 @@ class ResourceNames:
 
     @property
     def metrics_namespace(self) -> str:
-        return "GpuAutoscaler"
+        """The functions' own metrics, one namespace per cluster, so that two clusters in one account and region
+        never add up in one series (a dashboard or alarm of one counting the other's failures). The stack gives
+        it to each function as `POWERTOOLS_METRICS_NAMESPACE`."""
+        return f"GpuAutoscaler/{self.cluster}"
 
     @property
     def interruption_dlq(self) -> str:

@@ -89,7 +89,7 @@ def test_powertools_logs_and_metrics_go_to_stderr_on_every_invocation(
         assert log["function_name"] == ResourceNames("ml-prod").function("powertools")
         assert log["pods"] == 8
         emf = next(json.loads(line) for line in result.stderr.splitlines() if '"PodsPlaced"' in line)
-        assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "GpuAutoscaler"
+        assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == ResourceNames("ml-prod").metrics_namespace
 
 
 def test_a_handler_exception_is_a_clear_error_and_a_failing_exit(

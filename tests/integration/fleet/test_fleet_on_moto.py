@@ -144,7 +144,8 @@ def test_a_claim_that_cannot_launch_releases_its_pods(
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     [failure] = [m for m in emitted if "LaunchFailures" in m]
     assert failure["reason"] == "NoOfferings" and failure["LaunchFailures"] == [1.0]
-    assert failure["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "GpuAutoscaler"
+    assert failure["_aws"]["CloudWatchMetrics"][0]["Namespace"] == aws.function_environment("fleet")[
+        "POWERTOOLS_METRICS_NAMESPACE"] == "GpuAutoscaler/ml-prod"
 
 
 def test_an_untagged_instance_is_never_terminated(

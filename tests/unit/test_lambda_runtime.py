@@ -1,15 +1,17 @@
-"""What a function's own code logs reaches the function's log in Lambda.
+"""What a function does as Lambda's runtime runs it: its services' logs reach its log, a record that fails is
+logged, records are started only while one stalled call still fits, its metrics go to its cluster's namespace.
 
 Lambda's Python runtime puts one handler on the root logger before it imports `handler.py`, and sets the root
 logger's level only from the function's application log level (advanced logging controls: `AWS_LAMBDA_LOG_LEVEL`);
 without one the root stays at the standard library's WARNING. Powertools' Logger then adds a filter to that root
 handler. The services and adapters log through the standard library (`gpu_autoscaler.services.fleet`, …), so
 both decide whether a CloudWatch reader ever sees "CreateFleet refused" or a consolidation decision. Each case runs
-in a fresh process set up as the runtime sets it up, with the log level the stack configures.
+in a fresh process set up as the runtime sets it up, with the log level and variables the stack configures.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpu_autoscaler.batch_failures import RECORD_RESERVE_SECONDS
-from gpu_autoscaler.naming import FUNCTIONS
+from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FUNCTION_WIRING
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = textwrap.dedent("""
     import importlib.util, io, logging, os, sys
     os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
-                      POWERTOOLS_TRACE_DISABLED="true", AWS_LAMBDA_LOG_LEVEL=sys.argv[2], AWS_LAMBDA_LOG_FORMAT="JSON")
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_LAMBDA_LOG_LEVEL=sys.argv[2], AWS_LAMBDA_LOG_FORMAT="JSON",
+                      POWERTOOLS_METRICS_NAMESPACE="GpuAutoscaler/ml-prod")
     # awslambdaric's bootstrap (_setup_logging): one handler on the root logger, the root's level only when
     # AWS_LAMBDA_LOG_LEVEL names a level.
     sink = io.StringIO()
@@ -56,7 +59,8 @@ def test_a_services_info_line_reaches_the_functions_log(function: str) -> None:
 FAILING_RECORD = textwrap.dedent("""
     import importlib.util, json, os, sys
     os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
-                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x")
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                      POWERTOOLS_METRICS_NAMESPACE=sys.argv[3])
     from gpu_autoscaler.lambda_context import local_context
     function, sample = sys.argv[1:3]
     spec = importlib.util.spec_from_file_location("handler", f"functions/{function}/handler.py")
@@ -83,20 +87,25 @@ FAILING_RECORD = textwrap.dedent("""
 def test_a_record_that_fails_unexpectedly_is_logged_with_its_reason(function: str, sample: str) -> None:
     """A partial batch failure is no Lambda error: the record goes back to its queue, and after `maxReceiveCount`
     to its dead-letter queue. Its reason must be in the log, or nothing anywhere says why (a bug, a DynamoDB error,
-    a configuration that fails every record)."""
+    a configuration that fails every record). Its count (`RecordsFailed`) goes to the namespace the stack gives
+    the function: its cluster's, so that two clusters in one account and region do not add up in one series."""
+    namespace = ResourceNames("ml-staging").metrics_namespace
     out = subprocess.run(
-        [sys.executable, "-c", FAILING_RECORD, function, sample],
+        [sys.executable, "-c", FAILING_RECORD, function, sample, namespace],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
     )
     assert "RESPONSE" in out.stdout and '"batchItemFailures": [{' in out.stdout, out.stderr[-2000:]
     assert "InstanceId missing from the answer" in out.stdout + out.stderr
+    documents = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"_aws"')]
+    assert documents and {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in documents} == {namespace}
 
 
 OUT_OF_TIME = textwrap.dedent("""
     import copy, importlib.util, json, os, sys
     os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
-                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x")
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                      POWERTOOLS_METRICS_NAMESPACE="GpuAutoscaler/ml-prod")
     from gpu_autoscaler.lambda_context import local_context
     function, sample, timeout, step = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
     spec = importlib.util.spec_from_file_location("handler", f"functions/{function}/handler.py")
