@@ -216,7 +216,8 @@ class BlockDeviceMapping(_Model):
 class CapacityReservation(_Model):
     id: str = Field(pattern=r"^cr-[0-9a-f]+$")
     type: Literal["default", "capacity-block"] = "default"
-    """`capacity-block` for EC2 Capacity Blocks for ML, which launch with market type capacity-block."""
+    """`capacity-block` for EC2 Capacity Blocks for ML. Like `instanceType` and `availabilityZone`, used only where
+    DescribeCapacityReservations cannot be called: elsewhere the API's `ReservationType` wins (`domain.fleet`)."""
     instance_type: str | None = None
     availability_zone: str | None = None
     instance_count: int | None = Field(default=None, ge=0)

@@ -557,3 +557,50 @@ def test_a_fleet_quota_is_a_capacity_error_not_the_end() -> None:
     assert h.claim("gpu-burst-a1b2c").state is ClaimState.LAUNCHED
     assert h.compute.requests[1].capacity_type == "on-demand"  # the pool falls back
     assert outcome.unavailable
+
+
+# ---- reserved capacity: what EC2 says of each reservation -----------------------------------------------------
+
+BLOCK = "cr-0b10c4000000000aa"
+ODCR = "cr-0123456789abcdef0"
+
+
+def reserved_offering(reservation: str, kind: str, *, zone: str = "us-east-1a",
+                      instance_type: str = "p5.48xlarge") -> Offering:
+    """A reservation as the catalog offers it: DescribeCapacityReservations' `ReservationType` on the offering."""
+    return Offering(instance_type=instance_type, zone=zone, capacity_type="reserved", price_per_hour=5.5e-6,
+                    reservation_id=reservation, reservation_type=kind, available_count=2)
+
+
+def reserved_claim(reservation: str, claim_id: str = "r", **changes: object) -> NodeClaim:
+    fields: dict[str, object] = {"pool": "gpu-reserved", "capacity_type": "reserved",
+                                 "instance_types": ("p5.48xlarge",), "zones": ("us-east-1a",), "pods": (claim_id,)}
+    fields.update(changes)
+    return make_claim(id=claim_id, reservation_id=reservation, **fields)
+
+
+def test_a_reserved_launch_asks_for_the_reservation_type_ec2_says_not_the_configured_one() -> None:
+    """A Capacity Block configured without `type: capacity-block`: DescribeCapacityReservations says
+    `capacity-block` (the catalog's offering carries it). EC2 "attempts to launch instances into each Capacity
+    Reservation type in the order that you specify" (ReservedCapacityOptionsRequest `ReservationTypes`): asked as an
+    On-Demand Capacity Reservation, the block would never be used. Likewise an ODCR configured as a block."""
+    config = make_config(pool_gpu_reserved={"capacityReservations": [{"id": BLOCK}, {"id": ODCR,
+                                                                                     "type": "capacity-block"}]})
+    catalog = Catalog([reserved_offering(BLOCK, "capacity-block"), reserved_offering(ODCR, "default")])
+    h = Harness(config=config, catalog=catalog)
+    h.add(reserved_claim(BLOCK), reserved_claim(ODCR, "o"))
+    h.launch("r")
+    h.launch("o")
+    block, odcr = h.compute.requests
+    assert block.reservation is not None and block.reservation.reservation_types == ("capacity-block",)
+    assert odcr.reservation is not None and odcr.reservation.reservation_types == ("on-demand-capacity-reservation",)
+
+
+def test_a_reservation_the_catalog_does_not_hold_is_asked_as_configured() -> None:
+    """No catalog (or the reservation no longer among its offerings): the configuration's `type` is all there is."""
+    config = make_config(pool_gpu_reserved={"capacityReservations": [{"id": BLOCK, "type": "capacity-block"}]})
+    h = Harness(config=config, catalog=Catalog([]))
+    h.add(reserved_claim(BLOCK))
+    h.launch("r")
+    [request, *_] = h.compute.requests
+    assert request.reservation is not None and request.reservation.reservation_types == ("capacity-block",)

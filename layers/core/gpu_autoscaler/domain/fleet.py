@@ -7,7 +7,8 @@ simulated capacity.
   size and one zone, plus one instance type where the pool needs EFA). Overrides are the claim's candidate
   types × the subnets of its zones, cheapest first, at most 60, each with the AMI of its architecture.
   Spot asks `price-capacity-optimized`, On-Demand `lowest-price`, reserved capacity launches into the
-  claim's reservations only (On-Demand Capacity Reservations before Capacity Blocks, in override order).
+  claim's reservations only, each asked as the type EC2 says it is (On-Demand Capacity Reservations before
+  Capacity Blocks, in override order).
   Instances and volumes carry the DESIGN tags; user data joins the node with its labels and taints.
 - Attempts (`first_attempt`, `next_attempt`): an attempt is a capacity type and the offerings it may use.
   After a failure the claim goes on with the offerings not yet known to be unavailable; when none is left
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Ami, BlockDeviceMapping, CapacityType, Config, NodePool
     from gpu_autoscaler.domain.catalog import OfferingKey
-    from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.fleet import AllocationStrategy
 
@@ -126,6 +127,7 @@ _RESERVATION_TYPES: dict[str, ReservationType] = {
     "default": "on-demand-capacity-reservation",
     "capacity-block": "capacity-block",
 }
+"""A reservation's type as DescribeCapacityReservations (and the configuration) words it → CreateFleet's word."""
 _FAMILY = re.compile(r"^(?P<category>[a-z]+?)(?P<generation>\d+)(?P<suffix>[a-z0-9-]*)$")
 
 
@@ -367,13 +369,25 @@ def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str |
     return tags
 
 
-def reservation_options(claims: Sequence[NodeClaim], pool: NodePool) -> ReservationOptions:
-    """The claims' own reservations (the solver picked them), or every reservation of the pool; On-Demand
-    Capacity Reservations are tried before Capacity Blocks."""
+def reservation_options(claims: Sequence[NodeClaim], pool: NodePool,
+                        reservations: Mapping[str, Offering]) -> ReservationOptions:
+    """The claims' own reservations (the solver planned each claim on one), or every reservation of the pool, each
+    asked as the type EC2 says it is: `reservations` are the catalog's reserved offerings by id, whose
+    `reservation_type` is DescribeCapacityReservations' `ReservationType`. EC2 "attempts to launch instances into each
+    Capacity Reservation type in the order that you specify" (EC2 API Reference, ReservedCapacityOptionsRequest), so
+    a Capacity Block asked for as an On-Demand Capacity Reservation is never used. A reservation the catalog does not
+    hold (no catalog given, or no longer offered) is asked as the configuration says (its `type`); where the API does
+    not answer, the catalog's offerings carry that same configured type. On-Demand Capacity Reservations are tried
+    before Capacity Blocks."""
     wanted = {c.reservation_id for c in claims if c.reservation_id}
-    reservations = [r for r in pool.capacity_reservations if not wanted or r.id in wanted]
-    ids = [r.id for r in reservations] or sorted(wanted)
-    kinds = {_RESERVATION_TYPES[r.type] for r in reservations} or {"on-demand-capacity-reservation"}
+    configured = {r.id: r.type for r in pool.capacity_reservations}
+    ids = [i for i in configured if not wanted or i in wanted] + sorted(wanted - configured.keys())
+    kinds: set[ReservationType] = set()
+    for reservation in ids:
+        offering = reservations.get(reservation)
+        kind = offering.reservation_type if offering is not None and offering.reservation_type else \
+            configured.get(reservation, "default")
+        kinds.add(_RESERVATION_TYPES[kind])
     ordered = tuple(k for k in ("on-demand-capacity-reservation", "capacity-block") if k in kinds)
     return ReservationOptions(reservation_ids=tuple(ids), reservation_types=ordered)
 
@@ -385,8 +399,10 @@ def build_request(
     context: LaunchContext,
     *,
     gang: str | None = None,
+    reservations: Mapping[str, Offering] | None = None,
 ) -> FleetRequest:
-    """The CreateFleet request of one attempt for these claims (one instance each)."""
+    """The CreateFleet request of one attempt for these claims (one instance each); `reservations`: the catalog's
+    reserved offerings by reservation id (`reservation_options`)."""
     gang = gang or claims[0].gang
     ids = tuple(c.id for c in claims)
     token = client_token(context.cluster, ids, attempt.number)
@@ -435,7 +451,8 @@ def build_request(
                              for (ud, template), o in configs.items()),
         client_token=token,
         tags=fleet_tags(context.cluster, pool.name, claims, gang, token),
-        reservation=reservation_options(claims, pool) if attempt.capacity_type == "reserved" else None,
+        reservation=reservation_options(claims, pool, reservations or {})
+        if attempt.capacity_type == "reserved" else None,
         block_device_mappings=context.volumes_for(pool),
     )
 

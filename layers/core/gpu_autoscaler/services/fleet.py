@@ -57,11 +57,12 @@ from gpu_autoscaler.models.fleet import PARAM_VALIDATION_ERROR
 from gpu_autoscaler.services.claim_writes import write_fresh
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config, NodePool
+    from gpu_autoscaler.models.catalog import Offering
     from gpu_autoscaler.models.fleet import FleetError, FleetRequest, FleetResult, LaunchedInstance
     from gpu_autoscaler.models.messages import LaunchRequest
     from gpu_autoscaler.ports import CatalogSource, Compute, StateStore
@@ -83,6 +84,25 @@ logger = logging.getLogger(__name__)
 THROTTLE_RETRIES = 3
 """Backed-off retries of a throttled CreateFleet within one invocation (botocore already retried it)."""
 PRICE_REFRESH = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class _OfferingIndex:
+    """The catalog's offerings as launches ask them: the cheapest price per offering key, and each reservation's
+    offering by id (EC2's type, instance type and zone of it: `domain.fleet.reservation_options`)."""
+
+    prices: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    reservations: dict[str, Offering] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, offerings: Iterable[Offering]) -> _OfferingIndex:
+        index = cls()
+        for offering in offerings:
+            index.prices[offering.key] = min(offering.price_per_hour,
+                                             index.prices.get(offering.key, offering.price_per_hour))
+            if offering.reservation_id:
+                index.reservations[offering.reservation_id] = offering
+        return index
 
 
 class NotConfiguredForLaunch(GpuAutoscalerError):
@@ -197,7 +217,7 @@ class FleetService:
         self._rng = rng or random.Random()
         self._context: LaunchContext | None = None
         self._warned_bootstrap = False
-        self._prices: tuple[datetime, dict[tuple[str, str, str], float]] | None = None
+        self._index: tuple[datetime, _OfferingIndex] | None = None
 
     # ---- launch -------------------------------------------------------------------------------------------
 
@@ -271,7 +291,10 @@ class FleetService:
                 if not remaining:
                     return
             replay = False
-            request = build_request(remaining, pool, attempt, context, gang=gang)
+            # The catalog is read before CreateFleet only for reserved capacity (EC2's type of each reservation).
+            reserved = attempt.capacity_type == "reserved"
+            request = build_request(remaining, pool, attempt, context, gang=gang,
+                                    reservations=self._offerings().reservations if reserved else None)
             calls += 1
             reading = read_result(request, self._create_fleet(request, outcome))
             errors.extend(reading.errors)
@@ -429,25 +452,22 @@ class FleetService:
 
     def _price(self, instance: LaunchedInstance, claim: NodeClaim) -> float:
         """The offering's price from the catalog; the claim's planned price where the catalog has none."""
-        key = (instance.instance_type, instance.zone, instance.capacity_type)
-        if isinstance(self._catalog, Catalog):
-            found = self._catalog.price(key)
-        elif self._catalog is not None:
-            found = self._price_index().get(key)
-        else:
-            found = None
+        found = self._offerings().prices.get((instance.instance_type, instance.zone, instance.capacity_type))
         return claim.price_per_hour if found is None else found
 
-    def _price_index(self) -> dict[tuple[str, str, str], float]:
-        """Cheapest price per offering, rebuilt when older than `PRICE_REFRESH` (prices move slowly)."""
+    def _offerings(self) -> _OfferingIndex:
+        """What the launches read of the catalog: a domain `Catalog` as it is; a `CatalogSource` read again when the
+        index is older than `PRICE_REFRESH` (prices move slowly; a reservation's type and place never change)."""
+        if isinstance(self._catalog, Catalog):
+            if self._index is None:
+                self._index = (self.clock.now(), _OfferingIndex.of(self._catalog.all_offerings()))
+            return self._index[1]
+        if self._catalog is None:
+            return _OfferingIndex()
         now = self.clock.now()
-        if self._prices is None or now - self._prices[0] >= PRICE_REFRESH:
-            assert self._catalog is not None
-            index: dict[tuple[str, str, str], float] = {}
-            for offering in self._catalog.offerings():
-                index[offering.key] = min(offering.price_per_hour, index.get(offering.key, offering.price_per_hour))
-            self._prices = (now, index)
-        return self._prices[1]
+        if self._index is None or now - self._index[0] >= PRICE_REFRESH:
+            self._index = (now, _OfferingIndex.of(self._catalog.offerings()))
+        return self._index[1]
 
     def _terminate_strays(self, instance_ids: Sequence[str], outcome: LaunchOutcome) -> None:
         if instance_ids:
