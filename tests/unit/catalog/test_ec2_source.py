@@ -183,6 +183,25 @@ def test_a_capacity_block_is_not_offered_in_its_last_forty_minutes() -> None:
     assert reserved == ["cr-0aaa", "cr-0ccc", "cr-0ddd"]  # an On-Demand Capacity Reservation's end is not a block's
 
 
+def test_an_interruptible_reservation_is_left_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """DescribeCapacityReservations' `Interruptible`: an interruptible Capacity Reservation's instances are terminated
+    on a 2-minute warning whenever its owner reclaims the capacity (EC2 User Guide, "Interruptible Capacity
+    Reservations"). The packer plans reserved capacity as uninterruptible and near free, so it would be preferred
+    for every pod; and launching into it takes the `interruptible-capacity-reservation` type, which is not asked.
+    Offered as it is, it would take launches it cannot keep: it is left out, and the log says why."""
+    ec2 = fake_ec2(describe_capacity_reservations=[{"CapacityReservations": [
+        {"CapacityReservationId": "cr-0aaa", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
+         "State": "active", "ReservationType": "default", "AvailableInstanceCount": 3, "Interruptible": True},
+        {"CapacityReservationId": "cr-0bbb", "InstanceType": "g6.xlarge", "AvailabilityZone": "us-east-1a",
+         "State": "active", "ReservationType": "default", "AvailableInstanceCount": 1, "Interruptible": False},
+    ]}])
+    source = make_source(ec2, reservations=[CapacityReservation(id="cr-0aaa"), CapacityReservation(id="cr-0bbb")])
+    with caplog.at_level(logging.WARNING):
+        reserved = [o.reservation_id for o in source.offerings() if o.capacity_type == "reserved"]
+    assert reserved == ["cr-0bbb"]
+    assert any("cr-0aaa" in r.getMessage() and "interruptible" in r.getMessage() for r in caplog.records)
+
+
 def test_reservations_fall_back_to_the_configuration(caplog: pytest.LogCaptureFixture) -> None:
     ec2 = fake_ec2()
     ec2.fail("describe_capacity_reservations", ResponseParserError("<!doctype html> 500"))

@@ -115,10 +115,25 @@ reservation's `InstancePlatform` may also be e.g. `Red Hat Enterprise Linux`, `S
 or `Linux with SQL Server Standard`, and its `Tenancy` `dedicated`, none of which takes them."""
 
 
+_INTERRUPTIBLE = (
+    "interruptible: its instances are terminated on a 2-minute warning whenever the owner reclaims the capacity, "
+    "but reserved capacity is planned as uninterruptible and near free (every pod would go there first, with no "
+    "label to keep one off) and launched without CreateFleet's interruptible-capacity-reservation type"
+)
+"""DescribeCapacityReservations' `Interruptible` (EC2 User Guide, "Interruptible Capacity Reservations"; "Monitor
+interruptible Capacity Reservations": the warning comes "2 minutes before your instances are terminated"). Karpenter
+offers them with a `capacity-reservation-interruptible` label pods select on, after ODCRs and blocks
+(karpenter-provider-aws pkg/providers/instance/filter/filter.go), and launches them with that reservation type
+(instance/types.go): none of that exists here, so they are not offered rather than offered as what they are not."""
+
+
 def unusable_reason(item: Mapping[str, Any]) -> str | None:
-    """Why our nodes cannot run in the reservation EC2 describes as `item` (its platform, its tenancy), or None.
-    A field EC2 leaves out is taken to match: what is not known to differ is not ruled out."""
+    """Why our nodes cannot (or must not) run in the reservation EC2 describes as `item` (its platform, its tenancy,
+    `_INTERRUPTIBLE`), or None. A field EC2 leaves out is taken to match: what is not known to differ is not ruled
+    out."""
     problems = []
+    if item.get("Interruptible"):
+        problems.append(_INTERRUPTIBLE)
     platform = item.get("InstancePlatform", NODE_PLATFORM)
     if platform != NODE_PLATFORM:
         problems.append(f"platform {platform}, not {NODE_PLATFORM}")
