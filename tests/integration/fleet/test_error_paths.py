@@ -209,7 +209,7 @@ def test_a_full_capacity_block_falls_back_to_on_demand(
     stubber.add_response("create_fleet", launched(fallback, "i-0ddd000000000001", "p5.48xlarge", "us-east-1a",
                                                   "on-demand"), od_params)
     service.launch(LaunchRequest(cluster="ml-prod", claim_ids=[claim.id]))
-    assert ("p5.48xlarge", "us-east-1a", "reserved") in store.unavailable_offerings()
+    assert ("p5.48xlarge", "us-east-1a", "cr-0b10c4000000000aa") in store.unavailable_offerings()  # the block
     stored = store.get_claim(claim.id)
     assert stored is not None and stored.capacity_type == "on-demand"
 

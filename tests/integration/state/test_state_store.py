@@ -194,6 +194,18 @@ def test_unavailable_offerings_expire(clock_and_store: tuple[FixedClock, StateSt
     assert store.unavailable_offerings() == {("g5.xlarge", "us-east-1b", "on-demand")}
 
 
+def test_a_reservations_record_names_it_beside_an_older_record_for_all(
+        clock_and_store: tuple[FixedClock, StateStore]) -> None:
+    """A reservation's record holds its id where the capacity type stands (`domain.catalog.unavailable_key`), in the
+    same three parts; a record older code wrote for every reservation of a type and zone reads back as it was."""
+    _, store = clock_and_store
+    store.mark_unavailable(("p5.48xlarge", "us-east-1a", "cr-0123456789abcdef0"), timedelta(minutes=3),
+                           "ReservationCapacityExceeded")
+    store.mark_unavailable(("p4d.24xlarge", "us-east-1b", "reserved"), timedelta(minutes=3), "older code")
+    assert store.unavailable_offerings() == {
+        ("p5.48xlarge", "us-east-1a", "cr-0123456789abcdef0"), ("p4d.24xlarge", "us-east-1b", "reserved")}
+
+
 def test_demand_keeps_each_buckets_peak_in_time_order(clock_and_store: tuple[FixedClock, StateStore]) -> None:
     _, store = clock_and_store
     week = timedelta(days=7)

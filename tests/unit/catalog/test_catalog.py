@@ -117,6 +117,23 @@ def test_a_record_for_a_whole_capacity_type_or_zone_excludes_all_of_it() -> None
     assert left and all(o.zone != "us-east-1a" for o in left)
 
 
+def test_a_full_reservation_does_not_hide_another_of_the_same_type_and_zone() -> None:
+    """A reservation's unavailable record names it, the reservation id where a capacity type stands: an On-Demand
+    Capacity Reservation found full leaves a Capacity Block (or another ODCR) of the same type and zone on offer, as
+    Karpenter marks only the reservation that failed (karpenter-provider-aws pkg/providers/instance/instance.go
+    `updateUnavailableOfferingsCache`, capacity reservation provider `MarkUnavailable(ids)`). A record older code
+    wrote, (type, zone, `reserved`), still stands for every reservation there until it expires."""
+    p5 = make_instance_type(name="p5.48xlarge", vcpu=192, gpus=8, gpu_devices=8)
+    odcr = make_offering(instance_type="p5.48xlarge", zone="us-east-1a", capacity_type="reserved",
+                         price_per_hour=5.5e-6, reservation_id="cr-0aaa", reservation_type="default")
+    block = make_offering(instance_type="p5.48xlarge", zone="us-east-1a", capacity_type="reserved",
+                          price_per_hour=5.5e-6, reservation_id="cr-0bbb", reservation_type="capacity-block")
+    catalog = Catalog([p5], [odcr, block])
+    left = catalog.offerings(exclude={("p5.48xlarge", "us-east-1a", "cr-0aaa")})
+    assert [o.reservation_id for o in left] == ["cr-0bbb"]
+    assert not catalog.offerings(exclude={("p5.48xlarge", "us-east-1a", "reserved")})
+
+
 def test_building_from_a_source() -> None:
     class Source:
         def instance_types(self) -> list:

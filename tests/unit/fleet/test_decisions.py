@@ -191,6 +191,20 @@ def test_reserved_falls_back_to_on_demand() -> None:
     assert second == Attempt(1, "on-demand", (("p5.48xlarge", "us-east-1a"),))
 
 
+def test_a_reserved_claim_goes_on_while_its_own_reservation_is_not_marked() -> None:
+    """Records name reservations: another reservation's of the same type and zone leaves this claim's on offer; an
+    older record for every reservation there (type, zone, `reserved`) does not."""
+    pool = CONFIG.pool("gpu-reserved")
+    claim = make_claim(pool="gpu-reserved", capacity_type="reserved", instance_types=("p5.48xlarge",),
+                       zones=("us-east-1a",), reservation_id="cr-0123456789abcdef0")
+    other = first_attempt([claim], pool, {("p5.48xlarge", "us-east-1a", "cr-0b10c4000000000aa")}, CONTEXT)
+    assert other is not None and other.capacity_type == "reserved"
+    own = first_attempt([claim], pool, {("p5.48xlarge", "us-east-1a", "cr-0123456789abcdef0")}, CONTEXT)
+    assert own is not None and own.capacity_type == "on-demand"
+    older = first_attempt([claim], pool, {("p5.48xlarge", "us-east-1a", "reserved")}, CONTEXT)
+    assert older is not None and older.capacity_type == "on-demand"
+
+
 def test_attempts_are_bounded() -> None:
     claim = make_claim()
     attempt = first_attempt([claim], BURST, set(), CONTEXT)

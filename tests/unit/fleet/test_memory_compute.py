@@ -61,7 +61,7 @@ def test_a_full_reservation_falls_back_to_on_demand() -> None:
     launch(service, "r")
     [instance] = ec2.running()
     assert instance.capacity_type == "on-demand"
-    assert ("p5.48xlarge", "us-east-1a", "reserved") in store.unavailable_offerings()
+    assert ("p5.48xlarge", "us-east-1a", "cr-0123456789abcdef0") in store.unavailable_offerings()  # the reservation
 
 
 def test_reservations_are_drawn_down() -> None:

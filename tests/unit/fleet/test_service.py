@@ -604,3 +604,20 @@ def test_a_reservation_the_catalog_does_not_hold_is_asked_as_configured() -> Non
     h.launch("r")
     [request, *_] = h.compute.requests
     assert request.reservation is not None and request.reservation.reservation_types == ("capacity-block",)
+
+
+def test_a_full_reservation_marks_itself_and_leaves_another_of_its_type_and_zone_to_launch() -> None:
+    """ReservationCapacityExceeded on an On-Demand Capacity Reservation: the record names that reservation, so a
+    Capacity Block of the same type and zone is still asked for (Karpenter's `MarkUnavailable(id)`)."""
+    catalog = Catalog([reserved_offering(ODCR, "default"), reserved_offering(BLOCK, "capacity-block")])
+    config = make_config(pool_gpu_reserved={"capacityReservations": [{"id": ODCR}, {"id": BLOCK}]})
+    h = Harness(no_capacity("ReservationCapacityExceeded"), config=config, catalog=catalog)
+    h.add(reserved_claim(ODCR, "o"), reserved_claim(BLOCK, "b"))
+    outcome = h.launch("o")
+    assert outcome.unavailable == [("p5.48xlarge", "us-east-1a", ODCR)]
+    assert h.store.unavailable_offerings() == {("p5.48xlarge", "us-east-1a", ODCR)}
+    h.launch("b")
+    block = h.compute.requests[-1]
+    assert block.capacity_type == "reserved" and block.reservation is not None
+    assert block.reservation.reservation_ids == (BLOCK,)
+    assert h.claim("b").capacity_type == "reserved"

@@ -307,7 +307,7 @@ def test_a_capacity_block_ending_replaces_and_drains_its_nodes_before_ec2_termin
     (outcome,) = h.service.handle(notice)
     assert outcome.instance_id == BLOCK_NODE and outcome.action == "replace-and-drain" and outcome.cordoned
     assert h.claim_now().state is ClaimState.DRAINING
-    assert ("g5.xlarge", "us-east-1a", "reserved") in h.store.unavailable_offerings()
+    assert h.store.unavailable_offerings() == {("g5.xlarge", "us-east-1a", BLOCK)}  # the block alone
     assert h.new_claims() and all(c.capacity_type != "reserved" for c in h.new_claims())
     (drain,) = h.drains.receive()
     assert drain.involuntary and drain.deadline == at("2026-11-22T11:29:30Z")

@@ -8,7 +8,7 @@ from gpu_autoscaler.domain.catalog import ANY
 from gpu_autoscaler.domain.packing.index import CatalogIndex
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
-from tests.unit.packing.builders import TYPES, make_catalog
+from tests.unit.packing.builders import TYPES, make_catalog, make_type
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,27 @@ def test_excluded_marks_whole_capacity_types_and_zones(index: CatalogIndex) -> N
     assert marked([(ANY, "us-east-1a", "on-demand")]) == {
         o.key for o in index.offerings if (o.zone, o.capacity_type) == ("us-east-1a", "on-demand")}
     assert marked([(ANY, "us-east-1z", "spot")]) == set()
+
+
+def test_excluded_marks_a_reservation_by_its_id_alone() -> None:
+    """A reservation's record names it (type, zone, reservation id): two reservations of one type and zone are
+    masked apart (`domain.catalog.is_excluded`)."""
+    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.models.catalog import Offering
+
+    def reservation(reservation_id: str, kind: str) -> Offering:
+        return Offering(instance_type="p5.48xlarge", zone="us-east-1a", capacity_type="reserved",
+                        price_per_hour=5.5e-6, reservation_id=reservation_id, reservation_type=kind)
+
+    index = CatalogIndex(Catalog([make_type("p5.48xlarge")], [reservation("cr-0aaa", "default"),
+                                                               reservation("cr-0bbb", "capacity-block")]))
+
+    def marked(keys: list[tuple[str, str, str]]) -> list[str | None]:
+        mask = index.excluded(keys)
+        return [index.offerings[i].reservation_id for i in range(len(index)) if mask[i]]
+
+    assert marked([("p5.48xlarge", "us-east-1a", "cr-0aaa")]) == ["cr-0aaa"]
+    assert marked([("p5.48xlarge", "us-east-1a", "reserved")]) == ["cr-0aaa", "cr-0bbb"]  # an older record
 
 
 def test_karpenters_cpu_and_memory_labels_select_types(index: CatalogIndex) -> None:

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType, Offering
     from gpu_autoscaler.ports import CatalogSource
 
-__all__ = ["ANY", "Catalog", "OfferingKey", "UnknownInstanceType", "is_excluded", "offering_order"]
+__all__ = ["ANY", "Catalog", "OfferingKey", "UnknownInstanceType", "is_excluded", "offering_order", "unavailable_key"]
 
 OfferingKey = tuple[str, str, str]
-"""(instance type, zone, capacity type), as in `Offering.key` and the unavailable-offering records."""
+"""(instance type, zone, capacity type), as in `Offering.key` and the unavailable-offering records; a reservation's
+record names the reservation where the capacity type stands (`unavailable_key`)."""
 ANY = "*"
 """In an unavailable-offering record, for the instance type (and the zone): every offering of that zone and capacity
 type, or of that capacity type. What EC2 refuses for a reason that is no instance type's — a subnet out of
@@ -39,10 +40,29 @@ class UnknownInstanceType(GpuAutoscalerError, KeyError):
         return str(self.args[0]) if self.args else "unknown instance type"
 
 
-def is_excluded(key: OfferingKey, excluded: Collection[OfferingKey]) -> bool:
-    """Whether `excluded` holds this offering, by its own key or a record for its zone or capacity type (`ANY`)."""
-    _, zone, capacity_type = key
-    return key in excluded or (ANY, zone, capacity_type) in excluded or (ANY, ANY, capacity_type) in excluded
+def unavailable_key(instance_type: str, zone: str, capacity_type: str,
+                    reservation_id: str | None = None) -> OfferingKey:
+    """The record that marks an offering unavailable: its key, but a reservation's names the reservation, its id in
+    place of `reserved` — so one reservation found full (`ReservationCapacityExceeded`) or ending leaves another of
+    the same type and zone on offer, as Karpenter marks only the reservation that failed (karpenter-provider-aws
+    pkg/providers/instance/instance.go `updateUnavailableOfferingsCache`: capacity reservation provider
+    `MarkUnavailable(ids)`). Still three parts, as the state table has always stored them (`UNAVAILABLE#type#zone#…`):
+    a record of older code, (type, zone, `reserved`), reads as before and stands for every reservation there until
+    it expires; a reservation id is never a capacity type, so older code reading a new record matches nothing."""
+    if capacity_type == "reserved" and reservation_id:
+        return (instance_type, zone, reservation_id)
+    return (instance_type, zone, capacity_type)
+
+
+def is_excluded(key: OfferingKey, excluded: Collection[OfferingKey], reservations: Collection[str] = ()) -> bool:
+    """Whether `excluded` holds this offering, by its own key or a record for its zone or capacity type (`ANY`); or,
+    for reserved capacity in `reservations` (the offering's own, or the ones a claim may launch into), by a record
+    for each of them (`unavailable_key`)."""
+    instance_type, zone, capacity_type = key
+    if key in excluded or (ANY, zone, capacity_type) in excluded or (ANY, ANY, capacity_type) in excluded:
+        return True
+    return bool(reservations) and all(
+        unavailable_key(instance_type, zone, capacity_type, r) in excluded for r in reservations)
 
 
 def offering_order(offering: Offering) -> tuple[float, int, str, str, str]:
@@ -141,8 +161,8 @@ class Catalog:
     ) -> list[Offering]:
         """Offerings passing every given filter, cheapest first.
 
-        `exclude` takes keys of offerings known to be unavailable (insufficient capacity), which the
-        packer must not plan on; a reserved key excludes every reservation of that type and zone.
+        `exclude` takes the records of offerings known to be unavailable (insufficient capacity), which the
+        packer must not plan on (`is_excluded`; a reservation's names it, `unavailable_key`).
         """
         if instance_types is not None:
             unknown = [name for name in instance_types if name not in self._types]
@@ -162,7 +182,7 @@ class Catalog:
             for o in pool
             if (zone_set is None or o.zone in zone_set)
             and (type_set is None or o.capacity_type in type_set)
-            and (excluded is None or not is_excluded(o.key, excluded))
+            and (excluded is None or not is_excluded(o.key, excluded, (o.reservation_id,) if o.reservation_id else ()))
             and (gpu_names is None or o.instance_type in gpu_names)
         ]
 

@@ -17,8 +17,8 @@ simulated capacity.
 - Idempotency (`client_token`): the ClientToken is a digest of the cluster, the claims and the attempt
   number, so the same attempt asked twice is the same request to EC2, and a new attempt is a new one.
 - Results (`read_result`): instances are matched to claims; each error is classified — capacity errors
-  mark their offering unavailable (for the configured TTL; a full subnet, its whole zone; an account that
-  may not launch Spot, all of Spot), throttling backs off with jitter
+  mark their offering unavailable (for the configured TTL; a reservation, itself alone; a full subnet, its
+  whole zone; an account that may not launch Spot, all of Spot), throttling backs off with jitter
   (`backoff_delay`), a spent token moves to the next attempt, an error about one instance type drops that
   type from the launch, anything else ends the launch.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.config import CAPACITY_ORDER, Overhead
-from gpu_autoscaler.domain.catalog import ANY, is_excluded
+from gpu_autoscaler.domain.catalog import ANY, is_excluded, unavailable_key
 from gpu_autoscaler.domain.launch_templates import (
     block_device_mappings,
     efa_count,
@@ -266,11 +266,12 @@ def candidate_offerings(
     context: LaunchContext,
     images: Mapping[str, str] | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """The (type, zone) pairs every claim accepts, ranked by type then zone, not known to be unavailable,
-    in a zone we have a subnet for, of an architecture we have an image for (`images`, default the
-    context's); ≤ 60, ≤ 50 types."""
+    """The (type, zone) pairs every claim accepts, ranked by type then zone, not known to be unavailable (reserved
+    capacity: while one of the claims' reservations there is not marked), in a zone we have a subnet for, of an
+    architecture we have an image for (`images`, default the context's); ≤ 60, ≤ 50 types."""
     images = context.images if images is None else images
     blocked = set(unavailable)
+    reservations = {c.reservation_id for c in claims if c.reservation_id} if capacity_type == "reserved" else set()
     types = _shared([c.instance_types for c in claims])
     zones = [z for z in _shared([c.zones for c in claims]) if z in context.zone_subnets]
     out: list[tuple[str, str]] = []
@@ -279,7 +280,7 @@ def candidate_offerings(
         if architecture(instance_type, context.instance_types) not in images:
             continue
         for zone in zones:
-            if is_excluded((instance_type, zone, capacity_type), blocked):
+            if is_excluded((instance_type, zone, capacity_type), blocked, reservations):
                 continue
             if instance_type not in used_types:
                 if len(used_types) == MAX_LAUNCH_CONFIGS:
@@ -383,13 +384,19 @@ def reservation_options(claims: Sequence[NodeClaim], pool: NodePool,
     configured = {r.id: r.type for r in pool.capacity_reservations}
     ids = [i for i in configured if not wanted or i in wanted] + sorted(wanted - configured.keys())
     kinds: set[ReservationType] = set()
+    placements: dict[tuple[str, str, str], None] = {}
     for reservation in ids:
         offering = reservations.get(reservation)
         kind = offering.reservation_type if offering is not None and offering.reservation_type else \
             configured.get(reservation, "default")
         kinds.add(_RESERVATION_TYPES[kind])
+        if offering is not None:
+            placements[(offering.instance_type, offering.zone, reservation)] = None
+        else:  # where the claims planned on it say it is
+            placements.update(((t, z, reservation), None) for c in claims if c.reservation_id == reservation
+                              for t in c.instance_types for z in c.zones)
     ordered = tuple(k for k in ("on-demand-capacity-reservation", "capacity-block") if k in kinds)
-    return ReservationOptions(reservation_ids=tuple(ids), reservation_types=ordered)
+    return ReservationOptions(reservation_ids=tuple(ids), reservation_types=ordered, placements=tuple(placements))
 
 
 def build_request(
@@ -534,7 +541,8 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
             fatal = error
     if short and not marks and not result.errors:
         # All or nothing came back short without saying why: the pools it used cannot hold the gang now.
-        marks = {(i.instance_type, i.zone, request.capacity_type): "UnfulfillableCapacity" for i in result.instances}
+        marks = {mark: "UnfulfillableCapacity" for i in result.instances
+                 for mark in _records(request, (i.instance_type, i.zone, request.capacity_type))}
     return ResultReading(
         launched=tuple(launched),
         strays=tuple(strays),
@@ -551,12 +559,24 @@ def _made_unavailable(request: FleetRequest, error: FleetError) -> list[Offering
     """What an error of kind UNAVAILABLE makes unavailable: every Spot offering when the account may not launch
     Spot (Karpenter's `MarkCapacityTypeUnavailable`, one `ANY` record); every offering of a zone whose subnet is
     out of addresses, of every capacity type (one subnet per zone; Karpenter's `MarkSubnetUnavailable`); else the
-    offering EC2 named, or every offering asked when it named none."""
+    offering EC2 named, or every offering asked when it named none (a reserved one by its reservations, `_records`)."""
     if error.code == SPOT_ROLE_ERROR:
         return [(ANY, ANY, "spot")]
     if error.code == SUBNET_FULL_ERROR and error.zone:
         return [(ANY, error.zone, capacity_type) for capacity_type in CAPACITY_ORDER]
-    return [error.offering] if error.offering else list(request.offerings)
+    return [mark for offering in ([error.offering] if error.offering else request.offerings)
+            for mark in _records(request, offering)]
+
+
+def _records(request: FleetRequest, offering: OfferingKey) -> list[OfferingKey]:
+    """The records an offering of the request is marked by: a reserved one's name the request's reservations there
+    (`unavailable_key`; EC2 names the override, a type in a zone, not the reservation), or, where none is known
+    there, its key, which stands for every reservation of the type and zone."""
+    instance_type, zone, capacity_type = offering
+    if capacity_type != "reserved" or request.reservation is None:
+        return [offering]
+    return [unavailable_key(t, z, capacity_type, r) for t, z, r in request.reservation.placements
+            if (t, z) == (instance_type, zone)] or [offering]
 
 
 def describe_failure(errors: Sequence[FleetError], fallback: str) -> tuple[str, str]:

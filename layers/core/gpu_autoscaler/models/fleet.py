@@ -148,6 +148,9 @@ class ReservationOptions(_Frozen):
     reservation_ids: tuple[str, ...] = Field(min_length=1)
     reservation_types: tuple[ReservationType, ...] = Field(min_length=1)
     """In the order EC2 should try them."""
+    placements: tuple[tuple[str, str, str], ...] = ()
+    """(instance type, zone, reservation id) of the reservations named, where known: what EC2's error about an
+    override (a type in a zone) is about, so the record it leaves names the reservation (`domain.fleet`)."""
     fallback_on_demand: bool = False
     """Let EC2 fill what the reservations cannot with On-Demand in the same call. Off by default: the
     service falls back itself, so the claim records what it really got and why."""

@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from gpu_autoscaler.domain.catalog import unavailable_key
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
 from gpu_autoscaler.errors import NodeNotFound, StaleClaim
@@ -201,8 +202,10 @@ class InterruptionService:
         return True
 
     def _mark_unavailable(self, claim: NodeClaim, reason: str) -> None:
+        """The offering the node ran on: a reservation's record names it (`unavailable_key`), so a block's end leaves
+        the other reservations of its type and zone on offer."""
         if claim.instance_type and claim.zone:
-            offering = (claim.instance_type, claim.zone, str(claim.capacity_type))
+            offering = unavailable_key(claim.instance_type, claim.zone, claim.capacity_type, claim.reservation_id)
             self.store.mark_unavailable(offering, self.config.timeouts.unavailable_offering_ttl, reason)
 
     def _draining(self, claim: NodeClaim, reason: str) -> NodeClaim:

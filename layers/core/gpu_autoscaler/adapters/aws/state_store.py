@@ -12,7 +12,9 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
 | `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
 
-TTL deletion is lazy (up to days late), so every read also compares `expiresAt` with the clock.
+A reservation's `UNAVAILABLE` item names the reservation id where the capacity type stands
+(`domain.catalog.unavailable_key`). TTL deletion is lazy (up to days late), so every read also compares `expiresAt`
+with the clock.
 Terminated claims stay for `TERMINATED_RETENTION` so a claim's history can be looked up after the fact, under a
 key prefix of their own: the claim's terminating write deletes `CLAIM#<id>` (on its condition) and puts
 `ENDED#<id>` in one transaction. A filter does not lower what a Query reads (DynamoDB bills every item its key

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpu_autoscaler.config import CAPACITY_ORDER
-from gpu_autoscaler.domain.catalog import ANY
+from gpu_autoscaler.domain.catalog import ANY, unavailable_key
 from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
@@ -77,8 +77,12 @@ class CatalogIndex:
             (o.available_count if o.available_count is not None else -1 for o in self.offerings), np.int64, n
         )
         self.positions: dict[OfferingKey, list[int]] = {}
+        self._reservations: dict[OfferingKey, list[int]] = {}  # a reservation's record → its offerings' positions
         for i, o in enumerate(self.offerings):
             self.positions.setdefault(o.key, []).append(i)
+            if o.reservation_id:
+                key = unavailable_key(o.instance_type, o.zone, o.capacity_type, o.reservation_id)
+                self._reservations.setdefault(key, []).append(i)
         self.type_vcpu = np.array([t.vcpu for t in self.types], np.int64)
         self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         self._numbers: dict[str, np.ndarray] = {}
@@ -96,12 +100,13 @@ class CatalogIndex:
 
     def excluded(self, keys: Collection[OfferingKey]) -> np.ndarray:
         """A mask of the offerings with these keys (e.g. marked unavailable after insufficient capacity); a key
-        of `ANY` instance type (and zone) masks every offering of its zone (or any zone) and capacity type."""
+        of `ANY` instance type (and zone) masks every offering of its zone (or any zone) and capacity type, a
+        reservation's (`unavailable_key`) the offerings of that reservation alone."""
         mask = np.zeros(len(self.offerings), bool)
         for key in keys:
             instance_type, zone, capacity_type = key
             if instance_type != ANY:
-                for i in self.positions.get((instance_type, zone, capacity_type), ()):
+                for i in (*self.positions.get(key, ()), *self._reservations.get(key, ())):
                     mask[i] = True
             elif capacity_type in CAPACITY_ORDER and (zone == ANY or zone in self.zones):
                 wide = self.capacity_of == CAPACITY_ORDER.index(capacity_type)
