@@ -214,6 +214,43 @@ def test_a_full_capacity_block_falls_back_to_on_demand(
     assert stored is not None and stored.capacity_type == "on-demand"
 
 
+def test_a_gang_over_two_reservations_records_where_ec2_says_each_node_runs(
+        ec2: tuple[Any, Stubber], store: DynamoStateStore, config: Config) -> None:
+    """A gang planned on an On-Demand Capacity Reservation and a Capacity Block of one type and zone: CreateFleet's
+    answer does not say which instance went where, DescribeInstances does (`CapacityReservationId`), so each node
+    records the reservation it runs in, not the one its claim was planned on."""
+    client, stubber = ec2
+    odcr, block = "cr-0123456789abcdef0", "cr-0b10c4000000000aa"
+    data = config.model_dump(by_alias=True)
+    pool = next(p for p in data["nodePools"] if p["name"] == "gpu-reserved")
+    pool["capacityReservations"] = [{"id": odcr}, {"id": block, "type": "capacity-block"}]
+    both = type(config).model_validate(data)
+    service = FleetService(both, store, Ec2Compute(client, "ml-prod"), clock=SystemClock(),
+                           launch_template_id=TEMPLATE, sleep=lambda _: None)
+    claims = [new_claim(store, f"stub-res{n}", pool="gpu-reserved", capacity_type="reserved", gang="train-r",
+                        instance_types=("p5.48xlarge",), zones=("us-east-1a",), reservation_id=reservation)
+              for n, reservation in ((1, odcr), (2, block))]
+    request, params = expected(both, claims, 0, "reserved", [("p5.48xlarge", "us-east-1a")])
+    assert params["ReservedCapacityOptions"]["ReservationTypes"] == ["on-demand-capacity-reservation",
+                                                                     "capacity-block"]
+    answer = launched(request, "i-0eee000000000001", "p5.48xlarge", "us-east-1a", "capacity-block")
+    answer["Instances"].append({**answer["Instances"][0], "Lifecycle": "on-demand",
+                                "InstanceIds": ["i-0eee000000000002"]})
+    stubber.add_response("create_fleet", answer, params)
+    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [
+        {"InstanceId": "i-0eee000000000001", "Placement": {"AvailabilityZone": "us-east-1a"},
+         "CapacityReservationId": block},
+        {"InstanceId": "i-0eee000000000002", "Placement": {"AvailabilityZone": "us-east-1a"},
+         "CapacityReservationId": odcr}]}]},
+        {"Filters": [{"Name": "instance-id", "Values": ["i-0eee000000000001", "i-0eee000000000002"]}]})
+    stubber.add_response("create_tags", {}, _claim_tags("i-0eee000000000001", "stub-res1"))
+    stubber.add_response("create_tags", {}, _claim_tags("i-0eee000000000002", "stub-res2"))
+    launch(service, *[c.id for c in claims], gang="train-r")
+    recorded = {c.id: store.get_claim(c.id) for c in claims}
+    assert {cid: (c.instance_id, c.reservation_id) for cid, c in recorded.items() if c is not None} == {
+        "stub-res1": ("i-0eee000000000001", block), "stub-res2": ("i-0eee000000000002", odcr)}
+
+
 def test_an_unfulfillable_gang_launches_nothing_and_releases_every_pod(
         ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, config: Config) -> None:
     _, stubber = ec2

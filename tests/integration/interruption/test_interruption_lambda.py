@@ -233,7 +233,7 @@ def test_a_capacity_block_ending_drains_its_nodes_before_ec2_terminates_them(
     """The warning names the reservation, not the instance: the handler finds the node launched into it."""
     old = launch_node(aws, fleet, kube, store, "gpu-burst-block", capacity_type="on-demand")
     assert old.instance_id and old.node_name
-    store.update_claim(old, reservation_id="cr-0b10c4e5a7d9f1357")
+    store.update_claim(old, capacity_type="reserved", reservation_id="cr-0b10c4e5a7d9f1357")  # a node in the block
     bind_pod(core, old.node_name, "cb-0")
     ends = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=40)
     event = json.loads((ROOT / "events" / "eventbridge-capacity-block-expiration-warning.json").read_text())

@@ -135,6 +135,32 @@ def test_a_gang_that_comes_back_short_is_terminated_whole_and_its_pools_marked()
     assert dict(reading.unavailable) == {("p5.48xlarge", "us-east-1a", "on-demand"): "UnfulfillableCapacity"}
 
 
+def test_a_launched_instance_records_the_reservation_it_runs_in_not_the_one_planned() -> None:
+    """A reserved instance runs in the request's reservation of its type and zone, when only one is named there;
+    among several, only EC2 knows (`CapacityReservationId`, which the adapter reads); an instance that is not
+    reserved runs in none, whatever its claim was planned on."""
+    pool = CONFIG.pool("gpu-reserved")
+    odcr, block = "cr-0123456789abcdef0", "cr-0b10c4000000000aa"
+    one = make_claim(id="a", pool="gpu-reserved", capacity_type="reserved", instance_types=("p5.48xlarge",),
+                     zones=("us-east-1a",), reservation_id=odcr)
+    attempt = Attempt(0, "reserved", (("p5.48xlarge", "us-east-1a"),))
+    request = build_request([one], pool, attempt, CONTEXT)
+    reserved = LaunchedInstance(instance_id="i-1", instance_type="p5.48xlarge", zone="us-east-1a",
+                                capacity_type="reserved", lifecycle="on-demand")
+    [launched] = read_result(request, FleetResult(instances=(reserved,))).launched
+    assert launched.reservation_id == odcr
+    other = make_claim(id="b", pool="gpu-reserved", capacity_type="reserved", instance_types=("p5.48xlarge",),
+                       zones=("us-east-1a",), reservation_id=block)
+    both = build_request([one, other], pool, attempt, CONTEXT, gang="g")
+    unknown, told = read_result(both, FleetResult(instances=(
+        reserved, reserved.model_copy(update={"instance_id": "i-2", "reservation_id": block})))).launched
+    assert (unknown.reservation_id, told.reservation_id) == (None, block)
+    fallback = build_request([one], pool, Attempt(1, "on-demand", attempt.offerings), CONTEXT)
+    on_demand = reserved.model_copy(update={"capacity_type": "on-demand"})
+    [launched] = read_result(fallback, FleetResult(instances=(on_demand,))).launched
+    assert launched.reservation_id is None
+
+
 def test_reserved_instances_are_reserved_whatever_ec2_calls_their_lifecycle() -> None:
     assert launched_capacity_type("reserved", "on-demand") == "reserved"
     assert launched_capacity_type("reserved", "capacity-block") == "reserved"

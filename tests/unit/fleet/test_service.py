@@ -434,6 +434,15 @@ def test_reserved_claims_launch_reserved_and_fall_back_to_on_demand() -> None:
     assert reserved.capacity_type == "reserved" and reserved.reservation is not None
     assert on_demand.capacity_type == "on-demand" and on_demand.reservation is None
     assert h.claim("r").capacity_type == "on-demand"
+    # It never ran in the reservation: the node records none, so the reservation's end is not its end.
+    assert h.claim("r").reservation_id is None
+
+
+def test_a_reserved_claim_records_the_reservation_its_instance_runs_in() -> None:
+    h = Harness()
+    h.add(reserved_claim(ODCR))
+    h.launch("r")
+    assert (h.claim("r").capacity_type, h.claim("r").reservation_id) == ("reserved", ODCR)
 
 
 def test_a_request_for_another_cluster_is_refused() -> None:

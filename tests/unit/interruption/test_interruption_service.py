@@ -324,6 +324,19 @@ def test_a_capacity_block_node_is_found_through_ec2_when_its_claim_does_not_name
     assert outcome.instance_id == BLOCK_NODE and outcome.action == "replace-and-drain" and inventory.calls == 1
 
 
+def test_an_on_demand_fallback_of_a_block_claim_is_not_drained_at_the_blocks_end() -> None:
+    """A claim planned on the block whose launch fell back to On-Demand, recorded before nodes recorded the
+    reservation they run in (it kept the planned one): EC2 (DescribeInstances) shows it in no reservation, and an
+    On-Demand node does not end with the block."""
+    h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"), capacity_type="on-demand")
+    h.store.update_claim(h.claim_now(), reservation_id=BLOCK)
+    inventory = Inventory(OwnedInstance(instance_id=BLOCK_NODE, state="running", capacity_reservation_id=None))
+    service = InterruptionService(h.config, h.store, h.cluster, h.fleet, h.packer, h.drains, clock=h.clock,
+                                  inventory=inventory)
+    assert service.handle(parse_notice(event("capacity-block-expiration-warning"))) == []
+    assert h.claim_now().state is ClaimState.REGISTERED and h.drains.receive() == []
+
+
 def test_a_capacity_block_without_nodes_of_ours_is_acknowledged() -> None:
     h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"))
     assert h.service.handle(parse_notice(event("capacity-block-expiration-warning"))) == []

@@ -499,7 +499,7 @@ class ResultReading:
     """What the service must do with one CreateFleet answer."""
 
     launched: tuple[LaunchedInstance, ...] = ()
-    """Instances with the claim each is for."""
+    """Instances with the claim each is for, and the reservation each runs in (`_in_reservation`)."""
     strays: tuple[str, ...] = ()
     """Instances to terminate: an all-or-nothing request that came back short, or more than asked for."""
     unavailable: tuple[tuple[tuple[str, str, str], str], ...] = ()
@@ -520,7 +520,7 @@ class ResultReading:
 
 
 def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
-    instances = assign_claims(request.claim_ids, result.instances)
+    instances = assign_claims(request.claim_ids, tuple(_in_reservation(request, i) for i in result.instances))
     strays = [i.instance_id for i in instances if i.claim_id is None]
     launched = [i for i in instances if i.claim_id is not None]
     short = request.min_target_capacity is not None and len(launched) < request.min_target_capacity
@@ -555,6 +555,21 @@ def read_result(request: FleetRequest, result: FleetResult) -> ResultReading:
     )
 
 
+def _in_reservation(request: FleetRequest, instance: LaunchedInstance) -> LaunchedInstance:
+    """The instance with the reservation it runs in — not the one its claim was planned on: an instance that is not
+    reserved (a claim fallen back to On-Demand) runs in none, so a Capacity Block's end is not its end; a reserved
+    one in what EC2 said (`CapacityReservationId`, read by the adapter), else in the request's only reservation of
+    its type and zone (EC2 launches a reserved fleet into the targeted reservations alone), else unknown here."""
+    if instance.capacity_type != "reserved" or request.reservation is None:
+        found = None
+    elif instance.reservation_id:
+        found = instance.reservation_id
+    else:
+        there = request.reservation.named_at(instance.instance_type, instance.zone)
+        found = there[0] if len(there) == 1 else None
+    return instance if found == instance.reservation_id else instance.model_copy(update={"reservation_id": found})
+
+
 def _made_unavailable(request: FleetRequest, error: FleetError) -> list[OfferingKey]:
     """What an error of kind UNAVAILABLE makes unavailable: every Spot offering when the account may not launch
     Spot (Karpenter's `MarkCapacityTypeUnavailable`, one `ANY` record); every offering of a zone whose subnet is
@@ -575,8 +590,8 @@ def _records(request: FleetRequest, offering: OfferingKey) -> list[OfferingKey]:
     instance_type, zone, capacity_type = offering
     if capacity_type != "reserved" or request.reservation is None:
         return [offering]
-    return [unavailable_key(t, z, capacity_type, r) for t, z, r in request.reservation.placements
-            if (t, z) == (instance_type, zone)] or [offering]
+    return [unavailable_key(instance_type, zone, capacity_type, r)
+            for r in request.reservation.named_at(instance_type, zone)] or [offering]
 
 
 def describe_failure(errors: Sequence[FleetError], fallback: str) -> tuple[str, str]:

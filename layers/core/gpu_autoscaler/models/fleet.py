@@ -150,7 +150,12 @@ class ReservationOptions(_Frozen):
     """In the order EC2 should try them."""
     placements: tuple[tuple[str, str, str], ...] = ()
     """(instance type, zone, reservation id) of the reservations named, where known: what EC2's error about an
-    override (a type in a zone) is about, so the record it leaves names the reservation (`domain.fleet`)."""
+    override (a type in a zone) is about, so the record it leaves names the reservation (`domain.fleet`), and which
+    reservation an instance of that type and zone runs in."""
+
+    def named_at(self, instance_type: str, zone: str) -> tuple[str, ...]:
+        """The reservations named that hold this type in this zone (as far as `placements` knows)."""
+        return tuple(dict.fromkeys(r for t, z, r in self.placements if (t, z) == (instance_type, zone)))
     fallback_on_demand: bool = False
     """Let EC2 fill what the reservations cannot with On-Demand in the same call. Off by default: the
     service falls back itself, so the claim records what it really got and why."""
@@ -220,6 +225,9 @@ class LaunchedInstance(_Frozen):
     """EC2's own word (`spot`, `on-demand`, `capacity-block`, …)."""
     claim_id: str | None = None
     """The claim it was launched for, when the request named several."""
+    reservation_id: str | None = None
+    """The reservation it runs in: EC2's `CapacityReservationId` where the adapter read it, else the request's only
+    reservation of its type and zone (`domain.fleet.read_result`); None for an instance in none."""
 
 
 class FleetError(_Frozen):

@@ -8,8 +8,9 @@ Launch (`FleetService.launch`, one `LaunchRequest`):
    on the claims (conditional on their still being Pending), so if this invocation dies after EC2 answered,
    the retried message asks EC2 the same request under the same ClientToken and is given the same
    instances instead of new ones.
-3. Each instance launched: Pending → Launched with its instance id, type, zone, capacity type and price, and the
-   image its request named for it (`domain.drift`'s `imageId`: drift compares it with its pool's image) — a
+3. Each instance launched: Pending → Launched with its instance id, type, zone, capacity type, the reservation
+   it runs in (not the one planned: none after a fallback to On-Demand) and price, and the image its request named
+   for it (`domain.drift`'s `imageId`: drift compares it with its pool's image) — a
    conditional write. If the claim moved on meanwhile, the instance is not ours to keep: terminated.
 4. Each capacity error marks its offering unavailable for `timeouts.unavailableOfferingTtl`; the claims go
    on with what is left, then On-Demand where the pool allows. Throttling is retried here with backoff and
@@ -427,7 +428,8 @@ class FleetService:
                 return self.store.transition(
                     copy, ClaimState.LAUNCHED, f"launched {instance.instance_type} in {instance.zone}",
                     instance_id=instance.instance_id, instance_type=instance.instance_type, zone=instance.zone,
-                    capacity_type=instance.capacity_type, launched_price_per_hour=price,
+                    capacity_type=instance.capacity_type, reservation_id=instance.reservation_id,
+                    launched_price_per_hour=price,
                     attributes={**copy.attributes, IMAGE_ATTRIBUTE: image} if image else copy.attributes)
 
             try:  # retried on a fresh copy while still Pending: only a change of state makes the instance a stray

@@ -15,10 +15,11 @@
   change is involuntary: the instance goes at its start.
 - A Spot warning's drain does not terminate the instance before the warning's `instance-action-time`.
 
-A Capacity Block's expiration warning names the reservation, not instances: its instances are the live claims
-launched into it (`NodeClaim.reservation_id`), and, where a claim does not say, the instances DescribeInstances
-shows running in it (`CapacityReservationId`). Each is then handled as above, its drain due 30 minutes before the
-block ends (when EC2 starts terminating), the replacement planned on what the pool allows besides the block.
+A Capacity Block's expiration warning names the reservation, not instances: its instances are the live reserved
+claims running in it (`NodeClaim.reservation_id`, recorded at launch), and, where a claim does not say, the
+instances DescribeInstances shows running in it (`CapacityReservationId`). Each is then handled as above, its drain
+due 30 minutes before the block ends (when EC2 starts terminating), the replacement planned on what the pool allows
+besides the block.
 
 A repeated notice acts once (the handler's idempotency); everything here is also safe to repeat on its own
 (the packer keys replacement claims by the notice, the lifecycle writes are conditional).
@@ -125,7 +126,10 @@ class InterruptionService:
 
         reservation = notice.reservation_id
         live = [c for c in self.store.list_claims(CLAIMED_STATES) if c.instance_id]
-        found = [c.instance_id for c in live if c.reservation_id == reservation and c.instance_id]
+        # Reserved claims only: one recorded before claims named the reservation they run in may name the one it was
+        # planned on, then fell back to On-Demand from.
+        found = [c.instance_id for c in live
+                 if c.reservation_id == reservation and c.capacity_type == "reserved" and c.instance_id]
         if self.inventory is not None:
             found += [i.instance_id for i in self.inventory.owned_instances()
                       if i.capacity_reservation_id == reservation and not i.gone]

@@ -2,7 +2,8 @@
 
 A `FleetRequest` is rendered as it is, nothing decided here: one `LaunchTemplateConfigs` entry per distinct
 user data (base64, `LaunchTemplateSpecificationUserData`), the overrides as given, the DESIGN tags on the
-fleet, the instances and their volumes. The answer's `Instances` and `Errors` become a `FleetResult`; a
+fleet, the instances and their volumes. The answer's `Instances` and `Errors` become a `FleetResult` (with
+DescribeInstances' word where the answer leaves an instance's zone, or a reserved one's reservation, unknown); a
 throttled call raises `RequestThrottled` (the caller backs off), any other refusal of the whole call comes
 back as a request-level error, for the domain to classify like the per-override ones. The instances of a request
 for several claims are then tagged with their claims (`_tag_claims`), one not known yet asked again with backoff.
@@ -85,6 +86,26 @@ _REFUSED = frozenset({"UnauthorizedOperation", "OperationNotPermitted", "Invalid
 
 def _tags(tags: dict[str, str]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def _reservation_unknown(request: FleetRequest, instance: LaunchedInstance) -> bool:
+    """A reserved instance whose reservation the request cannot tell: it names none, or several, of the instance's
+    type and zone. CreateFleet's answer does not say (EC2 API Reference, CreateFleetInstance); DescribeInstances'
+    `CapacityReservationId` does."""
+    if instance.capacity_type != "reserved" or request.reservation is None:
+        return False
+    return len(request.reservation.named_at(instance.instance_type, instance.zone)) != 1
+
+
+def _described(instance: LaunchedInstance, item: dict[str, Any] | None) -> LaunchedInstance:
+    """What DescribeInstances adds: the zone where the answer left it out, the reservation the instance runs in. An
+    instance EC2 does not show yet (eventual consistency) stays as it was."""
+    if item is None:
+        return instance
+    return instance.model_copy(update={
+        "zone": instance.zone or item["Placement"]["AvailabilityZone"],
+        "reservation_id": item.get("CapacityReservationId") if instance.capacity_type == "reserved" else None,
+    })
 
 
 def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
@@ -224,9 +245,10 @@ class Ec2Compute:
                     subnet_id=subnet,
                     lifecycle=lifecycle,
                 ))
-        if unknown_zone:
-            zones = {i["InstanceId"]: i["Placement"]["AvailabilityZone"] for i in self._describe(unknown_zone)}
-            out = [i.model_copy(update={"zone": zones.get(i.instance_id, i.zone)}) if not i.zone else i for i in out]
+        unplaced = [i.instance_id for i in out if _reservation_unknown(request, i)]
+        if unknown_zone or unplaced:
+            found = {i["InstanceId"]: i for i in self._describe(list(dict.fromkeys([*unknown_zone, *unplaced])))}
+            out = [_described(i, found.get(i.instance_id)) for i in out]
         return tuple(out)
 
     @staticmethod

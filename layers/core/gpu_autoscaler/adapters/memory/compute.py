@@ -70,10 +70,13 @@ class MemoryCompute:
             if (override.instance_type, override.zone, request.capacity_type) in self.no_capacity:
                 errors.append(self._error(request, override, "InsufficientInstanceCapacity"))
                 continue
-            if request.capacity_type == "reserved" and not self._reserve(request, request.target_capacity):
+            reservation = self._reserve(request, request.target_capacity) if request.capacity_type == "reserved" \
+                else None
+            if request.capacity_type == "reserved" and reservation is None:
                 errors.append(self._error(request, override, "ReservationCapacityExceeded"))
                 continue
-            launched = [self._launch(request, override, user_data[override]) for _ in range(request.target_capacity)]
+            launched = [self._launch(request, override, user_data[override], reservation)
+                        for _ in range(request.target_capacity)]
             if len(request.claim_ids) > 1:
                 launched = list(assign_claims(request.claim_ids, launched))
                 for instance in launched:  # as the EC2 adapter does: each instance tagged with its claim
@@ -86,23 +89,24 @@ class MemoryCompute:
                                errors=tuple(errors))
         return FleetResult(errors=tuple(errors))
 
-    def _reserve(self, request: FleetRequest, count: int) -> bool:
+    def _reserve(self, request: FleetRequest, count: int) -> str | None:
+        """The first of the request's reservations that holds `count` more (drawn down), or None."""
         assert request.reservation is not None
         for reservation in request.reservation.reservation_ids:
             left = self.reservations.get(reservation)
             if left is None:
-                return True
+                return reservation
             if left >= count:
                 self.reservations[reservation] = left - count
-                return True
-        return False
+                return reservation
+        return None
 
-    def _launch(self, request: FleetRequest, override: FleetOverride, user_data: str) -> LaunchedInstance:
+    def _launch(self, request: FleetRequest, override: FleetOverride, user_data: str,
+                reservation: str | None) -> LaunchedInstance:
         instance_id = f"i-{next(self._ids):017x}"
         lifecycle = "spot" if request.capacity_type == "spot" else "on-demand"
         capacity_type = launched_capacity_type(request.capacity_type, lifecycle)
         claim = request.claim_ids[0] if len(request.claim_ids) == 1 else None
-        reservation = request.reservation.reservation_ids[0] if request.reservation is not None else None
         self.instances[instance_id] = MemoryInstance(
             instance_id, override.instance_type, override.zone, capacity_type, dict(request.tags),
             launched_at=self.clock.now() if self.clock else None, user_data=user_data, claim_id=claim,
@@ -110,7 +114,7 @@ class MemoryCompute:
         )
         return LaunchedInstance(instance_id=instance_id, instance_type=override.instance_type, zone=override.zone,
                                 capacity_type=capacity_type, subnet_id=override.subnet_id, lifecycle=lifecycle,
-                                claim_id=claim)
+                                claim_id=claim, reservation_id=reservation)
 
     @staticmethod
     def _error(request: FleetRequest, override: FleetOverride, code: str) -> FleetError:
