@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError
+
+from gpu_autoscaler.emulator.strict.ec2_capacity_reservations import Reservation, register_reservation
 
 if TYPE_CHECKING:
     from gpu_autoscaler.emulator.aws import EmbeddedAws
@@ -17,6 +21,17 @@ def reserve(ec2: Any, instance_type: str = "p5.48xlarge", zone: str = "us-east-1
                                                AvailabilityZone=zone, InstanceCount=count,
                                                InstanceMatchCriteria=match)["CapacityReservation"][
         "CapacityReservationId"])
+
+
+def capacity_block(aws: EmbeddedAws, instance_type: str = "p4d.24xlarge", zone: str = "us-east-1a", count: int = 1,
+                   ends: datetime | None = None) -> str:
+    """A Capacity Block, put in place as the configuration's are: a block is bought (PurchaseCapacityBlock), not made
+    with CreateCapacityReservation, and is always targeted ("Capacity Blocks are delivered as targeted Capacity
+    Reservations", EC2 User Guide, "Work with Capacity Blocks")."""
+    account = aws.clients.client("sts").get_caller_identity()["Account"]
+    return register_reservation(Reservation(
+        id=f"cr-{secrets.token_hex(9)[:17]}", account=account, region=aws.config.region, instance_type=instance_type,
+        zone=zone, total=count, available=count, match="targeted", kind="capacity-block", end=ends)).id
 
 
 def available(ec2: Any, reservation: str) -> int:
@@ -76,3 +91,15 @@ def test_on_demand_launches_stay_out_of_open_reservations(aws: EmbeddedAws, ec2:
     ec2.run_instances(ImageId=aws.config.ami.x86_64, InstanceType="p5.48xlarge", MinCount=1, MaxCount=1,
                       SubnetId=aws.zone_subnets["us-east-1c"])  # no preference: open
     assert available(ec2, reservation) == 0
+
+
+def test_a_capacity_block_is_described_with_its_end(aws: EmbeddedAws, ec2: Any) -> None:
+    """A block runs for the days bought and ends at a set time: DescribeCapacityReservations says `EndDateType`
+    `limited` ("The Capacity Reservation expires automatically at a specified date and time", EC2 API Reference,
+    CapacityReservation) and its `EndDate`; an On-Demand Capacity Reservation made without an end is `unlimited`."""
+    ends = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
+    block = capacity_block(aws, ends=ends)
+    [found] = ec2.describe_capacity_reservations(CapacityReservationIds=[block])["CapacityReservations"]
+    assert (found["ReservationType"], found["EndDateType"], found["EndDate"]) == ("capacity-block", "limited", ends)
+    [odcr] = ec2.describe_capacity_reservations(CapacityReservationIds=[reserve(ec2)])["CapacityReservations"]
+    assert odcr["EndDateType"] == "unlimited" and "EndDate" not in odcr

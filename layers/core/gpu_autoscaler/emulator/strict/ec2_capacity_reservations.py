@@ -5,7 +5,9 @@ instances into an existing Capacity Reservation"; EC2 API Reference, CreateCapac
 DescribeCapacityReservations, CancelCapacityReservation, CreateFleet `ReservedCapacityOptions`):
 
 - A reservation holds `TotalInstanceCount` instances of one instance type in one Availability Zone;
-  `AvailableInstanceCount` is what is left. Instance match criteria `open` (the default) or `targeted`.
+  `AvailableInstanceCount` is what is left. Instance match criteria `open` (the default) or `targeted`. One made
+  here runs until cancelled (`EndDateType` `unlimited`); a Capacity Block ends when its days do (`limited`, its
+  `EndDate`).
 - A launch with `CapacityReservationPreference` `open` (the default when a launch says nothing) runs in any
   active `open` reservation with a matching type and zone and uses it up; `none` never does ("Launch
   instances into an existing Capacity Reservation": "open — the instance can run in any open Capacity
@@ -27,7 +29,7 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, on_reset
@@ -54,18 +56,29 @@ class Reservation:
     """`default` (On-Demand Capacity Reservation) or `capacity-block`."""
     state: str = "active"
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    end: datetime | None = None
+    """When it ends; None: when cancelled. A Capacity Block always ends, at the end of the days bought: one given none
+    runs for one day, the shortest EC2 sells ("Capacity Blocks for ML": durations in 1-day increments)."""
     tags: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind == "capacity-block" and self.end is None:
+            self.end = self.created + timedelta(days=1)
 
     def matches(self, instance_type: str, zone: str) -> bool:
         return self.state == "active" and (self.instance_type, self.zone) == (instance_type, zone)
 
     def describe(self) -> dict[str, Any]:
+        """As DescribeCapacityReservations shows it (EC2 API Reference, CapacityReservation): `EndDateType`
+        `unlimited` ("remains active until you explicitly cancel it") or `limited` ("expires automatically at a
+        specified date and time", `EndDate`)."""
+        ends = {"EndDateType": "limited", "EndDate": self.end} if self.end else {"EndDateType": "unlimited"}
         return {
             "CapacityReservationId": self.id, "OwnerId": self.account,
             "CapacityReservationArn": f"arn:aws:ec2:{self.region}:{self.account}:capacity-reservation/{self.id}",
             "InstanceType": self.instance_type, "InstancePlatform": "Linux/UNIX", "AvailabilityZone": self.zone,
             "Tenancy": "default", "TotalInstanceCount": self.total, "AvailableInstanceCount": self.available,
-            "State": self.state, "EndDateType": "unlimited", "InstanceMatchCriteria": self.match,
+            "State": self.state, **ends, "InstanceMatchCriteria": self.match,
             "CreateDate": self.created, "StartDate": self.created, "ReservationType": self.kind,
             "Tags": [{"Key": k, "Value": v} for k, v in self.tags],
         }
