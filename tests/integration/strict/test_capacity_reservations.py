@@ -54,9 +54,14 @@ def fleet(aws: EmbeddedAws, capacity_type: str, instance_type: str, zone: str = 
     }
 
 
-def reserved_options(*ids: str) -> dict[str, Any]:
-    return {"ReservedCapacityOptions": {"ReservationTypes": ["on-demand-capacity-reservation"],
+def reserved_options(*ids: str, kinds: tuple[str, ...] = ("on-demand-capacity-reservation",)) -> dict[str, Any]:
+    return {"ReservedCapacityOptions": {"ReservationTypes": list(kinds),
                                         "CapacityReservationTarget": {"CapacityReservationIds": list(ids)}}}
+
+
+def launched(response: dict[str, Any]) -> list[tuple[str, str]]:
+    """(instance id, lifecycle) of what an instant fleet launched."""
+    return [(i, item["Lifecycle"]) for item in response["Instances"] for i in item["InstanceIds"]]
 
 
 def test_a_reserved_fleet_launches_into_its_reservation_until_it_is_full(aws: EmbeddedAws, ec2: Any) -> None:
@@ -103,3 +108,23 @@ def test_a_capacity_block_is_described_with_its_end(aws: EmbeddedAws, ec2: Any) 
     assert (found["ReservationType"], found["EndDateType"], found["EndDate"]) == ("capacity-block", "limited", ends)
     [odcr] = ec2.describe_capacity_reservations(CapacityReservationIds=[reserve(ec2)])["CapacityReservations"]
     assert odcr["EndDateType"] == "unlimited" and "EndDate" not in odcr
+
+
+def test_a_reserved_fleet_uses_only_the_reservation_types_it_names_in_their_order(aws: EmbeddedAws, ec2: Any) -> None:
+    """`ReservationTypes` "is an ordered list: EC2 Fleet attempts to launch instances into each Capacity Reservation
+    type in the order that you specify them before moving on to the next type" (EC2 API Reference,
+    ReservedCapacityOptionsRequest). A block targeted by a request that names On-Demand Capacity Reservations only is
+    not used: what it would have held is short (`ReservationCapacityExceeded`)."""
+    block = capacity_block(aws, "p4de.24xlarge", zone="us-east-1b")
+    odcr_only = ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4de.24xlarge", zone="us-east-1b",
+                                         **reserved_options(block)))
+    assert not odcr_only["Instances"] and odcr_only["Errors"][0]["ErrorCode"] == "ReservationCapacityExceeded"
+    assert available(ec2, block) == 1
+    odcr = reserve(ec2, "p4de.24xlarge", zone="us-east-1b", count=1, match="targeted")
+    first = ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4de.24xlarge", zone="us-east-1b", **reserved_options(
+        odcr, block, kinds=("capacity-block", "on-demand-capacity-reservation"))))
+    assert [lifecycle for _, lifecycle in launched(first)] == ["capacity-block"]
+    assert (available(ec2, block), available(ec2, odcr)) == (0, 1)
+    then = ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4de.24xlarge", zone="us-east-1b", **reserved_options(
+        odcr, block, kinds=("capacity-block", "on-demand-capacity-reservation"))))
+    assert [lifecycle for _, lifecycle in launched(then)] == ["on-demand"] and available(ec2, odcr) == 0

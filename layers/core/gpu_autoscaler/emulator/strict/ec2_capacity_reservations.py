@@ -14,9 +14,10 @@ DescribeCapacityReservations, CancelCapacityReservation, CreateFleet `ReservedCa
   Reservation that has matching attributes"; "none — the instance avoids running in a Capacity
   Reservation even if one is available").
 - A `reserved-capacity` instant fleet launches only into the reservations its `CapacityReservationTarget`
-  names, in override priority order: an override matching none of them (type and zone) fails for that
-  override, and what the reservations cannot hold fails with `ReservationCapacityExceeded` ("The targeted
-  Capacity Reservation does not have enough available capacity", EC2 API Reference, Common error codes);
+  names that are of a type its `ReservationTypes` lists, type by type in that order, each type's in override
+  priority order: an override matching none of them (type and zone) fails for that override, and what the
+  reservations cannot hold fails with `ReservationCapacityExceeded` ("The targeted Capacity Reservation does not
+  have enough available capacity", EC2 API Reference, Common error codes);
   an unknown reservation is `InvalidCapacityReservationId.NotFound`. The instances launch as On-Demand
   ones in the reservation (Lifecycle `on-demand`; a Capacity Block's `capacity-block`).
 
@@ -158,6 +159,10 @@ def _cancel(request: AwsRequest) -> Answer:
 # ---- launches ----------------------------------------------------------------------------------------------
 
 
+_FLEET_TYPES = {"default": "on-demand-capacity-reservation", "capacity-block": "capacity-block"}
+"""A reservation's `ReservationType` (DescribeCapacityReservations) → its word in CreateFleet's `ReservationTypes`."""
+
+
 def _preference(request: AwsRequest, spec: dict[str, Any] | None) -> tuple[str, str | None]:
     """(preference, targeted reservation) a launch asks: the request's, else its template's, else `open`."""
     stated = request.params.get("CapacityReservationSpecification")
@@ -241,16 +246,22 @@ def _consume_open(request: AwsRequest, spec: dict[str, Any] | None, instance_typ
 
 
 def _reserved_fleet(request: AwsRequest) -> Answer:
+    """A `reserved-capacity` instant fleet: the targeted reservations of each type `ReservationTypes` names, type by
+    type in its order, each type's in override priority order ("an ordered list: EC2 Fleet attempts to launch
+    instances into each Capacity Reservation type in the order that you specify them before moving on to the next
+    type", EC2 API Reference, ReservedCapacityOptionsRequest). A targeted reservation of a type not named is not
+    used. A request naming no type may use any (the reference gives no default)."""
     params = request.params
     options = params.get("ReservedCapacityOptions") or {}
     targets = _find(request, list((options.get("CapacityReservationTarget") or {}).get("CapacityReservationIds", [])))
+    kinds = list(options.get("ReservationTypes") or _FLEET_TYPES.values())
     wanted = int(params.get("TargetCapacitySpecification", {}).get("TotalTargetCapacity") or 0)
     errors: list[dict[str, Any]] = []
     plan: list[tuple[dict[str, Any], dict[str, Any], Reservation, int]] = []
     ranked = sorted(((config, override) for config in params.get("LaunchTemplateConfigs", [])
                      for override in config.get("Overrides") or [{}]),
                     key=lambda pair: float(pair[1].get("Priority") or 0))
-    left = wanted
+    placed: list[tuple[dict[str, Any], dict[str, Any], list[Reservation]]] = []
     for config, override in ranked:
         instance_type = str(override.get("InstanceType", ""))
         zone = override.get("AvailabilityZone") or zone_of_subnet(request, override.get("SubnetId")) or ""
@@ -260,13 +271,15 @@ def _reserved_fleet(request: AwsRequest) -> Answer:
                                  f"No targeted Capacity Reservation matches instance type '{instance_type}' in "
                                  f"'{zone}'."))
             continue
-        for reservation in matching:
-            take = min(left, reservation.available - sum(n for *_, r, n in plan if r is reservation))
-            if take > 0:
-                plan.append((config, override, reservation, take))
-                left -= take
-        if left == 0:
-            break
+        placed.append((config, override, matching))
+    left = wanted
+    for kind in kinds:
+        for config, override, matching in placed:
+            for reservation in (r for r in matching if _FLEET_TYPES.get(r.kind) == kind):
+                take = min(left, reservation.available - sum(n for *_, r, n in plan if r is reservation))
+                if take > 0:
+                    plan.append((config, override, reservation, take))
+                    left -= take
     instances: list[dict[str, Any]] = []
     for config, override, reservation, count in plan:
         status, result = request.forward(_on_demand(params, config, override, count))
@@ -275,8 +288,8 @@ def _reserved_fleet(request: AwsRequest) -> Answer:
         _take(reservation, count)
         lifecycle = "capacity-block" if reservation.kind == "capacity-block" else "on-demand"
         instances.extend({**item, "Lifecycle": lifecycle} for item in result.get("Instances", []))
-    if left and ranked:
-        config, override = ranked[0]
+    if left and placed:
+        config, override, _ = placed[0]
         errors.append(_error(config, override, "ReservationCapacityExceeded",
                              "The targeted Capacity Reservation does not have enough available capacity."))
     return Answer(result={"FleetId": f"fleet-{secrets.token_hex(16)[:8]}-{secrets.token_hex(2)}-"
