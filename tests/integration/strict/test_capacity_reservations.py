@@ -128,3 +128,17 @@ def test_a_reserved_fleet_uses_only_the_reservation_types_it_names_in_their_orde
     then = ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4de.24xlarge", zone="us-east-1b", **reserved_options(
         odcr, block, kinds=("capacity-block", "on-demand-capacity-reservation"))))
     assert [lifecycle for _, lifecycle in launched(then)] == ["on-demand"] and available(ec2, odcr) == 0
+
+
+def test_a_capacity_block_asked_for_more_than_it_holds_launches_what_it_holds(aws: EmbeddedAws, ec2: Any) -> None:
+    """"If the target capacity request exceeds the limits of your Capacity Block reservation, you will receive an
+    Insufficient Capacity Exception for the capacity that exceeds the limits", and "EC2 Fleet will fulfill as much
+    capacity as it can and return the instances that it was able to launch" (EC2 User Guide, "Tutorial: Configure
+    your EC2 Fleet to launch instances into Capacity Blocks"): `InsufficientInstanceCapacity`, "There is not enough
+    capacity to fulfill your request" (EC2 API Reference, "Error codes for the Amazon EC2 API")."""
+    block = capacity_block(aws, "p5.48xlarge", zone="us-east-1b")
+    response = ec2.create_fleet(**fleet(aws, "reserved-capacity", "p5.48xlarge", zone="us-east-1b", count=2,
+                                        **reserved_options(block, kinds=("capacity-block",))))
+    assert [lifecycle for _, lifecycle in launched(response)] == ["capacity-block"]
+    assert [e["ErrorCode"] for e in response["Errors"]] == ["InsufficientInstanceCapacity"]
+    assert available(ec2, block) == 0

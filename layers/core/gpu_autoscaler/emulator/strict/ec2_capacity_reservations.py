@@ -17,7 +17,8 @@ DescribeCapacityReservations, CancelCapacityReservation, CreateFleet `ReservedCa
   names that are of a type its `ReservationTypes` lists, type by type in that order, each type's in override
   priority order: an override matching none of them (type and zone) fails for that override, and what the
   reservations cannot hold fails with `ReservationCapacityExceeded` ("The targeted Capacity Reservation does not
-  have enough available capacity", EC2 API Reference, Common error codes);
+  have enough available capacity", EC2 API Reference, Common error codes), a Capacity Block's with
+  `InsufficientInstanceCapacity` (the Capacity Blocks fleet tutorial), the rest launching;
   an unknown reservation is `InvalidCapacityReservationId.NotFound`. The instances launch as On-Demand
   ones in the reservation (Lifecycle `on-demand`; a Capacity Block's `capacity-block`).
 
@@ -289,12 +290,24 @@ def _reserved_fleet(request: AwsRequest) -> Answer:
         lifecycle = "capacity-block" if reservation.kind == "capacity-block" else "on-demand"
         instances.extend({**item, "Lifecycle": lifecycle} for item in result.get("Instances", []))
     if left and placed:
-        config, override, _ = placed[0]
-        errors.append(_error(config, override, "ReservationCapacityExceeded",
-                             "The targeted Capacity Reservation does not have enough available capacity."))
+        config, override, matching = placed[0]
+        errors.append(_error(config, override, *_shortfall(matching, kinds)))
     return Answer(result={"FleetId": f"fleet-{secrets.token_hex(16)[:8]}-{secrets.token_hex(2)}-"
                                      f"{secrets.token_hex(2)}-{secrets.token_hex(2)}-{secrets.token_hex(6)}",
                           "Instances": instances, "Errors": errors})
+
+
+def _shortfall(matching: list[Reservation], kinds: list[str]) -> tuple[str, str]:
+    """(code, message) for what an override's reservations could not hold: as the last of them tried says it. A
+    Capacity Block: "you will receive an Insufficient Capacity Exception for the capacity that exceeds the limits of
+    your Capacity Block reservation" (EC2 User Guide, "Tutorial: Configure your EC2 Fleet to launch instances into
+    Capacity Blocks"), `InsufficientInstanceCapacity` ("There is not enough capacity to fulfill your request", EC2
+    API Reference, "Error codes for the Amazon EC2 API"); an On-Demand Capacity Reservation, or none of a type the
+    request names, `ReservationCapacityExceeded`."""
+    tried = [r for kind in kinds for r in matching if _FLEET_TYPES.get(r.kind) == kind]
+    if tried and tried[-1].kind == "capacity-block":
+        return "InsufficientInstanceCapacity", "There is not enough capacity to fulfill your request."
+    return "ReservationCapacityExceeded", "The targeted Capacity Reservation does not have enough available capacity."
 
 
 def _on_demand(params: dict[str, Any], config: dict[str, Any], override: dict[str, Any], count: int) -> dict[str, Any]:
