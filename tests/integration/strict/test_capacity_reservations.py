@@ -142,3 +142,27 @@ def test_a_capacity_block_asked_for_more_than_it_holds_launches_what_it_holds(aw
     assert [lifecycle for _, lifecycle in launched(response)] == ["capacity-block"]
     assert [e["ErrorCode"] for e in response["Errors"]] == ["InsufficientInstanceCapacity"]
     assert available(ec2, block) == 0
+
+
+def described(ec2: Any, instance_id: str) -> dict[str, Any]:
+    [found] = [i for r in ec2.describe_instances(InstanceIds=[instance_id])["Reservations"] for i in r["Instances"]]
+    return dict(found)
+
+
+def test_an_instance_in_a_reservation_is_described_with_it(aws: EmbeddedAws, ec2: Any) -> None:
+    """DescribeInstances names the reservation an instance runs in (`CapacityReservationId`, EC2 API Reference,
+    Instance) and a Capacity Block's instances by their lifecycle (`InstanceLifecycle` `capacity-block`, as Karpenter
+    reads them, karpenter-provider-aws pkg/providers/instance/types.go `NewInstance`); an instance in none carries
+    neither."""
+    odcr = reserve(ec2, "p4d.24xlarge", zone="us-east-1c", count=1, match="targeted")
+    [(in_odcr, _)] = launched(ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4d.24xlarge", zone="us-east-1c",
+                                                       **reserved_options(odcr))))
+    block = capacity_block(aws, "p4d.24xlarge", zone="us-east-1c")
+    [(in_block, _)] = launched(ec2.create_fleet(**fleet(aws, "reserved-capacity", "p4d.24xlarge", zone="us-east-1c",
+                                                        **reserved_options(block, kinds=("capacity-block",)))))
+    [(outside, _)] = launched(ec2.create_fleet(**fleet(aws, "on-demand", "p4d.24xlarge", zone="us-east-1c")))
+    assert described(ec2, in_odcr).get("CapacityReservationId") == odcr
+    assert "InstanceLifecycle" not in described(ec2, in_odcr)
+    found = described(ec2, in_block)
+    assert (found.get("CapacityReservationId"), found.get("InstanceLifecycle")) == (block, "capacity-block")
+    assert "CapacityReservationId" not in described(ec2, outside)

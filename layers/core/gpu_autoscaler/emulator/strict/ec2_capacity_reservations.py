@@ -21,6 +21,8 @@ DescribeCapacityReservations, CancelCapacityReservation, CreateFleet `ReservedCa
   `InsufficientInstanceCapacity` (the Capacity Blocks fleet tutorial), the rest launching;
   an unknown reservation is `InvalidCapacityReservationId.NotFound`. The instances launch as On-Demand
   ones in the reservation (Lifecycle `on-demand`; a Capacity Block's `capacity-block`).
+- DescribeInstances names the reservation an instance runs in (`CapacityReservationId`; a block's instances also
+  carry `InstanceLifecycle` `capacity-block`).
 
 moto launches the instances; this module decides which launches happen, asks moto for them through
 `request.forward`, and keeps the reservations' counts.
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, on_reset
+from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, ask_after, on_reset
 from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs, zone_of_subnet
 
 if TYPE_CHECKING:
@@ -88,12 +90,15 @@ class Reservation:
 
 _lock = threading.Lock()
 _reservations: dict[str, Reservation] = {}
+_placed: dict[str, Reservation] = {}
+"""Instance id → the reservation it runs in."""
 
 
 @on_reset
 def _forget() -> None:
     with _lock:
         _reservations.clear()
+        _placed.clear()
 
 
 def reservations() -> list[Reservation]:
@@ -157,6 +162,34 @@ def _cancel(request: AwsRequest) -> Answer:
     return Answer(result={"Return": True})
 
 
+# ---- instances in reservations ----------------------------------------------------------------------------
+
+
+@answer("ec2", "DescribeInstances", first=True)
+def _describe_instances(request: AwsRequest) -> Answer | None:
+    """An instance in a reservation is described with it: `CapacityReservationId` ("The ID of the Capacity
+    Reservation", EC2 API Reference, Instance), and a Capacity Block's with `InstanceLifecycle` `capacity-block`
+    (InstanceLifecycleType; how Karpenter tells a block's instances, karpenter-provider-aws
+    pkg/providers/instance/types.go `NewInstance`). The rest of the answer is whatever the other stand-ins, else moto,
+    give (`ask_after`)."""
+    with _lock:
+        placed = {instance_id: (r.id, r.kind) for instance_id, r in _placed.items()}
+    if not placed:
+        return None
+    answered = ask_after(_describe_instances, request).result or {}
+
+    def shown(instance: dict[str, Any]) -> dict[str, Any]:
+        found = placed.get(str(instance.get("InstanceId")))
+        if found is None:
+            return instance
+        reservation, kind = found
+        lifecycle = {"InstanceLifecycle": "capacity-block"} if kind == "capacity-block" else {}
+        return {**instance, "CapacityReservationId": reservation, **lifecycle}
+
+    return Answer(result={**answered, "Reservations": [
+        {**r, "Instances": [shown(i) for i in r.get("Instances", [])]} for r in answered.get("Reservations", [])]})
+
+
 # ---- launches ----------------------------------------------------------------------------------------------
 
 
@@ -176,9 +209,11 @@ def _preference(request: AwsRequest, spec: dict[str, Any] | None) -> tuple[str, 
     return str(stated.get("CapacityReservationPreference") or "open"), None
 
 
-def _take(reservation: Reservation, count: int) -> None:
+def _take(reservation: Reservation, instance_ids: list[str]) -> None:
+    """These instances now run in the reservation: it holds that many fewer."""
     with _lock:
-        reservation.available = max(0, reservation.available - count)
+        reservation.available = max(0, reservation.available - len(instance_ids))
+        _placed.update((instance_id, reservation) for instance_id in instance_ids)
 
 
 @answer("ec2", "CreateFleet")
@@ -197,7 +232,7 @@ def _fleet(request: AwsRequest) -> Answer | None:
             zone = item.get("AvailabilityZone") or override.get("AvailabilityZone") or zone_of_subnet(
                 request, item.get("SubnetId") or override.get("SubnetId"))
             _consume_open(request, chosen.get("LaunchTemplateSpecification"), str(item.get("InstanceType", "")),
-                          zone, len(item.get("InstanceIds", [])))
+                          zone, list(item.get("InstanceIds", [])))
     return _reply(request, status, result)
 
 
@@ -223,27 +258,26 @@ def _run(request: AwsRequest) -> Answer | None:
                           "The targeted Capacity Reservation does not have enough available capacity.")
         status, result = request.forward()
         if status < 300:
-            _take(reservation, count)
+            _take(reservation, [i["InstanceId"] for i in result.get("Instances", [])])
         return _reply(request, status, result)
     status, result = request.forward()
     if status < 300 and preference == "open" and zone:
-        _consume_open(request, specs[0] if specs else None, instance_type, zone, len(result.get("Instances", [])),
-                      preference)
+        _consume_open(request, specs[0] if specs else None, instance_type, zone,
+                      [i["InstanceId"] for i in result.get("Instances", [])], preference)
     return _reply(request, status, result)
 
 
 def _consume_open(request: AwsRequest, spec: dict[str, Any] | None, instance_type: str, zone: str | None,
-                  count: int, preference: str | None = None) -> None:
+                  instance_ids: list[str], preference: str | None = None) -> None:
     if preference is None:
         preference, _ = _preference(request, spec)
     if preference != "open" or not zone:
         return
     for reservation in _mine(request):
-        if count and reservation.match == "open" and reservation.kind == "default" and \
+        if instance_ids and reservation.match == "open" and reservation.kind == "default" and \
                 reservation.matches(instance_type, zone) and reservation.available:
-            used = min(count, reservation.available)
+            used, instance_ids = instance_ids[:reservation.available], instance_ids[reservation.available:]
             _take(reservation, used)
-            count -= used
 
 
 def _reserved_fleet(request: AwsRequest) -> Answer:
@@ -286,7 +320,7 @@ def _reserved_fleet(request: AwsRequest) -> Answer:
         status, result = request.forward(_on_demand(params, config, override, count))
         if status >= 300:
             return _reply(request, status, result)
-        _take(reservation, count)
+        _take(reservation, [i for item in result.get("Instances", []) for i in item.get("InstanceIds", [])])
         lifecycle = "capacity-block" if reservation.kind == "capacity-block" else "on-demand"
         instances.extend({**item, "Lifecycle": lifecycle} for item in result.get("Instances", []))
     if left and placed:
