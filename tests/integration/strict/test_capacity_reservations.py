@@ -166,3 +166,21 @@ def test_an_instance_in_a_reservation_is_described_with_it(aws: EmbeddedAws, ec2
     found = described(ec2, in_block)
     assert (found.get("CapacityReservationId"), found.get("InstanceLifecycle")) == (block, "capacity-block")
     assert "CapacityReservationId" not in described(ec2, outside)
+
+
+def test_a_terminated_instance_gives_its_reservation_back_its_place(aws: EmbeddedAws, ec2: Any) -> None:
+    """"When you stop or terminate an instance in a Capacity Block, it takes several minutes to clean up your instance
+    ... Then, the available capacity in your Capacity Block will update to show another instance available to use"
+    (EC2 User Guide, "Launch instances using Capacity Blocks"); an On-Demand Capacity Reservation holds running
+    instances alike. Terminating an instance again gives nothing more back."""
+    odcr = reserve(ec2, "p5.48xlarge", zone="us-east-1c", count=1, match="targeted")
+    block = capacity_block(aws, "p5.48xlarge", zone="us-east-1c")
+    [(in_odcr, _)] = launched(ec2.create_fleet(**fleet(aws, "reserved-capacity", "p5.48xlarge", zone="us-east-1c",
+                                                       **reserved_options(odcr))))
+    [(in_block, _)] = launched(ec2.create_fleet(**fleet(aws, "reserved-capacity", "p5.48xlarge", zone="us-east-1c",
+                                                        **reserved_options(block, kinds=("capacity-block",)))))
+    assert (available(ec2, odcr), available(ec2, block)) == (0, 0)
+    ec2.terminate_instances(InstanceIds=[in_odcr, in_block])
+    assert (available(ec2, odcr), available(ec2, block)) == (1, 1)
+    ec2.terminate_instances(InstanceIds=[in_odcr])
+    assert available(ec2, odcr) == 1

@@ -22,7 +22,7 @@ DescribeCapacityReservations, CancelCapacityReservation, CreateFleet `ReservedCa
   an unknown reservation is `InvalidCapacityReservationId.NotFound`. The instances launch as On-Demand
   ones in the reservation (Lifecycle `on-demand`; a Capacity Block's `capacity-block`).
 - DescribeInstances names the reservation an instance runs in (`CapacityReservationId`; a block's instances also
-  carry `InstanceLifecycle` `capacity-block`).
+  carry `InstanceLifecycle` `capacity-block`); a terminated instance gives its reservation its place back.
 
 moto launches the instances; this module decides which launches happen, asks moto for them through
 `request.forward`, and keeps the reservations' counts.
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, ask_after, on_reset
+from gpu_autoscaler.emulator.strict.core import Answer, Refusal, after, answer, ask_after, on_reset
 from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs, zone_of_subnet
 
 if TYPE_CHECKING:
@@ -91,7 +91,9 @@ class Reservation:
 _lock = threading.Lock()
 _reservations: dict[str, Reservation] = {}
 _placed: dict[str, Reservation] = {}
-"""Instance id → the reservation it runs in."""
+"""Instance id → the reservation it runs (or ran) in."""
+_released: set[str] = set()
+"""Instances terminated: their place is back in their reservation."""
 
 
 @on_reset
@@ -99,6 +101,7 @@ def _forget() -> None:
     with _lock:
         _reservations.clear()
         _placed.clear()
+        _released.clear()
 
 
 def reservations() -> list[Reservation]:
@@ -188,6 +191,23 @@ def _describe_instances(request: AwsRequest) -> Answer | None:
 
     return Answer(result={**answered, "Reservations": [
         {**r, "Instances": [shown(i) for i in r.get("Instances", [])]} for r in answered.get("Reservations", [])]})
+
+
+@after("ec2", "TerminateInstances")
+def _give_back(request: AwsRequest, answer: dict[str, Any]) -> None:
+    """A terminated instance's place is its reservation's again: "When you stop or terminate an instance in a
+    Capacity Block, it takes several minutes to clean up your instance ... Then, the available capacity in your
+    Capacity Block will update to show another instance available to use" (EC2 User Guide, "Launch instances using
+    Capacity Blocks"); an On-Demand Capacity Reservation is used by running instances alike ("Capacity Reservations
+    ... are automatically used by running instances", "On-Demand Capacity Reservations"). Given back at once, not
+    minutes later; once per instance, however often it is terminated."""
+    with _lock:
+        for item in answer.get("TerminatingInstances", []):
+            instance_id = str(item.get("InstanceId"))
+            reservation = _placed.get(instance_id)
+            if reservation is not None and instance_id not in _released:
+                _released.add(instance_id)
+                reservation.available = min(reservation.total, reservation.available + 1)
 
 
 # ---- launches ----------------------------------------------------------------------------------------------
