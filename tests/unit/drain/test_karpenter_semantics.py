@@ -52,6 +52,16 @@ def test_a_replacement_still_carrying_an_ephemeral_taint_is_not_initialized() ->
     assert outcome.reason == "replacement not initialized yet" and h.cluster.calls.evicted == []
 
 
+def test_a_replacement_still_carrying_a_node_readiness_taint_is_not_initialized() -> None:
+    """Karpenter takes every taint under `readiness.k8s.io/` as ephemeral (`KnownEphemeralTaintKeyPrefixes`): the
+    Node Readiness Controller puts one per rule on a node until the rule holds (kubernetes.io blog, 2026-02-03)."""
+    h = Harness("web-0")
+    _with_replacement(h, taints=(Taint(key="readiness.k8s.io/gpu-driver-ready", effect="NoSchedule"),))
+    outcome = h.drain(make_request(replacement_claim_id="c-2", wait_until=NOW + timedelta(minutes=10)),
+                      budget=timedelta(0))
+    assert outcome.reason == "replacement not initialized yet" and h.cluster.calls.evicted == []
+
+
 # Item 4: a voluntary drain never forces, unless the pool's terminationGracePeriod says so
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.cluster import ClusterNode
 
-__all__ = ["EPHEMERAL_TAINTS", "not_initialized", "was_initialized"]
+__all__ = ["EPHEMERAL_TAINTS", "EPHEMERAL_TAINT_PREFIXES", "not_initialized", "was_initialized"]
 
 EPHEMERAL_TAINTS: frozenset[tuple[str, str]] = frozenset({
     ("node.kubernetes.io/not-ready", "NoSchedule"),
@@ -31,6 +31,9 @@ EPHEMERAL_TAINTS: frozenset[tuple[str, str]] = frozenset({
 })
 """(key, effect) of the taints Karpenter's `KnownEphemeralTaints` lists: the node controller and the cloud
 controller manager put them on a node that is not ready for pods yet, and take them off once it is."""
+EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
+"""Taint keys ephemeral whatever their suffix (Karpenter's `KnownEphemeralTaintKeyPrefixes`): the Node Readiness
+Controller puts `readiness.k8s.io/<rule>` on a node until its rule holds (a GPU driver loaded, say)."""
 _NODE_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, PODS})
 """Reported by the kubelet itself from its first status: only the others wait for a device plugin."""
 
@@ -41,7 +44,7 @@ def not_initialized(node: ClusterNode, requested: Mapping[str, int]) -> str | No
     if not node.ready:
         return "node is not Ready"
     for taint in node.taints:
-        if (taint.key, taint.effect) in EPHEMERAL_TAINTS:
+        if (taint.key, taint.effect) in EPHEMERAL_TAINTS or taint.key.startswith(EPHEMERAL_TAINT_PREFIXES):
             return f"taint {taint.key}:{taint.effect} is still on it"
     return _unregistered(node, requested)
 
