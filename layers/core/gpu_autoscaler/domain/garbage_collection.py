@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.fleet import OwnedInstance
 
-__all__ = ["Collection", "collect", "launched_at"]  # launched_at is models.claims'; services.fleet imports it here
+__all__ = ["Collection", "collect"]
 
 _HAS_INSTANCE = frozenset({ClaimState.LAUNCHED, ClaimState.REGISTERED, ClaimState.DRAINING})
 

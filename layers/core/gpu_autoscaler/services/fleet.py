@@ -50,10 +50,9 @@ from gpu_autoscaler.domain.fleet import (
     next_attempt,
     read_result,
 )
-from gpu_autoscaler.domain.garbage_collection import launched_at
 from gpu_autoscaler.domain.user_data import ClusterBootstrap
 from gpu_autoscaler.errors import GpuAutoscalerError, RequestThrottled, StaleClaim
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim, launched_at
 from gpu_autoscaler.models.fleet import PARAM_VALIDATION_ERROR
 from gpu_autoscaler.services.claim_writes import write_fresh
 
