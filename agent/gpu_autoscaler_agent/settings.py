@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_GPU_TAINT_KEYS", "SQS_MAX_MESSAGE_BYTES", "AgentSettings", "load_settings"]
 
 SQS_MAX_MESSAGE_BYTES = 256 * 1024
-"""SQS's classic message size limit; the FIFO queue is created with it, and older SDKs enforce it."""
+"""SQS's classic message size limit. The queue takes up to its own MaximumMessageSize (SQS's default has been
+1 MiB since 2025, and the stack sets none), but ten documents of 256 KiB already make a 2.5 MiB batch for the
+packer's invocation, whose payload Lambda caps at 6 MB."""
 
 DEFAULT_GPU_TAINT_KEYS = ("nvidia.com/gpu",)
 
