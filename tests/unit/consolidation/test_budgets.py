@@ -36,6 +36,11 @@ def test_a_budget_applies_only_to_its_reasons() -> None:
     ("0 9 * * 0", SUNDAY_10, True),
     ("0 9 * * 7", SUNDAY_10, True),
     ("0 9 * * 1-5", SUNDAY_10, False),
+    ("0 9 * * 0-7", MONDAY_10, True),      # every day: 0 and 7 both Sunday
+    ("0 9 * * 0-7", SUNDAY_10, True),
+    ("0 9 * * 5-7", SUNDAY_10, True),      # Friday to Sunday
+    ("0 9 * * 5-7", MONDAY_10, False),
+    ("0 9 * * 1-7", MONDAY_10, True),      # Monday to Sunday
     ("@daily", MONDAY_10, False),          # 00:00 for 8 h: over by 10:00
     ("@hourly", MONDAY_10, True),
     ("cron(0 9 ? * MON-FRI *)", MONDAY_10, True),

@@ -49,7 +49,9 @@ _DOW_NUMBER = re.compile(r"\d+")
 
 
 def _eventbridge_day_of_week(field: str) -> str:
-    """Standard cron's 0-7 (0 and 7 Sunday) as EventBridge's 1-7 (1 Sunday); names pass through."""
+    """Standard cron's 0-7 (0 and 7 Sunday) as EventBridge's 1-7 (1 Sunday); names pass through. A range ending on
+    7 becomes one wrapping past Saturday (`5-7`, Friday to Sunday, is `6-1`), which the evaluator reads as such;
+    `0-7`, Sunday to Sunday, is every day (number by number it would be `1-1`, Sunday alone)."""
     if "/" in field:
         raise CronError(f"day-of-week: steps ('{field}') are not supported in budget schedules")
 
@@ -59,7 +61,7 @@ def _eventbridge_day_of_week(field: str) -> str:
             raise CronError(f"day-of-week: {number} is out of range 0-7")
         return str(number % 7 + 1)
 
-    return _DOW_NUMBER.sub(convert, field)
+    return ",".join("1-7" if part.strip() == "0-7" else _DOW_NUMBER.sub(convert, part) for part in field.split(","))
 
 
 def parse_budget_schedule(schedule: str) -> CronExpression:
