@@ -101,6 +101,16 @@ def test_a_pools_termination_grace_period_is_optional_and_a_duration(config_data
          "nodePools[2].gpuSharing: mode 'time-slicing' needs replicas, at least 2"),
         (lambda d: d["nodePools"].append(dict(d["nodePools"][0])),
          "node pool names must be unique; repeated: gpu-reserved"),
+        # EventBridge Scheduler refuses these at CreateSchedule (eb-cron-expressions: "You can't use * in both the
+        # Day-of-month and Day-of-week fields"; hours 0-23; no step in a day-of-week range): refused here, not at
+        # the deploy or at prewarm's first tick.
+        (lambda d: d["scalingWindows"][0].__setitem__("schedule", "cron(0 9 * * MON-FRI *)"),
+         "scalingWindows[0].schedule: 'cron(0 9 * * MON-FRI *)': exactly one of day-of-month and day-of-week must be "
+         "'?'"),
+        (lambda d: d["scalingWindows"][0].__setitem__("schedule", "cron(0 25 ? * MON-FRI *)"),
+         "scalingWindows[0].schedule: hours: 25 is outside 0-23"),
+        (lambda d: d["scalingWindows"].append(dict(d["scalingWindows"][0])),
+         "scaling window names must be unique; repeated: weekday-inference-peak"),
     ],
 )
 def test_invalid_configuration_names_field_and_reason(config_data: dict[str, Any], mutate: Any, message: str) -> None:

@@ -509,8 +509,16 @@ class ScalingWindow(_Model):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, schedule: str) -> str:
+        """Refused here what EventBridge Scheduler's CreateSchedule refuses, rather than at the deploy (or, in the
+        emulator, at each of prewarm's ticks)."""
         if not _CRON.match(schedule):
             raise ValueError(f"'{schedule}' is not an EventBridge cron expression like 'cron(0 9 ? * MON-FRI *)'")
+        from gpu_autoscaler.domain.windows import CronError, CronExpression
+
+        try:
+            CronExpression.parse(schedule)
+        except CronError as error:
+            raise ValueError(str(error)) from None
         return schedule
 
     @field_validator("timezone")
@@ -590,6 +598,10 @@ class Config(_Model):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"node pool names must be unique; repeated: {', '.join(duplicates)}")
+        windows = [w.name for w in self.scaling_windows]
+        repeated = sorted({n for n in windows if windows.count(n) > 1})
+        if repeated:  # each is one schedule, `window-<name>`, and holds its nodes under `window:<name>`
+            raise ValueError(f"scaling window names must be unique; repeated: {', '.join(repeated)}")
         for window in self.scaling_windows:
             if window.node_pool not in names:
                 raise ValueError(f"scaling window '{window.name}' names unknown node pool '{window.node_pool}'")
