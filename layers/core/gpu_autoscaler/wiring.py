@@ -123,7 +123,8 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         # and Lambda keeps a throttled asynchronous event and tries it again, within its maximum event age.
         # A window's start matters more than a rate tick: its tick is retried as often as Lambda allows and kept
         # 15 minutes. One function has one config, so the 5-minute rate tick gets the same: each tick does the
-        # whole job from the time it was due (`SCHEDULED_TIME`), so a late one does no harm.
+        # whole job from the state and the time it runs at (the time it was due, `SCHEDULED_TIME`, is only
+        # logged), so a late one does no harm.
         FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1,
                        tick_retry=TickRetry(retry_attempts=2, max_event_age_seconds=900)),
         # A tick older than its one-minute period is superseded by the next one: dropped, never retried.
@@ -166,7 +167,8 @@ RULE_TARGET_MAX_EVENT_AGE_SECONDS = 300
 # ---- EventBridge Scheduler ---------------------------------------------------------------------------------
 
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
-"""Scheduler's context attribute: replaced by the time the schedule was due, so a late retry knows its tick."""
+"""Scheduler's context attribute, replaced by the time the schedule was due: logged with what the tick did, so a
+late retry shows which tick it was."""
 
 
 SCHEDULE_DELIVERY_RETRIES = 5
