@@ -79,3 +79,18 @@ def test_a_window_open_across_the_autumn_change_is_held_from_its_tick_for_its_du
     assert held.end == tick + timedelta(hours=9)
     assert held.end.astimezone(ZoneInfo(NEW_YORK)).hour == 4  # 04:00 EST
     assert schedule.holding(held.end) is None and schedule.holding(held.end - timedelta(seconds=1)) is not None
+
+
+@pytest.mark.parametrize(("expression", "why"), [
+    ("cron(0 9 * * MON-FRI *)", "'?'"),      # "You can't use * in both the Day-of-month and Day-of-week fields"
+    ("cron(0 9 ? * ? *)", "'?'"),            # "If you use it in one, you must use ? in the other"
+    ("cron(0 25 ? * MON-FRI *)", "hours"),   # hours 0-23
+    ("cron(60 9 ? * MON-FRI *)", "minutes"),
+    ("cron(0 9 ? * MON-FRI/2 *)", "day-of-week"),  # day-of-week wildcards: , - * ? L #
+    ("cron(0 9 ? * 8 *)", "day-of-week"),    # 1-7 (SUN-SAT)
+])
+def test_the_scheduler_refuses_an_expression_createschedule_refuses(expression: str, why: str) -> None:
+    """EventBridge User Guide, "Cron expressions reference": each field's values and wildcards. Before, the
+    emulator ran such a schedule on days or at times no real schedule could be made for (or never)."""
+    with pytest.raises(ValueError, match=why):
+        SchedulerCron.parse(expression, "UTC")

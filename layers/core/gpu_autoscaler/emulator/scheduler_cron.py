@@ -41,7 +41,9 @@ def _value(token: str, names: tuple[str, ...]) -> int:
     return int(token)
 
 
-def _values(text: str, low: int, high: int, names: tuple[str, ...] = ()) -> tuple[int, ...]:
+def _values(text: str, low: int, high: int, names: tuple[str, ...] = (), field: str = "") -> tuple[int, ...]:
+    """The values a field's text names; `ValueError` for one outside the field's range (CreateSchedule's
+    ValidationException)."""
     found: set[int] = set()
     for part in text.split(","):
         base, _, step_text = part.partition("/")
@@ -53,6 +55,8 @@ def _values(text: str, low: int, high: int, names: tuple[str, ...] = ()) -> tupl
         else:
             first = _value(base, names)
             last = high if step_text else first
+        if not (low <= first <= high and low <= last <= high) or step < 1:
+            raise ValueError(f"{field}: {part!r} is outside {low}-{high}")
         if first <= last:
             found.update(range(first, last + 1, step))
         else:  # a range that wraps (FRI-MON, 22-2)
@@ -96,8 +100,21 @@ class SchedulerCron:
         if len(fields) != 6:
             raise ValueError(f"a cron expression has 6 fields: {expression!r}")
         minute, hour, dom, month, dow, year = fields
-        return cls(_values(minute, 0, 59), _values(hour, 0, 23), dom.upper(), _values(month, 1, 12, _MONTHS),
-                   dow.upper(), _values(year, 1970, 2199), ZoneInfo(timezone or "UTC"))
+        # "Cron expressions reference" (EventBridge User Guide): "You can't use * in both the Day-of-month and
+        # Day-of-week fields. If you use it in one, you must use ? in the other."; day-of-week takes 1-7 or
+        # SUN-SAT and the wildcards , - * ? L # (no /); day-of-month 1-31 with , - * ? / L W.
+        if (dom == "?") == (dow == "?"):
+            raise ValueError(f"{expression!r}: one of day-of-month and day-of-week must be '?', not both")
+        if "/" in dow:
+            raise ValueError(f"{expression!r}: day-of-week takes no '/'")
+        cron = cls(_values(minute, 0, 59, field="minutes"), _values(hour, 0, 23, field="hours"), dom.upper(),
+                   _values(month, 1, 12, _MONTHS, field="month"), dow.upper(),
+                   _values(year, 1970, 2199, field="year"), ZoneInfo(timezone or "UTC"))
+        if dom != "?" and dom.upper() not in ("L", "LW") and not dom.upper().endswith("W"):
+            _values(dom, 1, 31, field="day-of-month")
+        if dow != "?" and "#" not in dow and not dow.upper().endswith("L"):
+            _values(dow, 1, 7, _DAYS, field="day-of-week")
+        return cron
 
     def _day_matches(self, day: date) -> bool:
         if day.month not in self.months or day.year not in self.years:
