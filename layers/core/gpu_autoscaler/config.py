@@ -555,10 +555,13 @@ class MeasuredLeadTime(_Model):
 class Timeouts(_Model):
     unavailable_offering_ttl: Duration = timedelta(minutes=3)
     registration_ttl: Duration = timedelta(minutes=15)
+    """From a claim's launch (or creation, never launched) to its node registered and initialized (Ready, the
+    cloud controller manager's taint gone, its GPUs allocatable): a claim whose node has not, by then, is ended."""
     pod_assignment_ttl: Duration = timedelta(minutes=30)
     scheduling_grace: Duration = timedelta(minutes=2)
-    """How long after its node registered a claim still covers the pods it was made for: a pod still pending
-    after that lost its room to other pods the scheduler put there, and is planned again."""
+    """How long after its node was initialized (could take pods: `domain.initialization`) a claim still covers the
+    pods it was made for: a pod still pending after that lost its room to other pods the scheduler put there, and
+    is planned again. Not counted from the Node's registration: a GPU node takes minutes from there to GPUs."""
     interruption_drain: Duration = timedelta(minutes=30)
     """A rebalance drain's deadline after `rebalanceDrainAfter`: a drain not started by then (its replacement
     never initialized) leaves the node. Budgets are never overridden by it (see `terminationGracePeriod`)."""

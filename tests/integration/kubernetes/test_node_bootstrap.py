@@ -59,7 +59,8 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def kube(clock: FixedClock) -> Iterator[LocalKubernetes]:
-    with LocalKubernetes(clock=clock, run_controllers=False, device_plugin_delay=timedelta(seconds=10)) as local:
+    with LocalKubernetes(clock=clock, run_controllers=False, device_plugin_delay=timedelta(seconds=10),
+                         ready_delay=timedelta(seconds=5), cloud_controller_delay=timedelta(seconds=2)) as local:
         config_map = shipped_config_map()
         local.api.create(CONFIGMAPS, config_map["metadata"]["namespace"], config_map)
         yield local
@@ -82,6 +83,10 @@ def boot(kube: LocalKubernetes, clock: FixedClock, instance: SimulatedInstance) 
 
 def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_the_device_plugin(
         kube: LocalKubernetes, clock: FixedClock) -> None:
+    """As on EKS: the kubelet (`--cloud-provider=external`) registers the Node NotReady, with the uninitialized
+    taint and without the cloud's labels; the cloud controller manager initializes it (instance type, zone,
+    region; the taint off), the kubelet reports Ready (the not-ready taint off), and the device plugin's GPUs come
+    last."""
     pool = NodePool.model_validate({"name": "gpu-burst", "labels": {"team": "vision"},
                                     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]})
     instance = SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1b", user_data(pool, G5_12X),
@@ -92,16 +97,60 @@ def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_
         [node] = client.CoreV1Api(api).list_node().items
     labels = kube_reads.labels(node)
     assert labels["team"] == "vision" and labels[L.NODE_POOL] == "gpu-burst" and labels[L.CLAIM_LABEL] == "claim-1"
-    assert labels[L.INSTANCE_TYPE] == "g5.12xlarge" and labels[L.ZONE] == "us-east-1b"
-    assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    served = kube.api.get(NODES, "", instance.name)
+    assert served["spec"]["providerID"] == "aws:///us-east-1b/i-0aaa"  # nodeadm sets it: the cloud provider is external
+    assert not {L.INSTANCE_TYPE, L.ZONE, "topology.kubernetes.io/region"} & set(labels)
+    assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [
+        ("nvidia.com/gpu", "true", "NoSchedule"), ("node.cloudprovider.kubernetes.io/uninitialized", "true",
+                                                   "NoSchedule"), ("node.kubernetes.io/not-ready", None, "NoSchedule")]
+    assert [c["status"] for c in served["status"]["conditions"] if c["type"] == "Ready"] == ["False"]
     assert kube_reads.capacity(node)["pods"] == "234"  # maxPods from the NodeConfig
-    assert "nvidia.com/gpu" not in kube_reads.allocatable(node)  # Ready, but the device plugin has not run yet
-    clock.advance(timedelta(seconds=10))
+
+    clock.advance(timedelta(seconds=2))
+    kube.reconcile()  # the cloud controller manager initializes it from EC2's description of the instance
+    initialized = kube.api.get(NODES, "", instance.name)
+    labels = initialized["metadata"]["labels"]
+    assert (labels[L.INSTANCE_TYPE], labels[L.ZONE], labels["topology.kubernetes.io/region"]) == (
+        "g5.12xlarge", "us-east-1b", "us-east-1")
+    assert [t["key"] for t in initialized["spec"]["taints"]] == ["nvidia.com/gpu", "node.kubernetes.io/not-ready"]
+
+    clock.advance(timedelta(seconds=3))
+    kube.reconcile()  # the kubelet reports Ready; the node lifecycle controller takes the not-ready taint off
+    ready = kube.api.get(NODES, "", instance.name)
+    assert [c["status"] for c in ready["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert [(t["key"], t["effect"]) for t in ready["spec"]["taints"]] == [("nvidia.com/gpu", "NoSchedule")]
+    assert "nvidia.com/gpu" not in ready["status"]["allocatable"]  # Ready, but the device plugin has not run yet
+
+    clock.advance(timedelta(seconds=5))
     kube.reconcile()
     node_after = kube.api.get(NODES, "", instance.name)
     assert node_after["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert node_after["metadata"]["labels"]["nvidia.com/gpu.product"] == "A10G"
 
+
+def test_the_gpu_operator_does_not_run_before_the_node_is_ready_nor_with_the_charts_tolerations_uninitialized(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """The device plugin's pod uses the pod network, which a NotReady node does not have yet; and the DaemonSet
+    controller adds no toleration of the uninitialized taint, so with the chart's own tolerations
+    (`nvidia.com/gpu:NoSchedule` alone) a node the cloud controller manager has not initialized gets no GPUs,
+    however long ago it registered. (The values the project ships tolerate every taint.)"""
+    kube.device_plugin.tolerations = OperandTolerations.from_values({})
+    kube.cloud_controller.describe = lambda instance_id: None  # EC2 does not know the instance (yet)
+    instance = SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a",
+                                                user_data(NodePool(name="gpu-burst"), G5_12X))
+    kube.kubelets.ready_delay = timedelta(seconds=30)
+    node = boot(kube, clock, instance)
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"]  # past its delay, but NotReady
+    clock.advance(timedelta(seconds=30))
+    kube.reconcile()
+    node = kube.api.get(NODES, "", instance.name)
+    assert [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert [t["key"] for t in node["spec"]["taints"]] == ["node.cloudprovider.kubernetes.io/uninitialized"]
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+    kube.cloud_controller.describe = lambda instance_id: ("g5.12xlarge", "us-east-1a")
+    kube.reconcile()
+    node = kube.api.get(NODES, "", instance.name)
+    assert "taints" not in node["spec"] and node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
 
 
 def test_a_label_the_kubelet_may_not_set_keeps_the_node_from_joining(kube: LocalKubernetes) -> None:
@@ -318,6 +367,8 @@ def test_an_instance_launched_on_ec2_joins_with_its_user_data_and_karpenters_lab
     Launched.instance_id = instance_id  # type: ignore[attr-defined]
     KubeletNodeSide(kube, ec2).boot(Launched())
     kube.reconcile()
+    [registered] = kube.objects("nodes")
+    assert L.ZONE not in registered["metadata"]["labels"]
     clock.advance(timedelta(seconds=10))
     kube.reconcile()
     [node] = kube.objects("nodes")
@@ -327,6 +378,9 @@ def test_an_instance_launched_on_ec2_joins_with_its_user_data_and_karpenters_lab
     assert labels[L.INSTANCE_GPU_NAME] == "a10g" and labels[L.INSTANCE_GPU_COUNT] == str(gpus["Count"])
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert node["status"]["capacity"]["cpu"] == "48"
+    described = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    assert (labels[L.INSTANCE_TYPE], labels[L.ZONE]) == (described["InstanceType"],
+                                                        described["Placement"]["AvailabilityZone"])
 
 
 @mock_aws

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.domain.initialization import INITIALIZED_ATTRIBUTE
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.services.packer import PackerService, WrongCluster
 from tests.unit.packing.builders import NOW, make_catalog, make_claim, make_config, make_gang, make_pod, make_pool
@@ -239,6 +240,12 @@ def test_a_crash_before_assigning_pods_of_a_roomy_claim_does_not_double_book_it(
     assert [r.claim_ids for r in h.launches.sent] == [[claim.id]]
 
 
+def _initialized(h: Harness, claim: NodeClaim) -> NodeClaim:
+    """What the reconcile step records on the first tick that sees the claim's node initialized."""
+    return h.store.update_claim(claim, attributes={**claim.attributes,
+                                                   INITIALIZED_ATTRIBUTE: h.clock.now().isoformat()})
+
+
 def test_pods_still_pending_on_a_registered_node_are_planned_again_after_the_grace(h: Harness) -> None:
     """The scheduler gave a node's room to other pods: its claim's own pods, still reported, get new capacity,
     but not before the grace (the scheduler needs a moment to bind them to a node that just joined)."""
@@ -246,7 +253,7 @@ def test_pods_still_pending_on_a_registered_node_are_planned_again_after_the_gra
     first = h.service.handle(h.document([pod]), source="m1")
     claim = h.store.claims[first.created[0]]
     claim = h.store.transition(claim, ClaimState.LAUNCHED, instance_id="i-1")
-    h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1")
+    _initialized(h, h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1"))
 
     h.clock.advance(timedelta(seconds=30))
     assert h.service.handle(h.document([pod]), source="m2").created == ()
@@ -270,17 +277,69 @@ def test_pods_whose_room_went_to_pods_of_a_claim_still_in_flight_wait_for_that_c
     claim_a = h.store.transition(claim_a, ClaimState.LAUNCHED, instance_id="i-a")
     claim_b = h.store.transition(claim_b, ClaimState.LAUNCHED, instance_id="i-b")
     h.clock.advance(timedelta(seconds=10))
-    h.store.transition(claim_b, ClaimState.REGISTERED, node_name="node-b")  # a bound there
+    _initialized(h, h.store.transition(claim_b, ClaimState.REGISTERED, node_name="node-b"))  # a bound there
 
     h.clock.advance(h.config.timeouts.scheduling_grace + timedelta(minutes=3))
     waiting = h.service.handle(h.document(b_pods), source="m-1")
     assert waiting.created == () and waiting.covered == 1
     assert h.store.assignments([p.uid for p in b_pods]) == {p.uid: claim_b.id for p in b_pods}
 
-    h.store.transition(claim_a, ClaimState.REGISTERED, node_name="node-a")  # b is bound there: done
+    _initialized(h, h.store.transition(claim_a, ClaimState.REGISTERED, node_name="node-a"))  # b bound there: done
     h.clock.advance(h.config.timeouts.scheduling_grace + timedelta(seconds=1))
     still = h.service.handle(h.document(b_pods), source="m-2")  # no: their room really went elsewhere
     assert len(still.created) == 1 and still.created[0] not in (claim_a.id, claim_b.id)
+
+
+def test_the_grace_counts_from_the_nodes_initialization_not_its_registration(h: Harness) -> None:
+    """A Node appears minutes before a GPU node can take a GPU pod (NotReady, the cloud controller manager's
+    uninitialized taint, then the GPU Operator's chain): its claim's pods, still pending then, lost their room to
+    nobody. They are planned again only once the node has been initialized for the grace."""
+    pod = make_pod(gpus=1)
+    first = h.service.handle(h.document([pod]), source="m1")
+    claim = h.store.claims[first.created[0]]
+    claim = h.store.transition(claim, ClaimState.LAUNCHED, instance_id="i-1")
+    claim = h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1")
+    assert INITIALIZED_ATTRIBUTE not in claim.attributes and "bootSeconds" not in claim.attributes
+
+    h.clock.advance(h.config.timeouts.scheduling_grace + timedelta(minutes=3))  # registered 5 minutes ago
+    assert h.service.handle(h.document([pod]), source="m2").created == ()
+    claim = _initialized(h, h.store.claims[claim.id])
+
+    h.clock.advance(h.config.timeouts.scheduling_grace - timedelta(seconds=1))
+    assert h.service.handle(h.document([pod]), source="m3").created == ()
+    h.clock.advance(timedelta(seconds=1))
+    again = h.service.handle(h.document([pod]), source="m4")
+    assert len(again.created) == 1 and again.created[0] != claim.id
+
+
+def test_a_claim_registered_before_initialization_was_recorded_counts_from_its_boot_time(h: Harness) -> None:
+    """Claims registered by an earlier version carry only `bootSeconds` (launch → Ready with GPUs allocatable)."""
+    pod = make_pod(gpus=1)
+    claim = h.store.claims[h.service.handle(h.document([pod]), source="m1").created[0]]
+    claim = h.store.transition(claim, ClaimState.LAUNCHED, instance_id="i-1")
+    h.clock.advance(timedelta(minutes=1))
+    claim = h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1",
+                               attributes={**claim.attributes, "bootSeconds": "240"})  # initialized 3 min later
+    h.clock.advance(timedelta(minutes=3) + h.config.timeouts.scheduling_grace - timedelta(seconds=1))
+    assert h.service.handle(h.document([pod]), source="m2").created == ()
+    h.clock.advance(timedelta(seconds=1))
+    assert len(h.service.handle(h.document([pod]), source="m3").created) == 1
+
+
+def test_pods_of_a_node_never_initialized_are_planned_again_past_its_registration_allowance(h: Harness) -> None:
+    """A node not initialized `registrationTtl` after its launch is given up (the reconcile step ends its claim):
+    its pods get new capacity then, whatever claims are in flight."""
+    pod = make_pod(gpus=1)
+    claim = h.store.claims[h.service.handle(h.document([pod]), source="m1").created[0]]
+    claim = h.store.transition(claim, ClaimState.LAUNCHED, instance_id="i-1")
+    h.clock.advance(timedelta(minutes=2))
+    h.store.transition(claim, ClaimState.REGISTERED, node_name="node-1")
+    assert h.service.handle(h.document([make_pod(gpus=4)]), source="other").created  # a claim in flight meanwhile
+    h.clock.advance(h.config.timeouts.registration_ttl - timedelta(minutes=2, seconds=1))
+    assert h.service.handle(h.document([pod]), source="m2").created == ()
+    h.clock.advance(timedelta(seconds=1))
+    again = h.service.handle(h.document([pod]), source="m3")
+    assert len(again.created) == 1 and again.created[0] != claim.id
 
 
 def test_one_document_reads_the_clusters_claims_and_its_pods_assignments_once(

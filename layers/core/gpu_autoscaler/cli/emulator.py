@@ -90,7 +90,7 @@ def emulator_command(
         float, typer.Option("--speed", min=0.01, help="compress time: rate schedules and node boots run X× faster")
     ] = 1.0,
     boot_delay: Annotated[
-        float, typer.Option("--boot-delay", min=0, help="seconds from launch to a Ready node, before --speed")
+        float, typer.Option("--boot-delay", min=0, help="seconds from launch to the Node registering, before --speed")
     ] = BOOT_DELAY_SECONDS,
     visibility_timeout: Annotated[
         int | None, typer.Option("--visibility-timeout", help="override the queues' (seconds): quicker retries")

@@ -7,20 +7,42 @@ A drain that evicts onto a replacement at that moment leaves its pods pending. K
 initialized only when its Node is Ready, its startup taints and the known ephemeral taints are gone, and every
 resource the NodeClaim was made for is allocatable with a non-zero quantity. The same test here, over the
 claim's recorded requests.
+
+Initialization is latched on the claim as Karpenter latches it on the NodeClaim: the reconcile step records, on
+the first tick that sees the claim's node initialized, when that was (`INITIALIZED_ATTRIBUTE`; `initialized_at`).
+A registered claim's node takes pods from then, not from its registration — a Node object exists long before a GPU
+node can take a GPU pod (the cloud controller manager's initialization, the kubelet's Ready, then the GPU
+Operator's chain) —, so the packer's `schedulingGrace` counts from it. A node not initialized within
+`timeouts.registrationTtl` of its launch is given up as one that never registered (`initialization_overdue`).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE
+from gpu_autoscaler.models.claims import ClaimState, launched_at
 from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode
 
-__all__ = ["EPHEMERAL_TAINTS", "EPHEMERAL_TAINT_PREFIXES", "not_initialized", "was_initialized"]
+__all__ = [
+    "EPHEMERAL_TAINTS",
+    "EPHEMERAL_TAINT_PREFIXES",
+    "INITIALIZED_ATTRIBUTE",
+    "initialization_overdue",
+    "initialized_at",
+    "not_initialized",
+    "was_initialized",
+]
+
+INITIALIZED_ATTRIBUTE = "initializedAt"
+"""NodeClaim attribute: when the reconcile step first saw the claim's node initialized (ISO 8601), recorded once."""
 
 EPHEMERAL_TAINTS: frozenset[tuple[str, str]] = frozenset({
     ("node.kubernetes.io/not-ready", "NoSchedule"),
@@ -67,3 +89,28 @@ def _unregistered(node: ClusterNode, requested: Mapping[str, int]) -> str | None
         if quantity > 0 and name not in _NODE_RESOURCES and allocatable[name] <= 0:
             return f"{name} is not allocatable yet (its device plugin has not registered it)"
     return None
+
+
+def initialized_at(claim: NodeClaim) -> datetime | None:
+    """When the claim's node was first seen initialized, or None while it has not been. A claim registered before
+    the time was recorded has it from its boot time (`bootSeconds`: launch → Ready with GPUs allocatable)."""
+    recorded = claim.attributes.get(INITIALIZED_ATTRIBUTE)
+    if recorded:
+        try:
+            return datetime.fromisoformat(recorded)
+        except ValueError:
+            pass
+    boot = claim.attributes.get(BOOT_ATTRIBUTE)
+    if boot:
+        try:
+            return launched_at(claim) + timedelta(seconds=float(boot))
+        except ValueError:
+            pass
+    return None
+
+
+def initialization_overdue(claim: NodeClaim, now: datetime, allowance: timedelta) -> bool:
+    """Whether a Registered claim whose node has not been initialized is past its registration allowance
+    (`timeouts.registrationTtl` from its launch, the allowance of a node that has not registered): given up."""
+    return (claim.state is ClaimState.REGISTERED and initialized_at(claim) is None
+            and now - launched_at(claim) >= allowance)

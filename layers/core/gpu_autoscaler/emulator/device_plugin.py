@@ -4,9 +4,11 @@ Written from NVIDIA/k8s-device-plugin's README ("Shared Access to GPUs", "Multip
 "Updating Per-Node Configuration With a Node Label", MIG strategies) and NVIDIA/mig-parted's default
 configuration, never from the project's packer:
 
-- The kubelet registers a node without GPUs; the plugin, once it runs (`delay` after the Node registered),
-  advertises them in the node's capacity and allocatable, and removes the startup taints it is configured
-  with (a node that is Ready is not yet initialized until then).
+- The kubelet registers a node without GPUs; the plugin, once it runs (`delay` after the Node registered, and not
+  before the node is Ready: its pod uses the pod network, and the kubelet starts no such pod while the container
+  runtime's network is not ready — "network is not ready: container runtime network not ready"), advertises them
+  in the node's capacity and allocatable, and removes the startup taints it is configured with (a node that is
+  Ready is not yet initialized until then).
 - It runs only where the GPU Operator's DaemonSets may run: the node's NoSchedule and NoExecute taints must be
   tolerated (Kubernetes docs, "DaemonSet" — "Taints and tolerations": daemon pods get only the not-ready,
   unreachable, pressure and unschedulable tolerations on top of their own) by the operand DaemonSets (device plugin,
@@ -16,7 +18,7 @@ configuration, never from the project's packer:
   (`agent/deploy/gpu-operator/values.yaml`), over the chart's defaults (deployments/gpu-operator/values.yaml):
   `nvidia.com/gpu:NoSchedule` alone. A node it cannot run on advertises no GPUs and gets no GPU labels; once
   running it stays (a NoSchedule taint added later does not evict a daemon pod). Bottlerocket's plugin is a host
-  service, not a DaemonSet: it runs whatever the taints.
+  service, not a DaemonSet: it runs whatever the taints, and before the node is Ready.
 - Its configuration is a ConfigMap in the cluster (the GPU Operator's `devicePlugin.config.name`), one plugin
   config file per key. The node label `nvidia.com/device-plugin.config` names the key to use; without it, the
   deployment's default key (`devicePlugin.config.default`); with no default, the one key if there is only one.
@@ -59,6 +61,7 @@ import gpu_autoscaler
 from gpu_autoscaler.emulator.daemonsets import eligible
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, format_quantity
 from gpu_autoscaler.emulator.kube_scheduler import pod_requests
+from gpu_autoscaler.emulator.kubelet import node_ready
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -289,21 +292,22 @@ class NvidiaDevicePlugin:
         return changed
 
     def _runs_on(self, instance: SimulatedInstance) -> bool:
-        """Whether the plugin runs on the node: already started, a Bottlerocket host service, or the GPU Operator's
-        pods tolerate the node's taints now."""
+        """Whether the plugin runs on the node: already started, a Bottlerocket host service, or the node is Ready and
+        the GPU Operator's pods tolerate its taints now."""
         with self._lock:
             if instance.name in self._started:
                 return True
         if instance.device_plugin is not None:
             return True
         node = self._api.store.find(NODES, "", instance.name)
-        runs = node is not None and self.tolerations.run_on(node)
+        runs = node is not None and node_ready(node) and self.tolerations.run_on(node)
         with self._lock:
             (self._started if runs else self._untolerated).add(instance.name)
             if runs:
                 self._untolerated.discard(instance.name)
         if not runs:
-            log.debug("device plugin: the GPU Operator's DaemonSets do not tolerate the taints of %s", instance.name)
+            log.debug("device plugin: %s is not Ready, or the GPU Operator's DaemonSets do not tolerate its taints",
+                      instance.name)
         return runs
 
     # What one node advertises

@@ -5,20 +5,40 @@
 will find. `SimulatedInstance.from_user_data` builds it as a real node's bootstrap does, from nothing but the
 machine (EC2's description of the instance type, `machines.Machine`) and the user data the instance was
 launched with (`kubelet_user_data`): the labels, taints, max pods and reservations found there, the labels
-the kubelet and the AWS cloud provider set themselves (hostname, arch, os, instance type, zone, region), and
-capacity/allocatable computed as the kubelet does — capacity less kube-reserved, system-reserved and the hard
-eviction thresholds (kubernetes.io, "Reserve Compute Resources for System Daemons"), with the EKS AMIs'
-defaults where the user data sets none (nodeadm / Bottlerocket: kube-reserved memory 11 MiB × max pods +
-255 MiB, the CPU ladder of `machines.reserved_cpu_millicores`, 1 Gi ephemeral storage; max pods from the
-ENI formula). GPUs are not the kubelet's to advertise: the device plugin adds them once it runs.
+the kubelet sets itself (hostname, arch, os), and capacity/allocatable computed as the kubelet does — capacity
+less kube-reserved, system-reserved and the hard eviction thresholds (kubernetes.io, "Reserve Compute Resources
+for System Daemons"), with the EKS AMIs' defaults where the user data sets none (nodeadm / Bottlerocket:
+kube-reserved memory 11 MiB × max pods + 255 MiB, the CPU ladder of `machines.reserved_cpu_millicores`, 1 Gi
+ephemeral storage; max pods from the ENI formula). GPUs are not the kubelet's to advertise: the device plugin
+adds them once it runs.
+
+A node is registered before it can take pods, as on EKS:
+
+- The EKS AMIs run the kubelet with `--cloud-provider=external` and set its providerID themselves (nodeadm,
+  awslabs/amazon-eks-ami `nodeadm/internal/kubelet/config.go` `withCloudProvider`: "provider ID needs to be
+  specified when the cloud provider is external"; Bottlerocket's `settings.kubernetes.cloud-provider` is
+  `external` too). Such a kubelet registers its Node with the taint
+  `node.cloudprovider.kubernetes.io/uninitialized=true:NoSchedule` (k8s.io/cloud-provider `api`,
+  `TaintExternalCloudProvider`: "sets this taint on a node to mark it as unusable, when kubelet is started with
+  the "external" cloud provider, until a controller from the cloud-controller-manager intitializes this node,
+  and then removes the taint"), and without the labels the cloud provider knows: instance type, zone and region
+  are the cloud controller manager's to set when it initializes the node (kubernetes.io, "Well-Known Labels,
+  Annotations and Taints": `topology.kubernetes.io/zone` — "the kubelet or the external cloud-controller-manager
+  populates the label with the information from the cloud provider"). `cloud_controller` does that part.
+- The Node registers NotReady (`KubeletNotReady`: "container runtime network not ready" until the VPC CNI's
+  aws-node pod runs) with the node lifecycle controller's `node.kubernetes.io/not-ready:NoSchedule` taint
+  (kubernetes.io, "Taints and Tolerations", "Taint Nodes by Condition"); the kubelet reports Ready `ready_delay`
+  after registering, and the taint goes with it. The EBS CSI node plugin's topology label comes then too (its
+  DaemonSet pod registers the driver with the running kubelet).
 
 Tests may also build a `SimulatedInstance` directly with the resources they want (GPUs included, as if the
 device plugin had already registered).
 
 `Kubelets` keeps the instances: `add` one (it registers after its boot delay), `remove` one (its Node and the
 pods bound to it go, as the pod garbage collector removes pods of a deleted node), and `reconcile` to
-register the nodes that are due and start bound pods: phase Running, Ready, as a kubelet reports them.
-Pods on any node with a Ready condition are started, so a test may also create Nodes through the API.
+register the nodes that are due, report Ready the ones whose network is up, and start bound pods: phase
+Running, Ready, as a kubelet reports them. Pods on any node with a Ready condition are started, so a test may
+also create Nodes through the API.
 """
 
 from __future__ import annotations
@@ -49,8 +69,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 
-__all__ = ["HOSTNAME", "NOT_READY_TAINT", "BootstrapError", "Kubelets", "SimulatedInstance", "node_name_for",
-           "provider_id"]
+__all__ = ["HOSTNAME", "NODE_READY_DELAY_SECONDS", "NOT_READY_TAINT", "UNINITIALIZED_TAINT", "BootstrapError",
+           "Kubelets", "SimulatedInstance", "cloud_labels", "node_name_for", "provider_id", "region_of"]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +86,25 @@ labels the Node with the topology its CSI drivers report (Kubernetes CSI docs, "
 kubernetes-sigs/aws-ebs-csi-driver, pull 1931's discussion of its topology keys). The PVs it provisions
 require it in their node affinity, so kube-scheduler's VolumeBinding places their pods by it."""
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+"""The taint a kubelet with `--cloud-provider=external` registers its Node with (value `true`, NoSchedule), until
+the cloud controller manager has initialized the node (k8s.io/cloud-provider `api.TaintExternalCloudProvider`)."""
+NODE_READY_DELAY_SECONDS = 5.0
+"""From the Node's registration to its kubelet reporting Ready: the VPC CNI's aws-node pod starts and the container
+runtime's network is ready."""
 KUBELET_VERSION = "v1.31.0-eks-local"
 EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
 """The kubelet's default hard eviction thresholds that bear on allocatable (KubeletConfiguration defaults)."""
+
+
+def region_of(zone: str) -> str:
+    return zone[:-1] if zone[-1:].isalpha() else zone
+
+
+def cloud_labels(instance_type: str, zone: str) -> dict[str, str]:
+    """The labels the cloud controller manager's node controller sets when it initializes a node, from the cloud's
+    description of its instance: instance type, zone and region (k8s.io/cloud-provider, node controller)."""
+    return {INSTANCE_TYPE: instance_type, ZONE: zone, REGION: region_of(zone)}
 
 
 def provider_id(zone: str, instance_id: str) -> str:
@@ -82,7 +118,7 @@ def _private_ip(instance_id: str) -> str:
 
 def node_name_for(instance_id: str, zone: str) -> str:
     """The private DNS name EKS nodes are called by (`ip-10-0-1-23.ec2.internal` in us-east-1)."""
-    region = zone[:-1] if zone[-1:].isalpha() else zone
+    region = region_of(zone)
     domain = "ec2.internal" if region == "us-east-1" else f"{region}.compute.internal"
     return f"ip-{_private_ip(instance_id).replace('.', '-')}.{domain}"
 
@@ -119,6 +155,12 @@ class SimulatedInstance:
     def private_ip(self) -> str:
         return _private_ip(self.instance_id)
 
+    def ready_labels(self) -> dict[str, str]:
+        """Labels that come once the node runs pods: the EBS CSI driver's topology, which the kubelet writes when the
+        driver's node plugin (a DaemonSet pod; the emulator's cluster has the driver: it serves its volumes)
+        registers with it, reporting the zone it read from instance metadata."""
+        return {EBS_CSI_ZONE: self.zone}
+
     @classmethod
     def from_user_data(
         cls, instance_id: str, machine: Machine, zone: str, user_data: str, *, capacity_type: str = "on-demand",
@@ -140,16 +182,22 @@ class SimulatedInstance:
             os_image="Bottlerocket OS" if settings.os_family == "Bottlerocket" else "Amazon Linux 2023",
         )
 
-    def node(self, now: datetime, *, ready: bool = True) -> dict[str, Any]:
-        """The Node object its kubelet registers."""
+    def node(self, now: datetime, *, ready: bool = False, initialized: bool = False) -> dict[str, Any]:
+        """The Node object its kubelet registers: NotReady (with the node lifecycle controller's not-ready taint),
+        with the external cloud provider's uninitialized taint and without the labels the cloud controller manager
+        sets (see the module). `ready`, `initialized`: as it is once the kubelet reported Ready, once the cloud
+        controller manager initialized it."""
         stamp = format_time(now)
-        region = self.zone[:-1] if self.zone[-1:].isalpha() else self.zone
-        # What the kubelet sets itself (hostname, os, arch) and the AWS cloud provider from instance metadata.
-        # And the EBS CSI driver's node plugin (the emulator's cluster has the driver: it serves its volumes).
-        labels = {INSTANCE_TYPE: self.instance_type, ZONE: self.zone, REGION: region, ARCH: self.architecture,
-                  OS: "linux", HOSTNAME: self.name, EBS_CSI_ZONE: self.zone}
+        # What the kubelet sets itself (hostname, os, arch), then what the user data's --node-labels say.
+        labels = {ARCH: self.architecture, OS: "linux", HOSTNAME: self.name}
+        if ready:
+            labels.update(self.ready_labels())
+        if initialized:
+            labels.update(cloud_labels(self.instance_type, self.zone))
         labels.update(self.labels)
         taints = [t.model_dump() for t in self.taints]
+        if not initialized:
+            taints.append({"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"})
         if not ready:
             taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
         allocatable = self.allocatable if self.allocatable is not None else self.capacity
@@ -234,12 +282,16 @@ class Kubelets:
     """The kubelets of every simulated instance. Thread-safe; `reconcile` does the work when called."""
 
     def __init__(self, api: ApiServer, clock: Clock, boot_delay: timedelta = timedelta(0),
-                 container_stop_time: timedelta = timedelta(0)) -> None:
+                 container_stop_time: timedelta = timedelta(0), ready_delay: timedelta = timedelta(0)) -> None:
         """`container_stop_time`: how long a pod's containers take to exit after SIGTERM (capped by its grace
-        period); zero — they exit at once — unless a test wants to watch pods terminating."""
+        period); zero — they exit at once — unless a test wants to watch pods terminating. `ready_delay`: from
+        registering the Node to reporting it Ready (the container runtime's network — the VPC CNI — coming up)."""
         self._api = api
         self._clock = clock
         self.boot_delay = boot_delay
+        self.ready_delay = ready_delay
+        self._not_ready: dict[str, datetime] = {}
+        """Joined instance id → when its kubelet reports the Node Ready."""
         self.container_stop_time = container_stop_time
         self._lock = threading.Lock()
         self._booting: dict[str, tuple[SimulatedInstance, datetime]] = {}
@@ -279,6 +331,7 @@ class Kubelets:
             booting = self._booting.pop(instance_id, None)
             joined = self._joined.pop(instance_id, None)
             self._registered_at.pop(instance_id, None)
+            self._not_ready.pop(instance_id, None)
         if joined is not None:
             self._delete_node(joined.name)
         return booting is not None or joined is not None
@@ -295,10 +348,11 @@ class Kubelets:
 
     def next_due(self) -> datetime | None:
         with self._lock:
-            return min((due for _, due in self._booting.values()), default=None)
+            return min([*(due for _, due in self._booting.values()), *self._not_ready.values()], default=None)
 
     def reconcile(self) -> None:
         self.register_due()
+        self.report_ready()
         self.start_pods()
         self.stop_pods()
 
@@ -328,7 +382,8 @@ class Kubelets:
         return len(done)
 
     def register_due(self) -> list[str]:
-        """Register every instance whose boot delay has passed; returns the node names registered."""
+        """Register every instance whose boot delay has passed, NotReady and uninitialized (see the module);
+        returns the node names registered."""
         now = self._clock.now()
         with self._lock:
             due = [inst for inst, at in self._booting.values() if at <= now]
@@ -336,6 +391,7 @@ class Kubelets:
                 del self._booting[inst.instance_id]
                 self._joined[inst.instance_id] = inst
                 self._registered_at[inst.instance_id] = now
+                self._not_ready[inst.instance_id] = now + self.ready_delay
         registered = []
         for inst in due:
             try:
@@ -346,6 +402,25 @@ class Kubelets:
                 self._api.update(NODES, "", inst.name, _replace_status(inst.node(now)), "status")
             registered.append(inst.name)
         return registered
+
+    def report_ready(self) -> list[str]:
+        """Every registered node whose kubelet is ready by now reports Ready: its Ready condition turns True and the
+        node lifecycle controller takes its not-ready taint off. Returns the node names."""
+        now = self._clock.now()
+        with self._lock:
+            due = [self._joined[i] for i, at in self._not_ready.items() if at <= now and i in self._joined]
+            for inst in due:
+                del self._not_ready[inst.instance_id]
+        reported = []
+        for inst in due:
+            try:
+                self._api.store.update(NODES, "", inst.name, partial(_report_ready, instance=inst, now=now))
+            except ApiError as error:
+                if error.code != 404:
+                    raise
+                continue
+            reported.append(inst.name)
+        return reported
 
     def start_pods(self) -> int:
         """Run every pod bound to a Ready node and not yet running (or fail it when admission refuses it);
@@ -383,6 +458,23 @@ class Kubelets:
 
 def _parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _report_ready(node: dict[str, Any], instance: SimulatedInstance, now: datetime) -> dict[str, Any]:
+    stamp = format_time(now)
+    status = node.setdefault("status", {})
+    status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != "Ready"] + [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+         "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]
+    metadata = node["metadata"]
+    metadata["labels"] = {**(metadata.get("labels") or {}), **instance.ready_labels()}
+    spec = node.setdefault("spec", {})
+    taints = [t for t in spec.get("taints") or () if t.get("key") != NOT_READY_TAINT]
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)
+    return node
 
 
 def _replace_status(node: dict[str, Any]) -> dict[str, Any]:

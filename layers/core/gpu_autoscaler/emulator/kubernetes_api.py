@@ -39,8 +39,11 @@ listens again on the same port with the same objects, as an API server restart l
 
 `KubeletNodeSide` plugs the kubelets into the emulator's instance watcher: an EC2 instance that boots
 becomes the node its machine (EC2's DescribeInstanceTypes) and its user data (DescribeInstanceAttribute) make
-it — or never joins, when its kubelet refuses that user data — and leaves when it is gone. The NVIDIA device
-plugin (`device_plugin`) then advertises its GPUs, `device_plugin_delay` after the Node registered.
+it — or never joins, when its kubelet refuses that user data — and leaves when it is gone. A Node registers
+NotReady and uninitialized, as on EKS (`kubelet`): its kubelet reports it Ready `ready_delay` after registering,
+the cloud controller manager (`cloud_controller`) initializes it from EC2's description of the instance
+`cloud_controller_delay` after, and the NVIDIA device plugin (`device_plugin`) advertises its GPUs once the GPU
+Operator's pods may run there, and no sooner than `device_plugin_delay` after the Node registered.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from kubernetes import client as k8s
 
 from gpu_autoscaler.adapters.aws.eks_token import TOKEN_PREFIX, PresignedIdentity
 from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.emulator.cloud_controller import CloudControllerManager
 from gpu_autoscaler.emulator.daemonsets import DaemonSets
 from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
@@ -93,6 +97,8 @@ class LocalKubernetes:
         require_auth: bool = False,
         boot_delay: timedelta = timedelta(0),
         device_plugin_delay: timedelta = timedelta(0),
+        ready_delay: timedelta = timedelta(0),
+        cloud_controller_delay: timedelta = timedelta(0),
         run_controllers: bool = True,
         reconcile_interval: float = 0.05,
         bookmark_interval: float = 5.0,
@@ -100,14 +106,18 @@ class LocalKubernetes:
         kubeconfig_dir: str | Path | None = None,
     ) -> None:
         """`require_auth=False` also lets in requests without a token (the agent's `KUBE_URL` mode); a
-        token that is present must be valid either way."""
+        token that is present must be valid either way. `ready_delay`, `cloud_controller_delay`: from a Node's
+        registration to its kubelet reporting Ready, to the cloud controller manager initializing it (zero: in the
+        controllers' pass that registers it, still NotReady and uninitialized at first)."""
         self.clock = clock or SystemClock()
         self.cluster_name = cluster_name
         self.token = token or secrets.token_urlsafe(24)
         self.require_auth = require_auth
         self.store = Store(self.clock, history=history)
         self.api = ApiServer(self.store)
-        self.kubelets = Kubelets(self.api, self.clock, boot_delay)
+        self.kubelets = Kubelets(self.api, self.clock, boot_delay, ready_delay=ready_delay)
+        self.cloud_controller = CloudControllerManager(self.api, self.clock, self.kubelets,
+                                                       delay=cloud_controller_delay)
         self.device_plugin = NvidiaDevicePlugin(self.api, self.clock, self.kubelets, delay=device_plugin_delay)
         self.scheduler = Scheduler(self.api, self.clock)
         self.daemonsets = DaemonSets(self.api)
@@ -256,7 +266,7 @@ class LocalKubernetes:
     # Instances
 
     def add_instance(self, instance: SimulatedInstance, boot_delay: timedelta | None = None) -> None:
-        """A running instance whose kubelet registers a Ready Node after `boot_delay` (default: the server's)."""
+        """A running instance whose kubelet registers its Node after `boot_delay` (default: the server's)."""
         self.kubelets.add(instance, boot_delay)
         self._dirty.set()
 
@@ -272,6 +282,8 @@ class LocalKubernetes:
         """One pass of every controller; returns what the scheduler did."""
         with self._reconcile_lock:
             self.kubelets.register_due()
+            self.kubelets.report_ready()
+            self.cloud_controller.reconcile()
             self.device_plugin.reconcile()
             self.daemonsets.reconcile()
             result = self.scheduler.schedule()
@@ -316,8 +328,8 @@ class LocalKubernetes:
             self._stop.wait(self._interval)
 
     def _wait_time(self) -> float:
-        due = min((d for d in (self.kubelets.next_due(), self.device_plugin.next_due()) if d is not None),
-                  default=None)
+        due = min((d for d in (self.kubelets.next_due(), self.cloud_controller.next_due(),
+                                self.device_plugin.next_due()) if d is not None), default=None)
         if due is None:
             return 1.0
         return min(max((due - self.clock.now()).total_seconds(), 0.0), 1.0)
@@ -373,6 +385,21 @@ class KubeletNodeSide:
     def __init__(self, kube: LocalKubernetes, ec2: Any) -> None:
         self._kube = kube
         self._ec2 = ec2
+        kube.cloud_controller.describe = self.describe
+
+    def describe(self, instance_id: str) -> tuple[str, str] | None:
+        """What the cloud controller manager reads of an instance: (type, availability zone) from EC2's
+        DescribeInstances, or None when EC2 does not know it."""
+        try:
+            answer = self._ec2.describe_instances(InstanceIds=[instance_id])
+        except Exception as error:  # InvalidInstanceID.NotFound, or EC2 unreachable: looked at again later
+            log.info("cloud controller manager: DescribeInstances %s failed: %s", instance_id, error)
+            return None
+        for reservation in answer.get("Reservations") or ():
+            for instance in reservation.get("Instances") or ():
+                if instance.get("InstanceId") == instance_id:
+                    return instance["InstanceType"], instance["Placement"]["AvailabilityZone"]
+        return None
 
     def boot(self, instance: Any) -> None:
         try:

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.emulator.aws import TEST_CREDENTIALS, EmbeddedAws
+from gpu_autoscaler.emulator.cloud_controller import CLOUD_CONTROLLER_DELAY_SECONDS
 from gpu_autoscaler.emulator.device_plugin import DEVICE_PLUGIN_DELAY_SECONDS, shipped_config_map
 from gpu_autoscaler.emulator.instances import BOOT_DELAY_SECONDS
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS
+from gpu_autoscaler.emulator.kubelet import NODE_READY_DELAY_SECONDS
 from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
 
@@ -56,13 +58,17 @@ class EmulatorSession:
         poll_wait_seconds: int = 2,
         function_timeouts: Mapping[str, int] | None = None,
     ) -> None:
-        """`boot_delay`: seconds of emulated time from launch to a Ready node (divided by `speed`).
+        """`boot_delay`: seconds of emulated time from launch to the Node's registration (divided by `speed`, as
+        are the kubelet's, the cloud controller manager's and the device plugin's delays after it: the Node is Ready,
+        initialized and has its GPUs allocatable seconds later, as on EKS).
         `visibility_timeout` overrides the queues' (a quicker retry of failed messages), `function_timeouts`
         some functions' timeouts (keep each below its queue's visibility); `state_dir` holds the kubeconfig
         (a temporary directory when None)."""
         self.speed = speed
         self.kube = LocalKubernetes(port=kube_port, cluster_name=config.cluster_name, kubeconfig_dir=state_dir,
-                                    device_plugin_delay=timedelta(seconds=DEVICE_PLUGIN_DELAY_SECONDS / speed))
+                                    device_plugin_delay=timedelta(seconds=DEVICE_PLUGIN_DELAY_SECONDS / speed),
+                                    ready_delay=timedelta(seconds=NODE_READY_DELAY_SECONDS / speed),
+                                    cloud_controller_delay=timedelta(seconds=CLOUD_CONTROLLER_DELAY_SECONDS / speed))
         self.user_config = config
         self.config = config
         """The configuration the functions read: the user's, with `kubernetes.endpoint` the local API's (set on

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
 from gpu_autoscaler.domain.fleet import launch_groups
+from gpu_autoscaler.domain.initialization import initialization_overdue, initialized_at
 from gpu_autoscaler.domain.orphaned_claims import started_since
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import (
@@ -198,8 +199,16 @@ class PackerService:
         )
 
     def _displaced(self, live: Iterable[NodeClaim], covered: Mapping[str, str]) -> list[str]:
-        """Covered pods whose claim's node has been up for longer than the scheduling grace and who are still
-        pending: kube-scheduler gave their room to other pods, so the assignment no longer stands for capacity.
+        """Covered pods whose claim's node has been able to take them for longer than the scheduling grace and who
+        are still pending: kube-scheduler gave their room to other pods, so the assignment no longer stands for
+        capacity.
+
+        The grace counts from the node's initialization (`domain.initialization.initialized_at`: Ready, the
+        cloud controller manager's and the node controller's taints gone, its GPUs allocatable), not from its
+        registration: a Node object appears minutes before a GPU node can take a GPU pod, and its pods waiting
+        through those minutes have lost their room to nobody. A node not initialized yet is still within its
+        registration allowance (`timeouts.registrationTtl` from launch); past it, the claim is given up (the
+        reconcile step ends it, `services.reconcile`) and its pods are planned again now.
 
         Not while a claim of the same pool that was already in flight when that node came is still in flight:
         kube-scheduler binds pending pods oldest first to whichever node is up, not to the node planned for them,
@@ -209,7 +218,9 @@ class PackerService:
         pending past the grace really lost their room and are planned again; the wait is bounded by those
         claims' registration timeout."""
         live = list(live)
-        grace_ended = self.clock.now() - self.config.timeouts.scheduling_grace
+        now = self.clock.now()
+        grace_ended = now - self.config.timeouts.scheduling_grace
+        allowance = self.config.timeouts.registration_ttl
         oldest_in_flight: dict[str, datetime] = {}
         for claim in live:
             if claim.state in IN_FLIGHT_STATES:
@@ -219,9 +230,13 @@ class PackerService:
         for claim in live:
             if claim.state is not ClaimState.REGISTERED:
                 continue
-            registered = _entered(claim, ClaimState.REGISTERED)
+            usable = initialized_at(claim)
+            if usable is None:
+                if initialization_overdue(claim, now, allowance):
+                    released.add(claim.id)
+                continue
             awaited = oldest_in_flight.get(claim.pool)
-            if registered <= grace_ended and (awaited is None or awaited > registered):
+            if usable <= grace_ended and (awaited is None or awaited > usable):
                 released.add(claim.id)
         return [uid for uid, claim_id in covered.items() if claim_id in released]
 
@@ -441,14 +456,6 @@ def _holding(claim: NodeClaim) -> NodeClaim:
         return claim
     taken = claim_requests(claim) + held
     return claim.model_copy(update={"attributes": {**claim.attributes, REQUESTS_ATTRIBUTE: requests_attribute(taken)}})
-
-
-def _entered(claim: NodeClaim, state: ClaimState) -> datetime:
-    """When the claim last entered `state` (its update time when its history does not say)."""
-    for step in reversed(claim.history):
-        if step.state is state:
-            return step.at
-    return claim.updated_at or claim.created_at
 
 
 def _listed_on_claims_in_flight(live: Iterable[NodeClaim], pods: Sequence[PendingPod], covered: Mapping[str, str],

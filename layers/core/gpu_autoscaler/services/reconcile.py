@@ -7,10 +7,17 @@
 2. Registration timeout: a claim whose Node has not joined within `timeouts.registrationTtl` of its launch
    (or, never launched, of its creation) is ended through the fleet — its instance terminated if there is
    one, the claim Terminated, its pods released so the packer plans them again.
-3. Boot times: the first tick that sees a claim's Node Ready with GPUs allocatable records its boot (launch →
-   Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
+3. Initialization and boot times: the first tick that sees a claim's Node initialized (Ready, no ephemeral
+   taint — the cloud controller manager's `uninitialized` among them —, every resource it was made for
+   allocatable: `domain.initialization`) records when (`initializedAt`): the node takes pods from then, and the
+   packer's `schedulingGrace` counts from it. The first tick that sees it Ready with GPUs allocatable records its
+   boot (launch → Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
    `measuredLeadTime.history`, and marks the claim (`bootSeconds`) so it is recorded once. Pre-warm turns a
-   pool's samples into its lead time.
+   pool's samples into its lead time. A Registered claim whose node is still not initialized `registrationTtl`
+   after its launch is ended as one whose node never joined (its GPUs never came: a broken driver or device
+   plugin, a node that never turns Ready): the allowance is the same, launch to a node that can take its pods.
+   One whose node runs pods (other than DaemonSets'), or may have been initialized before the time was
+   recorded (`was_initialized`), is left alone.
 4. Room given back (`domain.orphaned_claims`): a claim in flight none of whose pods waits for it any more (each
    started on another node since, or was deleted) is left with no pods and no recorded requests, its pods'
    assignments released, so the packer places the next pending pods in its room instead of buying another
@@ -39,8 +46,15 @@ from gpu_autoscaler.domain.drift import (
     expected_image,
     pool_hash,
 )
+from gpu_autoscaler.domain.initialization import (
+    INITIALIZED_ATTRIBUTE,
+    initialization_overdue,
+    initialized_at,
+    not_initialized,
+    was_initialized,
+)
 from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
-from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, launched_at
@@ -70,7 +84,9 @@ class ReconcileOutcome:
     registered: list[str] = field(default_factory=list)
     """Claim ids marked Registered."""
     timed_out: list[str] = field(default_factory=list)
-    """Claim ids ended because no Node joined in time."""
+    """Claim ids ended because no Node joined in time, or their Node was not initialized in time."""
+    initialized: list[str] = field(default_factory=list)
+    """Claim ids whose node was first seen initialized this tick."""
     demand: dict[str, float] = field(default_factory=dict)
     boots: list[BootSample] = field(default_factory=list)
     """Boot times recorded this tick."""
@@ -80,7 +96,8 @@ class ReconcileOutcome:
     collected: CollectionOutcome | None = None
 
     def summary(self) -> dict[str, Any]:
-        return {"registered": self.registered, "timedOut": self.timed_out, "freed": self.freed,
+        return {"registered": self.registered, "initialized": self.initialized, "timedOut": self.timed_out,
+                "freed": self.freed,
                 "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
                            "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
                           for b in self.boots],
@@ -108,12 +125,14 @@ class ReconcileService:
         outcome = ReconcileOutcome()
         by_instance = {n.instance_id: n for n in nodes if n.instance_id}
         claims = self.store.list_claims(CLAIMED_STATES)
+        busy = {p.node_name for p in pods if p.node_name and movable(p)}
         for claim in claims:
             node = by_instance.get(claim.instance_id) if claim.instance_id else None
             if claim.state is ClaimState.LAUNCHED and node is not None:
                 self._register(claim, node, now, outcome)
-            elif claim.state is ClaimState.REGISTERED and node is not None and BOOT_ATTRIBUTE not in claim.attributes:
-                self._observe_boot(claim, node, now, outcome)
+            elif claim.state is ClaimState.REGISTERED and node is not None and (
+                    BOOT_ATTRIBUTE not in claim.attributes or initialized_at(claim) is None):
+                self._observe(claim, node, now, outcome, busy=node.name in busy)
             elif claim.state in IN_FLIGHT_STATES and node is None:
                 self._maybe_time_out(claim, now, outcome)
         moved = {*outcome.registered, *outcome.timed_out}
@@ -160,6 +179,9 @@ class ReconcileService:
         boot = observe_boot(claim, node, launched_at(claim), now)
         if boot is not None:
             attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
+        initialized = not_initialized(node, claim_requests(claim)) is None
+        if initialized:
+            attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
         try:
             pool = self.config.pool(claim.pool)
         except KeyError:
@@ -178,22 +200,60 @@ class ReconcileService:
             logger.info("claim %s moved on before it could be marked Registered", claim.id)
             return
         outcome.registered.append(claim.id)
-        logger.info("claim %s registered as node %s", claim.id, node.name)
+        logger.info("claim %s registered as node %s%s", claim.id, node.name, " (initialized)" if initialized else "")
+        if initialized:
+            outcome.initialized.append(claim.id)
         if boot is not None:
             self._record(boot, outcome)
 
-    def _observe_boot(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
-        """A registered claim whose node's GPUs were not allocatable yet: record the boot once they are."""
-        boot = observe_boot(claim, node, launched_at(claim), now)
-        if boot is None:
+    def _observe(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome, *,
+                 busy: bool) -> None:
+        """A registered claim whose node's initialization or boot time is not recorded yet: record each once seen
+        (in one write); end the claim if its node is past its registration allowance without being initialized —
+        unless pods other than DaemonSets' run on it (`busy`: it took pods, so it was usable once; a drain, not
+        this, is how such a node leaves) or it may have been initialized before the time was recorded."""
+        attributes = dict(claim.attributes)
+        boot = None
+        if BOOT_ATTRIBUTE not in attributes:
+            boot = observe_boot(claim, node, launched_at(claim), now)
+            if boot is not None:
+                attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
+        initialized = False
+        if initialized_at(claim) is None:
+            why = not_initialized(node, claim_requests(claim))
+            if why is None:
+                attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
+                initialized = True
+            elif not busy and initialization_overdue(
+                    claim, now, self.config.timeouts.registration_ttl) and not was_initialized(
+                    node, claim_requests(claim)):
+                self._give_up_uninitialized(claim, node, why, outcome)
+                return
+        if attributes == claim.attributes:
             return
-        attributes = {**claim.attributes, BOOT_ATTRIBUTE: f"{boot.to_gpus.total_seconds():.0f}"}
         try:
             self.store.update_claim(claim, attributes=attributes)
         except StaleClaim:
-            logger.info("claim %s changed before its boot time was recorded; looked at again next tick", claim.id)
+            logger.info("claim %s changed before its node's initialization or boot time was recorded; looked at "
+                        "again next tick", claim.id)
             return
-        self._record(boot, outcome)
+        if initialized:
+            outcome.initialized.append(claim.id)
+            logger.info("claim %s: node %s initialized", claim.id, node.name)
+        if boot is not None:
+            self._record(boot, outcome)
+
+    def _give_up_uninitialized(self, claim: NodeClaim, node: ClusterNode, why: str,
+                               outcome: ReconcileOutcome) -> None:
+        ttl = self.config.timeouts.registration_ttl
+        reason = f"registration timeout: node {node.name} was not initialized within {ttl} of launch ({why})"
+        try:
+            self.fleet.terminate(claim, reason)
+        except StaleClaim:
+            logger.info("claim %s changed while timing out; looked at again next tick", claim.id)
+            return
+        outcome.timed_out.append(claim.id)
+        logger.warning("claim %s ended: %s", claim.id, reason)
 
     def _record(self, boot: BootSample, outcome: ReconcileOutcome) -> None:
         self.store.record_boot_time(boot, self.config.measured_lead_time.history)
