@@ -555,8 +555,9 @@ class MeasuredLeadTime(_Model):
 class Timeouts(_Model):
     unavailable_offering_ttl: Duration = timedelta(minutes=3)
     registration_ttl: Duration = timedelta(minutes=15)
-    """From a claim's launch (or creation, never launched) to its node registered and initialized (Ready, the
-    cloud controller manager's taint gone, its GPUs allocatable): a claim whose node has not, by then, is ended."""
+    """From a claim's launch (or creation, never launched) to its node registered, and again from its registration
+    to the node initialized (Ready, the cloud controller manager's taint gone, its GPUs allocatable): a claim whose
+    node has not, by then, is ended."""
     pod_assignment_ttl: Duration = timedelta(minutes=30)
     scheduling_grace: Duration = timedelta(minutes=2)
     """How long after its node was initialized (could take pods: `domain.initialization`) a claim still covers the

@@ -13,7 +13,7 @@ the first tick that sees the claim's node initialized, when that was (`INITIALIZ
 A registered claim's node takes pods from then, not from its registration — a Node object exists long before a GPU
 node can take a GPU pod (the cloud controller manager's initialization, the kubelet's Ready, then the GPU
 Operator's chain) —, so the packer's `schedulingGrace` counts from it. A node not initialized within
-`timeouts.registrationTtl` of its launch is given up as one that never registered (`initialization_overdue`).
+`timeouts.registrationTtl` of its registration is given up as one that never registered (`initialization_overdue`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE
-from gpu_autoscaler.models.claims import ClaimState, launched_at
+from gpu_autoscaler.models.claims import ClaimState, launched_at, registered_at
 from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 if TYPE_CHECKING:
@@ -110,7 +110,11 @@ def initialized_at(claim: NodeClaim) -> datetime | None:
 
 
 def initialization_overdue(claim: NodeClaim, now: datetime, allowance: timedelta) -> bool:
-    """Whether a Registered claim whose node has not been initialized is past its registration allowance
-    (`timeouts.registrationTtl` from its launch, the allowance of a node that has not registered): given up."""
+    """Whether a Registered claim whose node has not been initialized is past its allowance: given up.
+
+    `timeouts.registrationTtl` again, counted from the Node's registration: it is Karpenter's allowance from launch
+    to registration (`liveness.go`), and Karpenter gives a registered node that never initializes none (it waits for
+    node repair or expiry). Counted from the launch, a slow GPU node (a p5's boot, then the GPU Operator's chain)
+    would be terminated before its GPUs came, and bought again, over and over."""
     return (claim.state is ClaimState.REGISTERED and initialized_at(claim) is None
-            and now - launched_at(claim) >= allowance)
+            and now - registered_at(claim) >= allowance)

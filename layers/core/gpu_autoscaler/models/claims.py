@@ -17,6 +17,7 @@ __all__ = [
     "NodeClaim",
     "StateTransition",
     "launched_at",
+    "registered_at",
 ]
 
 
@@ -99,3 +100,11 @@ def launched_at(claim: NodeClaim) -> datetime:
         if step.state is ClaimState.LAUNCHED:
             return step.at
     return claim.created_at
+
+
+def registered_at(claim: NodeClaim) -> datetime:
+    """When the claim's Node registered (its last Registered transition), else when it was launched."""
+    for step in reversed(claim.history):
+        if step.state is ClaimState.REGISTERED:
+            return step.at
+    return launched_at(claim)

@@ -207,7 +207,7 @@ class PackerService:
         cloud controller manager's and the node controller's taints gone, its GPUs allocatable), not from its
         registration: a Node object appears minutes before a GPU node can take a GPU pod, and its pods waiting
         through those minutes have lost their room to nobody. A node not initialized yet is still within its
-        registration allowance (`timeouts.registrationTtl` from launch); past it, the claim is given up (the
+        allowance (`timeouts.registrationTtl` from its registration); past it, the claim is given up (the
         reconcile step ends it, `services.reconcile`) and its pods are planned again now.
 
         Not while a claim of the same pool that was already in flight when that node came is still in flight:

@@ -14,8 +14,8 @@
    boot (launch → Node Ready → GPUs allocatable, `domain.boot_times.observe_boot`) in the store for
    `measuredLeadTime.history`, and marks the claim (`bootSeconds`) so it is recorded once. Pre-warm turns a
    pool's samples into its lead time. A Registered claim whose node is still not initialized `registrationTtl`
-   after its launch is ended as one whose node never joined (its GPUs never came: a broken driver or device
-   plugin, a node that never turns Ready): the allowance is the same, launch to a node that can take its pods.
+   after its registration is ended as one whose node never joined (its GPUs never came: a broken driver or device
+   plugin, a node that never turns Ready): the same allowance again, from the Node to a node that can take pods.
    One whose node runs pods (other than DaemonSets'), or may have been initialized before the time was
    recorded (`was_initialized`), is left alone.
 4. Room given back (`domain.orphaned_claims`): a claim in flight none of whose pods waits for it any more (each
