@@ -60,7 +60,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         logger.error("not a drain request", extra={"messageId": record.message_id, "errors": error.errors(
             include_url=False, include_context=False)})
         raise
-    logger.append_keys(node=request.node_name, claim=request.claim_id, attempt=request.attempt)
+    logger.append_keys(node=request.node, claim=request.claim_id, attempt=request.attempt)
     outcome = service().drain(request, budget(lambda_context))
     metrics.add_metric(name="PodsEvicted", unit=MetricUnit.Count, value=len(outcome.evicted))
     metrics.add_metric(name="EvictionsRefused", unit=MetricUnit.Count, value=outcome.blocked)

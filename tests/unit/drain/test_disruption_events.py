@@ -30,4 +30,4 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
     assert [e.name for e in events.posted][-1] == "ds-0"
     assert sorted(e.name for e in events.posted) == ["ds-0", "web-0", "web-1"]
     assert {e.reason for e in events.posted} == {DISRUPTING}
-    assert all(request.reason in e.message and request.node_name in e.message for e in events.posted)
+    assert all(request.reason in e.message and request.node in e.message for e in events.posted)

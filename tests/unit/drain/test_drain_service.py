@@ -302,3 +302,16 @@ def test_an_api_failure_before_the_cordon_does_not_start_the_termination_grace_p
     h.clock.advance(first.delay or timedelta(0))
     (message,) = h.queue.receive()
     assert message.cordoned_at is None
+
+
+@pytest.mark.parametrize("named", [None, "i-0aaa"])
+def test_a_drain_that_does_not_know_the_nodes_name_finds_it_by_its_instance(named: str | None) -> None:
+    """The interruption function asks for a drain before the claim's Node is listed; the Node joins meanwhile,
+    named by its private DNS name (EKS's default; nodeadm's `InstanceIdNodeName` is opt-in). The drain finds it
+    by the claim's instance (its providerID) and drains it: cordon and evictions, not a termination at once. An
+    older request naming the node by its instance id is read the same way."""
+    h = Harness("web-0")
+    h.store.create_claim(make_claim(id="c-2", state=ClaimState.DRAINING, node_name=None))
+    outcome = h.drain(make_request(node_name=named, claim_id="c-2", involuntary=True))
+    assert h.cluster.calls.cordoned == [NODE]
+    assert outcome.evicted == ["team-a/web-0"] and outcome.node == NODE

@@ -103,6 +103,17 @@ def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involunta
     assert sorted(drain.replacements) == ids
 
 
+def test_a_spot_warning_before_the_node_is_listed_asks_for_a_drain_by_instance_not_by_a_guessed_name() -> None:
+    """The Node is not listed yet and the claim names none: the request says only what is known (the instance),
+    not the instance id as a node name, which on EKS (node named by its private DNS name) names nothing."""
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    h.store.update_claim(h.claim_now(), node_name=None)
+    h.cluster.delete_node(h.node)
+    h.service.handle(parse_notice(event("spot-interruption-warning")))
+    (drain,) = h.drains.receive()
+    assert drain.node_name is None and drain.instance_id == SPOT and drain.claim_id == "nc-old"
+
+
 def test_the_replacement_avoids_the_offering_spot_took_back() -> None:
     """g6.xlarge Spot in us-east-1a is the cheapest fit for these pods; after the warning it is not chosen."""
     rebalanced = Harness(SPOT, at("2026-11-22T10:20:00Z"), instance_type="g6.xlarge")

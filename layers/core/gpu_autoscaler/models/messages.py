@@ -42,7 +42,10 @@ class DrainRequest(_Message):
     """
 
     cluster: str
-    node_name: str = Field(alias="nodeName")
+    node_name: str | None = Field(default=None, alias="nodeName")
+    """The Node's name when the sender saw the Node; None when it was not listed yet. The drain finds its Node by
+    the claim's instance (providerID) either way: on EKS a node is named by its private DNS name unless nodeadm's
+    opt-in `InstanceIdNodeName` is set, so no name can be guessed from the instance."""
     instance_id: str | None = Field(default=None, alias="instanceId")
     claim_id: str | None = Field(default=None, alias="claimId")
     reason: str
@@ -78,6 +81,11 @@ class DrainRequest(_Message):
     terminate_after: datetime | None = Field(default=None, alias="terminateAfter")
     """Never terminate the instance before this (a Spot warning's `instance-action-time`): AWS reclaims it then,
     and until then pods still finishing their grace period, or tolerating the drain, keep running."""
+
+    @property
+    def node(self) -> str:
+        """The node as logs and outcomes name it: its name if known, else its instance, else its claim."""
+        return self.node_name or self.instance_id or self.claim_id or "?"
 
     @property
     def replacements(self) -> list[str]:

@@ -154,18 +154,17 @@ def free_replaced_room(store: StateStore, claim: NodeClaim, pods: Sequence[Clust
 
 
 def node_of(nodes: Sequence[ClusterNode], claim: NodeClaim, name: str | None = None) -> ClusterNode | None:
-    """The claim's Node: by name if given (unless it names another instance: EC2 reuses private DNS names),
-    else by the claim's instance id."""
-    for node in nodes:
-        if name is not None:
-            if node.name != name:
-                continue
-            if claim.instance_id and node.instance_id and node.instance_id != claim.instance_id:
-                continue
-            return node
-        if claim.instance_id and node.instance_id == claim.instance_id:
-            return node
-    return None
+    """The claim's Node: the one whose providerID names the claim's instance, whatever it is called (on EKS the
+    private DNS name by default, which EC2 reuses; the instance id only with nodeadm's opt-in
+    `InstanceIdNodeName`). By `name` only where one side has no instance to compare (a claim not launched yet,
+    a Node without providerID)."""
+    if claim.instance_id:
+        found = next((n for n in nodes if n.instance_id == claim.instance_id), None)
+        if found is not None:
+            return found
+    if name is None:
+        return None
+    return next((n for n in nodes if n.name == name and not (claim.instance_id and n.instance_id)), None)
 
 
 class DrainService:
@@ -197,11 +196,11 @@ class DrainService:
         """Work on the drain for up to `budget` (waits included), then re-enqueue it if it is not finished."""
         if request.cluster != self.cluster_name:
             raise WrongCluster(f"drain request for cluster '{request.cluster}' reached '{self.cluster_name}'")
-        outcome = DrainOutcome(node=request.node_name)
+        outcome = DrainOutcome(node=request.node)
         claim = self._claim(request)
         if claim is None:
             outcome.status, outcome.reason = "ignored", "no claim of ours for this node"
-            logger.warning("drain of %s ignored: %s", request.node_name, outcome.reason)
+            logger.warning("drain of %s ignored: %s", request.node, outcome.reason)
             return outcome
         began = self.clock.now()
         request = request if request.started_at else request.model_copy(update={"started_at": began})
@@ -222,7 +221,9 @@ class DrainService:
     def _pass(self, request: DrainRequest, claim: NodeClaim, outcome: DrainOutcome) -> Continuation | None:
         """One look and what it calls for; the continuation, or None when this drain is over."""
         now = self.clock.now()
-        node = node_of(self.cluster.list_nodes(), claim, request.node_name)
+        node = node_of(self.cluster.list_nodes(), claim, request.node_name or claim.node_name)
+        if node is not None:
+            outcome.node = node.name
         if claim.state is ClaimState.TERMINATED:
             if node is not None:  # its pods go with the Node object this finish deletes
                 self._free_room(request, claim, self.cluster.list_pods(node.name))
@@ -233,7 +234,7 @@ class DrainService:
         step = plan_drain(request, node, pods, now, replacements=replacements)
         if step.action is DrainAction.ABANDON:
             outcome.status, outcome.reason = "abandoned", step.reason
-            logger.info("drain of %s abandoned: %s", request.node_name, step.reason)
+            logger.info("drain of %s abandoned: %s", request.node, step.reason)
             if node is not None:  # consolidation's taint: the node takes pods again
                 self.cluster.untaint(node.name, DRAIN_TAINT)
             self._unmark(claim)
@@ -249,7 +250,7 @@ class DrainService:
                 return None
             step = held
         outcomes = self._evict(step, outcome)
-        self._tell_evicted(request, claim, step.evict, outcomes)
+        self._tell_evicted(request, claim, node.name if node is not None else request.node, step.evict, outcomes)
         outcome.reason = step.reason
         return continuation(request, step, outcomes, now)
 
@@ -260,7 +261,7 @@ class DrainService:
         its visibility timeout). At or past it: the instance goes anyway, through the fleet; the Node object is
         left for the API to come back."""
         now = self.clock.now()
-        logger.warning("drain of %s: Kubernetes API failed: %s", request.node_name, error)
+        logger.warning("drain of %s: Kubernetes API failed: %s", request.node, error)
         outcome.reason = f"Kubernetes API failed: {error}"
         node_time = termination_time(request)
         if node_time is None or now < node_time:
@@ -282,7 +283,7 @@ class DrainService:
         if claim is None and request.instance_id:
             claim = self.store.claim_for_instance(request.instance_id)
         if claim is not None and request.instance_id and claim.instance_id not in (None, request.instance_id):
-            logger.warning("drain of %s names instance %s but claim %s has %s", request.node_name,
+            logger.warning("drain of %s names instance %s but claim %s has %s", request.node,
                            request.instance_id, claim.id, claim.instance_id)
             return None
         return claim
@@ -320,12 +321,12 @@ class DrainService:
                 claim = self.store.get_claim(claim.id) or claim
         return claim
 
-    def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod],
+    def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, node_name: str, pods: Sequence[ClusterPod],
                       outcomes: Sequence[EvictionOutcome]) -> None:
         if self.events is None:
             return
         evicted = [pod for pod, result in zip(pods, outcomes, strict=False) if result.evicted]
-        self.events.record(disruption_events(evicted, request.node_name, claim, request.reason))
+        self.events.record(disruption_events(evicted, node_name, claim, request.reason))
 
     def _evict(self, step: DrainStep, outcome: DrainOutcome) -> list[EvictionOutcome]:
         results = []
@@ -345,7 +346,7 @@ class DrainService:
             self.cluster.delete_pod(pod, step.delete_grace)
             outcome.deleted.append(pod.key)
         if step.delete:
-            logger.warning("drain of %s deleted %s (grace %ss): their node's termination time comes", request.node_name,
+            logger.warning("drain of %s deleted %s (grace %ss): their node's termination time comes", request.node,
                            ", ".join(p.key for p in step.delete), step.delete_grace)
 
     def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
@@ -363,7 +364,7 @@ class DrainService:
     def _free_room(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod]) -> None:
         freed = free_replaced_room(self.store, claim, pods, request.replacements)
         if freed:
-            logger.info("drain of %s freed the room of %d pods on %s", request.node_name,
+            logger.info("drain of %s freed the room of %d pods on %s", request.node,
                         sum(len(u) for u in freed.values()), ", ".join(sorted(freed)))
 
     def _requeue(self, after: Continuation, outcome: DrainOutcome) -> DrainOutcome:
@@ -395,10 +396,10 @@ class DrainService:
                 waiting = True
                 continue
             nodes = self.cluster.list_nodes() if nodes is None else nodes
-            node = node_of(nodes, claim, claim.node_name) or node_of(nodes, claim)
+            node = node_of(nodes, claim, claim.node_name)
             why = not_initialized(node, claim_requests(claim)) if node is not None else "its Node is gone"
             if why is not None:
-                logger.info("drain of %s waits for replacement %s: %s", request.node_name, claim.id, why)
+                logger.info("drain of %s waits for replacement %s: %s", request.node, claim.id, why)
                 waiting = True
         return Replacements.WAITING if waiting else Replacements.READY
 

@@ -157,7 +157,7 @@ class InterruptionService:
             logger.info("%s for %s: %s", notice.kind, instance_id, response.reason)
             return outcome
         nodes = self.cluster.list_nodes()
-        node = node_of(nodes, claim, claim.node_name) or node_of(nodes, claim)
+        node = node_of(nodes, claim, claim.node_name)
         outcome.node = node.name if node is not None else None
         if response.close:
             return self._close(claim, node, response, outcome)
@@ -248,7 +248,7 @@ class InterruptionService:
         deadline = response.drain_deadline or now
         request = DrainRequest(
             cluster=self.config.cluster_name,
-            node_name=node.name if node is not None else (claim.node_name or claim.instance_id or claim.id),
+            node_name=node.name if node is not None else claim.node_name,
             instance_id=claim.instance_id,
             claim_id=claim.id,
             reason=response.reason,
