@@ -397,3 +397,23 @@ def test_without_max_pods_or_reservations_the_eks_ami_defaults_apply() -> None:
     reserved_memory = instance.capacity["memory"] - instance.allocatable["memory"]  # type: ignore[index]
     assert reserved_memory == (11 * 737 + 255) * 2**20 + 100 * 2**20  # kube-reserved + the eviction threshold
     assert instance.capacity["cpu"] - instance.allocatable["cpu"] == 310  # type: ignore[index]
+
+
+@mock_aws
+@pytest.mark.parametrize(("bootstrap", "expected_gib"), [(BOTTLEROCKET, 100), (AL2023, 4)])
+def test_the_kubelets_ephemeral_storage_is_the_volume_its_os_keeps_containers_on(
+        bootstrap: ClusterBootstrap, expected_gib: int) -> None:
+    """Bottlerocket keeps container images and the kubelet's data on its data device (`/dev/xvdb`), not on the
+    root device (`/dev/xvda`, the OS partitions: Bottlerocket README, Default Volumes); the EKS AL2023 AMI has
+    one volume, the root device."""
+    from gpu_autoscaler.emulator.machines import describe_machine
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    mappings: list[Any] = [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 4}},
+                {"DeviceName": "/dev/xvdb", "Ebs": {"VolumeSize": 100}}]
+    reservation = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.12xlarge", MinCount=1, MaxCount=1,
+                                    BlockDeviceMappings=mappings)
+    machine, _ = describe_machine(ec2, reservation["Instances"][0]["InstanceId"])
+    data = render_user_data(bootstrap, node_setup(NodePool(name="gpu"), "on-demand", instance_type=G5_12X))
+    instance = SimulatedInstance.from_user_data("i-0aaa", machine, "us-east-1a", data)
+    assert instance.capacity["ephemeral-storage"] == expected_gib * 2**30

@@ -227,7 +227,7 @@ class SimulatedInstance:
 def node_resources(machine: Machine, settings: KubeletSettings) -> tuple[Resources, Resources]:
     """(capacity, allocatable) as the kubelet computes them for this machine and these settings."""
     max_pods = settings.max_pods if settings.max_pods is not None else eni_max_pods(machine)
-    storage = machine.root_volume_gib * GIB
+    storage = machine.kubelet_volume_gib(settings.os_family) * GIB
     capacity = Resources({"cpu": machine.vcpus * 1000, "memory": machine.memory_bytes(),
                           "ephemeral-storage": storage, "pods": max_pods})
     kube_reserved = settings.kube_reserved

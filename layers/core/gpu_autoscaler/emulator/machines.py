@@ -1,7 +1,7 @@
 """The machine an instance runs on, as its kubelet and the NVIDIA driver see it — from EC2, not our catalog.
 
 Facts come from EC2's own answers (DescribeInstanceTypes: vCPUs, memory, architecture, GPUs with name, count
-and per-GPU memory, ENI limits; DescribeVolumes: the root volume), so a node's size is what AWS says the
+and per-GPU memory, ENI limits; DescribeVolumes: the instance's volumes), so a node's size is what AWS says the
 instance has, whatever the project believed when it planned. What a kubelet derives from them — its
 capacity, the default reservations of the EKS AMIs — is written here from those AMIs' documentation.
 """
@@ -17,6 +17,8 @@ __all__ = ["Gpu", "Machine", "describe_machine", "eni_max_pods", "reserved_cpu_m
 VM_MEMORY_OVERHEAD = 0.075
 """The share of an instance's memory the kernel never shows (Karpenter docs, Settings, `VM_MEMORY_OVERHEAD_PERCENT`)."""
 GIB = 2**30
+DATA_DEVICE = "/dev/xvdb"
+"""Bottlerocket's data device (Bottlerocket README, Default Volumes)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,17 @@ class Machine:
     max_enis: int = 4
     ipv4_per_eni: int = 15
     root_volume_gib: int = 20
+    data_volume_gib: int | None = None
+    """The volume on `/dev/xvdb`, if the instance has one: Bottlerocket's data device."""
+
+    def kubelet_volume_gib(self, os_family: str) -> int:
+        """The volume the kubelet's ephemeral storage lives on. Bottlerocket: its data device — "The root
+        device, `/dev/xvda`, holds the active and passive partition sets [...] The data device, `/dev/xvdb`, is
+        used as persistent storage for container images, container orchestration, host-containers, and bootstrap
+        containers" (Bottlerocket README, Default Volumes). The EKS AL2023 AMI: its root device."""
+        if os_family == "Bottlerocket" and self.data_volume_gib is not None:
+            return self.data_volume_gib
+        return self.root_volume_gib
 
     @property
     def arch_label(self) -> str:
@@ -80,7 +93,9 @@ def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any
     cards = {c.get("NetworkCardIndex"): c for c in network.get("NetworkCards") or ()}
     default_card = cards.get(network.get("DefaultNetworkCardIndex", 0)) or {}
     enis = int(default_card.get("MaximumNetworkInterfaces") or network.get("MaximumNetworkInterfaces", 4))
-    root = _root_volume_gib(ec2, described)
+    volumes = _volume_gib(ec2, described)
+    # The root device's volume, else the first mapped (an AMI whose RootDeviceName no mapping names).
+    root = volumes.get(described.get("RootDeviceName") or "", next(iter(volumes.values()), None))
     machine = Machine(
         instance_type=described["InstanceType"],
         vcpus=int(info["VCpuInfo"]["DefaultVCpus"]),
@@ -90,17 +105,19 @@ def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any
         gpu=gpu,
         max_enis=enis,
         ipv4_per_eni=int(network.get("Ipv4AddressesPerInterface", 15)),
-        root_volume_gib=root,
+        root_volume_gib=root if root is not None else Machine.root_volume_gib,
+        data_volume_gib=volumes.get(DATA_DEVICE),
     )
     return machine, described
 
 
-def _root_volume_gib(ec2: Any, described: dict[str, Any]) -> int:
-    root_name = described.get("RootDeviceName")
-    mappings = described.get("BlockDeviceMappings") or []
-    mapping = next((m for m in mappings if m.get("DeviceName") == root_name), mappings[0] if mappings else None)
-    volume_id = ((mapping or {}).get("Ebs") or {}).get("VolumeId")
-    if not volume_id:
-        return Machine.root_volume_gib
-    volumes = ec2.describe_volumes(VolumeIds=[volume_id]).get("Volumes") or []
-    return int(volumes[0].get("Size", Machine.root_volume_gib)) if volumes else Machine.root_volume_gib
+def _volume_gib(ec2: Any, described: dict[str, Any]) -> dict[str, int]:
+    """Device name → size in GiB of the instance's EBS volumes, in their mapping order."""
+    devices = {((m.get("Ebs") or {}).get("VolumeId")): m.get("DeviceName", "")
+               for m in described.get("BlockDeviceMappings") or []}
+    devices.pop(None, None)
+    if not devices:
+        return {}
+    sizes = {v["VolumeId"]: int(v["Size"]) for v in ec2.describe_volumes(VolumeIds=list(devices)).get("Volumes") or []
+             if "VolumeId" in v and "Size" in v}
+    return {device: sizes[volume] for volume, device in devices.items() if volume in sizes}
