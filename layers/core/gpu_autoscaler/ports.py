@@ -169,6 +169,11 @@ class Compute(Protocol):
         `unknown_is_gone`: an id EC2 does not know is an instance long gone, not one too new to be known yet."""
         ...
 
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """EC2's state name of each of these instances it still shows (it forgets a terminated one about an hour
+        after); an id missing is one EC2 does not know."""
+        ...
+
 
 class OwnedInstances(Protocol):
     """What EC2 lists of this cluster's instances: the garbage collector's view of the cloud."""

@@ -81,6 +81,9 @@ def _drain(kube: LocalKubernetes, cluster: KubernetesCluster, clock: FixedClock,
             attached_at_termination.append(len(kube.objects("volumeattachments")))
             return store.transition(store.get_claim(claim.id) or claim, ClaimState.TERMINATED, reason)
 
+        def instance_gone(self, claim: NodeClaim) -> bool:
+            return True
+
     def sleep(seconds: float) -> None:
         clock.advance(timedelta(seconds=seconds))
         kube.reconcile()  # the controllers act meanwhile: the pod goes, then its volume is detached

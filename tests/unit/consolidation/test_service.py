@@ -52,6 +52,9 @@ class RecordingCompute:
         self.terminated.extend(instance_ids)
         return list(instance_ids)
 
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {i: "terminated" for i in instance_ids if i in self.terminated}
+
 
 class Journal:
     """Launch and drain queues writing into one ordered journal, so a test sees which came first."""

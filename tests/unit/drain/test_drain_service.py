@@ -315,3 +315,23 @@ def test_a_drain_that_does_not_know_the_nodes_name_finds_it_by_its_instance(name
     outcome = h.drain(make_request(node_name=named, claim_id="c-2", involuntary=True))
     assert h.cluster.calls.cordoned == [NODE]
     assert outcome.evicted == ["team-a/web-0"] and outcome.node == NODE
+
+
+def test_the_node_is_deleted_only_once_ec2_says_its_instance_is_terminated() -> None:
+    """Karpenter keeps the Node until the cloud provider no longer finds the instance (node termination
+    controller, `awaitInstanceTermination`, requeued every 5 s; a `shutting-down` instance still exists): deleted
+    earlier, PodGC deletes its pods while their containers may still run their graceful shutdown, and a
+    StatefulSet's successor could start before its predecessor stopped."""
+    h = Harness("web-0")
+    h.fleet.shutting_down.add("i-0aaa")
+    first = h.drain(make_request())
+    assert h.fleet.terminated and h.claim_state() is ClaimState.TERMINATED
+    assert first.status == "continued" and "i-0aaa" in first.reason and first.terminated
+    assert h.cluster.get_node(NODE) is not None and h.cluster.calls.deleted_nodes == []
+    h.fleet.shutting_down.clear()
+    visible = h.queue.next_visible()
+    assert visible is not None
+    h.clock.set(visible)
+    (message,) = h.queue.receive()
+    assert h.drain(message).status == "finished" and h.cluster.calls.deleted_nodes == [NODE]
+    assert len(h.fleet.terminated) == 1

@@ -66,3 +66,6 @@ class FakeCompute:
         done = [i for i in instance_ids if i in self.owned]
         self.terminated.extend(i for i in done if i not in self.terminated)
         return done
+
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {i: "terminated" if i in self.terminated else "running" for i in instance_ids if i in self.owned}

@@ -79,8 +79,11 @@ def test_the_collector_terminates_leaks_and_closes_claims_through_the_fleet() ->
     lost = store.get_claim("c-lost")
     assert lost is not None and lost.state is ClaimState.TERMINATED and "gone" in lost.reason
     assert store.assignments(["pod-a"]) == {}
-    assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
+    # node-lost's instance EC2 no longer knows: gone. node-leak's was running when listed: it stays until EC2
+    # shows it terminated (the next tick).
+    assert sorted(n.name for n in cluster.list_nodes()) == ["node-leak", "node-mine"]
     assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": []}
+    assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
     # c-lost's instance was launched hours ago: EC2 not knowing it means gone, not yet visible (no waiting).
     assert compute.terminations == [["i-leak"], ["i-lost"]] and compute.unknown_is_gone == [False, True]
 
@@ -130,3 +133,30 @@ def test_the_collector_reads_only_the_claims_that_have_not_ended() -> None:
                                  MemoryCluster([]), clock=clock)
     assert collector.run([]).terminated == ["i-old"]  # its claim ended: a leak, found without reading that claim
     assert asked and all(a is not None and ClaimState.TERMINATED not in a for a in asked)
+
+
+def test_a_node_stays_while_its_instance_shuts_down_and_goes_once_ec2_shows_it_terminated() -> None:
+    """Whoever terminated the instance (a drain, the interruption function, this collector), its Node goes once
+    EC2 shows it `terminated`, as Karpenter's termination controller waits for the instance to be gone; this
+    collector, every minute, deletes it if the path that terminated it did not see that."""
+    config = parse_config(example_config_data())
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    compute = MemoryCompute("ml-prod", clock)
+    tags = {TAG_CLUSTER: "ml-prod"}
+    for instance_id, state in (("i-ending", "shutting-down"), ("i-ended", "terminated"), ("i-mine", "running")):
+        compute.instances[instance_id] = MemoryInstance(instance_id, "g6.xlarge", "us-east-1a", "spot", dict(tags),
+                                                        state=state, launched_at=NOW - timedelta(hours=2))
+    store.create_claim(make_claim(id="c-ending", instance_id="i-ending", node_name="node-ending"))
+    store.create_claim(make_claim(id="c-ended", instance_id="i-ended", state=ClaimState.TERMINATED))
+    store.create_claim(make_claim(id="c-mine", instance_id="i-mine"))
+    cluster = MemoryCluster([make_node("node-ending", "i-ending"), make_node("node-ended", "i-ended"),
+                             make_node("node-mine", "i-mine")])
+    collector = GarbageCollector(config, store, compute, compute, FleetService(config, store, compute, clock=clock),
+                                 cluster, clock=clock)
+    outcome = collector.run(cluster.list_nodes())
+    assert outcome.closed == ["c-ending"]
+    assert sorted(n.name for n in cluster.list_nodes()) == ["node-ending", "node-mine"]
+    compute.instances["i-ending"].state = "terminated"
+    collector.run(cluster.list_nodes())
+    assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]

@@ -198,12 +198,19 @@ def test_state_change_closes_the_claim_and_releases_its_pods() -> None:
 
 
 @pytest.mark.parametrize("state", ["stopping", "stopped", "shutting-down"])
-def test_every_stopped_state_closes_the_claim(state: str) -> None:
+def test_every_stopped_state_closes_the_claim_and_keeps_the_node_until_the_instance_is_terminated(
+        state: str) -> None:
+    """The Node goes once EC2 says `terminated`, as Karpenter's termination controller waits for the instance to
+    be gone: until then its containers may still be running their graceful shutdown."""
     h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
     data = event("state-change")
     data["detail"] = {**data["detail"], "state": state}
     (outcome,) = h.service.handle(parse_notice(data))
     assert outcome.action == "closed" and h.claim_now().state is ClaimState.TERMINATED
+    assert h.cluster.get_node(h.node) is not None and h.cluster.calls.deleted_nodes == []
+    data["detail"] = {**data["detail"], "state": "terminated"}
+    h.service.handle(parse_notice(data))
+    assert h.cluster.calls.deleted_nodes == [h.node] and h.cluster.list_pods() == []
 
 
 def test_scheduled_change_replaces_then_drains_before_the_scheduled_start() -> None:
@@ -267,11 +274,20 @@ def test_a_node_with_only_daemonset_pods_needs_no_replacement() -> None:
 
 
 def test_a_notice_about_a_claim_already_ended_touches_nothing() -> None:
-    h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
+    h = Harness(SPOT, at("2026-11-22T10:26:00Z"))
     h.store.transition(h.claim_now(), ClaimState.TERMINATED, "drained")
     h.cluster.fail_next("list_nodes", AssertionError("the cluster must not be asked"))
-    (outcome,) = h.service.handle(parse_notice(event("state-change")))
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
     assert outcome.action == "ignored" and outcome.reason == "claim already ended" and h.fleet.terminated == []
+
+
+def test_the_instance_of_a_claim_already_ended_terminated_takes_its_node_along() -> None:
+    """A drain ended the claim and left the Node to its instance's end: the `terminated` event deletes it."""
+    h = Harness(SPOT, at("2026-11-22T10:27:04Z"))
+    h.store.transition(h.claim_now(), ClaimState.TERMINATED, "drained")
+    (outcome,) = h.service.handle(parse_notice(event("state-change")))
+    assert outcome.reason == "claim already ended" and h.fleet.terminated == []
+    assert h.cluster.calls.deleted_nodes == [h.node]
 
 
 def test_kubernetes_is_only_connected_to_when_an_instance_is_ours() -> None:

@@ -8,6 +8,13 @@ period has lost its capacity without a state-change event reaching us, and is cl
 EC2's eventual consistency (a just-launched instance may be missing from DescribeInstances for a while) and the
 seconds between CreateFleet and the claim write.
 
+A Node goes only once its instance no longer exists (EC2 shows it `terminated`, or no longer shows it), whoever
+terminated it: Karpenter keeps a Node until the cloud provider no longer finds its instance (node termination
+controller, `awaitInstanceTermination`), since a `shutting-down` instance may still run its containers' graceful
+shutdown, and its pods, deleted with the Node by PodGC, would be recreated elsewhere while they still run. EC2
+shows a terminated instance for about an hour: this collector, every minute, deletes the Nodes the drain or the
+interruption function (each deleting the Node when it sees the instance terminated) did not.
+
 An instance launched for a claim still Pending is not a leak at any age: the fleet is recording that launch (or
 its message comes back and asks EC2 the same request again, under the same ClientToken, and is handed the same
 instances), and keeps the instance or ends it itself. A single claim's instance names its claim from launch; the
@@ -42,6 +49,8 @@ class Collection:
     """Owned instances no live claim accounts for: terminate them."""
     gone: list[NodeClaim] = field(default_factory=list)
     """Live claims whose instance EC2 no longer has: close them."""
+    ended: list[str] = field(default_factory=list)
+    """Instances that no longer exist (EC2 shows them terminated, or a live claim's no more): their Nodes go."""
 
 
 def _attempt_token(claim: NodeClaim) -> str | None:
@@ -76,4 +85,7 @@ def collect(instances: Sequence[OwnedInstance], claims: Sequence[NodeClaim], now
         if claim.state in _HAS_INSTANCE and claim.instance_id and claim.instance_id not in present:
             if now - launched_at(claim) >= grace:
                 out.gone.append(claim)
+    listed = {i.instance_id for i in instances}
+    out.ended = [i.instance_id for i in instances if i.terminated]
+    out.ended += [c.instance_id for c in out.gone if c.instance_id and c.instance_id not in listed]
     return out

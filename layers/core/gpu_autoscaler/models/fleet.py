@@ -277,4 +277,12 @@ class OwnedInstance(_Frozen):
 
     @property
     def gone(self) -> bool:
+        """Its capacity is lost: the claim on it is over."""
         return self.state in ("shutting-down", "terminated")
+
+    @property
+    def terminated(self) -> bool:
+        """It no longer exists: its Node may go. A `shutting-down` instance may still be running its containers'
+        graceful shutdown (cloud-provider-aws: only `terminated` does not exist; Karpenter's instance provider
+        counts `shutting-down` as existing)."""
+        return self.state == "terminated"

@@ -12,8 +12,12 @@
 3. Finish (no pod left to wait for, node gone, or its termination time reached): delete what remains; wait
    while its VolumeAttachments are still attached and, on a Spot warning, until AWS reclaims the instance
    (`domain.drain.hold_termination`); then terminate the instance through the fleet (the only termination
-   path) and delete the Node object — in that order, since a kubelet still running would register the Node
-   again.
+   path), and look again every `INSTANCE_POLL` until EC2 says the instance no longer exists before deleting
+   the Node object, as Karpenter's node termination controller does (`awaitInstanceTermination`, requeued
+   every 5 s): a `shutting-down` instance may still run its containers' graceful shutdown (nodeadm gives it
+   150 s), and deleting its Node would let PodGC delete its pods, so their controllers start successors (a
+   StatefulSet's under the same identity) while they still run. The garbage collector deletes the Node if
+   this drain does not see the end (`domain.garbage_collection`).
 
 Replacements count as ready once initialized (`domain.initialization`): Registered, the Node Ready, its
 ephemeral taints gone and every extended resource the claim was made for allocatable — not at Node Ready,
@@ -83,12 +87,18 @@ _STARTED = (ClaimState.LAUNCHED, ClaimState.REGISTERED)
 _API_REFUSAL = EvictionOutcome(pod="", evicted=False, blocked=True, message="Kubernetes API failed")
 MAX_WAIT_IN_PLACE = timedelta(seconds=15)
 """Longer waits go through the queue (a delayed message costs nothing; a sleeping Lambda does)."""
+INSTANCE_POLL = timedelta(seconds=10)
+"""How often a finished drain asks EC2 whether the instance is gone yet, before deleting its Node."""
 
 
 class FleetTermination(Protocol):
     """The fleet's termination path (`services.fleet.FleetService`): EC2 terminate plus the claim → Terminated."""
 
     def terminate(self, claim: NodeClaim, reason: str) -> object: ...
+
+    def instance_gone(self, claim: NodeClaim) -> bool:
+        """EC2 shows the claim's instance terminated, or no longer at all (`shutting-down` still exists)."""
+        ...
 
 
 class WrongCluster(GpuAutoscalerError):
@@ -227,8 +237,7 @@ class DrainService:
         if claim.state is ClaimState.TERMINATED:
             if node is not None:  # its pods go with the Node object this finish deletes
                 self._free_room(request, claim, self.cluster.list_pods(node.name))
-            self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
-            return None
+            return self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
         pods = self.cluster.list_pods(node.name) if node is not None else []
         replacements = self._replacements(request) if node is not None else Replacements.READY
         step = plan_drain(request, node, pods, now, replacements=replacements)
@@ -246,8 +255,7 @@ class DrainService:
         if step.action is DrainAction.FINISH:
             held = hold_termination(request, pods, self.cluster.volume_attachments(node.name), now) if node else None
             if held is None:
-                self._finish(request, claim, node, step, outcome)
-                return None
+                return self._finish(request, claim, node, step, outcome)
             step = held
         outcomes = self._evict(step, outcome)
         self._tell_evicted(request, claim, node.name if node is not None else request.node, step.evict, outcomes)
@@ -350,16 +358,20 @@ class DrainService:
                            ", ".join(p.key for p in step.delete), step.delete_grace)
 
     def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
-                outcome: DrainOutcome) -> DrainOutcome:
+                outcome: DrainOutcome) -> Continuation | None:
+        """Terminate the instance; delete the Node once the instance no longer exists (until then: look again)."""
         current = self.store.get_claim(claim.id) or claim
         if current.state is not ClaimState.TERMINATED:
             self.fleet.terminate(current, f"drained ({step.reason}): {request.reason}")
             outcome.terminated = True
         if node is not None:
+            if not self.fleet.instance_gone(current):
+                outcome.reason = f"{step.reason}; {node.name} kept until {current.instance_id} is terminated"
+                return Continuation(request.model_copy(update={"attempt": request.attempt + 1}), INSTANCE_POLL)
             self.cluster.delete_node(node.name)
         outcome.status, outcome.reason = "finished", step.reason
         outcome.duration = self.clock.now() - (request.started_at or self.clock.now())
-        return outcome
+        return None
 
     def _free_room(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod]) -> None:
         freed = free_replaced_room(self.store, claim, pods, request.replacements)

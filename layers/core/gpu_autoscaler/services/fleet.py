@@ -520,6 +520,14 @@ class FleetService:
             return closed
         raise StaleClaim(f"claim {claim.id} kept changing while it was being terminated")
 
+    def instance_gone(self, claim: NodeClaim) -> bool:
+        """Whether the claim's instance no longer exists: EC2 shows it `terminated`, or no longer at all. A
+        `shutting-down` one still exists, as Karpenter's instance provider counts it (karpenter-provider-aws
+        pkg/providers/instance/instance.go): it may still run its containers' graceful shutdown."""
+        if not claim.instance_id:
+            return True
+        return self.compute.instance_states([claim.instance_id]).get(claim.instance_id, "terminated") == "terminated"
+
 
 def _pending(claim: NodeClaim) -> bool:
     return claim.state is ClaimState.PENDING

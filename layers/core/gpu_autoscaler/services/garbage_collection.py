@@ -4,9 +4,11 @@ One DescribeInstances listing of the cluster's owned instances (tag `gpu-autosca
 `domain.garbage_collection` decides, this acts:
 
 - a leaked instance (no live claim, older than `timeouts.garbageCollectionGrace`) is terminated (IAM lets this
-  function terminate only what carries the ownership tag) and its Node, if it joined, deleted;
+  function terminate only what carries the ownership tag);
 - a live claim whose instance is gone is closed through the fleet's one termination path (claim Terminated, its
-  pods released for the packer), and its Node deleted.
+  pods released for the packer);
+- the Node of an instance that no longer exists (terminated, by whoever) is deleted (`domain.garbage_collection`
+  says why only then).
 
 Safe to repeat: termination is idempotent and the claim writes are conditional.
 """
@@ -69,8 +71,6 @@ class GarbageCollector:
             for instance_id in ids:
                 logger.warning("instance %s has no live claim: %s", instance_id,
                                "terminated" if instance_id in outcome.terminated else "termination not confirmed")
-            for instance_id in outcome.terminated:
-                self._delete_node(node_of.get(instance_id))
         for claim in decision.gone:
             try:
                 self.fleet.terminate(claim, f"instance {claim.instance_id} is gone (garbage collection)")
@@ -78,8 +78,9 @@ class GarbageCollector:
                 logger.info("claim %s changed while being closed; looked at again next tick", claim.id)
                 continue
             outcome.closed.append(claim.id)
-            self._delete_node(node_of.get(claim.instance_id or ""))
             logger.warning("claim %s closed: its instance %s is gone", claim.id, claim.instance_id)
+        for instance_id in decision.ended:
+            self._delete_node(node_of.get(instance_id))
         return outcome
 
     def _delete_node(self, node: ClusterNode | None) -> None:
@@ -88,4 +89,5 @@ class GarbageCollector:
         try:
             self.cluster.delete_node(node.name)
         except NodeNotFound:
-            pass
+            return
+        logger.info("node %s deleted: its instance %s no longer exists", node.name, node.instance_id)

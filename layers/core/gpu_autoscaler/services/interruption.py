@@ -3,8 +3,10 @@
 `domain.interruption` parses the notice and decides; this module acts, per instance the notice names:
 
 - Not ours (no claim for the instance): acknowledged, logged at debug, nothing else.
-- State change (stopping, stopped, shutting-down, terminated): the claim is closed through the fleet, the
-  Node object deleted (its pods go with it, to be recreated and reported pending), the claim's pods released.
+- State change (stopping, stopped, shutting-down, terminated): the claim is closed through the fleet (its pods
+  released for planning elsewhere). The Node object is deleted (its pods go with it, to be recreated and reported
+  pending) on `terminated` only, whoever ended the claim: until then the instance may still be running its
+  containers' graceful shutdown (`domain.garbage_collection` says why; it deletes the Node if this event is missed).
 - Spot warning, capacity reservation warning, Capacity Block expiration: cordon and taint at once; the offering
   is marked unavailable; the claim becomes Draining (its pods are no longer covered by it); a replacement is
   planned for the node's pods through the packer (claims stored, launch requested) and an involuntary drain is
@@ -149,7 +151,10 @@ class InterruptionService:
         now = self.clock.now()
         response = decide(notice, instance_id, claim, pool, now, drain_timeout=self.config.timeouts.interruption_drain)
         if claim.state is ClaimState.TERMINATED:
-            # Whoever ended it (a drain, the fleet, an earlier notice) removed its Node and freed its pods.
+            # Whoever ended it (a drain, the fleet, an earlier notice) freed its pods; its Node goes once the
+            # instance no longer exists.
+            if notice.state == "terminated":
+                self._delete_node(claim)
             outcome.reason = "claim already ended"
             return outcome
         if not (response.close or response.drain or response.replace):
@@ -160,7 +165,7 @@ class InterruptionService:
         node = node_of(nodes, claim, claim.node_name)
         outcome.node = node.name if node is not None else None
         if response.close:
-            return self._close(claim, node, response, outcome)
+            return self._close(claim, node, response, outcome, gone=notice.state == "terminated")
         if response.drain and not response.involuntary and node is not None:
             refused = voluntary_refusal(node, protected_pods(self.cluster.list_pods(node.name), now))
             if refused is not None:  # the drain would leave the node alone: a replacement would only idle
@@ -183,19 +188,29 @@ class InterruptionService:
 
     # Steps
 
-    def _close(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
-               outcome: InterruptionOutcome) -> InterruptionOutcome:
-        """The instance is gone or going: end the claim, drop its Node, free its pods for planning elsewhere —
-        and the room a replacement made for them holds, if it is still on its way (the instance went before its
-        drain had moved them): their controllers' new pods take it."""
+    def _close(self, claim: NodeClaim, node: ClusterNode | None, response: Response, outcome: InterruptionOutcome,
+               *, gone: bool) -> InterruptionOutcome:
+        """The instance is gone or going: end the claim, drop its Node if the instance no longer exists (`gone`),
+        free its pods for planning elsewhere — and the room a replacement made for them holds, if it is still on
+        its way (the instance went before its drain had moved them): their controllers' new pods take it."""
         on_node = self.cluster.list_pods(node.name) if node is not None else []
         free_replaced_room(self.store, claim, on_node)
         self.fleet.terminate(claim, response.reason)
-        if node is not None:
+        if node is not None and gone:
             self.cluster.delete_node(node.name)
         self.store.release_pods(list(dict.fromkeys([*claim.pods, *(p.uid for p in on_node)])))
         outcome.action, outcome.reason = "closed", response.reason
         return outcome
+
+    def _delete_node(self, claim: NodeClaim) -> None:
+        node = node_of(self.cluster.list_nodes(), claim, claim.node_name)
+        if node is None:
+            return
+        try:
+            self.cluster.delete_node(node.name)
+        except NodeNotFound:
+            return
+        logger.info("node %s deleted: its instance %s is terminated", node.name, claim.instance_id)
 
     def _cordon(self, node: ClusterNode) -> bool:
         try:

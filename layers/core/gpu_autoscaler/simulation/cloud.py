@@ -141,6 +141,9 @@ class SimulatedCloud:
                 self.on_terminate(instance)
         return done
 
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {i: "running" if self.instances[i].alive else "terminated" for i in instance_ids if i in self.instances}
+
     # Figures
 
     def alive(self) -> list[SimulatedInstance]:

@@ -354,6 +354,9 @@ class Ec2Compute:
             return RequestThrottled(f"TerminateInstances throttled: {_message(error)}")
         return error
 
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {i["InstanceId"]: i["State"]["Name"] for i in self._describe(list(dict.fromkeys(instance_ids)))}
+
     def owned_instances(self) -> list[OwnedInstance]:
         out = []
         filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}]

@@ -134,6 +134,9 @@ class MemoryCompute:
             done.append(instance_id)
         return done
 
+    def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return {i: self.instances[i].state for i in instance_ids if i in self.instances}
+
     def owned_instances(self) -> list[OwnedInstance]:
         return [
             OwnedInstance(instance_id=i.instance_id, state=i.state, launched_at=i.launched_at,
