@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import pytest
+
 from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
 from gpu_autoscaler.adapters.memory.compute import MemoryCompute, MemoryInstance
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
@@ -160,3 +162,15 @@ def test_a_node_stays_while_its_instance_shuts_down_and_goes_once_ec2_shows_it_t
     compute.instances["i-ending"].state = "terminated"
     collector.run(cluster.list_nodes())
     assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
+
+
+@pytest.mark.parametrize("state", ["stopping", "stopped"])
+def test_a_claim_whose_instance_stopped_is_closed_as_its_state_change_would_have(state: str) -> None:
+    """A stopped instance runs nothing: its kubelet is down, its Node NotReady and tainted
+    `node.cloudprovider.kubernetes.io/shutdown` by the cloud controller manager. The interruption function closes
+    its claim on the stopping/stopped state change (as Karpenter's interruption controller deletes the NodeClaim);
+    when that event is missed, the listing says the same, and the claim is closed (its instance terminated)
+    rather than left Registered on a NotReady Node forever."""
+    claims = [make_claim(id="c-1", instance_id="i-stopped")]
+    decision = collect([owned("i-stopped", timedelta(hours=1), state=state)], claims, NOW, GRACE)
+    assert [c.id for c in decision.gone] == ["c-1"] and decision.leaked == []

@@ -3,10 +3,11 @@
 As Karpenter's `instance.garbagecollection` controller does (list the cloud first, then the claims): an owned
 instance that no live claim accounts for, older than the grace period, is a leak (a launch recorded nowhere, a
 termination that did not take, a claim closed while EC2 still had the instance pending) and is terminated. The
-other way round, a claim whose instance EC2 no longer shows (or shows shutting down) for longer than the grace
-period has lost its capacity without a state-change event reaching us, and is closed. The grace covers both
-EC2's eventual consistency (a just-launched instance may be missing from DescribeInstances for a while) and the
-seconds between CreateFleet and the claim write.
+other way round, a claim whose instance EC2 no longer shows (or shows shutting down, stopping or stopped) for
+longer than the grace period has lost its capacity without a state-change event reaching us, and is closed (its
+instance terminated), as that event would have closed it. The grace covers both EC2's eventual consistency (a
+just-launched instance may be missing from DescribeInstances for a while) and the seconds between CreateFleet and
+the claim write.
 
 A Node goes only once its instance no longer exists (EC2 shows it `terminated`, or no longer shows it), whoever
 terminated it: Karpenter keeps a Node until the cloud provider no longer finds its instance (node termination
@@ -48,7 +49,7 @@ class Collection:
     leaked: list[OwnedInstance] = field(default_factory=list)
     """Owned instances no live claim accounts for: terminate them."""
     gone: list[NodeClaim] = field(default_factory=list)
-    """Live claims whose instance EC2 no longer has: close them."""
+    """Live claims whose instance EC2 no longer has, or has stopped: close them."""
     ended: list[str] = field(default_factory=list)
     """Instances that no longer exist (EC2 shows them terminated, or a live claim's no more): their Nodes go."""
 
@@ -80,7 +81,7 @@ def collect(instances: Sequence[OwnedInstance], claims: Sequence[NodeClaim], now
         if instance.launched_at is None or now - instance.launched_at < grace:
             continue
         out.leaked.append(instance)
-    present = {i.instance_id for i in instances if not i.gone}
+    present = {i.instance_id for i in instances if i.serving}
     for claim in live:
         if claim.state in _HAS_INSTANCE and claim.instance_id and claim.instance_id not in present:
             if now - launched_at(claim) >= grace:

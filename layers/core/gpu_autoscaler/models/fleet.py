@@ -277,8 +277,16 @@ class OwnedInstance(_Frozen):
 
     @property
     def gone(self) -> bool:
-        """Its capacity is lost: the claim on it is over."""
+        """It is ending or ended: nothing to terminate."""
         return self.state in ("shutting-down", "terminated")
+
+    @property
+    def serving(self) -> bool:
+        """It can run its claim's pods. A stopping or stopped one cannot: its kubelet is down, its Node NotReady
+        and tainted `node.cloudprovider.kubernetes.io/shutdown` (k8s.io/cloud-provider node lifecycle
+        controller); the interruption function closes its claim on that state change, as Karpenter's
+        interruption controller deletes the NodeClaim of a stopping or stopped instance."""
+        return self.state in ("pending", "running")
 
     @property
     def terminated(self) -> bool:
