@@ -49,6 +49,9 @@ class _Kubelets:
                               "DescribeInstances")
         self.booted.append(instance.instance_id)
 
+    def stop(self, instance: LaunchedInstance) -> None:
+        raise AssertionError("not stopped")
+
     def shutdown(self, instance: LaunchedInstance) -> None:
         raise AssertionError("not terminated")
 
@@ -64,3 +67,47 @@ def test_a_boot_refused_by_a_throttled_read_is_tried_again() -> None:
             pass  # `run` logs it and polls again
     assert kubelets.booted == ["i-0abc"]
     assert watcher.booted() == {"i-0abc"}
+
+
+class _States:
+    """DescribeInstances answering the instance in each state it is set to."""
+
+    def __init__(self) -> None:
+        self.state = "running"
+
+    def get_paginator(self, name: str) -> Any:
+        instance = {"InstanceId": "i-0abc", "InstanceType": "g6.xlarge", "State": {"Name": self.state},
+                    "Placement": {"AvailabilityZone": "us-east-1a"},
+                    "Tags": [{"Key": TAG_CLUSTER, "Value": "ml-prod"}]}
+
+        class _Pages:
+            def paginate(self, **_: Any) -> list[dict[str, Any]]:
+                return [{"Reservations": [{"Instances": [instance]}]}]
+
+        return _Pages()
+
+
+class _Journal:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def boot(self, instance: LaunchedInstance) -> None:
+        self.calls.append(f"boot {instance.state}")
+
+    def stop(self, instance: LaunchedInstance) -> None:
+        self.calls.append(f"stop {instance.state}")
+
+    def shutdown(self, instance: LaunchedInstance) -> None:
+        self.calls.append(f"shutdown {instance.state}")
+
+
+def test_a_node_goes_with_a_terminated_instance_only_and_a_stopped_ones_kubelet_stops() -> None:
+    """The cloud controller manager deletes a Node once its instance no longer exists (AWS: terminated); a
+    stopping or stopped instance's Node stays (its kubelet down), and one shutting down keeps it until then."""
+    ec2, journal = _States(), _Journal()
+    watcher = InstanceWatcher(ec2, _Events(), "ml-prod", "us-east-1", "123456789012", journal, boot_delay=0.0,
+                              interval=0.0)
+    for state in ("running", "stopping", "stopped", "running", "shutting-down", "terminated"):
+        ec2.state = state
+        watcher.poll_once()
+    assert journal.calls == ["boot running", "stop stopping", "boot running", "shutdown terminated"]

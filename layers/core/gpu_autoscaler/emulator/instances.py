@@ -6,10 +6,14 @@ carry this cluster's ownership tag:
 
 - an instance seen `pending`/`running` for the first time is handed to the node side (`NodeSide.boot`)
   once its boot delay has passed (divided by the emulator's speed): the kubelet's registration;
-- an instance seen `shutting-down`/`terminated`/`stopping`/`stopped` has its node removed
-  (`NodeSide.shutdown`), and an `EC2 Instance State-change Notification` is put on the default bus for each
-  state change it observes, exactly as EventBridge would carry it. The stack's state-change rule routes the
-  ones it matches to the interruption queue; the rest match no rule, as in AWS.
+- an instance seen `terminated` has its node removed (`NodeSide.shutdown`): the cloud controller manager deletes
+  the Node of an instance that no longer exists, and cloud-provider-aws says so of a terminated one only
+  (`InstanceExistsByProviderID`); a `shutting-down` one keeps its Node meanwhile;
+- an instance seen `stopping`/`stopped` has its kubelet stopped (`NodeSide.stop`): its Node stays, NotReady and
+  tainted (`node_lifecycle`), and is its own again if the instance starts (`NodeSide.boot`);
+- an `EC2 Instance State-change Notification` is put on the default bus for each state change it observes,
+  exactly as EventBridge would carry it. The stack's state-change rule routes the ones it matches to the
+  interruption queue; the rest match no rule, as in AWS.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ from gpu_autoscaler.models.labels import TAG_CLUSTER
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["BOOT_DELAY_SECONDS", "GONE_STATES", "LIVE_STATES", "InstanceWatcher", "LaunchedInstance", "NodeSide"]
+__all__ = ["BOOT_DELAY_SECONDS", "GONE_STATES", "LIVE_STATES", "STOPPED_STATES", "InstanceWatcher", "LaunchedInstance",
+           "NodeSide"]
 
 log = logging.getLogger(__name__)
 
 BOOT_DELAY_SECONDS = 45.0
 """From RunInstances to a Ready node: a GPU AMI with the NVIDIA driver preloaded takes about this long."""
-GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+GONE_STATES = ("terminated",)
+STOPPED_STATES = ("stopping", "stopped")
 LIVE_STATES = ("pending", "running")
 
 
@@ -77,9 +83,12 @@ class LaunchedInstance:
 
 
 class NodeSide(Protocol):
-    """The simulated kubelets: a Node registers once a launched instance has booted; it goes with the machine."""
+    """The simulated kubelets: a Node registers once a launched instance has booted (or started again); its
+    kubelet stops with the machine; the Node goes once the machine is terminated."""
 
     def boot(self, instance: LaunchedInstance) -> None: ...
+
+    def stop(self, instance: LaunchedInstance) -> None: ...
 
     def shutdown(self, instance: LaunchedInstance) -> None: ...
 
@@ -145,13 +154,18 @@ class InstanceWatcher:
         if instance.state in LIVE_STATES and previous not in LIVE_STATES:
             with self._lock:
                 heapq.heappush(self._boots, (time.monotonic() + self.boot_delay, instance.instance_id))
+        if instance.state in STOPPED_STATES and previous not in STOPPED_STATES:
+            with self._lock:
+                booted = instance.instance_id in self._booted
+            if booted and self.nodes is not None:
+                self.nodes.stop(instance)
         if instance.state in GONE_STATES and previous not in GONE_STATES:
             with self._lock:
                 booted = instance.instance_id in self._booted
                 self._booted.discard(instance.instance_id)
             if booted and self.nodes is not None:
                 self.nodes.shutdown(instance)
-        if previous is not None or instance.state in GONE_STATES:
+        if previous is not None or instance.state not in LIVE_STATES:
             self._announce(instance)
         for listener in list(self.listeners):
             listener(instance, previous)

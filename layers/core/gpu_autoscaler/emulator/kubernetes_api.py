@@ -72,6 +72,7 @@ from gpu_autoscaler.emulator.kube_storage import AttachDetach
 from gpu_autoscaler.emulator.kube_store import Store
 from gpu_autoscaler.emulator.kubelet import BootstrapError, Kubelets, SimulatedInstance
 from gpu_autoscaler.emulator.machines import describe_machine
+from gpu_autoscaler.emulator.node_lifecycle import NodeLifecycle
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -80,7 +81,11 @@ if TYPE_CHECKING:
     from gpu_autoscaler.emulator.kube_scheduler import ScheduleResult
     from gpu_autoscaler.emulator.kube_store import StoreEvent
 
-__all__ = ["KubeletNodeSide", "LocalKubernetes", "SimulatedInstance"]
+__all__ = ["NODE_MONITOR_GRACE", "KubeletNodeSide", "LocalKubernetes", "SimulatedInstance"]
+
+NODE_MONITOR_GRACE = timedelta(seconds=40)
+"""kube-controller-manager's `--node-monitor-grace-period` default (Kubernetes docs, kube-controller-manager
+reference): how long a Node's kubelet may post no status before its conditions turn Unknown."""
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ class LocalKubernetes:
         bookmark_interval: float = 5.0,
         history: int = 10_000,
         kubeconfig_dir: str | Path | None = None,
+        node_monitor_grace: timedelta = NODE_MONITOR_GRACE,
     ) -> None:
         """`require_auth=False` also lets in requests without a token (the agent's `KUBE_URL` mode); a
         token that is present must be valid either way. `ready_delay`, `cloud_controller_delay`: from a Node's
@@ -122,6 +128,7 @@ class LocalKubernetes:
         self.scheduler = Scheduler(self.api, self.clock)
         self.daemonsets = DaemonSets(self.api)
         self.volumes = AttachDetach(self.api, self.clock)
+        self.node_lifecycle = NodeLifecycle(self.store, self.clock, node_monitor_grace)
         self._host = host
         self._port = port
         self._run_controllers = run_controllers
@@ -271,10 +278,30 @@ class LocalKubernetes:
         self._dirty.set()
 
     def remove_instance(self, instance_id: str) -> bool:
-        """The instance terminated: its Node and the pods bound to it are deleted. False if it was unknown."""
+        """The instance terminated: its Node and the pods bound to it are deleted (the cloud controller manager
+        deletes the Node of an instance that no longer exists; PodGC its pods). False if it was unknown."""
+        name = self.kubelets.instances().get(instance_id)
+        if name is not None:
+            self.node_lifecycle.forget(name)
         removed = self.kubelets.remove(instance_id)
         self._dirty.set()
         return removed
+
+    def stop_instance(self, instance_id: str) -> bool:
+        """The instance stopped: its kubelet posts no more status; its Node stays (`node_lifecycle` says what
+        the control plane does to it). False if its Node never joined."""
+        if not self.kubelets.joined(instance_id):
+            return False
+        self.node_lifecycle.stopped(self.kubelets.instances()[instance_id])
+        self._dirty.set()
+        return True
+
+    def restart_instance(self, instance_id: str) -> bool:
+        """A stopped instance runs again: its kubelet posts its status again. False if it was not stopped."""
+        name = self.kubelets.instances().get(instance_id)
+        started = name is not None and self.node_lifecycle.started(name)
+        self._dirty.set()
+        return started
 
     # Control
 
@@ -284,6 +311,7 @@ class LocalKubernetes:
             self.kubelets.register_due()
             self.kubelets.report_ready()
             self.cloud_controller.reconcile()
+            self.node_lifecycle.reconcile()
             self.device_plugin.reconcile()
             self.daemonsets.reconcile()
             result = self.scheduler.schedule()
@@ -402,6 +430,8 @@ class KubeletNodeSide:
         return None
 
     def boot(self, instance: Any) -> None:
+        if self._kube.restart_instance(instance.instance_id):
+            return  # a stopped instance started again: the same kubelet, the same Node
         try:
             simulated = self.simulated(instance)
         except BootstrapError as error:
@@ -421,6 +451,9 @@ class KubeletNodeSide:
         return SimulatedInstance.from_user_data(
             instance.instance_id, machine, instance.zone, user_data, capacity_type=instance.capacity_type,
             node_name=instance.private_dns_name or None)
+
+    def stop(self, instance: Any) -> None:
+        self._kube.stop_instance(instance.instance_id)
 
     def shutdown(self, instance: Any) -> None:
         self._kube.remove_instance(instance.instance_id)

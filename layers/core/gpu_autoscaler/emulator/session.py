@@ -22,7 +22,7 @@ from gpu_autoscaler.emulator.device_plugin import DEVICE_PLUGIN_DELAY_SECONDS, s
 from gpu_autoscaler.emulator.instances import BOOT_DELAY_SECONDS
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS
 from gpu_autoscaler.emulator.kubelet import NODE_READY_DELAY_SECONDS
-from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes
+from gpu_autoscaler.emulator.kubernetes_api import NODE_MONITOR_GRACE, KubeletNodeSide, LocalKubernetes
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ class EmulatorSession:
         self.kube = LocalKubernetes(port=kube_port, cluster_name=config.cluster_name, kubeconfig_dir=state_dir,
                                     device_plugin_delay=timedelta(seconds=DEVICE_PLUGIN_DELAY_SECONDS / speed),
                                     ready_delay=timedelta(seconds=NODE_READY_DELAY_SECONDS / speed),
-                                    cloud_controller_delay=timedelta(seconds=CLOUD_CONTROLLER_DELAY_SECONDS / speed))
+                                    cloud_controller_delay=timedelta(seconds=CLOUD_CONTROLLER_DELAY_SECONDS / speed),
+                                    node_monitor_grace=NODE_MONITOR_GRACE / speed)
         self.user_config = config
         self.config = config
         """The configuration the functions read: the user's, with `kubernetes.endpoint` the local API's (set on
