@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.garbage_collection import collect
-from gpu_autoscaler.errors import NodeNotFound, StaleClaim
+from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES
 
 if TYPE_CHECKING:
@@ -86,8 +86,5 @@ class GarbageCollector:
     def _delete_node(self, node: ClusterNode | None) -> None:
         if node is None:
             return
-        try:
-            self.cluster.delete_node(node.name)
-        except NodeNotFound:
-            return
+        self.cluster.delete_node(node.name)  # a Node gone meanwhile (the cloud controller manager's doing) is fine
         logger.info("node %s deleted: its instance %s no longer exists", node.name, node.instance_id)

@@ -206,10 +206,7 @@ class InterruptionService:
         node = node_of(self.cluster.list_nodes(), claim, claim.node_name)
         if node is None:
             return
-        try:
-            self.cluster.delete_node(node.name)
-        except NodeNotFound:
-            return
+        self.cluster.delete_node(node.name)
         logger.info("node %s deleted: its instance %s is terminated", node.name, claim.instance_id)
 
     def _cordon(self, node: ClusterNode) -> bool:
