@@ -29,6 +29,9 @@ class Fleet:
         self.ended.append((claim.id, reason))
         return self.store.transition(claim, ClaimState.TERMINATED, reason)
 
+    def instance_gone(self, claim: NodeClaim) -> bool:
+        return any(ended == claim.id for ended, _ in self.ended)
+
 
 class Rig:
     def __init__(self, launched_ago: timedelta, *, allocatable: Resources = NO_GPU,
