@@ -11,6 +11,7 @@ from gpu_autoscaler.domain.forecast import Forecast, ForecastStatus
 from gpu_autoscaler.domain.prewarm import (
     FORECAST_WARM,
     WARM_GPUS_ATTRIBUTE,
+    WARM_UNTIL_ATTRIBUTE,
     GpuCapacity,
     WarmNeed,
     decide,
@@ -33,6 +34,8 @@ START = datetime(2026, 1, 5, 14, tzinfo=UTC)
 """Monday 09:00 in New York: the default window's start."""
 GPUS = GpuCapacity(make_types())
 PEAK = window_warm("peak")
+HELD_TO_END = {WARM_UNTIL_ATTRIBUTE: (START + timedelta(hours=9)).isoformat()}
+"""A `peak` claim's `warmUntil`: the end of Monday's opening."""
 
 
 def forecast(gpus: float | None, current: float = 0.0, pool: str = "gpu", at: datetime = START) -> Forecast:
@@ -85,7 +88,8 @@ class TestWindows:
             assert need.shapes == ()
 
     def test_held_claims_count_whether_or_not_pods_landed_on_them(self) -> None:
-        held = [make_claim(warm=PEAK, pods=("real-pod",)), make_claim(warm=PEAK, state=ClaimState.PENDING)]
+        held = [make_claim(warm=PEAK, pods=("real-pod",), attributes=HELD_TO_END),
+                make_claim(warm=PEAK, state=ClaimState.PENDING, attributes=HELD_TO_END)]
         decision = decide(make_config(), START + timedelta(hours=1), held, GPUS)
         assert decision.needs == () and decision.changes == ()
         assert decision.pools[0].held == {PEAK: 8}
@@ -99,7 +103,8 @@ class TestWindows:
         assert [n.gpus for n in decision.needs] == [8]
 
     def test_released_when_the_window_closes(self) -> None:
-        held = [make_claim(warm=PEAK), make_claim(warm=PEAK), make_claim()]
+        held = [make_claim(warm=PEAK, attributes=HELD_TO_END), make_claim(warm=PEAK, attributes=HELD_TO_END),
+                make_claim()]
         during = decide(make_config(), START + timedelta(hours=9) - timedelta(seconds=1), held, GPUS)
         assert during.changes == ()
         after = decide(make_config(), START + timedelta(hours=9), held, GPUS)
@@ -129,6 +134,29 @@ class TestWindows:
         assert [(n.instance_type, n.nodes) for n in decision.needs] == [("g6.12xlarge", 1), ("g6.xlarge", 1)]
         assert [c.claim.id for c in decision.releases] == [held[1].id]
         assert decision.pools[0].windows == {"peak": 9}
+
+    def test_a_later_opening_extends_the_hold_of_the_claims_it_counts(self) -> None:
+        # All day, every day: the next opening holds from before the last one ends, and counts its claims.
+        config = make_config(windows=[make_window(schedule="cron(0 0 * * ? *)", timezone="UTC", duration="24h")])
+        midnight = datetime(2026, 1, 6, tzinfo=UTC)
+        held = [make_claim(warm=PEAK, attributes={WARM_UNTIL_ATTRIBUTE: midnight.isoformat()}) for _ in range(2)]
+        decision = decide(config, midnight - timedelta(minutes=8), held, GPUS)
+        assert decision.needs == () and decision.releases == ()
+        assert sorted((c.claim.id, c.warm, c.until) for c in decision.changes) == sorted(
+            (c.id, PEAK, midnight + timedelta(days=1)) for c in held)
+        renewed = [c.claim.model_copy(update={"attributes": {WARM_UNTIL_ATTRIBUTE: c.until.isoformat()}})
+                   for c in decision.changes if c.until is not None]
+        assert decide(config, midnight + timedelta(hours=1), renewed, GPUS).changes == ()  # written once
+
+    def test_a_later_opening_extends_the_hold_of_an_instance_type_window(self) -> None:
+        config = make_config(windows=[make_window(schedule="cron(0 9-17 ? * MON-FRI *)", duration="1h",
+                                                  warm={"instanceTypes": {"g6.12xlarge": 1}})])
+        end = START + timedelta(hours=1)
+        held = [make_claim(warm=PEAK, instance_type="g6.12xlarge", attributes={WARM_UNTIL_ATTRIBUTE: end.isoformat()})]
+        decision = decide(config, end - timedelta(minutes=8), held, GPUS)
+        assert decision.needs == ()
+        assert [(c.claim.id, c.warm, c.until) for c in decision.changes] == [
+            (held[0].id, PEAK, end + timedelta(hours=1))]
 
     def test_unknown_instance_type_is_noted(self) -> None:
         config = make_config(windows=[make_window(warm={"instanceTypes": {"x9.huge": 1}})])

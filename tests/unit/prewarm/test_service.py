@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.clock import FixedClock
+from gpu_autoscaler.domain.consolidation import warm_held
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE
 from gpu_autoscaler.domain.packing.solver import Solver
 from gpu_autoscaler.domain.prewarm import FORECAST_WARM, WARM_GPUS_ATTRIBUTE, window_warm
@@ -104,6 +105,25 @@ class TestWindow:
             claim = rig.store.claims[claim_id]
             assert claim.warm is None and claim.attributes[RELEASED_ATTRIBUTE] == PEAK
             assert "window peak is not open" in claim.reason
+
+    @pytest.mark.parametrize(("schedule", "duration", "first", "later"), [
+        ("cron(0 0 * * ? *)", "24h", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, 0, 1, tzinfo=UTC)),
+        ("cron(0 9-17 ? * MON-FRI *)", "1h", START, START + timedelta(hours=1, minutes=30)),
+    ])
+    def test_claims_a_later_opening_counts_stay_held_until_it_ends(self, schedule: str, duration: str,
+                                                                    first: datetime, later: datetime) -> None:
+        """All day every day, or a working day as hourly openings: the next opening counts the claims the last one
+        holds and launches nothing; their hold (which consolidation reads) must last until the opening's end."""
+        config = make_config(windows=[make_window(schedule=schedule, duration=duration)])
+        rig = Rig(config, first)
+        rig.tick()
+        ids = {c.id for c in rig.warm(PEAK)}
+        rig.tick(later - timedelta(minutes=4))
+        summary = rig.tick(later)
+        assert summary["launched"] == [] and summary["released"] == []
+        assert {c.id for c in rig.warm(PEAK)} == ids
+        assert all(warm_held(c, later) for c in rig.warm(PEAK))
+        assert summary["holdsRenewed"] == []  # renewed once, by the tick that first counted them for this opening
 
     def test_instance_type_window(self) -> None:
         config = make_config(windows=[make_window(warm={"instanceTypes": {"g6.12xlarge": 2}})])

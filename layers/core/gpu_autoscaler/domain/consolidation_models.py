@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_autoscaler.domain.interruption import replacement_pods
-from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE, warm_window
+from gpu_autoscaler.domain.prewarm import warm_until
 from gpu_autoscaler.models.resources import PODS, Resources
 from gpu_autoscaler.models.taints import Toleration
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping, Sequence
+    from datetime import datetime, timedelta
 
     from gpu_autoscaler.config import DisruptionReason, NodePool
     from gpu_autoscaler.models.claims import NodeClaim
@@ -281,17 +281,3 @@ def warm_held(claim: NodeClaim, now: datetime) -> bool:
         return False
     until = warm_until(claim)
     return until is None or now < until
-
-
-def warm_until(claim: NodeClaim) -> datetime | None:
-    """When a window's warm hold on the claim ends by itself (its `warmUntil`); None for no hold, a forecast's
-    hold (it ends when prewarm releases it) or an end that cannot be read."""
-    if claim.warm is None or warm_window(claim.warm) is None:
-        return None
-    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
-    if not until:
-        return None
-    try:
-        return datetime.fromisoformat(until)
-    except ValueError:
-        return None

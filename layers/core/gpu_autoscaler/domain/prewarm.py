@@ -16,7 +16,9 @@ Per pool:
   time to the next decision — see `windows`) wants its `warm` capacity held by claims tagged for it: a
   GPU total, or a count per instance type. The shortfall is launched; claims beyond the target, of a
   window that no longer holds (closed, removed from the configuration, moved to another pool) are
-  released.
+  released. The claims it keeps are held until the opening's end (`warmUntil`, which consolidation reads): a
+  later opening that counts claims an earlier one launched (all day every day, or hourly openings, the next
+  holding before the last ends) extends their hold to its own end.
 - Forecast, shaped (the packer records each pod shape class's pending GPUs, `pod_shapes`): the pool should
   have, beyond the GPUs its pods ask for now (the demand, at most what its claims hold: demand beyond them is
   the packer's to place), headroom for the pods forecast to arrive — each class's forecast rounded down to
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.packing.index import type_allowed
@@ -55,7 +57,6 @@ from gpu_autoscaler.models.taints import Toleration
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-    from datetime import datetime
 
     from gpu_autoscaler.config import Config, NodePool, Predictive, ScalingWindow
     from gpu_autoscaler.domain.forecast import Forecast
@@ -78,6 +79,7 @@ __all__ = [
     "mig_slices_per_gpu",
     "placeholder_pods",
     "window_warm",
+    "warm_until",
     "warm_window",
 ]
 
@@ -86,7 +88,8 @@ FORECAST_WARM = "forecast"
 WARM_GPUS_ATTRIBUTE = "warmGpus"
 """NodeClaim attribute: the physical GPUs a warm claim holds (its smallest candidate's), as a decimal string."""
 WARM_UNTIL_ATTRIBUTE = "warmUntil"
-"""NodeClaim attribute: ISO instant a window's warm claim is held until (the window's end); informative."""
+"""NodeClaim attribute: ISO instant a window's warm claim is held until (the end of the opening that counts it):
+consolidation leaves the claim alone until then (`warm_until`)."""
 FORECAST_MIN_HOLD = timedelta(minutes=15)
 
 
@@ -97,6 +100,20 @@ def window_warm(name: str) -> str:
 def warm_window(warm: str | None) -> str | None:
     """The window name of a `window:<name>` hold, else None."""
     return warm.removeprefix(WINDOW_PREFIX) if warm and warm.startswith(WINDOW_PREFIX) else None
+
+
+def warm_until(claim: NodeClaim) -> datetime | None:
+    """When a window's warm hold on the claim ends by itself (its `warmUntil`); None for no hold, a forecast's
+    hold (it ends when prewarm releases it) or an end that cannot be read."""
+    if claim.warm is None or warm_window(claim.warm) is None:
+        return None
+    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
+    if not until:
+        return None
+    try:
+        return datetime.fromisoformat(until)
+    except ValueError:
+        return None
 
 
 class GpuCapacity:
@@ -162,11 +179,18 @@ class WarmNeed:
 
 @dataclass(frozen=True)
 class WarmChange:
-    """End a claim's warm hold (`warm` None: released to consolidation) or hand it to another holder."""
+    """End a claim's warm hold (`warm` None: released to consolidation), hand it to another holder, or extend it
+    (`warm` the claim's own, `until` later than its `warmUntil`)."""
 
     claim: NodeClaim
     warm: str | None
     reason: str
+    until: datetime | None = None
+    """The hold's end (`warmUntil`) from now on; None: unchanged, or none (released)."""
+
+    @property
+    def renewal(self) -> bool:
+        return self.warm is not None and self.warm == self.claim.warm
 
 
 @dataclass(frozen=True)
@@ -220,6 +244,10 @@ class PrewarmDecision:
     @property
     def releases(self) -> tuple[WarmChange, ...]:
         return tuple(c for c in self.changes if c.warm is None)
+
+    @property
+    def renewals(self) -> tuple[WarmChange, ...]:
+        return tuple(c for c in self.changes if c.renewal)
 
 
 @dataclass
@@ -307,24 +335,41 @@ def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timed
     reason = f"window {window.name} {occurrence.start.isoformat()} – {occurrence.end.isoformat()}"
     if window.warm.instance_types:
         state.windows[window.name] = _by_types(state, window, warm, held, occurrence.end, reason)
-        return
+    else:
+        state.windows[window.name] = _by_gpus(state, window, warm, held, occurrence.end, reason, mix)
+    _extend(state, held, occurrence.end, reason)
+
+
+def _by_gpus(state: _Pool, window: ScalingWindow, warm: str, held: list[NodeClaim], until: datetime, reason: str,
+             mix: Mapping[str, float] | None) -> float:
     target = float(window.warm.gpus or 0)
-    state.windows[window.name] = target
     have = sum(state.gpus.of_claim(c) for c in held)
     if have < target:
         shortfall = math.ceil(target - have)
         shapes = tuple(sorted((c, g) for c, g in (mix or {}).items() if g > 0))
         if shapes and not split_gpus(shortfall, shapes, state.pool):
             shapes = ()  # less than one of the pool's pods: the cheapest GPUs, so the target is met, not asked again
-        state.needs.append(WarmNeed(state.pool.name, warm, gpus=shortfall, until=occurrence.end, reason=reason,
+        state.needs.append(WarmNeed(state.pool.name, warm, gpus=shortfall, until=until, reason=reason,
                                     shapes=shapes))
-        return
+        return target
     # Beyond the target (the target was lowered): let go of what the target does not need, largest first.
     for claim in sorted(held, key=lambda c: -state.gpus.of_claim(c)):
         size = state.gpus.of_claim(claim)
         if have - size >= target:
             have -= size
             state.changes.append(WarmChange(claim, None, f"window {window.name} holds more than its {target:g} GPUs"))
+    return target
+
+
+def _extend(state: _Pool, held: list[NodeClaim], until: datetime, reason: str) -> None:
+    """The window's claims it keeps are held until its opening's end: a claim an earlier opening launched (or one
+    whose end cannot be read) is held on to the end of the opening that now counts it. Written once per opening,
+    not every tick."""
+    ending = {c.claim.id for c in state.changes}
+    for claim in held:
+        current = warm_until(claim)
+        if claim.id not in ending and (current is None or current < until):
+            state.changes.append(WarmChange(claim, claim.warm, f"held on: {reason}", until=until))
 
 
 def _by_types(

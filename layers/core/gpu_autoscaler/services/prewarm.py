@@ -17,8 +17,9 @@ even if the window's own tick (which fires at the window's start) never arrives.
 3. Holds that end: `StateStore.update_claim(claim, warm=None, ...)` — the claim is now consolidation's
    to judge like any other; its former holder and the time are kept in its attributes
    (`warmReleased`, `warmReleasedAt`). Holds handed over (a closing window's claim the forecast keeps):
-   `update_claim(claim, warm="forecast", ...)`. A claim that changed meanwhile (`StaleClaim`) is left for
-   the next tick.
+   `update_claim(claim, warm="forecast", ...)`. Holds extended (a window's later opening counts the claim):
+   its `warmUntil` set to the opening's end. A claim that changed meanwhile (`StaleClaim`: each write is
+   conditional on the version read) is left for the next tick.
 4. Launches: the need becomes placeholder pods, the injected `plan_capacity(pods) -> claims` (the
    packer's solver) prices the cheapest nodes holding them, the budget trims them (GPUs and USD/h,
    forecast only), and each claim is stored tagged with its holder — no pods, no recorded requests, so
@@ -173,6 +174,7 @@ class PrewarmOutcome:
     launched: tuple[NodeClaim, ...] = ()
     released: tuple[WarmChange, ...] = ()
     handed_over: tuple[WarmChange, ...] = ()
+    renewed: tuple[WarmChange, ...] = ()
     resent: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     lead_times: Mapping[str, LeadTime] = field(default_factory=dict)
@@ -202,6 +204,8 @@ class PrewarmOutcome:
                          for c in self.released],
             "handedOver": [{"claim": c.claim.id, "from": c.claim.warm, "to": c.warm, "reason": c.reason}
                            for c in self.handed_over],
+            "holdsRenewed": [{"claim": c.claim.id, "warm": c.warm, "until": c.until.isoformat() if c.until else None}
+                             for c in self.renewed],
             "launchRequestsResent": list(self.resent),
             "leadTimes": {pool: lead.to_json() for pool, lead in sorted(self.lead_times.items())},
             "notes": list(self.notes),
@@ -249,7 +253,7 @@ class PrewarmService:
         shapes, mixes = self._shaping(now, forecasts, schedules)
         decision = decide(self.config, now, claims, gpus, forecasts, schedules=schedules, period=PERIOD,
                           shapes=shapes, mixes=mixes)
-        released, handed = self._apply_changes(decision.changes, now)
+        released, handed, renewed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
         for need in decision.needs:
             launched.extend(self._launch(need, now, gpus, partitioned, by_name))
@@ -257,7 +261,7 @@ class PrewarmService:
             notes.extend(f"{pool.pool}: {note}" for note in pool.notes)
         resent = self._resend(claims, now)
         outcome = PrewarmOutcome(tick, decision, forecasts, tuple(launched), tuple(released), tuple(handed),
-                                 tuple(resent), tuple(notes), leads)
+                                 tuple(renewed), tuple(resent), tuple(notes), leads)
         if logger.isEnabledFor(logging.INFO):  # the summary is built for the log alone
             logger.info("prewarm tick", extra={"prewarm": outcome.summary()})
         return outcome
@@ -368,25 +372,36 @@ class PrewarmService:
 
     # Acting
 
-    def _apply_changes(self, changes: Sequence[WarmChange], now: datetime) -> tuple[list[WarmChange], list[WarmChange]]:
+    def _apply_changes(self, changes: Sequence[WarmChange], now: datetime,
+                       ) -> tuple[list[WarmChange], list[WarmChange], list[WarmChange]]:
+        """Each change written on the version read (released, handed over, renewed); one another writer got in
+        first with is left for the next tick. A renewal keeps the claim's reason: it happens once per opening."""
         released: list[WarmChange] = []
         handed: list[WarmChange] = []
+        renewed: list[WarmChange] = []
         for change in changes:
             claim = change.claim
             attributes = dict(claim.attributes)
             if change.warm is None:
                 attributes.update({RELEASED_ATTRIBUTE: claim.warm or "", RELEASED_AT_ATTRIBUTE: now.isoformat()})
                 attributes.pop(WARM_UNTIL_ATTRIBUTE, None)
+                reason = f"{claim.reason}; warm hold {claim.warm} ended: {change.reason}"
+            else:
+                reason = claim.reason if change.renewal else f"{claim.reason}; now held by {change.warm}"
+            if change.until is not None:
+                attributes[WARM_UNTIL_ATTRIBUTE] = change.until.isoformat()
             try:
-                self.store.update_claim(claim, warm=change.warm, attributes=attributes,
-                                        reason=f"{claim.reason}; warm hold {claim.warm} ended: {change.reason}"
-                                        if change.warm is None else f"{claim.reason}; now held by {change.warm}")
+                self.store.update_claim(claim, warm=change.warm, attributes=attributes, reason=reason)
             except StaleClaim:
                 logger.info("claim %s changed meanwhile; its warm hold is looked at again next tick", claim.id)
                 continue
-            (released if change.warm is None else handed).append(change)
-            logger.info("warm claim %s: %s → %s (%s)", claim.id, claim.warm, change.warm or "released", change.reason)
-        return released, handed
+            if change.warm is None:
+                released.append(change)
+            else:
+                (renewed if change.renewal else handed).append(change)
+            logger.info("warm claim %s: %s → %s%s (%s)", claim.id, claim.warm, change.warm or "released",
+                        f" until {change.until.isoformat()}" if change.until else "", change.reason)
+        return released, handed, renewed
 
     def _launch(self, need: WarmNeed, now: datetime, gpus: GpuCapacity, partitioned: Sequence[str],
                 by_name: dict[str, InstanceType]) -> list[NodeClaim]:
