@@ -21,7 +21,7 @@ from gpu_autoscaler.domain.consolidation import (
 from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.fleet import CAPACITY_TYPE_PINNED_ATTRIBUTE
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
-from gpu_autoscaler.domain.prewarm import WARM_UNTIL_ATTRIBUTE
+from gpu_autoscaler.domain.prewarm import FORECAST_HOLD, WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
@@ -689,15 +689,30 @@ def test_warm_capacity_survives_while_its_window_holds_it_and_not_after() -> Non
     cluster = Cluster(pool_config())
     until = (NOW + timedelta(hours=1)).isoformat()
     window = cluster.node(warm="window:peak", attributes={WARM_UNTIL_ATTRIBUTE: until})
-    forecast = cluster.node(warm="forecast")
+    forecast = cluster.node(warm="forecast", attributes={WARM_UNTIL_ATTRIBUTE: until})
     result = cluster.consolidate()
     assert result.decisions == ()
     assert result.skipped[window] == "warm: held by window:peak"
     assert result.skipped[forecast] == "warm: held by forecast"
-    cluster.clock.advance(timedelta(hours=1, minutes=1))  # the window has closed
-    assert touched(cluster.consolidate()) == {window}
+    cluster.clock.advance(timedelta(minutes=30))
     cluster.claims[forecast] = cluster.claims[forecast].model_copy(update={"warm": None})  # released
+    assert touched(cluster.consolidate()) == {forecast}
+    cluster.clock.advance(timedelta(minutes=31))  # the window has closed
     assert touched(cluster.consolidate()) == {window, forecast}
+
+
+def test_a_forecast_hold_no_prewarm_tick_renews_ends_by_itself() -> None:
+    """Prewarm failing for good (its configuration, its permissions, a bug: Lambda drops a failed tick after its
+    retries) must not hold the forecast's nodes for ever: the hold ends at the `warmUntil` the last tick wrote."""
+    cluster = Cluster(pool_config())
+    until = NOW + FORECAST_HOLD
+    forecast = cluster.node(warm="forecast", attributes={WARM_UNTIL_ATTRIBUTE: until.isoformat()})
+    unrenewed = cluster.node(warm="forecast")  # held before holds had an end: the next tick gives it one
+    result = cluster.consolidate()
+    assert result.skipped[forecast] == "warm: held by forecast"
+    assert touched(result) == {unrenewed}
+    cluster.clock.advance(FORECAST_HOLD + timedelta(minutes=1))  # no prewarm tick since
+    assert touched(cluster.consolidate()) == {forecast, unrenewed}
 
 
 def test_nodes_not_ours_not_ready_or_being_drained_are_left_alone() -> None:

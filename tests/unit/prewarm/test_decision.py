@@ -9,6 +9,7 @@ import pytest
 
 from gpu_autoscaler.domain.forecast import Forecast, ForecastStatus
 from gpu_autoscaler.domain.prewarm import (
+    FORECAST_HOLD,
     FORECAST_WARM,
     WARM_GPUS_ATTRIBUTE,
     WARM_UNTIL_ATTRIBUTE,
@@ -222,9 +223,19 @@ class TestForecast:
 
     def test_young_forecast_claims_are_kept_a_while(self) -> None:
         held = [make_claim(warm=FORECAST_WARM, created_at=START - timedelta(minutes=5))]
-        assert decide(self.config(), START, held, GPUS, {"gpu": forecast(0)}).changes == ()
+        assert decide(self.config(), START, held, GPUS, {"gpu": forecast(0)}).releases == ()
         later = decide(self.config(), START + timedelta(minutes=10), held, GPUS, {"gpu": forecast(0)})
         assert len(later.releases) == 1
+
+    def test_the_forecast_holds_its_claims_a_few_ticks_ahead_renewed_by_each_tick_that_keeps_them(self) -> None:
+        """A hold no tick renews (prewarm failing for good) ends by itself, FORECAST_HOLD after the last tick."""
+        until = {WARM_UNTIL_ATTRIBUTE: (START + timedelta(minutes=5)).isoformat()}
+        held = [make_claim(warm=FORECAST_WARM, attributes=until), make_claim(warm=FORECAST_WARM, attributes=until)]
+        decision = decide(self.config(), START, held, GPUS, {"gpu": forecast(12)})
+        assert [(n.warm, n.until) for n in decision.needs] == [(FORECAST_WARM, START + FORECAST_HOLD)]
+        assert sorted((c.claim.id, c.warm, c.until) for c in decision.changes) == sorted(
+            (c.id, FORECAST_WARM, START + FORECAST_HOLD) for c in held)
+        assert decision.renewals == decision.changes
 
     def test_a_closing_window_hands_its_claims_to_the_forecast(self) -> None:
         config = make_config(enabled=True)
@@ -234,6 +245,7 @@ class TestForecast:
         handed = [c for c in decision.changes if c.warm == FORECAST_WARM]
         released = [c for c in decision.changes if c.warm is None]
         assert len(handed) == 2 and released == []  # 4 + 4 adopted: one would leave 1 GPU short
+        assert {c.until for c in handed} == {end + FORECAST_HOLD}
         assert decision.needs == ()
 
     def test_without_prediction_closing_window_claims_are_released(self) -> None:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.consolidation import warm_held
+from gpu_autoscaler.domain.consolidation import warm_held, warm_until
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE
 from gpu_autoscaler.domain.packing.solver import Solver
-from gpu_autoscaler.domain.prewarm import FORECAST_WARM, WARM_GPUS_ATTRIBUTE, window_warm
+from gpu_autoscaler.domain.prewarm import FORECAST_HOLD, FORECAST_WARM, WARM_GPUS_ATTRIBUTE, window_warm
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import ScheduleTick
 from gpu_autoscaler.services.prewarm import (
@@ -258,6 +258,18 @@ class TestForecast:
         assert summary["forecastStatus"] == "ok"
         assert summary["pools"]["gpu"]["forecast"]["gpus"] == pytest.approx(12, abs=0.5)
         assert rig.gpus(FORECAST_WARM) >= 12
+
+    def test_forecast_claims_are_held_a_few_ticks_ahead_and_each_tick_renews_them(self) -> None:
+        now = MONDAY + timedelta(days=14, hours=8, minutes=55)
+        rig = self.rig(14, now)
+        rig.tick()
+        ids = {c.id for c in rig.warm(FORECAST_WARM)}
+        assert ids and {warm_until(c) for c in rig.warm(FORECAST_WARM)} == {now + FORECAST_HOLD}
+        later = now + timedelta(minutes=5)
+        summary = rig.tick(later)
+        assert {r["claim"] for r in summary["holdsRenewed"]} >= ids
+        assert {warm_until(c) for c in rig.warm(FORECAST_WARM) if c.id in ids} == {later + FORECAST_HOLD}
+        assert not any(warm_held(c, later + FORECAST_HOLD) for c in rig.warm(FORECAST_WARM))  # were ticks to stop
 
     def test_max_warm_gpus_caps_what_is_launched(self) -> None:
         now = MONDAY + timedelta(days=14, hours=8, minutes=55)

@@ -65,7 +65,7 @@ drift launches every replacement its scheduling simulation asks for).
 
 Never touched: nodes with a pod annotated `karpenter.sh/do-not-disrupt: "true"` (a DaemonSet or mirror pod
 included, as Karpenter's), nodes holding warm
-capacity (a claim's `warm` set, a window's until its `warmUntil`), nodes younger than the pool's
+capacity (a claim's `warm` set, until its `warmUntil`), nodes younger than the pool's
 `minNodeAge`, nodes with a pod whose PodDisruptionBudget allows no eviction now (these two pod-level blocks
 aside for drift in a pool with a `terminationGracePeriod`, Karpenter's Eventual class), nodes with pods still on
 their way to them (a replacement, until the nodes it replaces are gone), proposed nodes a pending pod would be

@@ -275,9 +275,9 @@ def empty_wait(pool: NodePool) -> timedelta:
 
 
 def warm_held(claim: NodeClaim, now: datetime) -> bool:
-    """Warm capacity stays while its holder holds it: the forecast until prewarm releases it; a window
-    until prewarm releases it or its `warmUntil` (the window's end) has passed."""
-    if claim.warm is None:
-        return False
+    """Warm capacity stays while its holder holds it: until prewarm releases it or its `warmUntil` passes (a
+    window's opening's end; for the forecast, a few ticks after the last prewarm tick that kept it, so a hold ends
+    even if prewarm stops running). A hold with no end that can be read is not one: every tick that keeps a claim
+    writes its end."""
     until = warm_until(claim)
-    return until is None or now < until
+    return until is not None and now < until

@@ -4,9 +4,10 @@ Pure: configuration, the clock's instant, the live NodeClaims, GPU counts and fo
 `PrewarmDecision` out. The prewarm service acts on it (plans and stores claims, sends launch requests,
 ends warm holds).
 
-Warm capacity is NodeClaims whose `warm` says who holds them: `window:<name>` or `forecast`.
-Consolidation leaves a claim alone while `warm` is set; ending the hold (`StateStore.update_claim` with
-`warm=None`) hands the node to consolidation, which removes it once empty or underused. A warm node's GPUs
+Warm capacity is NodeClaims whose `warm` says who holds them: `window:<name>` or `forecast`, and whose
+`warmUntil` says until when. Consolidation leaves a claim alone while both hold; ending the hold
+(`StateStore.update_claim` with `warm=None`), or its `warmUntil` passing, hands the node to consolidation, which
+removes it once empty or underused. A warm node's GPUs
 count for the hold whether or not real pods have landed on it, so pods using warm capacity never make
 the pool buy more.
 
@@ -35,7 +36,9 @@ Per pool:
   the GPU room and the USD/h room (`maxWarmPricePerHour` less the idle share of what forecast claims
   cost). Forecast claims the target no longer needs are released, largest first, once older than
   `FORECAST_MIN_HOLD` (no flapping on a noisy bucket). Without a forecast (prediction off, or under 24 h
-  of history) no forecast claim is kept.
+  of history) no forecast claim is kept. The forecast's claims (launched, adopted or kept) are held until
+  `FORECAST_HOLD` from now, renewed by each decision that keeps them: a hold no decision renews (prewarm
+  failing for good) ends by itself.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
 
 __all__ = [
+    "FORECAST_HOLD",
     "FORECAST_MIN_HOLD",
     "FORECAST_WARM",
     "WARM_GPUS_ATTRIBUTE",
@@ -88,9 +92,15 @@ FORECAST_WARM = "forecast"
 WARM_GPUS_ATTRIBUTE = "warmGpus"
 """NodeClaim attribute: the physical GPUs a warm claim holds (its smallest candidate's), as a decimal string."""
 WARM_UNTIL_ATTRIBUTE = "warmUntil"
-"""NodeClaim attribute: ISO instant a window's warm claim is held until (the end of the opening that counts it):
-consolidation leaves the claim alone until then (`warm_until`)."""
+"""NodeClaim attribute: ISO instant a warm claim is held until (a window's: the end of the opening that counts it;
+the forecast's: `FORECAST_HOLD` after the last tick that kept it): consolidation leaves the claim alone until then
+(`warm_until`)."""
 FORECAST_MIN_HOLD = timedelta(minutes=15)
+FORECAST_HOLD = timedelta(minutes=20)
+"""How far ahead a forecast claim is held (`warmUntil`), renewed by each prewarm tick that keeps it: four of the
+5-minute rate schedule's periods, so a tick or two lost or late (a throttled tick, a write that lost a race) do not
+end it, while a prewarm that fails for good (Lambda drops an asynchronous event after its retries) holds no node
+for longer."""
 
 
 def window_warm(name: str) -> str:
@@ -103,9 +113,9 @@ def warm_window(warm: str | None) -> str | None:
 
 
 def warm_until(claim: NodeClaim) -> datetime | None:
-    """When a window's warm hold on the claim ends by itself (its `warmUntil`); None for no hold, a forecast's
-    hold (it ends when prewarm releases it) or an end that cannot be read."""
-    if claim.warm is None or warm_window(claim.warm) is None:
+    """When the warm hold on the claim ends by itself (its `warmUntil`); None for no hold or an end that cannot be
+    read (the next prewarm tick that keeps the claim writes one)."""
+    if claim.warm is None:
         return None
     until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
     if not until:
@@ -337,7 +347,7 @@ def _window(state: _Pool, schedule: WindowSchedule, now: datetime, period: timed
         state.windows[window.name] = _by_types(state, window, warm, held, occurrence.end, reason)
     else:
         state.windows[window.name] = _by_gpus(state, window, warm, held, occurrence.end, reason, mix)
-    _extend(state, held, occurrence.end, reason)
+    _extend(state, held, occurrence.end, f"held on: {reason}")
 
 
 def _by_gpus(state: _Pool, window: ScalingWindow, warm: str, held: list[NodeClaim], until: datetime, reason: str,
@@ -362,14 +372,15 @@ def _by_gpus(state: _Pool, window: ScalingWindow, warm: str, held: list[NodeClai
 
 
 def _extend(state: _Pool, held: list[NodeClaim], until: datetime, reason: str) -> None:
-    """The window's claims it keeps are held until its opening's end: a claim an earlier opening launched (or one
-    whose end cannot be read) is held on to the end of the opening that now counts it. Written once per opening,
-    not every tick."""
+    """A holder's claims it keeps (those not released by this decision) are held until `until`: a window's, its
+    opening's end — a claim an earlier opening launched is held on to the end of the opening that now counts it,
+    written once per opening; the forecast's, `FORECAST_HOLD` from now, written each tick. A claim whose end cannot
+    be read gets one."""
     ending = {c.claim.id for c in state.changes}
     for claim in held:
         current = warm_until(claim)
         if claim.id not in ending and (current is None or current < until):
-            state.changes.append(WarmChange(claim, claim.warm, f"held on: {reason}", until=until))
+            state.changes.append(WarmChange(claim, claim.warm, reason, until=until))
 
 
 def _by_types(
@@ -428,6 +439,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
             state.changes.append(WarmChange(claim, None, why))
         _close(state, state.closing)
         return
+    until = now + FORECAST_HOLD
     closing_ids = {c.id for c in state.closing}
     supply = sum(gpus.of_claim(c) for c in state.live if c.id not in closing_ids)
     have = sum(gpus.of_claim(c) for c in own)
@@ -456,7 +468,9 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
     if supply >= target:
         _close(state, state.closing)
         _shed(state, own, supply - target, now)
+        _extend(state, own, until, "the forecast keeps it")
         return
+    _extend(state, own, until, "the forecast keeps it")
     idle = min(have, max(0.0, supply - current))
     price = sum(_price(c) for c in own) * (idle / have if have else 0.0)
     cap_price = predictive.max_warm_price_per_hour
@@ -470,7 +484,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
             idle += size
             price += _price(claim)
             state.changes.append(WarmChange(claim, FORECAST_WARM, f"{state.closing_reasons[claim.id]}; "
-                                            f"the forecast ({forecast.gpus:.1f} GPUs) keeps it warm"))
+                                            f"the forecast ({forecast.gpus:.1f} GPUs) keeps it warm", until=until))
         else:
             left.append(claim)
     _close(state, left)
@@ -483,7 +497,7 @@ def _forecast(state: _Pool, predictive: Predictive, forecast: Forecast | None, n
         return
     state.needs.append(WarmNeed(
         state.pool.name, FORECAST_WARM, gpus=shortfall, gpu_room=max(0.0, ceiling - supply),
-        price_room=price_room,
+        price_room=price_room, until=until,
         reason=f"forecast {forecast.gpus:.1f} GPUs at {forecast.target.isoformat()} against {supply:g} held",
         shapes=tuple(sorted((c, g) for c, g in (shapes or {}).items() if g > 0)),
     ))

@@ -578,7 +578,7 @@ class PolicyRun:
     def _next_weighable(self) -> float:
         """When the search could next decide otherwise with nothing in the cluster changed: the first time after now
         that a node with pods comes out of its pool's consolidateAfter since its last pod event (as the function
-        sees it: from the first minute after the event), or its minNodeAge, or a window's warm hold on it ends.
+        sees it: from the first minute after the event), or its minNodeAge, or a warm hold on it ends.
         Every other input of the search changes with the cluster (`_dirty`)."""
         soonest = math.inf
         for node in self.cluster.nodes.values():
@@ -704,7 +704,7 @@ class PolicyRun:
 
     def _mark_warm(self, instances: Iterable[SimulatedInstance]) -> None:
         """Tell the cost ledger which instances pre-warm holds now. Holds change on pre-warm's ticks (it takes
-        and lets go of capacity then) and when a window's `warmUntil` passes — seen here on the next tick, so
+        and lets go of capacity then) and when a hold's `warmUntil` passes — seen here on the next tick, so
         at most one period of an expired hold is counted as warm rather than as consolidation lag."""
         if self.prewarm is None:
             return
