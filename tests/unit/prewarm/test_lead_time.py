@@ -65,11 +65,11 @@ def test_a_window_is_warmed_a_measured_lead_time_ahead_once_enough_boots_are_rec
 
 
 def test_a_fast_measured_boot_warms_later_than_the_configured_guess() -> None:
-    rig = Rig(make_config(), START - timedelta(minutes=13))  # the configured 8 minutes + 5 would warm now
+    rig = Rig(make_config(), START - timedelta(minutes=13))  # the configured 8 minutes + 6 would warm now
     rig.store.boots = boots([240] * 6)
     rig.tick()
     assert rig.warm(PEAK) == []
-    rig.tick(START - timedelta(minutes=9))  # 4 minutes of measured boot + the 5-minute period
+    rig.tick(START - timedelta(minutes=9))  # 4 minutes of measured boot + the 5-minute period and its minute
     assert rig.gpus(PEAK) >= 8
 
 

@@ -63,7 +63,7 @@ class Rig:
 
 class TestWindow:
     def test_nothing_before_the_lead_time_and_the_tick_period(self) -> None:
-        rig = Rig(make_config(), START - timedelta(minutes=13, seconds=1))
+        rig = Rig(make_config(), START - timedelta(minutes=14, seconds=1))
         summary = rig.tick()
         assert summary["launched"] == [] and rig.queue.sent == []
         assert summary["pools"]["gpu"]["warmTargetGpus"] == 0
@@ -81,6 +81,13 @@ class TestWindow:
         assert all(len(r.claim_ids) == 1 and r.cluster == "test" for r in rig.queue.sent)
         assert summary["pools"]["gpu"]["warmTargetGpus"] == 8 and summary["pools"]["gpu"]["windows"] == {"peak": 8}
         assert {item["claim"] for item in summary["launched"]} == {c.id for c in claims}
+
+    def test_a_window_is_warmed_by_the_tick_whose_next_one_up_to_a_minute_late_would_be_too_late(self) -> None:
+        """Scheduler: "if you set your schedule to run at 1:00, it will invoke the target API between 1:00:00 and
+        1:00:59". After a tick at 08:46:30, the next may come at 08:52:29, under the 8-minute lead time before 09:00:
+        this one must ask."""
+        rig = Rig(make_config(), START - timedelta(minutes=13, seconds=30))
+        assert rig.tick()["launched"] and rig.gpus(PEAK) >= 8
 
     def test_a_second_tick_launches_nothing_more(self) -> None:
         rig = Rig(make_config(), START - timedelta(minutes=8))

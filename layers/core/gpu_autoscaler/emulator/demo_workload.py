@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.resources import GPU
-from gpu_autoscaler.services.prewarm import PERIOD as PREWARM_PERIOD
+from gpu_autoscaler.services.prewarm import NEXT_TICK_WITHIN
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,15 +37,15 @@ SPOT_NOTICE = timedelta(seconds=12)
 """How long before its action time the demo's Spot warning comes: AWS gives two minutes, and the drain does not
 terminate the instance before that time, so the story shortens it."""
 WARM_FROM_SECONDS = 15.0
-"""When, after the configuration is made, the window's pre-warm begins (its start minus lead time and the tick
-period): while the burst is being placed, so the warm capacity is up by the time the story gets to it."""
+"""When, after the configuration is made, the window's pre-warm begins (its start minus lead time and the longest
+until the next tick): while the burst is being placed, so the warm capacity is up by the time the story gets to it."""
 
 
 def demo_config(base: Config, now: datetime, *, warm_from: float = WARM_FROM_SECONDS) -> Config:
     """The user's configuration, tuned for a one-minute story (see the module docstring)."""
     data: dict[str, Any] = json.loads(base.to_json())
     start = (now + timedelta(minutes=7)).replace(second=0, microsecond=0)
-    lead = start - PREWARM_PERIOD - (now + timedelta(seconds=warm_from))
+    lead = start - NEXT_TICK_WITHIN - (now + timedelta(seconds=warm_from))
     lead_text = f"{max(1, int(lead.total_seconds()))}s"
     for pool in data["nodePools"]:
         pool["leadTime"] = lead_text

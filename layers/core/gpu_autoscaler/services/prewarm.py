@@ -11,9 +11,9 @@ even if the window's own tick (which fires at the window's start) never arrives.
    history: no forecast, logged and reported per pool. With a forecast, each pod shape class's series (the
    packer's `<pool>/<class>`, `domain.pod_shapes`) is forecast to the same instant: the headroom is sized
    and shaped by the pods that come.
-2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end or change hands; windows
-   are warmed from start − lead time − `PERIOD`, so the capacity is up by the start whichever 5-minute
-   tick sees the window first.
+2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end, change hands or are
+   extended; windows are warmed from start − lead time − `NEXT_TICK_WITHIN` (the 5-minute period and
+   Scheduler's minute), so the capacity is up by the start whichever tick sees the window first.
 3. Holds that end: `StateStore.update_claim(claim, warm=None, ...)` — the claim is now consolidation's
    to judge like any other; its former holder and the time are kept in its attributes
    (`warmReleased`, `warmReleasedAt`). Holds handed over (a closing window's claim the forecast keeps):
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
@@ -60,7 +61,7 @@ from gpu_autoscaler.wiring import rate_period
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
-    from datetime import datetime, timedelta
+    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config, NodePool
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LIVE_STATES",
+    "NEXT_TICK_WITHIN",
     "RELEASED_AT_ATTRIBUTE",
     "RELEASED_ATTRIBUTE",
     "RESEND_AFTER",
@@ -93,10 +95,16 @@ RELEASED_ATTRIBUTE = "warmReleased"
 """NodeClaim attribute: the holder (`window:<name>` / `forecast`) whose warm hold ended."""
 RELEASED_AT_ATTRIBUTE = "warmReleasedAt"
 PERIOD = rate_period("prewarm")
-"""The rate schedule's period (`gpu_autoscaler.wiring`: rate(5 minutes)): windows are warmed this much
-earlier, so their capacity is up by the start whichever tick sees them first. (The forecast stays at now + lead
-time: its profile already spans ±10 minutes, and the backtest found a further 5 minutes only traded
-hits for idle GPUs along the same curve.)"""
+"""The rate schedule's period (`gpu_autoscaler.wiring`: rate(5 minutes)): windows are warmed a period (and
+Scheduler's minute, `NEXT_TICK_WITHIN`) earlier, so their capacity is up by the start whichever tick sees them
+first. (The forecast stays at now + lead time: its profile already spans ±10 minutes, and the backtest found a
+further 5 minutes only traded hits for idle GPUs along the same curve.)"""
+NEXT_TICK_WITHIN = PERIOD + timedelta(minutes=1)
+"""The longest until the next rate tick: its period, plus the minute EventBridge Scheduler takes to invoke ("if you
+set your schedule to run at 1:00, it will invoke the target API between 1:00:00 and 1:00:59", Scheduler User
+Guide, schedule types). Windows are warmed this much before start − lead time: a tick that sees nothing to do
+must not leave the window to a next tick that comes too late to have the capacity up by the start. (A tick
+retried after a failure comes later still; the next rate tick does not wait for it.)"""
 RESEND_AFTER = 180.0
 """Seconds after which a warm claim still Pending is named in a launch request again."""
 
@@ -251,7 +259,7 @@ class PrewarmService:
         forecasts = self._forecasts(now, leads)
         schedules = self._window_schedules(leads)
         shapes, mixes = self._shaping(now, forecasts, schedules)
-        decision = decide(self.config, now, claims, gpus, forecasts, schedules=schedules, period=PERIOD,
+        decision = decide(self.config, now, claims, gpus, forecasts, schedules=schedules, period=NEXT_TICK_WITHIN,
                           shapes=shapes, mixes=mixes)
         released, handed, renewed = self._apply_changes(decision.changes, now)
         launched: list[NodeClaim] = []
@@ -325,12 +333,12 @@ class PrewarmService:
         `shapes`, per pool with a forecast and shape history: each class's forecast GPUs at the pool's target, for
         the classes with enough history; a pool with shape history whose classes all forecast nothing maps to no
         class (no headroom is wanted); only a pool without any falls back to its GPU total. `mixes`, per pool with
-        a window that asks for a GPU count and holds capacity now (or within the tick period): each class's GPUs
+        a window that asks for a GPU count and holds capacity now (or before the next tick): each class's GPUs
         recorded over the history, the proportions the window's nodes are shaped in. Outside its windows, a pool
         without a forecast reads no series."""
         since = now - self.config.predictive.history
         windowed = {s.window.node_pool for s in schedules
-                    if s.window.warm.gpus is not None and s.holding(now, early=PERIOD) is not None}
+                    if s.window.warm.gpus is not None and s.holding(now, early=NEXT_TICK_WITHIN) is not None}
         shapes: dict[str, dict[str, float]] = {}
         mixes: dict[str, dict[str, float]] = {}
         for pool in self.config.node_pools:
