@@ -33,7 +33,7 @@ import numpy as np
 
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecaster
 from gpu_autoscaler.domain.prewarm import WARM_GPUS_ATTRIBUTE, GpuCapacity, decide, largest_within_budget
-from gpu_autoscaler.domain.windows import window_schedules
+from gpu_autoscaler.domain.windows import window_schedules, windows_zone
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Replay:
         self.pool = config.node_pools[0]
         self.prewarm = bool(config.scaling_windows) or config.predictive.enabled
         self.schedules = window_schedules(config)
-        self.forecaster = Forecaster(config.predictive.quantile)
+        self.forecaster = Forecaster(config.predictive.quantile, zone=windows_zone(config))
         self.period = timedelta(seconds=self.settings.tick)
         self.lead = max(self.pool.lead_time, config.predictive.lead_time)
         buckets = int(math.ceil((end - start) / self.settings.tick)) + 1

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pytest
@@ -129,6 +130,24 @@ class TestPattern:
         series = DemandSeries.from_array(MONDAY, values)
         forecast = Forecaster(0.9).forecast(series, at(2, 12), at(2, 12) + LEAD)
         assert forecast.gpus == pytest.approx(12)
+
+    def test_the_profiles_follow_local_time_across_a_clock_change(self) -> None:
+        """Office hours are local: on the Monday after New York springs forward, 09:00 EDT is 13:00 UTC, while every
+        past weekday was busy from 14:00 UTC. The profiles read the same local time on past days."""
+        new_york = ZoneInfo("America/New_York")
+        now = datetime(2026, 3, 9, 8, 52, tzinfo=new_york).astimezone(UTC)
+        since = now - timedelta(days=14)
+        records = []
+        for i in range(14 * 288):
+            moment = since + i * BUCKET
+            wall = moment.astimezone(new_york)
+            records.append((moment, 10.0 if wall.weekday() < 5 and 9 <= wall.hour < 17 else 0.0))
+        series = DemandSeries.from_records(records, since, now)
+        local = Forecaster(0.9, zone=new_york).forecast(series, now, now + LEAD)
+        assert local.gpus == pytest.approx(10)
+        assert Forecaster(0.9).forecast(series, now, now + LEAD).gpus == 0  # in UTC: 08:00 of last week
+        week_later = now + timedelta(days=7)  # every past day now on the same side of the change
+        assert Forecaster(0.9, zone=new_york).forecast(series, week_later, week_later + LEAD).status == "ok"
 
     def test_a_window_view_replays_what_the_store_would_return(self) -> None:
         series = DemandSeries.from_array(MONDAY, office_hours_demand(20))

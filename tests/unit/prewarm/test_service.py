@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -253,6 +254,13 @@ class TestForecast:
         assert "of demand history; forecasting needs at least 24.0 h" in summary["pools"]["gpu"]["forecast"]["reason"]
         assert any("no forecast for pool gpu" in r.getMessage() for r in caplog.records)
         assert rig.warm() == []
+
+    def test_the_forecast_reads_demand_in_the_windows_time_zone(self) -> None:
+        """The cluster's users' time zone, as its windows name it: office hours follow it across clock changes."""
+        assert Rig(make_config(enabled=True), START).service.forecaster.zone == ZoneInfo("America/New_York")
+        two = make_config(enabled=True, windows=[make_window(), make_window(name="night", timezone="Europe/Paris")])
+        assert Rig(two, START).service.forecaster.zone is None  # which one? UTC, as without windows
+        assert Rig(make_config(windows=[], enabled=True), START).service.forecaster.zone is None
 
     def test_prediction_off_is_reported(self) -> None:
         rig = Rig(make_config(windows=[]), START)

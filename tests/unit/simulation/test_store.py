@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
@@ -128,6 +129,29 @@ def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_on_sparse_se
                 assert sparse.forecast(window, now, target, "gpu") == domain.forecast(plain, now, target, "gpu")
                 compared += 1
     assert compared == 4 * 150 * 3
+
+
+def test_the_sparse_forecaster_gives_the_domain_forecasters_numbers_across_a_clock_change() -> None:
+    """With a time zone, a history holding one of its clock changes is read by local time (the domain forecaster);
+    one without is read sparsely: the same numbers either way."""
+    rng = random.Random(5)
+    start = datetime(2026, 2, 20, tzinfo=UTC)  # New York springs forward on 8 March
+    clock = FixedClock(start)
+    store = SimulationStateStore("c", clock, history_from=start, buckets=50)
+    config = make_config(make_pool("gpu"))
+    prewarm = SimulatedPrewarm(store.series, config, store, EventQueue(lambda *_: None, 0.0),
+                               make_catalog().instance_types, plan_capacity=lambda pods: [], clock=clock)
+    for i in range(int(timedelta(days=30) / BUCKET)):
+        if rng.random() < 0.3:
+            store.record_demand("gpu/2d-t1", start + i * BUCKET, rng.choice([1.0, 2.0, 4.0]), BUCKET)
+    domain = Forecaster(0.9, zone=ZoneInfo("America/New_York"))
+    sparse = SparseForecaster.like(domain)
+    for _ in range(200):
+        now = start + timedelta(days=rng.uniform(2, 30))
+        target = now + timedelta(minutes=rng.choice([5, 8, 60]))
+        window = prewarm._history("gpu/2d-t1", now - timedelta(days=14), now)
+        plain = DemandSeries(window.start, window.values, window.first_record)
+        assert sparse.forecast(window, now, target, "gpu") == domain.forecast(plain, now, target, "gpu")
 
 
 def test_the_simulated_prewarm_reads_the_shape_classes_with_demand_as_the_service_does() -> None:

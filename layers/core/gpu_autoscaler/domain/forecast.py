@@ -9,7 +9,9 @@ a node pool, so the model is small and fast enough to run on every 5-minute tick
    on every past day of the history; the day-of-week profile takes only the past days of the target's
    weekday. The two quantiles are blended, `weekday_share` to the day-of-week one once the history
    holds at least one such day (Monday 09:00 looks like past Mondays, not like Saturdays), else the
-   time-of-day profile alone.
+   time-of-day profile alone. Time of day and weekday are the `zone`'s (None: UTC): office hours follow
+   local time, so for the week after a daylight-saving change a past day's 09:00 is an hour away from
+   today's in UTC.
 2. Recent level. Today may run hotter or colder than usual: the mean of the last `recent` of demand,
    minus the profiles' median for that time, is how far off today is. `level_weight` of that offset is
    added to the profile at the target.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -173,6 +175,9 @@ class Forecaster:
     level_weight: float = 0.5
     recent: timedelta = timedelta(minutes=15)
     min_history: timedelta = MIN_HISTORY
+    zone: tzinfo | None = None
+    """The time zone demand keeps its hours in (the cluster's users'): a past day's sample is taken at the target's
+    local time of day, which a daylight-saving change moves an hour in UTC. None: UTC."""
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile < 1:
@@ -191,7 +196,7 @@ class Forecaster:
         first = max(0, series.index(series.first_record)) if series.first_record is not None else 0
         values = series.values[:end]
         target_index = series.index(target)
-        profile = self._profile(values, target_index, self.quantile, first)
+        profile = self._profile(values, target_index, self.quantile, first, series.start)
         if profile is None:
             return Forecast(pool, ForecastStatus.INSUFFICIENT_HISTORY, target, history,
                             reason="no past bucket at the target's time of day")
@@ -199,15 +204,17 @@ class Forecaster:
         recent_buckets = max(1, math.ceil(self.recent / BUCKET))
         recent = values[max(0, end - recent_buckets):end]
         level = float(recent.sum()) / recent.size if recent.size else 0.0  # ndarray.mean's own arithmetic
-        usual = self._profile(values, end - 1 - (recent_buckets - 1) // 2, 0.5, first)
+        usual = self._profile(values, end - 1 - (recent_buckets - 1) // 2, 0.5, first, series.start)
         offset = level - usual[0] if usual is not None else 0.0
         gpus = max(0.0, value + self.level_weight * offset)
         current = float(values[end - 1]) if end > 0 else 0.0
         return Forecast(pool, ForecastStatus.OK, target, history, gpus, value, level, samples, current=current)
 
-    def _profile(self, values: np.ndarray, target_index: int, q: float, first: int) -> tuple[float, int] | None:
-        """The blended profile's q-quantile at a bucket, and how many samples it read; None without any."""
-        samples, same_weekday = self._samples(values, target_index, first)
+    def _profile(self, values: np.ndarray, target_index: int, q: float, first: int,
+                 start: datetime) -> tuple[float, int] | None:
+        """The blended profile's q-quantile at a bucket (`start`: bucket 0's), and how many samples it read; None
+        without any."""
+        samples, same_weekday = self._samples(values, target_index, first, start)
         if samples.size == 0:
             return None
         by_time = inverted_cdf(samples, q)
@@ -217,13 +224,47 @@ class Forecaster:
         by_weekday = inverted_cdf(weekday, q)
         return self.weekday_share * by_weekday + (1 - self.weekday_share) * by_time, int(samples.size)
 
-    def _samples(self, values: np.ndarray, target_index: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    def _samples(self, values: np.ndarray, target_index: int, first: int,
+                 start: datetime) -> tuple[np.ndarray, np.ndarray]:
         """Past buckets from `first` on at the target's time of day (± tolerance) on every earlier day, and
         which of them fall on the target's weekday."""
-        offsets, same = _offsets(target_index // _DAY + 1, int(self.tolerance / BUCKET))
+        days = target_index // _DAY + 1
+        half = int(self.tolerance / BUCKET)
+        offsets, same = _offsets(days, half)
+        shifts = self.local_shifts(start + target_index * BUCKET, days)
+        if shifts is not None:
+            offsets = offsets + np.repeat(shifts, 2 * half + 1)
         index = target_index + offsets
         valid = (index >= first) & (index < values.size)
         return values[index[valid]], same[valid]
+
+
+    def local_shifts(self, moment: datetime, days: int) -> np.ndarray | None:
+        """Per past day (1 … `days` back), the buckets from `moment` − d × 24 h to the same local time d days
+        back, in the `zone`: the UTC offset the day had less the one `moment` has; None when every day's is
+        the same (no zone, or no change within the days)."""
+        if self.zone is None:
+            return None
+        return _local_shifts(int(bucket_start(moment).timestamp()), days, self.zone)
+
+
+@functools.lru_cache(maxsize=256)
+def _local_shifts(moment: int, days: int, zone: tzinfo) -> np.ndarray | None:
+    """`Forecaster.local_shifts` of a bucket start (epoch seconds): a tick forecasts many series for the same
+    instants, so each is worked out once (read-only). A local time that does not exist that day (the hour
+    skipped when clocks go forward) takes the offset before the change (`fold=0`), as the windows do."""
+    local = datetime.fromtimestamp(moment, zone)
+    offset = local.utcoffset()
+    wall = local.replace(tzinfo=None)
+    shifts = np.zeros(days, np.int64)
+    for d in range(1, days + 1):
+        past = (wall - timedelta(days=d)).replace(tzinfo=zone).utcoffset()
+        if past != offset and past is not None and offset is not None:
+            shifts[d - 1] = (offset - past) // BUCKET
+    if not shifts.any():
+        return None
+    shifts.flags.writeable = False
+    return shifts
 
 
 @functools.lru_cache(maxsize=64)

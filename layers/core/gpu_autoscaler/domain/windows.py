@@ -52,6 +52,7 @@ __all__ = [
     "WindowSchedule",
     "active_windows",
     "window_schedules",
+    "windows_zone",
 ]
 
 _MONTH_NAMES = {name: i for i, name in enumerate(
@@ -410,6 +411,13 @@ def window_schedules(config: Config, lead_times: Mapping[str, timedelta] | None 
     leads = lead_times or {}
     return [WindowSchedule(w, leads.get(w.node_pool, config.pool(w.node_pool).lead_time))
             for w in config.scaling_windows]
+
+
+def windows_zone(config: Config) -> ZoneInfo | None:
+    """The time zone every configured window names: the cluster's users', whose office hours the demand forecast
+    follows (`Forecaster.zone`). None without windows or when they name several (no one zone to choose: UTC)."""
+    zones = {w.timezone for w in config.scaling_windows}
+    return ZoneInfo(zones.pop()) if len(zones) == 1 else None
 
 
 def active_windows(config: Config, moment: datetime) -> list[WindowOccurrence]:

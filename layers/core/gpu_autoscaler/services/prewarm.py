@@ -7,10 +7,10 @@ even if the window's own tick (which fires at the window's start) never arrives.
 1. Each pool's lead time: the `measuredLeadTime.quantile` of its recorded boots (launch → GPUs allocatable,
    `domain.boot_times`) once it has `minSamples` of them, else the configured one. Read the cluster's live
    claims; when prediction is on, each pool's demand history since `predictive.history`, and forecast demand
-   at now + lead time (the measured one, else `max(pool.leadTime, predictive.leadTime)`). Under 24 h of
-   history: no forecast, logged and reported per pool. With a forecast, each pod shape class's series (the
-   packer's `<pool>/<class>`, `domain.pod_shapes`) is forecast to the same instant: the headroom is sized
-   and shaped by the pods that come.
+   (by local time in the windows' time zone, `windows_zone`) at now + lead time (the measured one, else
+   `max(pool.leadTime, predictive.leadTime)`). Under 24 h of history: no forecast, logged and reported per
+   pool. With a forecast, each pod shape class's series (the packer's `<pool>/<class>`, `domain.pod_shapes`)
+   is forecast to the same instant: the headroom is sized and shaped by the pods that come.
 2. Decide (`domain.prewarm.decide`): what to launch per holder, which holds end, change hands or are
    extended; windows are warmed from start − lead time − `NEXT_TICK_WITHIN` (the 5-minute period and
    Scheduler's minute), so the capacity is up by the start whichever tick sees the window first.
@@ -52,7 +52,7 @@ from gpu_autoscaler.domain.prewarm import (
     mig_slices_per_gpu,
     placeholder_pods,
 )
-from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
+from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules, windows_zone
 from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
@@ -240,7 +240,7 @@ class PrewarmService:
         self.launches = launches
         self.plan_capacity = plan_capacity
         self.clock = clock
-        self.forecaster = forecaster or Forecaster(config.predictive.quantile)
+        self.forecaster = forecaster or Forecaster(config.predictive.quantile, zone=windows_zone(config))
         self._instance_types = instance_types
         self._schedules = window_schedules(config)
         self._schedules_for: dict[tuple[tuple[str, timedelta], ...], list[WindowSchedule]] = {}

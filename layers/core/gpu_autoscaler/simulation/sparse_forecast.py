@@ -9,8 +9,9 @@ series' non-zero buckets by time of day (`SimulationStateStore.nonzero`); a prof
 count of buckets at the target's time of day in range (arithmetic) and the few non-zero ones among them
 (bisections), and since demand is never negative the q-quantile is 0 unless the non-zero samples reach it, else
 the right one of them sorted — the same sample `inverted_cdf` selects, so the forecast is equal to the bit.
-Anything but a `SparseSeries` with enough history goes to the domain forecaster unchanged; the simulator's
-tests compare the two on random series.
+Anything but a `SparseSeries` with enough history, or a forecast whose history holds a clock change of the
+forecaster's `zone`, goes to the domain forecaster unchanged; the simulator's tests compare the two on random
+series.
 """
 
 from __future__ import annotations
@@ -60,8 +61,14 @@ class SparseForecaster(Forecaster):
         if history < self.min_history or end <= 0:
             return super().forecast(series, now, target, pool)
         half, recent_buckets = _spans(self.tolerance, self.recent)
+        target_index = _index(target, start)
+        usual_index = end - 1 - (recent_buckets - 1) // 2
+        if self.zone is not None and (
+                self.local_shifts(series.start + target_index * BUCKET, target_index // _DAY + 1) is not None
+                or self.local_shifts(series.start + usual_index * BUCKET, usual_index // _DAY + 1) is not None):
+            return super().forecast(series, now, target, pool)  # a clock change within the history: by local time
         first = max(0, _index(series.first_record, start))
-        profile = self._sparse_profile(series, end, _index(target, start), self.quantile, first, half)
+        profile = self._sparse_profile(series, end, target_index, self.quantile, first, half)
         if profile is None:
             return super().forecast(series, now, target, pool)
         value, samples = profile
@@ -72,7 +79,7 @@ class SparseForecaster(Forecaster):
         if value == 0.0 and level == 0.0 and self.level_weight >= 0:
             gpus = 0.0  # the offset, 0 less a median of demand, is never above 0: the domain's max(0, …) is 0
         else:
-            usual = self._sparse_profile(series, end, end - 1 - (recent_buckets - 1) // 2, 0.5, first, half)
+            usual = self._sparse_profile(series, end, usual_index, 0.5, first, half)
             offset = level - usual[0] if usual is not None else 0.0
             gpus = max(0.0, value + self.level_weight * offset)
         return Forecast(pool, ForecastStatus.OK, target, history, gpus, value, level, samples, current=last[-1])
