@@ -779,6 +779,20 @@ def test_an_initialized_node_that_is_not_ready_uses_up_the_budget() -> None:
     assert down not in touched(result)
 
 
+def test_a_warm_node_still_booting_uses_up_no_budget() -> None:
+    """A claim held warm records no requests: its node, registered NotReady and tainted uninitialized as EKS
+    registers one, was never initialized, so Karpenter neither counts it nor counts it as disrupting
+    (`helpers.go` skips nodes not `Initialized()`). Counted as a NotReady node, it took the budget of "1" and the
+    empty node beside it stayed."""
+    cluster = Cluster(pool_config(budgets=[{"nodes": "1"}]))
+    empty = cluster.node()
+    booting = cluster.node(attributes={})
+    cluster.update_node(booting, Taint(key="node.cloudprovider.kubernetes.io/uninitialized", value="true",
+                                       effect="NoSchedule"),
+                        Taint(key="node.kubernetes.io/not-ready", value="", effect="NoSchedule"), ready=False)
+    assert touched(cluster.consolidate()) == {empty}
+
+
 def test_multi_node_consolidation_stays_within_the_budget() -> None:
     cluster = Cluster(pool_config(budgets=[{"nodes": "3"}]))
     for _ in range(10):

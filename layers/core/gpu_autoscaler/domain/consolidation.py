@@ -308,7 +308,7 @@ class _Pass(GroupJudge):
         """None: not one of its pool's nodes for the budgets (not ours, not initialized); else whether it uses up
         budget (being disrupted — a proposal's included —, cordoned or NotReady)."""
         claim, node = n.item.claim, n.item.node
-        if claim is None or not was_initialized(node, claim_requests(claim)):
+        if claim is None or not was_initialized(node, claim, claim_requests(claim)):
             return None
         return disrupting(claim, self.now) or node.unschedulable or not node.ready
 

@@ -56,6 +56,8 @@ controller manager put them on a node that is not ready for pods yet, and take t
 EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
 """Taint keys ephemeral whatever their suffix (Karpenter's `KnownEphemeralTaintKeyPrefixes`): the Node Readiness
 Controller puts `readiness.k8s.io/<rule>` on a node until its rule holds (a GPU driver loaded, say)."""
+_UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+"""The cloud controller manager's taint, on a node from its registration until it initializes it, never again."""
 _NODE_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, PODS})
 """Reported by the kubelet itself from its first status: only the others wait for a device plugin."""
 
@@ -71,16 +73,24 @@ def not_initialized(node: ClusterNode, requested: Mapping[str, int]) -> str | No
     return _unregistered(node, requested)
 
 
-def was_initialized(node: ClusterNode, requested: Mapping[str, int]) -> bool:
-    """Whether the node has been initialized, Ready or not now. Karpenter latches initialization on the NodeClaim
-    and counts such nodes, and only those, towards a pool's disruption budget. The Node stands in for that latch
-    here: a NotReady node has been initialized if every resource it was made for is allocatable, since a Node keeps
-    the allocatable its kubelet last reported and device plugins register only with a running kubelet. A NotReady
-    node of a claim that asked for no such resource counts as initialized: counted as disrupting as well, it can
-    only tighten a budget."""
+def was_initialized(node: ClusterNode, claim: NodeClaim, requested: Mapping[str, int]) -> bool:
+    """Whether the claim's node has been initialized, Ready or not now: Karpenter latches initialization on the
+    NodeClaim and counts such nodes, and only those, towards a pool's disruption budget (`helpers.go` skips a node
+    not `Initialized()`). The latch here is the claim's `initializedAt`; a node Ready and initialized now, before the
+    reconcile step wrote it, has been. A NotReady node of a claim that has none was initialized only if it shows what
+    an initialized node shows (a claim from before the latch was recorded): no `uninitialized` taint, every resource
+    it was made for allocatable, or, made for none, some device a plugin registered — a Node keeps the allocatable
+    its kubelet last reported, and device plugins register only with a running kubelet. A node still booting (a
+    claim held warm records no requests) shows none of that."""
+    if initialized_at(claim) is not None:
+        return True
     if node.ready:
         return not_initialized(node, requested) is None
-    return _unregistered(node, requested) is None
+    if any(taint.key == _UNINITIALIZED for taint in node.taints):
+        return False
+    if any(quantity > 0 for quantity in requested.values()):
+        return _unregistered(node, requested) is None
+    return any(count > 0 and name not in _NODE_RESOURCES for name, count in node.allocatable.items())
 
 
 def _unregistered(node: ClusterNode, requested: Mapping[str, int]) -> str | None:

@@ -226,7 +226,7 @@ class ReconcileService:
                 initialized = True
             elif not busy and initialization_overdue(
                     claim, now, self.config.timeouts.registration_ttl) and not was_initialized(
-                    node, claim_requests(claim)):
+                    node, claim, claim_requests(claim)):
                 self._give_up_uninitialized(claim, node, why, outcome)
                 return
         if attributes == claim.attributes:
