@@ -16,20 +16,6 @@ from gpu_autoscaler.emulator.instances import InstanceWatcher, LaunchedInstance
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 
 
-class _Ec2:
-    def get_paginator(self, name: str) -> Any:
-        assert name == "describe_instances"
-        instance = {"InstanceId": "i-0abc", "InstanceType": "g6.xlarge", "State": {"Name": "running"},
-                    "Placement": {"AvailabilityZone": "us-east-1a"},
-                    "Tags": [{"Key": TAG_CLUSTER, "Value": "ml-prod"}]}
-
-        class _Pages:
-            def paginate(self, **_: Any) -> list[dict[str, Any]]:
-                return [{"Reservations": [{"Instances": [instance]}]}]
-
-        return _Pages()
-
-
 class _Events:
     def put_events(self, **_: Any) -> None:
         return None
@@ -58,7 +44,7 @@ class _Kubelets:
 
 def test_a_boot_refused_by_a_throttled_read_is_tried_again() -> None:
     kubelets = _Kubelets()
-    watcher = InstanceWatcher(_Ec2(), _Events(), "ml-prod", "us-east-1", "123456789012", kubelets, boot_delay=0.0,
+    watcher = InstanceWatcher(_States(), _Events(), "ml-prod", "us-east-1", "123456789012", kubelets, boot_delay=0.0,
                               interval=0.0)
     for _ in range(3):
         try:
@@ -76,6 +62,7 @@ class _States:
         self.state = "running"
 
     def get_paginator(self, name: str) -> Any:
+        assert name == "describe_instances"
         instance = {"InstanceId": "i-0abc", "InstanceType": "g6.xlarge", "State": {"Name": self.state},
                     "Placement": {"AvailabilityZone": "us-east-1a"},
                     "Tags": [{"Key": TAG_CLUSTER, "Value": "ml-prod"}]}
