@@ -152,13 +152,13 @@ class ReservationOptions(_Frozen):
     """(instance type, zone, reservation id) of the reservations named, where known: what EC2's error about an
     override (a type in a zone) is about, so the record it leaves names the reservation (`domain.fleet`), and which
     reservation an instance of that type and zone runs in."""
+    fallback_on_demand: bool = False
+    """Let EC2 fill what the reservations cannot with On-Demand in the same call. Off by default: the
+    service falls back itself, so the claim records what it really got and why."""
 
     def named_at(self, instance_type: str, zone: str) -> tuple[str, ...]:
         """The reservations named that hold this type in this zone (as far as `placements` knows)."""
         return tuple(dict.fromkeys(r for t, z, r in self.placements if (t, z) == (instance_type, zone)))
-    fallback_on_demand: bool = False
-    """Let EC2 fill what the reservations cannot with On-Demand in the same call. Off by default: the
-    service falls back itself, so the claim records what it really got and why."""
 
 
 class FleetRequest(_Frozen):
