@@ -27,7 +27,7 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.kube_objects import NODES, ApiError
+from gpu_autoscaler.emulator.kube_objects import NODES, ApiError, remove_taints
 from gpu_autoscaler.emulator.kubelet import UNINITIALIZED_TAINT, cloud_labels
 
 if TYPE_CHECKING:
@@ -113,10 +113,5 @@ class CloudControllerManager:
 def _initialize(node: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     metadata = node["metadata"]
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
-    spec = node.setdefault("spec", {})
-    taints = [t for t in spec.get("taints") or () if t.get("key") != UNINITIALIZED_TAINT]
-    if taints:
-        spec["taints"] = taints
-    else:
-        spec.pop("taints", None)
+    remove_taints(node, lambda taint: taint.get("key") == UNINITIALIZED_TAINT)
     return node

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from datetime import datetime
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "ResourceType",
     "format_quantity",
     "format_time",
+    "remove_taints",
     "status_body",
 ]
 
@@ -178,3 +179,14 @@ def format_quantity(name: str, value: int) -> str:
     if name in ("memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi") and value and value % 1024 == 0:
         return f"{value // 1024}Ki"
     return str(value)
+
+
+def remove_taints(node: dict[str, Any], drop: Callable[[Mapping[str, Any]], bool]) -> None:
+    """Take the taints `drop` names off a Node object (its `spec.taints` gone when none is left, as the API
+    server leaves an untainted Node)."""
+    spec = node.setdefault("spec", {})
+    taints = [t for t in spec.get("taints") or () if not drop(t)]
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)

@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.kube_objects import NODES, PODS, ApiError, format_quantity, format_time
+from gpu_autoscaler.emulator.kube_objects import NODES, PODS, ApiError, format_quantity, format_time, remove_taints
 from gpu_autoscaler.emulator.kubelet_user_data import (
     BootstrapError,
     DevicePluginSettings,
@@ -468,12 +468,7 @@ def _report_ready(node: dict[str, Any], instance: SimulatedInstance, now: dateti
          "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]
     metadata = node["metadata"]
     metadata["labels"] = {**(metadata.get("labels") or {}), **instance.ready_labels()}
-    spec = node.setdefault("spec", {})
-    taints = [t for t in spec.get("taints") or () if t.get("key") != NOT_READY_TAINT]
-    if taints:
-        spec["taints"] = taints
-    else:
-        spec.pop("taints", None)
+    remove_taints(node, lambda taint: taint.get("key") == NOT_READY_TAINT)
     return node
 
 

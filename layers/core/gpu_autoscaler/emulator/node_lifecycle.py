@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.kube_objects import NODES, ApiError, format_time
+from gpu_autoscaler.emulator.kube_objects import NODES, ApiError, format_time, remove_taints
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -66,9 +66,7 @@ class NodeLifecycle:
             if conditions is not None:
                 obj.setdefault("status", {})["conditions"] = [
                     {**c, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp} for c in conditions]
-            spec = obj.setdefault("spec", {})
-            spec["taints"] = [t for t in spec.get("taints") or () if (t.get("key"), t.get("effect")) not in
-                              STOPPED_TAINTS]
+            remove_taints(obj, lambda taint: (taint.get("key"), taint.get("effect")) in STOPPED_TAINTS)
             return obj
 
         self._update(node, resume)
