@@ -174,14 +174,28 @@ class ReconcileService:
         logger.info("claim %s: none of its %d pod(s) waits for it any more (started elsewhere or deleted); its room "
                     "is free for the next pending pods", claim.id, len(claim.pods))
 
+    @staticmethod
+    def _first_seen(claim: NodeClaim, node: ClusterNode, now: datetime,
+                    attributes: dict[str, str]) -> tuple[BootSample | None, str | None]:
+        """Record in `attributes` what is seen of the claim's node for the first time: its boot (`bootSeconds`)
+        and its initialization (`initializedAt`). Returns the boot sample taken now, if any, and why the node is
+        not initialized (None once it is, now or before)."""
+        boot = None
+        if BOOT_ATTRIBUTE not in attributes:
+            boot = observe_boot(claim, node, launched_at(claim), now)
+            if boot is not None:
+                attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
+        why = None
+        if initialized_at(claim) is None:
+            why = not_initialized(node, claim_requests(claim))
+            if why is None:
+                attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
+        return boot, why
+
     def _register(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
         attributes = dict(claim.attributes)
-        boot = observe_boot(claim, node, launched_at(claim), now)
-        if boot is not None:
-            attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
-        initialized = not_initialized(node, claim_requests(claim)) is None
-        if initialized:
-            attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
+        boot, _ = self._first_seen(claim, node, now, attributes)
+        initialized = INITIALIZED_ATTRIBUTE in attributes and INITIALIZED_ATTRIBUTE not in claim.attributes
         try:
             pool = self.config.pool(claim.pool)
         except KeyError:
@@ -213,22 +227,13 @@ class ReconcileService:
         unless pods other than DaemonSets' run on it (`busy`: it took pods, so it was usable once; a drain, not
         this, is how such a node leaves) or it may have been initialized before the time was recorded."""
         attributes = dict(claim.attributes)
-        boot = None
-        if BOOT_ATTRIBUTE not in attributes:
-            boot = observe_boot(claim, node, launched_at(claim), now)
-            if boot is not None:
-                attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
-        initialized = False
-        if initialized_at(claim) is None:
-            why = not_initialized(node, claim_requests(claim))
-            if why is None:
-                attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
-                initialized = True
-            elif not busy and initialization_overdue(
-                    claim, now, self.config.timeouts.registration_ttl) and not was_initialized(
-                    node, claim, claim_requests(claim)):
-                self._give_up_uninitialized(claim, node, why, outcome)
-                return
+        boot, why = self._first_seen(claim, node, now, attributes)
+        initialized = INITIALIZED_ATTRIBUTE in attributes and INITIALIZED_ATTRIBUTE not in claim.attributes
+        if why is not None and not busy and initialization_overdue(
+                claim, now, self.config.timeouts.registration_ttl) and not was_initialized(
+                node, claim, claim_requests(claim)):
+            self._give_up_uninitialized(claim, node, why, outcome)
+            return
         if attributes == claim.attributes:
             return
         try:
@@ -246,7 +251,7 @@ class ReconcileService:
     def _give_up_uninitialized(self, claim: NodeClaim, node: ClusterNode, why: str,
                                outcome: ReconcileOutcome) -> None:
         ttl = self.config.timeouts.registration_ttl
-        reason = f"registration timeout: node {node.name} was not initialized within {ttl} of launch ({why})"
+        reason = f"registration timeout: node {node.name} was not initialized within {ttl} of registration ({why})"
         try:
             self.fleet.terminate(claim, reason)
         except StaleClaim:
