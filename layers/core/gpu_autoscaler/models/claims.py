@@ -94,17 +94,15 @@ class NodeClaim(BaseModel):
         return self.state not in (ClaimState.TERMINATED, ClaimState.DRAINING)
 
 
+def _last_entered(claim: NodeClaim, state: ClaimState) -> datetime | None:
+    return next((step.at for step in reversed(claim.history) if step.state is state), None)
+
+
 def launched_at(claim: NodeClaim) -> datetime:
     """When the claim's instance was launched (its last Launched transition), else when it was created."""
-    for step in reversed(claim.history):
-        if step.state is ClaimState.LAUNCHED:
-            return step.at
-    return claim.created_at
+    return _last_entered(claim, ClaimState.LAUNCHED) or claim.created_at
 
 
 def registered_at(claim: NodeClaim) -> datetime:
     """When the claim's Node registered (its last Registered transition), else when it was launched."""
-    for step in reversed(claim.history):
-        if step.state is ClaimState.REGISTERED:
-            return step.at
-    return launched_at(claim)
+    return _last_entered(claim, ClaimState.REGISTERED) or launched_at(claim)
