@@ -180,7 +180,11 @@ class Functions(Construct):
         to one thread: numpy loads it with a worker per core that spins for ~100 ms of CPU waiting for work the
         functions never give it (the packer's matrix products are small, integer ones never reach BLAS) — CPU
         taken from the cold start it happens in (importing the packer's handler: ~610 → ~510 ms of CPU, medians
-        of four)."""
+        of four). And Tracer records no function's return value: it adds each traced method's return to its X-Ray
+        subsegment, and the packer's names every unschedulable pod with its reason, so a large burst's subsegment
+        passes what one UDP datagram to the X-Ray daemon holds (65,507 bytes; aws-xray-sdk's `UDPEmitter` logs the
+        failure and drops it: the trace of the invocation one most wants is lost) and puts pod names in traces;
+        the same summaries are in the function's log."""
         env = {
             "CONFIG_PARAMETER": self._parameter.parameter_name,
             "TABLE_NAME": self._table.table_name,
@@ -189,6 +193,7 @@ class Functions(Construct):
             "POWERTOOLS_SERVICE_NAME": spec.name,
             "POWERTOOLS_METRICS_NAMESPACE": self._names.metrics_namespace,
             "OPENBLAS_NUM_THREADS": "1",
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
         }
         if spec.trigger is WorkQueue.PENDING_PODS:  # a document that can never parse is dead-lettered at once
             env["PENDING_PODS_DLQ_URL"] = self._queues.dead_letter_queues[WorkQueue.PENDING_PODS].queue_url

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
 
 COMMON_ENV = {"CONFIG_PARAMETER", "TABLE_NAME", "LAUNCH_QUEUE_URL", "DRAIN_QUEUE_URL", "POWERTOOLS_SERVICE_NAME",
-              "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS"}  # fmt: skip
-LIBRARY_ENV = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS"}
+              "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS", "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}  # fmt: skip
+LIBRARY_ENV = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS",
+               "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}
 """Read by the libraries, not by `FunctionSettings`."""
 
 
@@ -69,6 +70,7 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
         assert env["POWERTOOLS_SERVICE_NAME"] == spec.name
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == ResourceNames(synthesized.config.cluster_name).metrics_namespace
         assert env["OPENBLAS_NUM_THREADS"] == "1"  # numpy's OpenBLAS starts no worker to spin through a cold start
+        assert env["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"  # no pod names, no subsegment over 64 KB
         if spec.name == "fleet":
             assert env["LAUNCH_TEMPLATE_ID"] == {"Ref": templates["on-demand"]}
             joined = json.dumps(env["LAUNCH_TEMPLATES"])
