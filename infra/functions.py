@@ -289,7 +289,7 @@ class Functions(Construct):
         star = ["xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing)"]
         star.append("the EC2 Describe* calls, restricted to the configured region by aws:RequestedRegion")
         if Capability.READ_PRICES in spec.capabilities:
-            star.append("pricing:GetProducts and servicequotas:GetAWSDefaultServiceQuota")
+            star.append("pricing:GetProducts, servicequotas:GetAWSDefaultServiceQuota and cloudwatch:GetMetricData")
         suppressions: list[dict[str, Any]] = [
             {
                 "id": "AwsSolutions-IAM5",

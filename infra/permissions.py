@@ -121,6 +121,10 @@ class Ec2Permissions:
                 iam.PolicyStatement(
                     sid="ReadEc2QuotaDefaults", actions=["servicequotas:GetAWSDefaultServiceQuota"], resources=["*"]
                 ),
+                # The account's use of each quota, from the CloudWatch metric its answer names (AWS/Usage). The
+                # Service Authorization Reference lists no resource type for GetMetricData, and no condition key
+                # narrows it to a namespace (cloudwatch:namespace applies to PutMetricData only).
+                iam.PolicyStatement(sid="ReadQuotaUsage", actions=["cloudwatch:GetMetricData"], resources=["*"]),
             ],
             [
                 Wildcard(

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 ACCOUNT = "111122223333"
 STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts",
-                "servicequotas:GetAWSDefaultServiceQuota"}
+                "servicequotas:GetAWSDefaultServiceQuota", "cloudwatch:GetMetricData"}
 """Actions without resource-level permissions (plus ec2:Describe*, checked by prefix)."""
 PACKAGE = Path(gpu_autoscaler.__file__).parent
 FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
@@ -191,7 +191,8 @@ def test_ec2_permissions_are_exactly_what_the_code_calls(synthesized: Synthesize
     assert not any(allowed(synthesized, n, "ec2:CreateLaunchTemplate") for n in FUNCTIONS)
 
 
-@pytest.mark.parametrize(("service", "prefix"), [("service-quotas", "servicequotas"), ("pricing", "pricing")])
+@pytest.mark.parametrize(("service", "prefix"), [("service-quotas", "servicequotas"), ("pricing", "pricing"),
+                                                ("cloudwatch", "cloudwatch")])
 def test_quota_and_price_permissions_are_exactly_what_the_code_calls(
         synthesized: Synthesized, service: str, prefix: str) -> None:
     assert _granted(synthesized, prefix) == operations_called(service, prefix)

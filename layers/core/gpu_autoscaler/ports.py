@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
     from gpu_autoscaler.models.fleet import FleetRequest, FleetResult, OwnedInstance
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
+    from gpu_autoscaler.models.quotas import UsageReading
     from gpu_autoscaler.models.taints import Taint
 
 __all__ = [
@@ -203,6 +204,11 @@ class DrainQueue(Protocol):
 
 
 class QuotaSource(Protocol):
-    """vCPU service quotas by `<group>/<capacity type>` (`g/spot`, `p/on-demand`), as far as they are known."""
+    """vCPU service quotas by `<group>/<capacity type>` (`g/spot`, `p/on-demand`), as far as they are known, and the
+    account's use of them."""
 
     def vcpu_quotas(self) -> Mapping[str, int]: ...
+
+    def vcpu_usage(self) -> Mapping[str, UsageReading]:
+        """The vCPUs the whole account uses per quota key (every instance, this cluster's too), where known."""
+        ...

@@ -124,6 +124,20 @@ def test_a_change_to_what_a_solve_reads_is_asked_afresh(name: str, change: Any) 
     assert result == _fresh(cluster, **kwargs)
 
 
+def test_what_the_account_s_other_instances_use_is_part_of_the_question() -> None:
+    """The same quotas with another workload filling them: not the plan of the question without it."""
+    cluster, big, _ = _half_empty()
+    solver = _Counting(cluster.config, cluster.catalog, cluster.clock)
+    quotas = {"g/on-demand": 10_000, "g/spot": 10_000}
+    roomy = _run(cluster, solver, quotas=quotas)
+    asked = solver.solves
+    full = {"g/on-demand": 10_000, "g/spot": 10_000}
+    crowded = _run(cluster, solver, quotas=quotas, outside=full)
+    assert solver.solves > asked, "answered from the memo"
+    assert crowded == _fresh(cluster, quotas=quotas, outside=full)
+    assert roomy.decisions[0].replacements and not any(d.replacements for d in crowded.decisions)
+
+
 def _claim() -> NodeClaim:
     return NodeClaim(cluster="c", id="nc-1", pool="gpu", capacity_type="on-demand", zones=("us-east-1a",),
                      instance_types=("g5.xlarge",), price_per_hour=1.0, created_at=NOW)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.models.boot import BootSample
     from gpu_autoscaler.models.messages import LaunchRequest
+    from gpu_autoscaler.models.quotas import UsageReading
 
 
 class Boom(RuntimeError):
@@ -172,9 +173,13 @@ class RecordingLaunchQueue:
 @dataclass
 class FixedQuotas:
     values: Mapping[str, int]
+    usage: Mapping[str, UsageReading] = field(default_factory=dict)
 
     def vcpu_quotas(self) -> Mapping[str, int]:
         return self.values
+
+    def vcpu_usage(self) -> Mapping[str, UsageReading]:
+        return self.usage
 
 
 @dataclass
@@ -187,6 +192,8 @@ class FakeServiceQuotasClient:
     error: Exception | None = None
     defaults: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """A code's `UsageMetric` (MetricInfo), given in its answers."""
     calls: int = 0
     """GetServiceQuota calls."""
     default_calls: int = 0
@@ -210,4 +217,7 @@ class FakeServiceQuotasClient:
                                                                  "ErrorMessage": "could not read it"}}}
         if code not in table:
             raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "no such quota"}}, operation)
-        return {"Quota": {"QuotaCode": code, "Value": table[code]}}
+        quota: dict[str, Any] = {"QuotaCode": code, "Value": table[code]}
+        if code in self.metrics:
+            quota["UsageMetric"] = self.metrics[code]
+        return {"Quota": quota}

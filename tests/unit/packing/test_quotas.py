@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.stub import Stubber
 
-from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
+from gpu_autoscaler.adapters.aws.service_quotas import USAGE_WINDOW, ServiceQuotasSource
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, VcpuLedger, quota_group, quota_keys
-from tests.unit.packing.builders import NOW, make_type
+from gpu_autoscaler.domain.packing.quotas import (
+    QUOTA_CODES,
+    USAGE_METRIC_LAG,
+    VcpuLedger,
+    quota_group,
+    quota_keys,
+    vcpus_outside,
+)
+from gpu_autoscaler.models.claims import ClaimState, NodeClaim, StateTransition
+from gpu_autoscaler.models.quotas import UsageReading
+from tests.unit.packing.builders import NOW, make_catalog, make_claim, make_type
 from tests.unit.packing.fakes import FakeServiceQuotasClient
 
 
@@ -44,6 +55,31 @@ def test_ledger_charges_the_largest_candidate_per_key() -> None:
     assert not ledger.admits_type(make_type("g5.2xlarge"), "spot")
     assert ledger.admits_type(make_type("g6.xlarge"), "spot")
     assert ledger.blocking([make_type("g5.2xlarge")], "spot") == "g5/spot"
+
+
+def _launched(at: datetime, instance_type: str = "g5.12xlarge", capacity_type: str = "on-demand") -> NodeClaim:
+    return make_claim(state=ClaimState.REGISTERED, instance_id="i-0123", instance_type=instance_type,
+                      capacity_type=capacity_type, zone="us-east-1a",
+                      history=(StateTransition(state=ClaimState.LAUNCHED, at=at),))
+
+
+def test_what_others_use_is_the_account_usage_less_our_instances_the_metric_already_shows() -> None:
+    """The metric counts every instance of the account, ours too: ours launched long enough before its datapoint
+    are taken out; ours launched since (or too shortly before to be counted yet) stay in both, over-counted."""
+    reading = NOW - timedelta(minutes=1)
+    old = _launched(reading - USAGE_METRIC_LAG - timedelta(minutes=1))
+    recent = _launched(reading - timedelta(minutes=1))
+    pending = make_claim()
+    spot = _launched(reading - timedelta(hours=1), capacity_type="spot")
+    usage = {"g/on-demand": UsageReading(112, reading), "g/spot": UsageReading(48, reading)}
+    outside = vcpus_outside(usage, [old, recent, pending, spot], make_catalog())
+    assert outside == {"g/on-demand": 64, "g/spot": 0}  # 112 - the old g5.12xlarge's 48; 48 - the Spot one's
+    assert vcpus_outside({"g/on-demand": UsageReading(40, reading)}, [old], make_catalog()) == {"g/on-demand": 0}
+    ledger = VcpuLedger({"g/on-demand": 192, "p/on-demand": 96}, outside)
+    for claim in (old, recent, pending):
+        ledger.charge(ledger.consumption([make_type("g5.12xlarge")], claim.capacity_type))
+    assert ledger.left("g/on-demand") == 192 - 64 - 3 * 48  # 64 others', three of ours: over by 16 already
+    assert ledger.left("p/on-demand") == 96
 
 
 def source(client: FakeServiceQuotasClient | None, overrides: dict[str, int] | None = None) -> tuple[
@@ -158,3 +194,81 @@ def test_moto_has_no_ec2_quotas_so_the_configuration_is_used() -> None:
         client = boto3.client("service-quotas", region_name="us-east-1")
         quotas = ServiceQuotasSource(client, {"g/on-demand": 32}, clock=FixedClock(NOW))
         assert quotas.vcpu_quotas() == {"g/on-demand": 32}
+
+
+def usage_metric(cls: str) -> dict[str, Any]:
+    """A quota's `UsageMetric` as GetServiceQuota answers it for the EC2 vCPU quotas."""
+    return {"MetricNamespace": "AWS/Usage", "MetricName": "ResourceCount",
+            "MetricDimensions": {"Class": cls, "Resource": "vCPU", "Service": "EC2", "Type": "Resource"},
+            "MetricStatisticRecommendation": "Maximum"}
+
+
+def metric_query(i: int, cls: str) -> dict[str, Any]:
+    return {"Id": f"q{i}", "ReturnData": True, "MetricStat": {
+        "Metric": {"Namespace": "AWS/Usage", "MetricName": "ResourceCount",
+                   "Dimensions": [{"Name": "Class", "Value": cls}, {"Name": "Resource", "Value": "vCPU"},
+                                  {"Name": "Service", "Value": "EC2"}, {"Name": "Type", "Value": "Resource"}]},
+        "Period": 60, "Stat": "Maximum"}}
+
+
+def usage_source(values: dict[str, float]) -> tuple[ServiceQuotasSource, FixedClock, Stubber]:
+    """Quotas g/on-demand and g/spot with their usage metrics (the others not in the region); CloudWatch stubbed."""
+    import boto3
+
+    client = FakeServiceQuotasClient(values, metrics={QUOTA_CODES["g/on-demand"]: usage_metric("G/OnDemand"),
+                                                      QUOTA_CODES["g/spot"]: usage_metric("G/Spot")})
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="k",
+                              aws_secret_access_key="s")  # noqa: S106 (a stubbed client)
+    clock = FixedClock(NOW)
+    return ServiceQuotasSource(client, cloudwatch_client=cloudwatch, clock=clock), clock, Stubber(cloudwatch)
+
+
+def expect_usage(stub: Stubber, at: datetime, results: list[dict[str, Any]]) -> None:
+    stub.add_response("get_metric_data", {"MetricDataResults": results}, {
+        "MetricDataQueries": [metric_query(0, "G/OnDemand"), metric_query(1, "G/Spot")],
+        "StartTime": at - USAGE_WINDOW, "EndTime": at, "ScanBy": "TimestampDescending"})
+
+
+def test_usage_is_read_from_the_metric_each_quota_names_its_latest_datapoint_or_none() -> None:
+    """GetServiceQuota's `UsageMetric` names the metric (dimensions as the answer gives them); the latest datapoint
+    of the window is the usage; a metric with no datapoint in it has nothing running."""
+    quotas, clock, stub = usage_source({QUOTA_CODES["g/on-demand"]: 96.0, QUOTA_CODES["g/spot"]: 64.0})
+    datapoint = NOW - timedelta(minutes=2)
+    expect_usage(stub, NOW, [
+        {"Id": "q0", "Timestamps": [datapoint, datapoint - timedelta(minutes=1)], "Values": [64.0, 72.0],
+         "StatusCode": "Complete"},
+        {"Id": "q1", "Timestamps": [], "Values": [], "StatusCode": "Complete"}])
+    with stub:
+        assert quotas.vcpu_usage() == {"g/on-demand": UsageReading(64, datapoint), "g/spot": UsageReading(0, NOW)}
+        clock.advance(timedelta(seconds=30))
+        quotas.vcpu_usage()  # cached: no second call (the stub would refuse it)
+        stub.assert_no_pending_responses()
+
+
+def test_a_failed_usage_read_keeps_the_last_values_tries_again_a_minute_later_and_says_so_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    quotas, clock, stub = usage_source({QUOTA_CODES["g/on-demand"]: 96.0, QUOTA_CODES["g/spot"]: 64.0})
+    datapoint = NOW - timedelta(minutes=1)
+    expect_usage(stub, NOW, [{"Id": "q0", "Timestamps": [datapoint], "Values": [32.0], "StatusCode": "Complete"}])
+    for _ in range(2):
+        stub.add_client_error("get_metric_data", "Throttling", "Rate exceeded")
+    later = NOW + timedelta(minutes=3)
+    expect_usage(stub, later, [{"Id": "q0", "Timestamps": [later], "Values": [48.0], "StatusCode": "Complete"}])
+    with stub, caplog.at_level(logging.INFO):
+        assert quotas.vcpu_usage()["g/on-demand"] == UsageReading(32, datapoint)
+        for _ in range(2):
+            clock.advance(timedelta(minutes=1))
+            assert quotas.vcpu_usage()["g/on-demand"] == UsageReading(32, datapoint)
+            assert quotas.vcpu_usage()["g/on-demand"].vcpus == 32  # not asked again within the minute
+        clock.advance(timedelta(minutes=1))
+        assert quotas.vcpu_usage()["g/on-demand"] == UsageReading(48, later)
+        stub.assert_no_pending_responses()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "Throttling" in warnings[0] and "g/on-demand=32" in warnings[0]
+    assert any("usage metrics answer again" in r.getMessage() for r in caplog.records)
+
+
+def test_without_a_usage_metric_or_a_cloudwatch_client_no_usage_is_counted() -> None:
+    client = FakeServiceQuotasClient({QUOTA_CODES["g/on-demand"]: 96.0})
+    assert ServiceQuotasSource(client, clock=FixedClock(NOW)).vcpu_usage() == {}
+    assert ServiceQuotasSource(None, {"g/on-demand": 96}, clock=FixedClock(NOW)).vcpu_usage() == {}

@@ -11,6 +11,7 @@ from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.initialization import INITIALIZED_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
+from gpu_autoscaler.models.quotas import UsageReading
 from gpu_autoscaler.services.packer import PackerService, WrongCluster
 from tests.unit.packing.builders import NOW, make_catalog, make_claim, make_config, make_gang, make_pod, make_pool
 from tests.unit.packing.fakes import Boom, FakeStateStore, FixedQuotas, RecordingLaunchQueue
@@ -360,3 +361,34 @@ def test_one_document_reads_the_clusters_claims_and_its_pods_assignments_once(
     h.service.handle(h.document([make_pod(cpu="2", memory="8Gi") for _ in range(3)]), source="m-2")
 
     assert sorted(reads) == ["assignments", "list_claims"]
+
+
+def test_vcpus_the_rest_of_the_account_uses_leave_only_the_remainder_of_a_quota() -> None:
+    """EC2's vCPU quotas are per account and region: another workload's 64 G vCPUs in use against a 96 vCPU quota
+    leave this cluster 32. Without counting them the packer planned six g5.2xlarge (48 vCPUs) and CreateFleet
+    refused what went past the quota (`VcpuLimitExceeded`)."""
+    h = Harness()
+    quotas = FixedQuotas({"g/on-demand": 96, "g/spot": 0, "p/spot": 0, "p/on-demand": 0},
+                         usage={"g/on-demand": UsageReading(64, NOW - timedelta(minutes=1))})
+    config = make_config(make_pool(capacityTypes=["on-demand"]))
+    service = PackerService(config, h.store, make_catalog(), h.launches, clock=h.clock, quotas=quotas)
+    pinned = {"node.kubernetes.io/instance-type": "g5.2xlarge"}
+    outcome = service.handle(h.document([make_pod(cpu="2", memory="8Gi", nodeSelector=pinned) for _ in range(6)]),
+                             source="m-1")
+    assert len(outcome.created) == 4  # 4 x 8 vCPUs: the 32 the other workload leaves
+    assert len(outcome.unschedulable) == 2
+    assert outcome.unschedulable[0].reason == ("the vCPU quota g/on-demand (96 vCPUs, 32 in use or planned here, 64 by "
+                                               "the account's other instances) has no room for it")
+
+
+def test_a_quota_the_rest_of_the_account_fills_leaves_no_room_for_a_larger_node() -> None:
+    h = Harness()
+    quotas = FixedQuotas({"g/on-demand": 96, "g/spot": 0, "p/spot": 0, "p/on-demand": 0},
+                         usage={"g/on-demand": UsageReading(64, NOW - timedelta(minutes=1))})
+    config = make_config(make_pool(capacityTypes=["on-demand"]))
+    service = PackerService(config, h.store, make_catalog(), h.launches, clock=h.clock, quotas=quotas)
+    pinned = {"node.kubernetes.io/instance-type": "g5.12xlarge"}
+    outcome = service.handle(h.document([make_pod(gpus=4, cpu="2", memory="8Gi", nodeSelector=pinned)
+                                         for _ in range(2)]), source="m-1")
+    assert outcome.created == ()  # one g5.12xlarge is 48 vCPUs: more than the 32 left
+    assert all("vCPU quota g/on-demand" in u.reason for u in outcome.unschedulable)

@@ -387,3 +387,19 @@ class TestShapedForecast:
                 rig.store.record_demand("gpu/1d-t2", bucket, float(gpus - 2) / 2, timedelta(days=14))
         summary = rig.tick()
         assert rig.warm(FORECAST_WARM) == [] and summary["launched"] == []
+
+
+def test_warm_capacity_leaves_room_for_what_the_account_s_other_instances_use() -> None:
+    """Pre-warm plans through the same quotas as the packer: another workload's 64 of 96 G vCPUs leave 32."""
+    from gpu_autoscaler.models.quotas import UsageReading
+    from tests.unit.packing import builders
+    from tests.unit.packing.fakes import FixedQuotas
+
+    config = builders.make_config(builders.make_pool(capacityTypes=["on-demand"]))
+    clock = FixedClock(builders.NOW)
+    solver = Solver(config, builders.make_catalog(), clock)
+    quotas = FixedQuotas({"g/on-demand": 96}, usage={"g/on-demand": UsageReading(64, builders.NOW)})
+    planner = SolverPlanner(lambda: solver, MemoryStore(), quotas)  # type: ignore[arg-type]
+    pinned = {"node.kubernetes.io/instance-type": "g5.2xlarge"}
+    claims = planner([builders.make_pod(cpu="2", memory="8Gi", nodeSelector=pinned) for _ in range(6)])
+    assert len(claims) == 4

@@ -190,7 +190,7 @@ class _Pass(GroupJudge):
     def __init__(self, config: Config, solver: Solver, nodes: Sequence[ConsolidationNode],
                  claims: Sequence[NodeClaim], unavailable: Collection[OfferingKey],
                  quotas: Mapping[str, int] | None, pending: Sequence[ClusterPod] = (),
-                 max_replacements: int | None = None) -> None:
+                 max_replacements: int | None = None, outside: Mapping[str, int] | None = None) -> None:
         self.config = config
         self.max_replacements = max_replacements
         self.solver = solver
@@ -201,6 +201,7 @@ class _Pass(GroupJudge):
         self.sunk_known: dict[str, bool] = {}
         """`consolidation_sunk.is_sunk`, per node name, for this pass."""
         self.quotas = quotas
+        self.outside = outside
         self.pools = {p.name: p for p in config.node_pools}
         self.nodes: list[GroupNode] = [self._node(n) for n in nodes]
         for n in self.nodes:
@@ -654,6 +655,7 @@ def consolidate(
     claims: Sequence[NodeClaim] = (),
     unavailable: Collection[OfferingKey] = (),
     quotas: Mapping[str, int] | None = None,
+    outside: Mapping[str, int] | None = None,
     pending: Sequence[ClusterPod] = (),
     max_replacements: int | None = None,
 ) -> ConsolidationResult:
@@ -662,12 +664,13 @@ def consolidate(
     `solver`: the packer's, over the current catalog (build it once; it caches per catalog); `nodes`: every
     Node of the cluster with its claim and pods; `claims`: the live claims (those without a node — in flight,
     or draining — count against limits, quotas and budgets); `unavailable`: offerings marked unavailable;
-    `quotas`: vCPU quotas for this pass (default: the solver's); `pending`: the cluster's pods waiting for a
+    `quotas`: vCPU quotas for this pass (default: the solver's); `outside`: the vCPUs per quota key the account's
+    other instances use (`quotas.vcpus_outside`, from every live claim); `pending`: the cluster's pods waiting for a
     node (a node one of them would be scheduled on is not a candidate); `max_replacements`: the most new nodes
     one Empty/Underutilized decision may launch (None: no bound; 1 is Karpenter's rule — the simulator's
     karpenter-like policies set it; drift is never bounded).
     """
-    return _Pass(config, solver, nodes, claims, unavailable, quotas, pending, max_replacements).run()
+    return _Pass(config, solver, nodes, claims, unavailable, quotas, pending, max_replacements, outside).run()
 
 
 def _why_not_on_node(item: ConsolidationNode) -> str | None:

@@ -150,6 +150,8 @@ class GroupJudge:
     """Whether nodes that take no pods must still be shown to the solver, for pool limits and vCPU quotas."""
     unavailable: Collection[OfferingKey]
     quotas: Mapping[str, int] | None
+    outside: Mapping[str, int] | None
+    """vCPUs per quota key the account's other instances use."""
     max_replacements: int | None
     """At most this many new nodes per consolidation decision (None: as many as the cheapest placement needs)."""
     config: Config
@@ -197,13 +199,13 @@ class GroupJudge:
         source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
         memo = solve_memo(self.solver)
         key = question(pods, [c.shown() if isinstance(c, GroupNode) else ("full", claim_print(c)) for c in shown],
-                       self.unavailable, source, self.quotas, self.solver, new_nodes=new_nodes)
+                       self.unavailable, source, self.quotas, self.solver, new_nodes=new_nodes, outside=self.outside)
         now = self.solver.clock.now()
         plan = memo.get(key, now)
         if plan is None:
             claims = [c.as_in_flight() if isinstance(c, GroupNode) else _full(c) for c in shown]
             plan = self.solver.solve(pods, claims=claims, unavailable=self.unavailable, source=source,
-                                     quotas=self.quotas, new_nodes=new_nodes)
+                                     quotas=self.quotas, outside=self.outside, new_nodes=new_nodes)
             memo.put(key, plan)
         return plan, names
 

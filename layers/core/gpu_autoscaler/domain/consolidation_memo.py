@@ -5,17 +5,17 @@ per candidate node and a binary search over prefixes of candidates; on a cluster
 last minute many of those questions are the very ones asked before (replaying the Alibaba trace with the search
 every 10 minutes: 12,069 of 42,463 solves were repeats). `Solver.solve` is a pure function of what
 it is given — the pods, the claims (the nodes that stay, shown as claims in flight, and the claims that only
-count against limits and quotas), the unavailable offerings, the source that salts new claim ids and the vCPU
-quotas — and of its own solver (configuration, catalog, packer: fixed for its life), save one thing: a new claim's
-`created_at` is the solver clock's now. So the plan of a question asked before is the plan kept then, each new
-claim stamped with this pass's now.
+count against limits and quotas), the unavailable offerings, the source that salts new claim ids, the vCPU
+quotas and what the account's other instances use of them — and of its own solver (configuration, catalog,
+packer: fixed for its life), save one thing: a new claim's `created_at` is the solver clock's now. So the plan of
+a question asked before is the plan kept then, each new claim stamped with this pass's now.
 
 The key is every one of those inputs, in full: each claim and pod as its canonical JSON (`model_dump_json`: every
 field), each node shown as a claim in flight as the inputs its view is made of (`GroupNode.as_in_flight`: its claim,
-price, used and capacity), the unavailable offerings and quotas sorted. A question differing in anything the solver
-reads (whether it may open nodes among them) is another question. One memo per solver (as `packing.memo.PackMemo`: a
-warm Lambda container keeps its solver, so a minute's run finds the last one's plans), bounded: least recently used
-first out.
+price, used and capacity), the unavailable offerings, quotas and others' use sorted. A question differing in anything
+the solver reads (whether it may open nodes among them) is another question. One memo per solver (as
+`packing.memo.PackMemo`: a warm Lambda container keeps its solver, so a minute's run finds the last one's plans),
+bounded: least recently used first out.
 """
 
 from __future__ import annotations
@@ -62,12 +62,13 @@ def pod_print(pod: PendingPod) -> str:
 
 
 def question(pods: Sequence[PendingPod], claims: Sequence[Hashable], unavailable: Collection[OfferingKey],
-             source: str, quotas: Mapping[str, int] | None, solver: Solver, *, new_nodes: bool) -> tuple[object, ...]:
-    """The key of one `solve(pods, claims=..., unavailable=..., source=..., quotas=..., new_nodes=...)` on `solver`:
+             source: str, quotas: Mapping[str, int] | None, solver: Solver, *, new_nodes: bool,
+             outside: Mapping[str, int] | None = None) -> tuple[object, ...]:
+    """The key of one `solve(pods, claims=..., unavailable=..., source=..., quotas=..., outside=..., new_nodes=...)`:
     `claims` are the claims' prints in the order given (the solver's order among equals follows it)."""
     shown = solver.quotas if quotas is None else quotas
     return (tuple(pod_print(p) for p in pods), tuple(claims), tuple(sorted(unavailable)), source,
-            quotas is None, tuple(sorted(shown.items())), new_nodes)
+            quotas is None, tuple(sorted(shown.items())), tuple(sorted((outside or {}).items())), new_nodes)
 
 
 class SolveMemo:

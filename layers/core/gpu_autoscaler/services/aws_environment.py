@@ -81,7 +81,8 @@ class AwsEnvironment:
     def quotas(self) -> ServiceQuotasSource:
         from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 
-        return ServiceQuotasSource(self.clients.client("service-quotas"), self.config.vcpu_quotas, clock=self.clock)
+        return ServiceQuotasSource(self.clients.client("service-quotas"), self.config.vcpu_quotas,
+                                   cloudwatch_client=self.clients.client("cloudwatch"), clock=self.clock)
 
     @cached_property
     def launch_queue(self) -> SqsLaunchQueue:

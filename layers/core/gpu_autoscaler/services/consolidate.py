@@ -58,6 +58,7 @@ from gpu_autoscaler.domain.disruption_marks import (
     unmarked,
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
+from gpu_autoscaler.domain.packing.quotas import vcpu_budget
 from gpu_autoscaler.errors import ClaimExists, KubernetesApiError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
@@ -178,9 +179,11 @@ class ConsolidateService:
         now = self.clock.now()
         claims = self.store.list_claims(CLAIMED_STATES)
         items = self._picture(nodes, pods, claims, now)
+        solver = self.solver()
+        quotas, outside = vcpu_budget(self.quotas, claims, solver.index.catalog)
         result = consolidate(
-            self.config, self.solver(), items, claims=claims, unavailable=self.store.unavailable_offerings(),
-            quotas=self.quotas.vcpu_quotas() if self.quotas is not None else None,
+            self.config, solver, items, claims=claims, unavailable=self.store.unavailable_offerings(),
+            quotas=quotas, outside=outside,
             pending=[p for p in pods if p.node_name is None], max_replacements=self.max_replacements,
         )
         outcome = ConsolidateOutcome(reconciled, result)

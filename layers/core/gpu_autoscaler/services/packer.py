@@ -34,6 +34,7 @@ from gpu_autoscaler.domain.fleet import launch_groups
 from gpu_autoscaler.domain.initialization import initialization_overdue, initialized_at
 from gpu_autoscaler.domain.orphaned_claims import started_since
 from gpu_autoscaler.domain.packing.fit import pod_requests
+from gpu_autoscaler.domain.packing.quotas import vcpu_budget
 from gpu_autoscaler.domain.packing.results import (
     HELD_ATTRIBUTE,
     REQUESTS_ATTRIBUTE,
@@ -188,14 +189,16 @@ class PackerService:
         for uid in self._displaced(live, covered):
             del covered[uid]
         covered.update(_listed_on_claims_in_flight(live, document.pods, covered, running))
-        quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
-        return self.solver().solve(
+        solver = self.solver()
+        quotas, outside = vcpu_budget(self._quotas, live, solver.index.catalog)
+        return solver.solve(
             document.pods,
             claims=live,
             covered=covered,
             unavailable=self.store.unavailable_offerings(),
             source=source,
             quotas=quotas,
+            outside=outside,
         )
 
     def _displaced(self, live: Iterable[NodeClaim], covered: Mapping[str, str]) -> list[str]:

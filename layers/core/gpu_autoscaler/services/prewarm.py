@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpu_autoscaler.domain.boot_times import LeadTime, lead_time
 from gpu_autoscaler.domain.forecast import DemandSeries, Forecast, Forecaster, ForecastStatus, bucket_start
 from gpu_autoscaler.domain.packing.fit import gpu_devices
+from gpu_autoscaler.domain.packing.quotas import vcpu_budget
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
 from gpu_autoscaler.domain.pod_shapes import classes, series_key
 from gpu_autoscaler.domain.prewarm import (
@@ -154,10 +155,10 @@ class SolverPlanner:
         if not pods:
             return []
         live = [_without_room(c) for c in self._store.list_claims(CLAIMED_STATES)]
-        quotas = self._quotas.vcpu_quotas() if self._quotas is not None else None
-        plan = self._solver().solve(
-            pods, claims=live, unavailable=self._store.unavailable_offerings(), source=pods[0].uid, quotas=quotas
-        )
+        solver = self._solver()
+        quotas, outside = vcpu_budget(self._quotas, live, solver.index.catalog)
+        plan = solver.solve(pods, claims=live, unavailable=self._store.unavailable_offerings(), source=pods[0].uid,
+                            quotas=quotas, outside=outside)
         for item in plan.unschedulable:
             logger.info("warm placeholder %s not placed: %s", item.name, item.reason)
         return plan.claims

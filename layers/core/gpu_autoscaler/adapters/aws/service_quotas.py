@@ -8,18 +8,30 @@ API, moto, which has no EC2 quotas) is tried again a minute later, not a TTL lat
 last read stand (a quota not read counts as no bound, so dropping them would lift every limit), or where none
 succeeded yet the configuration's values alone; that is logged once per outage, and its end too. Configuration
 values always win: they exist to override.
+
+The account's use of each quota comes from the CloudWatch metric its answer names (`Quota.UsageMetric`, a
+MetricInfo: "Information about the CloudWatch metric that reflects quota usage" — for these five `AWS/Usage`
+`ResourceCount` with dimensions Service EC2, Type Resource, Resource vCPU and Class `G/OnDemand`, `P/OnDemand`,
+`G/Spot`, `P/Spot`, `P5/Spot`; MetricStatisticRecommendation "The metric statistic that we recommend you use when
+determining quota usage", `Maximum`), read with GetMetricData at a 60-second period ("Service quota usage metrics
+are in the AWS/Usage namespace and are collected every minute", CloudWatch User Guide, "AWS usage metrics"): the
+latest datapoint of the last `USAGE_WINDOW`. A class with no datapoint there has nothing running (usage 0). Usage
+moves with every launch, so it is kept `USAGE_TTL` only; a failed read is handled as a failed quota read (last
+values kept, tried again a minute later, logged once per outage). A quota whose answer names no metric, or set by
+the configuration alone (Service Quotas never answered), has no usage: none is counted, as before.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES
+from gpu_autoscaler.models.quotas import UsageReading
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,7 +39,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["DEFAULT_QUOTA_TTL", "RETRY_AFTER_FAILURE", "ServiceQuotasSource"]
+__all__ = ["DEFAULT_QUOTA_TTL", "RETRY_AFTER_FAILURE", "USAGE_TTL", "USAGE_WINDOW", "ServiceQuotasSource"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +47,11 @@ DEFAULT_QUOTA_TTL = timedelta(hours=1)
 RETRY_AFTER_FAILURE = timedelta(minutes=1)
 """How soon a failed read is tried again: a throttle (Service Quotas allows GetServiceQuota 5 requests a second
 per account) passes in seconds, and each packing round until then plans on older values."""
+USAGE_TTL = timedelta(minutes=1)
+"""How long a usage read stands: the metric's own period."""
+USAGE_WINDOW = timedelta(minutes=15)
+"""How far back a usage read looks for a metric's latest datapoint."""
+_PERIOD = 60
 _MISSING = "NoSuchResourceException"
 """GetServiceQuota: no applied value (the default is asked); GetAWSDefaultServiceQuota: a quota the region does
 not have (that one is unknown, the others still count)."""
@@ -49,19 +66,28 @@ class _QuotaUnreadable(Exception):
     DEPENDENCY_SERVICE_ERROR or SERVICE_QUOTA_NOT_AVAILABLE_ERROR when it could not read the quota)."""
 
 
+class _Quota(NamedTuple):
+    value: int
+    metric: Mapping[str, Any] | None
+    """Its `UsageMetric` (MetricInfo), where the answer names one."""
+
+
 class ServiceQuotasSource:
-    """`QuotaSource`: Service Quotas (`ec2`) values by `<group>/<capacity type>`, overridden by configuration."""
+    """`QuotaSource`: Service Quotas (`ec2`) values by `<group>/<capacity type>`, overridden by configuration, and
+    the account's usage of them from CloudWatch."""
 
     def __init__(
         self,
         service_quotas_client: Any | None,
         overrides: Mapping[str, int] | None = None,
         *,
+        cloudwatch_client: Any | None = None,
         clock: Clock | None = None,
         ttl: timedelta = DEFAULT_QUOTA_TTL,
         codes: Mapping[str, str] = QUOTA_CODES,
     ) -> None:
         self._client = service_quotas_client
+        self._cloudwatch = cloudwatch_client
         self._overrides = dict(overrides or {})
         self._clock = clock or SystemClock()
         self._ttl = ttl
@@ -72,6 +98,12 @@ class ServiceQuotasSource:
         self._next_read: datetime | None = None
         self._failing = False
         self._warned_none = False
+        self._metrics: dict[str, Mapping[str, Any]] = {}
+        """Each quota's usage metric, from the same read as `_values`."""
+        self._usage: dict[str, UsageReading] = {}
+        """The usage in force: the last read that did not fail."""
+        self._next_usage_read: datetime | None = None
+        self._usage_failing = False
 
     def vcpu_quotas(self) -> dict[str, int]:
         now = self._clock.now()
@@ -79,16 +111,78 @@ class ServiceQuotasSource:
             self._refresh(now)
         return {**self._values, **self._overrides}
 
+    def vcpu_usage(self) -> dict[str, UsageReading]:
+        self.vcpu_quotas()  # the metrics are named by the quotas' answers
+        now = self._clock.now()
+        if self._next_usage_read is None or now >= self._next_usage_read:
+            self._refresh_usage(now)
+        return dict(self._usage)
+
+    def _refresh_usage(self, now: datetime) -> None:
+        metrics = dict(self._metrics)
+        if self._cloudwatch is None or not metrics:
+            self._usage, self._next_usage_read = {}, now + USAGE_TTL
+            return
+        try:
+            found = self._read_usage(self._cloudwatch, metrics, now)
+        except _UNAVAILABLE as error:
+            self._next_usage_read = now + RETRY_AFTER_FAILURE
+            if not self._usage_failing:
+                self._usage_failing = True
+                kept = f"keeping the last read ({_listed_usage(self._usage)})" if self._usage else "none counted"
+                logger.warning("CloudWatch usage metrics unavailable (%s: %s): vCPU usage %s; trying again every "
+                               "%.0f s until it answers", type(error).__name__, error, kept,
+                               RETRY_AFTER_FAILURE.total_seconds())
+            return
+        if self._usage_failing:
+            logger.info("CloudWatch usage metrics answer again: vCPU usage %s", _listed_usage(found))
+        self._usage, self._next_usage_read, self._usage_failing = found, now + USAGE_TTL, False
+
+    @staticmethod
+    def _read_usage(cloudwatch: Any, metrics: Mapping[str, Mapping[str, Any]], now: datetime,
+                    ) -> dict[str, UsageReading]:
+        """One GetMetricData for every quota's metric: each one's latest datapoint in the window, or 0."""
+        keys = sorted(metrics)
+        queries = [{
+            "Id": f"q{i}",
+            "MetricStat": {
+                "Metric": {"Namespace": metrics[key]["MetricNamespace"], "MetricName": metrics[key]["MetricName"],
+                           "Dimensions": [{"Name": k, "Value": v}
+                                          for k, v in sorted(metrics[key].get("MetricDimensions", {}).items())]},
+                "Period": _PERIOD,
+                "Stat": metrics[key].get("MetricStatisticRecommendation") or "Maximum",
+            },
+            "ReturnData": True,
+        } for i, key in enumerate(keys)]
+        latest: dict[str, tuple[datetime, float]] = {}
+        request: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": now - USAGE_WINDOW, "EndTime": now,
+                                   "ScanBy": "TimestampDescending"}
+        while True:
+            answer = cloudwatch.get_metric_data(**request)
+            for result in answer.get("MetricDataResults", []):
+                key = keys[int(result["Id"][1:])]
+                for at, value in zip(result.get("Timestamps", []), result.get("Values", []), strict=False):
+                    if key not in latest or at > latest[key][0]:
+                        latest[key] = (at, value)
+            if not answer.get("NextToken"):
+                break
+            request["NextToken"] = answer["NextToken"]
+        return {key: UsageReading(int(latest[key][1]), latest[key][0]) if key in latest else UsageReading(0, now)
+                for key in keys}
+
     def _refresh(self, now: datetime) -> None:
         if self._client is None:
             self._next_read = now + self._ttl
             return
         found: dict[str, int] = {}
+        metrics: dict[str, Mapping[str, Any]] = {}
         try:
             for key, code in self._codes.items():
-                value = self._read(self._client, code)
-                if value is not None:
-                    found[key] = value
+                quota = self._read(self._client, code)
+                if quota is not None:
+                    found[key] = quota.value
+                    if quota.metric:
+                        metrics[key] = quota.metric
         except (*_UNAVAILABLE, _QuotaUnreadable) as error:
             self._next_read = now + RETRY_AFTER_FAILURE
             self._failed(error)
@@ -96,14 +190,16 @@ class ServiceQuotasSource:
         if self._failing:
             logger.info("Service Quotas answers again: vCPU quotas %s", _listed(found))
         self._values, self._read_at, self._next_read, self._failing = found, now, now + self._ttl, False
+        self._metrics = metrics
         if not found and not self._warned_none:
             self._warned_none = True
             logger.warning("Service Quotas has none of the EC2 GPU vCPU quotas: vCPU quotas come from the "
                            "configuration's vcpuQuotas only (%s)", _listed(self._overrides) or "none set: unlimited")
 
     @staticmethod
-    def _read(client: Any, code: str) -> int | None:
-        """The quota's applied value, else its AWS default; None for a quota the region does not have."""
+    def _read(client: Any, code: str) -> _Quota | None:
+        """The quota's applied value, else its AWS default, with its usage metric; None for a quota the region does
+        not have."""
         try:
             answer = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)
         except ClientError as error:
@@ -120,7 +216,8 @@ class ServiceQuotasSource:
             reason = quota.get("ErrorReason") or {}
             raise _QuotaUnreadable(f"{code}: {reason.get('ErrorCode', 'no value')} "
                                   f"({reason.get('ErrorMessage', 'no ErrorReason')})")
-        return int(quota["Value"])
+        metric = quota.get("UsageMetric")
+        return _Quota(int(quota["Value"]), metric if metric and metric.get("MetricName") else None)
 
     def _failed(self, error: Exception) -> None:
         if self._failing:
@@ -139,6 +236,10 @@ class ServiceQuotasSource:
 
 def _listed(quotas: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+
+
+def _listed_usage(usage: Mapping[str, UsageReading]) -> str:
+    return ", ".join(f"{k}={r.vcpus}" for k, r in sorted(usage.items())) or "none"
 
 
 def _error_code(error: ClientError) -> str:

@@ -13,25 +13,47 @@ capacity error) is the backstop. Instances launched into a capacity reservation 
 
 A claim that is not launched yet may become any of its candidates, so it is charged the most any of them
 would take: the largest vCPU count per quota key, the most GPUs and the highest price for pool limits.
+
+The quotas are per account and region: every other instance of the class (a managed node group, another
+cluster, a notebook) counts against them too. What those use is read from the quota's usage metric (CloudWatch
+`AWS/Usage` `ResourceCount`, "collected every minute", CloudWatch User Guide, "AWS usage metrics"), which counts
+the whole account, this cluster included: `vcpus_outside` takes out our instances the metric already shows, and
+the ledger starts each key at that, our live claims charged on top. The metric lags: an instance of ours is taken
+to be shown once it was launched `USAGE_METRIC_LAG` before the latest datapoint. What that gets wrong, and which
+way: our instances launched within the lag (the metric may show them already) and ours terminated within it (it
+still shows them) are counted twice, which only holds a launch back a few minutes; other workloads' launches
+since the datapoint, or a metric later than the lag, are not counted, and there EC2's refusal
+(`VcpuLimitExceeded`, taken as a capacity error) stays the backstop. The simpler max(ours, account usage)
+under-counts in the usual case instead: right after our own launch, with others running, by all we launched.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import TYPE_CHECKING
+
+from gpu_autoscaler.models.claims import launched_at
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from gpu_autoscaler.config import CapacityType, NodePool
+    from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.catalog import InstanceType
+    from gpu_autoscaler.models.claims import NodeClaim
+    from gpu_autoscaler.models.quotas import UsageReading
+    from gpu_autoscaler.ports import QuotaSource
 
 __all__ = [
     "QUOTA_CODES",
+    "USAGE_METRIC_LAG",
     "LimitLedger",
     "VcpuLedger",
     "quota_group",
     "quota_keys",
+    "vcpu_budget",
+    "vcpus_outside",
 ]
 
 QUOTA_CODES: dict[str, str] = {
@@ -42,6 +64,9 @@ QUOTA_CODES: dict[str, str] = {
     "p5/spot": "L-C4BD4855",
 }
 """Service Quotas codes (service `ec2`) of the vCPU quotas GPU instances count against."""
+
+USAGE_METRIC_LAG = timedelta(minutes=5)
+"""How long before a usage datapoint an instance of ours must have been launched to be taken as counted in it."""
 
 _GROUPS = (("vt", "g"), ("gr", "g"), ("g", "g"), ("p", "p"), ("dl", "dl"), ("inf", "inf"), ("trn", "trn"))
 _LETTERS = re.compile(r"^[a-z]+")
@@ -70,11 +95,37 @@ def quota_keys(instance_type: InstanceType, capacity_type: CapacityType) -> tupl
     return f"{quota_group(instance_type, purchase)}/{purchase}", f"{instance_type.family}/{purchase}"
 
 
-class VcpuLedger:
-    """vCPUs in use or planned per quota key, against the quotas that are known."""
+def vcpus_outside(usage: Mapping[str, UsageReading], claims: Iterable[NodeClaim], catalog: Catalog) -> dict[str, int]:
+    """vCPUs the account's other instances use per quota key: its usage less this cluster's instances that the
+    reading shows (launched `USAGE_METRIC_LAG` before it; see the module docstring for what that gets wrong).
+    `claims`: the cluster's live claims, all of them (not a consolidation's view of them)."""
+    shown: dict[str, int] = {}
+    for claim in claims:
+        instance_type = catalog.get(claim.instance_type) if claim.instance_id and claim.instance_type else None
+        if instance_type is None:
+            continue
+        key = quota_keys(instance_type, claim.capacity_type)[0]
+        reading = usage.get(key)
+        if reading is not None and launched_at(claim) <= reading.at - USAGE_METRIC_LAG:
+            shown[key] = shown.get(key, 0) + instance_type.vcpu
+    return {key: max(0, reading.vcpus - shown.get(key, 0)) for key, reading in usage.items()}
 
-    def __init__(self, quotas: Mapping[str, int]) -> None:
+
+def vcpu_budget(source: QuotaSource | None, claims: Iterable[NodeClaim], catalog: Catalog,
+                ) -> tuple[Mapping[str, int] | None, dict[str, int] | None]:
+    """(quotas, what the account's other instances use of them) for one pass; (None, None) with no source."""
+    if source is None:
+        return None, None
+    return source.vcpu_quotas(), vcpus_outside(source.vcpu_usage(), claims, catalog)
+
+
+class VcpuLedger:
+    """vCPUs in use or planned per quota key, against the quotas that are known: `outside` (what the account's other
+    instances use, `vcpus_outside`) first, then this cluster's live claims and plan (`used`)."""
+
+    def __init__(self, quotas: Mapping[str, int], outside: Mapping[str, int] | None = None) -> None:
         self.quotas = dict(quotas)
+        self.outside = {k: v for k, v in (outside or {}).items() if k in self.quotas and v > 0}
         self.used: dict[str, int] = {}
 
     def consumption(self, types: Sequence[InstanceType], capacity_type: CapacityType) -> dict[str, int]:
@@ -86,7 +137,14 @@ class VcpuLedger:
         return out
 
     def left(self, key: str) -> int:
-        return self.quotas[key] - self.used.get(key, 0)
+        return self.quotas[key] - self.outside.get(key, 0) - self.used.get(key, 0)
+
+    def full(self, key: str) -> str:
+        """Why a node that would take vCPUs of `key` is not planned, for a reason text."""
+        outside = self.outside.get(key, 0)
+        others = f" here, {outside} by the account's other instances" if outside else ""
+        return (f"the vCPU quota {key} ({self.quotas[key]} vCPUs, {self.used.get(key, 0)} in use or planned{others}) "
+                "has no room for it")
 
     def admits_type(self, instance_type: InstanceType, capacity_type: CapacityType) -> bool:
         return all(

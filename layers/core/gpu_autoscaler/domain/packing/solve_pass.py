@@ -74,6 +74,7 @@ class SolvePass:
         unavailable: Collection[OfferingKey],
         source: str,
         quotas: Mapping[str, int] | None = None,
+        outside: Mapping[str, int] | None = None,
         *,
         new_nodes: bool = True,
     ) -> None:
@@ -109,7 +110,7 @@ class SolvePass:
             self._classify(spread_over_zones([p for c in self.classes for p in c.pods],
                                              lambda pod: zones[of_class[pod.uid]]))
         self.limits = [LimitLedger(v.pool) for v in solver.pools]
-        self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas)
+        self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas, outside)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)
         self.failures: dict[tuple[int, int], str] = {}
         self._tiers: dict[tuple[int, str], TierArrays] = {}
@@ -522,8 +523,7 @@ class SolvePass:
                 if not pool_ledger.admits(gpus_total + min(t.gpus for t in types), price_total + min(cand.prices)):
                     return pool_ledger.describe()
                 if quota is not None:
-                    return (f"the vCPU quota {quota} ({self.vcpus.quotas[quota]} vCPUs, "
-                            f"{self.vcpus.used.get(quota, 0)} in use or planned) has no room for it")
+                    return self.vcpus.full(quota)
                 return pool_ledger.describe()
             trimmed = Candidates(
                 [cand.types[i] for i in keep], [cand.prices[i] for i in keep], [cand.max_prices[i] for i in keep],
@@ -538,9 +538,7 @@ class SolvePass:
         if not pool_ledger.admits(gpus_total, price_total):
             return pool_ledger.describe()
         if not self.vcpus.admits(vcpu_total):
-            key = next(k for k, v in vcpu_total.items() if v > self.vcpus.left(k))
-            return (f"the vCPU quota {key} ({self.vcpus.quotas[key]} vCPUs, "
-                    f"{self.vcpus.used.get(key, 0)} in use or planned) has no room for it")
+            return self.vcpus.full(next(k for k, v in vcpu_total.items() if v > self.vcpus.left(k)))
         pool_ledger.charge(gpus_total, price_total)
         self.vcpus.charge(vcpu_total)
         return out

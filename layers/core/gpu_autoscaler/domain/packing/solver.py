@@ -203,6 +203,7 @@ class Solver:
         unavailable: Collection[OfferingKey] = (),
         source: str = "",
         quotas: Mapping[str, int] | None = None,
+        outside: Mapping[str, int] | None = None,
         new_nodes: bool = True,
     ) -> Plan:
         """Plan capacity for `pods`.
@@ -212,8 +213,10 @@ class Solver:
         is among `claims` and live); `unavailable`: offerings
         marked unavailable after insufficient capacity; `source`: salts claim ids (the message id), so a
         redelivered message plans the same ids and a later one new ones; `quotas`: this pass's vCPU quotas
-        (default: the solver's); `new_nodes` False: place pods on the room of claims in flight only, and leave the
-        rest unschedulable without opening a node (a consolidation that may only delete asks no more; the pods'
-        places on that room are the same either way, as it is filled before any node is opened).
+        (default: the solver's); `outside`: the vCPUs per quota key the account's other instances use
+        (`quotas.vcpus_outside`; none by default); `new_nodes` False: place pods on the room of claims in flight
+        only, and leave the rest unschedulable without opening a node (a consolidation that may only delete asks no
+        more; the pods' places on that room are the same either way, as it is filled before any node is opened).
         """
-        return SolvePass(self, pods, claims, covered or {}, unavailable, source, quotas, new_nodes=new_nodes).run()
+        return SolvePass(self, pods, claims, covered or {}, unavailable, source, quotas, outside,
+                         new_nodes=new_nodes).run()
