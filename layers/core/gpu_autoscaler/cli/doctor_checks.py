@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gpu_autoscaler.adapters.aws.catalog import unusable_reason
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
-from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group
+from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group, quota_keys
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.naming import ResourceNames
 from gpu_autoscaler.wiring import reserved_concurrency
@@ -128,14 +128,18 @@ def check_offerings(ctx: DoctorContext) -> list[Check]:
 
 
 def check_quotas(ctx: DoctorContext) -> list[Check]:
-    """vCPU quotas (G/VT and P, On-Demand and Spot) against what each pool's GPU limit can launch."""
-    try:
-        client = ctx.clients.client("service-quotas")
-    except (BotoCoreError, ClientError):
-        client = None
-    quotas = ServiceQuotasSource(client, ctx.config.vcpu_quotas).vcpu_quotas()
+    """vCPU quotas (G/VT and P, On-Demand and Spot) against what each pool's GPU limit can launch, each with the
+    account's usage of it (its CloudWatch usage metric, as the packer reads it); and, for every pool, a warning where
+    what the account's other instances use (the usage less this cluster's running instances, by their ownership tag)
+    leaves less than the pool's smallest GPU type of the quota: none of its nodes could launch there."""
+    source = ServiceQuotasSource(_client(ctx, "service-quotas"), ctx.config.vcpu_quotas,
+                                 cloudwatch_client=_client(ctx, "cloudwatch"))
+    quotas = source.vcpu_quotas()
+    usage = {key: reading.vcpus for key, reading in source.vcpu_usage().items()}
+    ours = _our_vcpus(ctx) if usage else {}
     results = []
     for pool in ctx.config.node_pools:
+        results.extend(_room_left(ctx, pool, quotas, usage, ours))
         if pool.limits.gpus is None:
             results.append(Check(f"vCPU quota {pool.name}", "pass", "no GPU limit on the pool: quotas bound it"))
             continue
@@ -162,8 +166,66 @@ def check_quotas(ctx: DoctorContext) -> list[Check]:
                                          f"aws service-quotas request-service-quota-increase --service-code ec2 "
                                          f"--quota-code {code} --desired-value {need}"))
                 else:
-                    results.append(Check(name, "pass", f"{have} vCPUs ≥ {need} for {pool.limits.gpus} GPUs"))
+                    used = f"; {usage[key]} in use in the account" if key in usage else ""
+                    results.append(Check(name, "pass", f"{have} vCPUs ≥ {need} for {pool.limits.gpus} GPUs{used}"))
     return results
+
+
+def _client(ctx: DoctorContext, service: str) -> Any:
+    try:
+        return ctx.clients.client(service)
+    except (BotoCoreError, ClientError):
+        return None
+
+
+def _room_left(ctx: DoctorContext, pool: NodePool, quotas: dict[str, int], usage: dict[str, int],
+               ours: dict[str, int]) -> list[Check]:
+    """A warning per quota of the pool where the account's other instances leave less than its smallest type."""
+    out = []
+    types = [t for t in ctx.candidates(pool) if t.gpus >= 1]
+    smallest: dict[str, InstanceType] = {}
+    for capacity in pool.capacity_types:  # a reserved instance counts against On-Demand (`quota_keys`)
+        for t in types:
+            key = quota_keys(t, capacity)[0]
+            if key not in smallest or t.vcpu < smallest[key].vcpu:
+                smallest[key] = t
+    for key, t in sorted(smallest.items()):
+        if key not in quotas or key not in usage:
+            continue
+        others = max(0, usage[key] - ours.get(key, 0))
+        left = quotas[key] - others
+        if left < t.vcpu:
+            out.append(Check(
+                f"vCPU quota {pool.name} {key} room", "warn",
+                f"{others} of {quotas[key]} vCPUs in use by the account's other instances: {left} left, less "
+                f"than the pool's smallest type ({t.name}, {t.vcpu} vCPUs)",
+                f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
+                f"{QUOTA_CODES.get(key, '?')} --desired-value {others + t.vcpu}, or free what the others use"))
+    return out
+
+
+def _our_vcpus(ctx: DoctorContext) -> dict[str, int]:
+    """vCPUs per quota key of this cluster's pending and running instances (by the ownership tag); none when EC2
+    cannot be read (the others' use is then the account's whole usage: a warning may come early, never late)."""
+    out: dict[str, int] = {}
+    ec2 = _client(ctx, "ec2")
+    if ctx.catalog is None or ec2 is None:
+        return out
+    try:
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=[
+            {"Name": f"tag:{L.TAG_CLUSTER}", "Values": [ctx.config.cluster_name]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        for page in pages:
+            for reservation in page["Reservations"]:
+                for instance in reservation["Instances"]:
+                    t = ctx.catalog.get(instance["InstanceType"])
+                    if t is not None:
+                        spot = instance.get("InstanceLifecycle") == "spot"
+                        key = quota_keys(t, "spot" if spot else "on-demand")[0]
+                        out[key] = out.get(key, 0) + t.vcpu
+    except (BotoCoreError, ClientError):
+        return {}
+    return out
 
 
 def check_spot_role(ctx: DoctorContext) -> list[Check]:
