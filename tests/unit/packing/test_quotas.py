@@ -224,9 +224,11 @@ def usage_source(values: dict[str, float]) -> tuple[ServiceQuotasSource, FixedCl
 
 
 def expect_usage(stub: Stubber, at: datetime, results: list[dict[str, Any]]) -> None:
+    """A read at `at` (on a whole minute), over whole minutes up to the end of the current one."""
+    end = at + timedelta(minutes=1)
     stub.add_response("get_metric_data", {"MetricDataResults": results}, {
         "MetricDataQueries": [metric_query(0, "G/OnDemand"), metric_query(1, "G/Spot")],
-        "StartTime": at - USAGE_WINDOW, "EndTime": at, "ScanBy": "TimestampDescending"})
+        "StartTime": end - USAGE_WINDOW, "EndTime": end, "ScanBy": "TimestampDescending"})
 
 
 def test_usage_is_read_from_the_metric_each_quota_names_its_latest_datapoint_or_none() -> None:

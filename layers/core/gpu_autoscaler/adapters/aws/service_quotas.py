@@ -15,10 +15,12 @@ MetricInfo: "Information about the CloudWatch metric that reflects quota usage" 
 `G/Spot`, `P/Spot`, `P5/Spot`; MetricStatisticRecommendation "The metric statistic that we recommend you use when
 determining quota usage", `Maximum`), read with GetMetricData at a 60-second period ("Service quota usage metrics
 are in the AWS/Usage namespace and are collected every minute", CloudWatch User Guide, "AWS usage metrics"): the
-latest datapoint of the last `USAGE_WINDOW`. A class with no datapoint there has nothing running (usage 0). Usage
-moves with every launch, so it is kept `USAGE_TTL` only; a failed read is handled as a failed quota read (last
-values kept, tried again a minute later, logged once per outage). A quota whose answer names no metric, or set by
-the configuration alone (Service Quotas never answered), has no usage: none is counted, as before.
+latest datapoint of the last `USAGE_WINDOW`, up to the end of the current minute (a window on whole minutes: "specify
+StartTime and EndTime values that align with the value of the metric's Period", GetMetricData). A class with no
+datapoint there has nothing running (usage 0). Usage moves with every launch, so it is kept `USAGE_TTL` only; a
+failed read is handled as a failed quota read (last values kept, tried again a minute later, logged once per
+outage). A quota whose answer names no metric, or set by the configuration alone (Service Quotas never answered),
+has no usage: none is counted, as before.
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ class ServiceQuotasSource:
             "ReturnData": True,
         } for i, key in enumerate(keys)]
         latest: dict[str, tuple[datetime, float]] = {}
-        request: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": now - USAGE_WINDOW, "EndTime": now,
+        end = now.replace(second=0, microsecond=0) + timedelta(seconds=_PERIOD)  # the current minute's period too
+        request: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": end - USAGE_WINDOW, "EndTime": end,
                                    "ScanBy": "TimestampDescending"}
         while True:
             answer = cloudwatch.get_metric_data(**request)
