@@ -24,8 +24,8 @@ from gpu_autoscaler.emulator.strict import wire
 if TYPE_CHECKING:
     from botocore.model import OperationModel
 
-__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "ask_after", "check",
-           "load_rules", "on_reset", "strict_layer_disabled"]
+__all__ = ["Answer", "AwsRequest", "Refusal", "StrictLayer", "after", "answer", "answers", "ask_after", "before_any",
+           "check", "load_rules", "on_reset", "strict_layer_disabled"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ Follow = Callable[[AwsRequest, dict[str, Any]], None]
 _checks: dict[tuple[str, str], list[Check]] = {}
 _answers: dict[tuple[str, str], list[Respond]] = {}
 _afters: dict[tuple[str, str], list[Follow]] = {}
+_befores: dict[str, list[Callable[[str, str], None]]] = {}
 _services: set[str] = set()
 _resets: list[Callable[[], None]] = []
 
@@ -118,6 +119,19 @@ def check(service: str, *actions: str) -> Callable[[Check], Check]:
             _checks.setdefault((service, action), []).append(rule)
         _services.add(service)
         return rule
+
+    return register
+
+
+def before_any(service: str) -> Callable[[Callable[[str, str], None]], Callable[[str, str], None]]:
+    """Register what must happen in moto's state before any request of `service` is served, whatever its action
+    and protocol (CloudWatch's CBOR requests are not parsed here): called with the request's account and region.
+    How a stand-in keeps what AWS publishes on its own current for the next reader (the usage metrics)."""
+
+    def register(hook: Callable[[str, str], None]) -> Callable[[str, str], None]:
+        _befores.setdefault(service, []).append(hook)
+        _services.add(service)
+        return hook
 
     return register
 
@@ -228,6 +242,11 @@ class StrictLayer:
                scope: re.Match[str] | None) -> Any:
         if not _Switch.enabled or scope is None or scope["service"] not in _services:
             return self.app(environ, start_response)
+        if scope["service"] in _befores:
+            from moto.iam.models import get_account_id_from
+
+            for hook in _befores[scope["service"]]:
+                hook(str(get_account_id_from(scope["key"])), scope["region"])
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
