@@ -58,7 +58,9 @@ the in-cluster agent, the command line and the emulator use; the functions reach
 package was a third of the layer). `tests/infrastructure/test_layer.py` checks that no function's import graph
 reaches it."""
 
-BOTOCORE_SERVICES = frozenset({"dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray"})
+BOTOCORE_SERVICES = frozenset({
+    "cloudwatch", "dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray",
+})
 """The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls),
 and X-Ray, whose client the X-Ray SDK behind Powertools' Tracer creates at import (`python -m benchmarks
 cold-start` imports every handler with the layer alone and fails on a missing model).
