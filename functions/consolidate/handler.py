@@ -1,9 +1,11 @@
 """consolidate: an EventBridge Scheduler tick (rate(1 minute)) → registrations reconciled, nodes given back.
 
 The event is the schedule's input, a `ScheduleTick`; anything else fails with an `InvalidTick` naming the
-problem (Scheduler retries, then dead-letters it). One call into the service: reconcile (registrations,
-registration timeouts, demand history), then consolidation (replacements launched, drains requested). The
-response is its summary; each decision is logged with the USD/h it saves, and counted per reason.
+problem (Scheduler retries, then dead-letters it). One call into the service, under the function's tick lease
+(`services.tick_lease`): reconcile (registrations, registration timeouts, demand history), then consolidation
+(replacements launched, drains requested). The response is its summary; each decision is logged with the USD/h it
+saves, and counted per reason. A tick that finds another holding the lease does nothing and answers `{"skipped":
+true, "leaseHolder", "leaseExpiresAt"}`, counted as `TicksSkipped`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from gpu_autoscaler.naming import log_service
+from gpu_autoscaler.services.aws_environment import AwsEnvironment
 from gpu_autoscaler.services.consolidate import ConsolidateService, aws_consolidate_service
 from gpu_autoscaler.services.prewarm import InvalidTick, parse_tick
+from gpu_autoscaler.services.tick_lease import TickLease, TickSkipped
 from gpu_autoscaler.settings import load_settings
 
 if TYPE_CHECKING:
@@ -28,9 +32,20 @@ metrics = Metrics(service="consolidate")  # the namespace: POWERTOOLS_METRICS_NA
 
 
 @functools.cache
+def environment() -> AwsEnvironment:
+    return AwsEnvironment(load_settings())
+
+
+@functools.cache
 def service() -> ConsolidateService:
     """Built on first use and kept while the execution environment lives (clients, catalog, solver caches)."""
-    return aws_consolidate_service(load_settings())
+    return aws_consolidate_service(environment())
+
+
+@functools.cache
+def lease() -> TickLease:
+    """What keeps two ticks apart: the function reserves no concurrency (a new account has none to give)."""
+    return environment().tick_lease("consolidate")
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -43,7 +58,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("not a ScheduleTick", extra={"error": str(error), "event": event})
         metrics.add_metric(name="TicksRejected", unit=MetricUnit.Count, value=1)
         raise
-    outcome = service().run(tick)
+    outcome = lease().run(context.aws_request_id, lambda: service().run(tick))
+    if isinstance(outcome, TickSkipped):
+        metrics.add_metric(name="TicksSkipped", unit=MetricUnit.Count, value=1)
+        return outcome.summary()
     metrics.add_metric(name="ClaimsRegistered", unit=MetricUnit.Count, value=len(outcome.reconcile.registered))
     metrics.add_metric(name="RegistrationTimeouts", unit=MetricUnit.Count, value=len(outcome.reconcile.timed_out))
     metrics.add_metric(name="ConsolidationSavingPerHour", unit=MetricUnit.NoUnit, value=outcome.saving)

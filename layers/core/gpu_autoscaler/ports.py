@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import ClaimState, NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
     from gpu_autoscaler.models.fleet import FleetRequest, FleetResult, OwnedInstance
+    from gpu_autoscaler.models.leases import Lease
     from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
     from gpu_autoscaler.models.quotas import UsageReading
     from gpu_autoscaler.models.taints import Taint
@@ -31,6 +32,7 @@ __all__ = [
     "OwnedInstances",
     "QuotaSource",
     "StateStore",
+    "TickLeases",
 ]
 
 
@@ -157,6 +159,21 @@ class StateStore(Protocol):
 
     def boot_times(self, pool: str, since: datetime) -> list[BootSample]:
         """The pool's unexpired samples launched at or after `since`, oldest first."""
+        ...
+
+
+class TickLeases(Protocol):
+    """Each scheduled function's lease (one DynamoDB item in AWS): what keeps two of its ticks from running at
+    once, since the functions reserve no concurrency (`services.tick_lease`)."""
+
+    def take(self, lease: Lease, now: datetime) -> Lease | None:
+        """Take `lease` in one conditional write: if no lease of its name is held, or the one held expired before
+        `now`. None when taken; else the lease held, left as it is."""
+        ...
+
+    def release(self, lease: Lease) -> bool:
+        """Remove `lease` if its holder still holds it (one conditional delete); False, nothing removed, when it
+        is gone or another holder took it over after it expired."""
         ...
 
 

@@ -17,6 +17,7 @@ from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.adapters.aws.drain_queue import SqsDrainQueue
 from gpu_autoscaler.adapters.aws.fleet import Ec2Compute
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.adapters.aws.tick_leases import DynamoTickLeases
 from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
 from gpu_autoscaler.clock import SystemClock
@@ -28,6 +29,7 @@ from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes, SimulatedIns
 from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
+from gpu_autoscaler.models.leases import Lease
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService, aws_fleet_service
@@ -198,3 +200,24 @@ def test_a_tick_that_is_not_a_schedule_tick_fails_with_the_reason(aws: EmbeddedA
         with pytest.raises(InvalidTick, match="trigger"):
             invoke(aws, {"trigger": "sometimes"})
     assert metric_values(capsys.readouterr().err, "TicksRejected") == [1]
+
+
+def test_a_tick_that_finds_another_holding_the_lease_skips_and_returns_normally(
+        aws: EmbeddedAws, store: DynamoStateStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing but the lease keeps two ticks apart (the function reserves no concurrency): the one that finds it
+    held touches nothing, counts that it skipped, and returns normally (an error would be retried)."""
+    leases = DynamoTickLeases(aws.clients.client("dynamodb"), aws.table_name, aws.config.cluster_name)
+    now = datetime.now(UTC)
+    running = Lease(name="consolidate", holder="another-request", expires_at=now + timedelta(minutes=2))
+    assert leases.take(running, now) is None
+    before = store.list_claims()
+    capsys.readouterr()
+    try:
+        summary = invoke(aws, {"trigger": "rate"})
+    finally:
+        assert leases.release(running)
+    assert (summary["skipped"], summary["leaseHolder"]) == (True, "another-request")
+    held_until = datetime.fromisoformat(summary["leaseExpiresAt"]) - running.expires_at
+    assert timedelta(0) <= held_until < timedelta(seconds=1)  # stored to the second, rounded up
+    assert store.list_claims() == before
+    assert metric_values(capsys.readouterr().err, "TicksSkipped") == [1]

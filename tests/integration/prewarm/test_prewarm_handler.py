@@ -4,6 +4,7 @@ DynamoDB, launch requests on SQS — a window's warm capacity launched, held, an
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
+from gpu_autoscaler.adapters.aws.tick_leases import DynamoTickLeases
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.domain.forecast import bucket_start
 from gpu_autoscaler.domain.prewarm import WARM_GPUS_ATTRIBUTE, window_warm
 from gpu_autoscaler.emulator.aws import EmbeddedAws
+from gpu_autoscaler.models.leases import Lease
+from gpu_autoscaler.services import tick_lease
 from gpu_autoscaler.services.prewarm import RELEASED_ATTRIBUTE, InvalidTick
 from tests.conftest import ROOT, example_config_data
 from tests.emf import metric_values
@@ -122,3 +126,36 @@ def test_a_malformed_tick_is_a_clear_error(aws: EmbeddedAws, capsys: pytest.Capt
         with pytest.raises(InvalidTick, match="must name its window"):
             invoke(aws, {"trigger": "window"})
     assert metric_values(capsys.readouterr().err, "TicksRejected") == [1]
+
+
+def test_a_tick_that_finds_another_holding_the_lease_skips_and_returns_normally(
+        aws: EmbeddedAws, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing but the lease keeps two ticks apart (the function reserves no concurrency): the one that finds it
+    held buys nothing, logs and counts that it skipped, and returns normally (an error would be retried)."""
+    leases = DynamoTickLeases(aws.clients.client("dynamodb"), aws.table_name, aws.config.cluster_name)
+    now = datetime.now(UTC)
+    running = Lease(name="prewarm", holder="another-request", expires_at=now + timedelta(minutes=2))
+    assert leases.take(running, now) is None
+    before = {c.id for c in store(aws).list_claims()}
+    launch_requests(aws)
+    capsys.readouterr()
+    # The service's logger, imported with this module: one made by an invocation is forgotten after it
+    # (`emulator.handlers.cold_start`), and a new one of its name would not be the one the service logs to.
+    caplog.set_level(logging.INFO, logger=tick_lease.logger.name)
+    try:
+        summary = invoke(aws, {"trigger": "window", "window": WINDOW})
+    finally:
+        assert leases.release(running)
+    assert summary["skipped"] is True and summary["leaseHolder"] == "another-request"
+    assert {c.id for c in store(aws).list_claims()} == before and launch_requests(aws) == []
+    assert metric_values(capsys.readouterr().err, "TicksSkipped") == [1]
+    assert any("another-request" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def test_a_tick_gives_its_lease_back(aws: EmbeddedAws) -> None:
+    leases = DynamoTickLeases(aws.clients.client("dynamodb"), aws.table_name, aws.config.cluster_name)
+    invoke(aws, {"trigger": "rate"})
+    now = datetime.now(UTC)
+    mine = Lease(name="prewarm", holder="test", expires_at=now + timedelta(minutes=2))
+    assert leases.take(mine, now) is None
+    assert leases.release(mine)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.ports import ClusterAPI
     from gpu_autoscaler.services.fleet import FleetService
     from gpu_autoscaler.services.packer import PackerService
+    from gpu_autoscaler.services.tick_lease import TickLease
     from gpu_autoscaler.settings import FunctionSettings
 
 __all__ = ["AwsEnvironment", "Deferred"]
@@ -134,3 +135,11 @@ class AwsEnvironment:
         from gpu_autoscaler.adapters.kubernetes.lazy import LazyCluster
 
         return LazyCluster(lambda: KubernetesCluster.for_eks(self.config, self.clients, self.clock))
+
+    def tick_lease(self, function: str) -> TickLease:
+        """The scheduled function's lease, an item of the state table beside the cluster's claims."""
+        from gpu_autoscaler.adapters.aws.tick_leases import DynamoTickLeases
+        from gpu_autoscaler.services.tick_lease import TickLease
+
+        leases = DynamoTickLeases(self.clients.client("dynamodb"), self.settings.table_name, self.config.cluster_name)
+        return TickLease(leases, function, self.clock)

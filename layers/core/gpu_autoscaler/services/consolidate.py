@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.messages import ScheduleTick
     from gpu_autoscaler.ports import ClusterAPI, DisruptionBudgets, DrainQueue, LaunchQueue, QuotaSource, StateStore
-    from gpu_autoscaler.settings import FunctionSettings
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
 __all__ = ["ConsolidateOutcome", "ConsolidateService", "aws_consolidate_service"]
 
@@ -412,15 +412,12 @@ def _instant(raw: str | None) -> datetime | None:
         return None
 
 
-def aws_consolidate_service(settings: FunctionSettings, clock: Clock | None = None, *,
-                            cluster: ClusterAPI | None = None, budgets: DisruptionBudgets | None = None,
-                            ) -> ConsolidateService:
+def aws_consolidate_service(env: AwsEnvironment, *, cluster: ClusterAPI | None = None,
+                            budgets: DisruptionBudgets | None = None) -> ConsolidateService:
     """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB, the
-    cluster through the Kubernetes API with an EKS token, launches and drains on their queues. `cluster` and
-    `budgets` stand in for the Kubernetes API where there is none (tests, the simulator)."""
-    from gpu_autoscaler.services.aws_environment import AwsEnvironment
-
-    env = AwsEnvironment(settings, clock)
+    cluster through the Kubernetes API with an EKS token, launches and drains on their queues (the handler takes
+    the tick's lease from the same environment: `AwsEnvironment.tick_lease`). `cluster` and `budgets` stand in
+    for the Kubernetes API where there is none (tests, the simulator)."""
     config, store = env.config, env.store
     launches, drains = env.launch_queue, env.drain_queue
     if cluster is None:

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.catalog import InstanceType
     from gpu_autoscaler.models.pods import PendingPod
     from gpu_autoscaler.ports import LaunchQueue, QuotaSource, StateStore
-    from gpu_autoscaler.settings import FunctionSettings
+    from gpu_autoscaler.services.aws_environment import AwsEnvironment
 
 __all__ = [
     "LIVE_STATES",
@@ -462,11 +462,9 @@ class PrewarmService:
         return stuck
 
 
-def aws_prewarm_service(settings: FunctionSettings, clock: Clock | None = None) -> PrewarmService:
-    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB."""
-    from gpu_autoscaler.services.aws_environment import AwsEnvironment
-
-    env = AwsEnvironment(settings, clock)
+def aws_prewarm_service(env: AwsEnvironment) -> PrewarmService:
+    """The service as the Lambda runs it: configuration from SSM, catalog from EC2, state in DynamoDB (the
+    handler takes the tick's lease from the same environment: `AwsEnvironment.tick_lease`)."""
     return PrewarmService(
         env.config, env.store, env.launch_queue, env.catalog.instance_types,
         plan_capacity=SolverPlanner(env.packer.solver, env.store, env.quotas), clock=env.clock,

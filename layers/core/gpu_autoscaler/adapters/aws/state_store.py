@@ -11,6 +11,7 @@ Items, all under the cluster's partition `CLUSTER#<cluster>`:
 | `UNAVAILABLE#<type>#<zone>#<capacity type>` | an offering EC2 had no capacity for, until `expiresAt` (`*`: any) |
 | `DEMAND#<pool>#<bucket ISO time>` | the peak GPU demand of one 5-minute bucket, until `expiresAt` |
 | `BOOT#<pool>#<launch ISO time>#<claim id>` | one measured boot (`BootSample` JSON), until `expiresAt` |
+| `LEASE#<function>` | the invocation running a scheduled function's tick, until `expiresAt` (`tick_leases`) |
 
 A reservation's `UNAVAILABLE` item names the reservation id where the capacity type stands
 (`domain.catalog.unavailable_key`). TTL deletion is lazy (up to days late), so every read also compares `expiresAt`
