@@ -51,10 +51,11 @@ ACCEPTED: dict[str, dict[str, str]] = {
 
 _UNRESERVED = (
     "No reserved concurrency on purpose: the packer runs one at a time by its FIFO queue's one message group, the "
-    "fleet and drain functions are bounded by their SQS event source's MaximumConcurrency, and the interruption "
-    "function must not queue one Spot warning behind another inside the two-minute notice; reserving concurrency "
-    "would also take from the account's unreserved pool, which cannot go below 100 (10 in a new account's 10) and "
-    "so fails the deploy in new accounts."
+    "fleet and drain functions are bounded by their SQS event source's MaximumConcurrency, the interruption "
+    "function must not queue one Spot warning behind another inside the two-minute notice, and prewarm and "
+    "consolidate run one tick at a time by a lease in the state table (a tick that finds it held skips); reserving "
+    "concurrency would also take from the account's unreserved pool, which cannot go below 100 (10 in a new "
+    "account's 10) and so fails the deploy in new accounts."
 )
 
 

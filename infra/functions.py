@@ -94,10 +94,6 @@ class FunctionSpec:
         return self.wiring.max_concurrency
 
     @property
-    def reserved_concurrency(self) -> int | None:
-        return self.wiring.reserved_concurrency
-
-    @property
     def recursive(self) -> bool:
         return self.wiring.recursive
 
@@ -240,7 +236,6 @@ class Functions(Construct):
             role=role,
             timeout=Duration.seconds(spec.timeout_seconds),
             memory_size=spec.memory_mb,
-            reserved_concurrent_executions=spec.reserved_concurrency,
             tracing=lambda_.Tracing.ACTIVE,
             environment=self.environment(spec),
             log_group=log_group,

@@ -138,15 +138,18 @@ def test_queue_fed_functions_may_bring_a_failed_record_back_soon(synthesized: Sy
         assert {"sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility"} <= allowed, name
 
 
-def test_only_the_scheduled_functions_reserve_concurrency(synthesized: Synthesized) -> None:
-    """A reservation can fail a first deploy (an account keeps 100 unreserved, a new one may have 10 in all), so
-    only prewarm and consolidate, whose runs must not overlap, reserve one. The packer needs none: its FIFO queue
-    has one message group per cluster, and "for FIFO queues, concurrent invocations are capped either by the number
-    of message group IDs or the maximum concurrency setting" (Lambda, SQS event source scaling)."""
-    for name in ("prewarm", "consolidate"):
-        assert _function(synthesized, name)["ReservedConcurrentExecutions"] == 1
-    for name in ("packer", "interruption", "fleet", "drain"):
-        assert "ReservedConcurrentExecutions" not in _function(synthesized, name), name
+def test_no_function_reserves_concurrency(synthesized: Synthesized) -> None:
+    """A reservation fails the deploy in a new account: Lambda keeps 100 of an account's concurrency unreserved
+    ("You can reserve up to the Unreserved account concurrency value that is shown, minus 100 for functions that
+    don't have reserved concurrency"), and "New AWS accounts have reduced concurrency and memory quotas", as low as
+    10. The packer runs one batch at a time by its FIFO queue's one message group ("for FIFO queues, concurrent
+    invocations are capped either by the number of message group IDs or the maximum concurrency setting"), and
+    prewarm and consolidate one tick at a time by their lease in the state table (`services.tick_lease`)."""
+    functions = synthesized.of_type("AWS::Lambda::Function")
+    assert functions
+    assert {logical_id: function["Properties"]["ReservedConcurrentExecutions"]
+            for logical_id, function in functions.items()
+            if "ReservedConcurrentExecutions" in function["Properties"]} == {}
 
 
 def test_drain_may_re_enqueue_itself(synthesized: Synthesized) -> None:

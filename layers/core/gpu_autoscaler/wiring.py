@@ -33,7 +33,6 @@ __all__ = [
     "TickRetry",
     "consumer",
     "rate_period",
-    "reserved_concurrency",
     "schedule_name",
     "tick_input",
     "tick_retry",
@@ -68,9 +67,10 @@ class TickRetry:
     set up EventBridge Scheduler with Lambda, EventBridge Scheduler invokes your Lambda function asynchronously"):
     once Lambda has queued the tick, a function error is retried by Lambda, as the function's asynchronous
     invocation config (EventInvokeConfig) says (at most 2 retries, "a one-minute wait between the first two
-    attempts, and two minutes between the second and third"), and a tick Lambda throttles (another still running
-    in the reserved one) is kept and tried again until it is `max_event_age_seconds` old. The schedule's own
-    RetryPolicy only covers delivering the tick to Lambda."""
+    attempts, and two minutes between the second and third"), and a tick Lambda throttles (the account's
+    concurrency all in use) is kept and tried again until it is `max_event_age_seconds` old. The schedule's own
+    RetryPolicy only covers delivering the tick to Lambda. A tick that finds another running skips without an
+    error (`services.tick_lease`), so it is not retried."""
 
     retry_attempts: int
     max_event_age_seconds: int
@@ -89,11 +89,11 @@ class FunctionWiring:
     batching_window_seconds: int = 0
     """The event source mapping's MaximumBatchingWindowInSeconds (0: hand over what one receive returns)."""
     max_concurrency: int | None = None
-    """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API."""
-    reserved_concurrency: int | None = None
-    """Only where runs must not overlap and nothing else keeps them apart: Lambda keeps 100 of an account's
-    concurrency unreserved ("You can reserve up to the Unreserved account concurrency value minus 100"), so a new
-    account's 10 or 50 fails the deploy of any reservation (`gpu-autoscaler doctor` checks it first)."""
+    """Cap on the SQS pollers' concurrent invocations (≥ 2) where a burst must not hammer an API. No function
+    reserves concurrency: Lambda keeps 100 of an account's unreserved ("You can reserve up to the Unreserved
+    account concurrency value that is shown, minus 100 for functions that don't have reserved concurrency"), and
+    "New AWS accounts have reduced concurrency and memory quotas", as low as 10 ("…below its minimum value of
+    [10]"): any reservation fails the deploy there."""
     recursive: bool = False
     """Sends to its own queue on purpose (drain progress), so Lambda's loop detection must not stop it."""
     tick_retry: TickRetry | None = None
@@ -118,17 +118,17 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         FunctionWiring("interruption", timeout_seconds=60, memory_mb=FULL_VCPU_MB, queue="interruption"),
         FunctionWiring("drain", timeout_seconds=300, memory_mb=512, queue="drain", batch_size=1, max_concurrency=10,
                        recursive=True),
-        # Scheduler-invoked, so nothing but the reservation keeps two ticks from running at once (a window's and
-        # the rate tick both at 09:00; a consolidation longer than its minute): the overlapping tick is throttled,
-        # and Lambda keeps a throttled asynchronous event and tries it again, within its maximum event age.
-        # A window's start matters more than a rate tick: its tick is retried as often as Lambda allows and kept
-        # 15 minutes. One function has one config, so the 5-minute rate tick gets the same: each tick does the
-        # whole job from the state and the time it runs at (the time it was due, `SCHEDULED_TIME`, is only
+        # Scheduler-invoked, so nothing but their lease in the state table keeps two ticks from running at once
+        # (a window's and the rate tick both at 09:00; a consolidation longer than its minute): the tick that finds
+        # it held skips (`services.tick_lease`); the one running does the whole job.
+        # A window's start matters more than a rate tick: a failed tick is retried as often as Lambda allows and
+        # kept 15 minutes. One function has one config, so the 5-minute rate tick gets the same: each tick does
+        # the whole job from the state and the time it runs at (the time it was due, `SCHEDULED_TIME`, is only
         # logged), so a late one does no harm.
-        FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1,
+        FunctionWiring("prewarm", timeout_seconds=120, memory_mb=1024, queue=None,
                        tick_retry=TickRetry(retry_attempts=2, max_event_age_seconds=900)),
         # A tick older than its one-minute period is superseded by the next one: dropped, never retried.
-        FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None, reserved_concurrency=1,
+        FunctionWiring("consolidate", timeout_seconds=120, memory_mb=1024, queue=None,
                        tick_retry=TickRetry(retry_attempts=0, max_event_age_seconds=60)),
     )
 }  # fmt: skip
@@ -137,11 +137,6 @@ if tuple(FUNCTION_WIRING) != FUNCTIONS:
     raise RuntimeError("FUNCTION_WIRING must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
 if any((w.queue is None) != (w.tick_retry is not None) for w in FUNCTION_WIRING.values()):
     raise RuntimeError("FUNCTION_WIRING: a function has a queue or, Scheduler invoking it, a tick_retry")
-
-
-def reserved_concurrency() -> dict[str, int]:
-    """The functions that reserve concurrency, and how much: what the stack takes from the account's."""
-    return {w.name: w.reserved_concurrency for w in FUNCTION_WIRING.values() if w.reserved_concurrency}
 
 
 def consumer(queue: str) -> FunctionWiring:

@@ -1,6 +1,6 @@
 """The preflight checks of `gpu-autoscaler doctor`: one function per check, each returning pass / warn / fail lines.
 
-Each check reads the account (EC2, IAM, EKS, KMS, Lambda, Service Quotas) through boto3 clients and compares it with the
+Each check reads the account (EC2, IAM, EKS, KMS, Service Quotas) through boto3 clients and compares it with the
 configuration; none changes anything. A check that cannot read what it needs warns and says why, so a missing
 permission or an API the emulator lacks never ends in a traceback. The fix names the command or setting to change.
 """
@@ -18,7 +18,6 @@ from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group, quota_keys
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.naming import ResourceNames
-from gpu_autoscaler.wiring import reserved_concurrency
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,11 +31,6 @@ __all__ = ["CHECKS", "Check", "DoctorContext", "run_checks"]
 
 Status = Literal["pass", "warn", "fail"]
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
-UNRESERVED_MINIMUM = 100
-"""Lambda: "You can reserve up to the Unreserved account concurrency value minus 100" (an account of fewer than
-100 in all keeps all of it: "below its minimum value of [10]")."""
-CONCURRENCY_QUOTA_CODE = "L-B99A9384"
-"""Service Quotas: Lambda's Concurrent executions."""
 AWS_MANAGED_EBS_KEY = "alias/aws/ebs"
 EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext",
                    "kms:ReEncrypt*")
@@ -448,37 +442,6 @@ def check_reservations(ctx: DoctorContext) -> list[Check]:
     return results or [Check("capacity reservations", "pass", "none configured")]
 
 
-def check_lambda_concurrency(ctx: DoctorContext) -> list[Check]:
-    """The concurrency the stack reserves (`gpu_autoscaler.wiring.reserved_concurrency`) fits what the account can
-    reserve; otherwise CloudFormation fails the deploy with "Specified ReservedConcurrentExecutions for function
-    decreases account's UnreservedConcurrentExecution below its minimum value". A deployed stack's own reservations
-    are counted as room it already holds."""
-    wanted = reserved_concurrency()
-    need = sum(wanted.values())
-    names = ResourceNames(ctx.config.cluster_name)
-    client = ctx.clients.client("lambda")
-    try:
-        limit = client.get_account_settings()["AccountLimit"]
-        held = sum(_reserved(client, names.function(name)) for name in wanted)
-    except (ClientError, BotoCoreError) as error:
-        return [Check("Lambda concurrency", "warn", f"cannot read the account's concurrency ({_code(error)}); the "
-                      f"stack reserves {need}", "allow lambda:GetAccountSettings and lambda:GetFunctionConcurrency")]
-    total, unreserved = int(limit["ConcurrentExecutions"]), int(limit["UnreservedConcurrentExecutions"])
-    floor = min(UNRESERVED_MINIMUM, total)
-    room = max(0, unreserved + held - floor)
-    reserves = ", ".join(f"{name} {count}" for name, count in wanted.items())
-    if need <= room:
-        return [Check("Lambda concurrency", "pass", f"the stack reserves {need} of {total} ({reserves}); "
-                      f"{unreserved} unreserved")]
-    desired = total - unreserved - held + UNRESERVED_MINIMUM + need
-    return [Check("Lambda concurrency", "fail",
-                  f"the stack reserves {need} ({reserves}) but the account's concurrency is {total}, {unreserved} "
-                  f"unreserved, and Lambda keeps {floor} unreserved: at most {room} can be reserved, so cdk deploy "
-                  "would fail (ReservedConcurrentExecutions … below its minimum value)",
-                  f"aws service-quotas request-service-quota-increase --service-code lambda --quota-code "
-                  f"{CONCURRENCY_QUOTA_CODE} --desired-value {desired} (or free other functions' reservations)")]
-
-
 def check_ebs_default_key(ctx: DoctorContext) -> list[Check]:
     """Node volumes are `Encrypted` with no `KmsKeyId`, so EBS uses the account's default key
     (ec2:GetEbsDefaultKmsKeyId). A customer managed one must let the principals that launch them use it — the fleet
@@ -510,20 +473,10 @@ def check_ebs_default_key(ctx: DoctorContext) -> list[Check]:
                   "kms:GrantIsForAWSResource true), or set the default back: aws ec2 reset-ebs-default-kms-key-id")]
 
 
-def _reserved(client: Any, function_name: str) -> int:
-    """The function's reserved concurrency; 0 when it reserves none or does not exist yet."""
-    try:
-        return int(client.get_function_concurrency(FunctionName=function_name).get("ReservedConcurrentExecutions", 0))
-    except ClientError as error:
-        if _code(error) == "ResourceNotFoundException":
-            return 0
-        raise
-
-
 CHECKS: tuple[Callable[[DoctorContext], list[Check]], ...] = (
     check_offerings, check_quotas, check_spot_role, check_subnets, check_amis, check_node_identity,
     check_access_entries, check_function_access, check_efa_security_groups, check_reservations,
-    check_lambda_concurrency, check_ebs_default_key,
+    check_ebs_default_key,
 )
 
 

@@ -8,7 +8,7 @@ function's timeout.
 
 An environment runs one invocation at a time (module-level state such as Powertools' batch processor is
 not shared between concurrent calls in Lambda either). A function gets up to `concurrency(function)`
-environments — its reserved concurrency, else its pollers' maximum, capped for a 2-core machine — each a
+environments — its pollers' maximum, else two, capped for a 2-core machine — each a
 separate import of the handler. Variables and stdout are per thread (`isolation.scope`), so functions run
 side by side: a drain waiting for a replacement node does not hold up the fleet function launching it.
 
@@ -59,7 +59,7 @@ def concurrency(function: str) -> int:
     wiring = FUNCTION_WIRING[function]
     if wiring.queue == FIFO_QUEUE:
         return 1
-    limit = wiring.reserved_concurrency or wiring.max_concurrency or DEFAULT_CONCURRENCY
+    limit = wiring.max_concurrency or DEFAULT_CONCURRENCY
     return max(1, min(limit, MAX_ENVIRONMENTS))
 
 EMULATOR_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
