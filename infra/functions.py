@@ -124,7 +124,8 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     ),
     FunctionSpec(
         FUNCTION_WIRING["prewarm"],
-        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.KUBERNETES}),
+        # No KUBERNETES: it plans warm claims and sends launch requests, and makes no Kubernetes request.
+        capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES}),
         description="Warm capacity for scaling windows and the demand forecast",
     ),
     FunctionSpec(

@@ -228,17 +228,24 @@ def test_every_function_reads_the_config_and_uses_the_table(synthesized: Synthes
         assert write["Resource"] == [table]
 
 
+KUBERNETES_CLIENTS = ["packer", "interruption", "drain", "consolidate"]
+"""The functions that make Kubernetes requests (packer: pod Events). prewarm makes none: it plans warm claims
+and sends launch requests (`aws_prewarm_service`), and its handler test runs with the Kubernetes client refused."""
+
+
 def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synthesized) -> None:
     """The Kubernetes API's users read the endpoint and CA; the fleet reads the CA and service CIDR for the nodes'
-    user data, and is not a Kubernetes client (no role output to grant RBAC to)."""
+    user data, and is not a Kubernetes client (no role output to grant RBAC to); nor is prewarm, which reads
+    neither."""
     cluster = synthesized.config.cluster_name
     holders = [name for name in FUNCTIONS if allowed(synthesized, name, "eks:DescribeCluster")]
-    assert holders == ["packer", "fleet", "interruption", "drain", "prewarm", "consolidate"]  # packer: pod Events
+    assert holders == ["packer", "fleet", "interruption", "drain", "consolidate"]
     for name in holders:
         [statement] = allowed(synthesized, name, "eks:DescribeCluster")
         assert flat(statement["Resource"]) == f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/{cluster}"
         assert statement["Action"] == "eks:DescribeCluster" and "Condition" not in statement
-        assert (f"{name.title()}RoleArn" in synthesized.outputs) == (name != "fleet")
+    role_outputs = [name for name in FUNCTIONS if f"{name.title()}RoleArn" in synthesized.outputs]
+    assert role_outputs == KUBERNETES_CLIENTS
 
 
 def test_quotas_only_for_ec2(synthesized: Synthesized) -> None:

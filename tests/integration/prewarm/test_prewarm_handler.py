@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.adapters.aws import eks_token
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
 from gpu_autoscaler.adapters.aws.tick_leases import DynamoTickLeases
 from gpu_autoscaler.cli.invoke import default_functions_dir, handler_path, run_handler
@@ -47,6 +48,18 @@ NEVER_OPEN = with_window("cron(0 0 1 1 ? 2199)")
 def aws() -> Iterator[EmbeddedAws]:
     with EmbeddedAws(ALWAYS_OPEN) as embedded:
         yield embedded
+
+
+@pytest.fixture(autouse=True)
+def no_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prewarm is no Kubernetes client (the stack gives its role no cluster access): every test here runs with
+    the one way the functions reach the Kubernetes API (`eks_token.eks_api_client`, the pod Events' and the
+    cluster's) refused."""
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("prewarm reached for the Kubernetes API, which its role has no access to")
+
+    monkeypatch.setattr(eks_token, "eks_api_client", refused)
 
 
 def set_config(aws: EmbeddedAws, config: Config) -> None:
