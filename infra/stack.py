@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from aws_cdk import CfnOutput, Duration, Environment, Stack, Tags
 
 from gpu_autoscaler.models.labels import TAG_CLUSTER
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP, ResourceNames
+from infra.access_entries import FunctionAccessEntries
 from infra.agent import AgentAccess
 from infra.configuration import ConfigParameter
 from infra.events import InterruptionRules
@@ -21,6 +22,7 @@ from infra.schedules import Schedules
 from infra.table import StateTable
 
 if TYPE_CHECKING:
+    from aws_cdk import aws_iam as iam
     from constructs import Construct
 
     from gpu_autoscaler.config import Config
@@ -77,6 +79,9 @@ class GpuAutoscalerStack(Stack):
             launch_templates=self.nodes.launch_template_ids,
             placement_groups=self.nodes.placement_group_names,
         )
+        self.access_entries = FunctionAccessEntries(
+            self, "AccessEntries", cluster_name=config.cluster_name, roles=self.kubernetes_roles
+        ) if config.kubernetes.eks_access else None
         self.interruption_rules = InterruptionRules(
             self,
             "InterruptionRules",
@@ -105,6 +110,12 @@ class GpuAutoscalerStack(Stack):
         )
         self._outputs()
 
+    @property
+    def kubernetes_roles(self) -> dict[str, iam.Role]:
+        """The roles of the functions that call the Kubernetes API, by function name."""
+        return {spec.name: self.functions.roles[spec.name] for spec in FUNCTION_SPECS
+                if Capability.KUBERNETES in spec.capabilities}
+
     def _outputs(self) -> None:
         for kind, queue in self.queues.queues.items():
             label = "".join(part.title() for part in kind.value.split("-"))
@@ -120,11 +131,12 @@ class GpuAutoscalerStack(Stack):
         CfnOutput(self, "LaunchTemplateId", value=self.nodes.launch_template_id)
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn,
                   description="every alarm publishes here when it fires and clears: subscribe to be told")
-        for spec in FUNCTION_SPECS:
-            if Capability.KUBERNETES in spec.capabilities:
-                CfnOutput(
-                    self,
-                    f"{spec.name.title()}RoleArn",
-                    value=self.functions.roles[spec.name].role_arn,
-                    description=f"grant this role Kubernetes access (EKS access entry / RBAC) for {spec.name}",
-                )
+        for name, role in self.kubernetes_roles.items():
+            CfnOutput(
+                self,
+                f"{name.title()}RoleArn",
+                value=role.role_arn,
+                description=f"{name}'s role, in the Kubernetes group {FUNCTIONS_KUBERNETES_GROUP} by the stack's "
+                "EKS access entry" if self.access_entries is not None else
+                f"{name}'s role: map it to the Kubernetes group {FUNCTIONS_KUBERNETES_GROUP} in aws-auth",
+            )

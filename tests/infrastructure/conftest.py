@@ -35,6 +35,10 @@ SECOND_WINDOW = {
     "warm": {"instanceTypes": {"g6.xlarge": 2}},
 }
 
+KUBERNETES_CLIENTS = ["packer", "interruption", "drain", "consolidate"]
+"""The functions that make Kubernetes requests (packer: pod Events). prewarm makes none: it plans warm claims
+and sends launch requests (`aws_prewarm_service`), and its handler test runs with the Kubernetes client refused."""
+
 
 def infrastructure_config_data() -> dict[str, Any]:
     """The cdk.json example, with a second scaling window in another time zone."""

@@ -37,8 +37,9 @@ NAME_PROPERTIES: dict[str, dict[str, int]] = {
 """Each resource type's name properties and the length its service allows (the CloudFormation resource
 reference, property `Maximum`). A name property of a type not listed here fails the test below."""
 
-NOT_PHYSICAL_NAMES = {"MetricName"}
-"""Properties ending in `Name` that name something other than the resource (an alarm's metric)."""
+NOT_PHYSICAL_NAMES = {"MetricName", "ClusterName"}
+"""Properties ending in `Name` that name something other than the resource (an alarm's metric, the EKS cluster an
+access entry is in)."""
 
 STACK_NAME_LIMIT = 128
 

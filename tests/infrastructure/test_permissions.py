@@ -14,6 +14,7 @@ import gpu_autoscaler
 from gpu_autoscaler.models.labels import TAG_CLUSTER
 from gpu_autoscaler.naming import FUNCTIONS
 from infra.queues import WorkQueue
+from tests.infrastructure.conftest import KUBERNETES_CLIENTS
 from tests.infrastructure.sources import function_sources
 
 if TYPE_CHECKING:
@@ -226,11 +227,6 @@ def test_every_function_reads_the_config_and_uses_the_table(synthesized: Synthes
         assert flat(read["Resource"]) == f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter{parameter_ref}"
         [write] = allowed(synthesized, name, "dynamodb:PutItem")
         assert write["Resource"] == [table]
-
-
-KUBERNETES_CLIENTS = ["packer", "interruption", "drain", "consolidate"]
-"""The functions that make Kubernetes requests (packer: pod Events). prewarm makes none: it plans warm claims
-and sends launch requests (`aws_prewarm_service`), and its handler test runs with the Kubernetes client refused."""
 
 
 def test_kubernetes_access_is_describe_cluster_on_this_cluster(synthesized: Synthesized) -> None:

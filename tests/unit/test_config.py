@@ -29,6 +29,16 @@ def test_round_trips_through_json(config_data: dict[str, Any]) -> None:
     assert parse_config(json.loads(config.to_json())) == config
 
 
+def test_the_stack_grants_cluster_access_through_the_eks_api_unless_told_not_to(config_data: dict[str, Any]) -> None:
+    """On by default (an EKS cluster in authentication mode API or API_AND_CONFIG_MAP); off for a cluster still
+    on the aws-auth ConfigMap, or a self-managed one."""
+    assert parse_config(config_data).kubernetes.eks_access is True
+    config_data["kubernetes"]["eksAccess"] = False
+    config = parse_config(config_data)
+    assert config.kubernetes.eks_access is False
+    assert parse_config(json.loads(config.to_json())).kubernetes.eks_access is False
+
+
 def test_a_pool_weighing_every_node_stays_so_through_the_published_json(config_data: dict[str, Any]) -> None:
     # `underutilizedBelow: null` is Karpenter's rule (every node weighed); its default is 0.5. The Lambdas read the
     # configuration from `to_json()` (the SSM parameter), so a null left out there would become 0.5 in the account.

@@ -86,6 +86,11 @@ class KubernetesAccess(_Model):
     service_cidr: str | None = None
     """The cluster's service IPv4 CIDR (DescribeCluster `kubernetesNetworkConfig.serviceIpv4Cidr`): the node
     bootstrap derives the cluster DNS address from it (nodeadm `cidr`, Bottlerocket `cluster-dns-ip`)."""
+    eks_access: bool = True
+    """Whether the stack grants access through the EKS API: an access entry for each function that calls the
+    Kubernetes API (`infra.access_entries`). Access entries need the cluster's authentication mode `API` or
+    `API_AND_CONFIG_MAP` (EKS User Guide, grant-k8s-access.adoc); false for a cluster still on `CONFIG_MAP`, or a
+    self-managed one, whose owner maps the roles in aws-auth instead (README, Deploy)."""
 
     @field_validator("service_cidr")
     @classmethod

@@ -10,10 +10,17 @@ import hashlib
 from dataclasses import dataclass
 
 __all__ = [
-    "FUNCTIONS", "NAME_LIMITS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "ResourceNames", "fit", "log_service",
+    "FUNCTIONS", "FUNCTIONS_KUBERNETES_GROUP", "NAME_LIMITS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE",
+    "ResourceNames", "fit", "log_service",
 ]
 
 FUNCTIONS = ("packer", "fleet", "interruption", "drain", "prewarm", "consolidate")
+
+FUNCTIONS_KUBERNETES_GROUP = "gpu-autoscaler-functions"
+"""The Kubernetes group the functions that call the Kubernetes API are in: the stack's EKS access entries (or the
+user's aws-auth mapping) put their roles in it, and `agent/deploy/functions-rbac.yaml` (the chart's
+`functions-rbac.yaml` likewise) binds it. EKS does not check that a binding names an entry's group (EKS User
+Guide, grant-k8s-access.adoc), so every place spells it from here or is tested against it."""
 
 
 def log_service(function: str) -> str:

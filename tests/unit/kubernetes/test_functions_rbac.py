@@ -14,9 +14,12 @@ from typing import Any
 
 import yaml
 
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
+
 ROOT = Path(__file__).resolve().parents[3]
 RBAC = ROOT / "agent" / "deploy" / "functions-rbac.yaml"
-GROUP = "gpu-autoscaler-functions"
+GROUP = FUNCTIONS_KUBERNETES_GROUP
+"""The group the stack's access entries put the functions' roles in: the binding must name exactly it."""
 
 # (API group, resource, verb): each request of gpu_autoscaler/adapters/kubernetes, with where it is made.
 REQUESTS = {
