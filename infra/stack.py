@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from aws_cdk import CfnOutput, Duration, Environment, Stack, Tags
 
 from gpu_autoscaler.models.labels import TAG_CLUSTER
-from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP, ResourceNames
+from gpu_autoscaler.naming import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, FUNCTIONS_KUBERNETES_GROUP, ResourceNames
 from infra.access_entries import FunctionAccessEntries
 from infra.agent import AgentAccess
 from infra.configuration import ConfigParameter
@@ -98,7 +98,11 @@ class GpuAutoscalerStack(Stack):
             dead_letter_queue=self.queues.scheduler_dlq,
         )
         self.agent = AgentAccess(
-            self, "Agent", queue=self.queues.queues[WorkQueue.PENDING_PODS], cluster_name=config.cluster_name
+            self,
+            "Agent",
+            queue=self.queues.queues[WorkQueue.PENDING_PODS],
+            cluster_name=config.cluster_name,
+            associate=config.kubernetes.eks_access,
         )
         self.monitoring = Monitoring(
             self,
@@ -127,6 +131,15 @@ class GpuAutoscalerStack(Stack):
             "AgentPolicyArn",
             value=self.agent.policy.managed_policy_arn,
             description="attach to the agent's role: send to the pending-pods queue only",
+        )
+        CfnOutput(
+            self,
+            "AgentRoleArn",
+            value=self.agent.role.role_arn,
+            description=f"the agent's EKS Pod Identity role (carries AgentPolicyArn), for {AGENT_NAMESPACE}/"
+            f"{AGENT_SERVICE_ACCOUNT}: "
+            + ("the stack associates it" if self.agent.association is not None
+               else "associate it (aws eks create-pod-identity-association)"),
         )
         CfnOutput(self, "LaunchTemplateId", value=self.nodes.launch_template_id)
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn,

@@ -263,8 +263,13 @@ def test_the_price_list_may_be_asked_outside_the_configured_region(synthesized: 
 
 
 def test_function_roles_use_no_managed_policies(synthesized: Synthesized) -> None:
-    for role in synthesized.of_type("AWS::IAM::Role").values():
-        assert "ManagedPolicyArns" not in role["Properties"]
+    """No role carries a managed policy (AWS's are broader than what the code calls), except the agent's role its own
+    AgentPolicyArn, the policy an IRSA role of the user's carries instead."""
+    agent_role = synthesized.logical_id(synthesized.stack.agent.role)
+    for key, role in synthesized.of_type("AWS::IAM::Role").items():
+        managed = role["Properties"].get("ManagedPolicyArns")
+        assert managed is None or (key == agent_role and managed == [
+            {"Ref": synthesized.logical_id(synthesized.stack.agent.policy)}]), key
 
 
 def test_the_fleet_may_create_the_spot_service_linked_role_and_nothing_else(synthesized: Synthesized) -> None:

@@ -88,9 +88,10 @@ class KubernetesAccess(_Model):
     bootstrap derives the cluster DNS address from it (nodeadm `cidr`, Bottlerocket `cluster-dns-ip`)."""
     eks_access: bool = True
     """Whether the stack grants access through the EKS API: an access entry for each function that calls the
-    Kubernetes API (`infra.access_entries`). Access entries need the cluster's authentication mode `API` or
-    `API_AND_CONFIG_MAP` (EKS User Guide, grant-k8s-access.adoc); false for a cluster still on `CONFIG_MAP`, or a
-    self-managed one, whose owner maps the roles in aws-auth instead (README, Deploy)."""
+    Kubernetes API (`infra.access_entries`), and the agent's EKS Pod Identity association (`infra.agent`). Access
+    entries need the cluster's authentication mode `API` or `API_AND_CONFIG_MAP` (EKS User Guide,
+    grant-k8s-access.adoc); false for a cluster still on `CONFIG_MAP`, or a self-managed one, whose owner maps the
+    roles in aws-auth and associates the agent's role (or uses IRSA) instead (README, Deploy)."""
 
     @field_validator("service_cidr")
     @classmethod

@@ -10,8 +10,8 @@ import hashlib
 from dataclasses import dataclass
 
 __all__ = [
-    "FUNCTIONS", "FUNCTIONS_KUBERNETES_GROUP", "NAME_LIMITS", "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE",
-    "ResourceNames", "fit", "log_service",
+    "AGENT_NAMESPACE", "AGENT_SERVICE_ACCOUNT", "FUNCTIONS", "FUNCTIONS_KUBERNETES_GROUP", "NAME_LIMITS",
+    "PARTITION_KEY", "SORT_KEY", "TTL_ATTRIBUTE", "ResourceNames", "fit", "log_service",
 ]
 
 FUNCTIONS = ("packer", "fleet", "interruption", "drain", "prewarm", "consolidate")
@@ -21,6 +21,12 @@ FUNCTIONS_KUBERNETES_GROUP = "gpu-autoscaler-functions"
 user's aws-auth mapping) put their roles in it, and `agent/deploy/functions-rbac.yaml` (the chart's
 `functions-rbac.yaml` likewise) binds it. EKS does not check that a binding names an entry's group (EKS User
 Guide, grant-k8s-access.adoc), so every place spells it from here or is tested against it."""
+
+AGENT_NAMESPACE = "gpu-autoscaler"
+AGENT_SERVICE_ACCOUNT = "gpu-autoscaler-agent"
+"""Where the in-cluster agent runs, as both installs make it (agent/deploy's kustomization; the chart, installed
+into the namespace the README's `helm install` names): the stack's Pod Identity association and its role's trust
+name exactly this service account."""
 
 
 def log_service(function: str) -> str:
