@@ -16,12 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
 from gpu_autoscaler_agent.settings import ENVIRONMENT
 from tests.conftest import ROOT
 from tests.unit.agent.chart_render import ChartError, Renderer
 
 CHART = ROOT / "agent" / "deploy" / "chart"
 KUSTOMIZE_DEPLOYMENT = ROOT / "agent" / "deploy" / "deployment.yaml"
+KUSTOMIZE_FUNCTIONS_RBAC = ROOT / "agent" / "deploy" / "functions-rbac.yaml"
+AGENT = "agent-gpu-autoscaler-agent"
+"""The agent's ClusterRole and binding as the chart names them for the release `agent` (`Renderer`'s default)."""
+FUNCTIONS = "agent-gpu-autoscaler-functions"
 QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-pending-pods.fifo"
 REQUIRED = {"clusterName": "ml-prod", "queueUrl": QUEUE}
 
@@ -34,13 +39,22 @@ def _values(**overrides: Any) -> dict[str, Any]:
 
 
 def _render(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each rendered object by kind, the cluster-scoped RBAC objects by `<kind>/<name>` (the agent's and the
+    functions')."""
     renderer = Renderer(CHART, values)
     out: dict[str, dict[str, Any]] = {}
     for template in sorted((CHART / "templates").glob("*.yaml")):
         for doc in yaml.safe_load_all(renderer.render(template)):
             if doc:
-                out[doc["kind"]] = doc
+                key = f"{doc['kind']}/{doc['metadata']['name']}" if doc["kind"].startswith("ClusterRole") else \
+                    doc["kind"]
+                assert key not in out, f"{key} rendered twice"
+                out[key] = doc
     return out
+
+
+def _kustomize(path: Any, kind: str) -> dict[str, Any]:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == kind)
 
 
 def _env(deployment: dict[str, Any]) -> dict[str, str]:
@@ -50,7 +64,8 @@ def _env(deployment: dict[str, Any]) -> dict[str, str]:
 
 def test_the_chart_renders_the_kustomize_resources_with_the_values() -> None:
     rendered = _render(_values(region="eu-west-1", resyncSeconds=30))
-    assert set(rendered) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    assert set(rendered) == {"ServiceAccount", f"ClusterRole/{AGENT}", f"ClusterRoleBinding/{AGENT}",
+                             f"ClusterRole/{FUNCTIONS}", f"ClusterRoleBinding/{FUNCTIONS}", "Deployment"}
     deployment = rendered["Deployment"]
     assert deployment["metadata"]["namespace"] == "ops"
     env = _env(deployment)
@@ -64,11 +79,23 @@ def test_the_chart_renders_the_kustomize_resources_with_the_values() -> None:
                                       "limits": {"cpu": "500m", "memory": "256Mi"}}
     assert container["ports"][0]["containerPort"] == 8080
     assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
-    binding = rendered["ClusterRoleBinding"]
+    binding = rendered[f"ClusterRoleBinding/{AGENT}"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-autoscaler-agent", "namespace": "ops"}]
-    kustomize_rules = next(d for d in yaml.safe_load_all((ROOT / "agent/deploy/rbac.yaml").read_text())
-                           if d["kind"] == "ClusterRole")["rules"]
-    assert rendered["ClusterRole"]["rules"] == kustomize_rules
+    assert binding["roleRef"]["name"] == AGENT
+    kustomize_rules = _kustomize(ROOT / "agent/deploy/rbac.yaml", "ClusterRole")["rules"]
+    assert rendered[f"ClusterRole/{AGENT}"]["rules"] == kustomize_rules
+
+
+def test_the_chart_grants_the_functions_what_kustomize_does_to_the_group_of_their_access_entries() -> None:
+    """The stack's access entries put the functions' roles in one group, spelled exactly (no release-name prefix:
+    EKS does not check that any binding names an entry's group); the rules are agent/deploy/functions-rbac.yaml's."""
+    rendered = _render(_values())
+    role, binding = rendered[f"ClusterRole/{FUNCTIONS}"], rendered[f"ClusterRoleBinding/{FUNCTIONS}"]
+    assert role["rules"] == _kustomize(KUSTOMIZE_FUNCTIONS_RBAC, "ClusterRole")["rules"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FUNCTIONS}
+    assert binding["subjects"] == _kustomize(KUSTOMIZE_FUNCTIONS_RBAC, "ClusterRoleBinding")["subjects"] == [
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": FUNCTIONS_KUBERNETES_GROUP}]
+    assert role["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-autoscaler-functions"
 
 
 def test_irsa_or_pod_identity() -> None:
