@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.cli.doctor_checks import (
+    FUNCTIONS_GROUP,
     DoctorContext,
     check_amis,
     check_efa_security_groups,
@@ -160,16 +161,16 @@ def test_an_invalid_configuration_is_the_first_failed_line(tmp_path: Path) -> No
 
 
 class _Paginator:
-    def __init__(self, entries: list[str]) -> None:
-        self.entries = entries
+    def __init__(self, key: str, items: list[Any]) -> None:
+        self.key, self.items = key, items
 
     def paginate(self, **_: Any) -> list[dict[str, Any]]:
-        return [{"accessEntries": self.entries}]
+        return [{self.key: self.items}]
 
 
 class _DeployedAccount:
-    """CloudFormation with the stack's role outputs and EKS with the given access entries (moto has no EKS access
-    entries API)."""
+    """CloudFormation with the stack's role outputs and EKS with the given access entries, each in the functions'
+    group (moto has no EKS access entries API)."""
 
     def __init__(self, entries: list[str]) -> None:
         self.entries = entries
@@ -185,8 +186,15 @@ class _DeployedAccount:
                     {"OutputKey": "PackerRoleArn", "OutputValue": "arn:aws:iam::123456789012:role/packer"},
                     {"OutputKey": "TableName", "OutputValue": "t"}]}]}
 
+            def describe_access_entry(self, clusterName: str, principalArn: str) -> dict[str, Any]:  # noqa: N803
+                assert principalArn in test.entries
+                return {"accessEntry": {"principalArn": principalArn, "type": "STANDARD",
+                                        "kubernetesGroups": [FUNCTIONS_GROUP]}}
+
             def get_paginator(self, name: str) -> _Paginator:
-                return _Paginator(test.entries)
+                if name == "list_associated_access_policies":
+                    return _Paginator("associatedAccessPolicies", [])
+                return _Paginator("accessEntries", test.entries)
 
         return Client()
 
@@ -200,6 +208,7 @@ def test_after_a_deploy_each_kubernetes_function_needs_its_access_entry(aws: Emb
     [missing] = checks(["arn:aws:iam::123456789012:role/drain"])
     assert missing.name == "EKS access entry Packer" and missing.status == "fail"
     assert "create-access-entry" in missing.fix and "role/packer" in missing.fix
+    assert f"--kubernetes-groups {FUNCTIONS_GROUP}" in missing.fix
     [ok] = checks(["arn:aws:iam::123456789012:role/drain", "arn:aws:iam::123456789012:role/packer"])
     assert ok.status == "pass" and ok.detail == "Drain, Packer"
     [before] = check_function_access(_context(aws))

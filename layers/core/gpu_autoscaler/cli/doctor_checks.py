@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.catalog import InstanceType
 
-__all__ = ["CHECKS", "Check", "DoctorContext", "run_checks"]
+__all__ = ["CHECKS", "FUNCTIONS_GROUP", "FUNCTIONS_RBAC", "Check", "DoctorContext", "run_checks"]
 
 Status = Literal["pass", "warn", "fail"]
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
@@ -36,6 +36,9 @@ EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:Gen
                    "kms:ReEncrypt*")
 """What a principal launching instances with volumes under a customer managed key needs of it (EBS creates a
 grant for each volume)."""
+FUNCTIONS_GROUP = "gpu-autoscaler-functions"
+"""The Kubernetes group the functions' access entries carry, which `FUNCTIONS_RBAC` binds to what they do."""
+FUNCTIONS_RBAC = "agent/deploy/functions-rbac.yaml"
 
 
 @dataclass(frozen=True)
@@ -340,7 +343,10 @@ def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
 
 
 def check_function_access(ctx: DoctorContext) -> list[Check]:
-    """After a deploy, each function that reaches Kubernetes has an access entry for its role."""
+    """After a deploy, each function that reaches Kubernetes has an access entry that lets it do what it does: in
+    the group `FUNCTIONS_GROUP` (bound by `FUNCTIONS_RBAC`), or with AmazonEKSClusterAdminPolicy on the cluster.
+    An entry alone is no permission (EKS User Guide, grant-k8s-access.adoc, "Create access entries": without
+    `--kubernetes-groups` or an access policy, only the API discovery roles' permissions)."""
     roles = _function_roles(ctx)
     if roles is None:
         return [Check("EKS access entries (functions)", "pass", "stack not deployed yet: run doctor again after "
@@ -349,13 +355,64 @@ def check_function_access(ctx: DoctorContext) -> list[Check]:
         entries = set(_access_entries(ctx))
     except (ClientError, BotoCoreError) as error:
         return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
-                      "map the stack's …RoleArn outputs in aws-auth, or allow eks:ListAccessEntries")]
-    missing = {name: arn for name, arn in sorted(roles.items()) if arn not in entries}
-    if not missing:
+                      f"map the stack's …RoleArn outputs to the group {FUNCTIONS_GROUP} in aws-auth and kubectl apply "
+                      f"-f {FUNCTIONS_RBAC}, or allow eks:ListAccessEntries")]
+    checks = [_function_entry(ctx, name, arn, arn in entries) for name, arn in sorted(roles.items())]
+    if all(c.status == "pass" for c in checks):
         return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
-    return [Check(f"EKS access entry {name}", "fail", f"{arn} has no access entry",
-                  f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} --principal-arn {arn} "
-                  "(then grant it the RBAC in the README)") for name, arn in missing.items()]
+    return [c for c in checks if c.status != "pass"]
+
+
+def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool) -> Check:
+    """One function role's access entry: its type, its groups and its access policies."""
+    check = f"EKS access entry {name}"
+    cluster = ctx.config.cluster_name
+    rbac = f"kubectl apply -f {FUNCTIONS_RBAC}"
+    create = (f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {arn} --type STANDARD "
+              f"--kubernetes-groups {FUNCTIONS_GROUP}, then {rbac}")
+    if not listed:
+        return Check(check, "fail", f"{arn} has no access entry", create)
+    eks = ctx.clients.client("eks")
+    try:
+        entry = eks.describe_access_entry(clusterName=cluster, principalArn=arn)["accessEntry"]
+        policies = [p for page in eks.get_paginator("list_associated_access_policies").paginate(
+            clusterName=cluster, principalArn=arn) for p in page["associatedAccessPolicies"]] \
+            if entry.get("type") == "STANDARD" else []
+    except (ClientError, BotoCoreError) as error:
+        return Check(check, "warn", f"{arn}: cannot read its access entry ({_code(error)})",
+                     "allow eks:DescribeAccessEntry and eks:ListAssociatedAccessPolicies")
+    if entry.get("type") != "STANDARD":
+        # grant-k8s-access.adoc: only a STANDARD entry takes groups or access policies, and a type cannot change.
+        return Check(check, "fail", f"{arn}: its access entry is of type {entry.get('type')}, which takes no "
+                     "Kubernetes groups and no access policies",
+                     f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {arn}, then {create}")
+    groups = list(entry.get("kubernetesGroups", []))
+    if FUNCTIONS_GROUP in groups or any(_policy_name(p) == CLUSTER_ADMIN_POLICY
+                                        and p["accessScope"]["type"] == "cluster" for p in policies):
+        return Check(check, "pass", arn)
+    update = (f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {arn} --kubernetes-groups "
+              f"{' '.join([*groups, FUNCTIONS_GROUP])}, then {rbac}")
+    if not groups and not policies:
+        return Check(check, "fail", f"{arn}: its access entry has no Kubernetes group and no access policy, so it "
+                     "allows API discovery only: every request of the function is refused", update)
+    held = [f"groups {', '.join(groups)} (doctor cannot see the RBAC that binds them)"] if groups else []
+    held += [f"{_policy_name(p)} ({_scope(p)})" for p in policies]
+    return Check(check, "warn", f"{arn}: {'; '.join(held)}: EKS's Edit, Admin and View access policies grant "
+                 "nothing on nodes, PersistentVolumes or VolumeAttachments, and a namespace scope nothing on "
+                 "cluster-wide resources, which the function patches, deletes and reads", update)
+
+
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+"""The one EKS access policy that covers what the functions do (access-policy-reference.adoc: `*` on `*`)."""
+
+
+def _policy_name(policy: dict[str, Any]) -> str:
+    return str(policy["policyArn"]).rsplit("/", 1)[-1]
+
+
+def _scope(policy: dict[str, Any]) -> str:
+    scope = policy["accessScope"]
+    return "cluster" if scope["type"] == "cluster" else f"namespaces {', '.join(scope.get('namespaces', []))}"
 
 
 def check_access_entries(ctx: DoctorContext) -> list[Check]:

@@ -1,0 +1,165 @@
+"""`gpu-autoscaler doctor` on what decides whether the functions and the nodes get into the cluster.
+
+EKS User Guide (awsdocs/amazon-eks-user-guide, latest/ug/manage-access/k8s-access/grant-k8s-access.adoc, "Create
+access entries"): an access entry of type STANDARD without `--kubernetes-groups` and without an access policy has
+only the permissions of Kubernetes' API discovery roles; access-policy-reference.adoc: Edit, Admin and View grant
+nothing on nodes, PersistentVolumes or VolumeAttachments.
+
+The EKS and CloudFormation clients are real botocore clients behind a `Stubber`, so each request and answer is
+checked against the services' own API models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+import yaml
+from botocore.stub import Stubber
+
+from gpu_autoscaler.cli.doctor_checks import FUNCTIONS_GROUP, FUNCTIONS_RBAC, DoctorContext, check_function_access
+from gpu_autoscaler.config import parse_config
+from tests.conftest import example_config_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG = parse_config(example_config_data())
+PACKER = "arn:aws:iam::123456789012:role/GpuAutoscaler-ml-prod-PackerRole-1A2B3C"
+DRAIN = "arn:aws:iam::123456789012:role/GpuAutoscaler-ml-prod-DrainRole-4D5E6F"
+POLICY = "arn:aws:eks::aws:cluster-access-policy/"
+CLUSTER_SCOPE = {"type": "cluster"}
+
+
+class _Account:
+    """Stubbed clients: CloudFormation answers the deployed stack's role outputs; EKS its access entries."""
+
+    def __init__(self) -> None:
+        self.clients = {name: boto3.client(name, region_name="us-east-1") for name in ("cloudformation", "eks")}
+        self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
+        self.stubs["cloudformation"].add_response("describe_stacks", {"Stacks": [{
+            "StackName": "GpuAutoscaler-ml-prod", "CreationTime": "2026-11-29T00:00:00Z",
+            "StackStatus": "CREATE_COMPLETE",
+            "Outputs": [{"OutputKey": "DrainRoleArn", "OutputValue": DRAIN},
+                        {"OutputKey": "PackerRoleArn", "OutputValue": PACKER},
+                        {"OutputKey": "TableName", "OutputValue": "t"}]}]},
+            {"StackName": "GpuAutoscaler-ml-prod"})
+
+    def client(self, service: str) -> Any:
+        return self.clients[service]
+
+    def listed(self, *arns: str) -> _Account:
+        self.stubs["eks"].add_response("list_access_entries", {"accessEntries": list(arns)},
+                                       {"clusterName": CONFIG.cluster_name})
+        return self
+
+    def entry(self, arn: str, *, groups: tuple[str, ...] = (), policies: tuple[tuple[str, dict[str, Any]], ...] = (),
+              entry_type: str = "STANDARD") -> _Account:
+        eks = self.stubs["eks"]
+        eks.add_response("describe_access_entry", {"accessEntry": {
+            "clusterName": CONFIG.cluster_name, "principalArn": arn, "kubernetesGroups": list(groups),
+            "type": entry_type, "username": "arn:aws:sts::123456789012:assumed-role/x/{{SessionName}}"}},
+            {"clusterName": CONFIG.cluster_name, "principalArn": arn})
+        if entry_type == "STANDARD":
+            eks.add_response("list_associated_access_policies", {
+                "clusterName": CONFIG.cluster_name, "principalArn": arn,
+                "associatedAccessPolicies": [{"policyArn": POLICY + name, "accessScope": scope}
+                                             for name, scope in policies]},
+                {"clusterName": CONFIG.cluster_name, "principalArn": arn})
+        return self
+
+    def refused(self, operation: str, **params: str) -> _Account:
+        self.stubs["eks"].add_client_error(operation, "AccessDeniedException", "not authorized", 403,
+                                           expected_params=params)
+        return self
+
+
+@pytest.fixture
+def account() -> Iterator[_Account]:
+    account = _Account()
+    for stub in account.stubs.values():
+        stub.activate()
+    yield account
+    for stub in account.stubs.values():
+        stub.assert_no_pending_responses()
+
+
+def _checks(account: _Account) -> dict[str, Any]:
+    return {c.name: c for c in check_function_access(DoctorContext(CONFIG, account, None))}  # type: ignore[arg-type]
+
+
+def test_the_group_doctor_names_is_the_one_the_shipped_rbac_binds() -> None:
+    documents = list(yaml.safe_load_all((ROOT / FUNCTIONS_RBAC).read_text()))
+    [binding] = [d for d in documents if d and d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "Group", "name": FUNCTIONS_GROUP,
+                                    "apiGroup": "rbac.authorization.k8s.io"}]
+
+
+def test_an_access_entry_with_neither_group_nor_policy_fails_it_allows_api_discovery_only(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER)
+    [packer] = _checks(account).values()
+    assert packer.name == "EKS access entry Packer" and packer.status == "fail"
+    assert PACKER in packer.detail and "API discovery" in packer.detail
+    assert (f"aws eks update-access-entry --cluster-name ml-prod --principal-arn {PACKER} "
+            f"--kubernetes-groups {FUNCTIONS_GROUP}") in packer.fix
+    assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
+
+
+def test_a_missing_entry_fails_with_the_command_that_creates_one_in_the_group(account: _Account) -> None:
+    account.listed(DRAIN).entry(DRAIN, groups=(FUNCTIONS_GROUP,))
+    [packer] = _checks(account).values()
+    assert packer.name == "EKS access entry Packer" and packer.status == "fail"
+    assert (f"aws eks create-access-entry --cluster-name ml-prod --principal-arn {PACKER} --type STANDARD "
+            f"--kubernetes-groups {FUNCTIONS_GROUP}") in packer.fix
+    assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
+
+
+@pytest.mark.parametrize("policies", [("AmazonEKSEditPolicy",), ("AmazonEKSAdminPolicy", "AmazonEKSViewPolicy")])
+def test_edit_admin_or_view_policies_alone_warn_they_grant_nothing_on_nodes(account: _Account,
+                                                                            policies: tuple[str, ...]) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(
+        PACKER, policies=tuple((p, CLUSTER_SCOPE) for p in policies))
+    [packer] = _checks(account).values()
+    assert packer.status == "warn"
+    assert all(p in packer.detail for p in policies) and "nothing on nodes" in packer.detail
+    assert f"--kubernetes-groups {FUNCTIONS_GROUP}" in packer.fix and FUNCTIONS_RBAC in packer.fix
+
+
+def test_another_group_warns_that_its_rbac_cannot_be_seen_and_keeps_it_in_the_fix(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER, groups=("ops",))
+    [packer] = _checks(account).values()
+    assert packer.status == "warn" and "ops" in packer.detail
+    assert f"--kubernetes-groups ops {FUNCTIONS_GROUP}" in packer.fix  # UpdateAccessEntry replaces the groups
+
+
+def test_the_group_or_cluster_wide_cluster_admin_passes(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP, "ops")).entry(
+        PACKER, policies=(("AmazonEKSClusterAdminPolicy", CLUSTER_SCOPE),))
+    [ok] = _checks(account).values()
+    assert ok.name == "EKS access entries (functions)" and ok.status == "pass" and ok.detail == "Drain, Packer"
+
+
+def test_cluster_admin_scoped_to_namespaces_warns_nodes_are_cluster_scoped(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(
+        PACKER, policies=(("AmazonEKSClusterAdminPolicy", {"type": "namespace", "namespaces": ["team-a"]}),))
+    [packer] = _checks(account).values()
+    assert packer.status == "warn" and "team-a" in packer.detail
+
+
+def test_an_entry_of_another_type_fails_its_type_cannot_change(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER, entry_type="EC2_LINUX")
+    [packer] = _checks(account).values()
+    assert packer.status == "fail" and "EC2_LINUX" in packer.detail
+    assert "delete-access-entry" in packer.fix and "--type STANDARD" in packer.fix
+
+
+def test_an_entry_that_cannot_be_described_warns_naming_the_permissions(account: _Account) -> None:
+    account.listed(DRAIN, PACKER).refused("describe_access_entry", clusterName="ml-prod", principalArn=DRAIN).entry(
+        PACKER, groups=(FUNCTIONS_GROUP,))
+    [drain] = _checks(account).values()
+    assert drain.name == "EKS access entry Drain" and drain.status == "warn"
+    assert "AccessDeniedException" in drain.detail
+    assert "eks:DescribeAccessEntry" in drain.fix and "eks:ListAssociatedAccessPolicies" in drain.fix
