@@ -19,7 +19,14 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from gpu_autoscaler.cli.doctor_checks import FUNCTIONS_GROUP, FUNCTIONS_RBAC, DoctorContext, check_function_access
+from gpu_autoscaler.cli.doctor_checks import (
+    FUNCTIONS_GROUP,
+    FUNCTIONS_RBAC,
+    DoctorContext,
+    check_access_entries,
+    check_function_access,
+    check_node_identity,
+)
 from gpu_autoscaler.config import parse_config
 from tests.conftest import example_config_data
 
@@ -163,3 +170,145 @@ def test_an_entry_that_cannot_be_described_warns_naming_the_permissions(account:
     assert drain.name == "EKS access entry Drain" and drain.status == "warn"
     assert "AccessDeniedException" in drain.detail
     assert "eks:DescribeAccessEntry" in drain.fix and "eks:ListAssociatedAccessPolicies" in drain.fix
+
+
+# ---- the node role -------------------------------------------------------------------------------------------
+
+NODE_ROLE = CONFIG.node_role
+NODE_ROLE_NAME = NODE_ROLE.rsplit("/", 1)[1]
+MANAGED = "arn:aws:iam::aws:policy/"
+
+
+def _cluster(mode: str | None = "API", *, public: bool = True, cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+             ) -> dict[str, Any]:
+    """DescribeCluster's answer, in the shape of the EKS API reference (`Cluster`)."""
+    cluster: dict[str, Any] = {
+        "name": CONFIG.cluster_name, "arn": "arn:aws:eks:us-east-1:123456789012:cluster/ml-prod",
+        "endpoint": "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com", "status": "ACTIVE",
+        "resourcesVpcConfig": {"subnetIds": ["subnet-0aaa"], "endpointPublicAccess": public,
+                               "endpointPrivateAccess": not public, "publicAccessCidrs": list(cidrs)}}
+    if mode is not None:
+        cluster["accessConfig"] = {"authenticationMode": mode}
+    return {"cluster": cluster}
+
+
+class _Cluster:
+    """Stubbed EKS and IAM of an account holding the cluster and the node role."""
+
+    def __init__(self) -> None:
+        self.clients = {name: boto3.client(name, region_name="us-east-1") for name in ("eks", "iam")}
+        self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
+
+    def client(self, service: str) -> Any:
+        return self.clients[service]
+
+    def described(self, mode: str | None = "API", **vpc: Any) -> _Cluster:
+        self.stubs["eks"].add_response("describe_cluster", _cluster(mode, **vpc), {"name": CONFIG.cluster_name})
+        return self
+
+    def node_entry(self, entry_type: str | None) -> _Cluster:
+        """The cluster's access entries: the node role's of that type, or none (None)."""
+        eks = self.stubs["eks"]
+        eks.add_response("list_access_entries", {"accessEntries": [PACKER] + ([NODE_ROLE] if entry_type else [])},
+                         {"clusterName": CONFIG.cluster_name})
+        if entry_type:
+            eks.add_response("describe_access_entry", {"accessEntry": {
+                "clusterName": CONFIG.cluster_name, "principalArn": NODE_ROLE, "type": entry_type,
+                "kubernetesGroups": [] if entry_type == "STANDARD" else ["system:nodes"]}},
+                {"clusterName": CONFIG.cluster_name, "principalArn": NODE_ROLE})
+        return self
+
+    def role(self, *attached: str, inline: tuple[str, ...] = ()) -> _Cluster:
+        iam = self.stubs["iam"]
+        iam.add_response("get_role", {"Role": {
+            "Path": "/", "RoleName": NODE_ROLE_NAME, "RoleId": "AROAEXAMPLEEXAMPLE01", "Arn": NODE_ROLE,
+            "CreateDate": "2026-11-01T00:00:00Z", "AssumeRolePolicyDocument": (
+                '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},'
+                '"Action":"sts:AssumeRole"}]}')}}, {"RoleName": NODE_ROLE_NAME})
+        iam.add_response("list_attached_role_policies", {"AttachedPolicies": [
+            {"PolicyName": name, "PolicyArn": MANAGED + name} for name in attached]}, {"RoleName": NODE_ROLE_NAME})
+        if len(attached) < 3:
+            iam.add_response("list_role_policies", {"PolicyNames": list(inline)}, {"RoleName": NODE_ROLE_NAME})
+        return self
+
+
+@pytest.fixture
+def cluster() -> Iterator[_Cluster]:
+    cluster = _Cluster()
+    for stub in cluster.stubs.values():
+        stub.activate()
+    yield cluster
+    for stub in cluster.stubs.values():
+        stub.assert_no_pending_responses()
+
+
+def _node_entry(cluster: _Cluster) -> Any:
+    [check] = check_access_entries(DoctorContext(CONFIG, cluster, None))  # type: ignore[arg-type]
+    assert check.name == "EKS access entry (node role)"
+    return check
+
+
+def test_a_node_role_entry_of_type_standard_fails_nodes_would_never_register(cluster: _Cluster) -> None:
+    """grant-k8s-access.adoc: self-managed Linux and Bottlerocket nodes take an EC2_LINUX entry, which makes them
+    system:node:{{EC2PrivateDNSName}} in system:nodes; a STANDARD one cannot, and a type cannot change."""
+    check = _node_entry(cluster.described("API").node_entry("STANDARD"))
+    assert check.status == "fail" and "STANDARD" in check.detail and "register" in check.detail
+    assert f"aws eks delete-access-entry --cluster-name ml-prod --principal-arn {NODE_ROLE}" in check.fix
+    assert f"aws eks create-access-entry --cluster-name ml-prod --principal-arn {NODE_ROLE} --type EC2_LINUX" \
+        in check.fix
+
+
+def test_a_node_role_entry_of_type_ec2_linux_passes(cluster: _Cluster) -> None:
+    check = _node_entry(cluster.described("API_AND_CONFIG_MAP").node_entry("EC2_LINUX"))
+    assert check.status == "pass" and "EC2_LINUX" in check.detail
+
+
+def test_no_node_role_entry_fails_on_an_api_only_cluster(cluster: _Cluster) -> None:
+    check = _node_entry(cluster.described("API").node_entry(None))
+    assert check.status == "fail" and "--type EC2_LINUX" in check.fix
+
+
+def test_no_node_role_entry_on_an_api_and_config_map_cluster_is_no_failure_aws_auth_may_map_it(
+        cluster: _Cluster) -> None:
+    check = _node_entry(cluster.described("API_AND_CONFIG_MAP").node_entry(None))
+    assert check.status == "warn" and "aws-auth" in check.detail and "API_AND_CONFIG_MAP" in check.detail
+    assert "--type EC2_LINUX" in check.fix
+
+
+def test_a_config_map_only_cluster_is_read_through_aws_auth_alone(cluster: _Cluster) -> None:
+    check = _node_entry(cluster.described("CONFIG_MAP"))  # no ListAccessEntries: the cluster has no such API
+    assert check.status == "warn" and "CONFIG_MAP" in check.detail
+    assert "system:bootstrappers" in check.fix and "system:nodes" in check.fix and NODE_ROLE in check.fix
+
+
+def _node_policies(cluster: _Cluster) -> Any:
+    checks = {c.name: c for c in check_node_identity(DoctorContext(CONFIG, cluster, None))}  # type: ignore[arg-type]
+    assert checks["node role"].status == "pass"
+    return checks["node role policies"]
+
+
+def test_a_node_role_without_the_worker_node_registry_and_cni_policies_warns_with_the_commands(
+        cluster: _Cluster) -> None:
+    """create-node-role.adoc: AmazonEKSWorkerNodePolicy and an ECR pull policy "before you can launch nodes and
+    register them", and AmazonEKS_CNI_Policy unless aws-node has its own role; a warning, since an inline policy
+    may grant the same."""
+    check = _node_policies(cluster.role(inline=("nodes",)))
+    assert check.status == "warn"
+    for name in ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy"):
+        assert name in check.detail
+        assert f"--policy-arn {MANAGED}{name}" in check.fix
+    assert "IRSA" in check.detail and "Pod Identity" in check.detail
+    assert "inline" in check.detail and "nodes" in check.detail
+
+
+def test_a_node_role_with_only_the_cni_policy_missing_warns_unless_aws_node_has_its_own_role(
+        cluster: _Cluster) -> None:
+    check = _node_policies(cluster.role("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"))
+    assert check.status == "warn" and "AmazonEKS_CNI_Policy" in check.detail and "aws-node" in check.detail
+    assert "AmazonEKSWorkerNodePolicy" not in check.fix and "Registry" not in check.fix
+
+
+def test_a_node_role_with_the_policies_karpenter_attaches_passes(cluster: _Cluster) -> None:
+    check = _node_policies(cluster.role("AmazonEKS_CNI_Policy", "AmazonEKSWorkerNodePolicy",
+                                        "AmazonEC2ContainerRegistryPullOnly"))
+    assert check.status == "pass"

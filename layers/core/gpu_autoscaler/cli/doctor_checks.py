@@ -297,17 +297,20 @@ def check_amis(ctx: DoctorContext) -> list[Check]:
 
 
 def check_node_identity(ctx: DoctorContext) -> list[Check]:
-    """The node role exists and trusts EC2; the stack's instance profile (once deployed) holds it."""
+    """The node role exists, trusts EC2 and holds the policies nodes need; the stack's instance profile (once
+    deployed) holds it."""
     role_name = ctx.config.node_role.rsplit("/", 1)[1]
     iam = ctx.clients.client("iam")
     try:
         role = iam.get_role(RoleName=role_name)["Role"]
     except ClientError as error:
         return [Check("node role", "fail", f"{role_name}: {_code(error)}",
-                      "create the node role (EKS: AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryReadOnly)")]
+                      "create the node role (EKS User Guide, create-node-role.adoc: trusted by ec2.amazonaws.com, "
+                      f"with {', '.join(p[0] for p in NODE_ROLE_POLICIES)})")]
     trust = str(role.get("AssumeRolePolicyDocument", ""))
     results = [Check("node role", "pass" if "ec2.amazonaws.com" in trust else "fail", role["Arn"],
-                     "" if "ec2.amazonaws.com" in trust else "let ec2.amazonaws.com assume the role")]
+                     "" if "ec2.amazonaws.com" in trust else "let ec2.amazonaws.com assume the role"),
+               _node_role_policies(ctx, iam, role_name)]
     if ctx.instance_profile:
         try:
             profile = iam.get_instance_profile(InstanceProfileName=ctx.instance_profile)["InstanceProfile"]
@@ -318,6 +321,59 @@ def check_node_identity(ctx: DoctorContext) -> list[Check]:
             results.append(Check("instance profile", "warn", f"{ctx.instance_profile}: {_code(error)}",
                                  "cdk deploy creates it"))
     return results
+
+
+NODE_ROLE_POLICIES = (("AmazonEKSWorkerNodePolicy",),
+                      ("AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryReadOnly"),
+                      ("AmazonEKS_CNI_Policy",))
+"""The AWS managed policies a node role needs, each line one need and the policies that meet it (EKS User Guide,
+create-node-role.adoc: the kubelet's EC2 reads and ECR pulls "before you can launch nodes and register them", and
+the VPC CNI's unless aws-node has a role of its own; Karpenter's getting-started cloudformation.yaml attaches these
+three and AmazonSSMManagedInstanceCore)."""
+CNI_POLICY = NODE_ROLE_POLICIES[2][0]
+
+
+def _node_role_policies(ctx: DoctorContext, iam: Any, role_name: str) -> Check:
+    """The node role's attached AWS managed policies against `NODE_ROLE_POLICIES`. A missing one warns, not
+    fails: an inline or customer managed policy may grant the same, which doctor does not read."""
+    try:
+        attached = {p["PolicyArn"] for page in iam.get_paginator("list_attached_role_policies").paginate(
+            RoleName=role_name) for p in page["AttachedPolicies"]}
+        managed = {arn.rsplit("/", 1)[1] for arn in attached if arn.split(":")[4] == "aws"}
+        missing = [need for need in NODE_ROLE_POLICIES if not managed.intersection(need)]
+        inline = [] if not missing else [name for page in iam.get_paginator("list_role_policies").paginate(
+            RoleName=role_name) for name in page["PolicyNames"]]
+    except (ClientError, BotoCoreError) as error:
+        return Check("node role policies", "warn", f"{role_name}: cannot list its policies ({_code(error)})",
+                     "allow iam:ListAttachedRolePolicies and iam:ListRolePolicies")
+    if not missing:
+        return Check("node role policies", "pass", ", ".join(sorted(managed & {p for need in NODE_ROLE_POLICIES
+                                                                               for p in need})))
+    partition = ctx.config.node_role.split(":")[1]
+    names = [" or ".join(need) + (" (unless aws-node has a role of its own: IRSA or EKS Pod Identity)"
+                                  if need[0] == CNI_POLICY else "") for need in missing]
+    detail = f"{role_name} has no {'; no '.join(names)}: without them nodes launch and are billed but do not " \
+             "register, or stay NotReady"
+    if inline:
+        detail += f"; its inline policies {', '.join(inline)} may grant the same (doctor does not read them)"
+    return Check("node role policies", "warn", detail, "; ".join(
+        f"aws iam attach-role-policy --role-name {role_name} --policy-arn arn:{partition}:iam::aws:policy/{need[0]}"
+        for need in missing))
+
+
+def _describe_cluster(ctx: DoctorContext) -> dict[str, Any]:
+    """DescribeCluster's `cluster` (EKS API reference: `accessConfig`, `resourcesVpcConfig`, ...)."""
+    return dict(ctx.clients.client("eks").describe_cluster(name=ctx.config.cluster_name)["cluster"])
+
+
+def _authentication_mode(ctx: DoctorContext) -> str | None:
+    """CONFIG_MAP, API_AND_CONFIG_MAP or API (grant-k8s-access.adoc, "Set Cluster Authentication Mode"); None when
+    DescribeCluster cannot be read or does not say."""
+    try:
+        mode = _describe_cluster(ctx).get("accessConfig", {}).get("authenticationMode")
+    except (ClientError, BotoCoreError):
+        return None
+    return str(mode) if mode else None
 
 
 def _access_entries(ctx: DoctorContext) -> list[str]:
@@ -416,18 +472,43 @@ def _scope(policy: dict[str, Any]) -> str:
 
 
 def check_access_entries(ctx: DoctorContext) -> list[Check]:
-    """The node role may join the cluster: an EKS access entry of type EC2_LINUX (or an aws-auth mapping)."""
+    """The node role may join the cluster: an EKS access entry of type EC2_LINUX, or an aws-auth mapping where the
+    authentication mode reads aws-auth (grant-k8s-access.adoc: EC2_LINUX is the type for "Linux or Bottlerocket
+    self-managed nodes", whose username is system:node:{{EC2PrivateDNSName}}; a STANDARD entry cannot make the
+    kubelet a node, and an entry's type cannot change)."""
+    name = "EKS access entry (node role)"
+    role, cluster = ctx.config.node_role, ctx.config.cluster_name
+    create = f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} --type EC2_LINUX"
+    # auth-configmap.adoc: a node role's mapping; an ARN there cannot include a path.
+    aws_auth = (f"map it in the aws-auth ConfigMap: rolearn {role.split(':role/')[0]}:role/{role.rsplit('/', 1)[1]}, "
+                "username system:node:{{EC2PrivateDNSName}}, groups system:bootstrappers and system:nodes")
+    mode = _authentication_mode(ctx)
+    if mode == "CONFIG_MAP":
+        return [Check(name, "warn", f"{role}: authentication mode CONFIG_MAP, so nodes join through the aws-auth "
+                      "ConfigMap alone, which doctor cannot read", aws_auth)]
     try:
         entries = _access_entries(ctx)
     except (ClientError, BotoCoreError) as error:
-        return [Check("EKS access entry (node role)", "warn", f"cannot list access entries ({_code(error)}); "
-                      "if the cluster uses the aws-auth ConfigMap, map the node role there",
-                      f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} --principal-arn "
-                      f"{ctx.config.node_role} --type EC2_LINUX")]
-    found = ctx.config.node_role in entries
-    return [Check("EKS access entry (node role)", "pass" if found else "fail", ctx.config.node_role,
-                  "" if found else f"aws eks create-access-entry --cluster-name {ctx.config.cluster_name} "
-                  f"--principal-arn {ctx.config.node_role} --type EC2_LINUX")]
+        return [Check(name, "warn", f"cannot list access entries ({_code(error)}); "
+                      "if the cluster uses the aws-auth ConfigMap, map the node role there", create)]
+    if role not in entries:
+        if mode == "API":
+            return [Check(name, "fail", f"{role} has no access entry, and authentication mode API reads no aws-auth",
+                          create)]
+        return [Check(name, "warn", f"{role} has no access entry; authentication mode {mode or 'unknown'} also "
+                      "reads the aws-auth ConfigMap, which doctor cannot read: nodes join if it maps the role",
+                      f"{create} (or {aws_auth})")]
+    try:
+        entry_type = ctx.clients.client("eks").describe_access_entry(
+            clusterName=cluster, principalArn=role)["accessEntry"].get("type")
+    except (ClientError, BotoCoreError) as error:
+        return [Check(name, "warn", f"{role}: cannot read its access entry ({_code(error)})",
+                      "allow eks:DescribeAccessEntry")]
+    if entry_type == "EC2_LINUX":
+        return [Check(name, "pass", f"{role} (EC2_LINUX)")]
+    return [Check(name, "fail", f"{role}: its access entry is of type {entry_type}, not EC2_LINUX: the kubelet "
+                  "is not made a node (system:nodes), so nodes launch and are billed but never register",
+                  f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {role}, then {create}")]
 
 
 def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:

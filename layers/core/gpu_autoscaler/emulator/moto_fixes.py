@@ -35,6 +35,7 @@ def apply() -> None:
     _serialize_ec2()
     _transactions_without_table_copies()
     _instance_pages_that_survive_changes()
+    _node_role_policies()
     _applied = True
 
 
@@ -56,6 +57,29 @@ def _event_account() -> None:
     EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE.replace(
         '"source": "<source>",', '"source": "<source>", "account": "<account>",', 1
     )
+
+
+NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy")
+"""The AWS managed policies of an EKS node role (EKS User Guide, create-node-role.adoc; Karpenter's getting-started
+cloudformation.yaml attaches these three)."""
+
+
+def _node_role_policies() -> None:
+    """AWS managed policies exist in every account; moto has them only when told to load all of them
+    (`MOTO_IAM_LOAD_MANAGED_POLICIES`, some 1,300 built for each account's IAM backend). An account without any
+    refuses to attach them (`NoSuchEntity`), so the emulator's node role could not hold what a real one holds:
+    the node role's policies are loaded here, from moto's own copy of their documents."""
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+    from moto.iam.models import AWSManagedPolicy, IAMBackend
+
+    data = json.loads(aws_managed_policies_data)
+    original = IAMBackend._init_aws_policies
+
+    def init_aws_policies(self: Any) -> list[Any]:
+        return original(self) or [AWSManagedPolicy.from_data(name, self.account_id, self.region_name, data[name])
+                                  for name in NODE_ROLE_POLICIES]
+
+    IAMBackend._init_aws_policies = init_aws_policies  # type: ignore[method-assign]
 
 
 def _quiet_unknown_services() -> None:

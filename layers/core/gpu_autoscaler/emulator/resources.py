@@ -24,6 +24,7 @@ from gpu_autoscaler.domain.launch_templates import (
     placement_group_key,
     template_variants,
 )
+from gpu_autoscaler.emulator.moto_fixes import NODE_ROLE_POLICIES
 from gpu_autoscaler.emulator.triggers import create_rules, create_schedules
 from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_NODE_POOL
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
@@ -309,6 +310,9 @@ def _create_node_identity(
         "InstanceProfile"
     ]["Arn"]
     iam.add_role_to_instance_profile(InstanceProfileName=names.instance_profile, RoleName=role_name)
+    partition = role_arn.split(":")[1]
+    for policy in NODE_ROLE_POLICIES:  # a ready account's node role holds them (create-node-role.adoc)
+        iam.attach_role_policy(RoleName=role_name, PolicyArn=f"arn:{partition}:iam::aws:policy/{policy}")
     # An account that has launched Spot before holds EC2's Spot service-linked role (EC2 User Guide, "Service-
     # linked role for Spot Instance requests"); the emulator's account is one.
     # moto's CreateServiceLinkedRole would name it `AWSServiceRoleForspot`; AWS's name and path are these.
