@@ -73,7 +73,8 @@ def test_the_emulators_account_passes_and_warns_only_where_it_cannot_answer(aws:
     checks = {c["check"]: c for c in json.loads(result.stdout)}
     assert {c["status"] for c in checks.values()} <= {"pass", "warn"}
     for name in ("configuration", "spot service-linked role", "AMI x86_64", "node role", "node role policies",
-                 "instance profile", "EFA security group", "subnet us-east-1a", "offerings gpu-burst"):
+                 "instance profile", "cluster endpoint", "cluster authentication mode", "EFA security group",
+                 "subnet us-east-1a", "offerings gpu-burst"):
         assert checks[name]["status"] == "pass", checks[name]
     assert all(c["fix"] for c in checks.values() if c["status"] == "warn")
 

@@ -20,10 +20,12 @@ import yaml
 from botocore.stub import Stubber
 
 from gpu_autoscaler.cli.doctor_checks import (
+    CHECKS,
     FUNCTIONS_GROUP,
     FUNCTIONS_RBAC,
     DoctorContext,
     check_access_entries,
+    check_cluster_access,
     check_function_access,
     check_node_identity,
 )
@@ -312,3 +314,60 @@ def test_a_node_role_with_the_policies_karpenter_attaches_passes(cluster: _Clust
     check = _node_policies(cluster.role("AmazonEKS_CNI_Policy", "AmazonEKSWorkerNodePolicy",
                                         "AmazonEC2ContainerRegistryPullOnly"))
     assert check.status == "pass"
+
+
+# ---- the API endpoint and the authentication mode ------------------------------------------------------------
+
+def _cluster_access(cluster: _Cluster, *, eks_access: bool = True) -> dict[str, Any]:
+    config = CONFIG.model_copy(update={"kubernetes": CONFIG.kubernetes.model_copy(update={"eks_access": eks_access})})
+    return {c.name: c for c in check_cluster_access(DoctorContext(config, cluster, None))}  # type: ignore[arg-type]
+
+
+def test_a_private_only_endpoint_fails_the_functions_run_outside_any_vpc(cluster: _Cluster) -> None:
+    """cluster-endpoint.adoc: with public access off, "All traffic to your cluster API server must come from within
+    your cluster's VPC or a connected network"; the functions are in no VPC."""
+    check = _cluster_access(cluster.described("API", public=False, cidrs=()))["cluster endpoint"]
+    assert check.status == "fail" and "private" in check.detail and "VPC" in check.detail
+    assert "aws eks update-cluster-config --name ml-prod --resources-vpc-config endpointPublicAccess=true" in check.fix
+
+
+def test_public_access_limited_to_some_cidrs_warns_lambdas_addresses_are_not_among_them(cluster: _Cluster) -> None:
+    check = _cluster_access(cluster.described("API", cidrs=("203.0.113.0/24",)))["cluster endpoint"]
+    assert check.status == "warn" and "203.0.113.0/24" in check.detail and "Lambda" in check.detail
+    assert "publicAccessCidrs=0.0.0.0/0" in check.fix
+
+
+def test_a_public_endpoint_open_to_all_passes(cluster: _Cluster) -> None:
+    checks = _cluster_access(cluster.described("API_AND_CONFIG_MAP"))
+    assert checks["cluster endpoint"].status == "pass" and "0.0.0.0/0" in checks["cluster endpoint"].detail
+    assert checks["cluster authentication mode"].status == "pass"
+
+
+def test_a_config_map_only_cluster_fails_when_the_stack_is_to_create_access_entries(cluster: _Cluster) -> None:
+    """grant-k8s-access.adoc: access entries need API or API_AND_CONFIG_MAP, and the mode changes with
+    update-cluster-config (and cannot go back)."""
+    check = _cluster_access(cluster.described("CONFIG_MAP"))["cluster authentication mode"]
+    assert check.status == "fail" and "CONFIG_MAP" in check.detail and "kubernetes.eksAccess" in check.detail
+    assert ("aws eks update-cluster-config --name ml-prod --access-config authenticationMode=API_AND_CONFIG_MAP"
+            in check.fix)
+    assert "eksAccess" in check.fix and "aws-auth" in check.fix
+
+
+def test_a_config_map_only_cluster_passes_when_the_roles_are_mapped_in_aws_auth(cluster: _Cluster) -> None:
+    check = _cluster_access(cluster.described("CONFIG_MAP"), eks_access=False)["cluster authentication mode"]
+    assert check.status == "pass" and "aws-auth" in check.detail
+
+
+def test_an_api_only_cluster_without_the_stacks_access_entries_warns_it_reads_no_aws_auth(cluster: _Cluster) -> None:
+    check = _cluster_access(cluster.described("API"), eks_access=False)["cluster authentication mode"]
+    assert check.status == "warn" and "aws-auth" in check.detail and "create-access-entry" in check.fix
+
+
+def test_a_cluster_that_cannot_be_described_warns_naming_the_permission(cluster: _Cluster) -> None:
+    cluster.stubs["eks"].add_client_error("describe_cluster", "AccessDeniedException", "not authorized", 403)
+    [check] = _cluster_access(cluster).values()
+    assert check.status == "warn" and "AccessDeniedException" in check.detail and "eks:DescribeCluster" in check.fix
+
+
+def test_run_checks_reports_the_endpoint() -> None:
+    assert check_cluster_access in CHECKS

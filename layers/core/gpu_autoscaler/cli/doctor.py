@@ -96,8 +96,9 @@ def doctor_command(
     ] = None,
     output: OutputOption = None,
 ) -> None:
-    """Preflight: configuration, offerings, vCPU quotas, Spot role, subnets, AMIs, node role, access entries,
-    EFA security groups, capacity reservations, the default EBS key. Exits 3 when a check fails."""
+    """Preflight: configuration, offerings, vCPU quotas, Spot role, subnets, AMIs, node role, access entries, the
+    cluster's API endpoint and authentication mode, EFA security groups, capacity reservations, the
+    default EBS key. Exits 3 when a check fails."""
     if aws and endpoint_url:
         raise typer.BadParameter("give --aws or --endpoint-url, not both")
     configure_logging(logging.ERROR)

@@ -511,6 +511,67 @@ def check_access_entries(ctx: DoctorContext) -> list[Check]:
                   f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {role}, then {create}")]
 
 
+def check_cluster_access(ctx: DoctorContext) -> list[Check]:
+    """The functions reach the cluster's API: they run outside any VPC, so only over the public endpoint, from
+    addresses no fixed list holds (EKS User Guide, cluster-endpoint.adoc: with public access off, "All traffic to
+    your cluster API server must come from within your cluster's VPC or a connected network"; with CIDR blocks,
+    "the public API server endpoint will only receive requests from the listed blocks"). And the authentication
+    mode takes the stack's access entries (`kubernetes.eksAccess`; grant-k8s-access.adoc: access entries need API
+    or API_AND_CONFIG_MAP)."""
+    cluster = ctx.config.cluster_name
+    try:
+        described = _describe_cluster(ctx)
+    except (ClientError, BotoCoreError) as error:
+        return [Check("cluster endpoint", "warn", f"cannot describe cluster {cluster} ({_code(error)})",
+                      "allow eks:DescribeCluster")]
+    return [_endpoint(cluster, described.get("resourcesVpcConfig", {})),
+            _authentication(ctx, described.get("accessConfig", {}).get("authenticationMode"))]
+
+
+OPEN = "0.0.0.0/0"
+
+
+def _endpoint(cluster: str, vpc: dict[str, Any]) -> Check:
+    public, cidrs = vpc.get("endpointPublicAccess"), list(vpc.get("publicAccessCidrs", []))
+    update = f"aws eks update-cluster-config --name {cluster} --resources-vpc-config"
+    if public is None:
+        return Check("cluster endpoint", "warn", "DescribeCluster does not say whether the API endpoint is public",
+                     f"{update} endpointPublicAccess=true,publicAccessCidrs={OPEN}")
+    if not public:
+        return Check("cluster endpoint", "fail", "the API endpoint is private only: the functions run outside any "
+                     "VPC and reach it over its public endpoint, so every Kubernetes request of theirs would time out",
+                     f"{update} endpointPublicAccess=true,endpointPrivateAccess=true (the nodes keep the private one)")
+    if cidrs != [OPEN]:
+        return Check("cluster endpoint", "warn", f"the public API endpoint admits {', '.join(cidrs) or 'no'} "
+                     "addresses only: the functions, outside any VPC, connect from Lambda's shared addresses in the "
+                     "region, which no fixed list covers, so their requests may time out",
+                     f"{update} publicAccessCidrs={OPEN} (with endpointPrivateAccess=true for the nodes)")
+    private = "; private access on" if vpc.get("endpointPrivateAccess") else ""
+    return Check("cluster endpoint", "pass", f"public, open to {OPEN}{private}")
+
+
+def _authentication(ctx: DoctorContext, mode: str | None) -> Check:
+    cluster, name = ctx.config.cluster_name, "cluster authentication mode"
+    if mode is None:
+        return Check(name, "warn", "DescribeCluster does not report the authentication mode",
+                     "see the cluster's Access tab in the EKS console")
+    if ctx.config.kubernetes.eks_access:
+        if mode == "CONFIG_MAP":
+            return Check(name, "fail", "CONFIG_MAP: the cluster takes no access entries, so cdk deploy would fail to "
+                         "create the functions' (kubernetes.eksAccess is on)",
+                         f"aws eks update-cluster-config --name {cluster} --access-config "
+                         "authenticationMode=API_AND_CONFIG_MAP (it cannot be turned back), or set "
+                         "kubernetes.eksAccess false and map the stack's …RoleArn outputs in aws-auth to the group "
+                         f"{FUNCTIONS_GROUP}")
+        return Check(name, "pass", f"{mode}: takes the stack's access entries")
+    if mode == "API":
+        return Check(name, "warn", "API reads no aws-auth, and kubernetes.eksAccess is off: the functions' roles "
+                     "need access entries made by hand (checked after cdk deploy)",
+                     f"set kubernetes.eksAccess true, or aws eks create-access-entry --cluster-name {cluster} "
+                     f"--principal-arn <…RoleArn output> --type STANDARD --kubernetes-groups {FUNCTIONS_GROUP}")
+    return Check(name, "pass", f"{mode}: the functions' roles are mapped in aws-auth (kubernetes.eksAccess is off)")
+
+
 def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:
     """A pool of EFA instance types needs a security group allowing all traffic to and from itself (EC2 User
     Guide, "Get started with EFA": prepare an EFA-enabled security group)."""
@@ -613,8 +674,8 @@ def check_ebs_default_key(ctx: DoctorContext) -> list[Check]:
 
 CHECKS: tuple[Callable[[DoctorContext], list[Check]], ...] = (
     check_offerings, check_quotas, check_spot_role, check_subnets, check_amis, check_node_identity,
-    check_access_entries, check_function_access, check_efa_security_groups, check_reservations,
-    check_ebs_default_key,
+    check_access_entries, check_function_access, check_cluster_access, check_efa_security_groups,
+    check_reservations, check_ebs_default_key,
 )
 
 

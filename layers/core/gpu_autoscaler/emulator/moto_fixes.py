@@ -36,6 +36,7 @@ def apply() -> None:
     _transactions_without_table_copies()
     _instance_pages_that_survive_changes()
     _node_role_policies()
+    _cluster_access()
     _applied = True
 
 
@@ -80,6 +81,32 @@ def _node_role_policies() -> None:
                                   for name in NODE_ROLE_POLICIES]
 
     IAMBackend._init_aws_policies = init_aws_policies  # type: ignore[method-assign]
+
+
+def _cluster_access() -> None:
+    """moto's CreateCluster drops `accessConfig` and keeps `resourcesVpcConfig` as sent, so DescribeCluster tells
+    neither the authentication mode nor who may reach the API endpoint. EKS fills both with its defaults (EKS API
+    reference: CreateAccessConfigRequest, "If you create a cluster by using the EKS API, AWS SDKs, or AWS
+    CloudFormation, the default is CONFIG_MAP", `bootstrapClusterCreatorAdminPermissions` true; VpcConfigRequest,
+    `endpointPublicAccess` true, `endpointPrivateAccess` false, `publicAccessCidrs` 0.0.0.0/0)."""
+    from moto.eks.responses import EKSResponse
+
+    original = EKSResponse.create_cluster
+
+    def create_cluster(self: Any) -> Any:
+        result = original(self)
+        cluster = self.eks_backend.clusters[self._get_param("name")]
+        access = self._get_param("accessConfig") or {}
+        cluster.access_config = {
+            "authenticationMode": access.get("authenticationMode", "CONFIG_MAP"),
+            "bootstrapClusterCreatorAdminPermissions": access.get("bootstrapClusterCreatorAdminPermissions", True)}
+        vpc = cluster.resources_vpc_config
+        vpc.setdefault("endpointPublicAccess", True)
+        vpc.setdefault("endpointPrivateAccess", False)
+        vpc.setdefault("publicAccessCidrs", ["0.0.0.0/0"])
+        return result
+
+    EKSResponse.create_cluster = create_cluster  # type: ignore[method-assign]
 
 
 def _quiet_unknown_services() -> None:

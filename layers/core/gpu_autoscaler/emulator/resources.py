@@ -256,12 +256,15 @@ CLUSTER_SERVICE_CIDR = "172.20.0.0/16"
 
 def _create_cluster(eks: Any, config: Config, zone_subnets: dict[str, str]) -> None:
     """The customer's EKS cluster: not ours to create on AWS, but the fleet reads its certificate authority and
-    service CIDR from DescribeCluster when the configuration leaves them out, as on a real account."""
+    service CIDR from DescribeCluster when the configuration leaves them out, as on a real account. Its API
+    endpoint is public (EKS's default) and it takes access entries and aws-auth (API_AND_CONFIG_MAP, the console's
+    default), as the stack's access entries need."""
     eks.create_cluster(
         name=config.cluster_name,
         roleArn=f"arn:aws:iam::{config.node_role.split(':')[4]}:role/{config.cluster_name}-eks-cluster",
         resourcesVpcConfig={"subnetIds": sorted(zone_subnets.values())},
         kubernetesNetworkConfig={"serviceIpv4Cidr": CLUSTER_SERVICE_CIDR},
+        accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"},
     )
 
 
