@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.cli.doctor_checks import (
-    FUNCTIONS_GROUP,
     DoctorContext,
     check_amis,
     check_efa_security_groups,
@@ -25,6 +24,7 @@ from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import Config, load_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -190,7 +190,7 @@ class _DeployedAccount:
             def describe_access_entry(self, clusterName: str, principalArn: str) -> dict[str, Any]:  # noqa: N803
                 assert principalArn in test.entries
                 return {"accessEntry": {"principalArn": principalArn, "type": "STANDARD",
-                                        "kubernetesGroups": [FUNCTIONS_GROUP]}}
+                                        "kubernetesGroups": [FUNCTIONS_KUBERNETES_GROUP]}}
 
             def get_paginator(self, name: str) -> _Paginator:
                 if name == "list_associated_access_policies":
@@ -209,7 +209,7 @@ def test_after_a_deploy_each_kubernetes_function_needs_its_access_entry(aws: Emb
     [missing] = checks(["arn:aws:iam::123456789012:role/drain"])
     assert missing.name == "EKS access entry Packer" and missing.status == "fail"
     assert "create-access-entry" in missing.fix and "role/packer" in missing.fix
-    assert f"--kubernetes-groups {FUNCTIONS_GROUP}" in missing.fix
+    assert f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}" in missing.fix
     [ok] = checks(["arn:aws:iam::123456789012:role/drain", "arn:aws:iam::123456789012:role/packer"])
     assert ok.status == "pass" and ok.detail == "Drain, Packer"
     [before] = check_function_access(_context(aws))

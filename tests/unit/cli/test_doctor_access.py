@@ -21,7 +21,6 @@ from botocore.stub import Stubber
 
 from gpu_autoscaler.cli.doctor_checks import (
     CHECKS,
-    FUNCTIONS_GROUP,
     FUNCTIONS_RBAC,
     DoctorContext,
     check_access_entries,
@@ -30,6 +29,7 @@ from gpu_autoscaler.cli.doctor_checks import (
     check_node_identity,
 )
 from gpu_autoscaler.config import parse_config
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
@@ -100,66 +100,68 @@ def _checks(account: _Account) -> dict[str, Any]:
     return {c.name: c for c in check_function_access(DoctorContext(CONFIG, account, None))}  # type: ignore[arg-type]
 
 
-def test_the_group_doctor_names_is_the_one_the_shipped_rbac_binds() -> None:
+def test_the_rbac_file_doctor_names_binds_the_functions_group() -> None:
     documents = list(yaml.safe_load_all((ROOT / FUNCTIONS_RBAC).read_text()))
     [binding] = [d for d in documents if d and d["kind"] == "ClusterRoleBinding"]
-    assert binding["subjects"] == [{"kind": "Group", "name": FUNCTIONS_GROUP,
+    assert binding["subjects"] == [{"kind": "Group", "name": FUNCTIONS_KUBERNETES_GROUP,
                                     "apiGroup": "rbac.authorization.k8s.io"}]
 
 
 def test_an_access_entry_with_neither_group_nor_policy_fails_it_allows_api_discovery_only(account: _Account) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER)
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(PACKER)
     [packer] = _checks(account).values()
     assert packer.name == "EKS access entry Packer" and packer.status == "fail"
     assert PACKER in packer.detail and "API discovery" in packer.detail
     assert (f"aws eks update-access-entry --cluster-name ml-prod --principal-arn {PACKER} "
-            f"--kubernetes-groups {FUNCTIONS_GROUP}") in packer.fix
+            f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}") in packer.fix
     assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
 
 
 def test_a_missing_entry_fails_with_the_command_that_creates_one_in_the_group(account: _Account) -> None:
-    account.listed(DRAIN).entry(DRAIN, groups=(FUNCTIONS_GROUP,))
+    account.listed(DRAIN).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,))
     [packer] = _checks(account).values()
     assert packer.name == "EKS access entry Packer" and packer.status == "fail"
     assert (f"aws eks create-access-entry --cluster-name ml-prod --principal-arn {PACKER} --type STANDARD "
-            f"--kubernetes-groups {FUNCTIONS_GROUP}") in packer.fix
+            f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}") in packer.fix
     assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
 
 
 @pytest.mark.parametrize("policies", [("AmazonEKSEditPolicy",), ("AmazonEKSAdminPolicy", "AmazonEKSViewPolicy")])
 def test_edit_admin_or_view_policies_alone_warn_they_grant_nothing_on_nodes(account: _Account,
                                                                             policies: tuple[str, ...]) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(
         PACKER, policies=tuple((p, CLUSTER_SCOPE) for p in policies))
     [packer] = _checks(account).values()
     assert packer.status == "warn"
     assert all(p in packer.detail for p in policies) and "nothing on nodes" in packer.detail
-    assert f"--kubernetes-groups {FUNCTIONS_GROUP}" in packer.fix and FUNCTIONS_RBAC in packer.fix
+    assert f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}" in packer.fix and FUNCTIONS_RBAC in packer.fix
 
 
 def test_another_group_warns_that_its_rbac_cannot_be_seen_and_keeps_it_in_the_fix(account: _Account) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER, groups=("ops",))
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(PACKER, groups=("ops",))
     [packer] = _checks(account).values()
     assert packer.status == "warn" and "ops" in packer.detail
-    assert f"--kubernetes-groups ops {FUNCTIONS_GROUP}" in packer.fix  # UpdateAccessEntry replaces the groups
+    # UpdateAccessEntry replaces the groups: the fix keeps the entry's own
+    assert f"--kubernetes-groups ops {FUNCTIONS_KUBERNETES_GROUP}" in packer.fix
 
 
 def test_the_group_or_cluster_wide_cluster_admin_passes(account: _Account) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP, "ops")).entry(
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP, "ops")).entry(
         PACKER, policies=(("AmazonEKSClusterAdminPolicy", CLUSTER_SCOPE),))
     [ok] = _checks(account).values()
     assert ok.name == "EKS access entries (functions)" and ok.status == "pass" and ok.detail == "Drain, Packer"
 
 
 def test_cluster_admin_scoped_to_namespaces_warns_nodes_are_cluster_scoped(account: _Account) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(
         PACKER, policies=(("AmazonEKSClusterAdminPolicy", {"type": "namespace", "namespaces": ["team-a"]}),))
     [packer] = _checks(account).values()
     assert packer.status == "warn" and "team-a" in packer.detail
 
 
 def test_an_entry_of_another_type_fails_its_type_cannot_change(account: _Account) -> None:
-    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_GROUP,)).entry(PACKER, entry_type="EC2_LINUX")
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(
+        PACKER, entry_type="EC2_LINUX")
     [packer] = _checks(account).values()
     assert packer.status == "fail" and "EC2_LINUX" in packer.detail
     assert "delete-access-entry" in packer.fix and "--type STANDARD" in packer.fix
@@ -167,7 +169,7 @@ def test_an_entry_of_another_type_fails_its_type_cannot_change(account: _Account
 
 def test_an_entry_that_cannot_be_described_warns_naming_the_permissions(account: _Account) -> None:
     account.listed(DRAIN, PACKER).refused("describe_access_entry", clusterName="ml-prod", principalArn=DRAIN).entry(
-        PACKER, groups=(FUNCTIONS_GROUP,))
+        PACKER, groups=(FUNCTIONS_KUBERNETES_GROUP,))
     [drain] = _checks(account).values()
     assert drain.name == "EKS access entry Drain" and drain.status == "warn"
     assert "AccessDeniedException" in drain.detail

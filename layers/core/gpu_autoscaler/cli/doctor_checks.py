@@ -17,7 +17,7 @@ from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group, quota_keys
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.naming import ResourceNames
+from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP, ResourceNames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.catalog import InstanceType
 
-__all__ = ["CHECKS", "FUNCTIONS_GROUP", "FUNCTIONS_RBAC", "Check", "DoctorContext", "run_checks"]
+__all__ = ["CHECKS", "FUNCTIONS_RBAC", "Check", "DoctorContext", "run_checks"]
 
 Status = Literal["pass", "warn", "fail"]
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
@@ -36,9 +36,8 @@ EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:Gen
                    "kms:ReEncrypt*")
 """What a principal launching instances with volumes under a customer managed key needs of it (EBS creates a
 grant for each volume)."""
-FUNCTIONS_GROUP = "gpu-autoscaler-functions"
-"""The Kubernetes group the functions' access entries carry, which `FUNCTIONS_RBAC` binds to what they do."""
 FUNCTIONS_RBAC = "agent/deploy/functions-rbac.yaml"
+"""What binds `FUNCTIONS_KUBERNETES_GROUP` to the requests the functions make in the cluster."""
 
 
 @dataclass(frozen=True)
@@ -400,7 +399,8 @@ def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
 
 def check_function_access(ctx: DoctorContext) -> list[Check]:
     """After a deploy, each function that reaches Kubernetes has an access entry that lets it do what it does: in
-    the group `FUNCTIONS_GROUP` (bound by `FUNCTIONS_RBAC`), or with AmazonEKSClusterAdminPolicy on the cluster.
+    the group `FUNCTIONS_KUBERNETES_GROUP` (bound by `FUNCTIONS_RBAC`), or with AmazonEKSClusterAdminPolicy on the
+    cluster.
     An entry alone is no permission (EKS User Guide, grant-k8s-access.adoc, "Create access entries": without
     `--kubernetes-groups` or an access policy, only the API discovery roles' permissions)."""
     roles = _function_roles(ctx)
@@ -411,8 +411,8 @@ def check_function_access(ctx: DoctorContext) -> list[Check]:
         entries = set(_access_entries(ctx))
     except (ClientError, BotoCoreError) as error:
         return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
-                      f"map the stack's …RoleArn outputs to the group {FUNCTIONS_GROUP} in aws-auth and kubectl apply "
-                      f"-f {FUNCTIONS_RBAC}, or allow eks:ListAccessEntries")]
+                      f"map the stack's …RoleArn outputs to the group {FUNCTIONS_KUBERNETES_GROUP} in aws-auth and "
+                      f"kubectl apply -f {FUNCTIONS_RBAC}, or allow eks:ListAccessEntries")]
     checks = [_function_entry(ctx, name, arn, arn in entries) for name, arn in sorted(roles.items())]
     if all(c.status == "pass" for c in checks):
         return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
@@ -425,7 +425,7 @@ def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool) -> Ch
     cluster = ctx.config.cluster_name
     rbac = f"kubectl apply -f {FUNCTIONS_RBAC}"
     create = (f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {arn} --type STANDARD "
-              f"--kubernetes-groups {FUNCTIONS_GROUP}, then {rbac}")
+              f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}, then {rbac}")
     if not listed:
         return Check(check, "fail", f"{arn} has no access entry", create)
     eks = ctx.clients.client("eks")
@@ -443,11 +443,11 @@ def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool) -> Ch
                      "Kubernetes groups and no access policies",
                      f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {arn}, then {create}")
     groups = list(entry.get("kubernetesGroups", []))
-    if FUNCTIONS_GROUP in groups or any(_policy_name(p) == CLUSTER_ADMIN_POLICY
+    if FUNCTIONS_KUBERNETES_GROUP in groups or any(_policy_name(p) == CLUSTER_ADMIN_POLICY
                                         and p["accessScope"]["type"] == "cluster" for p in policies):
         return Check(check, "pass", arn)
     update = (f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {arn} --kubernetes-groups "
-              f"{' '.join([*groups, FUNCTIONS_GROUP])}, then {rbac}")
+              f"{' '.join([*groups, FUNCTIONS_KUBERNETES_GROUP])}, then {rbac}")
     if not groups and not policies:
         return Check(check, "fail", f"{arn}: its access entry has no Kubernetes group and no access policy, so it "
                      "allows API discovery only: every request of the function is refused", update)
@@ -562,13 +562,14 @@ def _authentication(ctx: DoctorContext, mode: str | None) -> Check:
                          f"aws eks update-cluster-config --name {cluster} --access-config "
                          "authenticationMode=API_AND_CONFIG_MAP (it cannot be turned back), or set "
                          "kubernetes.eksAccess false and map the stack's …RoleArn outputs in aws-auth to the group "
-                         f"{FUNCTIONS_GROUP}")
+                         f"{FUNCTIONS_KUBERNETES_GROUP}")
         return Check(name, "pass", f"{mode}: takes the stack's access entries")
     if mode == "API":
         return Check(name, "warn", "API reads no aws-auth, and kubernetes.eksAccess is off: the functions' roles "
                      "need access entries made by hand (checked after cdk deploy)",
                      f"set kubernetes.eksAccess true, or aws eks create-access-entry --cluster-name {cluster} "
-                     f"--principal-arn <…RoleArn output> --type STANDARD --kubernetes-groups {FUNCTIONS_GROUP}")
+                     "--principal-arn <…RoleArn output> --type STANDARD --kubernetes-groups "
+                     f"{FUNCTIONS_KUBERNETES_GROUP}")
     return Check(name, "pass", f"{mode}: the functions' roles are mapped in aws-auth (kubernetes.eksAccess is off)")
 
 
