@@ -96,8 +96,9 @@ def account() -> Iterator[_Account]:
         stub.assert_no_pending_responses()
 
 
-def _checks(account: _Account) -> dict[str, Any]:
-    return {c.name: c for c in check_function_access(DoctorContext(CONFIG, account, None))}  # type: ignore[arg-type]
+def _checks(account: _Account, *, eks_access: bool = True) -> dict[str, Any]:
+    config = CONFIG.model_copy(update={"kubernetes": CONFIG.kubernetes.model_copy(update={"eks_access": eks_access})})
+    return {c.name: c for c in check_function_access(DoctorContext(config, account, None))}  # type: ignore[arg-type]
 
 
 def test_the_rbac_file_doctor_names_binds_the_functions_group() -> None:
@@ -117,13 +118,40 @@ def test_an_access_entry_with_neither_group_nor_policy_fails_it_allows_api_disco
     assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
 
 
-def test_a_missing_entry_fails_with_the_command_that_creates_one_in_the_group(account: _Account) -> None:
+def test_a_missing_entry_the_stack_makes_fails_with_cdk_deploy(account: _Account) -> None:
+    """kubernetes.eksAccess on: the stack makes each entry with its role; one made by hand would stop the next
+    deploy (CloudFormation cannot create an entry that exists)."""
     account.listed(DRAIN).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,))
     [packer] = _checks(account).values()
+    assert packer.name == "EKS access entry Packer" and packer.status == "fail"
+    assert "cdk deploy" in packer.fix and "kubernetes.eksAccess" in packer.fix
+    assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
+
+
+def test_a_missing_entry_made_by_hand_fails_with_the_command_that_creates_one_in_the_group(account: _Account) -> None:
+    account.listed(DRAIN)
+    account.stubs["eks"].add_response("describe_cluster", _cluster("API"), {"name": CONFIG.cluster_name})
+    account.entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,))
+    [packer] = _checks(account, eks_access=False).values()
     assert packer.name == "EKS access entry Packer" and packer.status == "fail"
     assert (f"aws eks create-access-entry --cluster-name ml-prod --principal-arn {PACKER} --type STANDARD "
             f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}") in packer.fix
     assert f"kubectl apply -f {FUNCTIONS_RBAC}" in packer.fix
+
+
+@pytest.mark.parametrize(("mode", "status"), [("API_AND_CONFIG_MAP", "warn"), ("API", "fail")])
+def test_without_the_stacks_entries_a_missing_one_fails_only_where_aws_auth_is_not_read(
+        account: _Account, mode: str, status: str) -> None:
+    """kubernetes.eksAccess false: the user maps the roles in aws-auth, which doctor cannot read; only an API-only
+    cluster reads no aws-auth (grant-k8s-access.adoc, "Set Cluster Authentication Mode")."""
+    account.listed(DRAIN)
+    account.stubs["eks"].add_response("describe_cluster", _cluster(mode), {"name": CONFIG.cluster_name})
+    account.entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,))
+    [packer] = _checks(account, eks_access=False).values()
+    assert packer.name == "EKS access entry Packer" and packer.status == status, packer
+    assert mode in packer.detail
+    if status == "warn":
+        assert "aws-auth" in packer.detail and FUNCTIONS_KUBERNETES_GROUP in packer.fix
 
 
 @pytest.mark.parametrize("policies", [("AmazonEKSEditPolicy",), ("AmazonEKSAdminPolicy", "AmazonEKSViewPolicy")])

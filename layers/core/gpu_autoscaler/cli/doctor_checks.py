@@ -413,21 +413,34 @@ def check_function_access(ctx: DoctorContext) -> list[Check]:
         return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
                       f"map the stack's …RoleArn outputs to the group {FUNCTIONS_KUBERNETES_GROUP} in aws-auth and "
                       f"kubectl apply -f {FUNCTIONS_RBAC}, or allow eks:ListAccessEntries")]
-    checks = [_function_entry(ctx, name, arn, arn in entries) for name, arn in sorted(roles.items())]
+    # Without the stack's entries (kubernetes.eksAccess false) the roles may be mapped in aws-auth instead, which
+    # doctor cannot read and only an API-only cluster ignores.
+    mode = None if ctx.config.kubernetes.eks_access or set(roles.values()) <= entries else \
+        _authentication_mode(ctx) or "unknown"
+    checks = [_function_entry(ctx, name, arn, arn in entries, mode) for name, arn in sorted(roles.items())]
     if all(c.status == "pass" for c in checks):
         return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
     return [c for c in checks if c.status != "pass"]
 
 
-def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool) -> Check:
-    """One function role's access entry: its type, its groups and its access policies."""
+def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool, mode: str | None) -> Check:
+    """One function role's access entry: its type, its groups and its access policies. `mode`: the cluster's
+    authentication mode where an unlisted role may be mapped in aws-auth instead (None: the stack makes entries)."""
     check = f"EKS access entry {name}"
     cluster = ctx.config.cluster_name
     rbac = f"kubectl apply -f {FUNCTIONS_RBAC}"
     create = (f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {arn} --type STANDARD "
               f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}, then {rbac}")
     if not listed:
-        return Check(check, "fail", f"{arn} has no access entry", create)
+        if mode is not None and mode != "API":
+            return Check(check, "warn", f"{arn} has no access entry; authentication mode {mode} also reads the "
+                         "aws-auth ConfigMap, which doctor cannot read: the function gets in if it maps the role "
+                         f"to the group {FUNCTIONS_KUBERNETES_GROUP}", f"map it there, then {rbac}; or {create}")
+        if mode is None:
+            return Check(check, "fail", f"{arn} has no access entry", "cdk deploy: the stack makes it while "
+                         "kubernetes.eksAccess is on (delete an entry made by hand for the role first, CloudFormation "
+                         f"cannot create one that exists), then {rbac}")
+        return Check(check, "fail", f"{arn} has no access entry (authentication mode API reads no aws-auth)", create)
     eks = ctx.clients.client("eks")
     try:
         entry = eks.describe_access_entry(clusterName=cluster, principalArn=arn)["accessEntry"]
