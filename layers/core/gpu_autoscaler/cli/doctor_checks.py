@@ -38,6 +38,18 @@ EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:Gen
 grant for each volume)."""
 FUNCTIONS_RBAC = "agent/deploy/functions-rbac.yaml"
 """What binds `FUNCTIONS_KUBERNETES_GROUP` to the requests the functions make in the cluster."""
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+"""The one EKS access policy that covers what the functions do (access-policy-reference.adoc: `*` on `*`)."""
+NODE_ROLE_POLICIES = (("AmazonEKSWorkerNodePolicy",),
+                      ("AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryReadOnly"),
+                      ("AmazonEKS_CNI_Policy",))
+"""The AWS managed policies a node role needs, each line one need and the policies that meet it (EKS User Guide,
+create-node-role.adoc: the kubelet's EC2 reads and ECR pulls "before you can launch nodes and register them", and
+the VPC CNI's unless aws-node has a role of its own; Karpenter's getting-started cloudformation.yaml attaches these
+three and AmazonSSMManagedInstanceCore)."""
+CNI_POLICY = NODE_ROLE_POLICIES[2][0]
+OPEN_TO_ALL = "0.0.0.0/0"
+"""publicAccessCidrs that admit every address (and EKS's default: VpcConfigRequest)."""
 
 
 @dataclass(frozen=True)
@@ -322,16 +334,6 @@ def check_node_identity(ctx: DoctorContext) -> list[Check]:
     return results
 
 
-NODE_ROLE_POLICIES = (("AmazonEKSWorkerNodePolicy",),
-                      ("AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryReadOnly"),
-                      ("AmazonEKS_CNI_Policy",))
-"""The AWS managed policies a node role needs, each line one need and the policies that meet it (EKS User Guide,
-create-node-role.adoc: the kubelet's EC2 reads and ECR pulls "before you can launch nodes and register them", and
-the VPC CNI's unless aws-node has a role of its own; Karpenter's getting-started cloudformation.yaml attaches these
-three and AmazonSSMManagedInstanceCore)."""
-CNI_POLICY = NODE_ROLE_POLICIES[2][0]
-
-
 def _node_role_policies(ctx: DoctorContext, iam: Any, role_name: str) -> Check:
     """The node role's attached AWS managed policies against `NODE_ROLE_POLICIES`. A missing one warns, not
     fails: an inline or customer managed policy may grant the same, which doctor does not read."""
@@ -400,8 +402,7 @@ def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
 def check_function_access(ctx: DoctorContext) -> list[Check]:
     """After a deploy, each function that reaches Kubernetes has an access entry that lets it do what it does: in
     the group `FUNCTIONS_KUBERNETES_GROUP` (bound by `FUNCTIONS_RBAC`), or with AmazonEKSClusterAdminPolicy on the
-    cluster.
-    An entry alone is no permission (EKS User Guide, grant-k8s-access.adoc, "Create access entries": without
+    cluster. An entry alone is no permission (EKS User Guide, grant-k8s-access.adoc, "Create access entries": without
     `--kubernetes-groups` or an access policy, only the API discovery roles' permissions)."""
     roles = _function_roles(ctx)
     if roles is None:
@@ -456,8 +457,8 @@ def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool, mode:
                      "Kubernetes groups and no access policies",
                      f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {arn}, then {create}")
     groups = list(entry.get("kubernetesGroups", []))
-    if FUNCTIONS_KUBERNETES_GROUP in groups or any(_policy_name(p) == CLUSTER_ADMIN_POLICY
-                                        and p["accessScope"]["type"] == "cluster" for p in policies):
+    if FUNCTIONS_KUBERNETES_GROUP in groups or any(
+            _policy_name(p) == CLUSTER_ADMIN_POLICY and p["accessScope"]["type"] == "cluster" for p in policies):
         return Check(check, "pass", arn)
     update = (f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {arn} --kubernetes-groups "
               f"{' '.join([*groups, FUNCTIONS_KUBERNETES_GROUP])}, then {rbac}")
@@ -469,10 +470,6 @@ def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool, mode:
     return Check(check, "warn", f"{arn}: {'; '.join(held)}: EKS's Edit, Admin and View access policies grant "
                  "nothing on nodes, PersistentVolumes or VolumeAttachments, and a namespace scope nothing on "
                  "cluster-wide resources, which the function patches, deletes and reads", update)
-
-
-CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-"""The one EKS access policy that covers what the functions do (access-policy-reference.adoc: `*` on `*`)."""
 
 
 def _policy_name(policy: dict[str, Any]) -> str:
@@ -541,26 +538,23 @@ def check_cluster_access(ctx: DoctorContext) -> list[Check]:
             _authentication(ctx, described.get("accessConfig", {}).get("authenticationMode"))]
 
 
-OPEN = "0.0.0.0/0"
-
-
 def _endpoint(cluster: str, vpc: dict[str, Any]) -> Check:
     public, cidrs = vpc.get("endpointPublicAccess"), list(vpc.get("publicAccessCidrs", []))
     update = f"aws eks update-cluster-config --name {cluster} --resources-vpc-config"
     if public is None:
         return Check("cluster endpoint", "warn", "DescribeCluster does not say whether the API endpoint is public",
-                     f"{update} endpointPublicAccess=true,publicAccessCidrs={OPEN}")
+                     f"{update} endpointPublicAccess=true,publicAccessCidrs={OPEN_TO_ALL}")
     if not public:
         return Check("cluster endpoint", "fail", "the API endpoint is private only: the functions run outside any "
                      "VPC and reach it over its public endpoint, so every Kubernetes request of theirs would time out",
                      f"{update} endpointPublicAccess=true,endpointPrivateAccess=true (the nodes keep the private one)")
-    if cidrs != [OPEN]:
+    if cidrs != [OPEN_TO_ALL]:
         return Check("cluster endpoint", "warn", f"the public API endpoint admits {', '.join(cidrs) or 'no'} "
                      "addresses only: the functions, outside any VPC, connect from Lambda's shared addresses in the "
                      "region, which no fixed list covers, so their requests may time out",
-                     f"{update} publicAccessCidrs={OPEN} (with endpointPrivateAccess=true for the nodes)")
+                     f"{update} publicAccessCidrs={OPEN_TO_ALL} (with endpointPrivateAccess=true for the nodes)")
     private = "; private access on" if vpc.get("endpointPrivateAccess") else ""
-    return Check("cluster endpoint", "pass", f"public, open to {OPEN}{private}")
+    return Check("cluster endpoint", "pass", f"public, open to {OPEN_TO_ALL}{private}")
 
 
 def _authentication(ctx: DoctorContext, mode: str | None) -> Check:
