@@ -401,3 +401,11 @@ def test_a_cluster_that_cannot_be_described_warns_naming_the_permission(cluster:
 
 def test_run_checks_reports_the_endpoint() -> None:
     assert check_cluster_access in CHECKS
+
+
+def test_a_cluster_that_does_not_exist_fails_naming_the_configuration(cluster: _Cluster) -> None:
+    cluster.stubs["eks"].add_client_error("describe_cluster", "ResourceNotFoundException",
+                                          "No cluster found for name: ml-prod.", 404)
+    [check] = _cluster_access(cluster).values()
+    assert check.status == "fail" and "ml-prod" in check.detail and "us-east-1" in check.detail
+    assert "clusterName" in check.fix and "region" in check.fix

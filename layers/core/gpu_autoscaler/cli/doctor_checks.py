@@ -532,6 +532,9 @@ def check_cluster_access(ctx: DoctorContext) -> list[Check]:
     try:
         described = _describe_cluster(ctx)
     except (ClientError, BotoCoreError) as error:
+        if _code(error) == "ResourceNotFoundException":
+            return [Check("cluster endpoint", "fail", f"no EKS cluster {cluster} in {ctx.config.region}",
+                          "set clusterName and region to the cluster's")]
         return [Check("cluster endpoint", "warn", f"cannot describe cluster {cluster} ({_code(error)})",
                       "allow eks:DescribeCluster")]
     return [_endpoint(cluster, described.get("resourcesVpcConfig", {})),
