@@ -46,7 +46,7 @@ CLUSTER_SCOPE = {"type": "cluster"}
 class _Account:
     """Stubbed clients: CloudFormation answers the deployed stack's role outputs; EKS its access entries."""
 
-    def __init__(self) -> None:
+    def __init__(self, *outputs: tuple[str, str]) -> None:
         self.clients = {name: boto3.client(name, region_name="us-east-1") for name in ("cloudformation", "eks")}
         self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
         self.stubs["cloudformation"].add_response("describe_stacks", {"Stacks": [{
@@ -54,7 +54,8 @@ class _Account:
             "StackStatus": "CREATE_COMPLETE",
             "Outputs": [{"OutputKey": "DrainRoleArn", "OutputValue": DRAIN},
                         {"OutputKey": "PackerRoleArn", "OutputValue": PACKER},
-                        {"OutputKey": "TableName", "OutputValue": "t"}]}]},
+                        {"OutputKey": "TableName", "OutputValue": "t"},
+                        *({"OutputKey": key, "OutputValue": value} for key, value in outputs)]}]},
             {"StackName": "GpuAutoscaler-ml-prod"})
 
     def client(self, service: str) -> Any:
@@ -106,6 +107,18 @@ def test_the_rbac_file_doctor_names_binds_the_functions_group() -> None:
     [binding] = [d for d in documents if d and d["kind"] == "ClusterRoleBinding"]
     assert binding["subjects"] == [{"kind": "Group", "name": FUNCTIONS_KUBERNETES_GROUP,
                                     "apiGroup": "rbac.authorization.k8s.io"}]
+
+
+def test_the_agents_role_output_is_no_function_role() -> None:
+    """The stack outputs `AgentRoleArn` too (its EKS Pod Identity role, which needs no access entry): only the
+    outputs of functions are checked for one."""
+    account = _Account(("AgentRoleArn", "arn:aws:iam::123456789012:role/GpuAutoscaler-ml-prod-AgentRole-7G8H9I"))
+    for stub in account.stubs.values():
+        stub.activate()
+    account.listed(DRAIN, PACKER).entry(DRAIN, groups=(FUNCTIONS_KUBERNETES_GROUP,)).entry(
+        PACKER, groups=(FUNCTIONS_KUBERNETES_GROUP,))
+    [check] = _checks(account).values()
+    assert (check.name, check.status, check.detail) == ("EKS access entries (functions)", "pass", "Drain, Packer")
 
 
 def test_an_access_entry_with_neither_group_nor_policy_fails_it_allows_api_discovery_only(account: _Account) -> None:
@@ -227,7 +240,7 @@ def _cluster(mode: str | None = "API", *, public: bool = True, cidrs: tuple[str,
 class _Cluster:
     """Stubbed EKS and IAM of an account holding the cluster and the node role."""
 
-    def __init__(self) -> None:
+    def __init__(self, *outputs: tuple[str, str]) -> None:
         self.clients = {name: boto3.client(name, region_name="us-east-1") for name in ("eks", "iam")}
         self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
 

@@ -17,7 +17,7 @@ from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
 from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group, quota_keys
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP, ResourceNames
+from gpu_autoscaler.naming import FUNCTIONS, FUNCTIONS_KUBERNETES_GROUP, ResourceNames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -395,8 +395,9 @@ def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
         if "does not exist" in str(error):
             return None
         raise
+    functions = {f"{name.title()}RoleArn" for name in FUNCTIONS}  # not AgentRoleArn: the agent needs no entry
     return {o["OutputKey"].removesuffix("RoleArn"): o["OutputValue"] for o in stack.get("Outputs", [])
-            if o["OutputKey"].endswith("RoleArn")}
+            if o["OutputKey"] in functions}
 
 
 def check_function_access(ctx: DoctorContext) -> list[Check]:
