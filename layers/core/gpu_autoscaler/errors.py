@@ -7,6 +7,7 @@ __all__ = [
     "ClusterBootstrapUnavailable",
     "GpuAutoscalerError",
     "InsufficientCapacity",
+    "KubernetesAccessRefused",
     "KubernetesApiError",
     "NodeNotFound",
     "NotOwned",
@@ -69,3 +70,30 @@ class KubernetesApiError(GpuAutoscalerError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+    @property
+    def is_access_refused(self) -> bool:
+        """The API server refused this identity (401: the token was not authenticated, e.g. its role has no EKS
+        access entry) or this request (403: RBAC grants its groups nothing for it). Unlike a timeout, a 429 or a
+        5xx this does not pass with time: every request is refused alike until someone grants the access
+        (https://kubernetes.io/docs/reference/access-authn-authz/authentication/: "rejected with HTTP status code
+        401"; .../authorization/: a denied request "returns an HTTP status code 403")."""
+        return self.status in _ACCESS_REFUSED
+
+
+_ACCESS_REFUSED = (401, 403)
+
+
+class KubernetesAccessRefused(KubernetesApiError):
+    """A `KubernetesApiError` that `is_access_refused`, its message saying what grants the access: the functions'
+    Kubernetes permissions are the ClusterRole of agent/deploy/functions-rbac.yaml, bound to the group
+    gpu-autoscaler-functions that each function's role is mapped to (README, "The functions that talk to
+    Kubernetes")."""
+
+    def __init__(self, error: KubernetesApiError) -> None:
+        super().__init__(
+            f"{error}: the Kubernetes API refuses this function's access: map its role (the stack's output "
+            f"<Function>RoleArn) to the Kubernetes group gpu-autoscaler-functions (an EKS access entry; 401: it has "
+            f"none, or its token is not for this cluster) and apply agent/deploy/functions-rbac.yaml, which binds "
+            f"that group to what the functions do (403: the group is not bound, or lacks this request)",
+            error.status)

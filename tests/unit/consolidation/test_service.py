@@ -425,3 +425,47 @@ def test_a_tick_while_the_kubernetes_api_is_down_is_skipped_with_its_reason_and_
     rig.service.run()
     rig.clock.advance(timedelta(minutes=6))
     assert rig.decide().acted, "the API is back: the next ticks consolidate the empty node"
+
+
+@pytest.mark.parametrize(("status", "reason", "message"), [
+    (401, "Unauthorized", "Unauthorized"),
+    (403, "Forbidden", 'nodes is forbidden: User "arn:aws:sts::123456789012:assumed-role/consolidate/x" cannot '
+                       'list resource "nodes" in API group "" at the cluster scope'),
+])
+def test_a_tick_the_kubernetes_api_refuses_access_fails_naming_the_fix(
+    status: int, reason: str, message: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """401 (no access entry for the role, or a token it cannot verify) and 403 (no RBAC for it) answer every
+    request, every minute, until someone grants the access: unlike an outage they never pass, so the tick fails
+    (the function's Errors alarm) and says what to do, rather than ending normally while reconcile, consolidation
+    and garbage collection never run."""
+    from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError
+    from gpu_autoscaler.errors import KubernetesApiError
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    scene.node(empty_for=None)
+    rig = Rig(scene)
+    refused = KubernetesHttpError("GET", "/api/v1/nodes", status, reason,
+                                  {"kind": "Status", "code": status, "reason": reason, "message": message})
+    rig.kube.fail_next("list_nodes", refused)
+    with caplog.at_level("ERROR", logger="gpu_autoscaler.services.consolidate"), \
+            pytest.raises(KubernetesApiError) as raised:
+        rig.service.run()
+    assert raised.value.status == status and f"HTTP {status}" in str(raised.value)
+    assert "gpu-autoscaler-functions" in str(raised.value) and "agent/deploy/functions-rbac.yaml" in str(raised.value)
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+
+
+@pytest.mark.parametrize("error", [
+    ("list: HTTP 429 too many requests", 429), ("list: HTTP 500 etcdserver: request timed out", 500),
+    ("Kubernetes API unreachable: GET /api/v1/pods: read timed out", None),
+])
+def test_an_outage_of_any_kind_ends_the_tick_normally(error: tuple[str, int | None]) -> None:
+    """Throttling (429), the server's own failure (5xx) and a timeout pass: the next tick is the retry."""
+    from gpu_autoscaler.errors import KubernetesApiError
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.kube.fail_next("list_pods", KubernetesApiError(*error))
+    assert rig.service.run().api_failure == error[0]

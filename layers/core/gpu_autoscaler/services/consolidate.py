@@ -59,7 +59,7 @@ from gpu_autoscaler.domain.disruption_marks import (
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.domain.packing.quotas import vcpu_budget
-from gpu_autoscaler.errors import ClaimExists, KubernetesApiError, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, KubernetesAccessRefused, KubernetesApiError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.reconcile import ReconcileOutcome, ReconcileService
@@ -165,10 +165,16 @@ class ConsolidateService:
     def run(self, tick: ScheduleTick | None = None) -> ConsolidateOutcome:
         """One tick. A Kubernetes API failure ends it normally, logged with its reason: the schedule's next tick
         is the retry (a failed tick would be retried twice, then dead-lettered, once a minute for as long as
-        the API is down — scenario 7 of the chaos suite)."""
+        the API is down — scenario 7 of the chaos suite). Refused access (401, 403) is no outage: it fails the
+        tick, saying what grants the access, so that the function's Errors alarm tells someone while nothing is
+        reconciled, consolidated or collected."""
         try:
             return self._run(tick)
         except KubernetesApiError as error:
+            if error.is_access_refused:
+                refused = KubernetesAccessRefused(error)
+                logger.error("consolidation tick failed: %s", refused)
+                raise refused from error
             logger.warning("consolidation tick stopped: the Kubernetes API failed: %s", error)
             return ConsolidateOutcome(ReconcileOutcome(), ConsolidationResult(), api_failure=str(error))
 
