@@ -65,6 +65,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     metrics.add_metric(name="PodsEvicted", unit=MetricUnit.Count, value=len(outcome.evicted))
     metrics.add_metric(name="EvictionsRefused", unit=MetricUnit.Count, value=outcome.blocked)
     metrics.add_metric(name="PodsDeletedAtDeadline", unit=MetricUnit.Count, value=len(outcome.deleted))
+    metrics.add_metric(name="PodEventsRefused", unit=MetricUnit.Count, value=outcome.events_refused)
     if outcome.status == "finished":
         metrics.add_metric(name="DrainsFinished", unit=MetricUnit.Count, value=1)
         if outcome.duration is not None:

@@ -85,6 +85,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     metrics.add_metric(name="ClaimsCreated", unit=MetricUnit.Count, value=len(outcome.created))
     metrics.add_metric(name="PodsUnschedulable", unit=MetricUnit.Count, value=len(outcome.unschedulable))
     metrics.add_metric(name="PlannedPricePerHour", unit=MetricUnit.NoUnit, value=outcome.price_per_hour)
+    metrics.add_metric(name="PodEventsRefused", unit=MetricUnit.Count, value=outcome.events_refused)
     logger.info("document packed", extra=outcome.summary())
     return outcome.summary()
 

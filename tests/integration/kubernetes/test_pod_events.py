@@ -29,11 +29,11 @@ def test_the_same_event_is_one_object_whose_count_rises_no_faster_than_the_rate_
     clock = FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
     recorder = KubernetesEventRecorder(lambda: api, clock=clock, min_interval=timedelta(minutes=1))
     planned = PodEvent(kube_reads.uid(pod), "default", "train-0", "GpuCapacityPlanned", "planned onto claim nc-1")
-    assert recorder.record([planned]) == 1
+    assert recorder.record([planned]).written == 1
     clock.advance(timedelta(seconds=20))
-    assert recorder.record([planned]) == 0  # within the rate limit: not rewritten
+    assert recorder.record([planned]).written == 0  # within the rate limit: not rewritten
     clock.advance(timedelta(minutes=2))
-    assert recorder.record([planned]) == 1
+    assert recorder.record([planned]).written == 1
     stored = core.read_namespaced_event(event_name(planned), "default")
     assert (stored.count, stored.reason, stored.type) == (2, "GpuCapacityPlanned", "Normal")
     assert stored.involved_object.uid == kube_reads.uid(pod) and stored.involved_object.kind == "Pod"
@@ -41,7 +41,7 @@ def test_the_same_event_is_one_object_whose_count_rises_no_faster_than_the_rate_
     assert stored.last_timestamp is not None and stored.first_timestamp is not None
     assert stored.last_timestamp > stored.first_timestamp
     failed = PodEvent(kube_reads.uid(pod), "default", "train-0", "GpuCapacityUnavailable", "no pool fits", "Warning")
-    assert recorder.record([failed]) == 1
+    assert recorder.record([failed]).written == 1
     events = core.list_namespaced_event("default").items
     assert sorted((e.reason for e in events if e.involved_object.name == "train-0"), key=str) == [
         "GpuCapacityPlanned", "GpuCapacityUnavailable"]
@@ -53,9 +53,9 @@ def test_a_burst_is_capped_and_an_unreachable_api_is_not_an_error(api: client.Ap
     recorder = KubernetesEventRecorder(lambda: api, max_per_call=3)
     burst = [PodEvent(kube_reads.uid(pod), "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}")
              for i in range(10)]
-    assert recorder.record(burst) == 3
+    assert recorder.record(burst).written == 3
     nowhere = KubernetesEventRecorder(lambda: client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
-    assert nowhere.record(burst) == 0
+    assert nowhere.record(burst).written == 0
 
 
 def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
@@ -77,12 +77,12 @@ def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
         return original(rest, method, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(KubernetesRest, "request", counted)
-    assert recorder.record(burst) == 20
+    assert recorder.record(burst).written == 20
     assert len(requests) == 20
     clock.advance(timedelta(seconds=10))
     requests.clear()
-    assert recorder.record(burst) == 10  # the ten left over, and nothing asked about the twenty done
+    assert recorder.record(burst).written == 10  # the ten left over, and nothing asked about the twenty done
     assert len(requests) == 10
     requests.clear()
-    assert recorder.record(burst) == 0
+    assert recorder.record(burst).written == 0
     assert requests == []

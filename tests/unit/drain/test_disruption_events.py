@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
 from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.pod_events import DISRUPTING
+from gpu_autoscaler.domain.pod_events import DISRUPTING, Recorded
 from gpu_autoscaler.services.drain import DrainService
 from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
 from tests.unit.drain.fakes import RecordingFleet
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.domain.pod_events import PodEvent
 
 
 def test_each_evicted_pod_hears_the_drain_reason() -> None:
@@ -31,3 +37,23 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
     assert sorted(e.name for e in events.posted) == ["ds-0", "web-0", "web-1"]
     assert {e.reason for e in events.posted} == {DISRUPTING}
     assert all(request.reason in e.message and request.node in e.message for e in events.posted)
+
+
+class _Refused:
+    """A recorder whose every Event the API server refuses (the functions' RBAC lacks Events)."""
+
+    def record(self, events: Sequence[PodEvent]) -> Recorded:
+        return Recorded(written=0, refused=len(events))
+
+
+def test_a_drain_whose_events_are_refused_drains_all_the_same_and_counts_them() -> None:
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    store.create_claim(make_claim())
+    cluster = MemoryCluster([make_node()], [make_pod("web-0"), make_pod("web-1")])
+    service = DrainService("ml-prod", store, cluster, RecordingFleet(store), MemoryDrainQueue(clock), clock=clock,
+                           sleep=lambda seconds: clock.advance(timedelta(seconds=seconds)))
+    service.events = _Refused()
+    outcome = service.drain(make_request(), timedelta(seconds=60))
+    assert sorted(outcome.evicted) == ["team-a/web-0", "team-a/web-1"]
+    assert outcome.events_refused == 2 and outcome.summary()["eventsRefused"] == 2

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.pod_events import LAUNCHED, PLANNED, REGISTERED, UNSCHEDULABLE
+from gpu_autoscaler.domain.pod_events import LAUNCHED, PLANNED, REGISTERED, UNSCHEDULABLE, Recorded
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.services.packer import PackerService
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pod, make_pool
 from tests.unit.packing.fakes import FakeStateStore, RecordingLaunchQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpu_autoscaler.domain.pod_events import PodEvent
 
 
 def _document(pods: list[PendingPod]) -> PendingPodsDocument:
@@ -42,3 +49,22 @@ def test_each_pod_hears_of_its_claim_as_it_is_planned_launched_and_registered() 
     events.posted.clear()
     service.handle(_document([pod]), source="m-3")
     assert [(e.reason, "node ip-10-0-1-5" in e.message) for e in events.posted] == [(REGISTERED, True)]
+
+
+class _Refused:
+    """A recorder whose every Event the API server refuses (the functions' RBAC missing)."""
+
+    def record(self, events: Sequence[PodEvent]) -> Recorded:
+        return Recorded(written=0, refused=len(events))
+
+
+def test_a_report_whose_events_are_refused_is_packed_and_says_how_many_were_not_posted() -> None:
+    """Events are best effort: the claims are made all the same, and the outcome carries the count the handler
+    publishes (`PodEventsRefused`)."""
+    clock = FixedClock(NOW)
+    store = FakeStateStore(clock)
+    service = PackerService(make_config(make_pool()), store, make_catalog(), RecordingLaunchQueue(), clock=clock,
+                            events=_Refused())
+    outcome = service.handle(_document([make_pod(), make_pod()]), source="m-1")
+    assert outcome.created and outcome.events_refused == 2
+    assert outcome.summary()["eventsRefused"] == 2

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.cluster import ClusterPod
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EventRecorder", "PodEvent", "disruption_events", "events_for_plan"]
+__all__ = ["EventRecorder", "PodEvent", "Recorded", "disruption_events", "events_for_plan"]
 
 PLANNED = "GpuCapacityPlanned"
 LAUNCHED = "GpuCapacityLaunched"
@@ -41,11 +41,21 @@ class PodEvent:
     type: Literal["Normal", "Warning"] = "Normal"
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What one `EventRecorder.record` did."""
+
+    written: int = 0
+    refused: int = 0
+    """Events not posted because the API server refuses the functions' access to Events (401, 403): a grant
+    missing, not an outage, so the functions count it (`PodEventsRefused`) for someone to see."""
+
+
 class EventRecorder(Protocol):
     """Posts events on pods; best effort (an event that cannot be posted is logged, never raised)."""
 
-    def record(self, events: Sequence[PodEvent]) -> int:
-        """Post what is new or due; return how many were written."""
+    def record(self, events: Sequence[PodEvent]) -> Recorded:
+        """Post what is new or due."""
         ...
 
 

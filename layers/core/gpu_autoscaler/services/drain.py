@@ -123,6 +123,8 @@ class DrainOutcome:
     delay: timedelta | None = None
     duration: timedelta | None = None
     """Since the drain's first attempt, once it finished."""
+    events_refused: int = 0
+    """Events on the evicted pods the API server refused to take (`Recorded.refused`), over all passes."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -137,6 +139,7 @@ class DrainOutcome:
             "nextAttempt": self.next_attempt,
             "delaySeconds": int(self.delay.total_seconds()) if self.delay is not None else None,
             "durationSeconds": round(self.duration.total_seconds(), 3) if self.duration is not None else None,
+            "eventsRefused": self.events_refused,
         }
 
 
@@ -258,7 +261,8 @@ class DrainService:
                 return self._finish(request, claim, node, step, outcome)
             step = held
         outcomes = self._evict(step, outcome)
-        self._tell_evicted(request, claim, node.name if node is not None else request.node, step.evict, outcomes)
+        self._tell_evicted(request, claim, node.name if node is not None else request.node, step.evict, outcomes,
+                           outcome)
         outcome.reason = step.reason
         return continuation(request, step, outcomes, now)
 
@@ -330,11 +334,12 @@ class DrainService:
         return claim
 
     def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, node_name: str, pods: Sequence[ClusterPod],
-                      outcomes: Sequence[EvictionOutcome]) -> None:
+                      outcomes: Sequence[EvictionOutcome], outcome: DrainOutcome) -> None:
         if self.events is None:
             return
         evicted = [pod for pod, result in zip(pods, outcomes, strict=False) if result.evicted]
-        self.events.record(disruption_events(evicted, node_name, claim, request.reason))
+        outcome.events_refused += self.events.record(disruption_events(evicted, node_name, claim,
+                                                                       request.reason)).refused
 
     def _evict(self, step: DrainStep, outcome: DrainOutcome) -> list[EvictionOutcome]:
         results = []

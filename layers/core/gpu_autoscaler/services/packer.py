@@ -103,6 +103,8 @@ class PackOutcome:
     price_per_hour: float = 0.0
     """USD/h of the claims created."""
     demand: dict[str, float] = field(default_factory=dict)
+    events_refused: int = 0
+    """Events on the pods the API server refused to take (`Recorded.refused`); the packing stands."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -114,6 +116,7 @@ class PackOutcome:
             "unschedulable": [{"pod": u.pod, "name": u.name, "reason": u.reason} for u in self.unschedulable],
             "launchRequests": [list(ids) for ids in self.launch_requests],
             "pricePerHour": round(self.price_per_hour, 6),
+            "eventsRefused": self.events_refused,
         }
 
 
@@ -271,9 +274,10 @@ class PackerService:
         demand = self._record_demand(document.pods, plan, by_id)
         for item in plan.unschedulable:
             logger.warning("pod %s cannot be placed: %s", item.name, item.reason)
+        refused = 0
         if self.events is not None:
             named = {**{c.id: c for c in plan.claims}, **by_id, **{c.id: c for c in created}}
-            self.events.record(events_for_plan(document.pods, plan, named))
+            refused = self.events.record(events_for_plan(document.pods, plan, named)).refused
         return PackOutcome(
             cluster=self.config.cluster_name,
             pods=len(document.pods),
@@ -284,6 +288,7 @@ class PackerService:
             launch_requests=tuple(tuple(r.claim_ids) for r in requests),
             price_per_hour=sum(c.price_per_hour for c in created),
             demand=demand,
+            events_refused=refused,
         )
 
     # Acting on the plan

@@ -5,7 +5,9 @@ message) and raises its `count` and `lastTimestamp` when the same thing happens 
 object. A Lambda keeps no memory between invocations, so the deduplication key is in the Event's name: a hash of
 the pod's uid, the reason and the message. Creating an Event that exists (409) means "seen again": its count is
 raised, unless it was last raised under `min_interval` ago (the rate limit: a pod reported every resync does not
-rewrite its Event every time). Failures are logged and skipped: an Event is never worth failing a decision.
+rewrite its Event every time). Failures are logged and skipped: an Event is never worth failing a decision. Refused
+access (401, 403: the functions' RBAC missing) ends the batch at its first Event, logged once as an error that names
+the fix and counted (`Recorded.refused`), since every other Event would be refused alike.
 
 The Lambda's execution environment is kept warm between documents, and the agent reports every pending pod again
 and again while its capacity launches: the recorder remembers the Events it wrote or found up to date, and skips
@@ -30,7 +32,8 @@ from gpu_autoscaler.adapters.kubernetes.rest import (
     path,
 )
 from gpu_autoscaler.clock import SystemClock
-from gpu_autoscaler.errors import KubernetesApiError
+from gpu_autoscaler.domain.pod_events import Recorded
+from gpu_autoscaler.errors import KubernetesAccessRefused, KubernetesApiError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,14 +84,13 @@ class KubernetesEventRecorder:
             self._rest = KubernetesRest.of(self._connect(), _TIMEOUT)
         return self._rest
 
-    def record(self, events: Sequence[PodEvent]) -> int:
+    def record(self, events: Sequence[PodEvent]) -> Recorded:
         now = self.clock.now()
         self._forget(now)
         written = tried = 0
-        for event in events:
+        for index, event in enumerate(events):
             name = event_name(event)
-            done = self._done.get(name)
-            if done is not None and now - done < self.min_interval:
+            if not self._due(name, now):
                 continue
             if tried >= self.max_per_call:
                 log.info("event budget of %d spent: the rest are tried on the next report", self.max_per_call)
@@ -96,16 +98,26 @@ class KubernetesEventRecorder:
             tried += 1
             try:
                 written += self._post(event, name, now)
-            except KubernetesHttpError as error:
+            except KubernetesApiError as error:
+                if error.is_access_refused:
+                    # Every other Event would be refused alike: said once, counted, and the report goes on.
+                    refused = 1 + sum(self._due(event_name(e), now) for e in events[index + 1:])
+                    log.error("%d event(s) on pods not posted: %s", refused, KubernetesAccessRefused(error))
+                    return Recorded(written, refused)
+                if not isinstance(error, KubernetesHttpError):
+                    # The API server is not reachable: the rest would fail the same way, each after its retries.
+                    log.warning("Kubernetes API not reachable, event(s) not posted: %s", error)
+                    break
                 log.warning("event %s on pod %s/%s not posted: %s %s", event.reason, event.namespace, event.name,
                             error.status, error.message)
                 continue
-            except KubernetesApiError as error:
-                # The API server is not reachable: the rest would fail the same way, each after its retries.
-                log.warning("Kubernetes API not reachable, event(s) not posted: %s", error)
-                break
             self._done[name] = now
-        return written
+        return Recorded(written)
+
+    def _due(self, name: str, now: datetime) -> bool:
+        """Not written or found up to date by this environment within `min_interval`."""
+        done = self._done.get(name)
+        return done is None or now - done >= self.min_interval
 
     def _forget(self, now: datetime) -> None:
         """What is past `min_interval` is asked of the API server again anyway: kept no longer."""

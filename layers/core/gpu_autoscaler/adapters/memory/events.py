@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.pod_events import Recorded
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -16,6 +18,6 @@ class MemoryEventRecorder:
     def __init__(self) -> None:
         self.posted: list[PodEvent] = []
 
-    def record(self, events: Sequence[PodEvent]) -> int:
+    def record(self, events: Sequence[PodEvent]) -> Recorded:
         self.posted += events
-        return len(events)
+        return Recorded(written=len(events))

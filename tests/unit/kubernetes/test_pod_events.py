@@ -1,0 +1,61 @@
+"""The Event recorder when the API server refuses the functions' access (401 no access entry, 403 no RBAC):
+Events are best effort, so the report goes on, but the refusal is said once as an error and counted, and the
+rest of the batch is not tried (each would be refused alike: 200 requests a report)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpu_autoscaler.adapters.kubernetes.events import KubernetesEventRecorder
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError, KubernetesRest
+from gpu_autoscaler.domain.pod_events import PodEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class _Answering(KubernetesRest):
+    """An API server that answers every request with `status` (its Status body), counting what it was asked."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__("https://kubernetes.invalid")
+        self.status, self.reason = status, reason
+        self.asked: list[tuple[str, str]] = []
+
+    def request(self, method: str, target: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json") -> dict[str, Any]:
+        self.asked.append((method, target))
+        raise KubernetesHttpError(method, target, self.status, self.reason,
+                                  {"kind": "Status", "code": self.status, "reason": self.reason,
+                                   "message": f'events is forbidden: User "x" cannot create resource "events" '
+                                              f'in API group "" in the namespace "{target.split("/")[4]}"'})
+
+
+def _burst(count: int) -> list[PodEvent]:
+    return [PodEvent(f"uid-{i}", "team-a", f"train-{i}", "GpuCapacityPlanned", "planned onto claim nc-1")
+            for i in range(count)]
+
+
+@pytest.mark.parametrize(("status", "reason"), [(401, "Unauthorized"), (403, "Forbidden")])
+def test_refused_access_stops_the_batch_at_its_first_event_says_so_once_and_counts_what_was_not_posted(
+    status: int, reason: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = _Answering(status, reason)
+    recorder = KubernetesEventRecorder(lambda: api, max_per_call=200)
+    with caplog.at_level(logging.WARNING, logger="gpu_autoscaler.adapters.kubernetes.events"):
+        recorded = recorder.record(_burst(50))
+    assert api.asked == [("POST", "/api/v1/namespaces/team-a/events")]
+    assert (recorded.written, recorded.refused) == (0, 50)
+    [said] = caplog.records
+    assert said.levelname == "ERROR" and f"HTTP {status}" in said.getMessage()
+    assert "gpu-autoscaler-functions" in said.getMessage() and "functions-rbac.yaml" in said.getMessage()
+
+
+def test_another_error_status_skips_only_its_event() -> None:
+    """A 422 (an Event the server finds invalid) says nothing of the next one."""
+    api = _Answering(422, "Unprocessable Entity")
+    recorded = KubernetesEventRecorder(lambda: api).record(_burst(3))
+    assert len(api.asked) == 3 and (recorded.written, recorded.refused) == (0, 0)
