@@ -25,6 +25,8 @@ __all__ = ["main", "parser"]
 
 _TYPES = {"resync_seconds": float, "max_delay_seconds": float, "max_message_bytes": int,
           "watch_timeout_seconds": int, "health_port": int}
+_DEFAULTS = {"region": "the queue URL's"}
+"""Defaults that are no constant: the field is required, and a validator fills it in."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
     )
     for field, variable in ENVIRONMENT.items():
         info = AgentSettings.model_fields[field]
-        default = "required" if info.is_required() else info.default
+        default = _DEFAULTS.get(field) or ("required" if info.is_required() else info.default)
         if isinstance(default, tuple):
             default = ",".join(default)
         p.add_argument(

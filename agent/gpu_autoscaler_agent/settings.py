@@ -6,14 +6,16 @@ Validated once at start; the rest of the agent takes this object and never reads
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["DEFAULT_GPU_TAINT_KEYS", "SQS_MAX_MESSAGE_BYTES", "AgentSettings", "load_settings"]
+__all__ = ["DEFAULT_GPU_TAINT_KEYS", "SQS_MAX_MESSAGE_BYTES", "AgentSettings", "load_settings", "queue_region"]
 
 SQS_MAX_MESSAGE_BYTES = 256 * 1024
 """SQS's classic message size limit. The queue takes up to its own MaximumMessageSize (SQS's default has been
@@ -21,6 +23,30 @@ SQS_MAX_MESSAGE_BYTES = 256 * 1024
 packer's invocation, whose payload Lambda caps at 6 MB."""
 
 DEFAULT_GPU_TAINT_KEYS = ("nvidia.com/gpu",)
+
+_QUEUE_HOST = re.compile(
+    r"(?:sqs(?:-fips)?\.(?P<region>[a-z0-9-]+)\.(?:amazonaws\.com(?:\.cn)?|api\.aws)"
+    r"|(?P<legacy>[a-z0-9-]+)\.queue\.amazonaws\.com(?:\.cn)?)"
+)
+_LEGACY_US_EAST_1 = "queue.amazonaws.com"
+
+
+def queue_region(queue_url: str) -> str | None:
+    """The region an SQS queue URL's host names; None for a host that names none (an endpoint of one's own).
+
+    SQS's endpoints (AWS General Reference, "Amazon Simple Queue Service endpoints and quotas"):
+    `sqs.<region>.amazonaws.com` (what CreateQueue and GetQueueUrl answer; `.amazonaws.com.cn` in China),
+    `sqs-fips.<region>.amazonaws.com`, and the dual-stack `sqs[-fips].<region>.api.aws`; the legacy
+    `<region>.queue.amazonaws.com`, and `queue.amazonaws.com` for US East (N. Virginia) (SQS Developer Guide,
+    2009-02-01, "Endpoints")."""
+    host = (urlsplit(queue_url).hostname or "").lower()
+    if host == _LEGACY_US_EAST_1:
+        return "us-east-1"
+    match = _QUEUE_HOST.fullmatch(host)
+    if match is None:
+        return None
+    return match.group("region") or match.group("legacy")
+
 
 # Settings field -> environment variable; flags of __main__ use the same names in kebab case.
 ENVIRONMENT = {
@@ -46,7 +72,12 @@ class AgentSettings(BaseModel):
     cluster: str = Field(min_length=1)
     """The cluster name: the document's `cluster` and the FIFO MessageGroupId."""
     queue_url: str = Field(min_length=1)
-    region: str = "us-east-1"
+    region: str = Field(min_length=1)
+    """The queue's region, read from `queue_url` (`queue_region`). botocore sends SendMessage to its client's
+    region whatever the QueueUrl, and SQS answers a queue of another region AWS.SimpleQueueService.NonExistentQueue,
+    which the sender would retry for ever; so a region given (AWS_REGION, which EKS's pod identity webhook sets to
+    the cluster's under Pod Identity and IRSA) must agree with the URL's, and is needed only for a URL that names
+    none (an endpoint of one's own)."""
     endpoint_url: str | None = None
     """An SQS endpoint other than AWS's (moto in tests and in the emulator)."""
     resync_seconds: float = Field(default=60.0, gt=0)
@@ -65,6 +96,24 @@ class AgentSettings(BaseModel):
     kube_url: str | None = None
     """An API server URL without credentials (the local Kubernetes API); otherwise in-cluster, then kubeconfig."""
     log_level: str = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_region(cls, values: Any) -> Any:
+        if not isinstance(values, dict) or not isinstance(values.get("queue_url"), str):
+            return values
+        named = queue_region(values["queue_url"])
+        given = values.get("region")
+        if named is None:
+            if not given:
+                raise ValueError(f"the queue URL {values['queue_url']} (QUEUE_URL) names no region: set AWS_REGION "
+                                 f"to the queue's")
+            return values
+        if given and given != named:
+            raise ValueError(f"the region {given} (AWS_REGION) contradicts the queue URL's, {named} (QUEUE_URL): "
+                             f"SQS would answer that the queue does not exist; leave AWS_REGION unset (or set it to "
+                             f"{named}), or give the URL of the queue in {given}")
+        return {**values, "region": named}
 
     @field_validator("gpu_taint_keys", mode="before")
     @classmethod

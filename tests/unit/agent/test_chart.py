@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
-from gpu_autoscaler_agent.settings import ENVIRONMENT
+from gpu_autoscaler_agent.settings import ENVIRONMENT, load_settings
 from tests.conftest import ROOT
 from tests.unit.agent.chart_render import ChartError, Renderer
 
@@ -63,7 +63,7 @@ def _env(deployment: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_chart_renders_the_kustomize_resources_with_the_values() -> None:
-    rendered = _render(_values(region="eu-west-1", resyncSeconds=30))
+    rendered = _render(_values(resyncSeconds=30))
     assert set(rendered) == {"ServiceAccount", f"ClusterRole/{AGENT}", f"ClusterRoleBinding/{AGENT}",
                              f"ClusterRole/{FUNCTIONS}", f"ClusterRoleBinding/{FUNCTIONS}", "Deployment"}
     deployment = rendered["Deployment"]
@@ -71,8 +71,7 @@ def test_the_chart_renders_the_kustomize_resources_with_the_values() -> None:
     env = _env(deployment)
     kustomize = _env(yaml.safe_load(KUSTOMIZE_DEPLOYMENT.read_text()))
     assert set(env) == set(kustomize) and set(env) <= set(ENVIRONMENT.values())
-    assert (env["CLUSTER_NAME"], env["QUEUE_URL"], env["AWS_REGION"], env["RESYNC_SECONDS"]) == (
-        "ml-prod", QUEUE, "eu-west-1", "30")
+    assert (env["CLUSTER_NAME"], env["QUEUE_URL"], env["RESYNC_SECONDS"]) == ("ml-prod", QUEUE, "30")
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "gpu-autoscaler-agent:0.1.0"
     assert container["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
@@ -96,6 +95,15 @@ def test_the_chart_grants_the_functions_what_kustomize_does_to_the_group_of_thei
     assert binding["subjects"] == _kustomize(KUSTOMIZE_FUNCTIONS_RBAC, "ClusterRoleBinding")["subjects"] == [
         {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": FUNCTIONS_KUBERNETES_GROUP}]
     assert role["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-autoscaler-functions"
+
+
+def test_the_agent_takes_the_queues_region_unless_told_one() -> None:
+    """`region` is only for a queue URL that names none; by default the agent reads it from `queueUrl`."""
+    queue = "https://sqs.ap-south-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-pending-pods.fifo"
+    env = _env(_render(_values(queueUrl=queue))["Deployment"])
+    assert "AWS_REGION" not in env and load_settings(env).region == "ap-south-1"
+    told = _env(_render(_values(queueUrl=queue, region="ap-south-1"))["Deployment"])
+    assert told["AWS_REGION"] == "ap-south-1" and load_settings(told).region == "ap-south-1"
 
 
 def test_irsa_or_pod_identity() -> None:

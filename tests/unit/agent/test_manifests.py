@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_autoscaler_agent.settings import ENVIRONMENT
+from gpu_autoscaler_agent.settings import ENVIRONMENT, load_settings
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "agent" / "deploy"
@@ -68,3 +68,13 @@ def test_the_environment_names_are_the_ones_the_agent_reads(manifests: dict[str,
     assert {"CLUSTER_NAME", "QUEUE_URL"} <= names
     port = next(e["value"] for e in container["env"] if e["name"] == "HEALTH_PORT")
     assert int(port) == container["ports"][0]["containerPort"]
+
+
+def test_setting_the_queue_url_alone_makes_an_agent_of_the_queues_region(manifests: dict[str, Any]) -> None:
+    """The kustomization asks for the image, the cluster name and the queue URL: a queue of eu-west-1 must not
+    leave the agent sending to us-east-1."""
+    [container] = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert load_settings(env).region == "us-east-1"  # the sample's queue
+    queue = "https://sqs.eu-west-1.amazonaws.com/123456789012/ml-prod-gpu-autoscaler-pending-pods.fifo"
+    assert load_settings({**env, "QUEUE_URL": queue}).region == "eu-west-1"
