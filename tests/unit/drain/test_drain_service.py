@@ -292,6 +292,42 @@ def test_at_the_deadline_the_instance_goes_even_if_the_kubernetes_api_is_down() 
     assert h.claim_state() is ClaimState.TERMINATED and h.queue.messages == []
 
 
+def _refused(status: int) -> KubernetesApiError:
+    from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError
+
+    reason = {401: "Unauthorized", 403: "Forbidden"}[status]
+    return KubernetesHttpError("POST", "/api/v1/namespaces/team-a/pods/web-0/eviction", status, reason,
+                               {"kind": "Status", "code": status, "reason": reason,
+                                "message": 'pods "web-0" is forbidden: User "x" cannot create resource '
+                                           '"pods/eviction"'})
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_drain_refused_access_fails_naming_the_fix_rather_than_retrying_in_silence(
+    status: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refused request (no access entry, no RBAC for evictions) is refused again on every retry: a voluntary
+    drain would re-enqueue itself for ever with a WARNING each time. It fails instead (SQS redelivers it, then
+    dead-letters it: the DLQ alarm), saying what grants the access."""
+    from gpu_autoscaler.errors import KubernetesAccessRefused
+
+    h = Harness("web-0")
+    h.cluster.fail_next("evict", _refused(status))
+    with caplog.at_level("ERROR", logger="gpu_autoscaler.services.drain"), \
+            pytest.raises(KubernetesAccessRefused) as raised:
+        h.drain(make_request(), budget=timedelta(minutes=5))
+    assert raised.value.status == status and "gpu-autoscaler-functions" in str(raised.value)
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert h.queue.messages == [] and h.claim_state() is not ClaimState.TERMINATED
+
+
+def test_at_the_deadline_the_instance_goes_even_if_access_is_refused() -> None:
+    h = Harness("web-0")
+    h.cluster.fail_next("list_nodes", _refused(403))
+    outcome = h.drain(make_request(involuntary=True, deadline=NOW))
+    assert outcome.status == "finished" and outcome.terminated
+
+
 def test_an_api_failure_before_the_cordon_does_not_start_the_termination_grace_period() -> None:
     """`terminationGracePeriod` runs from the cordon (Karpenter's): a drain that met a dead API before it could
     cordon must not carry a cordon time, or its pods would be deleted, past their budgets, that much early."""

@@ -56,7 +56,13 @@ from gpu_autoscaler.domain.drain import (
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.pod_events import disruption_events
-from gpu_autoscaler.errors import GpuAutoscalerError, KubernetesApiError, NodeNotFound, StaleClaim
+from gpu_autoscaler.errors import (
+    GpuAutoscalerError,
+    KubernetesAccessRefused,
+    KubernetesApiError,
+    NodeNotFound,
+    StaleClaim,
+)
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.cluster import EvictionOutcome
 from gpu_autoscaler.services.claim_writes import write_fresh
@@ -271,12 +277,22 @@ class DrainService:
         """The Kubernetes API failed mid-pass. Before the node's termination time (or without one: a voluntary
         drain never forces): try again soon, backing off like a refused eviction (SQS would only redeliver after
         its visibility timeout). At or past it: the instance goes anyway, through the fleet; the Node object is
-        left for the API to come back."""
+        left for the API to come back. Refused access (401, 403) is no outage: before that time the drain fails,
+        saying what grants the access (SQS redelivers it, then dead-letters it: the DLQ's alarm), rather than
+        re-enqueue itself for ever."""
         now = self.clock.now()
-        logger.warning("drain of %s: Kubernetes API failed: %s", request.node, error)
-        outcome.reason = f"Kubernetes API failed: {error}"
         node_time = termination_time(request)
-        if node_time is None or now < node_time:
+        waiting = node_time is None or now < node_time
+        if error.is_access_refused:
+            refused = KubernetesAccessRefused(error)
+            logger.error("drain of %s failed: %s", request.node, refused)
+            if waiting:
+                raise refused from error
+            error = refused
+        else:
+            logger.warning("drain of %s: Kubernetes API failed: %s", request.node, error)
+        outcome.reason = f"Kubernetes API failed: {error}"
+        if waiting:
             after = continuation(request, DrainStep(DrainAction.EVICT, outcome.reason), [_API_REFUSAL], now)
             # Whether the cordon went through is unknown: a cordon time is only ever recorded by a pass that
             # saw it (a later one, at worst: the grace period then starts late, never early).
