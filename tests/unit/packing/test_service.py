@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.initialization import INITIALIZED_ATTRIBUTE
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
@@ -392,3 +393,42 @@ def test_a_quota_the_rest_of_the_account_fills_leaves_no_room_for_a_larger_node(
                                          for _ in range(2)]), source="m-1")
     assert outcome.created == ()  # one g5.12xlarge is 48 vCPUs: more than the 32 left
     assert all("vCPU quota g/on-demand" in u.reason for u in outcome.unschedulable)
+
+
+def test_two_planners_at_once_never_record_more_on_a_claim_than_its_node_holds() -> None:
+    """The interruption function plans replacements in its own invocations, beside the packer: when both place a pod
+    on the last room of one claim in flight, the second write re-checks the fit on the claim as the first left it.
+    The pod that no longer fits is released (its assignment deleted), so the next report plans it a node. On the
+    versioned store (`MemoryStateStore`, as DynamoDB's): the fake's writes stand on the state alone."""
+    clock = FixedClock(NOW)
+    config = make_config(make_pool())
+    store = MemoryStateStore("test", clock)
+    claim = make_claim(pool="gpu", instance_types=("g5.12xlarge",), pods=("p-1", "p-2", "p-3"), attributes={
+        "requests": '{"cpu":3000,"memory":12884901888,"nvidia.com/gpu":3,"pods":3}'})
+    store.create_claim(claim)
+    ours = PackerService(config, store, make_catalog(), RecordingLaunchQueue(), clock=clock)
+    other = PackerService(config, store, make_catalog(), RecordingLaunchQueue(), clock=clock)
+    mine, theirs = make_pod(), make_pod()
+    original = store.update_claims
+    raced: list[bool] = []
+
+    def racing(updates: Any) -> Any:
+        if not raced:  # we planned and assigned; the other planner runs whole before our write
+            raced.append(True)
+            assert other.handle(_document([theirs]), source="m-b").placed_in_flight == 1
+        return original(updates)
+
+    store.update_claims = racing  # type: ignore[method-assign]
+    outcome = ours.handle(_document([mine]), source="m-a")
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.pods == ("p-1", "p-2", "p-3", theirs.uid)
+    assert stored.attributes["requests"] == '{"cpu":4000,"memory":17179869184,"nvidia.com/gpu":4,"pods":4}'
+    assert outcome.placed_in_flight == 0 and store.assignments([mine.uid]) == {}  # released, not left on it
+    store.update_claims = original  # type: ignore[method-assign]
+    again = ours.handle(_document([mine]), source="m-c")
+    assert len(again.created) == 1 and store.assignments([mine.uid]) == {mine.uid: again.created[0]}
+
+
+def _document(pods: list[PendingPod]) -> PendingPodsDocument:
+    return PendingPodsDocument.model_validate({"schemaVersion": 1, "cluster": "test", "sentAt": NOW.isoformat(),
+                                               "pods": [p.model_dump(by_alias=True) for p in pods]})

@@ -262,7 +262,8 @@ class PackerService:
         # Restores what a crash between storing a claim and assigning its pods left unwritten; pods whose
         # assignment was read are left alone, so a document re-reported while its claims launch writes nothing.
         self.store.assign_many(_group(_listed_on_claims_in_flight(live, document.pods, covered, running)), ttl)
-        placed = self._add_to_claims([(by_id[cid], uids) for cid, uids in plan.existing.items()], pods, ttl)
+        placed = self._add_to_claims([(by_id[cid], uids) for cid, uids in plan.existing.items()], pods, ttl,
+                                     holding=running is not None)
         created = self._store_claims(plan.claims, pods, ttl)
         groups: dict[str, list[str]] = {}
         for claim in created:
@@ -294,30 +295,44 @@ class PackerService:
     # Acting on the plan
 
     def _add_to_claims(self, placed: Sequence[tuple[NodeClaim, Sequence[str]]], pods: Mapping[str, PendingPod],
-                       ttl: timedelta) -> int:
+                       ttl: timedelta, *, holding: bool) -> int:
         """Assign pods to claims in flight (all in one `assign_many`) and record their requests on each claim, all
         claims at once (`write_fresh_many`: one read and a few transactions for the document, not a read and a
-        write per claim); returns how many pods were new.
+        write per claim); returns how many pods were added.
 
         Each claim is read again first: the plan's copy may be seconds old, and writing from it would put back pods
         a drain took off meanwhile (`free_room`), with their requests. Another writer between that read and the
         write (the fleet recording its attempt) makes that claim read and add again; a claim that moved on
         meanwhile (launched or registered) keeps the pods assigned to it — its node is the one they will run on —
-        and only the room bookkeeping of a claim in flight is skipped."""
+        and only the room bookkeeping of a claim in flight is skipped.
+
+        Every copy is written only with the pods that still fit it (`Solver.holds`, counting the room held for
+        evicted pods' successors as taken when planning replacements, `holding`, as the plan did): another planner
+        may have taken the room since the plan (the interruption function plans replacements in its own
+        invocations, beside the packer's, and several at once in a Spot storm; DynamoDB's conditional write guards
+        the item, not the fit). Pods that no longer fit are released (their assignment deleted): the next report
+        of them plans them anew, instead of their waiting on a claim whose node has no room for them."""
         assigned = self.store.assign_many({c.id: list(uids) for c, uids in placed}, ttl) if placed else {}
         newly = {claim.id: [u for u in assigned.get(claim.id, []) if u not in claim.pods] for claim, _ in placed}
         newly = {cid: uids for cid, uids in newly.items() if uids}
         if not newly:
             return 0
+        solver = self.solver()
+        left_out: dict[str, list[str]] = {}
 
         def add(copy: NodeClaim) -> dict[str, object] | None:
-            added = [u for u in newly[copy.id] if u not in copy.pods]
+            total, held = claim_requests(copy), claim_held(copy)
+            taken = claim_requests(_holding(copy)) if holding else total
+            added, left_out[copy.id] = [], []
+            for uid in (u for u in newly[copy.id] if u not in copy.pods):
+                if solver.holds(copy, taken + pod_requests(pods[uid])):
+                    taken, total, held = (taken + pod_requests(pods[uid]), total + pod_requests(pods[uid]),
+                                          held - pod_requests(pods[uid]))
+                    added.append(uid)
+                else:
+                    left_out[copy.id].append(uid)
             if not added:
                 return None
-            total, held = claim_requests(copy), claim_held(copy)
-            for uid in added:
-                total = total + pod_requests(pods[uid])
-                held = held - pod_requests(pods[uid])
             attributes = {**copy.attributes, REQUESTS_ATTRIBUTE: requests_attribute(total)}
             if HELD_ATTRIBUTE in attributes:  # successors (or other pending pods) take the held room
                 attributes[HELD_ATTRIBUTE] = requests_attribute({k: v for k, v in held.items() if v > 0})
@@ -326,7 +341,12 @@ class PackerService:
         _, moved_on = write_fresh_many(self.store, newly, add, still=lambda first, fresh: fresh.state is first.state)
         for claim_id in sorted(moved_on):
             logger.info("claim %s changed while pods were added; its recorded room is left as it was", claim_id)
-        return sum(len(uids) for uids in newly.values())
+        released = [uid for cid, uids in left_out.items() if cid not in moved_on for uid in uids]
+        if released:
+            logger.info("%d pod(s) no longer fit the claim another planner filled meanwhile: released, planned on "
+                        "their next report", len(released))
+            self.store.release_pods(released)
+        return sum(len(uids) for uids in newly.values()) - len(released)
 
     def _store_claims(self, claims: Sequence[NodeClaim], pods: Mapping[str, PendingPod],
                       ttl: timedelta) -> list[NodeClaim]:

@@ -149,6 +149,20 @@ class Solver:
             self._matrices[key] = found
         return found
 
+    def holds(self, claim: NodeClaim, requests: Mapping[str, int]) -> bool:
+        """Whether every type the claim may still be (its instance's, once launched, else each candidate) holds
+        `requests` in its pool: the room `SolvePass._place_in_flight` offers on a claim in flight, asked again of
+        a claim another planner wrote since this one planned (`services.packer`). Types the catalog no longer has
+        are left out, as the plan leaves them (`SolvePass._claim_types`); a claim with none left, or of a pool
+        the configuration no longer has, holds nothing more."""
+        view = self._pool_by_name.get(claim.pool)
+        names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+        positions = [p for n in names if (p := self.index.type_position.get(n)) is not None]
+        if view is None or not positions:
+            return False
+        return all(value <= view.allocatable[p].get(name, 1 if name.startswith(ONE_PER_NODE_PREFIX) else 0)
+                   for p in positions for name, value in requests.items() if value > 0)
+
     def class_row(self, key: tuple[object, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
         """The class row filed under `key` (`SolvePass._class_masks`), made once, read-only; at most
         `MASK_ROWS_LIMIT` kept (~1 KB each on the full catalog), then cleared."""
