@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
-from gpu_autoscaler.errors import ClaimExists, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, StaleClaim, StateStoreError
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.integration.state.conftest import START
 
@@ -303,3 +303,52 @@ def test_hundreds_of_pods_are_released_in_a_few_calls(aws: EmbeddedAws) -> None:
         db.meta.events.unregister("before-call.dynamodb.*", count)
     assert len(calls) <= 3, calls
     assert store.assignments(uids) == {}
+
+
+class _Throttled:
+    """The DynamoDB client, but BatchGetItem answers the first `partial` calls with half their keys unprocessed, and
+    every call after `partial` with all of them when `stuck` (a throttled partition, as DynamoDB answers it: "If
+    at least one of the items is successfully processed, then BatchGetItem completes successfully, while returning
+    the keys of the unread items in UnprocessedKeys"). moto never leaves keys unprocessed for items this small."""
+
+    def __init__(self, db: Any, *, partial: int, stuck: bool = False) -> None:
+        self._db, self.partial, self.stuck, self.calls = db, partial, stuck, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803 (boto3's name)
+        self.calls += 1
+        if self.calls > self.partial and self.stuck:
+            return {"Responses": {}, "UnprocessedKeys": RequestItems}
+        if self.calls > self.partial:
+            return self._db.batch_get_item(RequestItems=RequestItems)
+        (table, asked), = RequestItems.items()
+        keys = asked["Keys"]
+        answer = self._db.batch_get_item(RequestItems={table: {**asked, "Keys": keys[:len(keys) // 2]}})
+        return {**answer, "UnprocessedKeys": {table: {**asked, "Keys": keys[len(keys) // 2:]}}}
+
+
+def test_keys_left_unprocessed_are_read_again_after_a_growing_pause_and_not_for_ever(
+        aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DynamoDB API reference, BatchGetItem: "If DynamoDB returns any unprocessed items, you should retry the batch
+    operation on those items. However, we strongly recommend that you use an exponential backoff algorithm. If you
+    retry the batch operation immediately, the underlying read or write requests can still fail due to throttling
+    on the individual tables." Every claim read goes through it (`get_claims`, `assignments`), so a throttled
+    partition was asked again in a tight loop until the Lambda timed out; now as `release_pods`' BatchWriteItem."""
+    from gpu_autoscaler.adapters.aws import state_store as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", slept.append)
+    db = aws.clients.client("dynamodb")
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    DynamoStateStore(db, aws.table_name, cluster).create_claims([claim(f"nc-{n}", ()) for n in range(8)])
+    wanted = [f"nc-{n}" for n in range(8)]
+    throttled = _Throttled(db, partial=2)
+    assert sorted(DynamoStateStore(throttled, aws.table_name, cluster).get_claims(wanted)) == wanted
+    assert throttled.calls == 3 and slept == [0.05, 0.1]
+    slept.clear()
+    stuck = _Throttled(db, partial=0, stuck=True)
+    with pytest.raises(StateStoreError, match="8 read"):
+        DynamoStateStore(stuck, aws.table_name, cluster).get_claims(wanted)
+    assert stuck.calls == 6 and slept == [0.05, 0.1, 0.2, 0.4, 0.8]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -41,7 +41,7 @@ from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["TERMINATED_RETENTION", "DynamoStateStore"]
 
@@ -49,8 +49,11 @@ TERMINATED_RETENTION = timedelta(days=30)
 _BATCH_GET = 100
 _BATCH_WRITE = 25
 """BatchWriteItem takes up to 25 put or delete requests (DynamoDB API reference, BatchWriteItem)."""
+_R = TypeVar("_R")
 _UNPROCESSED_RETRIES = 5
-"""BatchWriteItem may leave some requests unprocessed (throttled partitions): they are sent again, with backoff."""
+"""BatchGetItem and BatchWriteItem may leave keys or requests unprocessed (a throttled partition, more than 1 MB
+asked of one): they are sent again after 50 ms, doubling each time (1.55 s in all), then given up
+(`_until_processed`)."""
 _LIVE = "CLAIM#"
 _ENDED = "ENDED#"
 TRANSACT_ITEMS = 100
@@ -314,14 +317,12 @@ class DynamoStateStore:
         keys = [self._key(f"POD#{uid}") for uid in dict.fromkeys(pod_uids)]
         for start in range(0, len(keys), _BATCH_WRITE):
             requests = [{"DeleteRequest": {"Key": key}} for key in keys[start:start + _BATCH_WRITE]]
-            for attempt in range(_UNPROCESSED_RETRIES + 1):
+
+            def delete(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 answer = self._db.batch_write_item(RequestItems={self.table: requests})
-                requests = (answer.get("UnprocessedItems") or {}).get(self.table) or []
-                if not requests:
-                    break
-                if attempt == _UNPROCESSED_RETRIES:
-                    raise StateStoreError(f"{len(requests)} pod release(s) left unprocessed by DynamoDB")
-                time.sleep(0.05 * 2 ** attempt)
+                return (answer.get("UnprocessedItems") or {}).get(self.table) or []
+
+            _until_processed(delete, requests, lambda left: f"{len(left)} pod release(s)")
 
     # Unavailable offerings
 
@@ -443,11 +444,30 @@ class DynamoStateStore:
                 self.table: {"Keys": [self._key(k) for k in sort_keys[start:start + _BATCH_GET]],
                              "ConsistentRead": True}
             }
-            while request:
+
+            def read(request: dict[str, Any]) -> dict[str, Any]:
                 answer = self._db.batch_get_item(RequestItems=request)
                 items.extend(answer.get("Responses", {}).get(self.table, []))
-                request = answer.get("UnprocessedKeys") or {}
+                return answer.get("UnprocessedKeys") or {}
+
+            _until_processed(read, request, lambda left: f"{len(left[self.table]['Keys'])} read(s)")
         return items
+
+
+def _until_processed(send: Callable[[_R], _R], request: _R, what: Callable[[_R], str]) -> None:
+    """`request = send(request)` until DynamoDB leaves nothing unprocessed, pausing 50 ms before the first retry and
+    twice as long before each next; `StateStoreError` after `_UNPROCESSED_RETRIES` retries. The batch calls'
+    reference (BatchGetItem, BatchWriteItem): "If DynamoDB returns any unprocessed items, you should retry the batch
+    operation on those items. However, we strongly recommend that you use an exponential backoff algorithm. If you
+    retry the batch operation immediately, the underlying read or write requests can still fail due to throttling
+    on the individual tables." Given up, the invocation fails and its message is retried by SQS, later still."""
+    for attempt in range(_UNPROCESSED_RETRIES + 1):
+        request = send(request)
+        if not request:
+            return
+        if attempt == _UNPROCESSED_RETRIES:
+            raise StateStoreError(f"{what(request)} left unprocessed by DynamoDB after {attempt + 1} tries")
+        time.sleep(0.05 * 2 ** attempt)
 
 
 def _batches(writes: Sequence[tuple[str, dict[str, Any]]]) -> list[list[tuple[str, dict[str, Any]]]]:
