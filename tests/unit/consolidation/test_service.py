@@ -469,3 +469,54 @@ def test_an_outage_of_any_kind_ends_the_tick_normally(error: tuple[str, int | No
     rig = Rig(scene)
     rig.kube.fail_next("list_pods", KubernetesApiError(*error))
     assert rig.service.run().api_failure == error[0]
+
+
+def _drained_by_us(rig: Rig, name: str) -> bool:
+    from gpu_autoscaler.domain.drain import is_drained_by_us
+
+    return is_drained_by_us(next(n for n in rig.kube.list_nodes() if n.name == name))
+
+
+def test_a_rejected_proposal_leaves_the_taint_of_a_drain_that_took_the_node_over() -> None:
+    """A Spot warning for a node consolidation proposed: the interruption function cordons it with the same taint
+    and its claim goes Draining, so validation rejects the proposal; the taint is the drain's now and stays, as
+    `_untaint_lapsed` leaves the taint of any claim no longer Registered."""
+    from gpu_autoscaler.domain.drain import DRAIN_TAINT
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    empty = scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    assert [d.nodes for d in rig.service.run().proposed] == [(empty,)]
+    rig.kube.cordon(empty, DRAIN_TAINT)
+    rig.store.transition(rig.claim(empty), ClaimState.DRAINING, "spot interruption warning")
+    rig.clock.advance(timedelta(minutes=1))
+    rejected = rig.service.run()
+    assert [r.nodes for r in rejected.rejected] == [(empty,)] and rejected.untainted == []
+    assert _drained_by_us(rig, empty)
+
+
+def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_taint() -> None:
+    """The same race a moment later: the claim goes Draining after the validating tick read it, so its mark is
+    refused and the decision dropped; the claim is read again before any taint comes off."""
+    from gpu_autoscaler.domain.drain import DRAIN_TAINT
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    empty = scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    assert [d.nodes for d in rig.service.run().proposed] == [(empty,)]
+    mark = rig.service._mark
+
+    def warned_first(*args: Any, **kwargs: Any) -> Any:
+        rig.kube.cordon(empty, DRAIN_TAINT)
+        rig.store.transition(rig.claim(empty), ClaimState.DRAINING, "spot interruption warning")
+        return mark(*args, **kwargs)
+
+    rig.service._mark = warned_first  # type: ignore[method-assign]
+    rig.clock.advance(timedelta(minutes=1))
+    dropped = rig.service.run()
+    assert dropped.acted == [] and len(dropped.dropped) == 1 and dropped.untainted == []
+    assert _drained_by_us(rig, empty) and rig.sent("drain") == []

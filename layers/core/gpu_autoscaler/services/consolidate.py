@@ -278,11 +278,22 @@ class ConsolidateService:
                 self.cluster.untaint(node.name, DRAIN_TAINT)
                 outcome.untainted.append(node.name)
 
+    def _untaint_registered(self, nodes: Sequence[str], claim_ids: Sequence[str], outcome: ConsolidateOutcome,
+                            ) -> None:
+        """Our taint off those of `nodes` whose claim, read again now, is still Registered, the rule
+        `_untaint_lapsed` keeps: a claim gone Draining meanwhile (a Spot warning or another notice, which is why
+        a proposal is rejected or its mark refused) has a drain that cordoned its node with the same taint, and
+        the taint is that drain's now (`is_drained_by_us`)."""
+        fresh = self.store.get_claims(claim_ids)
+        registered = {c.node_name for c in fresh.values() if c.state is ClaimState.REGISTERED}
+        for name in nodes:
+            if name in registered:
+                self.cluster.untaint(name, DRAIN_TAINT)
+                outcome.untainted.append(name)
+
     def _reject(self, rejection: Rejection, current: dict[str, NodeClaim], outcome: ConsolidateOutcome) -> None:
         self._unmark([current[c] for c in rejection.claims if c in current])
-        for name in rejection.nodes:
-            self.cluster.untaint(name, DRAIN_TAINT)
-            outcome.untainted.append(name)
+        self._untaint_registered(rejection.nodes, rejection.claims, outcome)
         outcome.rejected.append(rejection)
         logger.info("consolidation of %s rejected on validation: %s", ", ".join(rejection.nodes), rejection.reason)
 
@@ -325,8 +336,7 @@ class ConsolidateService:
         replacement_ids = [c.id for c in decision.replacements]
         marked = self._mark(decision, current, disruption_mark(decision.reason, deadline, replacement_ids), outcome)
         if marked is None:
-            for name in decision.nodes:
-                self.cluster.untaint(name, DRAIN_TAINT)
+            self._untaint_registered(decision.nodes, decision.claims, outcome)
             return
         launch = [c.id for c in decision.replacements if self._store_replacement(c)]
         if launch:
