@@ -97,7 +97,8 @@ class Rig:
         solver = cluster.solver()
         self.service = ConsolidateService(
             self.config, self.store, self.kube, self.journal, _Drains(self.journal),
-            ReconcileService(self.config, self.store, self.kube, self.fleet, clock=self.clock),
+            ReconcileService(self.config, self.store, self.kube, self.fleet, clock=self.clock,
+                             drains=_Drains(self.journal)),
             solver=lambda: solver, clock=self.clock, budgets=MemoryDisruptionBudgets(self.kube),
         )
 
@@ -520,3 +521,87 @@ def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_ta
     dropped = rig.service.run()
     assert dropped.acted == [] and len(dropped.dropped) == 1 and dropped.untainted == []
     assert _drained_by_us(rig, empty) and rig.sent("drain") == []
+
+
+def _draining(scene: Cluster, *, deadline: timedelta, involuntary: bool, seen: timedelta | None) -> str:
+    """A node cordoned for a drain, its claim Draining for a minute; a drain last seen working on it `seen` ago
+    (None: never stamped, as a claim made Draining before drains stamped their progress)."""
+    from gpu_autoscaler.domain.drain import DRAIN_TAINT
+    from gpu_autoscaler.domain.drain_progress import progress_attributes
+    from gpu_autoscaler.models.messages import DrainRequest
+
+    doomed = scene.node(state=ClaimState.DRAINING, history=(
+        StateTransition(state=ClaimState.REGISTERED, at=NOW - timedelta(hours=2)),
+        StateTransition(state=ClaimState.DRAINING, at=NOW - timedelta(minutes=1), reason="drain: scheduled change"),
+    ))
+    claim = scene.claims[doomed]
+    if seen is not None:
+        request = DrainRequest(cluster=scene.config.cluster_name, node_name=doomed, instance_id=claim.instance_id,
+                               claim_id=claim.id, reason="scheduled change", involuntary=involuntary,
+                               deadline=NOW + deadline, attempt=7, backoff=4, cordoned_at=NOW - timedelta(minutes=1))
+        scene.claims[doomed] = claim.model_copy(update={"attributes": progress_attributes(
+            claim.attributes, request, NOW - seen)})
+    scene.update_node(doomed, DRAIN_TAINT, unschedulable=True)
+    scene.pod(doomed, gpus=1)
+    return doomed
+
+
+def test_a_draining_claim_whose_drain_stopped_is_sent_its_drain_again() -> None:
+    """A drain lives in its SQS messages: one dead-lettered after five deliveries (or never sent: the interruption
+    function failing after it marked the claim Draining) left the node cordoned and paid for, and a slot of its
+    pool's disruption budget taken, for good. Karpenter reconciles a deleting Node until it is gone
+    (pkg/controllers/node/termination/controller.go); here the consolidate tick sends the drain again, as the claim
+    records it, once no drain has stamped the claim for `DRAIN_STALLED_AFTER`: never while a drain is alive."""
+    from gpu_autoscaler.domain.drain_progress import drain_progress
+    from gpu_autoscaler.services.reconcile import DRAIN_STALLED_AFTER
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    doomed = _draining(scene, deadline=timedelta(days=1), involuntary=True, seen=timedelta(minutes=1))
+    rig = Rig(scene)
+    rig.clock.advance(DRAIN_STALLED_AFTER - timedelta(minutes=2))
+    rig.service.run()
+    assert rig.sent("drain") == []
+    rig.clock.advance(timedelta(minutes=2))
+    rig.service.run()
+    [drain] = rig.sent("drain")
+    assert drain.node_name == doomed and drain.claim_id == rig.claim(doomed).id and drain.involuntary
+    assert drain.reason == "scheduled change" and drain.deadline == NOW + timedelta(days=1)
+    assert drain.backoff == 0 and drain.cordoned_at == NOW - timedelta(minutes=1)
+    progress = drain_progress(rig.claim(doomed))
+    assert progress is not None and progress.seen_at == rig.clock.now()  # sent: not again next minute
+    rig.clock.advance(timedelta(minutes=1))
+    rig.service.run()
+    assert len(rig.sent("drain")) == 1
+    rig.clock.advance(DRAIN_STALLED_AFTER)  # that one was lost too
+    rig.service.run()
+    assert len(rig.sent("drain")) == 2 and rig.claim(doomed).state is ClaimState.DRAINING
+
+
+def test_a_draining_claim_never_stamped_is_sent_a_voluntary_drain_once_stalled_since_it_began_draining() -> None:
+    """A claim made Draining before drains stamped their progress: its drain is counted from its Draining
+    transition, and sent again as a voluntary drain (nothing forced) with that transition's reason."""
+    from gpu_autoscaler.services.reconcile import DRAIN_STALLED_AFTER
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    doomed = _draining(scene, deadline=timedelta(0), involuntary=False, seen=None)
+    rig = Rig(scene)
+    rig.clock.advance(DRAIN_STALLED_AFTER)
+    rig.service.run()
+    [drain] = rig.sent("drain")
+    assert drain.node_name == doomed and not drain.involuntary and drain.reason == "drain: scheduled change"
+    assert drain.instance_id == rig.claim(doomed).instance_id and rig.compute.terminated == []
+
+
+def test_a_stalled_drain_past_its_termination_time_ends_the_claim_through_the_fleet() -> None:
+    """Past the time the node was to go (an involuntary drain's deadline), no drain is sent again: the claim is
+    ended as the drain would have ended it, instance terminated, claim Terminated, pods released."""
+    from gpu_autoscaler.services.reconcile import DRAIN_STALLED_AFTER
+
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    doomed = _draining(scene, deadline=timedelta(minutes=10), involuntary=True, seen=timedelta(0))
+    rig = Rig(scene)
+    rig.clock.advance(DRAIN_STALLED_AFTER)
+    rig.service.run()
+    claim = rig.claim(doomed)
+    assert rig.sent("drain") == [] and claim.state is ClaimState.TERMINATED
+    assert rig.compute.terminated == [claim.instance_id] and "stalled" in claim.reason

@@ -371,3 +371,34 @@ def test_the_node_is_deleted_only_once_ec2_says_its_instance_is_terminated() -> 
     (message,) = h.queue.receive()
     assert h.drain(message).status == "finished" and h.cluster.calls.deleted_nodes == [NODE]
     assert len(h.fleet.terminated) == 1
+
+
+def test_a_drain_stamps_its_progress_on_the_claim_at_most_once_a_minute() -> None:
+    """A drain lives in its SQS messages only; the claim says when one last worked on it, and what it was asked, so
+    the consolidate tick can tell a drain that stopped (dead-lettered) and send it again (`services.reconcile`).
+    The Draining transition carries the first stamp; later passes stamp once their minute is up: one write per
+    pass at most, and none for the passes a blocked drain makes within a minute."""
+    from gpu_autoscaler.domain.drain_progress import HEARTBEAT, drain_progress
+    from gpu_autoscaler.models.messages import DrainRequest
+
+    h = Harness("web-0", "web-1")
+    h.cluster.add_blocker(lambda pod: "PDB web allows 0 disruptions")
+    request = make_request(deadline=NOW + timedelta(hours=2))
+    first = h.drain(request)
+    claim = h.store.get_claim("c-1")
+    assert claim is not None and claim.state is ClaimState.DRAINING and first.passes > 2
+    progress = drain_progress(claim)
+    assert progress is not None and progress.seen_at == NOW and claim.version == 1  # the transition only
+    assert isinstance(progress.request, DrainRequest) and progress.request.reason == request.reason
+    assert progress.request.deadline == request.deadline and progress.request.claim_id == "c-1"
+    passes = first.passes
+    while h.clock.now() < NOW + timedelta(minutes=3):  # the continuations, as SQS hands them out
+        h.clock.set(max(h.queue.next_visible() or h.clock.now(), h.clock.now()))
+        (message,) = h.queue.receive()
+        passes += h.drain(message).passes
+    claim = h.store.get_claim("c-1")
+    assert claim is not None and passes >= 6 and 1 + 2 <= claim.version <= 1 + 3  # a stamp a minute, no more
+    progress = drain_progress(claim)
+    assert progress is not None and h.clock.now() - HEARTBEAT - MAX_DELAY < progress.seen_at
+    assert h.clock.now() - progress.seen_at < HEARTBEAT + timedelta(minutes=1)  # the blocked drain's backoff: 60 s
+    assert progress.request.cordoned_at == NOW  # as the drain now knows it

@@ -368,3 +368,28 @@ def test_a_capacity_block_without_nodes_of_ours_is_acknowledged() -> None:
     h = Harness(BLOCK_NODE, at("2026-11-22T11:20:00Z"))
     assert h.service.handle(parse_notice(event("capacity-block-expiration-warning"))) == []
     assert h.drains.receive() == []
+
+
+def test_a_claim_made_draining_by_a_notice_records_the_drain_it_is_to_get_before_it_is_sent() -> None:
+    """The claim goes Draining before the replacements are planned and the drain is sent; an invocation failing in
+    between (five times over: dead-lettered) left it Draining with no drain anywhere. The Draining transition
+    records the drain (its reason, deadline, involuntary, termination time), so the consolidate tick can send it
+    (`services.reconcile`) or, past its deadline, end the claim."""
+    from gpu_autoscaler.domain.drain_progress import drain_progress
+
+    h = Harness(RETIRING, at("2026-11-22T10:50:00Z"), capacity_type="on-demand")
+
+    def failing(*_: Any, **__: Any) -> Any:
+        raise ConnectionError("the packer's store failed every time")
+
+    h.service.packer.handle = failing  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        h.service.handle(parse_notice(event("health-scheduled-change")))
+    claim = h.claim_now()
+    progress = drain_progress(claim)
+    assert claim.state is ClaimState.DRAINING and h.drains.receive() == []
+    assert progress is not None and progress.seen_at == h.clock.now() and progress.request is not None
+    start = at("2026-11-26T15:00:00Z")
+    assert progress.request.involuntary and start - timedelta(minutes=1) < progress.request.deadline < start
+    assert progress.request.claim_id == "nc-old" and progress.request.node_name == h.node
+    assert progress.request.reason == claim.reason

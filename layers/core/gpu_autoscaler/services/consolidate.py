@@ -449,7 +449,8 @@ def aws_consolidate_service(env: AwsEnvironment, *, cluster: ClusterAPI | None =
 
     ec2 = Ec2Compute(env.clients.client("ec2"), config.cluster_name)
     collector = GarbageCollector(config, store, ec2, ec2, env.terminations, cluster, clock=env.clock)
-    reconcile = ReconcileService(config, store, cluster, env.terminations, clock=env.clock, collector=collector)
+    reconcile = ReconcileService(config, store, cluster, env.terminations, clock=env.clock, collector=collector,
+                                 drains=drains)
     return ConsolidateService(
         config, store, cluster, launches, drains, reconcile,
         solver=env.packer.solver, clock=env.clock, budgets=budgets, quotas=env.quotas,

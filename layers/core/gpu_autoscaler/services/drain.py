@@ -5,7 +5,9 @@
 1. Ownership: the request's claim (or the claim of its instance) must exist, and the Node must be that claim's
    instance (EC2 reuses private DNS names). A drain of anything else is acknowledged and dropped.
 2. Passes: look (node, pods, replacements), act (cordon + claim → Draining on the first eviction pass, evict),
-   then wait the step's delay and look again while the invocation's budget lasts and the delay is short.
+   then wait the step's delay and look again while the invocation's budget lasts and the delay is short. A
+   Draining claim is stamped with the drain and the time (`domain.drain_progress`; at most a write a pass, once a
+   minute), so the consolidate tick can send a drain that was lost again (`services.reconcile`).
    Otherwise the request goes back on the drain queue with that delay (attempt + 1, at most 15 minutes), and
    this message is done: a 30-minute PodDisruptionBudget wait becomes a handful of messages, and an
    invocation that dies leaves the original message to be redelivered.
@@ -53,6 +55,7 @@ from gpu_autoscaler.domain.drain import (
     plan_drain,
     termination_time,
 )
+from gpu_autoscaler.domain.drain_progress import progress_attributes, stamp_due
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
 from gpu_autoscaler.domain.pod_events import disruption_events
@@ -225,6 +228,7 @@ class DrainService:
         request = request if request.started_at else request.model_copy(update={"started_at": began})
         while True:
             outcome.passes += 1
+            claim = self._stamp(request, claim)
             try:
                 after = self._pass(request, claim, outcome)
             except KubernetesApiError as error:
@@ -258,7 +262,7 @@ class DrainService:
             self._unmark(claim)
             return None
         if step.cordon and node is not None:
-            claim = self._start(node, claim, request.reason)
+            claim = self._start(node, claim, request)
         self._free_room(request, claim, (*step.delete, *step.evict))
         self._delete(request, step, outcome)
         if step.action is DrainAction.FINISH:
@@ -331,23 +335,39 @@ class DrainService:
         except StaleClaim:
             logger.info("claim %s moved on; its disruption mark lapses by itself", claim.id)
 
-    def _start(self, node: ClusterNode, claim: NodeClaim, reason: str) -> NodeClaim:
+    def _start(self, node: ClusterNode, claim: NodeClaim, request: DrainRequest) -> NodeClaim:
         """Cordon and taint; the claim becomes Draining, so its pods are free to be planned elsewhere."""
         try:
             self.cluster.cordon(node.name, DRAIN_TAINT)
         except NodeNotFound:
             logger.info("node %s vanished while being cordoned", node.name)
-        return self._mark_draining(claim, reason)
+        return self._mark_draining(claim, request)
 
-    def _mark_draining(self, claim: NodeClaim, reason: str) -> NodeClaim:
+    def _mark_draining(self, claim: NodeClaim, request: DrainRequest) -> NodeClaim:
+        """Draining, with this drain stamped on the claim in the same write (`domain.drain_progress`)."""
         for _ in range(3):
             if claim.state not in _STARTED:
                 return claim
             try:
-                return self.store.transition(claim, ClaimState.DRAINING, f"drain: {reason}")
+                return self.store.transition(
+                    claim, ClaimState.DRAINING, f"drain: {request.reason}",
+                    attributes=progress_attributes(claim.attributes, request, self.clock.now()))
             except StaleClaim:
                 claim = self.store.get_claim(claim.id) or claim
         return claim
+
+    def _stamp(self, request: DrainRequest, claim: NodeClaim) -> NodeClaim:
+        """Record on a Draining claim that this drain works on it, and as what (`domain.drain_progress`): at most
+        one write a pass, and only once `HEARTBEAT` has passed since the last stamp. The consolidate tick sends a
+        drain again for a claim left unstamped too long. A write another writer got in first with is not retried:
+        the claim is read again and the next pass stamps it."""
+        now = self.clock.now()
+        if not stamp_due(claim, now):
+            return claim
+        try:
+            return self.store.update_claim(claim, attributes=progress_attributes(claim.attributes, request, now))
+        except StaleClaim:
+            return self.store.get_claim(claim.id) or claim
 
     def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, node_name: str, pods: Sequence[ClusterPod],
                       outcomes: Sequence[EvictionOutcome], outcome: DrainOutcome) -> None:

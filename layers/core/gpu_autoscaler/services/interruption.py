@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gpu_autoscaler.domain.catalog import unavailable_key
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
+from gpu_autoscaler.domain.drain_progress import progress_attributes
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
 from gpu_autoscaler.errors import NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
@@ -177,11 +178,12 @@ class InterruptionService:
         if response.mark_unavailable:
             self._mark_unavailable(claim, response.reason)
         if response.involuntary:
-            claim = self._draining(claim, response.reason)
+            claim = self._draining(claim, self._drain_request(claim, node, response, []))
         if response.replace:
             self._replace(notice, claim, node, outcome)
         if response.drain:
-            outcome.drain = self._request_drain(claim, node, response, outcome.replacements)
+            outcome.drain = self._drain_request(claim, node, response, outcome.replacements)
+            self.drains.send(outcome.drain)
         outcome.action = "replace-and-drain" if response.replace else "drain"
         outcome.reason = response.reason
         return outcome
@@ -224,13 +226,17 @@ class InterruptionService:
             offering = unavailable_key(claim.instance_type, claim.zone, claim.capacity_type, claim.reservation_id)
             self.store.mark_unavailable(offering, self.config.timeouts.unavailable_offering_ttl, reason)
 
-    def _draining(self, claim: NodeClaim, reason: str) -> NodeClaim:
-        """The node is doomed: its claim stops covering pods, so the replacement can take them."""
+    def _draining(self, claim: NodeClaim, drain: DrainRequest) -> NodeClaim:
+        """The node is doomed: its claim stops covering pods, so the replacement can take them. The drain it is
+        to get is recorded in the same write (`domain.drain_progress`): should this invocation fail before
+        sending it, every time, the consolidate tick sends it (or, past its deadline, ends the claim)."""
         for _ in range(3):
             if claim.state not in (ClaimState.LAUNCHED, ClaimState.REGISTERED):
                 return claim
             try:
-                return self.store.transition(claim, ClaimState.DRAINING, reason)
+                return self.store.transition(
+                    claim, ClaimState.DRAINING, drain.reason,
+                    attributes=progress_attributes(claim.attributes, drain, self.clock.now()))
             except StaleClaim:
                 claim = self.store.get_claim(claim.id) or claim
         return claim
@@ -254,11 +260,11 @@ class InterruptionService:
         if outcome.unschedulable:
             logger.warning("no replacement for %s: %s", claim.id, ", ".join(outcome.unschedulable))
 
-    def _request_drain(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
+    def _drain_request(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
                        replacements: list[str]) -> DrainRequest:
         now = self.clock.now()
         deadline = response.drain_deadline or now
-        request = DrainRequest(
+        return DrainRequest(
             cluster=self.config.cluster_name,
             node_name=node.name if node is not None else claim.node_name,
             instance_id=claim.instance_id,
@@ -272,8 +278,6 @@ class InterruptionService:
             terminate_after=response.terminate_after,
             termination_grace_period=response.termination_grace_period,
         )
-        self.drains.send(request)
-        return request
 
 
 def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None, *,

@@ -24,7 +24,9 @@
    node; it boots as free room, and consolidation removes it empty if no pod comes.
 5. Garbage collection (`services.garbage_collection`, where the service is given a collector): owned instances
    no live claim accounts for are terminated, claims whose instance is gone are closed.
-6. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+6. Stalled drains (`domain.drain_progress`, where the service is given the drain queue): a Draining claim no drain
+   has worked on for `DRAIN_STALLED_AFTER` is sent its drain again, or, past its node's termination time, ended.
+7. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -34,10 +36,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE, observe_boot
-from gpu_autoscaler.domain.drain import movable
+from gpu_autoscaler.domain.drain import movable, termination_time
+from gpu_autoscaler.domain.drain_progress import drain_progress, progress_attributes, stalled_after
 from gpu_autoscaler.domain.drift import (
     IMAGE_ATTRIBUTE,
     POOL_HASH_ATTRIBUTE,
@@ -59,6 +63,7 @@ from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, launched_at
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
+from gpu_autoscaler.wiring import visibility_timeout
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -70,13 +75,18 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
     from gpu_autoscaler.models.resources import Resources
-    from gpu_autoscaler.ports import ClusterAPI, StateStore
+    from gpu_autoscaler.ports import ClusterAPI, DrainQueue, StateStore
     from gpu_autoscaler.services.drain import FleetTermination
     from gpu_autoscaler.services.garbage_collection import CollectionOutcome, GarbageCollector
 
-__all__ = ["ReconcileOutcome", "ReconcileService"]
+__all__ = ["DRAIN_STALLED_AFTER", "ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
+
+DRAIN_STALLED_AFTER = stalled_after(timedelta(seconds=visibility_timeout("drain")))
+"""A Draining claim no drain has stamped for this long has lost its drain (`domain.drain_progress.stalled_after`:
+the drain queue's visibility timeout, 30 minutes, after the longest continuation delay, 15, and a minute's
+heartbeat: 46 minutes)."""
 
 
 @dataclass
@@ -93,11 +103,16 @@ class ReconcileOutcome:
     freed: list[str] = field(default_factory=list)
     """Claim ids in flight whose room was given back: none of their pods waits for them any more."""
 
+    drains_resent: list[str] = field(default_factory=list)
+    """Claim ids Draining with no drain working on them whose drain was sent again."""
+    drains_ended: list[str] = field(default_factory=list)
+    """Claim ids Draining with no drain working on them past their node's termination time: ended."""
+
     collected: CollectionOutcome | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"registered": self.registered, "initialized": self.initialized, "timedOut": self.timed_out,
-                "freed": self.freed,
+                "freed": self.freed, "drainsResent": self.drains_resent, "drainsEnded": self.drains_ended,
                 "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
                            "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
                           for b in self.boots],
@@ -107,8 +122,10 @@ class ReconcileOutcome:
 
 class ReconcileService:
     def __init__(self, config: Config, store: StateStore, cluster: ClusterAPI, fleet: FleetTermination, *,
-                 clock: Clock, collector: GarbageCollector | None = None) -> None:
-        """`collector`: the garbage collector to run each tick (the Lambda's; the simulator has no leaks)."""
+                 clock: Clock, collector: GarbageCollector | None = None, drains: DrainQueue | None = None) -> None:
+        """`collector`: the garbage collector to run each tick (the Lambda's; the simulator has no leaks);
+        `drains`: where stalled drains are sent again (the Lambda's drain queue; the simulator loses none)."""
+        self.drains = drains
         self.config = config
         self.store = store
         self.cluster = cluster
@@ -135,6 +152,8 @@ class ReconcileService:
                 self._observe(claim, node, now, outcome, busy=node.name in busy)
             elif claim.state in IN_FLIGHT_STATES and node is None:
                 self._maybe_time_out(claim, now, outcome)
+            elif claim.state is ClaimState.DRAINING and self.drains is not None:
+                self._resume_drain(claim, self.drains, now, outcome)
         moved = {*outcome.registered, *outcome.timed_out}
         self._give_back_orphaned([c for c in claims if c.id not in moved], nodes, pods, now, outcome)
         if self.collector is not None:
@@ -142,6 +161,39 @@ class ReconcileService:
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome
+
+    def _resume_drain(self, claim: NodeClaim, drains: DrainQueue, now: datetime, outcome: ReconcileOutcome) -> None:
+        """A Draining claim no drain has stamped for `DRAIN_STALLED_AFTER` lost its drain (dead-lettered, or never
+        sent: `domain.drain_progress`). Past the node's termination time (an involuntary drain's deadline, a
+        voluntary one's `cordonedAt + terminationGracePeriod`) it is ended through the fleet, as that drain would
+        have ended it at that time; before it, or with none (a voluntary drain forces nothing), the recorded drain
+        is sent again, its backoff reset, and the claim stamped first (conditionally: two ticks send it once), so
+        the next is sent only if this one is lost too. The drain keeps its taint, cordon and budgets, as asked."""
+        progress = drain_progress(claim)
+        if progress is None or now - progress.seen_at < DRAIN_STALLED_AFTER:
+            return
+        request = progress.request
+        idle = now - progress.seen_at
+        node_time = termination_time(request)
+        if node_time is not None and now >= node_time:
+            logger.warning("claim %s: no drain has worked on it for %s and its node's termination time (%s) has "
+                           "passed: ended", claim.id, idle, node_time.isoformat())
+            try:
+                self.fleet.terminate(claim, f"drain stalled past the node's termination time: {request.reason}")
+            except StaleClaim:
+                logger.info("claim %s kept changing while it was ended; looked at again next tick", claim.id)
+                return
+            outcome.drains_ended.append(claim.id)
+            return
+        try:
+            self.store.update_claim(claim, attributes=progress_attributes(claim.attributes, request, now))
+        except StaleClaim:
+            logger.info("claim %s changed before its drain was sent again; looked at again next tick", claim.id)
+            return
+        drains.send(request.model_copy(update={"attempt": request.attempt + 1, "backoff": 0}))
+        outcome.drains_resent.append(claim.id)
+        logger.warning("claim %s has been Draining with no drain working on it for %s (dead-lettered, or never "
+                       "sent): its drain is sent again", claim.id, idle)
 
     def give_back(self, nodes: Sequence[ClusterNode], pods: Sequence[ClusterPod]) -> list[str]:
         """Step 4 alone, on the cluster as just listed: the ids of the claims in flight whose room was given back.
