@@ -45,6 +45,10 @@ visibility is the timeout plus 5 s (`INTERRUPTION_VISIBILITY`), keeping the stac
 timeout; there 6 ×) while the retry comes after 11 s instead of 65 s. The emulator does not stop an invocation at
 its timeout (it only counts the context's remaining time down), so a slow one on a loaded machine is not cut."""
 INTERRUPTION_VISIBILITY = INTERRUPTION_TIMEOUT + 5
+TICK_TIMEOUT = 4
+"""The scheduled functions' timeout here: the stack's 120 s at the rig's speed (two of their ticks, as there). A tick
+that died holds its function's lease (`services.tick_lease`) until its invocation's end, as on Lambda, so the next
+ticks skip until then: 4 s here, not the 2 minutes of the stack's timeout, which the rig's clock does not speed."""
 SOAK_VISIBILITY = 120
 """The pending-pods and launch queues' visibility at the soak's sizes: a packer batch of ten documents of 100–200
 pods each, or a fleet batch of five launches against a table of hundreds of claims under throttling, takes tens of
@@ -242,7 +246,8 @@ def running_rig(config: Any | None = None, *, agent_resync_seconds: float = 5.0,
                 log_path.open("w", buffering=1) as stream, EmulatorSession(
             config, speed=SPEED, visibility_timeout=VISIBILITY_TIMEOUT, state_dir=Path(directory),
             log_stream=stream, agent_resync_seconds=agent_resync_seconds, poll_wait_seconds=1,
-            function_timeouts={"interruption": INTERRUPTION_TIMEOUT},
+            function_timeouts={"interruption": INTERRUPTION_TIMEOUT, "consolidate": TICK_TIMEOUT,
+                               "prewarm": TICK_TIMEOUT},
         ) as session:
             rig = ChaosRig(session, log_path)
             # A dead invocation's idempotency record stays in progress until its timeout: the notice's redelivery

@@ -94,3 +94,22 @@ def test_a_tick_whose_lease_was_taken_over_leaves_the_new_holders_lease_alone(
     assert leases.take(Lease("consolidate", "request-4", clock.now()), clock.now()) == Lease(
         "consolidate", "request-3", clock.now() + TIMEOUT)
     assert any("request-1" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_a_tick_holds_the_lease_no_longer_than_its_invocation_may_run() -> None:
+    """Lambda stops an invocation at its timeout, counted from its start: what is left of it when the tick begins
+    (`get_remaining_time_in_millis`) is the most the holder can live. A tick that crashed, or was stopped, frees the
+    lease then, not a whole function timeout later (an invocation shorter than the function's, or one that spent
+    part of its time before the tick, would otherwise keep the next ticks out past its own end)."""
+    clock, leases, lease = rig()
+
+    def crash() -> None:
+        raise TimeoutError("stopped")
+
+    leases_release = leases.release
+    leases.release = lambda lease: False  # type: ignore[method-assign]  # the invocation died: nothing gave it back
+    with pytest.raises(TimeoutError):
+        lease.run("request-1", crash, remaining=timedelta(seconds=6))
+    leases.release = leases_release  # type: ignore[method-assign]
+    clock.advance(timedelta(seconds=7))
+    assert lease.run("request-2", lambda: "ran") == "ran"

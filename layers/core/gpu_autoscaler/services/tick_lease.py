@@ -7,9 +7,10 @@ account's concurrency unreserved ("You can reserve up to the Unreserved account 
 minus 100 for functions that don't have reserved concurrency"), and "New AWS accounts have reduced concurrency and
 memory quotas" (Lambda quotas), as low as 10 ("…below its minimum value of [10]"): a reservation fails the deploy.
 
-So a tick takes its function's lease (`ports.TickLeases`, one conditional write) until now + the function's
-timeout, when Lambda would have ended it at the latest, so a tick that crashed or timed out frees it by itself;
-does its work; and gives the lease back, only if it is still its own. A tick that finds the lease held skips:
+So a tick takes its function's lease (`ports.TickLeases`, one conditional write) until its invocation's end
+(now + what is left of it, at most the function's timeout), when Lambda would have stopped it at the latest, so
+a tick that crashed or timed out frees it by itself; does its work; and gives the lease back, only if it is still
+its own. A tick that finds the lease held skips:
 logged (the holder, until when), reported (`TickSkipped`), and it returns normally, since an error would have
 Lambda retry the asynchronous invocation (`wiring.TickRetry`) and retried ticks would pile up behind the one
 running. Nothing is lost: every tick does the whole job from the state at the time it runs, and the next one
@@ -63,11 +64,16 @@ class TickLease:
         """The function's timeout, "the amount of time (in seconds) that Lambda allows a function to run before
         stopping it" (Lambda API reference, CreateFunction): no holder outlives its lease."""
 
-    def run(self, holder: str, tick: Callable[[], T]) -> T | TickSkipped:
+    def run(self, holder: str, tick: Callable[[], T], *, remaining: timedelta | None = None) -> T | TickSkipped:
         """`tick()` under the lease, as `holder` (the invocation's request id); a `TickSkipped` naming the lease
-        held, without calling `tick`, when another holds it. The lease is given back however `tick` ends."""
+        held, without calling `tick`, when another holds it. The lease is given back however `tick` ends.
+
+        `remaining`: what is left of the invocation (`get_remaining_time_in_millis`), when Lambda stops it at the
+        latest; the lease is held no longer than that (at most the function's timeout), so a holder that crashed or
+        was stopped keeps the next ticks out only until its own end."""
         now = self.clock.now()
-        lease = Lease(name=self.function, holder=holder, expires_at=now + self.hold)
+        hold = self.hold if remaining is None else min(self.hold, remaining)
+        lease = Lease(name=self.function, holder=holder, expires_at=now + hold)
         held = self.leases.take(lease, now)
         if held is not None:
             logger.info("%s tick skipped: another tick holds the lease (request %s, until %s)", self.function,
