@@ -26,6 +26,7 @@ from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import KubernetesAccess, parse_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+from gpu_autoscaler.errors import KubernetesApiError
 from tests.conftest import example_config_data
 from tests.integration.kubernetes.conftest import make_instance, wait_for
 
@@ -101,9 +102,8 @@ def test_the_client_built_for_eks_authenticates_with_the_token_and_replaces_it_w
         aws: EmbeddedAws, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FixedClock(datetime.now(UTC))
     clients = AwsClients(aws.clients.region, aws.clients.endpoint_url)
-    sts = CountingSts(clients.client("sts"))
-    monkeypatch.setattr(clients, "client", lambda service: sts if service == "sts" else AwsClients.client(
-        clients, service))
+    sts = CountingSts(clients.aws_endpoint_client("sts"))
+    monkeypatch.setattr(clients, "aws_endpoint_client", lambda service: sts)
     with LocalKubernetes(cluster_name="ml-prod", require_auth=True) as kube:
         local = config.model_copy(update={"kubernetes": KubernetesAccess(endpoint=kube.url)})
         with eks_api_client(local, clients, clock) as api:
@@ -113,6 +113,26 @@ def test_the_client_built_for_eks_authenticates_with_the_token_and_replaces_it_w
             assert sts.presigned == 1  # one token for every request so far
             clock.advance(timedelta(minutes=14))
             assert KubernetesCluster(api).list_nodes() and sts.presigned == 2
+
+
+def test_the_functions_token_names_sts_own_endpoint_whatever_endpoint_the_clients_use(
+        aws: EmbeddedAws, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EKS replays the token's URL against STS and refuses any host but STS's own (aws-iam-authenticator, token.go
+    `verifyHost`): a token naming the endpoint the other clients are pointed at (the emulator's, a proxy's) is
+    refused on every cluster."""
+    made: list[str] = []
+    token = EksTokenSource.token
+
+    def recorded(self: EksTokenSource) -> str:
+        made.append(token(self))
+        return made[-1]
+
+    monkeypatch.setattr(EksTokenSource, "token", recorded)
+    clients = AwsClients(aws.clients.region, aws.clients.endpoint_url)
+    local = config.model_copy(update={"kubernetes": KubernetesAccess(endpoint="http://127.0.0.1:9")})
+    with eks_api_client(local, clients) as api, pytest.raises(KubernetesApiError):
+        api.get("/api/v1/nodes")  # nothing listens there: the token was made for the request all the same
+    assert _decode(made[0]).startswith("https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&")
 
 
 def test_the_local_api_refuses_a_token_not_signed_for_a_cluster(aws: EmbeddedAws) -> None:

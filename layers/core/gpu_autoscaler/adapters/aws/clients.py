@@ -53,6 +53,16 @@ class AwsClients:
             )
         return self._clients[service]
 
+    def aws_endpoint_client(self, service: str) -> Any:
+        """A client of the service's own AWS endpoint for the region, whatever endpoint the others are pointed at
+        (`endpoint_url`, `AWS_ENDPOINT_URL`): for a request signed here and sent by someone else. An EKS token is
+        one: EKS replays it against STS and refuses any host but STS's own (`adapters.aws.eks_token`)."""
+        return self._session.client(
+            service,  # type: ignore[call-overload]  # any service name: the stubs list literals only
+            region_name=self.region,
+            config=_RETRIES.merge(BotoConfig(ignore_configured_endpoint_urls=True)),  # type: ignore[call-arg]
+        )  # botocore has taken `ignore_configured_endpoint_urls` since 1.31; its type stubs do not list it
+
     def for_region(self, region: str) -> AwsClients:
         """Clients of another region on the same session and endpoint (the Price List API is served from a few
         regions, `pricing.pricing_endpoint`)."""

@@ -8,7 +8,9 @@ from its signing time, so a token is cached and replaced after 14 (as `aws eks g
 
 `eks_api_client` builds the functions' small client (`adapters.kubernetes.rest`) for the configured cluster:
 endpoint and CA from the configuration, or from EKS DescribeCluster when the configuration leaves the CA out,
-and the cached token asked for before every request, so an expired one is replaced.
+and the cached token asked for before every request, so an expired one is replaced. The token's URL names STS's
+regional endpoint (`https://sts.<region>.amazonaws.com`), whatever endpoint the other AWS clients use: EKS replays
+it against STS and refuses any other host (aws-iam-authenticator, pkg/token/token.go `verifyHost`).
 """
 
 from __future__ import annotations
@@ -169,6 +171,6 @@ def eks_api_client(config: Config, clients: AwsClients, clock: Clock | None = No
     if access is None:
         eks = None if config.kubernetes.certificate_authority else clients.client("eks")
         access = cluster_access(config, eks)
-    source = EksTokenSource(clients.client("sts"), config.cluster_name, clock)
+    source = EksTokenSource(clients.aws_endpoint_client("sts"), config.cluster_name, clock)
     ca = pem_from_base64(access.certificate_authority) if access.certificate_authority else None
     return KubernetesRest(access.endpoint, authorization=source.authorization, ca_pem=ca, timeout=FUNCTION_TIMEOUT)
