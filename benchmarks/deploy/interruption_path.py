@@ -153,6 +153,7 @@ def main(argv: list[str]) -> int:
         layer = local_layer(Path(scratch) / "layer")
         config = _config(kube)
         with EmbeddedAws(config) as aws:
+            kube.authenticator.sts_endpoint = aws.endpoint_url  # the function's EKS token is replayed there
             store = DynamoStateStore(aws.clients.client("dynamodb"), aws.resources.table_name, CLUSTER,
                                      clock=SystemClock())
             runs = [one_run(aws, kube, store, layer, run, Path(scratch)) for run in range(args.runs)]

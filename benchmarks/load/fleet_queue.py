@@ -53,6 +53,7 @@ def _host(config: Config, directory: Path) -> Iterator[tuple[EmbeddedAws, Lambda
         access = config.kubernetes.model_copy(update={"endpoint": kube.url, "certificate_authority": None})
         with EmbeddedAws(config.model_copy(update={"kubernetes": access})) as aws, \
                 (directory / "functions.log").open("w") as log:
+            kube.authenticator.sts_endpoint = aws.endpoint_url  # the functions' EKS tokens are replayed there
             yield aws, LambdaHost(aws, functions_dir=functions, log_stream=log)
     finally:
         kube.stop()

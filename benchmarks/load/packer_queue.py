@@ -139,6 +139,7 @@ def _environment(config: Config, directory: Path) -> Iterator[tuple[EmbeddedAws,
         access = config.kubernetes.model_copy(update={"endpoint": kube.url, "certificate_authority": None})
         config = config.model_copy(update={"kubernetes": access})
         with EmbeddedAws(config) as aws, (directory / "functions.log").open("w") as log:
+            kube.authenticator.sts_endpoint = aws.endpoint_url  # the packer's EKS token is replayed there
             yield aws, LambdaHost(aws, functions_dir=functions, log_stream=log)
     finally:
         kube.stop()

@@ -12,6 +12,7 @@ import pytest
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+from gpu_autoscaler.emulator.session import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
@@ -104,6 +105,12 @@ class FlakySqs:
 def kube(aws: EmbeddedAws) -> Iterator[LocalKubernetes]:
     with LocalKubernetes(cluster_name=aws.config.cluster_name) as local:
         yield local
+
+
+def agent_api(kube: LocalKubernetes) -> client.ApiClient:
+    """The agent's own client: its ServiceAccount's token, so RBAC allows it what the shipped ClusterRole allows
+    (the tests' `api` is the cluster admin, setting the scene)."""
+    return kube.client(kube.service_account_token(AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT))
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.sender import Backoff
 from gpu_autoscaler_agent.settings import AgentSettings
 from tests import kube_reads
+from tests.integration.agent.conftest import agent_api
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -82,7 +83,7 @@ def agent(aws: EmbeddedAws, kube: LocalKubernetes, queue: Queue, clock: FixedClo
         endpoint_url=aws.endpoint_url, resync_seconds=RESYNC.total_seconds(), max_delay_seconds=0,
         watch_timeout_seconds=30, health_port=None, kube_url=kube.url,
     )
-    running = Agent(settings, api_client=kube.client(), sqs_client=queue.sqs, clock=clock, metrics=Metrics(),
+    running = Agent(settings, api_client=agent_api(kube), sqs_client=queue.sqs, clock=clock, metrics=Metrics(),
                     send_backoff=Backoff(initial=0.05, maximum=0.2), watch_backoff=Backoff(initial=0.05, maximum=0.2))
     running.start()
     assert running.wait_until_ready()

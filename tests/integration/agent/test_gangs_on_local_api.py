@@ -22,6 +22,7 @@ from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings
 from tests import kube_reads
+from tests.integration.agent.conftest import agent_api
 
 if TYPE_CHECKING:
 
@@ -47,7 +48,7 @@ def agent(aws: EmbeddedAws, kube: LocalKubernetes, queue: Queue) -> Agent:
     settings = AgentSettings(cluster=aws.config.cluster_name, queue_url=queue.url, region=aws.config.region,
                              endpoint_url=aws.endpoint_url, max_delay_seconds=0, health_port=None,
                              kube_url=kube.url)
-    return Agent(settings, api_client=kube.client(), sqs_client=queue.sqs,
+    return Agent(settings, api_client=agent_api(kube), sqs_client=queue.sqs,
                  clock=FixedClock(datetime(2026, 11, 22, 10, tzinfo=UTC)), metrics=Metrics())
 
 

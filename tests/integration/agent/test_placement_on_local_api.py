@@ -19,6 +19,7 @@ from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings
 from tests import kube_reads
+from tests.integration.agent.conftest import agent_api
 from tests.integration.agent.test_gangs_on_local_api import unschedulable
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def pod(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
 def agent(aws: EmbeddedAws, kube: LocalKubernetes, queue: Queue) -> Agent:
     settings = AgentSettings(cluster=aws.config.cluster_name, queue_url=queue.url, region=aws.config.region,
                              endpoint_url=aws.endpoint_url, max_delay_seconds=0, health_port=None, kube_url=kube.url)
-    return Agent(settings, api_client=kube.client(), sqs_client=queue.sqs,
+    return Agent(settings, api_client=agent_api(kube), sqs_client=queue.sqs,
                  clock=FixedClock(datetime(2026, 11, 22, 10, tzinfo=UTC)), metrics=Metrics())
 
 

@@ -65,8 +65,10 @@ def config(kube: LocalKubernetes) -> Config:
 
 
 @pytest.fixture(scope="module")
-def aws(config: Config) -> Iterator[EmbeddedAws]:
+def aws(config: Config, kube: LocalKubernetes) -> Iterator[EmbeddedAws]:
+    """The account as the stack leaves it; the cluster replays the functions' EKS tokens against its STS."""
     with EmbeddedAws(config) as embedded:
+        kube.authenticator.sts_endpoint = embedded.endpoint_url
         yield embedded
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import boto3
 import pytest
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 
@@ -204,12 +205,26 @@ def test_function_environment_is_what_the_settings_model_reads(aws: EmbeddedAws)
     assert environment["AWS_ACCESS_KEY_ID"] and environment["AWS_SECRET_ACCESS_KEY"]
 
 
+def test_each_function_runs_with_its_own_roles_credentials_as_lambda_gives_them(aws: EmbeddedAws) -> None:
+    environment = aws.function_environment("drain")
+    sts = boto3.client("sts", region_name="us-east-1", endpoint_url=aws.endpoint_url,
+                       aws_access_key_id=environment["AWS_ACCESS_KEY_ID"],
+                       aws_secret_access_key=environment["AWS_SECRET_ACCESS_KEY"],
+                       aws_session_token=environment["AWS_SESSION_TOKEN"])
+    role = aws.resources.function_roles["drain"].rsplit("/", 1)[1]
+    assert sts.get_caller_identity()["Arn"] == (
+        f"arn:aws:sts::123456789012:assumed-role/{role}/{environment['AWS_LAMBDA_FUNCTION_NAME']}")
+
+
 def test_attach_finds_the_same_resources_by_the_naming_convention(aws: EmbeddedAws, example_config: Config) -> None:
     attached = EmbeddedAws.attach(example_config, aws.endpoint_url + "/")
     assert not attached.owns_server
     assert attached.endpoint_url == aws.endpoint_url
     assert attached.resources == aws.resources
-    assert attached.function_environment("packer") == aws.function_environment("packer")
+    credentials = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    found, made = attached.function_environment("packer"), aws.function_environment("packer")
+    assert {k: v for k, v in found.items() if k not in credentials} == {
+        k: v for k, v in made.items() if k not in credentials}
     attached.stop()  # attaching never stops the server it found
     assert aws.clients.client("sqs").get_queue_url(QueueName=ResourceNames("ml-prod").launch_queue)
 

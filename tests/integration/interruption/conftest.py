@@ -56,8 +56,10 @@ def config(kube: LocalKubernetes) -> Config:
 
 
 @pytest.fixture(scope="package")
-def aws(config: Config) -> Iterator[EmbeddedAws]:
+def aws(config: Config, kube: LocalKubernetes) -> Iterator[EmbeddedAws]:
+    """The account as the stack leaves it; the cluster replays the functions' EKS tokens against its STS."""
     with EmbeddedAws(config) as embedded:
+        kube.authenticator.sts_endpoint = embedded.endpoint_url
         yield embedded
 
 
@@ -136,9 +138,13 @@ def drain_queue(aws: EmbeddedAws, queue: str) -> list[dict[str, Any]]:
 
 def invoke(aws: EmbeddedAws, module: ModuleType, function: str, queue: str, messages: list[dict[str, Any]],
            timeout_seconds: float = 60.0) -> dict[str, Any]:
-    """As the event source mapping does: hand the batch over, delete what succeeded, release what failed."""
-    response: dict[str, Any] = module.handler(sqs_event(messages, aws.queue_arn(queue)),
-                                              local_context(function, timeout_seconds=timeout_seconds))
+    """As the event source mapping does: hand the batch over, delete what succeeded, release what failed. The
+    handler runs in its function's environment (its role's credentials: its EKS token names that role)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in aws.function_environment(function).items():
+            patch.setenv(key, value)
+        response: dict[str, Any] = module.handler(sqs_event(messages, aws.queue_arn(queue)),
+                                                  local_context(function, timeout_seconds=timeout_seconds))
     failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
     sqs = aws.clients.client("sqs")
     for message in messages:

@@ -39,12 +39,12 @@ def test_the_kubeconfig_it_writes_connects_with_its_token(kube: LocalKubernetes)
         core = client.CoreV1Api(api_client)
         assert wait_for(lambda: node_names(core), what="node") == [make_instance().name]
     document = json.loads(kube.kubeconfig_path.read_text())
-    assert document["clusters"][0]["cluster"]["server"] == kube.url
+    assert document["clusters"][0]["cluster"]["server"] == kube.url.replace("http://", "https://")
     assert document["users"][0]["user"]["token"] == kube.token
 
 
-def test_a_server_requiring_auth_refuses_missing_and_wrong_tokens() -> None:
-    with LocalKubernetes(require_auth=True) as kube:
+def test_a_wrong_token_is_unauthorized_and_no_token_is_an_anonymous_user_rbac_forbids() -> None:
+    with LocalKubernetes() as kube:
         with kube.client() as good, kube.client(token="not-the-token") as bad:
             assert client.CoreV1Api(good).list_node().items == []
             with pytest.raises(ApiException) as refused:
@@ -54,7 +54,8 @@ def test_a_server_requiring_auth_refuses_missing_and_wrong_tokens() -> None:
         anonymous.host = kube.url
         with client.ApiClient(anonymous) as nobody, pytest.raises(ApiException) as missing:
             client.CoreV1Api(nobody).list_node()
-        assert missing.value.status == 401
+        assert missing.value.status == 403
+        assert 'User "system:anonymous" cannot list' in json.loads(missing.value.body or "{}")["message"]
 
 
 def test_label_and_field_selectors_filter_lists(core: client.CoreV1Api, kube: LocalKubernetes) -> None:

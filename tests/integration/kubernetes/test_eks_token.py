@@ -100,11 +100,13 @@ def test_a_token_is_reused_for_14_minutes_then_made_again(aws: EmbeddedAws) -> N
 
 def test_the_client_built_for_eks_authenticates_with_the_token_and_replaces_it_when_old(
         aws: EmbeddedAws, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in aws.function_environment("drain").items():  # the drain's role, which has an access entry
+        monkeypatch.setenv(key, value)
     clock = FixedClock(datetime.now(UTC))
     clients = AwsClients(aws.clients.region, aws.clients.endpoint_url)
     sts = CountingSts(clients.aws_endpoint_client("sts"))
     monkeypatch.setattr(clients, "aws_endpoint_client", lambda service: sts)
-    with LocalKubernetes(cluster_name="ml-prod", require_auth=True) as kube:
+    with LocalKubernetes(cluster_name="ml-prod", sts_endpoint=aws.endpoint_url) as kube:
         local = config.model_copy(update={"kubernetes": KubernetesAccess(endpoint=kube.url)})
         with eks_api_client(local, clients, clock) as api:
             kube.add_instance(make_instance())
@@ -136,9 +138,9 @@ def test_the_functions_token_names_sts_own_endpoint_whatever_endpoint_the_client
 
 
 def test_the_local_api_refuses_a_token_not_signed_for_a_cluster(aws: EmbeddedAws) -> None:
-    unsigned = token_for_url(aws.clients.client("sts").generate_presigned_url(
+    unsigned = token_for_url(aws.clients.aws_endpoint_client("sts").generate_presigned_url(
         "get_caller_identity", ExpiresIn=60, HttpMethod="GET"))
-    with LocalKubernetes(require_auth=True) as kube, kube.client(token=unsigned) as api:
+    with LocalKubernetes(sts_endpoint=aws.endpoint_url) as kube, kube.client(token=unsigned) as api:
         with pytest.raises(ApiException) as refused:
             client.CoreV1Api(api).list_node()
         assert refused.value.status == 401

@@ -105,8 +105,8 @@ def test_an_open_watch_ends_with_410_when_versions_expire_and_a_relist_recovers(
 def test_history_beyond_its_limit_is_compacted(kube: LocalKubernetes, core: client.CoreV1Api) -> None:
     from gpu_autoscaler.emulator.kube_objects import NAMESPACES
 
-    version = kube_reads.list_version(core.list_namespaced_pod("default"))
     small = type(kube.store)(kube.clock, history=5)
+    version = small.version
     for i in range(12):
         small.create(NAMESPACES, {"metadata": {"name": f"ns-{i}"}})
     with pytest.raises(Exception) as compacted:

@@ -34,10 +34,15 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.emulator.resources import StackResources
 
-__all__ = ["TEST_CREDENTIALS", "EmbeddedAws", "EmulatorError"]
+__all__ = ["FUNCTIONS_GROUP", "KUBERNETES_FUNCTIONS", "TEST_CREDENTIALS", "EmbeddedAws", "EmulatorError"]
 
 TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 """moto accepts any credentials; these keep a machine's real ones (if any) out of every request."""
+
+KUBERNETES_FUNCTIONS = ("packer", "interruption", "drain", "consolidate")
+"""The functions that call the Kubernetes API (prewarm and fleet make no request): the stack gives each one's role
+an access entry in the group the shipped `agent/deploy/functions-rbac.yaml` binds."""
+FUNCTIONS_GROUP = "gpu-autoscaler-functions"
 
 _live_lock = threading.Lock()
 _live: EmbeddedAws | None = None
@@ -76,6 +81,8 @@ class EmbeddedAws:
         self._clients: AwsClients | None = None
         self._resources: StackResources | None = None
         self._owns_server = True
+        self._credentials: dict[str, dict[str, str]] = {}
+        self._credentials_lock = threading.Lock()
 
     @classmethod
     def attach(cls, config: Config, endpoint_url: str) -> EmbeddedAws:
@@ -109,6 +116,7 @@ class EmbeddedAws:
             _register_reservations(self.config, self._clients)
             _register_owner(self.config, self._clients)
             self._resources = provision(self._clients, self.config, visibility_timeout=self._visibility_timeout)
+            _register_access_entries(self.config, self._resources)
         except BaseException:
             self.stop()
             raise
@@ -224,13 +232,30 @@ class EmbeddedAws:
         """What a Lambda of the stack would find in its environment, pointed at this endpoint.
 
         With `function`, also the variables Lambda itself sets that our code reads (the function name,
-        used by Powertools idempotency keys) and the per-function Powertools service name.
+        used by Powertools idempotency keys, and the execution role's credentials: AWS_ACCESS_KEY_ID,
+        AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, Lambda Developer Guide, "Defined runtime environment variables")
+        and the per-function Powertools service name.
         """
         return {
             **self.resources.function_environment(function),
             "AWS_ENDPOINT_URL": self.endpoint_url,
-            **TEST_CREDENTIALS,
+            **(self._role_credentials(function) if function else TEST_CREDENTIALS),
         }
+
+    def _role_credentials(self, function: str) -> dict[str, str]:
+        """The function's role assumed as Lambda assumes it (the session named after the function), once per
+        function; TEST_CREDENTIALS for a deployment whose roles the emulator did not make."""
+        role = self.resources.function_roles.get(function)
+        if role is None:
+            return dict(TEST_CREDENTIALS)
+        with self._credentials_lock:
+            if function not in self._credentials:
+                session = self.resources.function_environment(function)["AWS_LAMBDA_FUNCTION_NAME"]
+                issued = self.clients.client("sts").assume_role(RoleArn=role, RoleSessionName=session)["Credentials"]
+                self._credentials[function] = {"AWS_ACCESS_KEY_ID": issued["AccessKeyId"],
+                                               "AWS_SECRET_ACCESS_KEY": issued["SecretAccessKey"],
+                                               "AWS_SESSION_TOKEN": issued["SessionToken"]}
+            return dict(self._credentials[function])
 
     def endpoints(self) -> dict[str, Any]:
         """Everything an outside client needs, for printing."""
@@ -314,6 +339,17 @@ def _register_owner(config: Config, clients: AwsClients) -> None:
     from gpu_autoscaler.emulator.strict.ec2_instances import register_owner
 
     register_owner(clients.client("sts").get_caller_identity()["Account"], config.region, config.cluster_name)
+
+
+def _register_access_entries(config: Config, resources: StackResources) -> None:
+    """The access entries the stack creates for the functions that call Kubernetes: STANDARD, in the group the
+    shipped RBAC binds (EKS User Guide, "Create access entries"), kept in the emulator's EKS state
+    (`emulator.strict.eks_access_entries`: moto's EKS has no access entries)."""
+    from gpu_autoscaler.emulator.strict.eks_access_entries import create_access_entry
+
+    for function in KUBERNETES_FUNCTIONS:
+        create_access_entry(config.cluster_name, resources.function_roles[function],
+                            kubernetes_groups=(FUNCTIONS_GROUP,), type="STANDARD")
 
 
 def _register_reservations(config: Config, clients: AwsClients) -> None:

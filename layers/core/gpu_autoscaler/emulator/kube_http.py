@@ -22,14 +22,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from gpu_autoscaler.emulator.kube_objects import RESOURCES, ApiError
+from gpu_autoscaler.emulator.kube_rbac import attributes
 from gpu_autoscaler.emulator.kube_selectors import Selector, parse_field_selector, parse_label_selector
 from gpu_autoscaler.emulator.kube_tables import openapi_document, openapi_index, table, wants_table
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable
 
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
+    from gpu_autoscaler.emulator.kube_authn import UserInfo
     from gpu_autoscaler.emulator.kube_objects import ResourceType
+    from gpu_autoscaler.emulator.kube_rbac import Attributes
     from gpu_autoscaler.emulator.kube_store import StoreEvent
 
 __all__ = ["KUBERNETES_VERSION", "ApiHttpServer"]
@@ -43,6 +47,9 @@ KUBERNETES_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpu-au
 
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 _MAX_WATCH_SECONDS = 1800
+_TLS_HANDSHAKE = b"\x16"
+"""The first byte of a TLS connection: a handshake record (RFC 8446, 5.1, ContentType handshake(22))."""
+_FIRST_BYTE_SECONDS = 5.0
 _JSON = "application/json"
 
 
@@ -54,15 +61,36 @@ class ApiHttpServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], api: ApiServer, *,
-                 authenticate: Callable[[str | None], bool], bookmark_interval: float = 5.0) -> None:
+                 authenticate: Callable[[str | None], UserInfo], authorize: Callable[[UserInfo, Attributes], None],
+                 bookmark_interval: float = 5.0, tls: ssl.SSLContext | None = None) -> None:
+        """`authenticate` reads the `Authorization` header (ApiError 401 when it names no user); `authorize`
+        decides on the request's attributes (ApiError 403), before the path is looked up, as the API server's
+        filters run before its handlers. `tls`: a connection that opens with a TLS handshake is served over TLS
+        with it (kubectl sends credentials over TLS only, `kube_tls`), any other as plain HTTP."""
         super().__init__(address, _Handler)
+        self.tls = tls
         self.api = api
         self.authenticate = authenticate
+        self.authorize = authorize
         self.bookmark_interval = bookmark_interval
         self.unavailable = False
         """Set during an outage (`LocalKubernetes.outage`): every request is answered 503 ServiceUnavailable."""
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = self.socket.accept()
+        if self.tls is None:
+            return connection, address
+        connection.settimeout(_FIRST_BYTE_SECONDS)
+        try:
+            first = connection.recv(1, socket.MSG_PEEK)
+        except OSError:
+            first = b""
+        connection.settimeout(None)
+        if first == _TLS_HANDSHAKE:  # the handshake itself runs in the request's thread, on its first read
+            return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
+        return connection, address
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -133,8 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path in ("/healthz", "/livez", "/readyz"):
                 self._send_text(200, "ok")
                 return
-            if not self.server.authenticate(self.headers.get("Authorization")):
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = self.server.authenticate(self.headers.get("Authorization"))
+            self.server.authorize(user, attributes(method, url.path, query))
             self._route(method, url.path.rstrip("/") or "/", query, body)
         except ApiError as error:
             self._send_json(error.code, error.status())

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 __all__ = [
+    "CLUSTERROLEBINDINGS",
+    "CLUSTERROLES",
     "CONFIGMAPS",
     "DAEMONSETS",
     "EVENTS",
@@ -23,6 +25,9 @@ __all__ = [
     "PODGROUPS",
     "PODS",
     "RESOURCES",
+    "ROLEBINDINGS",
+    "ROLES",
+    "SERVICEACCOUNTS",
     "VOLUMEATTACHMENTS",
     "ApiError",
     "ResourceType",
@@ -100,11 +105,19 @@ RESOURCECLAIMS = ResourceType("resource.k8s.io", "v1", "resourceclaims", "Resour
 RESOURCECLAIMTEMPLATES = ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
                                       True, subresources=())
 DEVICECLASSES = ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, subresources=())
+# Access: the ServiceAccounts tokens are issued for, and the RBAC objects the authorizer (`kube_rbac`) reads.
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, subresources=(),
+                               short_names=("sa",))
+_RBAC = "rbac.authorization.k8s.io"
+CLUSTERROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False, subresources=())
+CLUSTERROLEBINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False, subresources=())
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True, subresources=())
+ROLEBINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True, subresources=())
 
 RESOURCES: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, CONFIGMAPS, DAEMONSETS, PDBS, PODGROUPS,
     PVS, PVCS, STORAGECLASSES, JOBS, JOBSETS, KAI_PODGROUPS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, DEVICECLASSES,
-    VOLUMEATTACHMENTS,
+    VOLUMEATTACHMENTS, SERVICEACCOUNTS, CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS,
 )
 
 

@@ -17,8 +17,13 @@ uses, with the semantics clients depend on:
   connections) and pauses the controllers until `end_outage()`, which by default compacts the watch history
   (a watch from before the outage gets 410 Gone, as from a restarted API server);
 - evictions (policy/v1) that honour PodDisruptionBudgets: 429 TooManyRequests with the API server's Status;
-- `/version`, `/api`, `/apis` discovery, `/healthz`; bearer tokens: its own, and EKS tokens
-  (`k8s-aws-v1.…`) that parse as presigned GetCallerIdentity URLs signed with the cluster header;
+- `/version`, `/api`, `/apis` discovery, `/healthz`;
+- authentication and authorization as on EKS (`kube_authn`, `kube_rbac`): its admin token (`system:masters`),
+  ServiceAccount tokens it issues (`service_account_token`), and EKS tokens verified as aws-iam-authenticator
+  verifies them (replayed against the emulated STS, `sts_endpoint`) and mapped through the cluster's access
+  entries; then RBAC over the ClusterRoles, Roles and bindings it stores: the bootstrap roles, and the project's
+  shipped manifests (`agent/deploy`: namespace, the agent's ServiceAccount, its and the functions' RBAC), applied
+  when the cluster is made, as a user applies them. 401 Unauthorized and 403 Forbidden as the API server answers;
 - what kubectl needs beyond that: Table output (`kubectl get` columns, `-w`) and OpenAPI v3 documents
   (`kubectl create/apply` validate on the server), so `kubectl --kubeconfig <kubeconfig_path>` works.
 
@@ -58,18 +63,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
 from kubernetes import client as k8s
 
-from gpu_autoscaler.adapters.aws.eks_token import TOKEN_PREFIX, PresignedIdentity
+import gpu_autoscaler
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.emulator.cloud_controller import CloudControllerManager
 from gpu_autoscaler.emulator.daemonsets import DaemonSets
 from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
+from gpu_autoscaler.emulator.kube_authn import Authenticator
 from gpu_autoscaler.emulator.kube_http import ApiHttpServer
+from gpu_autoscaler.emulator.kube_objects import RESOURCES, SERVICEACCOUNTS
+from gpu_autoscaler.emulator.kube_rbac import Authorizer, bootstrap_policy
 from gpu_autoscaler.emulator.kube_scheduler import Scheduler
 from gpu_autoscaler.emulator.kube_storage import AttachDetach
 from gpu_autoscaler.emulator.kube_store import Store
+from gpu_autoscaler.emulator.kube_tls import ServingCertificate, serving_certificate
 from gpu_autoscaler.emulator.kubelet import BootstrapError, Kubelets, SimulatedInstance
 from gpu_autoscaler.emulator.machines import describe_machine
 from gpu_autoscaler.emulator.node_lifecycle import NodeLifecycle
@@ -99,7 +109,7 @@ class LocalKubernetes:
         clock: Clock | None = None,
         cluster_name: str = "local",
         token: str | None = None,
-        require_auth: bool = False,
+        sts_endpoint: str | None = None,
         boot_delay: timedelta = timedelta(0),
         device_plugin_delay: timedelta = timedelta(0),
         ready_delay: timedelta = timedelta(0),
@@ -111,16 +121,21 @@ class LocalKubernetes:
         kubeconfig_dir: str | Path | None = None,
         node_monitor_grace: timedelta = NODE_MONITOR_GRACE,
     ) -> None:
-        """`require_auth=False` also lets in requests without a token (the agent's `KUBE_URL` mode); a
-        token that is present must be valid either way. `ready_delay`, `cloud_controller_delay`: from a Node's
-        registration to its kubelet reporting Ready, to the cloud controller manager initializing it (zero: in the
-        controllers' pass that registers it, still NotReady and uninitialized at first)."""
+        """`token`: the admin's bearer token (random when None); `sts_endpoint`: the emulated STS EKS tokens are
+        replayed against (the embedded AWS's URL; settable later, `authenticator.sts_endpoint`).
+        `ready_delay`, `cloud_controller_delay`: from a Node's registration to its kubelet reporting Ready, to the
+        cloud controller manager initializing it (zero: in the controllers' pass that registers it, still NotReady
+        and uninitialized at first)."""
         self.clock = clock or SystemClock()
         self.cluster_name = cluster_name
         self.token = token or secrets.token_urlsafe(24)
-        self.require_auth = require_auth
         self.store = Store(self.clock, history=history)
         self.api = ApiServer(self.store)
+        self.authenticator = Authenticator(cluster_name, self.clock, self.token, sts_endpoint=sts_endpoint)
+        self.authorizer = Authorizer(self.api)
+        for resource, obj in bootstrap_policy():
+            self.api.create(resource, "", obj)
+        apply_shipped_access(self.api)
         self.kubelets = Kubelets(self.api, self.clock, boot_delay, ready_delay=ready_delay)
         self.cloud_controller = CloudControllerManager(self.api, self.clock, self.kubelets,
                                                        delay=cloud_controller_delay)
@@ -145,6 +160,7 @@ class LocalKubernetes:
         self._kubeconfig_dir = Path(kubeconfig_dir) if kubeconfig_dir else None
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self._kubeconfig: Path | None = None
+        self._certificate: ServingCertificate | None = None
         self.store.subscribe(self._on_change)
 
     # Lifecycle
@@ -153,8 +169,12 @@ class LocalKubernetes:
         if self._server is not None:
             raise RuntimeError("the local Kubernetes API is already started")
         self.store.reopen()
-        self._server = ApiHttpServer((self._host, self._port), self.api, authenticate=self._authenticate,
-                                     bookmark_interval=self._bookmark_interval)
+        if self._certificate is None:
+            self._certificate = serving_certificate(self._state_directory(), self._host)
+        self._server = ApiHttpServer((self._host, self._port), self.api,
+                                     authenticate=self.authenticator.authenticate,
+                                     authorize=self.authorizer.authorize, bookmark_interval=self._bookmark_interval,
+                                     tls=self._certificate.context)
         self._port = self._server.server_address[1]
         self._serve_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                               name="local-kube-api", daemon=True)
@@ -270,6 +290,12 @@ class LocalKubernetes:
         """A new ApiClient for this server, authenticated with its token (or the one given)."""
         return k8s.ApiClient(self.configuration(token))
 
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A bearer token for an existing ServiceAccount (404 NotFound otherwise), as a pod of that account gets in
+        its projected token volume (TokenRequest)."""
+        self.api.get(SERVICEACCOUNTS, namespace, name)
+        return self.authenticator.issue_service_account_token(namespace, name)
+
     # Instances
 
     def add_instance(self, instance: SimulatedInstance, boot_delay: timedelta | None = None) -> None:
@@ -364,33 +390,25 @@ class LocalKubernetes:
 
     # Access
 
-    def _authenticate(self, header: str | None) -> bool:
-        if not header:
-            return not self.require_auth
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return False
-        if secrets.compare_digest(token.encode(), self.token.encode()):
-            return True
-        if token.startswith(TOKEN_PREFIX):
-            try:
-                identity = PresignedIdentity.from_token(token)
-            except ValueError as error:
-                log.info("refused an EKS token: %s", error)
-                return False
-            return identity.valid_at(self.clock.now())
-        return False
-
-    def _write_kubeconfig(self) -> None:
+    def _state_directory(self) -> Path:
+        """Where the kubeconfig and the serving certificate go: the one given, else a temporary directory."""
         if self._kubeconfig_dir is None and self._tempdir is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="gpu-autoscaler-kube-")
         directory = self._kubeconfig_dir or Path(self._tempdir.name)  # type: ignore[union-attr]
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "kubeconfig"
+        return directory
+
+    def _write_kubeconfig(self) -> None:
+        """The admin's kubeconfig, for kubectl: HTTPS under the cluster's CA, as client-go sends a token over TLS
+        only (`kube_tls`)."""
+        assert self._certificate is not None
+        path = self._state_directory() / "kubeconfig"
         user = f"{self.cluster_name}-admin"
+        cluster = {"server": f"https://{self._host}:{self._port}",
+                   "certificate-authority-data": base64.b64encode(self._certificate.ca_pem).decode()}
         document = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": self.cluster_name, "cluster": {"server": self.url}}],
+            "clusters": [{"name": self.cluster_name, "cluster": cluster}],
             "users": [{"name": user, "user": {"token": self.token}}],
             "contexts": [{"name": self.cluster_name,
                           "context": {"cluster": self.cluster_name, "user": user, "namespace": "default"}}],
@@ -399,6 +417,24 @@ class LocalKubernetes:
         path.write_text(json.dumps(document, indent=2))  # JSON is YAML: kubectl and the client both read it
         path.chmod(0o600)
         self._kubeconfig = path
+
+
+SHIPPED_ACCESS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "functions-rbac.yaml")
+"""What of `agent/deploy` (its kustomization's resources) says who may do what: applied to every local cluster. The
+Deployment is not: the emulator runs the agent in-process (`emulator.session`)."""
+
+
+def apply_shipped_access(api: ApiServer) -> None:
+    """Create the objects of the project's shipped manifests (`SHIPPED_ACCESS`), as `kubectl apply` by the cluster's
+    admin creates them: the RBAC the functions and the agent get on a real cluster is the RBAC they get here."""
+    directory = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy"
+    kinds = {(r.api_version, r.kind): r for r in RESOURCES}
+    for name in SHIPPED_ACCESS:
+        for document in yaml.safe_load_all((directory / name).read_text()):
+            if not document:
+                continue
+            resource = kinds[document["apiVersion"], document["kind"]]
+            api.create(resource, document["metadata"].get("namespace", "") if resource.namespaced else "", document)
 
 
 class KubeletNodeSide:

@@ -27,7 +27,7 @@ from gpu_autoscaler.domain.launch_templates import (
 from gpu_autoscaler.emulator.moto_fixes import NODE_ROLE_POLICIES
 from gpu_autoscaler.emulator.triggers import create_rules, create_schedules
 from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_NODE_POOL
-from gpu_autoscaler.naming import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
+from gpu_autoscaler.naming import FUNCTIONS, PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE, ResourceNames
 from gpu_autoscaler.wiring import FUNCTION_WIRING, MAX_RECEIVE_COUNT, QUEUES, visibility_timeout
 
 if TYPE_CHECKING:
@@ -125,6 +125,8 @@ class StackResources:
     instance_profile_arn: str | None = None
     image_ids: dict[str, str] = field(default_factory=dict)
     """Architecture (`x86_64`, `arm64`) → AMI id; the configuration's ids, which resolve at the endpoint."""
+    function_roles: dict[str, str] = field(default_factory=dict)
+    """Function → its execution role's ARN (the emulator's; the stack's are named by CloudFormation)."""
 
     def queue_url(self, logical: str) -> str:
         try:
@@ -165,6 +167,7 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     vpc_id, zone_subnets, subnet_ids = _create_network(clients.client("ec2"), config, names, tags)
     security_groups = _create_security_groups(clients.client("ec2"), config, names, vpc_id, tags)
     role_arn, profile_arn = _create_node_identity(clients.client("iam"), config, names, tags)
+    function_roles = _create_function_roles(clients.client("iam"), names, tags)
     _create_cluster(clients.client("eks"), config, zone_subnets)
     templates = _create_launch_templates(
         clients.client("ec2"), config, names, list(security_groups.values()), profile_arn, tags
@@ -185,6 +188,7 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
         launch_templates=templates, placement_groups=placement_groups, vpc_id=vpc_id, subnet_ids=subnet_ids,
         zone_subnets=zone_subnets, security_group_ids=security_groups,
         node_role_arn=role_arn, instance_profile_arn=profile_arn, image_ids=_image_ids(config),
+        function_roles=function_roles,
     )
 
 
@@ -212,7 +216,7 @@ def discover(clients: AwsClients, config: Config) -> StackResources:
         vpc_id=vpc_id, subnet_ids=subnet_ids,
         zone_subnets={zone: subnet_ids[subnet] for zone, subnet in config.network.subnets.items()},
         security_group_ids=security_groups, node_role_arn=role_arn, instance_profile_arn=profile_arn,
-        image_ids=_image_ids(config),
+        image_ids=_image_ids(config), function_roles=_find_function_roles(clients.client("iam"), names),
     )
 
 
@@ -325,6 +329,17 @@ def _create_node_identity(
         iam.create_role(RoleName="AWSServiceRoleForEC2Spot", Path="/aws-service-role/spot.amazonaws.com/",
                         AssumeRolePolicyDocument=json.dumps(spot_trust))
     return role_arn, profile_arn
+
+
+def _create_function_roles(iam: Any, names: ResourceNames, tags: dict[str, str]) -> dict[str, str]:
+    """An execution role per function, trusting Lambda, as the stack gives each one (its policies are not
+    modelled: moto does not enforce IAM). The emulator runs each function with its role's credentials, as Lambda
+    does, so its EKS token names that role (`EmbeddedAws.function_environment`)."""
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    return {function: str(iam.create_role(
+        RoleName=names.role(function), AssumeRolePolicyDocument=json.dumps(trust), Tags=_tag_list(tags),
+        Description=f"execution role of the {function} function")["Role"]["Arn"]) for function in FUNCTIONS}
 
 
 def _create_launch_templates(
@@ -497,6 +512,14 @@ def _find_launch_template(ec2: Any, name: str) -> str | None:
     found = _optional(ec2.describe_launch_templates, LaunchTemplateNames=[name])
     templates = found["LaunchTemplates"] if found else []
     return str(templates[0]["LaunchTemplateId"]) if templates else None
+
+
+def _find_function_roles(iam: Any, names: ResourceNames) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    for function in FUNCTIONS:
+        if found := _optional(iam.get_role, RoleName=names.role(function)):
+            roles[function] = str(found["Role"]["Arn"])
+    return roles
 
 
 def _find_node_identity(iam: Any, names: ResourceNames) -> tuple[str | None, str | None]:

@@ -1,11 +1,12 @@
 """The whole emulator in one object: embedded AWS, local Kubernetes API, the pipeline runtime and the agent.
 
 `gpu-autoscaler emulator` runs one until Ctrl-C; the demo and the end-to-end tests run one for a story.
-Started in dependency order — AWS and its resources, the Kubernetes API (with the NVIDIA device plugin's
-ConfigMap the project ships, as an operator applies it, and the plugin placed as the GPU Operator values the project
-ships place it), the node side (a kubelet reads its instance's user
-data and machine from EC2), the pollers, schedules and instance watcher, and last the agent, which
-watches the Kubernetes API and sends pending GPU pods to the pending-pods queue as it does in a cluster.
+Started in dependency order — the Kubernetes API (the RBAC of the shipped manifests applied, with the NVIDIA device
+plugin's ConfigMap the project ships, as an operator applies it, and the plugin placed as the GPU Operator values
+the project ships place it), AWS and its resources (a role per function, and the access entries that let the
+Kubernetes callers' roles into the cluster), the node side (a kubelet reads its instance's user data and machine
+from EC2), the pollers, schedules and instance watcher, and last the agent, which watches the Kubernetes API as its
+ServiceAccount and sends pending GPU pods to the pending-pods queue as it does in a cluster.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ if TYPE_CHECKING:
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler_agent.agent import Agent
 
-__all__ = ["EmulatorSession"]
+__all__ = ["AGENT_NAMESPACE", "AGENT_SERVICE_ACCOUNT", "EmulatorSession"]
+
+AGENT_NAMESPACE = "gpu-autoscaler"
+AGENT_SERVICE_ACCOUNT = "gpu-autoscaler-agent"
+"""Where the shipped manifests run the agent (agent/deploy/serviceaccount.yaml, deployment.yaml)."""
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,7 @@ class EmulatorSession:
             self.config = self.user_config.model_copy(update={"kubernetes": access})
             self._aws = EmbeddedAws(self.config, port=self._port, visibility_timeout=self._visibility_timeout)
             self._aws.start()
+            self.kube.authenticator.sts_endpoint = self.aws.endpoint_url  # where EKS tokens are replayed
             # moto has no Pricing API: the catalog's bundled price snapshot answers, as it does in the functions.
             self.catalog = Ec2CatalogSource.from_config(self.aws.clients, self.config, use_pricing_api=False).catalog()
             self.runtime = PipelineRuntime(
@@ -128,7 +134,10 @@ class EmulatorSession:
             region=self.config.region, endpoint_url=self.aws.endpoint_url, kube_url=self.kube.url,
             health_port=None, resync_seconds=self._agent_resync,
         )
-        agent = Agent(settings, api_client=self.kube.client(), sqs_client=self.aws.clients.client("sqs"))
+        # The agent runs as its ServiceAccount (agent/deploy), with the token its pod would be given, so RBAC allows
+        # it what the shipped ClusterRole allows and nothing more.
+        token = self.kube.service_account_token(AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT)
+        agent = Agent(settings, api_client=self.kube.client(token), sqs_client=self.aws.clients.client("sqs"))
         agent.start()
         if not agent.wait_until_ready(timeout=10):
             log.warning("the agent has not listed the pods within 10 s; it keeps trying")

@@ -16,12 +16,10 @@ it against STS and refuses any other host (aws-iam-authenticator, pkg/token/toke
 from __future__ import annotations
 
 import base64
-import binascii
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
 from gpu_autoscaler.adapters.kubernetes.rest import FUNCTION_TIMEOUT, KubernetesRest, pem_from_base64
 from gpu_autoscaler.clock import SystemClock
@@ -37,7 +35,6 @@ __all__ = [
     "TOKEN_PREFIX",
     "ClusterAccess",
     "EksTokenSource",
-    "PresignedIdentity",
     "cluster_access",
     "eks_api_client",
     "presigned_identity_url",
@@ -46,8 +43,6 @@ __all__ = [
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 URL_EXPIRES_SECONDS = 60
-ACCEPTED_FOR = timedelta(minutes=15)
-"""How long after signing EKS accepts a token, whatever the URL's own expiry says."""
 TOKEN_LIFETIME = timedelta(minutes=14)
 """A cached token is replaced this long after it was made: a minute inside what EKS accepts."""
 
@@ -79,47 +74,6 @@ def presigned_identity_url(sts: Any, cluster_name: str, expires_in: int = URL_EX
 
 def token_for_url(url: str) -> str:
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
-
-
-@dataclass(frozen=True)
-class PresignedIdentity:
-    """What a token says, read without calling STS: enough to refuse a token that could never be valid."""
-
-    url: str
-    signed_headers: tuple[str, ...]
-    signed_at: datetime
-    expires_in: int
-
-    @classmethod
-    def from_token(cls, token: str) -> PresignedIdentity:
-        """Raises ValueError naming what is wrong with the token."""
-        if not token.startswith(TOKEN_PREFIX):
-            raise ValueError(f"an EKS token starts with {TOKEN_PREFIX!r}")
-        payload = token[len(TOKEN_PREFIX):]
-        try:
-            url = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise ValueError("an EKS token's payload is base64url of a URL") from None
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        if parts.scheme not in ("https", "http") or not parts.netloc:
-            raise ValueError("the token does not hold a URL")
-        if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
-            raise ValueError("the token's URL is not an STS GetCallerIdentity call")
-        if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" or not query.get("X-Amz-Signature"):
-            raise ValueError("the token's URL is not presigned with SigV4")
-        signed = tuple(query.get("X-Amz-SignedHeaders", "").split(";"))
-        if CLUSTER_ID_HEADER not in signed:
-            raise ValueError(f"the token's signature does not cover {CLUSTER_ID_HEADER}")
-        try:
-            signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-            expires_in = int(query["X-Amz-Expires"])
-        except (KeyError, ValueError):
-            raise ValueError("the token's URL lacks X-Amz-Date or X-Amz-Expires") from None
-        return cls(url, signed, signed_at, expires_in)
-
-    def valid_at(self, moment: datetime) -> bool:
-        return self.signed_at - timedelta(minutes=5) <= moment <= self.signed_at + ACCEPTED_FOR
 
 
 class EksTokenSource:

@@ -66,6 +66,8 @@ class AwsRequest:
     access_key: str
     protocol: str
     operation: OperationModel | None = None
+    environ: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The WSGI environ as received (headers, raw query string): for a rule that checks what a signature covers."""
     _forward: Callable[[bytes], tuple[int, list[tuple[str, str]], bytes]] | None = field(default=None, repr=False)
 
     @property
@@ -232,7 +234,8 @@ class StrictLayer:
         if environ.get("PATH_INFO") == "/moto-api/reset":
             for hook in _resets:
                 hook()
-        scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", "")) or _SCOPE.search(
+            urllib.parse.unquote(environ.get("QUERY_STRING", "")))  # a presigned URL carries it in X-Amz-Credential
         if scope is not None and scope["service"] == "ec2":
             with EC2_REQUESTS:  # the rules read moto's EC2 state: one EC2 request at a time (`moto_fixes`)
                 return self._serve(environ, start_response, scope)
@@ -324,7 +327,7 @@ def _request(environ: dict[str, Any], body: bytes, scope: re.Match[str]) -> AwsR
     operation = wire.operation_model(service, action)
     params = wire.parse_params(protocol, operation, form, body)
     return AwsRequest(service=service, action=action, params=params, region=scope["region"],
-                      access_key=scope["key"], protocol=protocol, operation=operation)
+                      access_key=scope["key"], protocol=protocol, operation=operation, environ=environ)
 
 
 def _send(request: AwsRequest, found: Answer, start_response: Callable[..., Any]) -> list[bytes]:
