@@ -37,6 +37,7 @@ from gpu_autoscaler.services.prewarm import InvalidTick
 from gpu_autoscaler.settings import load_settings
 from tests.conftest import ROOT, example_config_data
 from tests.emf import metric_values
+from tests.integration.kubernetes.conftest import functions_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -164,7 +165,7 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained(
     assert DISRUPTION_ATTRIBUTE in stored_claim(store, "nc-candidate").attributes
 
     # The drain looks, finds the replacement not initialized, and leaves the node alone.
-    cluster = KubernetesCluster(kube.client())
+    cluster = KubernetesCluster(functions_client(kube))
     fleet = FleetService(config, store, Ec2Compute(aws.clients.client("ec2"), config.cluster_name), clock=SystemClock())
     drainer = DrainService(config.cluster_name, store, cluster, fleet,
                            SqsDrainQueue(aws.clients.client("sqs"), aws.queue_url("drain")), clock=SystemClock(),

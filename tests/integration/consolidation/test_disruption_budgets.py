@@ -13,7 +13,7 @@ from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
 from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets, selector_matches
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from tests import kube_reads
-from tests.integration.kubernetes.conftest import make_budget, make_instance, make_pod, wait_for
+from tests.integration.kubernetes.conftest import functions_client, make_budget, make_instance, make_pod, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,7 +31,7 @@ def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes)
     kube.add_instance(make_instance(gpus=4))
     for name, app in (("db-0", "db"), ("db-1", "db"), ("web-0", "web")):
         core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, labels={"app": app})))
-    cluster = KubernetesCluster(api)
+    cluster = KubernetesCluster(functions_client(kube))
     wait_for(lambda: sum(p.phase == "Running" for p in cluster.list_pods()) == 3, what="pods running")
     policy.create_namespaced_pod_disruption_budget("default", make_budget("db", {"matchLabels": {"app": "db"}},
                                                                      minAvailable=2))
@@ -76,7 +76,7 @@ def test_what_the_budgets_say_is_what_the_eviction_api_does_with_several_budgets
             "healthy-0": {"app": "healthy"}, "healthy-1": {"app": "healthy"}, "healthy-2": {"app": "healthy"}}
     for name, labels in pods.items():
         core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod(name, gpus=None, labels=labels)))
-    cluster = KubernetesCluster(api)
+    cluster = KubernetesCluster(functions_client(kube))
     wait_for(lambda: sum(p.phase == "Running" for p in cluster.list_pods()) == len(pods), what="pods running")
     for budget in (make_budget("both", {"matchLabels": {"app": "both"}}, maxUnavailable=1),
                    make_budget("gold", {"matchLabels": {"tier": "gold"}}, maxUnavailable=1),

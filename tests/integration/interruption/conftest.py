@@ -32,7 +32,7 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 from tests import kube_reads
 from tests.conftest import ROOT, example_config_data
-from tests.integration.kubernetes.conftest import wait_for
+from tests.integration.kubernetes.conftest import functions_client, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -109,7 +109,7 @@ def no_room_in_flight(store: DynamoStateStore) -> None:
 
 @pytest.fixture(scope="package")
 def cluster(kube: LocalKubernetes) -> KubernetesCluster:
-    return KubernetesCluster(kube.client())
+    return KubernetesCluster(functions_client(kube))
 
 
 @pytest.fixture(scope="package")

@@ -42,9 +42,26 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
 
 
+FUNCTIONS_GROUP = "gpu-autoscaler-functions"
+"""The group the stack's access entries put the functions' roles in, which agent/deploy/functions-rbac.yaml binds."""
+
+
+def functions_client(kube: LocalKubernetes) -> client.ApiClient:
+    """A client as the functions are: a member of their group, so RBAC allows what their shipped ClusterRole allows."""
+    return kube.client(kube.user_token("a-function", (FUNCTIONS_GROUP,)))
+
+
 @pytest.fixture
-def cluster(api: client.ApiClient) -> KubernetesCluster:
-    return KubernetesCluster(api)
+def functions_api(kube: LocalKubernetes) -> Iterator[client.ApiClient]:
+    """The functions' permissions (the tests' `api` and `core` are the cluster admin's, setting the scene)."""
+    with functions_client(kube) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def cluster(functions_api: client.ApiClient) -> KubernetesCluster:
+    """The functions' Kubernetes adapter, as the functions' group."""
+    return KubernetesCluster(functions_api)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:

@@ -16,7 +16,7 @@ from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.drain import DrainAction, plan_drain
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models.messages import DrainRequest
-from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names
+from tests.integration.kubernetes.conftest import functions_client, make_instance, make_pod, node_names
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
@@ -37,7 +37,7 @@ def test_a_pod_in_its_grace_period_is_waited_for_and_ages_are_on_the_caller_s_cl
     local = _Ahead(server_clock, skew)
     with LocalKubernetes(cluster_name="ml-prod", clock=server_clock, run_controllers=False) as kube, \
             kube.client() as api:
-        core, cluster = client.CoreV1Api(api), KubernetesCluster(api, clock=local)
+        core, cluster = client.CoreV1Api(api), KubernetesCluster(functions_client(kube), clock=local)
         kube.add_instance(make_instance())
         kube.reconcile()
         node = node_names(core)[0]

@@ -18,7 +18,7 @@ from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.services.drain import DrainService
-from tests.integration.kubernetes.conftest import make_instance, make_pod, node_names, wait_for
+from tests.integration.kubernetes.conftest import functions_client, make_instance, make_pod, node_names, wait_for
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
@@ -41,7 +41,7 @@ def _pod_with_volume(core: client.CoreV1Api, node: str) -> None:
 def test_the_attach_detach_controller_attaches_a_pods_volume_and_detaches_it_once_the_pod_is_gone() -> None:
     clock = FixedClock(NOW)
     with LocalKubernetes(cluster_name="ml-prod", clock=clock) as kube, kube.client() as api:
-        core, cluster = client.CoreV1Api(api), KubernetesCluster(api)
+        core, cluster = client.CoreV1Api(api), KubernetesCluster(functions_client(kube))
         kube.add_instance(make_instance())
         node = wait_for(lambda: node_names(core), what="node")[0]
         _pod_with_volume(core, node)
@@ -60,7 +60,7 @@ def test_a_drain_terminates_the_instance_only_once_its_volumes_are_detached() ->
     """The volume takes DETACH_TIME to detach after its pod is gone: the drain waits for it, then terminates."""
     clock = FixedClock(NOW)
     with LocalKubernetes(cluster_name="ml-prod", clock=clock) as kube, kube.client() as api:
-        core, cluster = client.CoreV1Api(api), KubernetesCluster(api)
+        core, cluster = client.CoreV1Api(api), KubernetesCluster(functions_client(kube))
         kube.add_instance(make_instance())
         node = wait_for(lambda: node_names(core), what="node")[0]
         _pod_with_volume(core, node)

@@ -15,7 +15,7 @@ from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.taints import Taint
 from tests import kube_reads
-from tests.integration.kubernetes.conftest import make_instance, make_pod, pod_condition
+from tests.integration.kubernetes.conftest import functions_client, make_instance, make_pod, pod_condition
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -57,7 +57,7 @@ def test_an_instance_registers_a_ready_node_after_its_boot_delay(
     labels = kube_reads.labels(node)
     assert labels[L.INSTANCE_TYPE] == "g5.2xlarge" and labels[L.ZONE] == "us-east-1b" and labels["team"] == "vision"
     assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [("nvidia.com/gpu", "true", "NoSchedule")]
-    with stepped.client() as api:
+    with functions_client(stepped) as api:
         [seen] = KubernetesCluster(api).list_nodes()
     assert seen.ready and seen.instance_id == "i-0123456789abcdef0"
 
@@ -117,7 +117,7 @@ def test_cordoned_nodes_take_no_new_pods_and_new_capacity_takes_waiting_ones(
 ) -> None:
     stepped.add_instance(make_instance("i-0aaa", gpus=8), timedelta(0))
     stepped.reconcile()
-    with stepped.client() as api:
+    with functions_client(stepped) as api:
         KubernetesCluster(api).cordon(make_instance("i-0aaa").name, Taint(key="gpu-autoscaler/draining",
                                                                           value="true"))
     core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("waiting", gpus=2)))

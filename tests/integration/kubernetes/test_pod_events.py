@@ -23,11 +23,11 @@ def _pod(core: client.CoreV1Api) -> client.V1Pod:
 
 
 def test_the_same_event_is_one_object_whose_count_rises_no_faster_than_the_rate_limit(
-    api: client.ApiClient, core: client.CoreV1Api
+    functions_api: client.ApiClient, core: client.CoreV1Api
 ) -> None:
     pod = _pod(core)
     clock = FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
-    recorder = KubernetesEventRecorder(lambda: api, clock=clock, min_interval=timedelta(minutes=1))
+    recorder = KubernetesEventRecorder(lambda: functions_api, clock=clock, min_interval=timedelta(minutes=1))
     planned = PodEvent(kube_reads.uid(pod), "default", "train-0", "GpuCapacityPlanned", "planned onto claim nc-1")
     assert recorder.record([planned]).written == 1
     clock.advance(timedelta(seconds=20))
@@ -47,10 +47,10 @@ def test_the_same_event_is_one_object_whose_count_rises_no_faster_than_the_rate_
         "GpuCapacityPlanned", "GpuCapacityUnavailable"]
 
 
-def test_a_burst_is_capped_and_an_unreachable_api_is_not_an_error(api: client.ApiClient,
+def test_a_burst_is_capped_and_an_unreachable_api_is_not_an_error(functions_api: client.ApiClient,
                                                                   core: client.CoreV1Api) -> None:
     pod = _pod(core)
-    recorder = KubernetesEventRecorder(lambda: api, max_per_call=3)
+    recorder = KubernetesEventRecorder(lambda: functions_api, max_per_call=3)
     burst = [PodEvent(kube_reads.uid(pod), "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}")
              for i in range(10)]
     assert recorder.record(burst).written == 3
@@ -59,14 +59,14 @@ def test_a_burst_is_capped_and_an_unreachable_api_is_not_an_error(api: client.Ap
 
 
 def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
-    api: client.ApiClient, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
+    functions_api: client.ApiClient, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent reports every pending pod again while its capacity launches: each report of a 1,000-pod burst
     was a refused create and a read per pod. What this environment wrote under the rate limit is skipped without
     a request, and the budget counts what is tried, so the pods past it are tried on the next report."""
     pod = _pod(core)
     clock = FixedClock(datetime(2026, 11, 22, 10, 0, tzinfo=UTC))
-    recorder = KubernetesEventRecorder(lambda: api, clock=clock, max_per_call=20)
+    recorder = KubernetesEventRecorder(lambda: functions_api, clock=clock, max_per_call=20)
     uid = kube_reads.uid(pod)
     burst = [PodEvent(uid, "default", "train-0", "GpuCapacityPlanned", f"claim nc-{i}") for i in range(30)]
     requests: list[str] = []

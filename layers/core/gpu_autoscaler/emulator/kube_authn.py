@@ -10,6 +10,9 @@ A request carries one of:
   token comes from): `system:serviceaccount:<namespace>:<name>` in `system:serviceaccounts`,
   `system:serviceaccounts:<namespace>` and `system:authenticated` (kubernetes.io, "Authenticating", "Service
   account tokens");
+- a static token (`issue_static_token`, as kube-apiserver's `--token-auth-file` lists one: a token, a user and
+  its groups; kubernetes.io, "Authenticating", "Static token file"), for a test that acts as a given group
+  without an AWS account behind it;
 - an EKS token (`k8s-aws-v1.` …), verified by the rules of aws-iam-authenticator's `Verify` (pkg/token/token.go):
   at most 4 KiB; the prefix; unpadded base64url of an `https` URL whose host is an STS endpoint of the cluster's
   partition (`sts.amazonaws.com`, `sts[-fips].<region>.<partition domain or its dual-stack domain>`,
@@ -104,11 +107,17 @@ class Authenticator:
 
     def issue_service_account_token(self, namespace: str, name: str) -> str:
         """A bearer token for a ServiceAccount, as TokenRequest hands one to a pod's projected volume."""
+        return self.issue_static_token(UserInfo(
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated")))
+
+    def issue_static_token(self, user: UserInfo) -> str:
+        """A bearer token for `user`, as a line of a static token file gives one (`system:authenticated` added, as
+        the API server adds it to every authenticated user)."""
         token = secrets.token_urlsafe(32)
-        user = UserInfo(f"system:serviceaccount:{namespace}:{name}",
-                        ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"))
+        groups = user.groups if "system:authenticated" in user.groups else (*user.groups, "system:authenticated")
         with self._lock:
-            self._issued[token] = user
+            self._issued[token] = UserInfo(user.name, groups)
         return token
 
     def authenticate(self, header: str | None) -> UserInfo:

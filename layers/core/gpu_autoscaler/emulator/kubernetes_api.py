@@ -72,7 +72,7 @@ from gpu_autoscaler.emulator.cloud_controller import CloudControllerManager
 from gpu_autoscaler.emulator.daemonsets import DaemonSets
 from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
-from gpu_autoscaler.emulator.kube_authn import Authenticator
+from gpu_autoscaler.emulator.kube_authn import Authenticator, UserInfo
 from gpu_autoscaler.emulator.kube_http import ApiHttpServer
 from gpu_autoscaler.emulator.kube_objects import RESOURCES, SERVICEACCOUNTS
 from gpu_autoscaler.emulator.kube_rbac import Authorizer, bootstrap_policy
@@ -295,6 +295,11 @@ class LocalKubernetes:
         its projected token volume (TokenRequest)."""
         self.api.get(SERVICEACCOUNTS, namespace, name)
         return self.authenticator.issue_service_account_token(namespace, name)
+
+    def user_token(self, name: str, groups: tuple[str, ...]) -> str:
+        """A bearer token for a user in `groups`, as kube-apiserver's static token file gives one: how a test acts as
+        a group (the functions' `gpu-autoscaler-functions`) without an AWS account to sign an EKS token."""
+        return self.authenticator.issue_static_token(UserInfo(name, groups))
 
     # Instances
 
