@@ -201,3 +201,12 @@ def test_a_rolebinding_grants_its_role_in_its_namespace_only(kube: LocalKubernet
         assert agent.post("/api/v1/namespaces/team-a/configmaps", body)["metadata"]["name"] == "c"
         assert _refused(lambda: agent.post("/api/v1/namespaces/team-b/configmaps", body)).status == 403
     assert wait_for(lambda: kube.objects("configmaps"), what="configmap")
+
+
+def test_system_masters_is_allowed_before_rbac_is_asked(kube: LocalKubernetes) -> None:
+    """kube-apiserver's authorizer chain starts with a privileged-groups authorizer for `system:masters`, ahead of
+    RBAC (pkg/kubeapiserver/authorizer, NewPrivilegedGroups): the admin keeps its access without the cluster-admin
+    binding."""
+    with kube.client() as api:
+        client.RbacAuthorizationV1Api(api).delete_cluster_role_binding("cluster-admin")
+        assert client.CoreV1Api(api).list_node().items
