@@ -41,7 +41,9 @@ _STALL = timedelta(seconds=60)
 
 
 def kubernetes_api_client(settings: AgentSettings) -> client.ApiClient:
-    """An explicit URL (the local Kubernetes API), else the pod's service account, else the kubeconfig."""
+    """An explicit URL taking no credentials (`kubectl proxy`, which adds its own), else the pod's service account,
+    else the kubeconfig. An API server that authenticates (any real one, and the emulator's) treats a request
+    without credentials as `system:anonymous` and refuses it."""
     if settings.kube_url:
         configuration = client.Configuration()
         configuration.host = settings.kube_url
