@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.cli.doctor_checks import (
-    DoctorContext,
     check_amis,
     check_efa_security_groups,
     check_offerings,
@@ -20,6 +19,7 @@ from gpu_autoscaler.cli.doctor_checks import (
     check_spot_role,
     check_subnets,
 )
+from gpu_autoscaler.cli.doctor_context import DoctorContext
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import Config, load_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws
@@ -201,7 +201,7 @@ class _DeployedAccount:
 
 
 def test_after_a_deploy_each_kubernetes_function_needs_its_access_entry(aws: EmbeddedAws) -> None:
-    from gpu_autoscaler.cli.doctor_checks import check_function_access
+    from gpu_autoscaler.cli.doctor_access import check_function_access
 
     def checks(entries: list[str]) -> list[Any]:
         return check_function_access(DoctorContext(aws.config, _DeployedAccount(entries), None))  # type: ignore[arg-type]

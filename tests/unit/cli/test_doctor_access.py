@@ -19,15 +19,15 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from gpu_autoscaler.cli.doctor_checks import (
-    CHECKS,
+from gpu_autoscaler.cli.doctor_access import (
     FUNCTIONS_RBAC,
-    DoctorContext,
     check_access_entries,
     check_cluster_access,
     check_function_access,
     check_node_identity,
 )
+from gpu_autoscaler.cli.doctor_checks import CHECKS
+from gpu_autoscaler.cli.doctor_context import DoctorContext
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.naming import FUNCTIONS_KUBERNETES_GROUP
 from tests.conftest import example_config_data

@@ -10,7 +10,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpu_autoscaler.cli.doctor_checks import DoctorContext, check_ebs_default_key
+from gpu_autoscaler.cli.doctor_checks import check_ebs_default_key
+from gpu_autoscaler.cli.doctor_context import DoctorContext
 from gpu_autoscaler.config import parse_config
 from tests.conftest import example_config_data
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_autoscaler.cli.doctor_checks import DoctorContext, check_quotas
+from gpu_autoscaler.cli.doctor_checks import check_quotas
+from gpu_autoscaler.cli.doctor_context import DoctorContext
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES
 from tests.unit.packing.builders import make_catalog, make_config, make_pool
 from tests.unit.packing.fakes import FakeServiceQuotasClient

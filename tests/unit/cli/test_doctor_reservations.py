@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_autoscaler.cli.doctor_checks import DoctorContext, check_reservations
+from gpu_autoscaler.cli.doctor_checks import check_reservations
+from gpu_autoscaler.cli.doctor_context import DoctorContext
 from gpu_autoscaler.config import parse_config
 from tests.conftest import example_config_data
 

@@ -1,8 +1,8 @@
 """`gpu-autoscaler doctor`: preflight checks of an account against the configuration, before and after `cdk deploy`.
 
-One line per check, pass / warn / fail, with the fix (`gpu_autoscaler.cli.doctor_checks`). Without `--aws` it
-checks a fresh embedded AWS provisioned as the stack would find an account (all should pass, except what the
-emulator cannot answer, which warns and says so, and a reservation the configuration names by id alone, which a
+One line per check, pass / warn / fail, with the fix (`gpu_autoscaler.cli.doctor_checks`, `doctor_access`). Without
+`--aws` it checks a fresh embedded AWS provisioned as the stack would find an account (all should pass, except what
+the emulator cannot answer, which warns and says so, and a reservation the configuration names by id alone, which a
 fresh account does not hold); `--endpoint-url` checks a running emulator; `--aws` the account of the default
 credentials. Exit code 3 when a check fails, 2 when the configuration is invalid.
 """
@@ -30,7 +30,8 @@ from gpu_autoscaler.cli.common import (
     emit,
     fail,
 )
-from gpu_autoscaler.cli.doctor_checks import Check, DoctorContext, run_checks
+from gpu_autoscaler.cli.doctor_checks import run_checks
+from gpu_autoscaler.cli.doctor_context import Check, DoctorContext
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
 from gpu_autoscaler.naming import ResourceNames

@@ -3,92 +3,45 @@
 Each check reads the account (EC2, IAM, EKS, KMS, Service Quotas) through boto3 clients and compares it with the
 configuration; none changes anything. A check that cannot read what it needs warns and says why, so a missing
 permission or an API the emulator lacks never ends in a traceback. The fix names the command or setting to change.
+The checks of cluster access (node role, access entries, API endpoint) are in `doctor_access`; the line a check
+returns and what it reads with, in `doctor_context`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.adapters.aws.catalog import unusable_reason
 from gpu_autoscaler.adapters.aws.service_quotas import ServiceQuotasSource
-from gpu_autoscaler.domain.packing.index import BY_OFFERING, type_allowed
+from gpu_autoscaler.cli.doctor_access import (
+    check_access_entries,
+    check_cluster_access,
+    check_function_access,
+    check_node_identity,
+)
+from gpu_autoscaler.cli.doctor_context import Check, DoctorContext, error_code, optional_client
+from gpu_autoscaler.domain.packing.index import BY_OFFERING
 from gpu_autoscaler.domain.packing.quotas import QUOTA_CODES, quota_group, quota_keys
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.naming import FUNCTIONS, FUNCTIONS_KUBERNETES_GROUP, ResourceNames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpu_autoscaler.adapters.aws.clients import AwsClients
-    from gpu_autoscaler.config import Config, NodePool
-    from gpu_autoscaler.domain.catalog import Catalog
+    from gpu_autoscaler.config import NodePool
     from gpu_autoscaler.models.catalog import InstanceType
 
-__all__ = ["CHECKS", "FUNCTIONS_RBAC", "Check", "DoctorContext", "run_checks"]
+__all__ = ["CHECKS", "run_checks"]
 
-Status = Literal["pass", "warn", "fail"]
 SPOT_ROLE = "AWSServiceRoleForEC2Spot"
 AWS_MANAGED_EBS_KEY = "alias/aws/ebs"
 EBS_KEY_ACTIONS = ("kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext",
                    "kms:ReEncrypt*")
 """What a principal launching instances with volumes under a customer managed key needs of it (EBS creates a
 grant for each volume)."""
-FUNCTIONS_RBAC = "agent/deploy/functions-rbac.yaml"
-"""What binds `FUNCTIONS_KUBERNETES_GROUP` to the requests the functions make in the cluster."""
-CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-"""The one EKS access policy that covers what the functions do (access-policy-reference.adoc: `*` on `*`)."""
-NODE_ROLE_POLICIES = (("AmazonEKSWorkerNodePolicy",),
-                      ("AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryReadOnly"),
-                      ("AmazonEKS_CNI_Policy",))
-"""The AWS managed policies a node role needs, each line one need and the policies that meet it (EKS User Guide,
-create-node-role.adoc: the kubelet's EC2 reads and ECR pulls "before you can launch nodes and register them", and
-the VPC CNI's unless aws-node has a role of its own; Karpenter's getting-started cloudformation.yaml attaches these
-three and AmazonSSMManagedInstanceCore)."""
-CNI_POLICY = NODE_ROLE_POLICIES[2][0]
-OPEN_TO_ALL = "0.0.0.0/0"
-"""publicAccessCidrs that admit every address (and EKS's default: VpcConfigRequest)."""
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    def as_json(self) -> dict[str, str]:
-        return {"check": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
-
-
-@dataclass(frozen=True)
-class DoctorContext:
-    """What the checks read: the configuration, clients at the account, and how its ids map there."""
-
-    config: Config
-    clients: AwsClients
-    catalog: Catalog | None
-    subnet_ids: dict[str, str] = field(default_factory=dict)
-    """Configuration subnet id → the account's (identity on AWS; the emulator's stand-ins otherwise)."""
-    security_group_ids: dict[str, str] = field(default_factory=dict)
-    instance_profile: str | None = None
-    """The stack's instance profile name, when the stack is deployed (checked if present)."""
-
-    def subnet(self, configured: str) -> str:
-        return self.subnet_ids.get(configured, configured)
-
-    def security_group(self, configured: str) -> str:
-        return self.security_group_ids.get(configured, configured)
-
-    def candidates(self, pool: NodePool) -> list[InstanceType]:
-        """GPU instance types the pool's requirements allow, read as the packer reads them: on a node's labels (its
-        type's, its OS, the pool's own labels and name), with requirements on the zone and the capacity type left to
-        the offerings (`offering_allowed`)."""
-        if self.catalog is None:
-            return []
-        return [t for t in self.catalog.instance_types() if t.gpus > 0 and type_allowed(pool, t)]
 
 
 def offering_allowed(pool: NodePool, zone: str, capacity_type: str) -> bool:
@@ -97,10 +50,6 @@ def offering_allowed(pool: NodePool, zone: str, capacity_type: str) -> bool:
     return all(r.matches(labels) for r in pool.requirements if r.key in BY_OFFERING)
 
 
-def _code(error: Exception) -> str:
-    if isinstance(error, ClientError):
-        return str(error.response.get("Error", {}).get("Code", "ClientError"))
-    return type(error).__name__
 
 
 # ---- the checks --------------------------------------------------------------------------------------------
@@ -140,8 +89,8 @@ def check_quotas(ctx: DoctorContext) -> list[Check]:
     account's usage of it (its CloudWatch usage metric, as the packer reads it); and, for every pool, a warning where
     what the account's other instances use (the usage less this cluster's running instances, by their ownership tag)
     leaves less than the pool's smallest GPU type of the quota: none of its nodes could launch there."""
-    source = ServiceQuotasSource(_client(ctx, "service-quotas"), ctx.config.vcpu_quotas,
-                                 cloudwatch_client=_client(ctx, "cloudwatch"))
+    source = ServiceQuotasSource(optional_client(ctx, "service-quotas"), ctx.config.vcpu_quotas,
+                                 cloudwatch_client=optional_client(ctx, "cloudwatch"))
     quotas = source.vcpu_quotas()
     usage = {key: reading.vcpus for key, reading in source.vcpu_usage().items()}
     ours = _our_vcpus(ctx) if usage else {}
@@ -179,11 +128,6 @@ def check_quotas(ctx: DoctorContext) -> list[Check]:
     return results
 
 
-def _client(ctx: DoctorContext, service: str) -> Any:
-    try:
-        return ctx.clients.client(service)
-    except (BotoCoreError, ClientError):
-        return None
 
 
 def _room_left(ctx: DoctorContext, pool: NodePool, quotas: dict[str, int], usage: dict[str, int],
@@ -216,7 +160,7 @@ def _our_vcpus(ctx: DoctorContext) -> dict[str, int]:
     """vCPUs per quota key of this cluster's pending and running instances (by the ownership tag); none when EC2
     cannot be read (the others' use is then the account's whole usage: a warning may come early, never late)."""
     out: dict[str, int] = {}
-    ec2 = _client(ctx, "ec2")
+    ec2 = optional_client(ctx, "ec2")
     if ctx.catalog is None or ec2 is None:
         return out
     try:
@@ -243,10 +187,10 @@ def check_spot_role(ctx: DoctorContext) -> list[Check]:
     try:
         ctx.clients.client("iam").get_role(RoleName=SPOT_ROLE)
     except ClientError as error:
-        if _code(error) == "NoSuchEntity":
+        if error_code(error) == "NoSuchEntity":
             return [Check("spot service-linked role", "fail", f"{SPOT_ROLE} does not exist",
                           "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com")]
-        return [Check("spot service-linked role", "warn", f"cannot read ({_code(error)})", "allow iam:GetRole")]
+        return [Check("spot service-linked role", "warn", f"cannot read ({error_code(error)})", "allow iam:GetRole")]
     return [Check("spot service-linked role", "pass", f"{SPOT_ROLE} exists")]
 
 
@@ -259,7 +203,7 @@ def check_subnets(ctx: DoctorContext) -> list[Check]:
         try:
             [subnet] = ec2.describe_subnets(SubnetIds=[ctx.subnet(configured)])["Subnets"]
         except ClientError as error:
-            results.append(Check(f"subnet {zone}", "fail", f"{configured}: {_code(error)}",
+            results.append(Check(f"subnet {zone}", "fail", f"{configured}: {error_code(error)}",
                                  "fix network.subnets in the configuration"))
             continue
         free = int(subnet["AvailableIpAddressCount"])
@@ -285,7 +229,7 @@ def check_amis(ctx: DoctorContext) -> list[Check]:
         try:
             images = ctx.clients.client("ec2").describe_images(ImageIds=[image_id])["Images"]
         except ClientError as error:
-            images, reason = [], _code(error)
+            images, reason = [], error_code(error)
         else:
             reason = "not found"
         name = f"AMI {architecture}"
@@ -307,283 +251,6 @@ def check_amis(ctx: DoctorContext) -> list[Check]:
     return results
 
 
-def check_node_identity(ctx: DoctorContext) -> list[Check]:
-    """The node role exists, trusts EC2 and holds the policies nodes need; the stack's instance profile (once
-    deployed) holds it."""
-    role_name = ctx.config.node_role.rsplit("/", 1)[1]
-    iam = ctx.clients.client("iam")
-    try:
-        role = iam.get_role(RoleName=role_name)["Role"]
-    except ClientError as error:
-        return [Check("node role", "fail", f"{role_name}: {_code(error)}",
-                      "create the node role (EKS User Guide, create-node-role.adoc: trusted by ec2.amazonaws.com, "
-                      f"with {', '.join(p[0] for p in NODE_ROLE_POLICIES)})")]
-    trust = str(role.get("AssumeRolePolicyDocument", ""))
-    results = [Check("node role", "pass" if "ec2.amazonaws.com" in trust else "fail", role["Arn"],
-                     "" if "ec2.amazonaws.com" in trust else "let ec2.amazonaws.com assume the role"),
-               _node_role_policies(ctx, iam, role_name)]
-    if ctx.instance_profile:
-        try:
-            profile = iam.get_instance_profile(InstanceProfileName=ctx.instance_profile)["InstanceProfile"]
-            holds = any(r["RoleName"] == role_name for r in profile.get("Roles", []))
-            results.append(Check("instance profile", "pass" if holds else "fail", ctx.instance_profile,
-                                 "" if holds else f"add {role_name} to the instance profile (cdk deploy does)"))
-        except ClientError as error:
-            results.append(Check("instance profile", "warn", f"{ctx.instance_profile}: {_code(error)}",
-                                 "cdk deploy creates it"))
-    return results
-
-
-def _node_role_policies(ctx: DoctorContext, iam: Any, role_name: str) -> Check:
-    """The node role's attached AWS managed policies against `NODE_ROLE_POLICIES`. A missing one warns, not
-    fails: an inline or customer managed policy may grant the same, which doctor does not read."""
-    try:
-        attached = {p["PolicyArn"] for page in iam.get_paginator("list_attached_role_policies").paginate(
-            RoleName=role_name) for p in page["AttachedPolicies"]}
-        managed = {arn.rsplit("/", 1)[1] for arn in attached if arn.split(":")[4] == "aws"}
-        missing = [need for need in NODE_ROLE_POLICIES if not managed.intersection(need)]
-        inline = [] if not missing else [name for page in iam.get_paginator("list_role_policies").paginate(
-            RoleName=role_name) for name in page["PolicyNames"]]
-    except (ClientError, BotoCoreError) as error:
-        return Check("node role policies", "warn", f"{role_name}: cannot list its policies ({_code(error)})",
-                     "allow iam:ListAttachedRolePolicies and iam:ListRolePolicies")
-    if not missing:
-        return Check("node role policies", "pass", ", ".join(sorted(managed & {p for need in NODE_ROLE_POLICIES
-                                                                               for p in need})))
-    partition = ctx.config.node_role.split(":")[1]
-    names = [" or ".join(need) + (" (unless aws-node has a role of its own: IRSA or EKS Pod Identity)"
-                                  if need[0] == CNI_POLICY else "") for need in missing]
-    detail = f"{role_name} has no {'; no '.join(names)}: without them nodes launch and are billed but do not " \
-             "register, or stay NotReady"
-    if inline:
-        detail += f"; its inline policies {', '.join(inline)} may grant the same (doctor does not read them)"
-    return Check("node role policies", "warn", detail, "; ".join(
-        f"aws iam attach-role-policy --role-name {role_name} --policy-arn arn:{partition}:iam::aws:policy/{need[0]}"
-        for need in missing))
-
-
-def _describe_cluster(ctx: DoctorContext) -> dict[str, Any]:
-    """DescribeCluster's `cluster` (EKS API reference: `accessConfig`, `resourcesVpcConfig`, ...)."""
-    return dict(ctx.clients.client("eks").describe_cluster(name=ctx.config.cluster_name)["cluster"])
-
-
-def _authentication_mode(ctx: DoctorContext) -> str | None:
-    """CONFIG_MAP, API_AND_CONFIG_MAP or API (grant-k8s-access.adoc, "Set Cluster Authentication Mode"); None when
-    DescribeCluster cannot be read or does not say."""
-    try:
-        mode = _describe_cluster(ctx).get("accessConfig", {}).get("authenticationMode")
-    except (ClientError, BotoCoreError):
-        return None
-    return str(mode) if mode else None
-
-
-def _access_entries(ctx: DoctorContext) -> list[str]:
-    eks = ctx.clients.client("eks")
-    entries: list[str] = []
-    for page in eks.get_paginator("list_access_entries").paginate(clusterName=ctx.config.cluster_name):
-        entries += page["accessEntries"]
-    return entries
-
-
-def _function_roles(ctx: DoctorContext) -> dict[str, str] | None:
-    """The deployed stack's `<Function>RoleArn` outputs (the functions that reach Kubernetes); None before a
-    deploy."""
-    try:
-        [stack] = ctx.clients.client("cloudformation").describe_stacks(StackName=ResourceNames(
-            ctx.config.cluster_name).stack)["Stacks"]
-    except ClientError as error:
-        if "does not exist" in str(error):
-            return None
-        raise
-    functions = {f"{name.title()}RoleArn" for name in FUNCTIONS}  # not AgentRoleArn: the agent needs no entry
-    return {o["OutputKey"].removesuffix("RoleArn"): o["OutputValue"] for o in stack.get("Outputs", [])
-            if o["OutputKey"] in functions}
-
-
-def check_function_access(ctx: DoctorContext) -> list[Check]:
-    """After a deploy, each function that reaches Kubernetes has an access entry that lets it do what it does: in
-    the group `FUNCTIONS_KUBERNETES_GROUP` (bound by `FUNCTIONS_RBAC`), or with AmazonEKSClusterAdminPolicy on the
-    cluster. An entry alone is no permission (EKS User Guide, grant-k8s-access.adoc, "Create access entries": without
-    `--kubernetes-groups` or an access policy, only the API discovery roles' permissions)."""
-    roles = _function_roles(ctx)
-    if roles is None:
-        return [Check("EKS access entries (functions)", "pass", "stack not deployed yet: run doctor again after "
-                      "cdk deploy to check the functions' roles")]
-    try:
-        entries = set(_access_entries(ctx))
-    except (ClientError, BotoCoreError) as error:
-        return [Check("EKS access entries (functions)", "warn", f"cannot list access entries ({_code(error)})",
-                      f"map the stack's …RoleArn outputs to the group {FUNCTIONS_KUBERNETES_GROUP} in aws-auth and "
-                      f"kubectl apply -f {FUNCTIONS_RBAC}, or allow eks:ListAccessEntries")]
-    # Without the stack's entries (kubernetes.eksAccess false) the roles may be mapped in aws-auth instead, which
-    # doctor cannot read and only an API-only cluster ignores.
-    mode = None if ctx.config.kubernetes.eks_access or set(roles.values()) <= entries else \
-        _authentication_mode(ctx) or "unknown"
-    checks = [_function_entry(ctx, name, arn, arn in entries, mode) for name, arn in sorted(roles.items())]
-    if all(c.status == "pass" for c in checks):
-        return [Check("EKS access entries (functions)", "pass", ", ".join(sorted(roles)))]
-    return [c for c in checks if c.status != "pass"]
-
-
-def _function_entry(ctx: DoctorContext, name: str, arn: str, listed: bool, mode: str | None) -> Check:
-    """One function role's access entry: its type, its groups and its access policies. `mode`: the cluster's
-    authentication mode where an unlisted role may be mapped in aws-auth instead (None: the stack makes entries)."""
-    check = f"EKS access entry {name}"
-    cluster = ctx.config.cluster_name
-    rbac = f"kubectl apply -f {FUNCTIONS_RBAC}"
-    create = (f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {arn} --type STANDARD "
-              f"--kubernetes-groups {FUNCTIONS_KUBERNETES_GROUP}, then {rbac}")
-    if not listed:
-        if mode is not None and mode != "API":
-            return Check(check, "warn", f"{arn} has no access entry; authentication mode {mode} also reads the "
-                         "aws-auth ConfigMap, which doctor cannot read: the function gets in if it maps the role "
-                         f"to the group {FUNCTIONS_KUBERNETES_GROUP}", f"map it there, then {rbac}; or {create}")
-        if mode is None:
-            return Check(check, "fail", f"{arn} has no access entry", "cdk deploy: the stack makes it while "
-                         "kubernetes.eksAccess is on (delete an entry made by hand for the role first, CloudFormation "
-                         f"cannot create one that exists), then {rbac}")
-        return Check(check, "fail", f"{arn} has no access entry (authentication mode API reads no aws-auth)", create)
-    eks = ctx.clients.client("eks")
-    try:
-        entry = eks.describe_access_entry(clusterName=cluster, principalArn=arn)["accessEntry"]
-        policies = [p for page in eks.get_paginator("list_associated_access_policies").paginate(
-            clusterName=cluster, principalArn=arn) for p in page["associatedAccessPolicies"]] \
-            if entry.get("type") == "STANDARD" else []
-    except (ClientError, BotoCoreError) as error:
-        return Check(check, "warn", f"{arn}: cannot read its access entry ({_code(error)})",
-                     "allow eks:DescribeAccessEntry and eks:ListAssociatedAccessPolicies")
-    if entry.get("type") != "STANDARD":
-        # grant-k8s-access.adoc: only a STANDARD entry takes groups or access policies, and a type cannot change.
-        return Check(check, "fail", f"{arn}: its access entry is of type {entry.get('type')}, which takes no "
-                     "Kubernetes groups and no access policies",
-                     f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {arn}, then {create}")
-    groups = list(entry.get("kubernetesGroups", []))
-    if FUNCTIONS_KUBERNETES_GROUP in groups or any(
-            _policy_name(p) == CLUSTER_ADMIN_POLICY and p["accessScope"]["type"] == "cluster" for p in policies):
-        return Check(check, "pass", arn)
-    update = (f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {arn} --kubernetes-groups "
-              f"{' '.join([*groups, FUNCTIONS_KUBERNETES_GROUP])}, then {rbac}")
-    if not groups and not policies:
-        return Check(check, "fail", f"{arn}: its access entry has no Kubernetes group and no access policy, so it "
-                     "allows API discovery only: every request of the function is refused", update)
-    held = [f"groups {', '.join(groups)} (doctor cannot see the RBAC that binds them)"] if groups else []
-    held += [f"{_policy_name(p)} ({_scope(p)})" for p in policies]
-    return Check(check, "warn", f"{arn}: {'; '.join(held)}: EKS's Edit, Admin and View access policies grant "
-                 "nothing on nodes, PersistentVolumes or VolumeAttachments, and a namespace scope nothing on "
-                 "cluster-wide resources, which the function patches, deletes and reads", update)
-
-
-def _policy_name(policy: dict[str, Any]) -> str:
-    return str(policy["policyArn"]).rsplit("/", 1)[-1]
-
-
-def _scope(policy: dict[str, Any]) -> str:
-    scope = policy["accessScope"]
-    return "cluster" if scope["type"] == "cluster" else f"namespaces {', '.join(scope.get('namespaces', []))}"
-
-
-def check_access_entries(ctx: DoctorContext) -> list[Check]:
-    """The node role may join the cluster: an EKS access entry of type EC2_LINUX, or an aws-auth mapping where the
-    authentication mode reads aws-auth (grant-k8s-access.adoc: EC2_LINUX is the type for "Linux or Bottlerocket
-    self-managed nodes", whose username is system:node:{{EC2PrivateDNSName}}; a STANDARD entry cannot make the
-    kubelet a node, and an entry's type cannot change)."""
-    name = "EKS access entry (node role)"
-    role, cluster = ctx.config.node_role, ctx.config.cluster_name
-    create = f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} --type EC2_LINUX"
-    # auth-configmap.adoc: a node role's mapping; an ARN there cannot include a path.
-    aws_auth = (f"map it in the aws-auth ConfigMap: rolearn {role.split(':role/')[0]}:role/{role.rsplit('/', 1)[1]}, "
-                "username system:node:{{EC2PrivateDNSName}}, groups system:bootstrappers and system:nodes")
-    mode = _authentication_mode(ctx)
-    if mode == "CONFIG_MAP":
-        return [Check(name, "warn", f"{role}: authentication mode CONFIG_MAP, so nodes join through the aws-auth "
-                      "ConfigMap alone, which doctor cannot read", aws_auth)]
-    try:
-        entries = _access_entries(ctx)
-    except (ClientError, BotoCoreError) as error:
-        return [Check(name, "warn", f"cannot list access entries ({_code(error)}); "
-                      "if the cluster uses the aws-auth ConfigMap, map the node role there", create)]
-    if role not in entries:
-        if mode == "API":
-            return [Check(name, "fail", f"{role} has no access entry, and authentication mode API reads no aws-auth",
-                          create)]
-        return [Check(name, "warn", f"{role} has no access entry; authentication mode {mode or 'unknown'} also "
-                      "reads the aws-auth ConfigMap, which doctor cannot read: nodes join if it maps the role",
-                      f"{create} (or {aws_auth})")]
-    try:
-        entry_type = ctx.clients.client("eks").describe_access_entry(
-            clusterName=cluster, principalArn=role)["accessEntry"].get("type")
-    except (ClientError, BotoCoreError) as error:
-        return [Check(name, "warn", f"{role}: cannot read its access entry ({_code(error)})",
-                      "allow eks:DescribeAccessEntry")]
-    if entry_type == "EC2_LINUX":
-        return [Check(name, "pass", f"{role} (EC2_LINUX)")]
-    return [Check(name, "fail", f"{role}: its access entry is of type {entry_type}, not EC2_LINUX: the kubelet "
-                  "is not made a node (system:nodes), so nodes launch and are billed but never register",
-                  f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {role}, then {create}")]
-
-
-def check_cluster_access(ctx: DoctorContext) -> list[Check]:
-    """The functions reach the cluster's API: they run outside any VPC, so only over the public endpoint, from
-    addresses no fixed list holds (EKS User Guide, cluster-endpoint.adoc: with public access off, "All traffic to
-    your cluster API server must come from within your cluster's VPC or a connected network"; with CIDR blocks,
-    "the public API server endpoint will only receive requests from the listed blocks"). And the authentication
-    mode takes the stack's access entries (`kubernetes.eksAccess`; grant-k8s-access.adoc: access entries need API
-    or API_AND_CONFIG_MAP)."""
-    cluster = ctx.config.cluster_name
-    try:
-        described = _describe_cluster(ctx)
-    except (ClientError, BotoCoreError) as error:
-        if _code(error) == "ResourceNotFoundException":
-            return [Check("cluster endpoint", "fail", f"no EKS cluster {cluster} in {ctx.config.region}",
-                          "set clusterName and region to the cluster's")]
-        return [Check("cluster endpoint", "warn", f"cannot describe cluster {cluster} ({_code(error)})",
-                      "allow eks:DescribeCluster")]
-    return [_endpoint(cluster, described.get("resourcesVpcConfig", {})),
-            _authentication(ctx, described.get("accessConfig", {}).get("authenticationMode"))]
-
-
-def _endpoint(cluster: str, vpc: dict[str, Any]) -> Check:
-    public, cidrs = vpc.get("endpointPublicAccess"), list(vpc.get("publicAccessCidrs", []))
-    update = f"aws eks update-cluster-config --name {cluster} --resources-vpc-config"
-    if public is None:
-        return Check("cluster endpoint", "warn", "DescribeCluster does not say whether the API endpoint is public",
-                     f"{update} endpointPublicAccess=true,publicAccessCidrs={OPEN_TO_ALL}")
-    if not public:
-        return Check("cluster endpoint", "fail", "the API endpoint is private only: the functions run outside any "
-                     "VPC and reach it over its public endpoint, so every Kubernetes request of theirs would time out",
-                     f"{update} endpointPublicAccess=true,endpointPrivateAccess=true (the nodes keep the private one)")
-    if cidrs != [OPEN_TO_ALL]:
-        return Check("cluster endpoint", "warn", f"the public API endpoint admits {', '.join(cidrs) or 'no'} "
-                     "addresses only: the functions, outside any VPC, connect from Lambda's shared addresses in the "
-                     "region, which no fixed list covers, so their requests may time out",
-                     f"{update} publicAccessCidrs={OPEN_TO_ALL} (with endpointPrivateAccess=true for the nodes)")
-    private = "; private access on" if vpc.get("endpointPrivateAccess") else ""
-    return Check("cluster endpoint", "pass", f"public, open to {OPEN_TO_ALL}{private}")
-
-
-def _authentication(ctx: DoctorContext, mode: str | None) -> Check:
-    cluster, name = ctx.config.cluster_name, "cluster authentication mode"
-    if mode is None:
-        return Check(name, "warn", "DescribeCluster does not report the authentication mode",
-                     "see the cluster's Access tab in the EKS console")
-    if ctx.config.kubernetes.eks_access:
-        if mode == "CONFIG_MAP":
-            return Check(name, "fail", "CONFIG_MAP: the cluster takes no access entries, so cdk deploy would fail to "
-                         "create the functions' (kubernetes.eksAccess is on)",
-                         f"aws eks update-cluster-config --name {cluster} --access-config "
-                         "authenticationMode=API_AND_CONFIG_MAP (it cannot be turned back), or set "
-                         "kubernetes.eksAccess false and map the stack's …RoleArn outputs in aws-auth to the group "
-                         f"{FUNCTIONS_KUBERNETES_GROUP}")
-        return Check(name, "pass", f"{mode}: takes the stack's access entries")
-    if mode == "API":
-        return Check(name, "warn", "API reads no aws-auth, and kubernetes.eksAccess is off: the functions' roles "
-                     "need access entries made by hand (checked after cdk deploy)",
-                     f"set kubernetes.eksAccess true, or aws eks create-access-entry --cluster-name {cluster} "
-                     "--principal-arn <…RoleArn output> --type STANDARD --kubernetes-groups "
-                     f"{FUNCTIONS_KUBERNETES_GROUP}")
-    return Check(name, "pass", f"{mode}: the functions' roles are mapped in aws-auth (kubernetes.eksAccess is off)")
-
-
 def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:
     """A pool of EFA instance types needs a security group allowing all traffic to and from itself (EC2 User
     Guide, "Get started with EFA": prepare an EFA-enabled security group)."""
@@ -594,7 +261,7 @@ def check_efa_security_groups(ctx: DoctorContext) -> list[Check]:
     try:
         groups = ctx.clients.client("ec2").describe_security_groups(GroupIds=ids)["SecurityGroups"]
     except ClientError as error:
-        return [Check("EFA security group", "fail", f"{', '.join(ids)}: {_code(error)}",
+        return [Check("EFA security group", "fail", f"{', '.join(ids)}: {error_code(error)}",
                       "fix network.securityGroups")]
 
     def to_self(group: dict[str, Any], rules: str) -> bool:
@@ -623,7 +290,7 @@ def check_reservations(ctx: DoctorContext) -> list[Check]:
                 found = ctx.clients.client("ec2").describe_capacity_reservations(
                     CapacityReservationIds=[reservation.id])["CapacityReservations"]
             except (ClientError, BotoCoreError) as error:
-                code = _code(error)
+                code = error_code(error)
                 if "NotFound" in code or "Malformed" in code:
                     results.append(Check(name, "fail", f"pool {pool.name}: {code}",
                                          "fix nodePools[].capacityReservations"))
@@ -662,15 +329,16 @@ def check_ebs_default_key(ctx: DoctorContext) -> list[Check]:
     try:
         key_id = str(ctx.clients.client("ec2").get_ebs_default_kms_key_id()["KmsKeyId"])
     except (ClientError, BotoCoreError) as error:
-        return [Check("EBS default key", "warn", f"cannot read the account's default EBS key ({_code(error)})",
+        return [Check("EBS default key", "warn", f"cannot read the account's default EBS key ({error_code(error)})",
                       "allow ec2:GetEbsDefaultKmsKeyId")]
     if key_id == AWS_MANAGED_EBS_KEY:
         return [Check("EBS default key", "pass", f"{key_id} (AWS managed)")]
     try:
         key = ctx.clients.client("kms").describe_key(KeyId=key_id)["KeyMetadata"]
     except (ClientError, BotoCoreError) as error:
-        return [Check("EBS default key", "warn", f"{key_id} cannot be described ({_code(error)}); if it is customer "
-                      "managed, the nodes need its grants", "allow kms:DescribeKey on it, and run doctor again")]
+        return [Check("EBS default key", "warn", f"{key_id} cannot be described ({error_code(error)}); if it is "
+                      "customer managed, the nodes need its grants",
+                      "allow kms:DescribeKey on it, and run doctor again")]
     arn = str(key.get("Arn", key_id))
     if key.get("KeyManager") == "AWS":
         return [Check("EBS default key", "pass", f"{arn} (AWS managed)")]
