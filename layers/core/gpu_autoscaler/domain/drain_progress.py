@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gpu_autoscaler.domain.drain import MAX_DELAY
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import ClaimState, instant_attribute
 from gpu_autoscaler.models.messages import DrainRequest
 
 if TYPE_CHECKING:
@@ -89,14 +89,14 @@ def drain_progress(claim: NodeClaim) -> DrainProgress | None:
         request = DrainRequest(cluster=claim.cluster, node_name=claim.node_name, instance_id=claim.instance_id,
                                claim_id=claim.id, reason=(entered.reason if entered is not None else "") or claim.reason
                                or "draining", deadline=began)
-    return DrainProgress(_instant(claim.attributes.get(DRAIN_SEEN_ATTRIBUTE)) or began, request)
+    return DrainProgress(instant_attribute(claim, DRAIN_SEEN_ATTRIBUTE) or began, request)
 
 
 def stamp_due(claim: NodeClaim, now: datetime) -> bool:
     """Whether a drain pass on this claim stamps it now: Draining, and unstamped or stamped `HEARTBEAT` ago."""
     if claim.state is not ClaimState.DRAINING:
         return False
-    seen = _instant(claim.attributes.get(DRAIN_SEEN_ATTRIBUTE))
+    seen = instant_attribute(claim, DRAIN_SEEN_ATTRIBUTE)
     return seen is None or now - seen >= HEARTBEAT
 
 
@@ -104,12 +104,3 @@ def progress_attributes(attributes: Mapping[str, str], request: DrainRequest, no
     """`attributes` with the drain stamped: `request` working on it as of `now`."""
     return {**attributes, DRAIN_REQUEST_ATTRIBUTE: request.model_dump_json(by_alias=True, exclude_none=True),
             DRAIN_SEEN_ATTRIBUTE: now.isoformat()}
-
-
-def _instant(raw: str | None) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        return None

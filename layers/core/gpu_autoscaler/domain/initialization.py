@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.domain.boot_times import BOOT_ATTRIBUTE
-from gpu_autoscaler.models.claims import ClaimState, launched_at, registered_at
+from gpu_autoscaler.models.claims import ClaimState, instant_attribute, launched_at, registered_at
 from gpu_autoscaler.models.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
 if TYPE_CHECKING:
@@ -104,12 +104,9 @@ def _unregistered(node: ClusterNode, requested: Mapping[str, int]) -> str | None
 def initialized_at(claim: NodeClaim) -> datetime | None:
     """When the claim's node was first seen initialized, or None while it has not been. A claim registered before
     the time was recorded has it from its boot time (`bootSeconds`: launch → Ready with GPUs allocatable)."""
-    recorded = claim.attributes.get(INITIALIZED_ATTRIBUTE)
-    if recorded:
-        try:
-            return datetime.fromisoformat(recorded)
-        except ValueError:
-            pass
+    recorded = instant_attribute(claim, INITIALIZED_ATTRIBUTE)
+    if recorded is not None:
+        return recorded
     boot = claim.attributes.get(BOOT_ATTRIBUTE)
     if boot:
         try:

@@ -53,6 +53,7 @@ from gpu_autoscaler.domain.packing.mig import first_offering, mig_slices
 from gpu_autoscaler.domain.pod_shapes import placeholder_requests, split_gpus, whole_pods
 from gpu_autoscaler.domain.windows import WindowSchedule, window_schedules
 from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.claims import instant_attribute
 from gpu_autoscaler.models.pods import PendingPod
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
 from gpu_autoscaler.models.resources import GPU, mig_resource
@@ -117,13 +118,7 @@ def warm_until(claim: NodeClaim) -> datetime | None:
     read (the next prewarm tick that keeps the claim writes one)."""
     if claim.warm is None:
         return None
-    until = claim.attributes.get(WARM_UNTIL_ATTRIBUTE)
-    if not until:
-        return None
-    try:
-        return datetime.fromisoformat(until)
-    except ValueError:
-        return None
+    return instant_attribute(claim, WARM_UNTIL_ATTRIBUTE)
 
 
 class GpuCapacity:

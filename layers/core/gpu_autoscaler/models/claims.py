@@ -16,6 +16,7 @@ __all__ = [
     "ClaimState",
     "NodeClaim",
     "StateTransition",
+    "instant_attribute",
     "launched_at",
     "registered_at",
 ]
@@ -106,3 +107,15 @@ def launched_at(claim: NodeClaim) -> datetime:
 def registered_at(claim: NodeClaim) -> datetime:
     """When the claim's Node registered (its last Registered transition), else when it was launched."""
     return _last_entered(claim, ClaimState.REGISTERED) or launched_at(claim)
+
+
+def instant_attribute(claim: NodeClaim, key: str) -> datetime | None:
+    """The instant a claim attribute records (ISO 8601), or None where it records none or one that cannot be read:
+    each reader then falls back as it documents."""
+    raw = claim.attributes.get(key)
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        return None

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.consolidation import (
@@ -60,12 +59,13 @@ from gpu_autoscaler.domain.disruption_marks import (
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.domain.packing.quotas import vcpu_budget
 from gpu_autoscaler.errors import ClaimExists, KubernetesAccessRefused, KubernetesApiError, StaleClaim
-from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim, instant_attribute
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.reconcile import ReconcileOutcome, ReconcileService
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config
@@ -244,11 +244,9 @@ class ConsolidateService:
         """Keep the claim's `emptySince` and its last pod event (`podsChangedAt`, with the `podSet` it was
         checked against) current, in one write when either changes; the instants they hold (None: empty since
         never, no pod event known)."""
-        raw = claim.attributes.get(EMPTY_SINCE_ATTRIBUTE)
-        previous = _instant(raw)
+        previous = instant_attribute(claim, EMPTY_SINCE_ATTRIBUTE)
         since = empty_since(previous, members, now)
-        raw_changed = claim.attributes.get(PODS_CHANGED_AT_ATTRIBUTE)
-        previous_changed = _instant(raw_changed)
+        previous_changed = instant_attribute(claim, PODS_CHANGED_AT_ATTRIBUTE)
         current_set = pod_set(here)
         changed = pods_changed_at(previous_changed, claim.attributes.get(POD_SET_ATTRIBUTE), current_set, here, now)
         wanted = {EMPTY_SINCE_ATTRIBUTE: since.isoformat() if since is not None else None,
@@ -417,15 +415,6 @@ class ConsolidateService:
                 self.store.update_claim(claim, attributes=unmarked(claim.attributes))
             except StaleClaim:
                 logger.info("claim %s moved on; its disruption mark expires by itself", claim.id)
-
-
-def _instant(raw: str | None) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        return None
 
 
 def aws_consolidate_service(env: AwsEnvironment, *, cluster: ClusterAPI | None = None,
