@@ -167,7 +167,9 @@ class Agent:
         return alive and self.clock.now() - self.dispatcher.heartbeat < _STALL
 
     def ready(self) -> bool:
-        return self.watcher.synced.is_set()
+        """The first list of pods is done, and the queue takes the agent's reports: an agent the queue refuses (a
+        wrong queue URL, no identity with the stack's policy) reports nothing, and shows it as not Ready."""
+        return self.watcher.synced.is_set() and self.dispatcher.refused_by_queue is None
 
     @property
     def health_port(self) -> int | None:

@@ -92,6 +92,9 @@ class Dispatcher:
         self._window = self.window_of(clock.now())
         self._inbox: queue.SimpleQueue[tuple[str, object, datetime]] = queue.SimpleQueue()
         self.heartbeat = clock.now()
+        self.refused_by_queue: str | None = None
+        """The error code of the last send, while it was the queue refusing the agent itself (`SendFailed.
+        misconfigured`); None once a send goes through. The agent is not ready meanwhile."""
 
     # -- the watcher's side (any thread) -------------------------------------------------------------
 
@@ -230,6 +233,7 @@ class Dispatcher:
                     return
                 continue
             self._metrics.observe("send_latency_seconds", time.monotonic() - started)
+            self.refused_by_queue = None
             self._outbox.popleft()
             self._delivered(head.batch, self._clock.now())
 
@@ -242,6 +246,13 @@ class Dispatcher:
         head.failures += 1
         delay = self._backoff.delay(head.failures)
         head.retry_at = now + timedelta(seconds=delay)
+        if error.misconfigured:
+            self.refused_by_queue = error.code
+            log.error("the queue refuses the agent (%s): check QUEUE_URL (the stack's PendingPodsQueueUrl output, "
+                      "whose region the agent takes), and that the agent runs as the stack's AgentRoleArn (its EKS "
+                      "Pod Identity association) or an IRSA role holding AgentPolicyArn; %d pods wait, try %d "
+                      "again in %.1fs", error, len(head.batch), head.failures + 1, delay)
+            return
         log.warning("send of %d pods failed (%s), try %d again in %.1fs", len(head.batch), error,
                     head.failures + 1, delay)
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler_agent.batcher import Report
 
-__all__ = ["THROTTLING_CODES", "Backoff", "QueueSender", "SendFailed", "deduplication_id"]
+__all__ = ["MISCONFIGURED_CODES", "THROTTLING_CODES", "Backoff", "QueueSender", "SendFailed", "deduplication_id"]
 
 THROTTLING_CODES = frozenset({
     "RequestThrottled",
@@ -36,17 +36,32 @@ REJECTED_CODES = frozenset({
     "InvalidParameterValue",
     "InvalidParameterValueException",
 })
+MISCONFIGURED_CODES = frozenset({
+    "AWS.SimpleQueueService.NonExistentQueue",
+    "QueueDoesNotExist",
+    "AccessDenied",
+    "AccessDeniedException",
+    "KMS.AccessDeniedException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+})
+"""The queue, or AWS, refuses the agent itself: a queue URL that names no queue (or a queue of another region than
+the client's), an identity without the stack's policy, no identity at all. Unlike throttling or an outage it never
+passes by itself: someone has to fix the agent's configuration (SQS API reference, SendMessage and common errors)."""
 _MAX_DEDUP_ID = 128
 
 
 class SendFailed(Exception):
-    """A send that did not go through; `rejected` means SQS refused this content and a retry cannot help."""
+    """A send that did not go through; `rejected` means SQS refused this content and a retry cannot help;
+    `misconfigured`, that it refuses the agent (`MISCONFIGURED_CODES`): retried, but only a fix makes it pass."""
 
-    def __init__(self, message: str, code: str = "", *, throttled: bool = False, rejected: bool = False) -> None:
+    def __init__(self, message: str, code: str = "", *, throttled: bool = False, rejected: bool = False,
+                 misconfigured: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.throttled = throttled
         self.rejected = rejected
+        self.misconfigured = misconfigured
 
 
 def deduplication_id(reports: Sequence[Report], window: int) -> str:
@@ -103,6 +118,7 @@ class QueueSender:
                 code,
                 throttled=code in THROTTLING_CODES,
                 rejected=code in REJECTED_CODES,
+                misconfigured=code in MISCONFIGURED_CODES,
             ) from error
         except BotoCoreError as error:  # connection refused, timeouts, endpoint errors: try again later
             raise SendFailed(f"SendMessage failed: {error}", type(error).__name__) from error

@@ -235,3 +235,23 @@ def test_each_accepted_send_is_timed_and_a_failed_one_is_not(h: Harness) -> None
     assert h.metrics.value("send_latency_seconds_count") == 1
     assert h.metrics.value("send_latency_seconds_sum") >= 0
     assert "gpu_autoscaler_agent_send_latency_seconds_count 1\n" in h.metrics.render()
+
+
+@pytest.mark.parametrize("code", ["AWS.SimpleQueueService.NonExistentQueue", "AccessDenied"])
+def test_a_queue_that_refuses_the_agent_is_an_error_naming_the_fix_until_a_send_goes_through(
+    h: Harness, code: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A wrong queue URL (or region), or an agent without the stack's identity, fails every send the same way for
+    ever: unlike throttling it never passes by itself, so it is an error that says what to check, and the
+    dispatcher says so (`refused_by_queue`, which the agent's readiness reads) until a send goes through."""
+    h.dispatcher.upsert(report("a"))
+    h.sender.fail_next(2, SendFailed(f"SendMessage failed: {code}", code, misconfigured=True))
+    with caplog.at_level("WARNING", logger="gpu_autoscaler_agent.dispatcher"):
+        h.advance(1)
+    [record] = caplog.records
+    assert record.levelname == "ERROR" and "PendingPodsQueueUrl" in record.getMessage()
+    assert "AgentRoleArn" in record.getMessage()
+    assert h.dispatcher.refused_by_queue == code
+    h.advance(1)
+    h.advance(2)  # delivered after the third try: the queue takes the agent again
+    assert h.sender.uids == ["a"] and h.dispatcher.refused_by_queue is None

@@ -58,18 +58,21 @@ def test_a_message_goes_to_the_cluster_group_with_the_id(sqs: SQSClient) -> None
 
 
 @pytest.mark.parametrize(
-    ("code", "throttled", "rejected"),
-    [("RequestThrottled", True, False), ("ThrottlingException", True, False),
-     ("InvalidMessageContents", False, True), ("AccessDenied", False, False)],
+    ("code", "throttled", "rejected", "misconfigured"),
+    [("RequestThrottled", True, False, False), ("ThrottlingException", True, False, False),
+     ("InvalidMessageContents", False, True, False), ("AccessDenied", False, False, True),
+     ("AWS.SimpleQueueService.NonExistentQueue", False, False, True), ("InternalError", False, False, False)],
 )
-def test_failures_say_whether_they_were_throttling_or_a_refusal(
-    sqs: SQSClient, code: str, throttled: bool, rejected: bool
+def test_failures_say_whether_they_were_throttling_a_refusal_or_the_agents_configuration(
+    sqs: SQSClient, code: str, throttled: bool, rejected: bool, misconfigured: bool
 ) -> None:
     stubber = Stubber(sqs)
     stubber.add_client_error("send_message", service_error_code=code, http_status_code=400)
     with stubber, pytest.raises(SendFailed) as caught:
         QueueSender(sqs, QUEUE, "ml-prod").send("{}", "d-1")
-    assert (caught.value.code, caught.value.throttled, caught.value.rejected) == (code, throttled, rejected)
+    failed = caught.value
+    assert (failed.code, failed.throttled, failed.rejected, failed.misconfigured) == (
+        code, throttled, rejected, misconfigured)
 
 
 class Unreachable:
