@@ -274,3 +274,26 @@ def test_without_a_usage_metric_or_a_cloudwatch_client_no_usage_is_counted() -> 
     client = FakeServiceQuotasClient({QUOTA_CODES["g/on-demand"]: 96.0})
     assert ServiceQuotasSource(client, clock=FixedClock(NOW)).vcpu_usage() == {}
     assert ServiceQuotasSource(None, {"g/on-demand": 96}, clock=FixedClock(NOW)).vcpu_usage() == {}
+
+
+def test_a_quota_the_configuration_alone_sets_has_its_usage_read_from_the_documented_metric() -> None:
+    """`vcpuQuotas` is what doctor proposes where Service Quotas cannot be read (no permission, a region without
+    it): the quota is then the configuration's, and its usage is still the account's, read from the metric AWS
+    documents for its class (the one GetServiceQuota names when it answers). Without it, every other workload's
+    vCPUs went uncounted again in exactly the accounts that set quotas by hand."""
+    import boto3
+
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="k",
+                              aws_secret_access_key="s")  # noqa: S106 (a stubbed client)
+    stub = Stubber(cloudwatch)
+    quotas = ServiceQuotasSource(None, {"g/on-demand": 96, "p4d/on-demand": 96}, cloudwatch_client=cloudwatch,
+                                 clock=FixedClock(NOW))
+    datapoint = NOW - timedelta(minutes=1)
+    end = NOW + timedelta(minutes=1)
+    stub.add_response("get_metric_data", {"MetricDataResults": [
+        {"Id": "q0", "Timestamps": [datapoint], "Values": [64.0], "StatusCode": "Complete"}]}, {
+        "MetricDataQueries": [metric_query(0, "G/OnDemand")],
+        "StartTime": end - USAGE_WINDOW, "EndTime": end, "ScanBy": "TimestampDescending"})
+    with stub:
+        assert quotas.vcpu_usage() == {"g/on-demand": UsageReading(64, datapoint)}  # a family key has no metric
+        stub.assert_no_pending_responses()

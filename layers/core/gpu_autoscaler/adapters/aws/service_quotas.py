@@ -19,8 +19,9 @@ latest datapoint of the last `USAGE_WINDOW`, up to the end of the current minute
 StartTime and EndTime values that align with the value of the metric's Period", GetMetricData). A class with no
 datapoint there has nothing running (usage 0). Usage moves with every launch, so it is kept `USAGE_TTL` only; a
 failed read is handled as a failed quota read (last values kept, tried again a minute later, logged once per
-outage). A quota whose answer names no metric, or set by the configuration alone (Service Quotas never answered),
-has no usage: none is counted, as before.
+outage). A quota whose answer names no metric has no usage: none is counted. A quota the configuration sets
+(`vcpuQuotas`, what doctor proposes where Service Quotas cannot be read) is still the account's: its usage is read
+from the metric documented for its class (`DOCUMENTED_USAGE_METRICS`) where no answer named one.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["DEFAULT_QUOTA_TTL", "RETRY_AFTER_FAILURE", "USAGE_TTL", "USAGE_WINDOW", "ServiceQuotasSource"]
+__all__ = ["DEFAULT_QUOTA_TTL", "DOCUMENTED_USAGE_METRICS", "RETRY_AFTER_FAILURE", "USAGE_TTL", "USAGE_WINDOW",
+           "ServiceQuotasSource"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,14 @@ USAGE_TTL = timedelta(minutes=1)
 USAGE_WINDOW = timedelta(minutes=15)
 """How far back a usage read looks for a metric's latest datapoint."""
 _PERIOD = 60
+DOCUMENTED_USAGE_METRICS: dict[str, dict[str, Any]] = {
+    key: {"MetricNamespace": "AWS/Usage", "MetricName": "ResourceCount", "MetricStatisticRecommendation": "Maximum",
+          "MetricDimensions": {"Class": cls, "Resource": "vCPU", "Service": "EC2", "Type": "Resource"}}
+    for key, cls in (("g/on-demand", "G/OnDemand"), ("p/on-demand", "P/OnDemand"), ("g/spot", "G/Spot"),
+                     ("p/spot", "P/Spot"), ("p5/spot", "P5/Spot"))
+}
+"""The usage metric of each quota key (`QUOTA_CODES`), as GetServiceQuota names it (`UsageMetric`), for a quota the
+configuration alone sets: family keys (`p4d/on-demand`) have none."""
 _MISSING = "NoSuchResourceException"
 """GetServiceQuota: no applied value (the default is asked); GetAWSDefaultServiceQuota: a quota the region does
 not have (that one is unknown, the others still count)."""
@@ -121,7 +131,8 @@ class ServiceQuotasSource:
         return dict(self._usage)
 
     def _refresh_usage(self, now: datetime) -> None:
-        metrics = dict(self._metrics)
+        documented = {k: DOCUMENTED_USAGE_METRICS[k] for k in self._overrides if k in DOCUMENTED_USAGE_METRICS}
+        metrics = {**documented, **self._metrics}
         if self._cloudwatch is None or not metrics:
             self._usage, self._next_usage_read = {}, now + USAGE_TTL
             return
