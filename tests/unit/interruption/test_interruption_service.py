@@ -393,3 +393,20 @@ def test_a_claim_made_draining_by_a_notice_records_the_drain_it_is_to_get_before
     assert progress.request.involuntary and start - timedelta(minutes=1) < progress.request.deadline < start
     assert progress.request.claim_id == "nc-old" and progress.request.node_name == h.node
     assert progress.request.reason == claim.reason
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_notice_the_kubernetes_api_refuses_access_to_fails_naming_the_fix(status: int) -> None:
+    """The record fails (SQS redelivers it, then dead-letters it: the DLQ's alarm), and its error says what grants
+    the access, as a refused consolidation tick or drain does; an outage's error stays as the API gave it."""
+    from gpu_autoscaler.errors import KubernetesAccessRefused, KubernetesApiError
+
+    h = Harness(SPOT, at("2026-11-22T10:26:00Z"))
+    h.cluster.fail_next("list_nodes", KubernetesApiError(f"GET /api/v1/nodes: HTTP {status}", status))
+    with pytest.raises(KubernetesAccessRefused) as raised:
+        h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert raised.value.status == status and "gpu-autoscaler-functions" in str(raised.value)
+    h.cluster.fail_next("list_nodes", KubernetesApiError("GET /api/v1/nodes: HTTP 500", 500))
+    with pytest.raises(KubernetesApiError) as outage:
+        h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert not isinstance(outage.value, KubernetesAccessRefused)

@@ -37,7 +37,7 @@ from gpu_autoscaler.domain.catalog import unavailable_key
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
 from gpu_autoscaler.domain.drain_progress import progress_attributes
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
-from gpu_autoscaler.errors import NodeNotFound, StaleClaim
+from gpu_autoscaler.errors import KubernetesAccessRefused, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
@@ -141,6 +141,19 @@ class InterruptionService:
         return instances
 
     def handle_instance(self, notice: Notice, instance_id: str) -> InterruptionOutcome:
+        """Act on the notice for one instance. Refused access (401, 403) fails it saying what grants the access
+        (the record is redelivered, then dead-lettered: the DLQ's alarm), as a consolidation tick or a drain does;
+        any other API failure fails it as the API gave it."""
+        try:
+            return self._handle_instance(notice, instance_id)
+        except KubernetesApiError as error:
+            if not error.is_access_refused:
+                raise
+            refused = KubernetesAccessRefused(error)
+            logger.error("%s for %s failed: %s", notice.kind, instance_id, refused)
+            raise refused from error
+
+    def _handle_instance(self, notice: Notice, instance_id: str) -> InterruptionOutcome:
         outcome = InterruptionOutcome(event_id=notice.event_id, kind=str(notice.kind), instance_id=instance_id)
         claim = self.store.claim_for_instance(instance_id)
         if claim is None:
