@@ -27,6 +27,8 @@ _PERIOD = Duration.minutes(1)
 ALARM_EMAIL_CONTEXT = "gpu-autoscaler:alarmEmail"
 """CDK context: an address subscribed to the alarm topic (`cdk deploy -c gpu-autoscaler:alarmEmail=ops@example.com`);
 a deploy setting, not part of the configuration the functions read."""
+EVENT_POSTERS = ("packer", "drain")
+"""The functions that post pod Events (`domain.pod_events`), and count those the API server refuses."""
 
 
 def alarm_email(scope: Construct) -> str | None:
@@ -74,6 +76,17 @@ class Monitoring(Construct):
                 alarm_name=names.alarm(f"{name}-errors"),
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
                 metric=function.metric_errors(period=_PERIOD, statistic="Sum"),
+            )
+        for name in EVENT_POSTERS:
+            # Events are best effort: a refused one (401, 403: no access entry or no RBAC binding) fails nothing, so
+            # the Errors alarm never fires for it; the handlers count it (Powertools metrics, dimension `service`).
+            self.alarms[f"events-refused-{name}"] = self._any_above_zero(
+                f"{_camel(name)}PodEventsRefused",
+                alarm_name=names.alarm(f"{name}-pod-events-refused"),
+                alarm_description=f"The Kubernetes API refused the {name} function's pod Events (401: no access "
+                                  "entry; 403: agent/deploy/functions-rbac.yaml not applied).",
+                metric=cloudwatch.Metric(namespace=names.metrics_namespace, metric_name="PodEventsRefused",
+                                         dimensions_map={"service": name}, statistic="Sum", period=_PERIOD),
             )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
         # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).

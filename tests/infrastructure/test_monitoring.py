@@ -104,3 +104,19 @@ def test_the_dashboard_graphs_the_records_each_queue_fed_function_sent_back(synt
     namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
     for name in fed:
         assert f'["{namespace}","RecordsFailed","service","{name}"' in text
+
+
+def test_refused_pod_events_alarm_on_the_functions_that_post_them(synthesized: Synthesized) -> None:
+    """Events are best effort: a packer or drain whose Events the API server refuses (401, 403: the access entry or
+    the RBAC binding is missing) goes on with its work and counts `PodEventsRefused`, so no Errors alarm fires; this
+    one does, for a missing grant that otherwise shows only in the log."""
+    namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
+    watched = set()
+    for alarm in _alarms(synthesized):
+        if alarm["MetricName"] == "PodEventsRefused":
+            assert alarm["Namespace"] == namespace and alarm["Statistic"] == "Sum"
+            assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+            [dimension] = alarm["Dimensions"]
+            assert dimension["Name"] == "service"
+            watched.add(dimension["Value"])
+    assert watched == {"packer", "drain"}
