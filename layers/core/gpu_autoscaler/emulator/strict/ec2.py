@@ -6,11 +6,19 @@ the request and moto's stored state (launch templates, snapshots, capacity reser
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import secrets
+from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.strict.core import AwsRequest, Refusal, check
+from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, ask_after, check
 
-__all__ = ["launch_template_data", "launch_template_specs", "spot_instances_requested", "zone_of_subnet"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpu_autoscaler.emulator.strict.core import Respond
+
+__all__ = ["instant_fleet_refusing", "launch_template_data", "launch_template_specs", "spot_instances_requested",
+           "zone_of_subnet"]
 
 
 # ---- what a launch uses ------------------------------------------------------------------------------------
@@ -40,6 +48,41 @@ def launch_template_data(request: AwsRequest, spec: dict[str, Any]) -> dict[str,
     data = version.data
     return dict(data) if isinstance(data, dict) else {}
 
+
+
+def instant_fleet_refusing(respond: Respond, request: AwsRequest,
+                           refuse: Callable[[dict[str, Any], dict[str, Any]], Refusal | None]) -> Answer | None:
+    """An instant CreateFleet some of whose overrides EC2 refuses, answered as EC2 answers one: each refused override
+    in `Errors` (its `LaunchTemplateAndOverrides`, `Lifecycle`, `ErrorCode`, `ErrorMessage`: CreateFleet's
+    CreateFleetError), the others launched by what answers after `respond`, their instances and errors beside these;
+    an empty fleet when it refuses them all; None when it refuses none. `refuse(override, data)`: EC2's refusal of
+    one override (`{}` for a config without overrides), given its launch template's data, or None."""
+    lifecycle = "spot" if spot_instances_requested(request) else "on-demand"
+    errors: list[dict[str, Any]] = []
+    configs: list[dict[str, Any]] = []
+    for config in request.params.get("LaunchTemplateConfigs", []):
+        spec = config.get("LaunchTemplateSpecification")
+        data = launch_template_data(request, spec or {})
+        kept = []
+        for override in config.get("Overrides") or [{}]:
+            refusal = refuse(override, data)
+            if refusal is None:
+                kept.append(override)
+                continue
+            errors.append({"LaunchTemplateAndOverrides": {"LaunchTemplateSpecification": spec, "Overrides": override},
+                           "Lifecycle": lifecycle, "ErrorCode": refusal.code, "ErrorMessage": refusal.message})
+        if kept:
+            configs.append({**config, "Overrides": kept} if config.get("Overrides") else config)
+    if not errors:
+        return None
+    if not configs:
+        fleet_id = f"fleet-{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-" \
+                   f"{secrets.token_hex(2)}-{secrets.token_hex(6)}"
+        return Answer(result={"FleetId": fleet_id, "Instances": [], "Errors": errors})
+    rest = ask_after(respond, dataclasses.replace(request, params={**request.params, "LaunchTemplateConfigs": configs}))
+    result = dict(rest.result or {})
+    result["Errors"] = [*result.get("Errors", []), *errors]
+    return Answer(result=result)
 
 def spot_instances_requested(request: AwsRequest) -> bool:
     """Whether the request creates Spot Instances (and so Spot Instance requests)."""

@@ -24,14 +24,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import secrets
 import threading
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, ask_after, check, on_reset
-from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs, spot_instances_requested
+from gpu_autoscaler.emulator.strict.core import Answer, Refusal, answer, check, on_reset
+from gpu_autoscaler.emulator.strict.ec2 import instant_fleet_refusing, launch_template_data, launch_template_specs
 from gpu_autoscaler.emulator.strict.ec2_api_idempotency import create_fleet_once_per_token
 
 if TYPE_CHECKING:
@@ -125,30 +123,11 @@ def _run_with_tags_in_metadata(request: AwsRequest) -> None:
 def _instant_fleet_with_tags_in_metadata(request: AwsRequest) -> Answer | None:
     if request.params.get("Type") != "instant":
         return None
-    lifecycle = "spot" if spot_instances_requested(request) else "on-demand"
     asked = request.params.get("TagSpecifications") or []
-    errors: list[dict[str, Any]] = []
-    kept: list[dict[str, Any]] = []
-    for config in request.params.get("LaunchTemplateConfigs", []):
-        spec = config.get("LaunchTemplateSpecification") or {}
-        data = launch_template_data(request, spec)
+
+    def refuse(override: dict[str, Any], data: dict[str, Any]) -> Refusal | None:
         bad = _invalid_key(_instance_tag_keys(asked, data.get("TagSpecifications") or [])) \
             if _tags_in_metadata(request, data) else None
-        if bad is None:
-            kept.append(config)
-            continue
-        errors.extend({"LaunchTemplateAndOverrides": {"LaunchTemplateSpecification": spec, "Overrides": override},
-                       "Lifecycle": lifecycle, "ErrorCode": "InvalidParameterValue",
-                       "ErrorMessage": invalid_tag_key_message(bad)}
-                      for override in config.get("Overrides") or [{}])
-    if not errors:
-        return None
-    if not kept:
-        return Answer(result={"FleetId": f"fleet-{secrets.token_hex(4)}-{secrets.token_hex(2)}-"
-                                         f"{secrets.token_hex(2)}-{secrets.token_hex(2)}-{secrets.token_hex(6)}",
-                              "Instances": [], "Errors": errors})
-    rest = ask_after(_instant_fleet_with_tags_in_metadata,
-                     dataclasses.replace(request, params={**request.params, "LaunchTemplateConfigs": kept}))
-    result = dict(rest.result or {})
-    result["Errors"] = [*result.get("Errors", []), *errors]
-    return Answer(result=result)
+        return None if bad is None else Refusal("InvalidParameterValue", invalid_tag_key_message(bad))
+
+    return instant_fleet_refusing(_instant_fleet_with_tags_in_metadata, request, refuse)

@@ -36,15 +36,18 @@ answers: no EC2 quota at all):
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import secrets
 import threading
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator.moto_fixes import EC2_REQUESTS
-from gpu_autoscaler.emulator.strict.core import Answer, Refusal, after, answer, ask_after, before_any, check, on_reset
-from gpu_autoscaler.emulator.strict.ec2 import launch_template_data, launch_template_specs, spot_instances_requested
+from gpu_autoscaler.emulator.strict.core import Answer, Refusal, after, answer, before_any, check, on_reset
+from gpu_autoscaler.emulator.strict.ec2 import (
+    instant_fleet_refusing,
+    launch_template_data,
+    launch_template_specs,
+    spot_instances_requested,
+)
 from gpu_autoscaler.emulator.strict.ec2_api_idempotency import create_fleet_once_per_token
 
 if TYPE_CHECKING:
@@ -244,31 +247,9 @@ def _instant_fleet_within_the_quota(request: AwsRequest) -> Answer | None:
         return None
     spot = spot_instances_requested(request)
     count = int(request.params.get("TargetCapacitySpecification", {}).get("TotalTargetCapacity") or 1)
-    errors: list[dict[str, Any]] = []
-    configs: list[dict[str, Any]] = []
-    for config in request.params.get("LaunchTemplateConfigs", []):
-        data = launch_template_data(request, config.get("LaunchTemplateSpecification") or {})
-        kept = []
-        for override in config.get("Overrides") or [{}]:
-            instance_type = str(override.get("InstanceType") or data.get("InstanceType") or "")
-            refusal = _too_many(request, instance_type, count, spot) if instance_type else None
-            if refusal is None:
-                kept.append(override)
-                continue
-            errors.append({"LaunchTemplateAndOverrides": {
-                "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification"), "Overrides": override},
-                "Lifecycle": "spot" if spot else "on-demand", "ErrorCode": refusal.code,
-                "ErrorMessage": refusal.message})
-        if kept:
-            configs.append({**config, "Overrides": kept} if config.get("Overrides") else config)
-    if not errors:
-        return None
-    if not configs:
-        fleet_id = f"fleet-{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-" \
-                   f"{secrets.token_hex(2)}-{secrets.token_hex(6)}"
-        return Answer(result={"FleetId": fleet_id, "Instances": [], "Errors": errors})
-    rest = ask_after(_instant_fleet_within_the_quota,
-                     dataclasses.replace(request, params={**request.params, "LaunchTemplateConfigs": configs}))
-    result = dict(rest.result or {})
-    result["Errors"] = [*result.get("Errors", []), *errors]
-    return Answer(result=result)
+
+    def refuse(override: dict[str, Any], data: dict[str, Any]) -> Refusal | None:
+        instance_type = str(override.get("InstanceType") or data.get("InstanceType") or "")
+        return _too_many(request, instance_type, count, spot) if instance_type else None
+
+    return instant_fleet_refusing(_instant_fleet_within_the_quota, request, refuse)

@@ -30,16 +30,15 @@ Draws are seeded, so a scenario replays; each rule counts what it saw and refuse
 
 from __future__ import annotations
 
-import dataclasses
 import random
-import secrets
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, ask_after, check, on_reset
+from gpu_autoscaler.emulator.strict.core import Answer, AwsRequest, Refusal, answer, check, on_reset
 from gpu_autoscaler.emulator.strict.ec2 import (
+    instant_fleet_refusing,
     launch_template_data,
     launch_template_specs,
     spot_instances_requested,
@@ -213,39 +212,19 @@ def _instant_fleet_short_of_capacity(request: AwsRequest) -> Answer | None:
     capacity_type = request.params.get("TargetCapacitySpecification", {}).get("DefaultTargetCapacityType")
     if not _storms or request.params.get("Type") != "instant" or capacity_type not in STORM_CAPACITY_TYPES:
         return None
-    errors: list[dict[str, Any]] = []
     refused: list[tuple[str, str]] = []
-    configs: list[dict[str, Any]] = []
-    for config in request.params.get("LaunchTemplateConfigs", []):
-        data = launch_template_data(request, config.get("LaunchTemplateSpecification") or {})
-        kept = []
-        for override in config.get("Overrides") or [{}]:
-            instance_type = str(override.get("InstanceType") or data.get("InstanceType") or "")
-            zone = str(override.get("AvailabilityZone") or zone_of_subnet(request, override.get("SubnetId")) or "")
-            if instance_type and zone and _empty(instance_type, zone, capacity_type):
-                refused.append((instance_type, capacity_type))
-                errors.append({
-                    "LaunchTemplateAndOverrides": {
-                        "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification"),
-                        "Overrides": override},
-                    "Lifecycle": capacity_type, "ErrorCode": INSUFFICIENT_CAPACITY,
-                    "ErrorMessage": _no_capacity_message(request, instance_type, zone, capacity_type)})
-            else:
-                kept.append(override)
-        if kept:
-            configs.append({**config, "Overrides": kept} if config.get("Overrides") else config)
+
+    def refuse(override: dict[str, Any], data: dict[str, Any]) -> Refusal | None:
+        instance_type = str(override.get("InstanceType") or data.get("InstanceType") or "")
+        zone = str(override.get("AvailabilityZone") or zone_of_subnet(request, override.get("SubnetId")) or "")
+        if not (instance_type and zone and _empty(instance_type, zone, capacity_type)):
+            return None
+        refused.append((instance_type, capacity_type))
+        return Refusal(INSUFFICIENT_CAPACITY, _no_capacity_message(request, instance_type, zone, capacity_type))
+
+    answered = instant_fleet_refusing(_instant_fleet_short_of_capacity, request, refuse)
     _count(refused)
-    if not errors:
-        return None
-    fleet_id = f"fleet-{secrets.token_hex(4)}-{secrets.token_hex(2)}-{secrets.token_hex(2)}-" \
-               f"{secrets.token_hex(2)}-{secrets.token_hex(6)}"
-    if not configs:
-        return Answer(result={"FleetId": fleet_id, "Instances": [], "Errors": errors})
-    rest = ask_after(_instant_fleet_short_of_capacity,
-                     dataclasses.replace(request, params={**request.params, "LaunchTemplateConfigs": configs}))
-    result = dict(rest.result or {})
-    result["Errors"] = [*result.get("Errors", []), *errors]
-    return Answer(result=result)
+    return answered
 
 
 @check("ec2", "RunInstances")
