@@ -11,7 +11,6 @@ forecast status (`disabled`, `ok`, `insufficient-history` when a pool has under 
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -58,8 +57,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("not a ScheduleTick", extra={"error": str(error), "event": event})
         metrics.add_metric(name="TicksRejected", unit=MetricUnit.Count, value=1)
         raise
-    outcome = lease().run(context.aws_request_id, lambda: service().run(tick),
-                          remaining=timedelta(milliseconds=context.get_remaining_time_in_millis()))
+    outcome = lease().run_invocation(context, lambda: service().run(tick))
     if isinstance(outcome, TickSkipped):
         metrics.add_metric(name="TicksSkipped", unit=MetricUnit.Count, value=1)
         return outcome.summary()

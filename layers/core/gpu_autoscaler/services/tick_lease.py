@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gpu_autoscaler.models.leases import Lease
 from gpu_autoscaler.wiring import FUNCTION_WIRING
@@ -86,3 +86,17 @@ class TickLease:
             if not self.leases.release(lease):
                 logger.warning("%s tick %s outlived its lease (until %s), which another tick has taken over since",
                                self.function, holder, lease.expires_at.isoformat())
+
+    def run_invocation(self, context: Invocation, tick: Callable[[], T]) -> T | TickSkipped:
+        """`run` for a Lambda invocation: held by its request id until its end."""
+        return self.run(context.aws_request_id, tick,
+                        remaining=timedelta(milliseconds=context.get_remaining_time_in_millis()))
+
+
+class Invocation(Protocol):
+    """What `run_invocation` reads of the Lambda context."""
+
+    @property
+    def aws_request_id(self) -> str: ...
+
+    def get_remaining_time_in_millis(self) -> int: ...
