@@ -235,6 +235,10 @@ class PoolLimits(_Model):
     gpus: int | None = Field(default=None, ge=0)
     price_per_hour: float | None = Field(default=None, ge=0)
 
+    @property
+    def bounded(self) -> bool:
+        return self.gpus is not None or self.price_per_hour is not None
+
 
 class GpuSharing(_Model):
     mode: Literal["none", "time-slicing", "mig"] = "none"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import pytest
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.domain.initialization import INITIALIZED_ATTRIBUTE
-from gpu_autoscaler.models.claims import ClaimState, NodeClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.pods import PendingPod, PendingPodsDocument
 from gpu_autoscaler.models.quotas import UsageReading
 from gpu_autoscaler.services.packer import PackerService, WrongCluster
@@ -432,3 +433,64 @@ def test_two_planners_at_once_never_record_more_on_a_claim_than_its_node_holds()
 def _document(pods: list[PendingPod]) -> PendingPodsDocument:
     return PendingPodsDocument.model_validate({"schemaVersion": 1, "cluster": "test", "sentAt": NOW.isoformat(),
                                                "pods": [p.model_dump(by_alias=True) for p in pods]})
+
+
+def _live_gpus(store: MemoryStateStore) -> int:
+    return sum(json.loads(c.attributes.get("requests", "{}")).get("nvidia.com/gpu", 0)
+               for c in store.list_claims(CLAIMED_STATES))
+
+
+def test_two_planners_at_once_keep_a_pool_within_its_gpu_limit() -> None:
+    """The pool's limit is checked against the claims each planner read, and nothing serialises the planners (the
+    interruption function plans replacements beside the packer). So each re-reads the pool once its claims are
+    stored and withdraws its own that take the pool past the limit, counting every other planner's first (as
+    Karpenter checks `limits` again just before each create, provisioner.go); their pods are released and planned on
+    their next report. Before: `2 live claims hold 8 GPUs` in a pool limited to 4."""
+    clock = FixedClock(NOW)
+    config = make_config(make_pool(limits={"gpus": 4}))
+    store = MemoryStateStore("test", clock)
+    ours = PackerService(config, store, make_catalog(), RecordingLaunchQueue(), clock=clock)
+    launches = RecordingLaunchQueue()
+    other = PackerService(config, store, make_catalog(), launches, clock=clock)
+    mine, theirs = make_pod(gpus=4, cpu="16", memory="64Gi"), make_pod(gpus=4, cpu="16", memory="64Gi")
+    original = store.create_claims
+    raced: list[bool] = []
+
+    def racing(claims: Any) -> Any:
+        if not raced:  # we planned against an empty pool; the other planner runs whole before our claim is stored
+            raced.append(True)
+            assert len(other.handle(_document([theirs]), source="m-b").created) == 1
+        return original(claims)
+
+    store.create_claims = racing  # type: ignore[method-assign]
+    outcome = ours.handle(_document([mine]), source="m-a")
+    assert _live_gpus(store) == 4
+    assert outcome.created == () and outcome.launch_requests == ()
+    assert store.assignments([mine.uid]) == {}  # released: its next report plans it again
+    ended = [c for c in store.list_claims([ClaimState.TERMINATED]) if mine.uid in c.pods]
+    assert len(ended) == 1 and "limit" in ended[0].reason
+
+
+def test_a_gang_that_would_take_its_pool_past_the_limit_is_withdrawn_whole() -> None:
+    """All or nothing: one member's claim past the limit withdraws every claim of the gang."""
+    clock = FixedClock(NOW)
+    config = make_config(make_pool(limits={"gpus": 8}))
+    store = MemoryStateStore("test", clock)
+    catalog = make_catalog(("g5.12xlarge",))  # 4 GPUs a node: the gang takes two claims
+    ours = PackerService(config, store, catalog, RecordingLaunchQueue(), clock=clock)
+    other = PackerService(config, store, catalog, RecordingLaunchQueue(), clock=clock)
+    gang = make_gang("train", 2, gpus=4, cpu="16", memory="64Gi")
+    original = store.create_claims
+    raced: list[bool] = []
+
+    def racing(claims: Any) -> Any:
+        if not raced:
+            raced.append(True)
+            other.handle(_document([make_pod(gpus=4, cpu="16", memory="64Gi")]), source="m-b")
+        return original(claims)
+
+    store.create_claims = racing  # type: ignore[method-assign]
+    outcome = ours.handle(_document(gang), source="m-a")
+    assert len([c for c in store.list_claims([ClaimState.TERMINATED]) if c.gang]) == 2  # both members' claims
+    assert outcome.created == () and _live_gpus(store) == 4
+    assert store.assignments([p.uid for p in gang]) == {}

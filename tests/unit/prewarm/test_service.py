@@ -403,3 +403,29 @@ def test_warm_capacity_leaves_room_for_what_the_account_s_other_instances_use() 
     pinned = {"node.kubernetes.io/instance-type": "g5.2xlarge"}
     claims = planner([builders.make_pod(cpu="2", memory="8Gi", nodeSelector=pinned) for _ in range(6)])
     assert len(claims) == 4
+
+
+def test_warm_claims_another_planner_leaves_no_room_for_within_the_pool_limit_are_withdrawn_before_launch() -> None:
+    """Prewarm plans against the claims it read; the packer (or an interruption's replacements) may store claims
+    meanwhile. Once its warm claims are stored it reads the pool again and ends, before any launch, those the
+    others' claims leave no room for under the pool's `limits` (`Solver.beyond_limits`). Before: the pool ran 16
+    GPUs under a 12-GPU limit."""
+    rig = Rig(make_config(pools=[make_pool(limits={"gpus": 12})]), START - timedelta(minutes=13))
+    original = rig.store.create_claim
+    raced: list[bool] = []
+
+    def racing(claim: Any) -> None:
+        if not raced:  # the packer stores an 8-GPU claim after prewarm planned against an empty pool
+            raced.append(True)
+            original(make_claim(instance_types=("g6.48xlarge",), state=ClaimState.PENDING, created_at=START))
+        original(claim)
+
+    rig.store.create_claim = racing  # type: ignore[method-assign]
+    summary = rig.tick()
+    live = [c for c in rig.store.claims.values() if c.live]
+    gpus = {"g6.xlarge": 1, "g6.12xlarge": 4, "g6.48xlarge": 8}
+    assert sum(gpus[c.instance_types[0]] for c in live) <= 12
+    withdrawn = [c for c in rig.store.claims.values() if c.warm and c.state is ClaimState.TERMINATED]
+    assert withdrawn and all("limits" in c.history[-1].reason for c in withdrawn)
+    assert not set(rig.queue.claim_ids) & {c.id for c in withdrawn}  # never sent to the fleet
+    assert {item["claim"] for item in summary["launched"]} == {c.id for c in live if c.warm}

@@ -11,22 +11,28 @@ read at. When it loses, the caller follows one of two policies, each chosen wher
   ending a claim (`FleetService.terminate`); a notice or drain moving a claim to Draining.
 - **Give up** (catch `StaleClaim`, log, move on): the change was decided from a picture that is now outdated, and
   the next tick decides again from a fresh one. Used by consolidation (its disruption marks and `emptySince`),
-  reconcile (Registered: next minute), prewarm (warm holds: next tick).
+  reconcile (Registered: next minute), prewarm (warm holds: next tick), a planner withdrawing its claims past a
+  pool's limits (`withdraw_beyond_limits`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from gpu_autoscaler.errors import StaleClaim
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
+    from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.ports import StateStore
 
-__all__ = ["WRITE_ATTEMPTS", "write_fresh", "write_fresh_many"]
+__all__ = ["WRITE_ATTEMPTS", "withdraw_beyond_limits", "write_fresh", "write_fresh_many"]
+
+logger = logging.getLogger(__name__)
 
 WRITE_ATTEMPTS = 3
 """Writers of one claim are few (packer, fleet, reconcile, a notice, a drain): three reads settle any race."""
@@ -77,3 +83,31 @@ def write_fresh_many(store: StateStore, claim_ids: Iterable[str],
         if not current:
             return written, gone
     return written, gone | set(current)
+
+
+def withdraw_beyond_limits(store: StateStore, solver: Solver, stored: Sequence[NodeClaim]) -> list[NodeClaim]:
+    """The claims a planner has just stored, less those that other planners' claims, stored meanwhile, leave no room
+    for under their pool's `limits` (`Solver.beyond_limits`): these are ended before they are ever launched and
+    their pods released, to be planned on their next report. Only a bounded pool's claims cost the extra read; a
+    claim past Pending (found again on a redelivery) is not withdrawn, but counted as another planner's. A claim
+    another writer changed first is left as it is (give up: it is no longer only ours)."""
+    pending = [c for c in stored if c.state is ClaimState.PENDING]
+    if not any(solver.bounded_pool(c.pool) for c in pending):
+        return list(stored)
+    ended: set[str] = set()
+    released: list[str] = []
+    for claim in solver.beyond_limits(store.list_claims(CLAIMED_STATES), pending):
+        try:
+            store.transition(claim, ClaimState.TERMINATED, "withdrawn before launch: claims another planner stored "
+                             f"meanwhile leave pool {claim.pool} no room for it within its limits")
+        except StaleClaim:
+            logger.info("claim %s changed before it could be withdrawn; left as it is", claim.id)
+            continue
+        ended.add(claim.id)
+        released.extend(claim.pods)
+    if ended:
+        logger.info("%d claim(s) withdrawn before launch: other planners' claims took the room pool limits left "
+                    "meanwhile; %d pod(s) planned on their next report", len(ended), len(released))
+    if released:
+        store.release_pods(released)
+    return [c for c in stored if c.id not in ended]

@@ -50,7 +50,7 @@ from gpu_autoscaler.errors import GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import Resources
-from gpu_autoscaler.services.claim_writes import write_fresh_many
+from gpu_autoscaler.services.claim_writes import withdraw_beyond_limits, write_fresh_many
 from gpu_autoscaler.services.demand import pool_gpus, record_demand, shape_gpus
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ class PackerService:
         self.store.assign_many(_group(_listed_on_claims_in_flight(live, document.pods, covered, running)), ttl)
         placed = self._add_to_claims([(by_id[cid], uids) for cid, uids in plan.existing.items()], pods, ttl,
                                      holding=running is not None)
-        created = self._store_claims(plan.claims, pods, ttl)
+        created = withdraw_beyond_limits(self.store, self.solver(), self._store_claims(plan.claims, pods, ttl))
         groups: dict[str, list[str]] = {}
         for claim in created:
             groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(claim.id)

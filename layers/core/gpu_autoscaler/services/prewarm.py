@@ -58,6 +58,7 @@ from gpu_autoscaler.errors import ClaimExists, GpuAutoscalerError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.messages import LaunchRequest, ScheduleTick
 from gpu_autoscaler.models.resources import GPU
+from gpu_autoscaler.services.claim_writes import withdraw_beyond_limits
 from gpu_autoscaler.wiring import rate_period
 
 if TYPE_CHECKING:
@@ -133,9 +134,12 @@ def parse_tick(event: Any) -> ScheduleTick:
 
 
 class PlanCapacity(Protocol):
-    """The packer, asked for the cheapest new claims that hold these (placeholder) pods."""
+    """The packer, asked for the cheapest new claims that hold these (placeholder) pods, and, once they are
+    stored, which of them other planners' claims stored meanwhile leave within the pools' limits."""
 
     def __call__(self, pods: Sequence[PendingPod]) -> Sequence[NodeClaim]: ...
+
+    def within_limits(self, stored: Sequence[NodeClaim]) -> Sequence[NodeClaim]: ...
 
 
 class SolverPlanner:
@@ -162,6 +166,9 @@ class SolverPlanner:
         for item in plan.unschedulable:
             logger.info("warm placeholder %s not placed: %s", item.name, item.reason)
         return plan.claims
+
+    def within_limits(self, stored: Sequence[NodeClaim]) -> Sequence[NodeClaim]:
+        return withdraw_beyond_limits(self._store, self._solver(), stored)
 
 
 _FULL = requests_attribute({GPU: 10**9})
@@ -442,9 +449,11 @@ class PrewarmService:
             except ClaimExists:
                 logger.info("warm claim %s exists already (a retried tick)", warm.id)
                 continue
-            self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=[warm.id]))
             stored.append(warm)
-        return stored
+        kept = list(self.plan_capacity.within_limits(stored)) if stored else []
+        for warm in kept:
+            self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=[warm.id]))
+        return kept
 
     def _as_warm(self, claim: NodeClaim, need: WarmNeed, gpus: GpuCapacity) -> NodeClaim:
         attributes = {k: v for k, v in claim.attributes.items() if k != REQUESTS_ATTRIBUTE}

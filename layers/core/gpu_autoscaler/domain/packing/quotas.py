@@ -179,7 +179,7 @@ class LimitLedger:
 
     @property
     def bounded(self) -> bool:
-        return self.pool.limits.gpus is not None or self.pool.limits.price_per_hour is not None
+        return self.pool.limits.bounded
 
     def admits(self, gpus: float, price: float) -> bool:
         limits = self.pool.limits

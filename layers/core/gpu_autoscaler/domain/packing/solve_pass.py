@@ -50,7 +50,7 @@ from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, is_gpu_resource
 from gpu_autoscaler.models.taints import tolerates_all
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from gpu_autoscaler.config import CapacityType
     from gpu_autoscaler.domain.catalog import OfferingKey
@@ -209,16 +209,11 @@ class SolvePass:
         show yet hold a slot of it (`_hold_reservation`)."""
         for claim in self.claims_in:
             view = self.s._pool_by_name.get(claim.pool)
-            types = self._claim_types(claim)
+            types = self.s.claim_types(claim)
             if not types:
                 continue
-            gpus = max(t.gpus for t in types)
-            if claim.launched_price_per_hour is not None:
-                price = claim.launched_price_per_hour
-            else:
-                price = max([claim.price_per_hour, *self._offering_prices(claim, types)])
             if view is not None:
-                self.limits[view.position].charge(gpus, price)
+                self.limits[view.position].charge(*self.s.limit_charge(claim, types))
             self.vcpus.charge(self.vcpus.consumption(types, claim.capacity_type))
             if claim.capacity_type == "reserved":
                 self._hold_reservation(claim, types)
@@ -243,18 +238,6 @@ class SolvePass:
                         continue
                     self.reserved_left[i] -= 1
                     return
-
-    def _claim_types(self, claim: NodeClaim) -> list[InstanceType]:
-        names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
-        return [t for n in names if (t := self.s.index.catalog.get(n)) is not None]
-
-    def _offering_prices(self, claim: NodeClaim, types: Iterable[InstanceType]) -> list[float]:
-        prices = []
-        for t in types:
-            for zone in claim.zones:
-                for i in self.idx.positions.get((t.name, zone, claim.capacity_type), ()):
-                    prices.append(float(self.idx.price[i]))
-        return prices
 
     # Run
 
@@ -311,7 +294,7 @@ class SolvePass:
             view = self.s._pool_by_name.get(claim.pool)
             if claim.state not in IN_FLIGHT_STATES or claim.gang or view is None:
                 continue
-            types = self._claim_types(claim)
+            types = self.s.claim_types(claim)
             if not types:
                 continue
             matrix = self.matrices[view.position]

@@ -35,13 +35,14 @@ from gpu_autoscaler.domain.packing.fractional import FractionalTypes
 from gpu_autoscaler.domain.packing.index import CatalogIndex, requirement_labels
 from gpu_autoscaler.domain.packing.memo import PackMemo
 from gpu_autoscaler.domain.packing.nodes import PoolView
+from gpu_autoscaler.domain.packing.quotas import LimitLedger
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 from gpu_autoscaler.domain.packing.zones import ONE_PER_NODE_PREFIX
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.config import Config, NodePool
@@ -153,7 +154,7 @@ class Solver:
         """Whether every type the claim may still be (its instance's, once launched, else each candidate) holds
         `requests` in its pool: the room `SolvePass._place_in_flight` offers on a claim in flight, asked again of
         a claim another planner wrote since this one planned (`services.packer`). Types the catalog no longer has
-        are left out, as the plan leaves them (`SolvePass._claim_types`); a claim with none left, or of a pool
+        are left out, as the plan leaves them (`claim_types`); a claim with none left, or of a pool
         the configuration no longer has, holds nothing more."""
         view = self._pool_by_name.get(claim.pool)
         names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
@@ -162,6 +163,66 @@ class Solver:
             return False
         return all(value <= view.allocatable[p].get(name, 1 if name.startswith(ONE_PER_NODE_PREFIX) else 0)
                    for p in positions for name, value in requests.items() if value > 0)
+
+    def claim_types(self, claim: NodeClaim) -> list[InstanceType]:
+        """The types a claim may still be (its instance's, once launched, else each candidate) that the catalog
+        still has."""
+        names = [claim.instance_type] if claim.instance_type else list(claim.instance_types)
+        return [t for n in names if (t := self.index.catalog.get(n)) is not None]
+
+    def limit_charge(self, claim: NodeClaim, types: Sequence[InstanceType]) -> tuple[float, float]:
+        """(GPUs, USD/h) a live claim takes of its pool's `limits`: its largest candidate's GPUs, and its price once
+        launched, else the dearest of its candidates' offerings (the fleet may launch any of them)."""
+        if claim.launched_price_per_hour is not None:
+            price = claim.launched_price_per_hour
+        else:
+            idx = self.index
+            price = max([claim.price_per_hour, *(
+                float(idx.price[i]) for t in types for zone in claim.zones
+                for i in idx.positions.get((t.name, zone, claim.capacity_type), ()))])
+        return max(t.gpus for t in types), price
+
+    def bounded_pool(self, pool: str) -> bool:
+        """Whether the configuration still has the pool and it sets `limits`."""
+        view = self._pool_by_name.get(pool)
+        return view is not None and view.pool.limits.bounded
+
+    def beyond_limits(self, live: Iterable[NodeClaim], own: Sequence[NodeClaim]) -> list[NodeClaim]:
+        """Of the claims a planner has just stored (`own`, in the order it planned them), those that take their
+        pool past its `limits` once every other live claim (`live`, read after storing) is counted first; a gang's
+        claims all or none.
+
+        Each planner checked the limits against the claims it read before planning, and nothing serialises the
+        planners (the interruption function plans replacements in its own invocations, beside the packer and
+        prewarm): two may each fill the room left. Asked of each after its claims are stored, of a read that
+        follows the store, this withdraws at least one of any two that overfill a pool together (the one that
+        asks later sees the other's); both withdraw when both ask after both stored, and their pods wait one more
+        report. Karpenter checks the limits again just before each create (`provisioner.go`, `ExceededBy`), from
+        one provisioner at a time."""
+        own_ids = {c.id for c in own}
+        limits = {v.pool.name: LimitLedger(v.pool) for v in self.pools if v.pool.limits.bounded}
+        if not limits:
+            return []
+        for claim in live:
+            if claim.id in own_ids or not claim.live or (ledger := limits.get(claim.pool)) is None:
+                continue
+            if types := self.claim_types(claim):
+                ledger.charge(*self.limit_charge(claim, types))
+        groups: dict[str, list[NodeClaim]] = {}
+        for claim in own:
+            groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(claim)
+        beyond: list[NodeClaim] = []
+        for group in groups.values():
+            ledger = limits.get(group[0].pool)
+            if ledger is None:
+                continue
+            charges = [self.limit_charge(c, types) for c in group if (types := self.claim_types(c))]
+            gpus, price = sum(g for g, _ in charges), sum(p for _, p in charges)
+            if ledger.admits(gpus, price):
+                ledger.charge(gpus, price)
+            else:
+                beyond.extend(group)
+        return beyond
 
     def class_row(self, key: tuple[object, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
         """The class row filed under `key` (`SolvePass._class_masks`), made once, read-only; at most
