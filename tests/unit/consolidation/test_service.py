@@ -13,6 +13,7 @@ from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE, POD_SET_ATTRIBUTE, PODS_CHANGED_AT_ATTRIBUTE
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
+from gpu_autoscaler.domain.drain import DRAIN_TAINT
 from gpu_autoscaler.domain.drift import (
     IMAGE_ATTRIBUTE,
     POOL_HASH_ATTRIBUTE,
@@ -31,6 +32,7 @@ from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.fleet import FleetService
 from gpu_autoscaler.services.reconcile import ReconcileService
 from tests.unit.consolidation.builders import NOW, TAINT, Cluster, make_config, make_pool, pool_config
+from tests.unit.packing.builders import make_claim
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -605,3 +607,37 @@ def test_a_stalled_drain_past_its_termination_time_ends_the_claim_through_the_fl
     claim = rig.claim(doomed)
     assert rig.sent("drain") == [] and claim.state is ClaimState.TERMINATED
     assert rig.compute.terminated == [claim.instance_id] and "stalled" in claim.reason
+
+
+def test_a_replacement_another_planner_leaves_no_room_for_within_the_pool_limit_drops_its_decision() -> None:
+    """The decision's replacement was planned within the pool's limits against the claims the tick read; the
+    packer may store claims meanwhile. Once stored, the replacement is checked again against every other live
+    claim (`Solver.beyond_limits`, as the packer and prewarm do): past the limit, the replacements are ended before
+    launch and the decision dropped, marks and taints off, its node left running. Before: launched, the pool held
+    16 GPUs under a 12-GPU limit."""
+    config = make_config(make_pool(limits={"gpus": 12},
+                                   disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None}))
+    scene = Cluster(config)
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    rig = Rig(scene)
+    rig.service.run()  # proposes
+    rig.clock.advance(timedelta(minutes=1))
+    original = rig.store.create_claim
+    raced: list[bool] = []
+
+    def racing(claim: NodeClaim) -> None:
+        if not raced:  # the packer stores a 4-GPU claim just before the replacement is stored
+            raced.append(True)
+            original(make_claim(instance_types=("g5.12xlarge",), created_at=rig.clock.now()))
+        original(claim)
+
+    rig.store.create_claim = racing  # type: ignore[method-assign]
+    outcome = rig.service.run()
+    assert raced and outcome.acted == [] and rig.sent("launch") == [] and rig.sent("drain") == []
+    assert any("limits" in text for text in outcome.dropped)
+    assert DISRUPTION_ATTRIBUTE not in rig.claim(big).attributes
+    node = rig.kube.get_node(big)
+    assert node is not None and DRAIN_TAINT not in node.taints
+    ended = [c for c in rig.store.list_claims([ClaimState.TERMINATED]) if c.id != rig.claim(big).id]
+    assert len(ended) == 1 and "limits" in ended[0].reason

@@ -85,18 +85,19 @@ def write_fresh_many(store: StateStore, claim_ids: Iterable[str],
     return written, gone | set(current)
 
 
-def withdraw_beyond_limits(store: StateStore, solver: Solver, stored: Sequence[NodeClaim]) -> list[NodeClaim]:
+def withdraw_beyond_limits(store: StateStore, solver: Solver, stored: Sequence[NodeClaim], *,
+                           together: bool = False) -> list[NodeClaim]:
     """The claims a planner has just stored, less those that other planners' claims, stored meanwhile, leave no room
-    for under their pool's `limits` (`Solver.beyond_limits`): these are ended before they are ever launched and
-    their pods released, to be planned on their next report. Only a bounded pool's claims cost the extra read; a
-    claim past Pending (found again on a redelivery) is not withdrawn, but counted as another planner's. A claim
-    another writer changed first is left as it is (give up: it is no longer only ours)."""
+    for under their pool's `limits` (`Solver.beyond_limits`; `together`: all of them or none, as a consolidation's
+    replacements): these are ended before they are ever launched and the pods assigned to them released, to be
+    planned on their next report. Only a bounded pool's claims cost the extra read; a claim past Pending (found
+    again on a redelivery) is not withdrawn, but counted as another planner's. A claim another writer changed first
+    is left as it is (give up: it is no longer only ours)."""
     pending = [c for c in stored if c.state is ClaimState.PENDING]
     if not any(solver.bounded_pool(c.pool) for c in pending):
         return list(stored)
     ended: set[str] = set()
-    released: list[str] = []
-    for claim in solver.beyond_limits(store.list_claims(CLAIMED_STATES), pending):
+    for claim in solver.beyond_limits(store.list_claims(CLAIMED_STATES), pending, together=together):
         try:
             store.transition(claim, ClaimState.TERMINATED, "withdrawn before launch: claims another planner stored "
                              f"meanwhile leave pool {claim.pool} no room for it within its limits")
@@ -104,10 +105,12 @@ def withdraw_beyond_limits(store: StateStore, solver: Solver, stored: Sequence[N
             logger.info("claim %s changed before it could be withdrawn; left as it is", claim.id)
             continue
         ended.add(claim.id)
-        released.extend(claim.pods)
-    if ended:
-        logger.info("%d claim(s) withdrawn before launch: other planners' claims took the room pool limits left "
-                    "meanwhile; %d pod(s) planned on their next report", len(ended), len(released))
+    if not ended:
+        return list(stored)
+    pods = [uid for c in stored if c.id in ended for uid in c.pods]
+    released = [uid for uid, owner in (store.assignments(pods) if pods else {}).items() if owner in ended]
+    logger.info("%d claim(s) withdrawn before launch: other planners' claims took the room pool limits left "
+                "meanwhile; %d pod(s) planned on their next report", len(ended), len(released))
     if released:
         store.release_pods(released)
     return [c for c in stored if c.id not in ended]

@@ -16,7 +16,8 @@
    them; nothing more until a later tick validates it.
 7. Carry out each validated decision, in an order that is safe to stop anywhere:
    - mark the nodes' claims as being disrupted until the drain's deadline, with the replacements;
-   - store the replacement claims and ask the fleet to launch them;
+   - store the replacement claims and ask the fleet to launch them (or, where claims other planners stored
+     meanwhile leave them no room within the pool's limits, end them and drop the decision: marks and taints off);
    - one voluntary `DrainRequest` per node, naming every replacement: the drain waits until they are all
      Registered and Ready (at most `timeouts.registrationTtl`) before it cordons and evicts, and ends by
      `timeouts.consolidationDrain`.
@@ -61,6 +62,7 @@ from gpu_autoscaler.domain.packing.quotas import vcpu_budget
 from gpu_autoscaler.errors import ClaimExists, KubernetesAccessRefused, KubernetesApiError, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim, instant_attribute
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
+from gpu_autoscaler.services.claim_writes import withdraw_beyond_limits
 from gpu_autoscaler.services.reconcile import ReconcileOutcome, ReconcileService
 
 if TYPE_CHECKING:
@@ -336,7 +338,16 @@ class ConsolidateService:
         if marked is None:
             self._untaint_registered(decision.nodes, decision.claims, outcome)
             return
-        launch = [c.id for c in decision.replacements if self._store_replacement(c)]
+        stored = [c for c in decision.replacements if self._store_replacement(c)]
+        kept = withdraw_beyond_limits(self.store, self.solver(), stored, together=True)
+        if len(kept) < len(stored):
+            self._unmark(marked)
+            self._untaint_registered(decision.nodes, decision.claims, outcome)
+            why = "claims another planner stored meanwhile leave its replacements no room within the pool's limits"
+            outcome.dropped.append(f"{', '.join(decision.nodes)}: {why}")
+            logger.info("consolidation of %s dropped: %s", ", ".join(decision.nodes), why)
+            return
+        launch = [c.id for c in kept]
         if launch:
             self.launches.send(LaunchRequest(cluster=self.config.cluster_name, claim_ids=launch))
             outcome.launch_requests.append(launch)

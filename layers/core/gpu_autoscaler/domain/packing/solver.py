@@ -187,10 +187,11 @@ class Solver:
         view = self._pool_by_name.get(pool)
         return view is not None and view.pool.limits.bounded
 
-    def beyond_limits(self, live: Iterable[NodeClaim], own: Sequence[NodeClaim]) -> list[NodeClaim]:
+    def beyond_limits(self, live: Iterable[NodeClaim], own: Sequence[NodeClaim], *,
+                      together: bool = False) -> list[NodeClaim]:
         """Of the claims a planner has just stored (`own`, in the order it planned them), those that take their
         pool past its `limits` once every other live claim (`live`, read after storing) is counted first; a gang's
-        claims all or none.
+        claims all or none, and with `together` all of `own` or none.
 
         Each planner checked the limits against the claims it read before planning, and nothing serialises the
         planners (the interruption function plans replacements in its own invocations, beside the packer and
@@ -213,15 +214,19 @@ class Solver:
             groups.setdefault(f"gang:{claim.gang}" if claim.gang else claim.id, []).append(claim)
         beyond: list[NodeClaim] = []
         for group in groups.values():
-            ledger = limits.get(group[0].pool)
-            if ledger is None:
-                continue
-            charges = [self.limit_charge(c, types) for c in group if (types := self.claim_types(c))]
-            gpus, price = sum(g for g, _ in charges), sum(p for _, p in charges)
-            if ledger.admits(gpus, price):
-                ledger.charge(gpus, price)
+            per_pool: dict[str, tuple[float, float]] = {}
+            for claim in group:
+                if claim.pool in limits and (types := self.claim_types(claim)):
+                    gpus, price = self.limit_charge(claim, types)
+                    known = per_pool.get(claim.pool, (0.0, 0.0))
+                    per_pool[claim.pool] = (known[0] + gpus, known[1] + price)
+            if all(limits[pool].admits(*charge) for pool, charge in per_pool.items()):
+                for pool, charge in per_pool.items():
+                    limits[pool].charge(*charge)
             else:
                 beyond.extend(group)
+        if together and beyond:
+            return list(own)
         return beyond
 
     def class_row(self, key: tuple[object, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
