@@ -44,7 +44,7 @@ ACCEPTED: dict[str, dict[str, str]] = {
         "private resource. A VPC would need the user's subnets with NAT or VPC endpoints. A cluster whose API "
         "endpoint is private only is not supported yet (README, Deploy).",
         "CKV_AWS_173": "The environment holds resource names and URLs only (table, queues, parameter, launch "
-        "template), no secret; Lambda encrypts it at rest with its AWS managed key.",
+        "template) and the configuration's digest, no secret; Lambda encrypts it at rest with its AWS managed key.",
     },
 }
 """Resource type → checkov check id → why this stack accepts the finding."""

@@ -19,6 +19,7 @@ from aws_cdk import aws_logs as logs
 from cdk_nag import NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from gpu_autoscaler.config import config_digest
 from gpu_autoscaler.naming import FUNCTIONS
 from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FUNCTION_WIRING
 from infra.permissions import Capability, Ec2Permissions, Wildcard
@@ -162,6 +163,7 @@ class Functions(Construct):
         self._queues = queues
         self._table = table
         self._parameter = parameter
+        self._config_digest = config_digest(config.to_json())
         self._launch_template_id = launch_template_id
         self._launch_templates = launch_templates or {"on-demand": launch_template_id}
         self._placement_groups = placement_groups or {}
@@ -181,9 +183,17 @@ class Functions(Construct):
         subsegment, and the packer's names every unschedulable pod with its reason, so a large burst's subsegment
         passes what one UDP datagram to the X-Ray daemon holds (65,507 bytes; aws-xray-sdk's `UDPEmitter` logs the
         failure and drops it: the trace of the invocation one most wants is lost) and puts pod names in traces;
-        the same summaries are in the function's log."""
+        the same summaries are in the function's log.
+
+        `CONFIG_DIGEST`: a function reads the parameter once per execution environment, and a warm one lives for
+        hours ("Lambda terminates execution environments every few hours", Lambda Developer Guide,
+        lambda-runtime-environment.html). A deploy that changed the configuration alone changed only the
+        parameter, so warm functions ran the old one beside cold starts running the new; with its digest here each
+        function changes too, and Lambda runs the invocations after an update with the new configuration
+        (UpdateFunctionConfiguration: "the function is processing events with the new configuration")."""
         env = {
             "CONFIG_PARAMETER": self._parameter.parameter_name,
+            "CONFIG_DIGEST": self._config_digest,
             "TABLE_NAME": self._table.table_name,
             "LAUNCH_QUEUE_URL": self._queues.queues[WorkQueue.LAUNCH].queue_url,
             "DRAIN_QUEUE_URL": self._queues.queues[WorkQueue.DRAIN].queue_url,

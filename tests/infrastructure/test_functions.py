@@ -7,17 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 import aws_cdk.aws_lambda as lambda_
 
+from gpu_autoscaler.config import config_digest
 from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from gpu_autoscaler.settings import FunctionSettings
 from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FULL_VCPU_MB
 from infra.functions import FUNCTION_SPECS
 from infra.queues import WorkQueue
+from tests.infrastructure.conftest import infrastructure_config_data, synthesize
 
 if TYPE_CHECKING:
+    import pytest
+
     from tests.infrastructure.conftest import Synthesized
 
-COMMON_ENV = {"CONFIG_PARAMETER", "TABLE_NAME", "LAUNCH_QUEUE_URL", "DRAIN_QUEUE_URL", "POWERTOOLS_SERVICE_NAME",
-              "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS", "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}  # fmt: skip
+COMMON_ENV = {"CONFIG_PARAMETER", "CONFIG_DIGEST", "TABLE_NAME", "LAUNCH_QUEUE_URL", "DRAIN_QUEUE_URL",
+              "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS",
+              "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}  # fmt: skip
 LIBRARY_ENV = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "OPENBLAS_NUM_THREADS",
                "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}
 """Read by the libraries, not by `FunctionSettings`."""
@@ -64,6 +69,7 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
             {"PENDING_PODS_DLQ_URL"} if spec.name == "packer" else set())
         assert set(env) == expected, spec.name
         assert env["CONFIG_PARAMETER"] == {"Ref": synthesized.logical_id(stack.parameter)}
+        assert env["CONFIG_DIGEST"] == config_digest(synthesized.config.to_json())
         assert env["TABLE_NAME"] == {"Ref": synthesized.logical_id(stack.table)}
         assert env["LAUNCH_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.LAUNCH])}
         assert env["DRAIN_QUEUE_URL"] == {"Ref": synthesized.logical_id(stack.queues.queues[WorkQueue.DRAIN])}
@@ -170,3 +176,23 @@ def test_scheduled_functions_send_failed_ticks_to_the_scheduler_dlq(synthesized:
 def test_the_interruption_function_gets_a_whole_vcpu(synthesized: Synthesized) -> None:
     """Its cold start is on the Spot warning → cordon path, which has 5 s of the two-minute notice."""
     assert _function(synthesized, "interruption")["MemorySize"] >= FULL_VCPU_MB == 1769
+
+
+def test_a_configuration_change_updates_every_function(synthesized: Synthesized,
+                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each function reads the configuration once per execution environment, and a warm one lives for hours
+    ("Lambda terminates execution environments every few hours ... even for functions that are invoked
+    continuously", Lambda Developer Guide, lambda-runtime-environment.html). A deploy that changed only the SSM
+    parameter changed no function, so consolidate (invoked every minute) kept the old pools and limits for hours
+    while cold starts ran the new ones. With the parameter's digest in its environment, every function is updated,
+    and Lambda serves the invocations after an update with the new configuration (UpdateFunctionConfiguration)."""
+    data = infrastructure_config_data()
+    data["nodePools"][1]["limits"] = {"gpus": 8}
+    changed = synthesize(data, tmp_path_factory.mktemp("changed"))
+    [before] = synthesized.of_type("AWS::SSM::Parameter").values()
+    [after] = changed.of_type("AWS::SSM::Parameter").values()
+    assert before["Properties"]["Value"] != after["Properties"]["Value"]
+    for name in FUNCTIONS:
+        old, new = _function(synthesized, name), _function(changed, name)
+        assert old["Environment"]["Variables"]["CONFIG_DIGEST"] == config_digest(before["Properties"]["Value"]), name
+        assert new["Environment"]["Variables"]["CONFIG_DIGEST"] == config_digest(after["Properties"]["Value"]), name

@@ -6,6 +6,7 @@ invalid configuration fails the same way everywhere: one message naming the fiel
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -53,6 +54,7 @@ __all__ = [
     "Predictive",
     "ScalingWindow",
     "WarmCapacity",
+    "config_digest",
     "load_config",
     "parse_config",
 ]
@@ -671,6 +673,13 @@ class Config(_Model):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def config_digest(published: str) -> str:
+    """The digest of the configuration JSON the stack publishes (`Config.to_json()`, the SSM parameter's value):
+    the stack puts it in every function's environment, so that changing the configuration changes every function
+    (`infra.functions`), and a function tells by it whether the parameter it read is the one it was deployed with."""
+    return hashlib.sha256(published.encode()).hexdigest()[:16]
 
 
 _FAST_IMAGE_PULL_AL2023 = "20250821"

@@ -16,6 +16,8 @@ class FunctionSettings(BaseModel):
     table_name: str = Field(alias="TABLE_NAME")
     config_parameter: str = Field(alias="CONFIG_PARAMETER")
     """SSM parameter holding the configuration JSON (advanced tier: it can exceed 4 KB)."""
+    config_digest: str | None = Field(default=None, alias="CONFIG_DIGEST")
+    """`config.config_digest` of the parameter's value at deploy time (absent where no stack set it: the emulator)."""
     launch_queue_url: str | None = Field(default=None, alias="LAUNCH_QUEUE_URL")
     drain_queue_url: str | None = Field(default=None, alias="DRAIN_QUEUE_URL")
     launch_template_id: str | None = Field(default=None, alias="LAUNCH_TEMPLATE_ID")
