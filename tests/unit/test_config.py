@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import types
 import typing
 from datetime import timedelta
@@ -27,6 +28,33 @@ def test_cdk_json_holds_the_full_example() -> None:
 def test_round_trips_through_json(config_data: dict[str, Any]) -> None:
     config = parse_config(config_data)
     assert parse_config(json.loads(config.to_json())) == config
+
+
+def test_keys_of_a_newer_version_are_ignored_with_one_warning_naming_them_when_asked(
+        config_data: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """What the functions read from the SSM parameter: CloudFormation updates it before the functions that
+    reference it, so during an upgrade the old code may read the JSON of a version that added fields
+    (`Config.to_json` writes every field with its default). The user's cdk.json keeps refusing them (a typo)."""
+    expected = parse_config(config_data)
+    config_data["kubernetes"]["someFieldOfTheNextRelease"] = True
+    config_data["nodePools"][1]["disruption"]["nextKnob"] = "5m"
+    config_data["surprise"] = {"nested": 1}
+    with pytest.raises(ConfigError, match=r"kubernetes\.someFieldOfTheNextRelease: Extra inputs are not permitted"):
+        parse_config(config_data)
+    with caplog.at_level(logging.WARNING):
+        assert parse_config(config_data, unknown_keys="ignore") == expected
+    [record] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.getMessage().endswith(
+        "ignoring keys this version does not know: kubernetes.someFieldOfTheNextRelease, "
+        "nodePools[1].disruption.nextKnob, surprise")
+
+
+def test_ignoring_unknown_keys_still_refuses_invalid_values(config_data: dict[str, Any]) -> None:
+    config_data["kubernetes"]["someFieldOfTheNextRelease"] = True
+    config_data["scalingWindows"][0]["timezone"] = "Mars/Olympus"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_data, unknown_keys="ignore")
+    assert caught.value.problems == ["scalingWindows[0].timezone: 'Mars/Olympus' is not an IANA time zone"]
 
 
 def test_the_stack_grants_cluster_access_through_the_eks_api_unless_told_not_to(config_data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -58,3 +59,17 @@ def test_a_parameter_of_another_deploy_is_read_with_a_warning(
     [record] = caplog.records
     assert PARAMETER in record.getMessage()
     assert config_digest(published) in record.getMessage() and "0123456789abcdef" in record.getMessage()
+
+
+def test_the_function_reads_a_parameter_written_by_a_newer_version(
+        config: Config, caplog: pytest.LogCaptureFixture) -> None:
+    """CloudFormation updates the parameter before the functions that reference it; a cold start of the old code
+    in between (or a function a failed update left on it) reads the JSON the new version wrote, which holds every
+    field that version added (`Config.to_json` writes defaults too). It failed the cold start ("Extra inputs are
+    not permitted"): a queue's batch went back, a consolidation tick to the scheduler DLQ, the Errors alarms fired."""
+    written = json.loads(config.to_json())
+    assert "eksAccess" in written["kubernetes"], "defaults are written, so every new field lands in SSM"
+    written["kubernetes"]["someFieldOfTheNextRelease"] = True
+    with caplog.at_level(logging.WARNING):
+        assert _read(json.dumps(written)) == config
+    assert "kubernetes.someFieldOfTheNextRelease" in caplog.text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 CONTEXT_KEY = "gpu-autoscaler"
+
+logger = logging.getLogger(__name__)
 
 CapacityType = Literal["reserved", "spot", "on-demand"]
 CAPACITY_ORDER: tuple[CapacityType, ...] = ("reserved", "spot", "on-demand")
@@ -713,20 +716,41 @@ def _image_pull_supported(pool: NodePool, ami: Ami) -> None:
                              f"(settings.container-runtime.snapshotter); ami.version is {ami.version}")
 
 
-def parse_config(data: Any) -> Config:
-    """Validate a configuration object, raising `ConfigError` with every problem named."""
+def parse_config(data: Any, *, unknown_keys: Literal["forbid", "ignore"] = "forbid") -> Config:
+    """Validate a configuration object, raising `ConfigError` with every problem named.
+
+    A key no model knows is refused (a typo in cdk.json would otherwise be a setting silently not set), unless
+    `unknown_keys` is "ignore": the functions' reading of the SSM parameter, which a newer version may have written
+    (CloudFormation updates the parameter before the functions that reference it, DependsOn attribute: "Resource B
+    is updated before resource A"; `Config.to_json` writes every field, defaults too). Then such keys are dropped
+    with one warning naming them all, and every other problem is still refused."""
     if not isinstance(data, dict):
         raise ConfigError([f"the configuration must be a JSON object, got {type(data).__name__}"])
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors()
+    unknown = [_path(error["loc"]) for error in errors if error["type"] == "extra_forbidden"]
+    if unknown_keys == "forbid" or not unknown:
+        raise ConfigError([_describe(error) for error in errors])
+    try:
+        config = Config.model_validate(data, extra="ignore")
+    except ValidationError as exc:
         raise ConfigError([_describe(error) for error in exc.errors()]) from None
+    logger.warning("the configuration was written by a newer gpu-autoscaler, or by hand: "
+                   "ignoring keys this version does not know: %s", ", ".join(unknown))
+    return config
+
+
+def _path(loc: Any) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
 
 
 def _describe(error: Any) -> str:
-    path = ""
-    for part in error["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    path = _path(error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     return f"{path}: {message}" if path else message
 

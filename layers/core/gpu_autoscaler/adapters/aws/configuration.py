@@ -23,11 +23,12 @@ def fetch_config(clients: AwsClients, settings: FunctionSettings) -> Config:
 
     A parameter other than the one the function was deployed with (`CONFIG_DIGEST`) is read, with a warning:
     CloudFormation updates the parameter before the functions that reference it (DependsOn attribute: "Resource B
-    is updated before resource A"), so a cold start between the two reads the next deploy's configuration."""
+    is updated before resource A"), so a cold start between the two reads the next deploy's configuration, keys
+    a newer version added included: those are ignored, with a warning (`parse_config`'s `unknown_keys`)."""
     raw = clients.client("ssm").get_parameter(Name=settings.config_parameter)["Parameter"]["Value"]
     digest = config_digest(raw)
     if settings.config_digest is not None and digest != settings.config_digest:
         logger.warning("configuration parameter %s has digest %s, this function was deployed with %s: "
                        "a deploy is under way, or the parameter was changed outside the stack",
                        settings.config_parameter, digest, settings.config_digest)
-    return parse_config(json.loads(raw))
+    return parse_config(json.loads(raw), unknown_keys="ignore")
