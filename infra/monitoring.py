@@ -52,6 +52,7 @@ class Monitoring(Construct):
         construct_id: str,
         *,
         names: ResourceNames,
+        region: str,
         functions: dict[str, lambda_.Function],
         queues: dict[str, sqs.Queue],
         dead_letter_queues: dict[str, sqs.Queue],
@@ -97,7 +98,7 @@ class Monitoring(Construct):
             conditions={"ArnEquals": {"aws:SourceArn": [a.alarm_arn for a in self.alarms.values()]},
                         "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
         ))
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.dashboard)
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.dashboard(region))
         fns = list(functions.items())
         self.dashboard.add_widgets(
             _graph("Invocations", [f.metric_invocations(label=n) for n, f in fns]),

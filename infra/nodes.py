@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import CfnTag
+from aws_cdk import CfnDeletionPolicy, CfnTag
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -44,9 +44,15 @@ class NodeLaunchTemplate(Construct):
         self.instance_profile = iam.CfnInstanceProfile(
             self,
             "InstanceProfile",
-            instance_profile_name=names.instance_profile,
+            instance_profile_name=names.instance_profile(config.region),
             roles=[role_name(config.node_role)],
         )
+        # A new name replaces the profile (InstanceProfileName: "Update requires: Replacement"), and CloudFormation
+        # deletes the old one unless told to keep it (UpdateReplacePolicy); IAM DeleteInstanceProfile: "Deleting a
+        # role or instance profile that is associated with a running instance will break any applications running
+        # on the instance", so every node launched before would lose its credentials. The old one is left to delete
+        # once they are gone (README, Deploy).
+        self.instance_profile.cfn_options.update_replace_policy = CfnDeletionPolicy.RETAIN
         owner = [CfnTag(key=TAG_CLUSTER, value=config.cluster_name)]
         self.templates: dict[str, ec2.CfnLaunchTemplate] = {}
         for key, (capacity_type, efa) in template_variants(config).items():

@@ -108,6 +108,7 @@ class GpuAutoscalerStack(Stack):
             self,
             "Monitoring",
             names=names,
+            region=config.region,
             functions=self.functions.functions,
             queues={kind.value: queue for kind, queue in self.queues.queues.items()},
             dead_letter_queues=self.queues.all_dead_letter_queues,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -109,3 +110,38 @@ def test_each_cluster_has_its_own_metrics_namespace() -> None:
     clusters in one account and region must not add up in one series."""
     assert ResourceNames("ml-prod").metrics_namespace == "GpuAutoscaler/ml-prod"
     assert ResourceNames("ml-prod").metrics_namespace != ResourceNames("ml-staging").metrics_namespace
+
+
+def _other_region() -> dict[str, Any]:
+    data = infrastructure_config_data()
+    data["region"] = "eu-west-1"
+    data["network"]["subnets"] = {"eu-west-1a": "subnet-0aaa", "eu-west-1b": "subnet-0bbb"}
+    return data
+
+
+def test_account_global_names_carry_the_region(synthesized: Synthesized,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """EKS cluster names are unique per region, so `ml-prod` in us-east-1 and in eu-west-1 is ordinary; but IAM
+    names are global to the account, and "All dashboards in your account are global, not region-specific"
+    (AWS::CloudWatch::Dashboard). The second region's deploy failed: its instance profile "already exists"."""
+    other = synthesize(_other_region(), tmp_path_factory.mktemp("cdk.out.eu"))
+    for cfn_type, key in (("AWS::IAM::InstanceProfile", "InstanceProfileName"),
+                          ("AWS::CloudWatch::Dashboard", "DashboardName")):
+        [here] = synthesized.of_type(cfn_type).values()
+        [there] = other.of_type(cfn_type).values()
+        assert here["Properties"][key] != there["Properties"][key], cfn_type
+        assert "us-east-1" in here["Properties"][key] and "eu-west-1" in there["Properties"][key], cfn_type
+
+
+def test_the_region_survives_the_shortening_of_account_global_names() -> None:
+    """Instance profile names allow `[\\w+=,.@-]+` up to 128 characters (IAM CreateInstanceProfile), dashboard names
+    letters, digits, `-` and `_` up to 255 (AWS::CloudWatch::Dashboard `DashboardName`)."""
+    for cluster in ("ml-prod", LONGEST_CLUSTER):
+        names = ResourceNames(cluster)
+        for region in ("us-east-1", "ap-southeast-2", "us-gov-west-1"):
+            profile, dashboard = names.instance_profile(region), names.dashboard(region)
+            assert profile.endswith(f"-{region}-node") and len(profile) <= 128
+            assert dashboard.endswith(f"-{region}") and len(dashboard) <= 255
+            assert re.fullmatch(r"[\w+=,.@-]+", profile) and re.fullmatch(r"[A-Za-z0-9_-]+", dashboard)
+    assert ResourceNames("ml-prod").instance_profile("us-east-1") == "ml-prod-gpu-autoscaler-us-east-1-node"
+    assert ResourceNames("ml-prod").dashboard("us-east-1") == "ml-prod-gpu-autoscaler-us-east-1"

@@ -68,10 +68,19 @@ def test_spot_and_on_demand_launches_stay_out_of_open_reservations(synthesized: 
 def test_instance_profile_wraps_the_configured_node_role(synthesized: Synthesized) -> None:
     [profile] = synthesized.of_type("AWS::IAM::InstanceProfile").values()
     assert profile["Properties"]["Roles"] == ["ml-prod-gpu-node"]
-    assert (
-        profile["Properties"]["InstanceProfileName"] == ResourceNames(synthesized.config.cluster_name).instance_profile
-    )
+    config = synthesized.config
+    assert profile["Properties"]["InstanceProfileName"] == ResourceNames(config.cluster_name).instance_profile(
+        config.region)
     assert role_name("arn:aws:iam::123456789012:role/teams/ml/gpu-node") == "gpu-node"
+
+
+def test_a_replaced_instance_profile_is_kept_for_the_nodes_running_on_it(synthesized: Synthesized) -> None:
+    """A new name replaces the profile (InstanceProfileName: "Update requires: Replacement"), and CloudFormation
+    then deletes the old one unless UpdateReplacePolicy says Retain. IAM DeleteInstanceProfile: "Deleting a role or
+    instance profile that is associated with a running instance will break any applications running on the
+    instance": every node launched before the update would lose its credentials (kubelet, image pulls)."""
+    [profile] = synthesized.of_type("AWS::IAM::InstanceProfile").values()
+    assert profile["UpdateReplacePolicy"] == "Retain"
 
 
 def test_bottlerocket_gets_an_os_and_a_data_volume() -> None:

@@ -144,10 +144,12 @@ class ResourceNames:
             return self.launch_template
         return self._fit("launch_template", f"-node-{capacity_type}")
 
-    @property
-    def instance_profile(self) -> str:
-        """The instance profile wrapping the configured node role."""
-        return self._fit("instance_profile", "-node")
+    def instance_profile(self, region: str) -> str:
+        """The instance profile wrapping the configured node role. IAM names are global to the account and EKS
+        cluster names unique only per region, so the region is in it: one cluster name in two regions deploys
+        twice (Karpenter hashes the region into its instance profiles' names likewise, karpenter-provider-aws
+        pkg/apis/v1/ec2nodeclass.go `InstanceProfileName`)."""
+        return self._fit("instance_profile", f"-{region}-node")
 
     @property
     def metrics_namespace(self) -> str:
@@ -186,9 +188,10 @@ class ResourceNames:
     def alarm(self, label: str) -> str:
         return self._fit("alarm", f"-{label}")
 
-    @property
-    def dashboard(self) -> str:
-        return self._fit("dashboard")
+    def dashboard(self, region: str) -> str:
+        """The region is in it: "All dashboards in your account are global, not region-specific"
+        (AWS::CloudWatch::Dashboard)."""
+        return self._fit("dashboard", f"-{region}")
 
     def schedule_group(self) -> str:
         return self._fit("schedule_group")

@@ -98,7 +98,9 @@ def test_node_role_from_the_configuration_and_its_instance_profile(aws: Embedded
     trust = role["AssumeRolePolicyDocument"]
     trust = json.loads(trust) if isinstance(trust, str) else trust
     assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-    profile = iam.get_instance_profile(InstanceProfileName=ResourceNames("ml-prod").instance_profile)["InstanceProfile"]
+    name = ResourceNames("ml-prod").instance_profile("us-east-1")
+    assert name == "ml-prod-gpu-autoscaler-us-east-1-node"
+    profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
     assert profile["Arn"] == aws.resources.instance_profile_arn
     assert [r["RoleName"] for r in profile["Roles"]] == ["ml-prod-gpu-node"]
 

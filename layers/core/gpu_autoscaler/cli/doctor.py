@@ -49,7 +49,7 @@ _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
 @contextlib.contextmanager
 def _context(config: Config, aws: bool, endpoint_url: str | None) -> Iterator[tuple[DoctorContext, str]]:
-    profile = ResourceNames(config.cluster_name).instance_profile
+    profile = ResourceNames(config.cluster_name).instance_profile(config.region)
     if aws:
         clients = AwsClients(config.region, session=aws_session(config.region))
         yield DoctorContext(config, clients, _catalog(clients, config, pricing=True), instance_profile=profile), \

@@ -207,7 +207,7 @@ def discover(clients: AwsClients, config: Config) -> StackResources:
     templates: dict[str, str] = {key: found for key in template_variants(config)
                  if (found := _find_launch_template(ec2, names.capacity_launch_template(key.replace("/", "-"))))}
     template_id = templates.get("on-demand")
-    role_arn, profile_arn = _find_node_identity(clients.client("iam"), names)
+    role_arn, profile_arn = _find_node_identity(clients.client("iam"), names, config.region)
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
@@ -313,10 +313,11 @@ def _create_node_identity(
         RoleName=role_name, Path=path, AssumeRolePolicyDocument=json.dumps(trust), Tags=_tag_list(tags),
         Description=f"GPU nodes of cluster {config.cluster_name}",
     )["Role"]["Arn"]
-    profile_arn = iam.create_instance_profile(InstanceProfileName=names.instance_profile, Tags=_tag_list(tags))[
-        "InstanceProfile"
-    ]["Arn"]
-    iam.add_role_to_instance_profile(InstanceProfileName=names.instance_profile, RoleName=role_name)
+    profile = names.instance_profile(config.region)
+    profile_arn = iam.create_instance_profile(InstanceProfileName=profile, Tags=_tag_list(tags))["InstanceProfile"][
+        "Arn"
+    ]
+    iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=role_name)
     partition = role_arn.split(":")[1]
     for policy in NODE_ROLE_POLICIES:  # a ready account's node role holds them (create-node-role.adoc)
         iam.attach_role_policy(RoleName=role_name, PolicyArn=f"arn:{partition}:iam::aws:policy/{policy}")
@@ -522,8 +523,8 @@ def _find_function_roles(iam: Any, names: ResourceNames) -> dict[str, str]:
     return roles
 
 
-def _find_node_identity(iam: Any, names: ResourceNames) -> tuple[str | None, str | None]:
-    found = _optional(iam.get_instance_profile, InstanceProfileName=names.instance_profile)
+def _find_node_identity(iam: Any, names: ResourceNames, region: str) -> tuple[str | None, str | None]:
+    found = _optional(iam.get_instance_profile, InstanceProfileName=names.instance_profile(region))
     if not found:
         return None, None
     profile = found["InstanceProfile"]
