@@ -9,7 +9,8 @@ the kubelet sets itself (hostname, arch, os), and capacity/allocatable computed 
 less kube-reserved, system-reserved and the hard eviction thresholds (kubernetes.io, "Reserve Compute Resources
 for System Daemons"), with the EKS AMIs' defaults where the user data sets none (nodeadm / Bottlerocket:
 kube-reserved memory 11 MiB × max pods + 255 MiB, the CPU ladder of `machines.reserved_cpu_millicores`, 1 Gi
-ephemeral storage; max pods from the ENI formula). GPUs are not the kubelet's to advertise: the device plugin
+ephemeral storage; max pods from the ENI formula). Ephemeral-storage capacity is the filesystem the OS made on the
+kubelet's volume, not the volume (`filesystems`). GPUs are not the kubelet's to advertise: the device plugin
 adds them once it runs.
 
 A node is registered before it can take pods, as on EKS:
@@ -52,6 +53,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.emulator.filesystems import kubelet_filesystem_bytes
 from gpu_autoscaler.emulator.kube_objects import NODES, PODS, ApiError, format_quantity, format_time, remove_taints
 from gpu_autoscaler.emulator.kubelet_user_data import (
     BootstrapError,
@@ -227,7 +229,7 @@ class SimulatedInstance:
 def node_resources(machine: Machine, settings: KubeletSettings) -> tuple[Resources, Resources]:
     """(capacity, allocatable) as the kubelet computes them for this machine and these settings."""
     max_pods = settings.max_pods if settings.max_pods is not None else eni_max_pods(machine)
-    storage = machine.kubelet_volume_gib(settings.os_family) * GIB
+    storage = kubelet_filesystem_bytes(settings.os_family, machine.kubelet_volume_gib(settings.os_family) * GIB)
     capacity = Resources({"cpu": machine.vcpus * 1000, "memory": machine.memory_bytes(),
                           "ephemeral-storage": storage, "pods": max_pods})
     kube_reserved = settings.kube_reserved
