@@ -411,7 +411,9 @@ class NodePool(_Model):
     lead_time: Duration = timedelta(minutes=8)
     """Node boot plus image pull: how early warm capacity must be asked for."""
     ephemeral_storage: str = "100Gi"
-    """Root volume size of the pool's nodes: their `ephemeral-storage` capacity, as a quantity."""
+    """Size of the volume the pool's nodes keep ephemeral storage on (AL2023's root, Bottlerocket's data volume), as a
+    quantity. Their `ephemeral-storage` capacity is the filesystem on it: planned as this less 2 % and 1 GiB
+    (`domain.packing.filesystem`)."""
     pre_pull_images: list[str] = Field(default_factory=list, max_length=50)
     """Images pulled during boot, before the kubelet starts (AL2023): each pinned by tag or digest. Bottlerocket
     has no such setting; there a data-volume snapshot (`gpu-autoscaler snapshot`) puts images on disk."""

@@ -20,11 +20,12 @@ from moto import mock_aws
 from gpu_autoscaler.adapters.aws.instance_types import instance_type_from_api
 from gpu_autoscaler.config import Config, parse_config
 from gpu_autoscaler.domain.fleet import Attempt, LaunchContext, build_request
+from gpu_autoscaler.domain.launch_templates import ebs_api, pool_block_device_mappings
 from gpu_autoscaler.domain.packing.fit import allocatable
 from gpu_autoscaler.emulator.kubelet import SimulatedInstance
 from gpu_autoscaler.emulator.machines import describe_machine
 from gpu_autoscaler.models.claims import NodeClaim
-from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.resources import EPHEMERAL_STORAGE, Resources
 from tests.conftest import example_config_data
 
 if TYPE_CHECKING:
@@ -107,3 +108,41 @@ def test_a_configured_overhead_reaches_the_node_too(
                 "systemReserved": {"cpu": "100m", "memory": "512Mi"}}
     reported, planned = node_allocatable(config_for(family, overhead), "gpu-burst", "p4d.24xlarge", ec2_facts)
     assert reported == planned
+
+
+@pytest.mark.parametrize("family", ["AL2023", "Bottlerocket"])
+@pytest.mark.parametrize("volume", ["20Gi", "100Gi", "1000Gi", "16Ti"])
+def test_the_node_has_the_ephemeral_storage_the_packer_planned(family: str, volume: str) -> None:
+    """The node launched with the pool's volumes (what the fleet request maps for it) offers at least the
+    ephemeral-storage the packer planned: the emulated kubelet counts the filesystem its OS made on the volume."""
+    data = config_for(family).model_dump(by_alias=True, exclude_none=True)
+    for pool_data in data["nodePools"]:
+        pool_data["ephemeralStorage"] = volume
+    config = parse_config(data)
+    pool = config.pool("gpu-burst")
+    with mock_aws():
+        ec2: Any = boto3.client("ec2", region_name="us-east-1")
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        raw = ec2.describe_instance_types(InstanceTypes=["g5.12xlarge"])["InstanceTypes"][0]
+        instance_id = ec2.run_instances(
+            ImageId=image, InstanceType="g5.12xlarge", MinCount=1, MaxCount=1,
+            BlockDeviceMappings=ebs_api(pool_block_device_mappings(config, pool)))["Instances"][0]["InstanceId"]
+        machine, _ = describe_machine(ec2, instance_id)
+    instance_type = instance_type_from_api(raw, {})
+    node = SimulatedInstance.from_user_data("i-0aaa", machine, "us-east-1a",
+                                            launched_user_data(config, pool.name, instance_type))
+    assert node.allocatable is not None
+    planned = allocatable(instance_type, pool, config.overhead)[EPHEMERAL_STORAGE]
+    assert 0 < planned <= node.allocatable[EPHEMERAL_STORAGE]
+
+
+@pytest.mark.parametrize("family", ["AL2023", "Bottlerocket"])
+def test_no_volume_size_gets_more_ephemeral_storage_planned_than_its_filesystem_holds(family: str) -> None:
+    """From EC2's smallest volumes to gp3's 16 TiB (every GiB to 2 TiB, the ext4 journal's and XFS log's steps
+    among them), the planned capacity never exceeds what the emulated kubelet reports for the volume."""
+    from gpu_autoscaler.domain.packing.filesystem import filesystem_bytes
+    from gpu_autoscaler.emulator.filesystems import kubelet_filesystem_bytes
+
+    for gib in [*range(1, 2049), *range(2048, 16 * 1024 + 1, 64)]:
+        volume = gib * 2**30
+        assert filesystem_bytes(volume) <= kubelet_filesystem_bytes(family, volume), gib

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpu_autoscaler.config import GpuSharing, NodePool, Overhead
@@ -30,7 +32,24 @@ def test_capacity_of_a_whole_gpu_node() -> None:
     assert capacity["memory"] == int(196608 * 2**20 * (1 - VM_MEMORY_OVERHEAD))
     assert capacity["nvidia.com/gpu"] == 4
     assert capacity["pods"] == 234
-    assert capacity["ephemeral-storage"] == 100 * GI
+    assert capacity["ephemeral-storage"] == 97 * GI  # the filesystem on the 100Gi volume: less 2 % and 1 GiB
+
+
+@pytest.mark.parametrize(("volume", "measured_capacity"), [
+    ("20Gi", 20_959_212 * 2**10),
+    ("20Gi", 20_624_592 * 2**10),
+    ("50Gi", math.floor((43.99 + 1) / 0.9 * GI)),
+])
+def test_planned_ephemeral_storage_is_no_more_than_a_real_node_reports(volume: str, measured_capacity: int) -> None:
+    """The kubelet's ephemeral-storage is the filesystem on the volume, not the volume. Measured: an EKS AMI's
+    20 GiB XFS root is a 20,959,212 KiB filesystem (awslabs/amazon-eks-ami PR #1126); a Bottlerocket 20 GiB ext4
+    data volume reports 20,624,592 KiB (eksctl-io/eksctl #4434); a 50 GiB root leaves under 43.99 GiB allocatable
+    (aws/karpenter-provider-aws #4017: 43.98, truncated), so its capacity is under (43.99 + 1) / 0.9 GiB."""
+    pool = NodePool(name="p", ephemeral_storage=volume)
+    capacity = node_capacity(make_type("g6.xlarge"), pool)
+    assert capacity["ephemeral-storage"] <= measured_capacity
+    planned = allocatable(make_type("g6.xlarge"), pool, Overhead(daemonsets={}))["ephemeral-storage"]
+    assert planned <= measured_capacity - GI - math.ceil(measured_capacity * 0.10)
 
 
 def test_allocatable_subtracts_daemonsets_kube_reserved_and_eviction_thresholds() -> None:
@@ -42,7 +61,7 @@ def test_allocatable_subtracts_daemonsets_kube_reserved_and_eviction_thresholds(
     assert alloc["cpu"] == 4000 - 300
     assert alloc["memory"] == capacity["memory"] - 256 * 2**20 - GI - 100 * 2**20
     assert alloc["pods"] == 58 - 3
-    assert alloc["ephemeral-storage"] == 100 * GI - GI - 10 * GI
+    assert alloc["ephemeral-storage"] == 97 * GI - GI - math.ceil(9.7 * GI)
 
 
 def test_by_default_a_node_reserves_what_an_eks_ami_would() -> None:
@@ -52,7 +71,7 @@ def test_by_default_a_node_reserves_what_an_eks_ami_would() -> None:
     alloc = allocatable(t, pool(), Overhead(daemonsets={}))
     assert alloc["cpu"] == 48_000 - (60 + 10 + 10 + 110)
     assert alloc["memory"] == capacity["memory"] - (11 * 234 + 255) * 2**20 - 100 * 2**20
-    assert alloc["ephemeral-storage"] == 100 * GI - GI - 10 * GI
+    assert alloc["ephemeral-storage"] == 97 * GI - GI - math.ceil(9.7 * GI)
 
 
 def test_configured_reservations_replace_the_defaults_key_by_key() -> None:

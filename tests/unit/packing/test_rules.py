@@ -66,6 +66,16 @@ def test_cpu_memory_and_ephemeral_storage_requests_pick_a_bigger_type() -> None:
     assert "ephemeral-storage 300Gi" in reason(plan)
 
 
+def test_a_pod_sized_to_the_volume_less_the_reservations_buys_no_node_it_cannot_use() -> None:
+    """100Gi less kube-reserved's 1Gi and nodefs.available's 10 % is 89Gi, but the kubelet counts the filesystem on
+    the volume, a little smaller: no node offers 89Gi, so none is bought for the pod (it would stay Pending on it
+    and be planned again after the scheduling grace, a node each time)."""
+    plan = solve([make_pod(gpus=1, requests={"nvidia.com/gpu": "1", "ephemeral-storage": "89Gi"})],
+                 make_pool(capacityTypes=["on-demand"]))
+    assert not plan.claims
+    assert "ephemeral-storage 89Gi" in reason(plan)
+
+
 def test_overhead_from_configuration_counts() -> None:
     # 4 vCPU less 300m overhead cannot hold a 4-CPU pod: the 8-vCPU type is needed.
     plan = solve([make_pod(gpus=1, cpu="4", memory="4Gi")], make_pool(capacityTypes=["on-demand"]))

@@ -5,7 +5,8 @@ nowhere else. A node's allocatable is what kubelet would report for it:
 
 - cpu: the instance's vCPUs; memory: the instance's memory less the hypervisor's share (Karpenter's
   default `vmMemoryOverheadPercent`, 7.5 %: a 16 GiB instance shows about 15.2 GiB to the kernel);
-- ephemeral-storage: the pool's root volume; pods: the type's max pods;
+- ephemeral-storage: the filesystem on the pool's `ephemeralStorage` volume, the volume less 2 % and 1 GiB (the
+  kubelet counts the filesystem, not the volume: `filesystem`); pods: the type's max pods;
 - GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
   time-slicing, or slices on MIG-capable GPUs with MIG (see `mig`), named as the device plugin's MIG
   strategy names them: `nvidia.com/mig-<profile>` (mixed; `+` in a profile becomes `.`, `mig-1g.10gb.me`, see
@@ -13,8 +14,8 @@ nowhere else. A node's allocatable is what kubelet would report for it:
   a partitioned type (g6f) advertises its partition as one device;
 
 less what the kubelet holds back (kube-reserved, system-reserved, hard eviction thresholds: the model of
-`reserved`, which the user data states to every node, so the Node's allocatable is this plan) and the
-configured daemonsets' requests. Every pod also takes one of the node's `pods`.
+`reserved`, which the user data states to every node, so the Node's allocatable is this plan; its ephemeral-storage
+at least this) and the configured daemonsets' requests. Every pod also takes one of the node's `pods`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.packing.filesystem import filesystem_bytes
 from gpu_autoscaler.domain.packing.mig import compute_share, mig_slices
 from gpu_autoscaler.domain.packing.reserved import kubelet_reservations
 from gpu_autoscaler.models.resources import (
@@ -67,7 +69,7 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
     values = {
         CPU: instance_type.vcpu * 1000,
         MEMORY: math.floor(instance_type.memory_mib * 2**20 * (1 - VM_MEMORY_OVERHEAD)),
-        EPHEMERAL_STORAGE: math.floor(parse_quantity(pool.ephemeral_storage)),
+        EPHEMERAL_STORAGE: filesystem_bytes(math.floor(parse_quantity(pool.ephemeral_storage))),
         PODS: instance_type.max_pods,
     }
     sharing = pool.gpu_sharing
