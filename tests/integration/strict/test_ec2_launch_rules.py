@@ -127,6 +127,22 @@ def test_network_interfaces_and_instance_security_groups_do_not_mix(aws: Embedde
     assert code == "InvalidParameterCombination" and "security groups" in message
 
 
+def test_a_launch_gets_the_security_groups_of_its_template(aws: EmbeddedAws, ec2: Any) -> None:
+    """moto puts every fleet instance in its VPC's default group; EC2 gives it the template's `SecurityGroupIds`,
+    or, where the template names network interfaces, the groups of its primary interface."""
+    groups = sorted(aws.security_group_ids.values())
+    [plain] = ec2.create_fleet(**fleet(aws, "on-demand"))["Instances"][0]["InstanceIds"]
+    with strict_layer_disabled():
+        efa = ec2.create_launch_template(LaunchTemplateName="efa-in-groups", LaunchTemplateData={
+            "ImageId": aws.config.ami.x86_64,
+            "NetworkInterfaces": [{**_efa(card), "Groups": groups} for card in range(4)],
+        })["LaunchTemplate"]["LaunchTemplateId"]
+    [interfaces] = ec2.create_fleet(**_efa_fleet(aws, efa, "p4d.24xlarge"))["Instances"][0]["InstanceIds"]
+    described = ec2.describe_instances(InstanceIds=[plain, interfaces])["Reservations"]
+    for instance in (i for r in described for i in r["Instances"]):
+        assert sorted(g["GroupId"] for g in instance["SecurityGroups"]) == groups, instance["InstanceId"]
+
+
 def _with_volume(aws: EmbeddedAws, ebs: dict[str, Any]) -> dict[str, Any]:
     return fleet(aws, "on-demand", overrides=[{"InstanceType": "g6.xlarge", "SubnetId": aws.zone_subnets["us-east-1a"],
                                                "BlockDeviceMappings": [{"DeviceName": "/dev/xvdb", "Ebs": ebs}]}])
