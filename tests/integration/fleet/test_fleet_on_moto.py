@@ -82,6 +82,11 @@ def test_a_launch_request_creates_a_tagged_instance_and_records_it(
     assert tags(instance) == {L.TAG_CLUSTER: "ml-prod", L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-spot1",
                               "Name": "ml-prod/gpu-burst-spot1"}
     assert instance["SubnetId"] == aws.zone_subnets["us-east-1b"]
+    # The network drift compares with the configuration is the one the instance runs in (the emulator's stand-ins).
+    assert instance["SubnetId"] == aws.resources.subnet_ids[claim.attributes["subnetId"]]
+    groups = aws.resources.security_group_ids
+    assert sorted(g["GroupId"] for g in instance["SecurityGroups"]) == sorted(
+        groups[g] for g in claim.attributes["securityGroups"].split(","))
     assert instance["InstanceLifecycle"] == "spot"
 
     raw = aws.clients.client("ec2").describe_instance_attribute(

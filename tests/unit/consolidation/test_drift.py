@@ -126,6 +126,44 @@ def test_a_node_registered_before_the_hash_covered_its_pools_volumes_is_not_drif
     assert "settings" in drifted(relabelled, CATALOG, legacy)  # what the old hash covered still drifts
 
 
+def test_a_security_group_change_drifts_the_nodes_launched_with_the_old_groups() -> None:
+    """Karpenter's SecurityGroupDrift: the instance's groups, as a set, against its NodeClass's
+    (`areSecurityGroupsDrifted`, karpenter-provider-aws pkg/cloudprovider/drift.go). Removing an over-broad group or
+    adding the self-referencing one EFA needs reaches the running nodes only by replacing them."""
+    both = networked(security_groups=["sg-0001", "sg-0002"])
+    node = stamped(both.pool("gpu"), imageId=IMAGE, securityGroups="sg-0001,sg-0002")
+    assert drift_reason(both, CATALOG, node) is None
+    assert drift_reason(networked(security_groups=["sg-0002", "sg-0001"]), CATALOG, node) is None  # a set
+    assert drifted(networked(security_groups=["sg-0002"]), CATALOG, node) == (
+        "launched with security groups sg-0001, sg-0002; the configuration now gives its nodes sg-0002")
+
+
+def test_a_subnet_change_in_a_zone_drifts_the_nodes_launched_into_the_old_subnet() -> None:
+    """Karpenter's SubnetDrift: the instance's subnet is no longer among its NodeClass's (`isSubnetDrifted`). Here a
+    zone has one subnet, so a node drifts when its zone's subnet is another; nodes in the other zones do not."""
+    old = CONFIG.network.subnets["us-east-1a"]
+    node = stamped(CONFIG.pool("gpu"), imageId=IMAGE, subnetId=old)
+    assert drift_reason(CONFIG, CATALOG, node) is None
+    moved = networked(subnets={**CONFIG.network.subnets, "us-east-1a": "subnet-0fff"})
+    assert drifted(moved, CATALOG, node) == (
+        f"launched into subnet {old} in us-east-1a; the configuration now launches there into subnet-0fff")
+    elsewhere = stamped(CONFIG.pool("gpu"), imageId=IMAGE, subnetId=CONFIG.network.subnets["us-east-1b"])
+    assert drift_reason(moved, CATALOG, elsewhere.model_copy(update={"zone": "us-east-1b"})) is None
+
+
+def test_a_node_launched_before_its_network_was_recorded_is_not_drifted_by_it() -> None:
+    """Nothing recorded, nothing to compare: upgrading gpu-autoscaler replaces no node, whatever its network."""
+    changed = networked(subnets={**CONFIG.network.subnets, "us-east-1a": "subnet-0fff"}, security_groups=["sg-0002"])
+    assert drift_reason(changed, CATALOG, stamped(CONFIG.pool("gpu"), imageId=IMAGE)) is None
+
+
+def networked(*, subnets: dict[str, str] | None = None, security_groups: list[str] | None = None) -> Config:
+    """CONFIG with its network's subnets or security groups replaced."""
+    return make_config(make_pool(requirements=CONFIG.pool("gpu").requirements), network={
+        "subnets": subnets or dict(CONFIG.network.subnets),
+        "securityGroups": security_groups or list(CONFIG.network.security_groups)})
+
+
 def _legacy_hash(pool: NodePool) -> str:
     """The hash as reconcile stamped it before it covered volumes, pre-pulled images and SOCI."""
     shape = {

@@ -111,6 +111,23 @@ def test_each_launched_claim_records_the_image_its_instance_was_launched_from() 
     assert plain.claim("gpu-burst-a1b2c").attributes[IMAGE_ATTRIBUTE] == plain.config.ami.x86_64
 
 
+def test_each_launched_claim_records_the_security_groups_and_subnet_its_instance_was_launched_with() -> None:
+    """Drift compares them with the configuration, as Karpenter compares the instance's with its NodeClass's
+    (SecurityGroupDrift, SubnetDrift): the claim keeps the configured groups the launch templates hold and its zone's
+    configured subnet, which the request's override named, as they were when it launched."""
+    catalog = Catalog([Offering(instance_type="g6.xlarge", zone="us-east-1a", capacity_type="spot",
+                                price_per_hour=0.3)])
+    config = make_config(network={"subnets": {"us-east-1a": "subnet-0aaa", "us-east-1b": "subnet-0bbb"},
+                                  "securityGroups": ["sg-0002", "sg-0001"]})
+    h = Harness(config=config, catalog=catalog)
+    h.add(make_claim())
+    h.launch("gpu-burst-a1b2c")
+    claim = h.claim("gpu-burst-a1b2c")
+    assert claim.zone == "us-east-1a"
+    assert (claim.attributes.get("securityGroups"), claim.attributes.get("subnetId")) == (
+        "sg-0001,sg-0002", "subnet-0aaa")
+
+
 def test_a_redelivered_request_launches_nothing() -> None:
     h = Harness()
     h.add(make_claim())

@@ -12,6 +12,10 @@ Karpenter replaces drifted nodes within the pool's budgets; so does consolidatio
   drift compares the NodeClaim's `status.imageID` with its NodeClass's AMIs). The claim's `imageId` attribute is
   the image the fleet's request named for the instance, recorded with the launch; a claim launched before it was
   recorded gets its pool's image at registration;
+- its security groups, as a set, are not the configured ones, or its subnet is not its zone's configured one
+  (Karpenter's SecurityGroupDrift and SubnetDrift, `areSecurityGroupsDrifted` and `isSubnetDrifted` in
+  karpenter-provider-aws pkg/cloudprovider/drift.go, compare the instance's with its NodeClass's). Both are recorded
+  with the launch (`network_attributes`); a claim launched before they were has none, and is not compared;
 - the pool's node settings — taints, labels, GPU sharing, root volume, EFA, and what shapes the instance at
   launch: `blockDeviceMappings`, `prePullImages`, `soci` (Karpenter's EC2NodeClass hash covers block devices and
   user data) — changed since the node registered (the claim's `poolHash` attribute, stamped at registration,
@@ -46,13 +50,20 @@ __all__ = [
     "POOL_HASH_ATTRIBUTE",
     "POOL_HASH_VERSION",
     "POOL_HASH_VERSION_ATTRIBUTE",
+    "SECURITY_GROUPS_ATTRIBUTE",
+    "SUBNET_ATTRIBUTE",
     "drift_reason",
     "expected_image",
+    "network_attributes",
     "pool_hash",
 ]
 
 IMAGE_ATTRIBUTE = "imageId"
 """NodeClaim attribute: the AMI id the instance was launched from (as its fleet request named it)."""
+SECURITY_GROUPS_ATTRIBUTE = "securityGroups"
+"""NodeClaim attribute: the security group ids its instance was launched with, sorted and comma-separated."""
+SUBNET_ATTRIBUTE = "subnetId"
+"""NodeClaim attribute: the subnet id its instance was launched into."""
 POOL_HASH_ATTRIBUTE = "poolHash"
 """NodeClaim attribute: `pool_hash` of its pool when its node registered."""
 POOL_HASH_VERSION_ATTRIBUTE = "poolHashVersion"
@@ -112,6 +123,19 @@ def expected_image(config: Config, pool: NodePool, architecture: str) -> str | N
     return config.pool_images(pool).get(architecture)
 
 
+def network_attributes(config: Config, zone: str) -> dict[str, str]:
+    """What a claim records of the network its instance is launched into now in `zone`: the configured security
+    groups, which every launch template holds (`launch_templates.launch_template_data`: `SecurityGroupIds`, or each
+    EFA interface's `Groups`; the stack writes the templates and the configuration together), and the zone's
+    configured subnet, which the request's override names (`fleet.build_request`). The configuration's ids: an
+    emulator launches into stand-ins for them."""
+    attributes = {SECURITY_GROUPS_ATTRIBUTE: ",".join(sorted(config.network.security_groups))}
+    subnet = config.network.subnets.get(zone)
+    if subnet:
+        attributes[SUBNET_ATTRIBUTE] = subnet
+    return attributes
+
+
 def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | None:
     """Why this claim's node no longer matches the configuration, or None if it still does."""
     try:
@@ -137,10 +161,26 @@ def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | No
         wanted = ami.images().get(instance_type.architecture)
         if wanted and image != wanted:
             return f"image {image}, the configuration now wants {wanted} ({ami.family} {ami.version})"
+    found = _network_drift(config, claim, zone)
+    if found:
+        return found
     recorded = claim.attributes.get(POOL_HASH_ATTRIBUTE)
     if recorded and recorded != (pool_hash(pool) if current else _pool_hash(pool, launch=False)):
         return (f"pool {pool.name}'s node settings (taints, labels, GPU sharing, storage, volumes, pre-pulled images, "
                 "SOCI or EFA) changed")
+    return None
+
+
+def _network_drift(config: Config, claim: NodeClaim, zone: str | None) -> str | None:
+    """The recorded security groups (as a set) and subnet against the configuration's; nothing recorded, no drift."""
+    groups = claim.attributes.get(SECURITY_GROUPS_ATTRIBUTE)
+    if groups and set(groups.split(",")) != set(config.network.security_groups):
+        return (f"launched with security groups {', '.join(groups.split(','))}; the configuration now gives its "
+                f"nodes {', '.join(sorted(config.network.security_groups))}")
+    subnet = claim.attributes.get(SUBNET_ATTRIBUTE)
+    wanted = config.network.subnets.get(zone) if zone else None
+    if subnet and wanted and subnet != wanted:
+        return f"launched into subnet {subnet} in {zone}; the configuration now launches there into {wanted}"
     return None
 
 

@@ -9,8 +9,9 @@ Launch (`FleetService.launch`, one `LaunchRequest`):
    the retried message asks EC2 the same request under the same ClientToken and is given the same
    instances instead of new ones.
 3. Each instance launched: Pending → Launched with its instance id, type, zone, capacity type, the reservation
-   it runs in (not the one planned: none after a fallback to On-Demand) and price, and the image its request named
-   for it (`domain.drift`'s `imageId`: drift compares it with its pool's image) — a
+   it runs in (not the one planned: none after a fallback to On-Demand) and price, the image its request named
+   for it (`domain.drift`'s `imageId`: drift compares it with its pool's image) and the security groups and subnet
+   it was launched with (`securityGroups`, `subnetId`: compared with the configuration's) — a
    conditional write. If the claim moved on meanwhile, the instance is not ours to keep: terminated.
 4. Each capacity error marks its offering unavailable for `timeouts.unavailableOfferingTtl`; the claims go
    on with what is left, then On-Demand where the pool allows. Throttling is retried here with backoff and
@@ -35,7 +36,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.domain.catalog import Catalog
-from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE
+from gpu_autoscaler.domain.drift import IMAGE_ATTRIBUTE, network_attributes
 from gpu_autoscaler.domain.fleet import (
     ATTEMPT_ATTRIBUTE,
     Attempt,
@@ -410,7 +411,8 @@ class FleetService:
 
     def _record_launches(self, claims: Sequence[NodeClaim], launched: Sequence[LaunchedInstance],
                          outcome: LaunchOutcome, pool: NodePool, context: LaunchContext) -> set[str]:
-        """Each claim records the image its request named for its instance (`LaunchContext.images_for` its pool)."""
+        """Each claim records the image its request named for its instance (`LaunchContext.images_for` its pool), and
+        the security groups and subnet it was launched with (`drift.network_attributes`)."""
         images = context.images_for(pool)
         by_id = {c.id: c for c in claims}
         done: set[str] = set()
@@ -421,15 +423,15 @@ class FleetService:
                 continue
             price = self._price(instance, claim)
             image = images.get(architecture(instance.instance_type, context.instance_types))
+            launch = network_attributes(self.config, instance.zone) | ({IMAGE_ATTRIBUTE: image} if image else {})
 
             def record(copy: NodeClaim, instance: LaunchedInstance = instance, price: float = price,
-                       image: str | None = image) -> NodeClaim:
+                       launch: dict[str, str] = launch) -> NodeClaim:
                 return self.store.transition(
                     copy, ClaimState.LAUNCHED, f"launched {instance.instance_type} in {instance.zone}",
                     instance_id=instance.instance_id, instance_type=instance.instance_type, zone=instance.zone,
                     capacity_type=instance.capacity_type, reservation_id=instance.reservation_id,
-                    launched_price_per_hour=price,
-                    attributes={**copy.attributes, IMAGE_ATTRIBUTE: image} if image else copy.attributes)
+                    launched_price_per_hour=price, attributes={**copy.attributes, **launch})
 
             try:  # retried on a fresh copy while still Pending: only a change of state makes the instance a stray
                 write_fresh(self.store, claim, record, still=_pending)
