@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.drift import POOL_HASH_VERSION, drift_reason, pool_hash
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pool
@@ -27,7 +28,7 @@ def claim(**changes: Any) -> NodeClaim:
         "cluster": "test", "id": "nc-1", "pool": "gpu", "capacity_type": "spot", "zones": ("us-east-1a",),
         "instance_types": ("g6.xlarge",), "price_per_hour": 0.4, "state": ClaimState.REGISTERED, "created_at": NOW,
         "instance_id": "i-1", "instance_type": "g6.xlarge", "zone": "us-east-1a",
-        "attributes": {"imageId": IMAGE, "poolHash": pool_hash(CONFIG.pool("gpu"))},
+        "attributes": {"imageId": IMAGE, "poolHash": pool_hash(CONFIG.pool("gpu"), CONFIG.overhead)},
     }
     values.update(changes)
     return NodeClaim(**values)
@@ -67,7 +68,7 @@ def test_karpenters_usual_requirements_hold_on_every_node_of_the_pool() -> None:
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
         {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]},
         {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["g"]}]))
-    node = claim(attributes={"imageId": IMAGE, "poolHash": pool_hash(usual.pool("gpu"))})
+    node = claim(attributes={"imageId": IMAGE, "poolHash": pool_hash(usual.pool("gpu"), usual.overhead)})
     assert drift_reason(usual, CATALOG, node) is None
 
 
@@ -75,8 +76,10 @@ POOL_AMI = {"family": "AL2023", "version": "v20261120", "x86_64": "ami-0aaaaaaaa
 
 
 def stamped(pool: NodePool, **attributes: str) -> NodeClaim:
-    """A claim registered by today's reconcile in `pool`: its hash, the hash's version and `attributes`."""
-    return claim(attributes={"poolHash": pool_hash(pool), "poolHashVersion": POOL_HASH_VERSION, **attributes})
+    """A claim registered by today's reconcile in `pool`, under the default kubelet reservations: its hash, the hash's
+    version and `attributes`."""
+    return claim(attributes={"poolHash": pool_hash(pool, Overhead()), "poolHashVersion": POOL_HASH_VERSION,
+                             **attributes})
 
 
 def test_a_pool_with_its_own_image_is_compared_with_that_image_not_the_global_one() -> None:
@@ -111,7 +114,7 @@ def test_a_pool_without_the_newly_hashed_settings_keeps_its_hash() -> None:
     """A field newly covered by the hash counts only when set (Karpenter hashes with IgnoreZeroValue): the nodes
     of a pool that sets none of them keep the hash they registered with, and are not replaced on upgrade."""
     pool = CONFIG.pool("gpu")
-    assert pool_hash(pool) == _legacy_hash(pool)
+    assert pool_hash(pool, CONFIG.overhead) == _legacy_hash(pool)
 
 
 def test_a_node_registered_before_the_hash_covered_its_pools_volumes_is_not_drifted_by_that() -> None:
@@ -162,6 +165,52 @@ def networked(*, subnets: dict[str, str] | None = None, security_groups: list[st
     return make_config(make_pool(requirements=CONFIG.pool("gpu").requirements), network={
         "subnets": subnets or dict(CONFIG.network.subnets),
         "securityGroups": security_groups or list(CONFIG.network.security_groups)})
+
+
+@pytest.mark.parametrize("overhead", [
+    {"kubeReserved": {"memory": "2Gi"}},
+    {"systemReserved": {"cpu": "500m"}},
+    {"evictionHard": {"memory.available": "500Mi"}},
+])
+def test_a_kubelet_reservation_change_drifts_the_nodes_launched_with_the_old_ones(overhead: dict[str, Any]) -> None:
+    """Every node's user data states the kubelet's reservations (`user_data.node_setup`), so a node launched before
+    they changed offers another allocatable than the configuration now describes; Karpenter's EC2NodeClass hash
+    covers its kubelet block (`Kubelet.String()` in `EC2NodeClass.Hash`, karpenter-provider-aws
+    pkg/apis/v1/ec2nodeclass.go)."""
+    node = stamped(CONFIG.pool("gpu"), imageId=IMAGE)
+    assert drift_reason(CONFIG, CATALOG, node) is None
+    changed = make_config(make_pool(requirements=CONFIG.pool("gpu").requirements), overhead=overhead)
+    assert "kubelet reservations" in drifted(changed, CATALOG, node)
+
+
+def test_a_node_registered_before_the_hash_covered_the_kubelet_reservations_is_not_drifted_by_them() -> None:
+    """Reservations already set when gpu-autoscaler is upgraded replace no node: a claim stamped under version 2 is
+    compared with what version 2 covered (its pool's volumes among them), and with its pool's own image."""
+    volumes = [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "200Gi", "volumeType": "gp3"}}]
+    reserved = {"kubeReserved": {"memory": "2Gi"}}
+    config = make_config(make_pool(blockDeviceMappings=volumes, ami=POOL_AMI), overhead=reserved)
+    pool = config.pool("gpu")
+    before = claim(attributes={"imageId": POOL_AMI["x86_64"], "poolHash": _version_2_hash(pool),
+                               "poolHashVersion": "2"})
+    assert drift_reason(config, CATALOG, before) is None
+    resized = make_config(make_pool(blockDeviceMappings=[{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "300Gi"}}],
+                                    ami=POOL_AMI), overhead=reserved)
+    assert "settings" in drifted(resized, CATALOG, before)  # what version 2 covered still drifts
+
+
+def _version_2_hash(pool: NodePool) -> str:
+    """The hash as reconcile stamped it under version 2: version 1's settings and the launch-shaping ones."""
+    shape: dict[str, object] = {
+        "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
+        "labels": sorted(pool.labels.items()),
+        "gpuSharing": pool.gpu_sharing.model_dump(mode="json"),
+        "ephemeralStorage": pool.ephemeral_storage,
+        "efa": pool.efa,
+        "blockDeviceMappings": sorted(
+            (m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in pool.block_device_mappings),
+            key=lambda m: str(m.get("deviceName"))),
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _legacy_hash(pool: NodePool) -> str:

@@ -312,7 +312,7 @@ def test_reconcile_registers_launched_claims_whose_node_joined() -> None:
     assert outcome.reconcile.registered == [scene.claims[node].id]
     claim = rig.claim(node)
     assert (claim.state, claim.node_name) == (ClaimState.REGISTERED, node)
-    assert claim.attributes[POOL_HASH_ATTRIBUTE] == pool_hash(rig.config.pool("gpu"))
+    assert claim.attributes[POOL_HASH_ATTRIBUTE] == pool_hash(rig.config.pool("gpu"), rig.config.overhead)
     assert claim.attributes[IMAGE_ATTRIBUTE] == rig.config.ami.x86_64
 
 

@@ -17,16 +17,19 @@ Karpenter replaces drifted nodes within the pool's budgets; so does consolidatio
   karpenter-provider-aws pkg/cloudprovider/drift.go, compare the instance's with its NodeClass's). Both are recorded
   with the launch (`network_attributes`); a claim launched before they were has none, and is not compared;
 - the pool's node settings — taints, labels, GPU sharing, root volume, EFA, and what shapes the instance at
-  launch: `blockDeviceMappings`, `prePullImages`, `soci` (Karpenter's EC2NodeClass hash covers block devices and
-  user data) — changed since the node registered (the claim's `poolHash` attribute, stamped at registration,
-  against `pool_hash` now). The pool's `ami` is left to the image comparison above, as Karpenter's hash leaves
-  out `amiSelectorTerms`: a new image is a new id.
+  launch: `blockDeviceMappings`, `prePullImages`, `soci` and the kubelet reservations every node's user data states
+  (`overhead.kubeReserved`, `systemReserved`, `evictionHard`: `user_data.node_setup`) (Karpenter's EC2NodeClass
+  hash covers block devices, user data and its kubelet block, `Kubelet.String()` in `EC2NodeClass.Hash`,
+  karpenter-provider-aws pkg/apis/v1/ec2nodeclass.go) — changed since the node registered (the claim's `poolHash`
+  attribute, stamped at registration, against `pool_hash` now). The pool's `ami` is left to the image comparison
+  above, as Karpenter's hash leaves out `amiSelectorTerms`: a new image is a new id.
 
 Upgrades (Karpenter's hash versions, `ec2nodeclass-hash-version`): a setting newly covered by the hash counts
 only when set, so a pool that sets none keeps its hash (Karpenter hashes with `IgnoreZeroValue`). A claim stamped
-before version `POOL_HASH_VERSION` (no `poolHashVersion` attribute) is compared with what its version covered —
-the settings above before the launch-shaping ones — and with the global image, which is what registration
-stamped then: no node is replaced by the upgrade itself.
+under an older version than `POOL_HASH_VERSION` (its `poolHashVersion` attribute; none for version 1) is compared
+with what its version covered — version 1: the settings above before the launch-shaping ones, and the global image,
+which is what registration stamped then; version 2: all but the kubelet reservations — so no node is replaced by
+the upgrade itself.
 
 Pure: configuration, catalog and claim in; a reason in words (or None) out.
 """
@@ -41,7 +44,7 @@ from gpu_autoscaler.domain.packing.index import requirement_labels
 from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
-    from gpu_autoscaler.config import Config, NodePool
+    from gpu_autoscaler.config import Config, NodePool, Overhead
     from gpu_autoscaler.domain.catalog import Catalog
     from gpu_autoscaler.models.claims import NodeClaim
 
@@ -68,36 +71,39 @@ POOL_HASH_ATTRIBUTE = "poolHash"
 """NodeClaim attribute: `pool_hash` of its pool when its node registered."""
 POOL_HASH_VERSION_ATTRIBUTE = "poolHashVersion"
 """NodeClaim attribute: the `POOL_HASH_VERSION` its `poolHash` was computed under (absent: version 1)."""
-POOL_HASH_VERSION = "2"
+POOL_HASH_VERSION = "3"
 """Bumped when a setting that may already be set joins the hash, or one leaves it: a claim stamped under an older
 version is compared with that version's digest, never with today's (no node drifts by an upgrade). 2:
 `blockDeviceMappings`, `prePullImages`, `soci`; the image recorded at launch (version 1 claims carry the global
-image, stamped at registration)."""
+image, stamped at registration). 3: the kubelet reservations (`overhead.kubeReserved`, `systemReserved`,
+`evictionHard`)."""
 
 
-def pool_hash(pool: NodePool) -> str:
-    """A digest of the pool settings that shape a node once launched (requirements are checked directly).
+def pool_hash(pool: NodePool, overhead: Overhead) -> str:
+    """A digest of the settings that shape a node of the pool once launched (requirements are checked directly):
+    the pool's and the configuration's kubelet reservations (`overhead`).
 
-    Kept for the very (immutable) pool object it was computed from: consolidation asks it of every node on
-    every pass."""
+    Kept for the very (immutable) pool and overhead objects it was computed from: consolidation asks it of every
+    node on every pass."""
     found = _POOL_HASHES.get(id(pool))
-    if found is not None and found[0] is pool:
-        return found[1]
+    if found is not None and found[0] is pool and found[1] is overhead:
+        return found[2]
     if len(_POOL_HASHES) >= _POOL_HASHES_KEPT:
         _POOL_HASHES.clear()
-    digest = _pool_hash(pool)
-    _POOL_HASHES[id(pool)] = (pool, digest)
+    digest = _pool_hash(pool, overhead, int(POOL_HASH_VERSION))
+    _POOL_HASHES[id(pool)] = (pool, overhead, digest)
     return digest
 
 
-_POOL_HASHES: dict[int, tuple[NodePool, str]] = {}
-"""id(pool) → (the pool, its hash); the pool is held, so its id is not reused while the entry lives."""
+_POOL_HASHES: dict[int, tuple[NodePool, Overhead, str]] = {}
+"""id(pool) → (the pool, the overhead, their hash); both are held, so their ids are not reused while it lives."""
 _POOL_HASHES_KEPT = 64
 
 
-def _pool_hash(pool: NodePool, *, launch: bool = True) -> str:
-    """`launch`: with the launch-shaping settings (version 2); without, version 1's digest. Each of them joins the
-    shape only when set, so a pool that sets none has the same digest under both versions."""
+def _pool_hash(pool: NodePool, overhead: Overhead, version: int) -> str:
+    """The digest under `version`: 1, the settings it covered; 2, with the launch-shaping ones; 3, with the kubelet
+    reservations. Each setting a version adds joins the shape only when set, so a pool (and a configuration) that
+    sets none has the same digest under every version."""
     shape: dict[str, object] = {
         "taints": sorted((t.key, t.value, t.effect) for t in pool.taints),
         "labels": sorted(pool.labels.items()),
@@ -105,7 +111,7 @@ def _pool_hash(pool: NodePool, *, launch: bool = True) -> str:
         "ephemeralStorage": pool.ephemeral_storage,
         "efa": pool.efa,
     }
-    if launch:
+    if version >= 2:
         if pool.block_device_mappings:
             shape["blockDeviceMappings"] = sorted(
                 (m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in pool.block_device_mappings),
@@ -114,6 +120,10 @@ def _pool_hash(pool: NodePool, *, launch: bool = True) -> str:
             shape["prePullImages"] = sorted(pool.pre_pull_images)
         if pool.soci:
             shape["soci"] = True
+    if version >= 3:
+        reservations = {"kubeReserved": overhead.kube_reserved, "systemReserved": overhead.system_reserved,
+                        "evictionHard": overhead.eviction_hard}
+        shape.update((key, sorted(values.items())) for key, values in reservations.items() if values)
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -152,12 +162,12 @@ def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | No
     found = _requirement_drift(pool, catalog, claim, zone)
     if found:
         return found
-    current = claim.attributes.get(POOL_HASH_VERSION_ATTRIBUTE) == POOL_HASH_VERSION
+    version = _stamped_version(claim)
     image = claim.attributes.get(IMAGE_ATTRIBUTE)
     instance_type = catalog.get(claim.instance_type) if claim.instance_type else None
     if image and instance_type is not None:
         # A version 1 stamp is the global image registration wrote, whatever the pool launched from.
-        ami = config.pool_ami(pool) if current else config.ami
+        ami = config.pool_ami(pool) if version >= 2 else config.ami
         wanted = ami.images().get(instance_type.architecture)
         if wanted and image != wanted:
             return f"image {image}, the configuration now wants {wanted} ({ami.family} {ami.version})"
@@ -165,10 +175,20 @@ def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | No
     if found:
         return found
     recorded = claim.attributes.get(POOL_HASH_ATTRIBUTE)
-    if recorded and recorded != (pool_hash(pool) if current else _pool_hash(pool, launch=False)):
+    current = int(POOL_HASH_VERSION)
+    if recorded and recorded != (pool_hash(pool, config.overhead) if version == current
+                                 else _pool_hash(pool, config.overhead, version)):
         return (f"pool {pool.name}'s node settings (taints, labels, GPU sharing, storage, volumes, pre-pulled images, "
-                "SOCI or EFA) changed")
+                "SOCI or EFA) or the kubelet reservations (overhead.kubeReserved, systemReserved, evictionHard) "
+                "changed")
     return None
+
+
+def _stamped_version(claim: NodeClaim) -> int:
+    """The `POOL_HASH_VERSION` the claim's stamp was computed under (1 without one); a newer version's stamp (this
+    code rolled back to) is compared under this code's own."""
+    stamped = claim.attributes.get(POOL_HASH_VERSION_ATTRIBUTE, "1")
+    return min(int(stamped), int(POOL_HASH_VERSION)) if stamped.isdigit() else 1
 
 
 def _network_drift(config: Config, claim: NodeClaim, zone: str | None) -> str | None:

@@ -253,7 +253,7 @@ class ReconcileService:
         except KeyError:
             pool = None  # the pool is gone: drift says so without a digest
         if pool is not None:
-            attributes[POOL_HASH_ATTRIBUTE] = pool_hash(pool)
+            attributes[POOL_HASH_ATTRIBUTE] = pool_hash(pool, self.config.overhead)
             attributes[POOL_HASH_VERSION_ATTRIBUTE] = POOL_HASH_VERSION
             # The fleet records the image it launched from; a claim launched before it did gets its pool's.
             image = expected_image(self.config, pool, "arm64" if node.labels.get(L.ARCH) == "arm64" else "x86_64")
