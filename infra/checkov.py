@@ -39,7 +39,9 @@ ACCEPTED: dict[str, dict[str, str]] = {
         "CKV_AWS_116": "Nothing invokes these functions synchronously without a retry home: the queue-fed ones "
         "keep failed messages in their queue's redrive dead-letter queue (maxReceiveCount), and the scheduled "
         "ones send failed asynchronous invocations to the scheduler DLQ through an on-failure destination, "
-        "which supersedes the function-level DeadLetterConfig.",
+        "which supersedes the function-level DeadLetterConfig. The deletion hook's handlers (`infra.teardown`) "
+        "are invoked synchronously by CDK's custom resource Provider framework, which reports a failure to "
+        "CloudFormation.",
         "CKV_AWS_117": "The functions call AWS APIs and the cluster's Kubernetes API endpoint; none reaches a "
         "private resource. A VPC would need the user's subnets with NAT or VPC endpoints. A cluster whose API "
         "endpoint is private only is not supported yet (README, Deploy).",

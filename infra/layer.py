@@ -59,9 +59,10 @@ package was a third of the layer). `tests/infrastructure/test_layer.py` checks t
 reaches it."""
 
 BOTOCORE_SERVICES = frozenset({
-    "cloudwatch", "dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray",
+    "cloudformation", "cloudwatch", "dynamodb", "ec2", "eks", "pricing", "service-quotas", "sqs", "ssm", "sts", "xray",
 })
-"""The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls),
+"""The AWS APIs the functions call (the infrastructure tests compare this with the code's `client(...)` calls;
+CloudFormation: the deletion hook reads its stack's status, `infra.teardown`),
 and X-Ray, whose client the X-Ray SDK behind Powertools' Tracer creates at import (`python -m benchmarks
 cold-start` imports every handler with the layer alone and fails on a missing model).
 The layer ships its own botocore, pinned in pyproject.toml, because the fleet sends CreateFleet members

@@ -161,6 +161,31 @@ class Ec2Permissions:
             ],
         )
 
+    def teardown(self) -> PolicyGrant:
+        """The deletion hook's (`infra.teardown`): list this cluster's instances, terminate only those carrying its
+        ownership tag (the same condition as `owned_instances`, without CreateTags), and read this stack's status,
+        the stack named by its own id."""
+        return PolicyGrant(
+            [
+                iam.PolicyStatement(
+                    sid="DescribeInstances",
+                    actions=["ec2:DescribeInstances"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"aws:RequestedRegion": self.config.region}},
+                ),
+                iam.PolicyStatement(
+                    sid="TerminateOwnedInstances",
+                    actions=["ec2:TerminateInstances"],
+                    resources=[self._ec2_arn("instance", "*")],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": self.config.cluster_name}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadOwnStack", actions=["cloudformation:DescribeStacks"], resources=[self.stack.stack_id]
+                ),
+            ],
+            self.owned_instances().wildcards,
+        )
+
     def launch(self) -> PolicyGrant:
         created = [self._ec2_arn(kind, "*") for kind in _CREATED_BY_LAUNCH]
         launch_templates = [self._ec2_arn("launch-template", t) for t in self.launch_template_ids]

@@ -20,6 +20,7 @@ from infra.permissions import Capability
 from infra.queues import WorkQueue, WorkQueues
 from infra.schedules import Schedules
 from infra.table import StateTable
+from infra.teardown import Teardown
 
 if TYPE_CHECKING:
     from aws_cdk import aws_iam as iam
@@ -97,6 +98,12 @@ class GpuAutoscalerStack(Stack):
             functions=dict(self.functions.functions),
             dead_letter_queue=self.queues.scheduler_dlq,
         )
+        # Deleted in reverse dependency order: whatever can launch first, then the hook that ends the instances
+        # (`infra.teardown`), then the instance profile, launch templates and placement groups they run on.
+        self.teardown = Teardown(self, "Teardown", config=config, layer=self.layer.layer)
+        self.teardown.resource.node.add_dependency(self.nodes)
+        for launcher in (self.functions, self.interruption_rules, self.schedules):
+            launcher.node.add_dependency(self.teardown.resource)
         self.agent = AgentAccess(
             self,
             "Agent",

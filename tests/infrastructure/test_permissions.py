@@ -47,8 +47,13 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+TEARDOWN = "teardown"
+"""The deletion hook's handlers (`infra.teardown`), one role for both."""
+
+
 def statements_of(synthesized: Synthesized, function: str) -> list[dict[str, Any]]:
-    role_id = synthesized.logical_id(synthesized.stack.functions.roles[function])
+    stack = synthesized.stack
+    role_id = synthesized.logical_id(stack.teardown.role if function == TEARDOWN else stack.functions.roles[function])
     found = []
     for policy in synthesized.of_type("AWS::IAM::Policy").values():
         if {"Ref": role_id} in policy["Properties"]["Roles"]:
@@ -87,8 +92,8 @@ def test_describe_calls_are_held_to_the_configured_region(synthesized: Synthesiz
 
 def test_terminate_only_instances_tagged_with_this_cluster(synthesized: Synthesized) -> None:
     cluster = synthesized.config.cluster_name
-    holders = [name for name in FUNCTIONS if allowed(synthesized, name, "ec2:TerminateInstances")]
-    assert sorted(holders) == ["consolidate", "drain", "fleet", "interruption"]
+    holders = [name for name in (*FUNCTIONS, TEARDOWN) if allowed(synthesized, name, "ec2:TerminateInstances")]
+    assert sorted(holders) == ["consolidate", "drain", "fleet", "interruption", TEARDOWN]
     for name in holders:
         for statement in allowed(synthesized, name, "ec2:TerminateInstances"):
             assert statement["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}}
@@ -177,7 +182,7 @@ def operations_called(service: str = "ec2", prefix: str = "ec2", root: Path = PA
 def _granted(synthesized: Synthesized, prefix: str) -> set[str]:
     return {
         action
-        for name in FUNCTIONS
+        for name in (*FUNCTIONS, TEARDOWN)
         for statement in statements_of(synthesized, name)
         for action in _listed(statement["Action"])
         if action.startswith(f"{prefix}:")
@@ -193,8 +198,8 @@ def test_ec2_permissions_are_exactly_what_the_code_calls(synthesized: Synthesize
 
 
 @pytest.mark.parametrize(("service", "prefix"), [("service-quotas", "servicequotas"), ("pricing", "pricing"),
-                                                ("cloudwatch", "cloudwatch")])
-def test_quota_and_price_permissions_are_exactly_what_the_code_calls(
+                                                ("cloudwatch", "cloudwatch"), ("cloudformation", "cloudformation")])
+def test_quota_price_and_stack_permissions_are_exactly_what_the_code_calls(
         synthesized: Synthesized, service: str, prefix: str) -> None:
     assert _granted(synthesized, prefix) == operations_called(service, prefix)
 

@@ -31,6 +31,7 @@ __all__ = [
     "LaunchQueue",
     "OwnedInstances",
     "QuotaSource",
+    "StackStatus",
     "StateStore",
     "TickLeases",
 ]
@@ -198,6 +199,14 @@ class OwnedInstances(Protocol):
 
     def owned_instances(self) -> list[OwnedInstance]:
         """Every instance tagged `gpu-autoscaler/cluster = <cluster>`, terminated ones included while EC2 shows them."""
+        ...
+
+
+class StackStatus(Protocol):
+    """CloudFormation's word on a stack: the deletion hook acts only while the stack itself goes away."""
+
+    def status(self, stack_id: str) -> str:
+        """The stack's StackStatus (`DELETE_IN_PROGRESS`, `UPDATE_ROLLBACK_IN_PROGRESS`, …)."""
         ...
 
 
