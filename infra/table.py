@@ -22,7 +22,8 @@ class StateTable(Construct):
 
     Retained except when the deploy that created it rolls back (DeletionPolicy RetainExceptOnCreate: "If the stack
     operation that created the resource is rolled back, CloudFormation deletes the resource"): with its fixed name,
-    a table left by a failed first deploy would fail every retry with "already exists"."""
+    a table left by a failed first deploy would fail every retry with "already exists". For the same reason the
+    first deploy after `cdk destroy` needs the kept table imported (`cdk import`) or deleted (README, Teardown)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, names: ResourceNames) -> None:
         super().__init__(scope, construct_id)

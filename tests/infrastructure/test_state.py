@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.naming import ResourceNames
+from tests.conftest import ROOT
 
 if TYPE_CHECKING:
     from tests.infrastructure.conftest import Synthesized
@@ -38,6 +39,21 @@ def test_table_is_retained_except_when_the_deploy_that_created_it_rolls_back(syn
     [table] = synthesized.of_type("AWS::DynamoDB::Table").values()
     assert table["DeletionPolicy"] == "RetainExceptOnCreate"
     assert table["UpdateReplacePolicy"] == "Retain"
+
+
+def test_the_readme_says_how_to_deploy_again_over_the_retained_table(synthesized: Synthesized) -> None:
+    """The table outlives `cdk destroy` under its fixed name, so the next `cdk deploy` of the cluster would create a
+    table that exists and fail ("already exists"; retaining "is not a means to redeploy your application and
+    reuse existing resources", aws/aws-cdk#11208): the Teardown section says what is kept, why, and both ways on."""
+    [table] = synthesized.of_type("AWS::DynamoDB::Table").values()
+    readme = (ROOT / "README.md").read_text()
+    teardown = readme[readme.index("### Teardown"):]
+    teardown = teardown[:teardown.index("\n## ")]
+    assert table["DeletionPolicy"] == "RetainExceptOnCreate" and "TableName" in table["Properties"]
+    assert "already exists" in teardown
+    assert "cdk import" in teardown, "adopt the kept table into the new stack"
+    assert "aws dynamodb delete-table --table-name <cluster>-gpu-autoscaler" in teardown, "or delete it"
+    assert ResourceNames("<cluster>").table == "<cluster>-gpu-autoscaler"
 
 
 def test_config_parameter_holds_the_configuration(synthesized: Synthesized) -> None:
