@@ -3,6 +3,7 @@ pipeline."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from aws_cdk import Aws, Duration
@@ -42,9 +43,11 @@ def alarm_email(scope: Construct) -> str | None:
 
 
 class Monitoring(Construct):
-    """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. Each alarm
-    publishes to one topic when it fires and when it clears; the topic takes TLS only (aws:SecureTransport), and
-    the context's alarm address, if given, is subscribed (SNS e-mails it a confirmation link first)."""
+    """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. So is what a
+    function counts that fails nothing yet needs an operator: pod Events the API server refuses, launches EC2
+    refuses. Each alarm publishes to one topic when it fires and when it clears; the topic takes TLS only
+    (aws:SecureTransport), and the context's alarm address, if given, is subscribed (SNS e-mails it a confirmation
+    link first)."""
 
     def __init__(
         self,
@@ -78,6 +81,7 @@ class Monitoring(Construct):
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
                 metric=function.metric_errors(period=_PERIOD, statistic="Sum"),
             )
+        own = functools.partial(_own_metric, names.metrics_namespace)
         for name in EVENT_POSTERS:
             # Events are best effort: a refused one (401, 403: no access entry or no RBAC binding) fails nothing, so
             # the Errors alarm never fires for it; the handlers count it (Powertools metrics, dimension `service`).
@@ -86,9 +90,18 @@ class Monitoring(Construct):
                 alarm_name=names.alarm(f"{name}-pod-events-refused"),
                 alarm_description=f"The Kubernetes API refused the {name} function's pod Events (401: no access "
                                   "entry; 403: agent/deploy/functions-rbac.yaml not applied).",
-                metric=cloudwatch.Metric(namespace=names.metrics_namespace, metric_name="PodEventsRefused",
-                                         dimensions_map={"service": name}, statistic="Sum", period=_PERIOD),
+                metric=own("PodEventsRefused", name),
             )
+        # A launch EC2 refuses for a reason no retry mends ends its claim with no Lambda error and no dead letter
+        # (EC2 answers CreateFleet's refusals in `Errors`, and the record is handled): only the fleet's count says so.
+        self.alarms["launches-refused"] = self._any_above_zero(
+            "FleetLaunchesRefused",
+            alarm_name=names.alarm("fleet-launches-refused"),
+            alarm_description="EC2 refused launches for a reason no retry mends (a permission such as iam:PassRole, "
+                              "a parameter, the launch template, the Spot service-linked role, the EFA security "
+                              "group): the fleet's log names the code; the pods stay pending until it is fixed.",
+            metric=own("LaunchesRefused", "fleet"),
+        )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
         # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).
         self.topic.add_to_resource_policy(iam.PolicyStatement(
@@ -112,9 +125,18 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             # The handlers' own count (Powertools metrics, dimension `service`): a partial batch failure is no
             # Lambda error, so this is the one sign of records going back to their queue before a DLQ has any.
-            _graph("Records back to the queue", [
-                cloudwatch.Metric(namespace=names.metrics_namespace, metric_name="RecordsFailed",
-                                  dimensions_map={"service": name}, statistic="Sum", label=name) for name in fed]),
+            _graph("Records back to the queue", [own("RecordsFailed", name, label=name) for name in fed]),
+            # Whether capacity flows at all; each failure by its reason, EC2's error code (not known in advance,
+            # hence a search: CloudWatch User Guide, "CloudWatch search expression syntax"; the namespace quoted
+            # for its "/" and "-").
+            _graph("Launches", [
+                own("ClaimsLaunched", "fleet", label="launched"),
+                own("LaunchesRefused", "fleet", label="refused"),
+                cloudwatch.SearchExpression(
+                    expression=f"SEARCH('{{\"{names.metrics_namespace}\",reason,service}} "
+                               f"MetricName=\"LaunchFailures\"', 'Sum', {int(_PERIOD.to_seconds())})",
+                    label="failed", period=_PERIOD),
+            ]),
         )
         self.dashboard.add_widgets(
             _graph("Queue depth", [q.metric_approximate_number_of_messages_visible(label=n) for n, q in work]),
@@ -145,6 +167,12 @@ class Monitoring(Construct):
         alarm.add_alarm_action(notify)
         alarm.add_ok_action(notify)
         return alarm
+
+
+def _own_metric(namespace: str, name: str, service: str, *, label: str | None = None) -> cloudwatch.Metric:
+    """A metric a handler publishes (Powertools metrics: the cluster's namespace, dimension `service`), summed."""
+    return cloudwatch.Metric(namespace=namespace, metric_name=name, dimensions_map={"service": service},
+                             statistic="Sum", period=_PERIOD, label=label)
 
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:

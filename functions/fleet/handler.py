@@ -8,8 +8,9 @@ neither configured nor readable from EKS DescribeCluster (nodes launched without
 rest of the batch goes on. A request only names claims: the service acts on their stored state, so a
 redelivered record launches nothing twice.
 
-Metrics: claims launched, launch failures by reason, time from claim to instance, offerings found
-unavailable, USD/h launched.
+Metrics: claims launched, launch failures by reason, launches refused (claims EC2 refused for a reason no retry
+mends, `FailedClaim.refused`: they fail nothing, so the stack alarms on this count), time from claim to instance,
+offerings found unavailable, USD/h launched.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def service() -> FleetService:
 def record_metrics(outcome: LaunchOutcome) -> None:
     metrics.add_metric(name="ClaimsLaunched", unit=MetricUnit.Count, value=len(outcome.launched))
     metrics.add_metric(name="UnavailableOfferings", unit=MetricUnit.Count, value=len(outcome.unavailable))
+    metrics.add_metric(name="LaunchesRefused", unit=MetricUnit.Count, value=sum(f.refused for f in outcome.failed))
     metrics.add_metric(name="LaunchedPricePerHour", unit=MetricUnit.NoUnit, value=outcome.price_per_hour)
     for launched in outcome.launched:
         metrics.add_metric(name="TimeToLaunch", unit=MetricUnit.Seconds, value=launched.seconds_to_launch)

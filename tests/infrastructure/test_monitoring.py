@@ -1,21 +1,107 @@
-"""Alarms on every DLQ and every function's errors, and the dashboard."""
+"""Alarms on every DLQ and every function's errors, on what the functions count that fails nothing, and the
+dashboard.
+
+The functions' own metrics are checked end to end: a handler is imported as Lambda imports it, with the variables
+the stack gives its function, its metric code run, and the EMF it prints read back (`tests.emf`); an alarm watches
+a metric only when its namespace, name and dimensions are exactly those of a series the handler emits.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import ast
+import importlib.util
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from infra.monitoring import ALARM_EMAIL_CONTEXT
+from tests.conftest import ROOT
+from tests.emf import emitted
 from tests.infrastructure.conftest import infrastructure_config_data, synthesize
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from pathlib import Path
+    from types import ModuleType
 
+    from tests.emf import Emitted
     from tests.infrastructure.conftest import Synthesized
 
 
 def _alarms(synthesized: Synthesized) -> list[dict]:
     return [a["Properties"] for a in synthesized.of_type("AWS::CloudWatch::Alarm").values()]
+
+
+def _custom_alarms(synthesized: Synthesized) -> dict[tuple[str, frozenset[tuple[str, str]]], dict[str, Any]]:
+    """The alarms on the functions' own namespace, by (metric, dimensions)."""
+    namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
+    return {(a["MetricName"], frozenset((d["Name"], d["Value"]) for d in a.get("Dimensions", []))): a
+            for a in _alarms(synthesized) if a.get("Namespace") == namespace}
+
+
+def _alarmed(synthesized: Synthesized, metrics: list[Emitted]) -> list[Emitted]:
+    """The metrics, among those emitted above zero, that an alarm of the stack watches (Sum > 0)."""
+    watched = _custom_alarms(synthesized)
+    namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
+    return [m for m in metrics if m.value > 0 and m.namespace == namespace and (m.name, m.dimensions) in watched]
+
+
+@pytest.fixture
+def handler_module(synthesized: Synthesized, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], ModuleType]]:
+    """A function's handler imported as Lambda imports it, under the variables the stack gives that function."""
+    loaded: list[str] = []
+
+    def load(function: str) -> ModuleType:
+        resource = synthesized.resources[synthesized.logical_id(synthesized.stack.functions.functions[function])]
+        for key, value in resource["Properties"]["Environment"]["Variables"].items():
+            if isinstance(value, str):
+                monkeypatch.setenv(key, value)
+        monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+        name = f"monitoring_test_{function}_handler"
+        spec = importlib.util.spec_from_file_location(name, ROOT / "functions" / function / "handler.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        loaded.append(name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)
+
+
+def _statically_emitted() -> set[tuple[str, frozenset[tuple[str, str]]]]:
+    """(metric, dimensions) of each handler's `metrics.add_metric(name=...)` under its `Metrics(service=)`, and
+    `RecordsFailed` of each handler that reports partial batch failures (`batch_failures.report_failures`)."""
+    found: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    for path in sorted((ROOT / "functions").glob("*/handler.py")):
+        tree = ast.parse(path.read_text())
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+        [service] = [str(k.value.value) for c in calls if getattr(c.func, "id", None) == "Metrics"
+                     for k in c.keywords if k.arg == "service" and isinstance(k.value, ast.Constant)]
+        for call in calls:
+            if (isinstance(call.func, ast.Attribute) and call.func.attr == "add_metric"
+                    and getattr(call.func.value, "id", None) == "metrics"):
+                for keyword in call.keywords:
+                    if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
+                        found.add((str(keyword.value.value), frozenset({("service", service)})))
+        if any(getattr(c.func, "id", None) == "report_failures" for c in calls):
+            found.add(("RecordsFailed", frozenset({("service", service)})))
+    return found
+
+
+def test_every_alarm_on_the_functions_metrics_names_a_series_a_handler_emits(synthesized: Synthesized) -> None:
+    """An alarm whose name or dimensions differ from the emitted series by a letter watches a series that never
+    has data, and missing data is not breaching: it would stay OK for ever."""
+    emits = _statically_emitted()
+    alarms = _custom_alarms(synthesized)
+    assert alarms
+    for key in alarms:
+        assert key in emits, f"{key[0]} {dict(key[1])} is no series a handler emits"
 
 
 def test_every_dlq_alarms_on_its_first_message(synthesized: Synthesized) -> None:
@@ -120,3 +206,45 @@ def test_refused_pod_events_alarm_on_the_functions_that_post_them(synthesized: S
             assert dimension["Name"] == "service"
             watched.add(dimension["Value"])
     assert watched == {"packer", "drain"}
+
+
+def test_a_launch_ec2_refuses_for_a_non_capacity_reason_alarms(
+        synthesized: Synthesized, handler_module: Callable[[str], ModuleType],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """EC2 refusing a launch for a reason no retry or other offering mends (UnauthorizedOperation: a PassRole or
+    launch-template grant missing; an invalid parameter or launch template; the Spot service-linked role) ends the
+    claim and releases its pods with no Lambda error and no dead letter: the handler's `LaunchesRefused` is the
+    one sign, so an alarm watches it. A claim that found no capacity (Spot's normal weather) counts 0 there."""
+    from gpu_autoscaler.services.fleet import FailedClaim, LaunchOutcome
+
+    fleet = handler_module("fleet")
+    capsys.readouterr()
+    no_capacity = FailedClaim("c2", "could not launch: InsufficientInstanceCapacity",
+                              "InsufficientInstanceCapacity", ("pod-2",))
+    fleet.record_metrics(LaunchOutcome(cluster="ml-prod", requested=("c2",), failed=[no_capacity]))
+    fleet.metrics.flush_metrics()
+    assert not _alarmed(synthesized, emitted(capsys.readouterr().out))
+
+    refused = FailedClaim("c1", "EC2 refused the launch: UnauthorizedOperation You are not authorized",
+                          "UnauthorizedOperation", ("pod-1",), refused=True)
+    fleet.record_metrics(LaunchOutcome(cluster="ml-prod", requested=("c1",), failed=[refused]))
+    fleet.metrics.flush_metrics()
+    metrics = emitted(capsys.readouterr().out)
+    [alarmed] = _alarmed(synthesized, metrics)
+    assert (alarmed.name, dict(alarmed.dimensions), alarmed.value) == ("LaunchesRefused", {"service": "fleet"}, 1)
+    alarm = _custom_alarms(synthesized)[(alarmed.name, alarmed.dimensions)]
+    assert alarm["Statistic"] == "Sum"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
+def test_the_dashboard_graphs_launches_and_their_failures_by_reason(synthesized: Synthesized) -> None:
+    """Whether capacity flows at all, at a glance: claims launched, launches refused, and every failure by its
+    reason (a SEARCH over the `reason` dimension: the values are EC2's error codes, not known in advance)."""
+    [dashboard] = synthesized.of_type("AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    text = "".join(part if isinstance(part, str) else json.dumps(part) for part in body["Fn::Join"][1])
+    namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
+    assert f'["{namespace}","ClaimsLaunched","service","fleet"' in text
+    assert f'["{namespace}","LaunchesRefused","service","fleet"' in text
+    search = f"""SEARCH('{{"{namespace}",reason,service}} MetricName="LaunchFailures"', 'Sum', 60)"""
+    assert json.dumps(search) in text  # the widget's expression, as the body's JSON writes it

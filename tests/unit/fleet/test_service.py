@@ -280,6 +280,38 @@ def test_a_fatal_error_ends_the_launch_at_once() -> None:
     assert "InvalidLaunchTemplateId.NotFound" in h.claim("gpu-burst-a1b2c").reason
 
 
+def test_a_launch_ec2_refuses_for_a_non_capacity_reason_is_told_from_one_that_found_no_capacity() -> None:
+    """A refusal no other offering or retry mends (a permission, a parameter, the launch template, the Spot
+    service-linked role) needs an operator; no capacity is Spot's normal weather. Both end the claim the same way
+    (no Lambda error, no dead letter), so the outcome says which it was, for the handler's `LaunchesRefused`."""
+    refused = Harness(FleetResult(errors=(FleetError(code="UnauthorizedOperation", message="not authorized"),)))
+    refused.add(make_claim())
+    [failed] = refused.launch("gpu-burst-a1b2c").failed
+    assert failed.code == "UnauthorizedOperation" and failed.refused
+
+    # Spot refused for the account, then no On-Demand capacity: the claim ends on the last error, a capacity one,
+    # yet Spot will be refused until someone lets the account create its service-linked role.
+    no_spot_role = Harness(no_capacity("AuthFailure.ServiceLinkedRoleCreationNotPermitted"), no_capacity())
+    no_spot_role.add(make_claim())
+    [failed] = no_spot_role.launch("gpu-burst-a1b2c").failed
+    assert failed.code == "InsufficientInstanceCapacity" and failed.refused
+
+    for answers in ((no_capacity(), no_capacity()), (no_capacity(), no_capacity("VcpuLimitExceeded"))):
+        short = Harness(*answers)
+        short.add(make_claim())
+        [failed] = short.launch("gpu-burst-a1b2c").failed
+        assert not failed.refused, failed.code
+
+    nothing_left = Harness()
+    nothing_left.add(make_claim())
+    for t in ("g6.xlarge", "g5.xlarge"):
+        for z in ("us-east-1a", "us-east-1b"):
+            for capacity_type in ("spot", "on-demand"):
+                nothing_left.store.mark_unavailable((t, z, capacity_type), TTL, "InsufficientInstanceCapacity")
+    [failed] = nothing_left.launch("gpu-burst-a1b2c").failed
+    assert failed.code == "NoOfferings" and not failed.refused
+
+
 def test_throttling_backs_off_with_jitter_then_succeeds() -> None:
     h = Harness(RequestThrottled("slow down"), RequestThrottled("slow down"))
     h.add(make_claim())

@@ -244,6 +244,14 @@ class FleetError(_Frozen):
         return classify_error(self.code)
 
     @property
+    def refusal(self) -> bool:
+        """EC2 refused for a reason no other offering, later retry or capacity mends, so an operator must act: a
+        fatal error (a permission, a parameter, the launch template) or the account's configuration (the Spot
+        service-linked role). Capacity and quotas (`CAPACITY_ERROR_CODES`) are Spot's normal weather; throttling
+        and a spent token are retried."""
+        return self.kind is ErrorKind.FATAL or self.code in CONFIGURATION_ERROR_CODES
+
+    @property
     def offering(self) -> tuple[str, str, str] | None:
         if self.instance_type and self.zone and self.capacity_type:
             return (self.instance_type, self.zone, self.capacity_type)

@@ -129,6 +129,10 @@ class FailedClaim:
     """One error code (or `NoOfferings`, `NoCapacity`, …) for the failure metric's dimension."""
     pods: tuple[str, ...] = ()
     """The pods released (uids): each is reported unschedulable with the reason, as the packer reports its own."""
+    refused: bool = False
+    """EC2 refused one of its launches for a reason no retry mends (`FleetError.refusal`), or the configuration
+    stopped it (the EFA security group): an operator must act. The claim ends like one that found no capacity,
+    with no Lambda error and no dead letter, so the handler counts it apart (`LaunchesRefused`) for an alarm."""
 
 
 @dataclass
@@ -278,7 +282,7 @@ class FleetService:
             return
         problem = self._efa_preflight() if pool.efa else None
         if problem is not None:
-            self._fail(claims, problem, "EfaSecurityGroup", outcome)
+            self._fail(claims, problem, "EfaSecurityGroup", outcome, refused=True)
             return
         unavailable = set(self.store.unavailable_offerings())
         attempt, replay = self._resume(claims, pool, context, unavailable)
@@ -326,7 +330,9 @@ class FleetService:
             code = "NoOfferings"
         else:
             reason, code = "EC2 launched nothing and reported no error", "NoCapacity"
-        self._fail(remaining, reason, code, outcome)
+        # Any refusal on the way counts, not only the last error: Spot refused for the account, then no On-Demand
+        # capacity, ends on the capacity error while Spot stays refused until someone fixes the account.
+        self._fail(remaining, reason, code, outcome, refused=any(error.refusal for error in errors))
 
     def _efa_preflight(self) -> str | None:
         """The EFA security group check, asked once per warm Lambda (a fix needs a new invocation anyway)."""
@@ -477,7 +483,8 @@ class FleetService:
             terminated = self.compute.terminate(list(instance_ids))
             outcome.strays.extend(terminated)
 
-    def _fail(self, claims: Sequence[NodeClaim], reason: str, code: str, outcome: LaunchOutcome) -> None:
+    def _fail(self, claims: Sequence[NodeClaim], reason: str, code: str, outcome: LaunchOutcome, *,
+              refused: bool = False) -> None:
         for claim in claims:
             try:
                 closed = write_fresh(self.store, claim,
@@ -486,7 +493,7 @@ class FleetService:
                 logger.info("claim %s moved on before it could be closed; left as it is", claim.id)
                 continue
             self.store.release_pods(closed.pods)
-            outcome.failed.append(FailedClaim(claim.id, reason, code, tuple(closed.pods)))
+            outcome.failed.append(FailedClaim(claim.id, reason, code, tuple(closed.pods), refused))
             logger.warning("claim %s cannot launch, its %d pod(s) released: %s", claim.id, len(closed.pods), reason)
 
     # ---- terminate ----------------------------------------------------------------------------------------
