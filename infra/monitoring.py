@@ -45,9 +45,9 @@ def alarm_email(scope: Construct) -> str | None:
 class Monitoring(Construct):
     """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. So is what a
     function counts that fails nothing yet needs an operator: pod Events the API server refuses, launches EC2
-    refuses. Each alarm publishes to one topic when it fires and when it clears; the topic takes TLS only
-    (aws:SecureTransport), and the context's alarm address, if given, is subscribed (SNS e-mails it a confirmation
-    link first)."""
+    refuses, nodes that never join. Each alarm publishes to one topic when it fires and when it clears; the topic
+    takes TLS only (aws:SecureTransport), and the context's alarm address, if given, is subscribed (SNS e-mails it
+    a confirmation link first)."""
 
     def __init__(
         self,
@@ -102,6 +102,18 @@ class Monitoring(Construct):
                               "group): the fleet's log names the code; the pods stay pending until it is fixed.",
             metric=own("LaunchesRefused", "fleet"),
         )
+        # A node that never registers or initializes is given up after `timeouts.registrationTtl` by a tick that
+        # succeeds, and its pods are planned again onto a new instance with the same fate: one GPU instance billed
+        # for nothing each time (Karpenter's NodePool says NodeRegistrationHealthy=False for the same).
+        self.alarms["registration-timeouts"] = self._any_above_zero(
+            "ConsolidateRegistrationTimeouts",
+            alarm_name=names.alarm("registration-timeouts"),
+            alarm_description="A launched instance's node never registered or initialized within "
+                              "timeouts.registrationTtl: terminated, its pods planned again onto a new one (node "
+                              "role access entry, user data, security groups, GPU Operator?); the consolidate log "
+                              "names the claim.",
+            metric=own("RegistrationTimeouts", "consolidate"),
+        )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
         # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).
         self.topic.add_to_resource_policy(iam.PolicyStatement(
@@ -132,6 +144,7 @@ class Monitoring(Construct):
             _graph("Launches", [
                 own("ClaimsLaunched", "fleet", label="launched"),
                 own("LaunchesRefused", "fleet", label="refused"),
+                own("RegistrationTimeouts", "consolidate", label="never joined"),
                 cloudwatch.SearchExpression(
                     expression=f"SEARCH('{{\"{names.metrics_namespace}\",reason,service}} "
                                f"MetricName=\"LaunchFailures\"', 'Sum', {int(_PERIOD.to_seconds())})",

@@ -238,13 +238,42 @@ def test_a_launch_ec2_refuses_for_a_non_capacity_reason_alarms(
 
 
 def test_the_dashboard_graphs_launches_and_their_failures_by_reason(synthesized: Synthesized) -> None:
-    """Whether capacity flows at all, at a glance: claims launched, launches refused, and every failure by its
-    reason (a SEARCH over the `reason` dimension: the values are EC2's error codes, not known in advance)."""
+    """Whether capacity flows at all, at a glance: claims launched, launches refused, nodes that never joined, and
+    every failure by its reason (a SEARCH over the `reason` dimension: EC2's error codes, not known in advance)."""
     [dashboard] = synthesized.of_type("AWS::CloudWatch::Dashboard").values()
     body = dashboard["Properties"]["DashboardBody"]
     text = "".join(part if isinstance(part, str) else json.dumps(part) for part in body["Fn::Join"][1])
     namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
     assert f'["{namespace}","ClaimsLaunched","service","fleet"' in text
     assert f'["{namespace}","LaunchesRefused","service","fleet"' in text
+    assert f'["{namespace}","RegistrationTimeouts","service","consolidate"' in text
     search = f"""SEARCH('{{"{namespace}",reason,service}} MetricName="LaunchFailures"', 'Sum', 60)"""
     assert json.dumps(search) in text  # the widget's expression, as the body's JSON writes it
+
+
+def test_a_node_that_never_joins_alarms(
+        synthesized: Synthesized, handler_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An instance whose node never registers or initializes (no access entry for the node role, user data, a
+    security group, no GPU Operator) is terminated after `timeouts.registrationTtl` and its pods planned again, onto
+    a new instance with the same fate: a tick that succeeds, no dead letter, one GPU instance billed for nothing
+    each time. The consolidate handler's `RegistrationTimeouts` is the one sign, so an alarm watches it (Karpenter
+    sets its NodePool's NodeRegistrationHealthy False for the same: pkg/controllers/nodeclaim/lifecycle/liveness.go)."""
+    from types import SimpleNamespace
+
+    from gpu_autoscaler.lambda_context import local_context
+
+    consolidate = handler_module("consolidate")
+    capsys.readouterr()
+    outcome = SimpleNamespace(
+        reconcile=SimpleNamespace(registered=[], timed_out=["claim-1"]), saving=0.0, proposed=[], rejected=[],
+        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]})
+    monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
+    consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
+                        local_context("ml-prod-gpu-autoscaler-consolidate"))
+    [alarmed] = _alarmed(synthesized, emitted(capsys.readouterr().out))
+    assert (alarmed.name, dict(alarmed.dimensions), alarmed.value) == (
+        "RegistrationTimeouts", {"service": "consolidate"}, 1)
+    alarm = _custom_alarms(synthesized)[(alarmed.name, alarmed.dimensions)]
+    assert alarm["Statistic"] == "Sum"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
