@@ -15,6 +15,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from gpu_autoscaler.wiring import FUNCTION_WIRING
+from infra.queues import WorkQueue
 
 if TYPE_CHECKING:
     from aws_cdk import aws_lambda as lambda_
@@ -30,6 +31,12 @@ ALARM_EMAIL_CONTEXT = "gpu-autoscaler:alarmEmail"
 a deploy setting, not part of the configuration the functions read."""
 EVENT_POSTERS = ("packer", "drain")
 """The functions that post pod Events (`domain.pod_events`), and count those the API server refuses."""
+OLDEST_MESSAGE_LIMITS = {WorkQueue.INTERRUPTION: Duration.seconds(60), WorkQueue.PENDING_PODS: Duration.minutes(3)}
+"""How old the oldest message of a work queue may grow before an alarm says its function is not taking them (SQS's
+ApproximateAgeOfOldestMessage, in-flight messages included). A Spot warning gives two minutes, so an interruption
+waiting one is late; the agent reports each resync window (60 s), and the packer's single FIFO group holds every
+report behind a failing one, so three windows mean capacity is planned for nobody. The launch and drain queues are
+left out: a throttled CreateFleet goes back to its queue for a while, and a drain waits in its own by DelaySeconds."""
 
 
 def alarm_email(scope: Construct) -> str | None:
@@ -45,9 +52,9 @@ def alarm_email(scope: Construct) -> str | None:
 class Monitoring(Construct):
     """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. So is what a
     function counts that fails nothing yet needs an operator: pod Events the API server refuses, launches EC2
-    refuses, nodes that never join. Each alarm publishes to one topic when it fires and when it clears; the topic
-    takes TLS only (aws:SecureTransport), and the context's alarm address, if given, is subscribed (SNS e-mails it
-    a confirmation link first)."""
+    refuses, nodes that never join; and urgent work that waits in its queue. Each alarm publishes to one topic when
+    it fires and when it clears; the topic takes TLS only (aws:SecureTransport), and the context's alarm address, if
+    given, is subscribed (SNS e-mails it a confirmation link first)."""
 
     def __init__(
         self,
@@ -68,14 +75,14 @@ class Monitoring(Construct):
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         for label, dlq in dead_letter_queues.items():
-            self.alarms[f"dlq-{label}"] = self._any_above_zero(
+            self.alarms[f"dlq-{label}"] = self._above(
                 f"{_camel(label)}DlqNotEmpty",
                 alarm_name=names.alarm(f"{label}-dlq-not-empty"),
                 alarm_description=f"Messages in the {label} dead-letter queue: look at them, fix, redrive.",
                 metric=dlq.metric_approximate_number_of_messages_visible(period=_PERIOD, statistic="Maximum"),
             )
         for name, function in functions.items():
-            self.alarms[f"errors-{name}"] = self._any_above_zero(
+            self.alarms[f"errors-{name}"] = self._above(
                 f"{_camel(name)}Errors",
                 alarm_name=names.alarm(f"{name}-errors"),
                 alarm_description=f"The {name} function failed (uncaught error or timeout).",
@@ -85,7 +92,7 @@ class Monitoring(Construct):
         for name in EVENT_POSTERS:
             # Events are best effort: a refused one (401, 403: no access entry or no RBAC binding) fails nothing, so
             # the Errors alarm never fires for it; the handlers count it (Powertools metrics, dimension `service`).
-            self.alarms[f"events-refused-{name}"] = self._any_above_zero(
+            self.alarms[f"events-refused-{name}"] = self._above(
                 f"{_camel(name)}PodEventsRefused",
                 alarm_name=names.alarm(f"{name}-pod-events-refused"),
                 alarm_description=f"The Kubernetes API refused the {name} function's pod Events (401: no access "
@@ -94,7 +101,7 @@ class Monitoring(Construct):
             )
         # A launch EC2 refuses for a reason no retry mends ends its claim with no Lambda error and no dead letter
         # (EC2 answers CreateFleet's refusals in `Errors`, and the record is handled): only the fleet's count says so.
-        self.alarms["launches-refused"] = self._any_above_zero(
+        self.alarms["launches-refused"] = self._above(
             "FleetLaunchesRefused",
             alarm_name=names.alarm("fleet-launches-refused"),
             alarm_description="EC2 refused launches for a reason no retry mends (a permission such as iam:PassRole, "
@@ -105,7 +112,7 @@ class Monitoring(Construct):
         # A node that never registers or initializes is given up after `timeouts.registrationTtl` by a tick that
         # succeeds, and its pods are planned again onto a new instance with the same fate: one GPU instance billed
         # for nothing each time (Karpenter's NodePool says NodeRegistrationHealthy=False for the same).
-        self.alarms["registration-timeouts"] = self._any_above_zero(
+        self.alarms["registration-timeouts"] = self._above(
             "ConsolidateRegistrationTimeouts",
             alarm_name=names.alarm("registration-timeouts"),
             alarm_description="A launched instance's node never registered or initialized within "
@@ -113,6 +120,34 @@ class Monitoring(Construct):
                               "role access entry, user data, security groups, GPU Operator?); the consolidate log "
                               "names the claim.",
             metric=own("RegistrationTimeouts", "consolidate"),
+        )
+        # Messages no invocation takes (the function throttled, its event source mapping disabled or refused the
+        # queue) or that wait behind a failing one in a FIFO group only age: their queue's metric says so long before
+        # maxReceiveCount takes one to its DLQ. The metric is published every minute while the queue is active, and
+        # not at all for an idle one, hence missing data as no breach ("Available CloudWatch metrics for Amazon SQS",
+        # SQS developer guide).
+        for kind, limit in OLDEST_MESSAGE_LIMITS.items():
+            self.alarms[f"oldest-{kind.value}"] = self._above(
+                f"{_camel(kind.value)}QueueOldestMessage",
+                alarm_name=names.alarm(f"{kind.value}-queue-oldest-message"),
+                alarm_description=f"A message has waited in the {kind.value} queue over {int(limit.to_seconds())} s: "
+                                  f"its function is not taking them (throttled, event source mapping disabled, a "
+                                  f"record failing ahead of them); see its log and RecordsFailed.",
+                metric=queues[kind.value].metric_approximate_age_of_oldest_message(period=_PERIOD,
+                                                                                   statistic="Maximum"),
+                threshold=limit.to_seconds(),
+            )
+        # That metric leaves out a message received three times and not deleted (same page: a poison-pill message's
+        # age is not counted), and a record the interruption function hands back is received three times within a
+        # minute (`batch_failures.RETRY_AFTER`): its own count sees it. Two minutes running, so that one duplicate
+        # notice found in progress once (it succeeds 10 s later) is no alarm.
+        self.alarms["records-failed-interruption"] = self._above(
+            "InterruptionRecordsFailed",
+            alarm_name=names.alarm("interruption-records-failed"),
+            alarm_description="The interruption function handed records back to its queue two minutes running: "
+                              "a Spot warning gives two; its log names the error.",
+            metric=own("RecordsFailed", "interruption"),
+            periods=2,
         )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
         # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).
@@ -161,19 +196,23 @@ class Monitoring(Construct):
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=6),
         )
 
-    def _any_above_zero(
-        self, construct_id: str, *, alarm_name: str, alarm_description: str, metric: cloudwatch.IMetric
+    def _above(
+        self, construct_id: str, *, alarm_name: str, alarm_description: str, metric: cloudwatch.IMetric,
+        threshold: float = 0, periods: int = 1,
     ) -> cloudwatch.Alarm:
-        """One breaching minute is enough: every alarm here counts things that should never happen."""
+        """Above `threshold` (by default: any at all) in `periods` periods running, one breaching minute unless said
+        otherwise: every alarm here watches something that should not happen. Missing data is no breach: an idle
+        queue publishes none, and a function publishes its counts only when it runs."""
         alarm = cloudwatch.Alarm(
             self,
             construct_id,
             alarm_name=alarm_name,
             alarm_description=alarm_description,
             metric=metric,
-            threshold=0,
+            threshold=threshold,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods if periods > 1 else None,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         notify = actions.SnsAction(self.topic)

@@ -277,3 +277,40 @@ def test_a_node_that_never_joins_alarms(
     alarm = _custom_alarms(synthesized)[(alarmed.name, alarmed.dimensions)]
     assert alarm["Statistic"] == "Sum"
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
+def test_the_interruption_and_pending_pods_queues_alarm_on_their_oldest_message(synthesized: Synthesized) -> None:
+    """A Spot warning gives two minutes; the DLQ alarm hears of a record only after maxReceiveCount deliveries
+    (15 to 30 minutes, and up to 15 more before an idle DLQ's metrics resume). Messages no invocation takes (the
+    function throttled, its event source mapping disabled) or that wait behind a failing one in the packer's single
+    FIFO group only age: the queue's ApproximateAgeOfOldestMessage says so within a minute or three. Missing data
+    (an idle queue publishes none: SQS developer guide) is no breach."""
+    queues = {kind.value: synthesized.logical_id(queue) for kind, queue in synthesized.stack.queues.queues.items()}
+    by_queue = {}
+    for alarm in _alarms(synthesized):
+        if alarm["MetricName"] == "ApproximateAgeOfOldestMessage":
+            [dimension] = alarm["Dimensions"]
+            assert dimension["Name"] == "QueueName"
+            by_queue[dimension["Value"]["Fn::GetAtt"][0]] = alarm
+    assert set(by_queue) == {queues["interruption"], queues["pending-pods"]}
+    thresholds = {}
+    for name in ("interruption", "pending-pods"):
+        alarm = by_queue[queues[name]]
+        assert (alarm["Namespace"], alarm["Statistic"], alarm["Period"]) == ("AWS/SQS", "Maximum", 60)
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["EvaluationPeriods"] == 1
+        assert alarm["TreatMissingData"] == "notBreaching"
+        thresholds[name] = alarm["Threshold"]
+    assert thresholds == {"interruption": 60, "pending-pods": 180}
+
+
+def test_interruption_records_handed_back_two_minutes_running_alarm(synthesized: Synthesized) -> None:
+    """A record the interruption function hands back (partial batch failure: no Lambda error) comes back after
+    10 s and 40 s, so it has been received three times within a minute: from then on SQS leaves it out of
+    ApproximateAgeOfOldestMessage (SQS developer guide, "Available CloudWatch metrics for Amazon SQS": a
+    poison-pill message's age is not included), and the age alarm cannot see it. `RecordsFailed` can: failures in
+    two minutes running mean a record that keeps failing, not one duplicate notice found in progress once."""
+    alarm = _custom_alarms(synthesized)[("RecordsFailed", frozenset({("service", "interruption")}))]
+    assert alarm["Statistic"] == "Sum" and alarm["Period"] == 60
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 2)
+    assert alarm["TreatMissingData"] == "notBreaching"
