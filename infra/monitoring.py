@@ -150,12 +150,16 @@ class Monitoring(Construct):
             periods=2,
         )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in
-        # by name: for this stack's alarms only (aws:SourceArn, aws:SourceAccount against the confused deputy).
+        # by name: for the alarms of this account and region named under the deployment's prefix (aws:SourceArn,
+        # aws:SourceAccount against the confused deputy, as the Knowledge Center's "Why didn't I receive an SNS
+        # notification for my CloudWatch alarm trigger?" writes it). The prefix, not the stack's alarms one by one:
+        # an alarm an operator adds for this deployment (Throttles, say) publishes here too when named under it.
         self.topic.add_to_resource_policy(iam.PolicyStatement(
             principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
             actions=["sns:Publish"],
             resources=[self.topic.topic_arn],
-            conditions={"ArnEquals": {"aws:SourceArn": [a.alarm_arn for a in self.alarms.values()]},
+            conditions={"ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}"
+                                                     f":alarm:{names.alarm('*')}"},
                         "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
         ))
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=names.dashboard(region))
