@@ -14,6 +14,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from gpu_autoscaler.domain.agent_witness import AGENT_REPORTS_WITHIN
 from gpu_autoscaler.wiring import FUNCTION_WIRING
 from infra.queues import WorkQueue
 
@@ -52,7 +53,8 @@ def alarm_email(scope: Construct) -> str | None:
 class Monitoring(Construct):
     """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. So is what a
     function counts that fails nothing yet needs an operator: pod Events the API server refuses, launches EC2
-    refuses, nodes that never join; and urgent work that waits in its queue. Each alarm publishes to one topic when
+    refuses, nodes that never join; urgent work that waits in its queue; and GPU pods waiting while the agent sends
+    nothing. Each alarm publishes to one topic when
     it fires and when it clears; the topic takes TLS only (aws:SecureTransport), and the context's alarm address, if
     given, is subscribed (SNS e-mails it a confirmation link first)."""
 
@@ -147,6 +149,29 @@ class Monitoring(Construct):
             alarm_description="The interruption function handed records back to its queue two minutes running: "
                               "a Spot warning gives two; its log names the error.",
             metric=own("RecordsFailed", "interruption"),
+            periods=2,
+        )
+        # An agent not installed, crash-looping or refused by SQS sends nothing, and an empty queue publishes no
+        # metrics once idle: a quiet cluster to every other alarm. The consolidate tick counts the GPU pods the agent
+        # must have reported by now (`domain.agent_witness`); some, while nothing reached the pending-pods queue, two
+        # periods running, is an agent that does not report. FILL takes the idle queue's missing NumberOfMessagesSent
+        # as none (CloudWatch User Guide, "Using math expressions with CloudWatch metrics": FILL, IF).
+        window = Duration.seconds(AGENT_REPORTS_WITHIN.total_seconds())
+        self.alarms["agent-silent"] = self._above(
+            "AgentSilent",
+            alarm_name=names.alarm("agent-silent"),
+            alarm_description="GPU pods have waited unschedulable for minutes and nothing reached the pending-pods "
+                              "queue: the agent is not running or cannot send (kubectl -n gpu-autoscaler logs "
+                              "deploy/gpu-autoscaler-agent; its Pod Identity association; the queue URL).",
+            metric=cloudwatch.MathExpression(
+                expression="IF(pods > 0 AND FILL(sent, 0) == 0, 1, 0)",
+                using_metrics={
+                    "pods": own("GpuPodsUnschedulable", "consolidate").with_(statistic="Maximum", period=window),
+                    "sent": queues[WorkQueue.PENDING_PODS.value].metric_number_of_messages_sent(
+                        statistic="Sum", period=window),
+                },
+                period=window,
+            ),
             periods=2,
         )
         # A topic policy replaces SNS's default one (the account's principals may publish), so CloudWatch is let in

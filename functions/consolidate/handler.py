@@ -4,8 +4,9 @@ The event is the schedule's input, a `ScheduleTick`; anything else fails with an
 problem (Scheduler retries, then dead-letters it). One call into the service, under the function's tick lease
 (`services.tick_lease`): reconcile (registrations, registration timeouts, demand history), then consolidation
 (replacements launched, drains requested). The response is its summary; each decision is logged with the USD/h it
-saves, and counted per reason. A tick that finds another holding the lease does nothing and answers `{"skipped":
-true, "leaseHolder", "leaseExpiresAt"}`, counted as `TicksSkipped`.
+saves, and counted per reason; the GPU pods the agent must have reported by now are counted too
+(`GpuPodsUnschedulable`, `domain.agent_witness`). A tick that finds another holding the lease does nothing and
+answers `{"skipped": true, "leaseHolder", "leaseExpiresAt"}`, counted as `TicksSkipped`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ConsolidationSavingPerHour", unit=MetricUnit.NoUnit, value=outcome.saving)
     metrics.add_metric(name="ConsolidationsProposed", unit=MetricUnit.Count, value=len(outcome.proposed))
     metrics.add_metric(name="ConsolidationsRejected", unit=MetricUnit.Count, value=len(outcome.rejected))
+    # Weighed against what reached the pending-pods queue: GPU pods waiting while the agent sends nothing.
+    metrics.add_metric(name="GpuPodsUnschedulable", unit=MetricUnit.Count, value=outcome.gpu_pods_unschedulable)
     dimensions = {**metrics.default_dimensions, "service": "consolidate"}
     for reason, (count, saving) in outcome.by_reason().items():
         # One EMF document per reason: a dimension of its own, which the handler-wide metrics cannot carry.

@@ -109,7 +109,7 @@ def test_every_dlq_alarms_on_its_first_message(synthesized: Synthesized) -> None
     assert len(dlqs) == 5
     watched = set()
     for alarm in _alarms(synthesized):
-        if alarm["MetricName"] == "ApproximateNumberOfMessagesVisible":
+        if alarm.get("MetricName") == "ApproximateNumberOfMessagesVisible":
             assert alarm["Namespace"] == "AWS/SQS"
             assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
             [dimension] = alarm["Dimensions"]
@@ -121,7 +121,7 @@ def test_every_function_alarms_on_errors(synthesized: Synthesized) -> None:
     functions = {synthesized.logical_id(f): n for n, f in synthesized.stack.functions.functions.items()}
     watched = set()
     for alarm in _alarms(synthesized):
-        if alarm["MetricName"] == "Errors":
+        if alarm.get("MetricName") == "Errors":
             assert alarm["Namespace"] == "AWS/Lambda" and alarm["Statistic"] == "Sum"
             assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
             [dimension] = alarm["Dimensions"]
@@ -211,7 +211,7 @@ def test_refused_pod_events_alarm_on_the_functions_that_post_them(synthesized: S
     namespace = ResourceNames(synthesized.config.cluster_name).metrics_namespace
     watched = set()
     for alarm in _alarms(synthesized):
-        if alarm["MetricName"] == "PodEventsRefused":
+        if alarm.get("MetricName") == "PodEventsRefused":
             assert alarm["Namespace"] == namespace and alarm["Statistic"] == "Sum"
             assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
             [dimension] = alarm["Dimensions"]
@@ -279,7 +279,7 @@ def test_a_node_that_never_joins_alarms(
     capsys.readouterr()
     outcome = SimpleNamespace(
         reconcile=SimpleNamespace(registered=[], timed_out=["claim-1"]), saving=0.0, proposed=[], rejected=[],
-        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]})
+        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]}, gpu_pods_unschedulable=0)
     monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
     consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
                         local_context("ml-prod-gpu-autoscaler-consolidate"))
@@ -300,7 +300,7 @@ def test_the_interruption_and_pending_pods_queues_alarm_on_their_oldest_message(
     queues = {kind.value: synthesized.logical_id(queue) for kind, queue in synthesized.stack.queues.queues.items()}
     by_queue = {}
     for alarm in _alarms(synthesized):
-        if alarm["MetricName"] == "ApproximateAgeOfOldestMessage":
+        if alarm.get("MetricName") == "ApproximateAgeOfOldestMessage":
             [dimension] = alarm["Dimensions"]
             assert dimension["Name"] == "QueueName"
             by_queue[dimension["Value"]["Fn::GetAtt"][0]] = alarm
@@ -323,6 +323,50 @@ def test_interruption_records_handed_back_two_minutes_running_alarm(synthesized:
     two minutes running mean a record that keeps failing, not one duplicate notice found in progress once."""
     alarm = _custom_alarms(synthesized)[("RecordsFailed", frozenset({("service", "interruption")}))]
     assert alarm["Statistic"] == "Sum" and alarm["Period"] == 60
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 2)
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_gpu_pods_waiting_while_the_agent_sends_nothing_alarm(
+        synthesized: Synthesized, handler_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent not installed, crash-looping or refused by SQS leaves the pending-pods queue empty, which looks like
+    a quiet cluster (an idle queue publishes no metrics at all). The consolidate tick lists the pods anyway and
+    counts the GPU pods the scheduler found no node for, long enough that the agent must have reported them
+    (`GpuPodsUnschedulable`); the alarm fires when there are some and nothing reached the pending-pods queue
+    (NumberOfMessagesSent, missing taken as none), two periods running."""
+    from types import SimpleNamespace
+
+    from gpu_autoscaler.lambda_context import local_context
+
+    consolidate = handler_module("consolidate")
+    capsys.readouterr()
+    outcome = SimpleNamespace(
+        reconcile=SimpleNamespace(registered=[], timed_out=[]), saving=0.0, proposed=[], rejected=[],
+        by_reason=dict, summary=dict, gpu_pods_unschedulable=2)
+    monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
+    consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
+                        local_context("ml-prod-gpu-autoscaler-consolidate"))
+    [counted] = [m for m in emitted(capsys.readouterr().out) if m.name == "GpuPodsUnschedulable"]
+    assert (dict(counted.dimensions), counted.value) == ({"service": "consolidate"}, 2)
+
+    queue = synthesized.logical_id(synthesized.stack.queues.queues[next(
+        k for k in synthesized.stack.queues.queues if k.value == "pending-pods")])
+    [alarm] = [a for a in _alarms(synthesized) if "Metrics" in a]
+    stats = {q["Id"]: q["MetricStat"] for q in alarm["Metrics"] if "MetricStat" in q}
+    [expression] = [q for q in alarm["Metrics"] if "Expression" in q]
+    assert expression["ReturnData"] is True
+    by_name = {s["Metric"]["MetricName"]: (i, s) for i, s in stats.items()}
+    pods_id, pods = by_name["GpuPodsUnschedulable"]
+    assert pods["Metric"]["Namespace"] == counted.namespace
+    assert {(d["Name"], d["Value"]) for d in pods["Metric"]["Dimensions"]} == set(counted.dimensions)
+    assert pods["Stat"] == "Maximum"
+    sent_id, sent = by_name["NumberOfMessagesSent"]
+    assert sent["Metric"]["Namespace"] == "AWS/SQS" and sent["Stat"] == "Sum"
+    assert sent["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+    assert expression["Expression"] == f"IF({pods_id} > 0 AND FILL({sent_id}, 0) == 0, 1, 0)"
+    assert pods["Period"] == sent["Period"] == 180
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 2)
     assert alarm["TreatMissingData"] == "notBreaching"

@@ -166,6 +166,22 @@ def test_a_replacement_is_launched_and_ready_before_its_node_is_drained() -> Non
     assert rig.claim(big).state is ClaimState.TERMINATED
 
 
+def test_each_tick_counts_the_gpu_pods_the_agent_must_have_been_reporting_for_minutes() -> None:
+    """The server side's witness of the agent (it lists the pods anyway): unbound, unschedulable GPU pods older than
+    `AGENT_REPORTS_WITHIN`, which the agent reports at once and again each resync window. An alarm weighs the count
+    against what reached the pending-pods queue, so an agent gone silent is not taken for a quiet cluster."""
+    scene = Cluster(pool_config())
+    old = scene.clock.now() - timedelta(minutes=10)
+    scene.pod(None, created_at=old, unschedulable=True)  # counted
+    scene.pod(None, created_at=old, unschedulable=True, owner_kind="DaemonSet")
+    scene.pod(None, created_at=old, unschedulable=False)  # gated, or not tried yet
+    scene.pod(None, gpus=0, created_at=old, unschedulable=True)  # no GPU asked
+    scene.pod(None, created_at=scene.clock.now() - timedelta(minutes=1), unschedulable=True)  # reported just now
+    scene.pod(None, created_at=old, unschedulable=True, deletion_timestamp=scene.clock.now())
+    scene.pod(None, created_at=old, unschedulable=True, phase="Failed")
+    assert Rig(scene).service.run().gpu_pods_unschedulable == 1
+
+
 def test_a_node_being_consolidated_is_not_decided_on_again() -> None:
     scene = Cluster(pool_config())
     big = scene.node("g5.48xlarge")

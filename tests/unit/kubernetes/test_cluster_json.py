@@ -59,3 +59,18 @@ def test_a_bound_pod_in_the_middle_of_a_resize_is_sized_as_the_scheduler_sizes_i
     assert pod_from_json(_resizing("Deferred")).requests["cpu"] == 5000  # max(2, 4) + max(1, 0.5)
     assert pod_from_json(_resizing(None)).requests["cpu"] == 5000
     assert pod_from_json(_resizing("Infeasible")).requests["cpu"] == 4500  # what the kubelet holds: 4 + 0.5
+
+
+def test_a_pod_the_scheduler_found_no_node_for_reads_as_unschedulable() -> None:
+    """PodScheduled False with reason Unschedulable, as the agent selects what it reports; any other reason
+    (SchedulingGated while Kueue has not admitted the pod) is not, nor is a pod without the condition yet."""
+    def pod(*conditions: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"uid": "u", "name": "train-0"}, "spec": {},
+                "status": {"phase": "Pending", "conditions": list(conditions)}}
+
+    def scheduled(reason: str) -> dict[str, str]:
+        return {"type": "PodScheduled", "status": "False", "reason": reason}
+
+    assert pod_from_json(pod(scheduled("Unschedulable"))).unschedulable
+    assert not pod_from_json(pod(scheduled("SchedulingGated"))).unschedulable
+    assert not pod_from_json(pod()).unschedulable

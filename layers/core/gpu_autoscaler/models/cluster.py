@@ -64,6 +64,10 @@ class ClusterPod(BaseModel):
     """`DaemonSet` pods are never evicted by a drain; mirror pods (static) neither."""
     mirror: bool = False
     phase: str = "Pending"
+    unschedulable: bool = False
+    """Its `PodScheduled` condition is False with reason Unschedulable: the scheduler tried and found no node (not
+    SchedulingGated, say, while Kueue has not admitted it). What the agent reports; `domain.agent_witness` counts
+    it."""
     ready: bool = True
     """Its `Ready` condition is True (the API server's `IsPodReady`; a pod read from the API without it is not). Only
     PodDisruptionBudgets read it: a pod not Ready is not among a budget's healthy pods, and its eviction may go past

@@ -24,6 +24,10 @@
    A run that stops halfway leaves marks that expire at the deadline and replacement claims that are
    launched (an empty node, consolidated later) or, never launched, ended by the registration timeout.
 8. Log each decision with the USD/h it saves; the handler counts them per reason.
+
+From the same list of pods, each tick also counts the GPU pods the in-cluster agent must have reported by now
+(`domain.agent_witness`): the stack's one witness of an agent gone silent, which otherwise looks like a quiet
+cluster.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpu_autoscaler.domain.agent_witness import awaiting_report
 from gpu_autoscaler.domain.consolidation import (
     EMPTY_SINCE_ATTRIBUTE,
     POD_SET_ATTRIBUTE,
@@ -102,6 +107,9 @@ class ConsolidateOutcome:
     api_failure: str | None = None
     """The Kubernetes API failed, so the tick stopped there (what it did before stays: every step is
     re-checked by the next tick)."""
+    gpu_pods_unschedulable: int = 0
+    """GPU pods unschedulable long enough that the agent must have reported them (`domain.agent_witness`); 0 when
+    the pods could not be listed."""
 
     @property
     def saving(self) -> float:
@@ -194,7 +202,7 @@ class ConsolidateService:
             quotas=quotas, outside=outside,
             pending=[p for p in pods if p.node_name is None], max_replacements=self.max_replacements,
         )
-        outcome = ConsolidateOutcome(reconciled, result)
+        outcome = ConsolidateOutcome(reconciled, result, gpu_pods_unschedulable=len(awaiting_report(pods, now)))
         current = {i.claim.id: i.claim for i in items if i.claim is not None}
         self._untaint_lapsed(items, now, outcome)
         self._resend_unsent(items, now, outcome)

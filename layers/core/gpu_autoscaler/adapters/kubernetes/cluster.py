@@ -318,6 +318,9 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
         "phase": (pod.get("status") or {}).get("phase") or "Pending",
         "ready": any(c.get("type") == "Ready" and c.get("status") == "True"
                      for c in (pod.get("status") or {}).get("conditions") or ()),
+        "unschedulable": any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                             and c.get("reason") == "Unschedulable"
+                             for c in (pod.get("status") or {}).get("conditions") or ()),
         "priority": int(spec.get("priority") or 0),
         "created_at": parse_time(metadata.get("creationTimestamp")),
         "priority_class_name": spec.get("priorityClassName") or None,
