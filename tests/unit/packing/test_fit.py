@@ -7,6 +7,7 @@ import math
 import pytest
 
 from gpu_autoscaler.config import GpuSharing, NodePool, Overhead
+from gpu_autoscaler.domain.launch_templates import efa_count
 from gpu_autoscaler.domain.packing.fit import (
     VM_MEMORY_OVERHEAD,
     allocatable,
@@ -16,7 +17,8 @@ from gpu_autoscaler.domain.packing.fit import (
     pod_requests,
 )
 from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
-from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.catalog import InstanceType
+from gpu_autoscaler.models.resources import EFA, Resources
 from tests.unit.packing.builders import make_pod, make_type
 
 GI = 2**30
@@ -143,6 +145,23 @@ def test_mig_table_matches_models_by_memory() -> None:
     assert mig_gpu("B200", 1466872 / 8).memory_gib == 180  # type: ignore[union-attr]
     assert mig_gpu("L4", 22888) is None
     assert mig_gpu("A30", 24576).profiles["1g.6gb"] == 4  # type: ignore[union-attr]
+
+
+P5 = InstanceType(name="p5.48xlarge", vcpu=192, memory_mib=2097152, gpus=8, gpu_devices=8, gpu_model="H100",
+                  gpu_manufacturer="NVIDIA", gpu_memory_mib=655360, efa=True, efa_interfaces=32, max_pods=100)
+G6E_12 = InstanceType(name="g6e.12xlarge", vcpu=48, memory_mib=393216, gpus=4, gpu_devices=4, gpu_model="L40S",
+                      gpu_manufacturer="NVIDIA", gpu_memory_mib=183104, efa=True, efa_interfaces=1, max_pods=234)
+
+
+def test_an_efa_pool_node_advertises_the_efas_its_launch_template_attaches() -> None:
+    """The EFA device plugin advertises each EFA the instance has as one `vpc.amazonaws.com/efa` (EKS User Guide,
+    ml/node-efa.adoc); the launch attaches `efa_count` of them (one per network card, from the EFA template)."""
+    efa_pool = NodePool(name="p", efa=True)
+    assert node_capacity(P5, efa_pool)[EFA] == efa_count(P5.efa_interfaces) == 32
+    assert allocatable(P5, efa_pool, Overhead())[EFA] == 32
+    assert node_capacity(G6E_12, efa_pool)[EFA] == 1
+    assert node_capacity(P5, pool())[EFA] == 0  # launched without EFAs: nothing to advertise
+    assert node_capacity(make_type("g5.xlarge"), efa_pool)[EFA] == 0  # a type without EFA
 
 
 def test_a_pod_takes_one_pods_slot() -> None:

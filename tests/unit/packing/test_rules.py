@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpu_autoscaler.domain.catalog import ANY
+from gpu_autoscaler.domain.catalog import ANY, Catalog
 from gpu_autoscaler.domain.packing import MAX_CANDIDATES, Plan, Solver
-from gpu_autoscaler.models.catalog import Offering
+from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState, StateTransition
 from tests.unit.packing.builders import (
     NOW,
@@ -454,6 +454,30 @@ def test_efa_gang_shares_one_type_list() -> None:
     assert len({c.instance_types for c in plan.claims}) == 1
     types = make_catalog()
     assert all(types.instance_type(t).efa for t in plan.claims[0].instance_types)
+
+
+def _p5_catalog() -> Catalog:
+    p5 = InstanceType(name="p5.48xlarge", vcpu=192, memory_mib=2097152, gpus=8, gpu_devices=8, gpu_model="H100",
+                      gpu_manufacturer="NVIDIA", gpu_memory_mib=655360, efa=True, efa_interfaces=32, max_pods=100)
+    return Catalog([p5], [Offering(instance_type=p5.name, zone=z, capacity_type="on-demand", price_per_hour=55.04)
+                          for z in ("us-east-1a", "us-east-1b")])
+
+
+def test_an_efa_gang_asking_for_efas_is_planned_in_an_efa_pool() -> None:
+    """EKS User Guide, ml/node-efa.adoc: pods ask the EFA device plugin for `vpc.amazonaws.com/efa` (its NCCL test
+    worker: 8 GPUs and 32 EFAs on a p5.48xlarge); an `efa: true` pool launches p5s with all 32 attached."""
+    pods = make_gang("nccl", 2, gpus=8, cpu="90", memory="8000Mi", requests={
+        "cpu": "90", "memory": "8000Mi", "nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"})
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"], efa=True), catalog=_p5_catalog())
+    assert not plan.unschedulable, plan.unschedulable
+    assert len(plan.claims) == 2
+
+
+def test_a_pod_asking_for_efas_outside_an_efa_pool_is_told_what_gives_them() -> None:
+    pods = [make_pod(gpus=8, requests={"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"})]
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"]), catalog=_p5_catalog())
+    assert not plan.claims
+    assert reason(plan).endswith("(only pools with efa: true launch nodes with vpc.amazonaws.com/efa)")
 
 
 def test_gang_waits_for_all_its_members() -> None:

@@ -35,9 +35,9 @@ from gpu_autoscaler.config import CAPACITY_ORDER, Overhead
 from gpu_autoscaler.domain.catalog import ANY, is_excluded, unavailable_key
 from gpu_autoscaler.domain.launch_templates import (
     block_device_mappings,
-    efa_count,
     efa_template_key,
     ephemeral_gib,
+    launched_efas,
     placement_group_key,
 )
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
@@ -422,7 +422,7 @@ def build_request(
         arch = architecture(instance_type, context.instance_types)
         known = context.instance_types.get(instance_type)
         # EFA pools: each type from the template with its EFA count; a gang in its zone's placement group.
-        efa = efa_count(known.efa_interfaces) if pool.efa and known is not None else 0
+        efa = launched_efas(pool, known) if known is not None else 0
         override = FleetOverride(
             instance_type=instance_type,
             zone=zone,

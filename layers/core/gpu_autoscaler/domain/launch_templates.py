@@ -43,6 +43,7 @@ from gpu_autoscaler.models.resources import parse_quantity
 
 if TYPE_CHECKING:
     from gpu_autoscaler.config import Ami, CapacityType, Config, NodePool
+    from gpu_autoscaler.models.catalog import InstanceType
 
 __all__ = [
     "BOTTLEROCKET_OS_VOLUME_GIB",
@@ -51,6 +52,7 @@ __all__ = [
     "EFA_INTERFACE_COUNTS",
     "TAG_ZONE",
     "efa_count",
+    "launched_efas",
     "efa_template_key",
     "placement_group_key",
     "template_variants",
@@ -135,6 +137,12 @@ def efa_template_key(capacity_type: str, efa_interfaces: int) -> str:
 def efa_count(max_interfaces: int) -> int:
     """The EFA template a type launches from: the largest count it takes (0: the type has no EFA)."""
     return max((n for n in EFA_INTERFACE_COUNTS if n <= max_interfaces), default=0)
+
+
+def launched_efas(pool: NodePool, instance_type: InstanceType) -> int:
+    """The EFAs a node of this type in this pool is launched with (its template's count in an `efa: true` pool,
+    none elsewhere): what the fleet launches and what the node then advertises, `vpc.amazonaws.com/efa`."""
+    return efa_count(instance_type.efa_interfaces) if pool.efa else 0
 
 
 def template_variants(config: Config) -> dict[str, tuple[CapacityType, int]]:

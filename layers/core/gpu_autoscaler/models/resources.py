@@ -17,6 +17,7 @@ __all__ = [
     "CPU",
     "DRA_GPU",
     "DRA_PREFIX",
+    "EFA",
     "NVIDIA_GPU_CLASS",
     "EPHEMERAL_STORAGE",
     "GPU",
@@ -40,6 +41,8 @@ DRA_PREFIX = "resource.k8s.io/"
 NVIDIA_GPU_CLASS = "gpu.nvidia.com"
 """The NVIDIA DRA driver's DeviceClass of whole GPUs (one device per GPU)."""
 DRA_GPU = DRA_PREFIX + NVIDIA_GPU_CLASS
+EFA = "vpc.amazonaws.com/efa"
+"""What the EFA device plugin advertises, one per EFA interface of the node (EKS User Guide, ml/node-efa.adoc)."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),

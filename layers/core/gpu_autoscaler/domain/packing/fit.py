@@ -7,6 +7,8 @@ nowhere else. A node's allocatable is what kubelet would report for it:
   default `vmMemoryOverheadPercent`, 7.5 %: a 16 GiB instance shows about 15.2 GiB to the kernel);
 - ephemeral-storage: the filesystem on the pool's `ephemeralStorage` volume, the volume less 2 % and 1 GiB (the
   kubelet counts the filesystem, not the volume: `filesystem`); pods: the type's max pods;
+- `vpc.amazonaws.com/efa` in an `efa: true` pool: the EFAs the node is launched with (`launched_efas`, the
+  count its launch template attaches), which the EFA device plugin advertises one each;
 - GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
   time-slicing, or slices on MIG-capable GPUs with MIG (see `mig`), named as the device plugin's MIG
   strategy names them: `nvidia.com/mig-<profile>` (mixed; `+` in a profile becomes `.`, `mig-1g.10gb.me`, see
@@ -23,12 +25,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.launch_templates import launched_efas
 from gpu_autoscaler.domain.packing.filesystem import filesystem_bytes
 from gpu_autoscaler.domain.packing.mig import compute_share, mig_slices
 from gpu_autoscaler.domain.packing.reserved import kubelet_reservations
 from gpu_autoscaler.models.resources import (
     CPU,
     DRA_GPU,
+    EFA,
     EPHEMERAL_STORAGE,
     GPU,
     MEMORY,
@@ -72,6 +76,9 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
         EPHEMERAL_STORAGE: filesystem_bytes(math.floor(parse_quantity(pool.ephemeral_storage))),
         PODS: instance_type.max_pods,
     }
+    efas = launched_efas(pool, instance_type)
+    if efas:
+        values[EFA] = efas
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
         slices = mig_slices(instance_type, sharing.mig_profile)
