@@ -18,7 +18,7 @@ from gpu_autoscaler.domain.packing.fit import (
 )
 from gpu_autoscaler.domain.packing.mig import mig_gpu, mig_slices
 from gpu_autoscaler.models.catalog import InstanceType
-from gpu_autoscaler.models.resources import EFA, Resources
+from gpu_autoscaler.models.resources import EFA, HUGEPAGES_2MI, Resources
 from tests.unit.packing.builders import make_pod, make_type
 
 GI = 2**30
@@ -162,6 +162,18 @@ def test_an_efa_pool_node_advertises_the_efas_its_launch_template_attaches() -> 
     assert node_capacity(G6E_12, efa_pool)[EFA] == 1
     assert node_capacity(P5, pool())[EFA] == 0  # launched without EFAs: nothing to advertise
     assert node_capacity(make_type("g5.xlarge"), efa_pool)[EFA] == 0  # a type without EFA
+
+
+def test_an_efa_node_plans_the_huge_pages_its_ami_pre_allocates_less_their_memory() -> None:
+    """With an EFA attached, Bottlerocket sets vm.nr_hugepages to 110 per CPU (bottlerocket-core-kit corndog
+    `compute_hugepages_for_efa`) and the EFA installer of the AL2023 AMIs one page more; the kubelet advertises them
+    as `hugepages-2Mi` and takes them out of allocatable memory (kubernetes pkg/kubelet/nodestatus/setters.go)."""
+    plain = allocatable(G6E_12, pool(), Overhead())
+    efa = allocatable(G6E_12, NodePool(name="p", efa=True), Overhead())
+    pages = 110 * G6E_12.vcpu  # 5,280 pages, 10,560 MiB
+    assert efa[HUGEPAGES_2MI] == pages * 2 * 2**20
+    assert efa["memory"] == plain["memory"] - (pages + 1) * 2 * 2**20
+    assert plain[HUGEPAGES_2MI] == 0
 
 
 def test_a_pod_takes_one_pods_slot() -> None:

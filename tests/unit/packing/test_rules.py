@@ -473,6 +473,16 @@ def test_an_efa_gang_asking_for_efas_is_planned_in_an_efa_pool() -> None:
     assert len(plan.claims) == 2
 
 
+def test_the_eks_guides_nccl_worker_is_planned_in_an_efa_pool() -> None:
+    """ml/node-efa.adoc's two-node NCCL test: each worker asks for 8 GPUs, 32 EFAs and `hugepages-2Mi: 5120Mi` (EFA
+    nodes pre-allocate 2 MiB huge pages: 110 per CPU, 42,240 MiB on a p5.48xlarge)."""
+    pods = make_gang("nccl", 2, requests={"cpu": "90", "memory": "32000Mi", "nvidia.com/gpu": "8",
+                                          "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"})
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"], efa=True), catalog=_p5_catalog())
+    assert not plan.unschedulable, plan.unschedulable
+    assert len(plan.claims) == 2
+
+
 def test_a_pod_asking_for_efas_outside_an_efa_pool_is_told_what_gives_them() -> None:
     pods = [make_pod(gpus=8, requests={"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"})]
     plan = solve(pods, make_pool(capacityTypes=["on-demand"]), catalog=_p5_catalog())

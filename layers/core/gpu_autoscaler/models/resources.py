@@ -21,6 +21,7 @@ __all__ = [
     "NVIDIA_GPU_CLASS",
     "EPHEMERAL_STORAGE",
     "GPU",
+    "HUGEPAGES_2MI",
     "MEMORY",
     "PODS",
     "Resources",
@@ -43,6 +44,8 @@ NVIDIA_GPU_CLASS = "gpu.nvidia.com"
 DRA_GPU = DRA_PREFIX + NVIDIA_GPU_CLASS
 EFA = "vpc.amazonaws.com/efa"
 """What the EFA device plugin advertises, one per EFA interface of the node (EKS User Guide, ml/node-efa.adoc)."""
+HUGEPAGES_2MI = "hugepages-2Mi"
+"""The kubelet's name for the node's pre-allocated 2 MiB huge pages, in bytes (kubernetes.io, "Manage HugePages")."""
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),

@@ -8,7 +8,9 @@ nowhere else. A node's allocatable is what kubelet would report for it:
 - ephemeral-storage: the filesystem on the pool's `ephemeralStorage` volume, the volume less 2 % and 1 GiB (the
   kubelet counts the filesystem, not the volume: `filesystem`); pods: the type's max pods;
 - `vpc.amazonaws.com/efa` in an `efa: true` pool: the EFAs the node is launched with (`launched_efas`, the
-  count its launch template attaches), which the EFA device plugin advertises one each;
+  count its launch template attaches), which the EFA device plugin advertises one each; and `hugepages-2Mi`, the
+  2 MiB huge pages the node's AMI pre-allocates when an EFA is attached (`efa_huge_pages`), which the kubelet
+  takes out of allocatable memory;
 - GPUs by the pool's sharing mode: whole devices (`nvidia.com/gpu`), devices × replicas with
   time-slicing, or slices on MIG-capable GPUs with MIG (see `mig`), named as the device plugin's MIG
   strategy names them: `nvidia.com/mig-<profile>` (mixed; `+` in a profile becomes `.`, `mig-1g.10gb.me`, see
@@ -35,6 +37,7 @@ from gpu_autoscaler.models.resources import (
     EFA,
     EPHEMERAL_STORAGE,
     GPU,
+    HUGEPAGES_2MI,
     MEMORY,
     PODS,
     Resources,
@@ -56,6 +59,7 @@ __all__ = [
     "VM_MEMORY_OVERHEAD",
     "allocatable",
     "dra_devices",
+    "efa_huge_pages",
     "fits",
     "gpu_equivalent",
     "node_capacity",
@@ -64,6 +68,15 @@ __all__ = [
 ]
 
 VM_MEMORY_OVERHEAD = 0.075
+HUGE_PAGE = 2 * 2**20
+EFA_HUGE_PAGES_PER_VCPU = 110
+"""2 MiB pages per CPU an EFA node's AMI pre-allocates for libfabric: 110 MiB for each of the two endpoints Open MPI
+opens per core. Bottlerocket: `vm.nr_hugepages` = 110 × CPUs when an EFA is attached and no huge pages are set
+(bottlerocket-core-kit sources/api/corndog/src/main.rs, `generate_hugepages_setting`, `compute_hugepages_for_efa`,
+`num_cpus::get()`: logical CPUs). AL2023: the EKS AMI runs the EFA installer (amazon-eks-ami
+templates/al2023/provisioners/install-efa.sh, `enable_efa` true by default), whose efa-config reserves
+110 MiB × 2 × cores / 2 MiB + 1 pages (its efa-hugepages-reserve.sh as quoted in bottlerocket-core-kit pull 141;
+its count of cores read here as CPUs, as the EFA check script's `lscpu` does: the script itself was not at hand)."""
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS, GPU)
 """Resources every node has a figure for; any other resource a pod asks for is zero unless the pool makes it."""
 
@@ -79,6 +92,7 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
     efas = launched_efas(pool, instance_type)
     if efas:
         values[EFA] = efas
+        values[HUGEPAGES_2MI] = efa_huge_pages(instance_type) * HUGE_PAGE
     sharing = pool.gpu_sharing
     if sharing.mode == "mig" and sharing.mig_profile:
         slices = mig_slices(instance_type, sharing.mig_profile)
@@ -87,6 +101,12 @@ def node_capacity(instance_type: InstanceType, pool: NodePool) -> Resources:
             return Resources(values)
     values[GPU] = instance_type.gpu_devices * sharing.replicas
     return Resources(values)
+
+
+def efa_huge_pages(instance_type: InstanceType) -> int:
+    """The 2 MiB huge pages a node of this type pre-allocates with an EFA attached, on either AMI family: the
+    110 per CPU both reserve; AL2023's extra page is only taken from memory (`node_overhead`), never offered."""
+    return EFA_HUGE_PAGES_PER_VCPU * instance_type.vcpu
 
 
 def gpu_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
@@ -109,9 +129,14 @@ def dra_devices(instance_type: InstanceType, pool: NodePool) -> dict[str, int]:
 
 
 def node_overhead(instance_type: InstanceType, overhead: Overhead, capacity: Mapping[str, int]) -> Resources:
-    """What the kubelet holds back on a node of this type (as its user data tells it), plus the daemonsets."""
+    """What the kubelet holds back on a node of this type (as its user data tells it), plus the daemonsets, plus the
+    memory of its pre-allocated huge pages: "for every huge page reservation, we need to remove it from allocatable
+    memory" (kubernetes pkg/kubelet/nodestatus/setters.go, MachineInfo) — one page more than advertised, as many as
+    the AMI that reserves the most takes (`EFA_HUGE_PAGES_PER_VCPU`)."""
     held_back = kubelet_reservations(instance_type, overhead).held_back(capacity)
-    return held_back + Resources.from_quantities(overhead.daemonsets)
+    huge = capacity.get(HUGEPAGES_2MI, 0)
+    huge_pages = Resources({MEMORY: huge + HUGE_PAGE}) if huge else Resources({})
+    return held_back + Resources.from_quantities(overhead.daemonsets) + huge_pages
 
 
 def allocatable(instance_type: InstanceType, pool: NodePool, overhead: Overhead) -> Resources:
