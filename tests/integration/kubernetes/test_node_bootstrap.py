@@ -8,6 +8,7 @@ test compares what the node ends up advertising with what the packer planned for
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from gpu_autoscaler.config import NodePool, Overhead, parse_config
 from gpu_autoscaler.domain.packing.fit import allocatable
 from gpu_autoscaler.domain.user_data import ClusterBootstrap, gang_taint, node_setup, render_user_data
 from gpu_autoscaler.emulator.device_plugin import OperandTolerations, shipped_config_map
+from gpu_autoscaler.emulator.efa_device_plugin import chart_tolerations
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, PODS
 from gpu_autoscaler.emulator.kubelet import node_resources
 from gpu_autoscaler.emulator.kubelet_user_data import BootstrapError, DevicePluginSettings, KubeletSettings
@@ -47,6 +49,8 @@ G5_12X = InstanceType(name="g5.12xlarge", vcpu=48, memory_mib=196608, gpus=4, gp
                       gpu_manufacturer="NVIDIA", gpu_memory_mib=91552, max_pods=234)
 G5_12X_MACHINE = Machine("g5.12xlarge", vcpus=48, memory_mib=196608, gpu=Gpu("A10G", "NVIDIA", 4, 22888),
                          max_enis=8, ipv4_per_eni=30, root_volume_gib=100)
+P5 = InstanceType(name="p5.48xlarge", vcpu=192, memory_mib=2097152, gpus=8, gpu_devices=8, gpu_model="H100",
+                  gpu_manufacturer="NVIDIA", gpu_memory_mib=652472, efa=True, efa_interfaces=32, max_pods=100)
 P4DE = InstanceType(name="p4de.24xlarge", vcpu=96, memory_mib=1179648, gpus=8, gpu_devices=8, gpu_model="A100",
                     gpu_manufacturer="NVIDIA", gpu_memory_mib=655360, max_pods=737)
 P4DE_MACHINE = Machine("p4de.24xlarge", vcpus=96, memory_mib=1179648, gpu=Gpu("A100", "NVIDIA", 8, 81920),
@@ -340,6 +344,41 @@ def test_with_the_charts_tolerations_the_plugin_runs_only_where_nvidia_gpu_is_th
     assert nodes["i-0aaa"]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert "nvidia.com/gpu" not in nodes["i-0bbb"]["status"]["allocatable"]
     assert "nvidia.com/gpu.count" not in nodes["i-0bbb"]["metadata"]["labels"]  # nor GPU Feature Discovery
+
+
+P5_MACHINE = Machine("p5.48xlarge", vcpus=192, memory_mib=2097152, gpu=Gpu("H100", "NVIDIA", 8, 81559),
+                     max_enis=2, ipv4_per_eni=50, root_volume_gib=100, efa_devices=32)
+
+
+@pytest.mark.parametrize(("bootstrap", "pages"), [(AL2023, 110 * 192 + 1), (BOTTLEROCKET, 110 * 192)])
+def test_an_efa_node_advertises_its_efas_and_the_huge_pages_its_ami_reserves_for_them(
+        kube: LocalKubernetes, clock: FixedClock, bootstrap: ClusterBootstrap, pages: int) -> None:
+    """The EFA device plugin advertises the instance's EFA devices; the AMI pre-allocates 2 MiB huge pages once an
+    EFA is attached, which the kubelet reports and takes out of allocatable memory."""
+    pool = NodePool(name="training", efa=True)
+    node = boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", P5_MACHINE, "us-east-1a",
+                                                              user_data(pool, P5, bootstrap)))
+    plain = SimulatedInstance.from_user_data("i-0bbb", replace(P5_MACHINE, efa_devices=0), "us-east-1a",
+                                             user_data(pool, P5, bootstrap))
+    assert node["status"]["allocatable"]["vpc.amazonaws.com/efa"] == "32"
+    assert node["status"]["capacity"]["hugepages-2Mi"] == f"{pages * 2 * 1024}Ki"
+    offered = Resources.from_quantities(node["status"]["allocatable"])
+    assert plain.allocatable is not None and "hugepages-2Mi" not in plain.capacity.keys()
+    assert offered["memory"] == plain.allocatable["memory"] - pages * 2 * 2**20
+
+
+def test_without_an_efa_nothing_is_advertised_and_with_the_charts_default_values_not_on_a_gang_node(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """eks-charts aws-efa-k8s-device-plugin: `tolerations: []` by default (its pod template adds
+    CriticalAddonsOnly), so a node tainted for a gang runs no plugin and never advertises its EFAs."""
+    kube.efa_device_plugin.tolerations = chart_tolerations({})
+    pool = NodePool(name="training", efa=True)
+    plain = boot(kube, clock, SimulatedInstance.from_user_data(
+        "i-0aaa", replace(P5_MACHINE, efa_devices=0), "us-east-1a", user_data(pool, P5)))
+    gang = replace(SimulatedInstance.from_user_data("i-0bbb", P5_MACHINE, "us-east-1a", user_data(pool, P5)),
+                   taints=(gang_taint("train-42"),))
+    assert "vpc.amazonaws.com/efa" not in plain["status"]["allocatable"]
+    assert "vpc.amazonaws.com/efa" not in boot(kube, clock, gang)["status"]["allocatable"]
 
 
 @mock_aws

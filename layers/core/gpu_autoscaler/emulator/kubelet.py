@@ -61,7 +61,7 @@ from gpu_autoscaler.emulator.kubelet_user_data import (
     KubeletSettings,
     read_user_data,
 )
-from gpu_autoscaler.emulator.machines import GIB, Gpu, Machine, eni_max_pods, reserved_cpu_millicores
+from gpu_autoscaler.emulator.machines import GIB, HUGE_PAGE, Gpu, Machine, eni_max_pods, reserved_cpu_millicores
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 
@@ -143,6 +143,8 @@ class SimulatedInstance:
     """The physical GPUs the NVIDIA device plugin finds (None: none, or already in `capacity`)."""
     device_plugin: DevicePluginSettings | None = None
     """The device plugin's settings from the user data (Bottlerocket); None: from its ConfigMap."""
+    efa_devices: int = 0
+    """The EFA devices the EFA device plugin finds (the machine's)."""
     os_image: str = "Amazon Linux 2023"
 
     @property
@@ -180,7 +182,7 @@ class SimulatedInstance:
             allocatable=allocatable, labels=dict(settings.labels), taints=taints, capacity_type=capacity_type,
             architecture=machine.arch_label, node_name=node_name,
             gpu=machine.gpu if machine.gpu and machine.gpu.manufacturer.upper() == "NVIDIA" else None,
-            device_plugin=settings.device_plugin,
+            device_plugin=settings.device_plugin, efa_devices=machine.efa_devices,
             os_image="Bottlerocket OS" if settings.os_family == "Bottlerocket" else "Amazon Linux 2023",
         )
 
@@ -227,18 +229,23 @@ class SimulatedInstance:
 
 
 def node_resources(machine: Machine, settings: KubeletSettings) -> tuple[Resources, Resources]:
-    """(capacity, allocatable) as the kubelet computes them for this machine and these settings."""
+    """(capacity, allocatable) as the kubelet computes them for this machine and these settings. Pre-allocated huge
+    pages are capacity of their own (`hugepages-2Mi`) and come out of allocatable memory: "for every huge page
+    reservation, we need to remove it from allocatable memory" (kubernetes pkg/kubelet/nodestatus/setters.go,
+    MachineInfo)."""
     max_pods = settings.max_pods if settings.max_pods is not None else eni_max_pods(machine)
     storage = kubelet_filesystem_bytes(settings.os_family, machine.kubelet_volume_gib(settings.os_family) * GIB)
+    huge_pages = machine.huge_pages(settings.os_family) * HUGE_PAGE
     capacity = Resources({"cpu": machine.vcpus * 1000, "memory": machine.memory_bytes(),
-                          "ephemeral-storage": storage, "pods": max_pods})
+                          "ephemeral-storage": storage, "pods": max_pods,
+                          **({"hugepages-2Mi": huge_pages} if huge_pages else {})})
     kube_reserved = settings.kube_reserved
     if kube_reserved is None:
         kube_reserved = {"cpu": f"{reserved_cpu_millicores(machine.vcpus)}m",
                          "memory": f"{11 * max_pods + 255}Mi", "ephemeral-storage": "1Gi"}
     eviction = settings.eviction_hard if settings.eviction_hard is not None else EVICTION_HARD
     reserved = (Resources.from_quantities(kube_reserved) + Resources.from_quantities(settings.system_reserved)
-                + _eviction(eviction, capacity))
+                + _eviction(eviction, capacity) + Resources({"memory": huge_pages}))
     left = capacity - reserved
     return capacity, Resources({name: max(left.get(name, 0), 0) for name in capacity})
 

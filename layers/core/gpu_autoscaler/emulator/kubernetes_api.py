@@ -48,7 +48,8 @@ it — or never joins, when its kubelet refuses that user data — and leaves wh
 NotReady and uninitialized, as on EKS (`kubelet`): its kubelet reports it Ready `ready_delay` after registering,
 the cloud controller manager (`cloud_controller`) initializes it from EC2's description of the instance
 `cloud_controller_delay` after, and the NVIDIA device plugin (`device_plugin`) advertises its GPUs once the GPU
-Operator's pods may run there, and no sooner than `device_plugin_delay` after the Node registered.
+Operator's pods may run there, and no sooner than `device_plugin_delay` after the Node registered; the EFA device
+plugin (`efa_device_plugin`) likewise advertises the EFAs EC2 launched the instance with.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.emulator.cloud_controller import CloudControllerManager
 from gpu_autoscaler.emulator.daemonsets import DaemonSets
 from gpu_autoscaler.emulator.device_plugin import NvidiaDevicePlugin
+from gpu_autoscaler.emulator.efa_device_plugin import EfaDevicePlugin
 from gpu_autoscaler.emulator.kube_apiserver import ApiServer
 from gpu_autoscaler.emulator.kube_authn import Authenticator, UserInfo
 from gpu_autoscaler.emulator.kube_http import ApiHttpServer
@@ -140,6 +142,7 @@ class LocalKubernetes:
         self.cloud_controller = CloudControllerManager(self.api, self.clock, self.kubelets,
                                                        delay=cloud_controller_delay)
         self.device_plugin = NvidiaDevicePlugin(self.api, self.clock, self.kubelets, delay=device_plugin_delay)
+        self.efa_device_plugin = EfaDevicePlugin(self.api, self.clock, self.kubelets, delay=device_plugin_delay)
         self.scheduler = Scheduler(self.api, self.clock)
         self.daemonsets = DaemonSets(self.api)
         self.volumes = AttachDetach(self.api, self.clock)
@@ -344,6 +347,7 @@ class LocalKubernetes:
             self.cloud_controller.reconcile()
             self.node_lifecycle.reconcile()
             self.device_plugin.reconcile()
+            self.efa_device_plugin.reconcile()
             self.daemonsets.reconcile()
             result = self.scheduler.schedule()
             self.kubelets.start_pods()
@@ -388,7 +392,8 @@ class LocalKubernetes:
 
     def _wait_time(self) -> float:
         due = min((d for d in (self.kubelets.next_due(), self.cloud_controller.next_due(),
-                                self.device_plugin.next_due()) if d is not None), default=None)
+                                self.device_plugin.next_due(), self.efa_device_plugin.next_due()) if d is not None),
+                  default=None)
         if due is None:
             return 1.0
         return min(max((due - self.clock.now()).total_seconds(), 0.0), 1.0)

@@ -1,7 +1,8 @@
 """The machine an instance runs on, as its kubelet and the NVIDIA driver see it — from EC2, not our catalog.
 
 Facts come from EC2's own answers (DescribeInstanceTypes: vCPUs, memory, architecture, GPUs with name, count
-and per-GPU memory, ENI limits; DescribeVolumes: the instance's volumes), so a node's size is what AWS says the
+and per-GPU memory, ENI limits; DescribeVolumes: the instance's volumes; DescribeInstances: the EFA interfaces it
+was launched with), so a node's size is what AWS says the
 instance has, whatever the project believed when it planned. What a kubelet derives from them — its
 capacity, the default reservations of the EKS AMIs — is written here from those AMIs' documentation.
 """
@@ -12,13 +13,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Gpu", "Machine", "describe_machine", "eni_max_pods", "reserved_cpu_millicores"]
+__all__ = ["HUGE_PAGE", "Gpu", "Machine", "describe_machine", "eni_max_pods", "reserved_cpu_millicores"]
 
 VM_MEMORY_OVERHEAD = 0.075
 """The share of an instance's memory the kernel never shows (Karpenter docs, Settings, `VM_MEMORY_OVERHEAD_PERCENT`)."""
 GIB = 2**30
 DATA_DEVICE = "/dev/xvdb"
 """Bottlerocket's data device (Bottlerocket README, Default Volumes)."""
+HUGE_PAGE = 2 * 2**20
+"""x86_64's default huge page size, the one the EFA setups below reserve pages of."""
+_EFA_INTERFACE_TYPES = ("efa", "efa-only")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,21 @@ class Machine:
     root_volume_gib: int = 20
     data_volume_gib: int | None = None
     """The volume on `/dev/xvdb`, if the instance has one: Bottlerocket's data device."""
+    efa_devices: int = 0
+    """EFA devices the instance has: one per interface of type `efa` or `efa-only` it was launched with."""
+
+    def huge_pages(self, os_family: str) -> int:
+        """2 MiB huge pages the AMI pre-allocates at boot, before the kubelet starts: none without an EFA. With one,
+        Bottlerocket sets `vm.nr_hugepages` to 110 per CPU when no huge pages are configured (bottlerocket-core-kit
+        sources/api/corndog/src/main.rs, `generate_hugepages_setting`: `compute_hugepages_for_efa(num_cpus::get())`,
+        "The number of hugepage per core would be 110MB * 2 / 2MB = 110"). The AL2023 EKS AMI has the EFA installer
+        (amazon-eks-ami templates/al2023/provisioners/install-efa.sh), whose efa-config reserves
+        110 MiB × 2 per CPU, in pages, plus one (efa-hugepages-reserve.sh, `efa_total_huge_pages_memory /
+        huge_pages_size + 1`, as quoted in bottlerocket-core-kit pull 141's review)."""
+        if not self.efa_devices:
+            return 0
+        per_cpu = 110 * self.vcpus
+        return per_cpu if os_family == "Bottlerocket" else per_cpu + 1
 
     def kubelet_volume_gib(self, os_family: str) -> int:
         """The volume the kubelet's ephemeral storage lives on. Bottlerocket: its data device — "The root
@@ -107,6 +126,8 @@ def describe_machine(ec2: Any, instance_id: str) -> tuple[Machine, dict[str, Any
         ipv4_per_eni=int(network.get("Ipv4AddressesPerInterface", 15)),
         root_volume_gib=root if root is not None else Machine.root_volume_gib,
         data_volume_gib=volumes.get(DATA_DEVICE),
+        efa_devices=sum(1 for i in described.get("NetworkInterfaces") or ()
+                        if i.get("InterfaceType") in _EFA_INTERFACE_TYPES),
     )
     return machine, described
 

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.emulator.strict.core import Respond
 
-__all__ = ["instant_fleet_refusing", "launch_template_data", "launch_template_specs", "spot_instances_requested",
-           "zone_of_subnet"]
+__all__ = ["fleet_launch", "instant_fleet_refusing", "launch_template_data", "launch_template_specs",
+           "spot_instances_requested", "zone_of_subnet"]
 
 
 # ---- what a launch uses ------------------------------------------------------------------------------------
@@ -48,6 +48,19 @@ def launch_template_data(request: AwsRequest, spec: dict[str, Any]) -> dict[str,
     data = version.data
     return dict(data) if isinstance(data, dict) else {}
 
+
+
+def fleet_launch(request: AwsRequest, item: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(template data, override) a CreateFleet answer's `Instances` item was launched from: the override of its
+    instance type (and subnet, when the answer names one) and its config's template; None if none matches."""
+    chosen = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+    for config in request.params.get("LaunchTemplateConfigs", []):
+        for override in config.get("Overrides") or []:
+            same_type = override.get("InstanceType") == item.get("InstanceType")
+            same_subnet = not chosen.get("SubnetId") or override.get("SubnetId") == chosen.get("SubnetId")
+            if same_type and same_subnet:
+                return launch_template_data(request, config.get("LaunchTemplateSpecification") or {}), override
+    return None
 
 
 def instant_fleet_refusing(respond: Respond, request: AwsRequest,

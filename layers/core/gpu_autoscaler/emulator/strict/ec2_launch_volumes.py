@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator.strict.core import after
-from gpu_autoscaler.emulator.strict.ec2 import launch_template_data
+from gpu_autoscaler.emulator.strict.ec2 import fleet_launch
 
 if TYPE_CHECKING:
     from gpu_autoscaler.emulator.strict.core import AwsRequest
@@ -26,27 +26,15 @@ _MOTO_ROOT = "/dev/sda1"
 
 @after("ec2", "CreateFleet")
 def _map_volumes(request: AwsRequest, result: dict[str, Any]) -> None:
-    configs = request.params.get("LaunchTemplateConfigs", [])
     for item in result.get("Instances", []):
-        mappings = _mappings(request, configs, item)
+        launch = fleet_launch(request, item)
+        if launch is None:
+            continue
+        data, override = launch  # the override's mappings, else the template's
+        mappings = list(override.get("BlockDeviceMappings") or data.get("BlockDeviceMappings") or [])
         if mappings:
             for instance_id in item.get("InstanceIds", []):
                 _attach(request, instance_id, mappings)
-
-
-def _mappings(request: AwsRequest, configs: list[dict[str, Any]], item: dict[str, Any]) -> list[dict[str, Any]]:
-    """The mappings of the override (else the template) the instance was launched from."""
-    chosen = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
-    for config in configs:
-        for override in config.get("Overrides") or []:
-            same_type = override.get("InstanceType") == item.get("InstanceType")
-            same_subnet = not chosen.get("SubnetId") or override.get("SubnetId") == chosen.get("SubnetId")
-            if same_type and same_subnet:
-                if override.get("BlockDeviceMappings"):
-                    return list(override["BlockDeviceMappings"])
-                spec = config.get("LaunchTemplateSpecification") or {}
-                return list(launch_template_data(request, spec).get("BlockDeviceMappings") or [])
-    return []
 
 
 def _attach(request: AwsRequest, instance_id: str, mappings: list[dict[str, Any]]) -> None:
