@@ -20,6 +20,7 @@ from gpu_autoscaler.emulator.kube_objects import NODES
 from gpu_autoscaler.emulator.kubernetes_api import KubeletNodeSide, LocalKubernetes
 from gpu_autoscaler.emulator.machines import describe_machine
 from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.labels import INSTANCE_TYPE
 from gpu_autoscaler.models.messages import LaunchRequest
 from gpu_autoscaler.models.resources import EFA, HUGEPAGES_2MI, MEMORY, Resources
 from gpu_autoscaler.services.fleet import aws_fleet_service
@@ -116,6 +117,21 @@ def test_an_efa_gangs_nodes_offer_what_the_packer_planned(aws: EmbeddedAws, conf
         offered = Resources.from_quantities(node["status"]["allocatable"])
         assert offered[HUGEPAGES_2MI] >= planned[HUGEPAGES_2MI] > 0
         assert offered[MEMORY] >= planned[MEMORY]
+
+
+def test_with_the_shipped_plugin_values_an_efa_gangs_nodes_advertise_the_efas_planned(
+        aws: EmbeddedAws, config: Config) -> None:
+    """The nodes carry the pool's `nvidia.com/gpu` taint and the gang's `gpu-autoscaler/gang` taint; the EFA device
+    plugin installed with agent/deploy/efa-device-plugin/values.yaml runs there all the same, so the pods that
+    ask for `vpc.amazonaws.com/efa` find it (and the nodes initialize: domain/initialization.py waits for it)."""
+    ec2 = aws.clients.client("ec2")
+    pool = config.pool("gpu-reserved")
+    for _, node in booted_nodes(aws, config, "efa-plugin"):
+        [raw] = ec2.describe_instance_types(InstanceTypes=[node["metadata"]["labels"][INSTANCE_TYPE]])[
+            "InstanceTypes"]
+        planned = allocatable(instance_type_from_api(raw, {}), pool, config.overhead)
+        assert {t["key"] for t in node["spec"]["taints"]} == {"nvidia.com/gpu", "gpu-autoscaler/gang"}
+        assert Resources.from_quantities(node["status"]["allocatable"])[EFA] == planned[EFA] > 0
 
 
 def test_without_the_self_rule_the_pool_says_why_it_cannot_launch(aws: EmbeddedAws, config: Config) -> None:

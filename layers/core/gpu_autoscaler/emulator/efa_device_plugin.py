@@ -14,7 +14,8 @@ the project's packer:
   NoExecute taints keep it off. Its pod starts once the node is Ready and registers `delay` after the Node did; once
   running it stays (a taint added later does not evict a daemon pod). Its node affinity (the chart's
   `supportedInstanceLabels`, "EFA supported instances") admits the types that can have EFAs at all, which are the
-  only ones it would find any on.
+  only ones it would find any on. The values are those the project ships for its users
+  (`agent/deploy/efa-device-plugin/values.yaml`), over the chart's defaults.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+import gpu_autoscaler
 from gpu_autoscaler.emulator.daemonsets import eligible
 from gpu_autoscaler.emulator.kube_objects import NODES, format_quantity
 from gpu_autoscaler.emulator.kubelet import node_ready
@@ -36,13 +41,21 @@ if TYPE_CHECKING:
     from gpu_autoscaler.emulator.kube_apiserver import ApiServer
     from gpu_autoscaler.emulator.kubelet import Kubelets, SimulatedInstance
 
-__all__ = ["EFA", "EfaDevicePlugin", "chart_tolerations"]
+__all__ = ["EFA", "EfaDevicePlugin", "chart_tolerations", "shipped_values"]
 
 log = logging.getLogger(__name__)
 
 EFA = "vpc.amazonaws.com/efa"
 _TEMPLATE_TOLERATIONS: tuple[dict[str, str], ...] = ({"key": "CriticalAddonsOnly", "operator": "Exists"},)
 """The chart's templates/daemonset.yaml: these, then `.Values.tolerations`."""
+
+
+def shipped_values() -> dict[str, Any]:
+    """The chart's Helm values the project ships for its users (`agent/deploy/efa-device-plugin/values.yaml`)."""
+    deploy = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy"
+    path = deploy / "efa-device-plugin" / "values.yaml"
+    values: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    return values
 
 
 def chart_tolerations(values: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
@@ -55,12 +68,12 @@ class EfaDevicePlugin:
 
     def __init__(self, api: ApiServer, clock: Clock, kubelets: Kubelets, *, delay: timedelta = timedelta(0),
                  values: Mapping[str, Any] | None = None) -> None:
-        """`values`: the Helm values the chart was installed with (none: the chart's defaults)."""
+        """`values`: the Helm values the chart was installed with; the ones the project ships when not given."""
         self._api = api
         self._clock = clock
         self._kubelets = kubelets
         self.delay = delay
-        self.tolerations = chart_tolerations(values or {})
+        self.tolerations = chart_tolerations(shipped_values() if values is None else values)
         self._lock = threading.Lock()
         self._started: set[str] = set()
         self._untolerated: set[str] = set()
