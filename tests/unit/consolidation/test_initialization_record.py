@@ -35,14 +35,15 @@ class Fleet:
 
 class Rig:
     def __init__(self, launched_ago: timedelta, *, allocatable: Resources = NO_GPU,
-                 taints: tuple[Taint, ...] = (UNINITIALIZED,), running_pod: bool = False) -> None:
+                 taints: tuple[Taint, ...] = (UNINITIALIZED,), running_pod: bool = False,
+                 requests: str = '{"nvidia.com/gpu":1}') -> None:
         scene = Cluster(pool_config())
         self.node = scene.node("g6.xlarge")
         claim = scene.claims[self.node]
         self.claim_id = claim.id
         scene.claims[self.node] = claim.model_copy(update={
             "state": ClaimState.LAUNCHED, "node_name": None,
-            "attributes": {"requests": '{"nvidia.com/gpu":1}'},
+            "attributes": {"requests": requests},
             "history": (StateTransition(state=ClaimState.LAUNCHED, at=NOW - launched_ago, reason="launched"),),
         })
         if running_pod:
@@ -85,6 +86,34 @@ def test_initialization_is_recorded_when_the_taint_is_gone_and_the_gpus_allocata
     rig.clock.advance(timedelta(minutes=1))
     assert rig.service.run().initialized == []
     assert initialized_at(rig.claim()) == NOW + timedelta(minutes=2)
+
+
+EFA_REQUESTS = '{"nvidia.com/gpu":1,"vpc.amazonaws.com/efa":1,"hugepages-2Mi":5368709120}'
+HUGE_PAGES = GPU + Resources.from_quantities({"hugepages-2Mi": "10560Mi"})
+
+
+def test_a_node_made_for_efa_pods_is_initialized_once_the_efa_device_plugin_advertises_them() -> None:
+    """Its GPUs and huge pages (the kubelet's, from its first status) come first; its EFAs with the EFA device
+    plugin. Its boot time (launch → GPUs) is recorded then too, not before: it stands for initialization in claims
+    from before initializedAt was."""
+    rig = Rig(timedelta(minutes=3), allocatable=HUGE_PAGES, taints=(), requests=EFA_REQUESTS)
+    assert rig.service.run().initialized == [] and initialized_at(rig.claim()) is None
+    rig.clock.advance(timedelta(minutes=1))
+    assert rig.service.run().initialized == [] and initialized_at(rig.claim()) is None
+    rig.kube.update_node(rig.node, allocatable=HUGE_PAGES + Resources({"vpc.amazonaws.com/efa": 1}))
+    assert rig.service.run().initialized == [rig.claim_id]
+    assert initialized_at(rig.claim()) == NOW + timedelta(minutes=1)
+
+
+def test_a_node_whose_efas_never_come_is_given_up_though_its_gpus_did() -> None:
+    """The EFA device plugin never runs there (not installed, or its tolerations keep it off): the node never
+    takes the pods it was made for, so it is given up after registrationTtl like any node never initialized."""
+    rig = Rig(timedelta(minutes=3), allocatable=HUGE_PAGES, taints=(), requests=EFA_REQUESTS)
+    rig.service.run()
+    rig.clock.advance(rig.config.timeouts.registration_ttl)
+    assert rig.service.run().timed_out == [rig.claim_id]
+    [(_, reason)] = rig.fleet.ended
+    assert "vpc.amazonaws.com/efa is not allocatable yet" in reason
 
 
 def test_a_node_not_initialized_within_the_registration_ttl_of_its_registration_is_given_up() -> None:

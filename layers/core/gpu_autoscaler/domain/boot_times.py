@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["BOOT_ATTRIBUTE", "MAX_BOOT", "LeadTime", "lead_time", "lead_time_of", "observe_boot", "quantile"]
 
 BOOT_ATTRIBUTE = "bootSeconds"
-"""NodeClaim attribute: launch → GPUs allocatable of its node, in seconds, once recorded (recorded once)."""
+"""NodeClaim attribute: launch → GPUs allocatable of its node, in seconds, recorded once, when the reconcile step
+first sees it initialized (so a claim with it and no `initializedAt` is one from before that was recorded)."""
 MAX_BOOT = timedelta(hours=1)
 """GPUs first seen later than this after launch are not a boot time (a claim registered before boot times were
 recorded, a device plugin installed long after): no sample."""

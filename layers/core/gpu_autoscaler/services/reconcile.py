@@ -229,19 +229,22 @@ class ReconcileService:
     @staticmethod
     def _first_seen(claim: NodeClaim, node: ClusterNode, now: datetime,
                     attributes: dict[str, str]) -> tuple[BootSample | None, str | None]:
-        """Record in `attributes` what is seen of the claim's node for the first time: its boot (`bootSeconds`)
-        and its initialization (`initializedAt`). Returns the boot sample taken now, if any, and why the node is
-        not initialized (None once it is, now or before)."""
-        boot = None
-        if BOOT_ATTRIBUTE not in attributes:
-            boot = observe_boot(claim, node, launched_at(claim), now)
-            if boot is not None:
-                attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
+        """Record in `attributes` what is seen of the claim's node for the first time: its initialization
+        (`initializedAt`) and, once it is initialized, its boot (`bootSeconds`): a boot time without the other
+        stands for initialization (`initialized_at`, claims from before it was recorded), so it is never written
+        first — a node whose GPUs came before its EFAs (or its startup taints' end) would otherwise be taken as
+        initialized from the next tick, and never given up. Returns the boot sample taken now, if any, and why the
+        node is not initialized (None once it is, now or before)."""
         why = None
         if initialized_at(claim) is None:
             why = not_initialized(node, claim_requests(claim))
             if why is None:
                 attributes[INITIALIZED_ATTRIBUTE] = now.isoformat()
+        boot = None
+        if BOOT_ATTRIBUTE not in attributes and why is None:
+            boot = observe_boot(claim, node, launched_at(claim), now)
+            if boot is not None:
+                attributes[BOOT_ATTRIBUTE] = f"{boot.to_gpus.total_seconds():.0f}"
         return boot, why
 
     def _register(self, claim: NodeClaim, node: ClusterNode, now: datetime, outcome: ReconcileOutcome) -> None:
