@@ -483,11 +483,14 @@ def test_the_eks_guides_nccl_worker_is_planned_in_an_efa_pool() -> None:
     assert len(plan.claims) == 2
 
 
-def test_a_pod_asking_for_efas_outside_an_efa_pool_is_told_what_gives_them() -> None:
+def test_a_pod_asking_for_efas_or_huge_pages_outside_an_efa_pool_is_told_what_gives_them() -> None:
     pods = [make_pod(gpus=8, requests={"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"})]
     plan = solve(pods, make_pool(capacityTypes=["on-demand"]), catalog=_p5_catalog())
     assert not plan.claims
     assert reason(plan).endswith("(only pools with efa: true launch nodes with vpc.amazonaws.com/efa)")
+    huge = [make_pod(gpus=8, requests={"nvidia.com/gpu": "8", "hugepages-2Mi": "5120Mi"})]
+    plan = solve(huge, make_pool(capacityTypes=["on-demand"]), catalog=_p5_catalog())
+    assert reason(plan).endswith("(only nodes of pools with efa: true pre-allocate hugepages-2Mi)")
 
 
 def test_gang_waits_for_all_its_members() -> None:

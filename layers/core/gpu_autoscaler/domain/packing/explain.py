@@ -13,7 +13,7 @@ import numpy as np
 from gpu_autoscaler.domain.packing.fractional import OPT_IN_KEYS
 from gpu_autoscaler.domain.packing.reasons import describe_constraints, describe_need, untolerated
 from gpu_autoscaler.domain.packing.results import Unschedulable
-from gpu_autoscaler.models.resources import DRA_PREFIX, EFA, GPU, NVIDIA_GPU_CLASS, mig_profile
+from gpu_autoscaler.models.resources import DRA_PREFIX, EFA, GPU, HUGEPAGES_2MI, NVIDIA_GPU_CLASS, mig_profile
 
 if TYPE_CHECKING:
     from gpu_autoscaler.domain.packing.classes import PodClass
@@ -114,6 +114,8 @@ def _sharing_hint(view: PoolView, cls: PodClass) -> str:
         return f" (pool {view.pool.name} partitions GPUs into MIG {sharing.mig_profile} slices)"
     if cls.requests[EFA] and not view.pool.efa:
         return f" (only pools with efa: true launch nodes with {EFA})"
+    if cls.requests[HUGEPAGES_2MI] and not view.pool.efa:
+        return f" (only nodes of pools with efa: true pre-allocate {HUGEPAGES_2MI})"
     wants_mig = [p for n in cls.requests if (p := mig_profile(n)) is not None]
     if wants_mig and (sharing.mode != "mig" or sharing.mig_profile not in wants_mig):
         return f" (pool {view.pool.name} does not partition GPUs into MIG {', '.join(wants_mig)})"
