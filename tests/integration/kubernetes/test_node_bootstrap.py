@@ -367,6 +367,20 @@ def test_an_efa_node_advertises_its_efas_and_the_huge_pages_its_ami_reserves_for
     assert offered["memory"] == plain.allocatable["memory"] - pages * 2 * 2**20
 
 
+def test_the_eks_guides_nccl_worker_runs_on_the_efa_node_the_packer_planned_for_it(
+        kube: LocalKubernetes, clock: FixedClock) -> None:
+    """ml/node-efa.adoc's NCCL worker (8 GPUs, 32 EFAs, hugepages-2Mi 5120Mi, memory 32000Mi) on a p5.48xlarge of an
+    `efa: true` pool: the packer plans it there, and the emulator's scheduler binds it and its kubelet runs it."""
+    pool = NodePool(name="training", efa=True)
+    limits = {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi", "memory": "32000Mi"}
+    assert all(v <= allocatable(P5, pool, Overhead())[k] for k, v in Resources.from_quantities(limits).items())
+    boot(kube, clock, SimulatedInstance.from_user_data("i-0aaa", P5_MACHINE, "us-east-1a", user_data(pool, P5)))
+    kube.api.create(PODS, "default", {"metadata": {"name": "nccl-worker-0"}, "spec": {"containers": [
+        {"name": "worker", "image": "nccl-tests", "resources": {"limits": limits, "requests": limits}}]}})
+    kube.reconcile()
+    assert kube.api.get(PODS, "default", "nccl-worker-0")["status"]["phase"] == "Running"
+
+
 def test_without_an_efa_nothing_is_advertised_and_with_the_charts_default_values_not_on_a_gang_node(
         kube: LocalKubernetes, clock: FixedClock) -> None:
     """eks-charts aws-efa-k8s-device-plugin: `tolerations: []` by default (its pod template adds
