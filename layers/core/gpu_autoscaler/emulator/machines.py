@@ -2,9 +2,9 @@
 
 Facts come from EC2's own answers (DescribeInstanceTypes: vCPUs, memory, architecture, GPUs with name, count
 and per-GPU memory, ENI limits; DescribeVolumes: the instance's volumes; DescribeInstances: the EFA interfaces it
-was launched with), so a node's size is what AWS says the
-instance has, whatever the project believed when it planned. What a kubelet derives from them — its
-capacity, the default reservations of the EKS AMIs — is written here from those AMIs' documentation.
+was launched with), so a node's size is what AWS says the instance has, whatever the project believed when it
+planned. What a kubelet derives from them — its capacity, the default reservations of the EKS AMIs, the huge pages
+they reserve for EFA — is written here from those AMIs' documentation.
 """
 
 from __future__ import annotations
