@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 
 def test_the_command_prints_the_pools_block_device_mapping(tmp_path: Path) -> None:
+    """With `-o json`, as every command takes it (the README's Commands section); `--json` still works."""
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps(bottlerocket_config()))
     images = tmp_path / "images.txt"
     images.write_text(f"# the training image\n{PUBLIC}\n\n")
     result = CliRunner().invoke(app, ["snapshot", "--config", str(config_file), "--images-file", str(images),
-                                      "--volume-size", "200", "--json"])
+                                      "--volume-size", "200", "-o", "json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["images"] == [PUBLIC] and answer["emulated"] is True

@@ -44,3 +44,23 @@ def test_yaml_output_writes_times_as_json_output_does(capsys: pytest.CaptureFixt
     emit(data, Output.yaml, _no_table)
     assert yaml.safe_load(capsys.readouterr().out) == as_json == {
         "claims": [{"launchedAt": "2026-11-22T10:00:05Z", "id": "c-1"}]}
+
+
+
+def test_every_command_takes_the_shared_output_option() -> None:
+    """The README's Commands section: "`-o/--output json|yaml|table` on every command" (`snapshot` had `--json`
+    alone: "No such option: -o")."""
+    import importlib
+
+    from typer.testing import CliRunner
+
+    from gpu_autoscaler.cli.main import COMMANDS, app
+
+    for name in COMMANDS:
+        importlib.import_module(f"gpu_autoscaler.cli.{name}")
+    failed = {}
+    for name in COMMANDS:
+        result = CliRunner().invoke(app, [name, "-o", "json", "--help"])
+        if result.exit_code != 0:
+            failed[name] = result.output[-200:]
+    assert not failed, failed

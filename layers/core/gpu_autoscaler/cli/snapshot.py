@@ -10,7 +10,6 @@ made and checked, but moto runs no SSM agent, so no image is pulled and the snap
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path  # noqa: TC003 (Typer reads the annotations at run time)
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,6 +21,7 @@ from gpu_autoscaler.adapters.aws.data_volume_snapshot import (
     build_data_volume_snapshot,
     images_of,
 )
+from gpu_autoscaler.cli.common import Output, OutputOption, choose_output, emit
 from gpu_autoscaler.cli.main import app
 from gpu_autoscaler.config import ConfigError, load_config
 from gpu_autoscaler.models.images import parse_image_reference
@@ -58,7 +58,8 @@ def snapshot_command(
     ] = None,
     soci: Annotated[bool, typer.Option("--soci", help="the pool uses the SOCI snapshotter (`soci: true`)")] = False,
     keep_instance: Annotated[bool, typer.Option("--keep-instance", help="leave the builder to look at")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    output: OutputOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="deprecated: -o json", hidden=True)] = False,
 ) -> None:
     """Build a Bottlerocket data-volume snapshot with IMAGES pulled onto it, for a pool's blockDeviceMappings."""
     try:
@@ -78,7 +79,9 @@ def snapshot_command(
     if aws and not instance_profile:
         raise typer.BadParameter("the builder needs an instance profile for SSM Run Command",
                                  param_hint="--instance-profile")
-    say: Callable[[str], None] = (lambda _: None) if as_json else (lambda text: typer.echo(text, err=True))
+    chosen = choose_output(output, "json" if as_json else None, flag="--json")
+    say: Callable[[str], None] = ((lambda _: None) if chosen is not Output.table
+                                  else (lambda text: typer.echo(text, err=True)))
 
     def request(subnet_id: str, groups: tuple[str, ...]) -> SnapshotRequest:
         return SnapshotRequest(cluster=config.cluster_name, images=images, ami=chosen_ami, subnet_id=subnet_id,
@@ -94,7 +97,7 @@ def snapshot_command(
     except SnapshotError as error:
         typer.echo(f"snapshot failed: {error}", err=True)
         raise typer.Exit(1) from None
-    _report(result, images, emulated=not aws, as_json=as_json)
+    _report(result, images, emulated=not aws, output=chosen)
 
 
 def _first_subnet(config: Config) -> str:
@@ -121,14 +124,14 @@ def _on_emulator(config: Config, subnet: str | None, request: Callable[[str, tup
                                           agent_online=lambda _: True, progress=say)
 
 
-def _report(result: SnapshotResult, images: tuple[str, ...], *, emulated: bool, as_json: bool) -> None:
+def _report(result: SnapshotResult, images: tuple[str, ...], *, emulated: bool, output: Output) -> None:
     mapping = result.block_device_mapping()
-    if as_json:
-        json.dump({"snapshotId": result.snapshot_id, "instanceId": result.instance_id, "images": list(images),
-                   "emulated": emulated, "blockDeviceMapping": mapping}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return
-    typer.echo(f"snapshot {result.snapshot_id} holds {len(images)} image(s)"
-               + (" (emulated: the volume is empty)" if emulated else ""))
-    typer.echo("add to the pool's blockDeviceMappings:")
-    typer.echo(json.dumps(mapping, indent=2))
+
+    def table() -> None:
+        typer.echo(f"snapshot {result.snapshot_id} holds {len(images)} image(s)"
+                   + (" (emulated: the volume is empty)" if emulated else ""))
+        typer.echo("add to the pool's blockDeviceMappings:")
+        typer.echo(json.dumps(mapping, indent=2))
+
+    emit({"snapshotId": result.snapshot_id, "instanceId": result.instance_id, "images": list(images),
+          "emulated": emulated, "blockDeviceMapping": mapping}, output, table)
