@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpu_autoscaler.config import Overhead
-from gpu_autoscaler.domain.drift import POOL_HASH_VERSION, drift_reason, pool_hash
+from gpu_autoscaler.domain.drift import POOL_HASH_VERSION, drift_reason, pool_hash, restamp
 from gpu_autoscaler.models.claims import ClaimState, NodeClaim
 from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pool
 
@@ -223,3 +223,32 @@ def _legacy_hash(pool: NodePool) -> str:
         "efa": pool.efa,
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_a_node_stamped_under_an_older_version_is_stamped_again_and_then_drifts_on_what_the_new_one_covers() -> None:
+    """After an upgrade, a claim stamped under version 2 whose settings still match what version 2 covered is stamped
+    again under the current version (`restamp`), as Karpenter's hash controller re-annotates the NodeClaims that
+    have not drifted when the hash version changes (karpenter-provider-aws pkg/controllers/nodeclass/hash/
+    controller.go): a later change of the kubelet reservations then drifts it. Before, it never did while it ran."""
+    reserved = {"kubeReserved": {"memory": "2Gi"}}
+    config = make_config(make_pool(requirements=CONFIG.pool("gpu").requirements), overhead=reserved)
+    pool = config.pool("gpu")
+    version_2 = pool_hash(pool, Overhead())  # with no reservations set, version 3's digest is version 2's
+    before = claim(attributes={"imageId": IMAGE, "poolHash": version_2, "poolHashVersion": "2"})
+    changes = restamp(before, pool, config.overhead)
+    assert changes == {"poolHash": pool_hash(pool, config.overhead), "poolHashVersion": POOL_HASH_VERSION}
+    after = before.model_copy(update={"attributes": {**before.attributes, **changes}})
+    assert drift_reason(config, CATALOG, after) is None and restamp(after, pool, config.overhead) is None
+    more = make_config(make_pool(requirements=CONFIG.pool("gpu").requirements),
+                       overhead={"kubeReserved": {"memory": "3Gi"}})
+    assert "kubelet reservations" in drifted(more, CATALOG, after)
+    assert drift_reason(more, CATALOG, before) is None  # without the new stamp the change went unseen
+
+
+def test_a_node_drifted_under_its_own_version_is_not_stamped_again() -> None:
+    """Stamping it again would hide its drift: it keeps the old stamp and is replaced."""
+    config = make_config(make_pool(requirements=CONFIG.pool("gpu").requirements, labels={"team": "b"}))
+    old = make_config(make_pool(requirements=CONFIG.pool("gpu").requirements, labels={"team": "a"}))
+    before = claim(attributes={"imageId": IMAGE, "poolHash": pool_hash(old.pool("gpu"), Overhead()),
+                               "poolHashVersion": "2"})
+    assert restamp(before, config.pool("gpu"), config.overhead) is None

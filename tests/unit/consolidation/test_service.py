@@ -657,3 +657,22 @@ def test_a_replacement_another_planner_leaves_no_room_for_within_the_pool_limit_
     assert node is not None and DRAIN_TAINT not in node.taints
     ended = [c for c in rig.store.list_claims([ClaimState.TERMINATED]) if c.id != rig.claim(big).id]
     assert len(ended) == 1 and "limits" in ended[0].reason
+
+
+def test_the_tick_stamps_again_a_node_stamped_under_an_older_hash_version() -> None:
+    """The reconcile step of each tick re-stamps (`domain.drift.restamp`) a registered claim whose stamp still
+    matches what its version covered, so what the current version adds is compared from then on."""
+    config = make_config(make_pool(disruption={"budgets": [{"nodes": "100%"}], "underutilizedBelow": None}),
+                         overhead={"kubeReserved": {"memory": "2Gi"}})
+    scene = Cluster(config)
+    node = scene.node("g5.12xlarge")
+    scene.pod(node, gpus=4, cpu="16", memory="64Gi")
+    pool = config.pool("gpu")
+    version_2 = pool_hash(pool, config.overhead.model_copy(update={"kube_reserved": {}}))  # what v2 covered
+    scene.claims[node] = scene.claims[node].model_copy(update={"attributes": {
+        **scene.claims[node].attributes, POOL_HASH_ATTRIBUTE: version_2, POOL_HASH_VERSION_ATTRIBUTE: "2"}})
+    rig = Rig(scene)
+    rig.service.run()
+    stamped = rig.claim(node).attributes
+    assert (stamped[POOL_HASH_ATTRIBUTE], stamped[POOL_HASH_VERSION_ATTRIBUTE]) == (
+        pool_hash(pool, config.overhead), POOL_HASH_VERSION)

@@ -29,7 +29,8 @@ only when set, so a pool that sets none keeps its hash (Karpenter hashes with `I
 under an older version than `POOL_HASH_VERSION` (its `poolHashVersion` attribute; none for version 1) is compared
 with what its version covered — version 1: the settings above before the launch-shaping ones, and the global image,
 which is what registration stamped then; version 2: all but the kubelet reservations — so no node is replaced by
-the upgrade itself.
+the upgrade itself. A claim stamped under version 2 or later that has not drifted under it is stamped again under
+the current one (`restamp`, by the reconcile step), so what the new version covers counts from then on.
 
 Pure: configuration, catalog and claim in; a reason in words (or None) out.
 """
@@ -59,6 +60,7 @@ __all__ = [
     "expected_image",
     "network_attributes",
     "pool_hash",
+    "restamp",
 ]
 
 IMAGE_ATTRIBUTE = "imageId"
@@ -182,6 +184,22 @@ def drift_reason(config: Config, catalog: Catalog, claim: NodeClaim) -> str | No
                 "SOCI or EFA) or the kubelet reservations (overhead.kubeReserved, systemReserved, evictionHard) "
                 "changed")
     return None
+
+
+def restamp(claim: NodeClaim, pool: NodePool, overhead: Overhead) -> dict[str, str] | None:
+    """The attributes that stamp a claim again under the current `POOL_HASH_VERSION`, when it was stamped under an
+    older one and its settings still match what that version covered; None otherwise (current, unstamped, or
+    drifted: stamping a drifted claim again would hide its drift).
+
+    Compared under its own version only, a claim never drifts on what a later version covers: a kubelet
+    reservation changed after an upgrade went unseen on every node registered before it. Karpenter's hash controller
+    likewise re-annotates the NodeClaims that have not drifted when the hash version changes
+    (karpenter-provider-aws `pkg/controllers/nodeclass/hash/controller.go`, `updateNodeClaimHash`)."""
+    recorded = claim.attributes.get(POOL_HASH_ATTRIBUTE)
+    version = _stamped_version(claim)
+    if not recorded or not 2 <= version < int(POOL_HASH_VERSION) or recorded != _pool_hash(pool, overhead, version):
+        return None  # a version 1 stamp also means the global image was recorded: stamped again, it would drift
+    return {POOL_HASH_ATTRIBUTE: pool_hash(pool, overhead), POOL_HASH_VERSION_ATTRIBUTE: POOL_HASH_VERSION}
 
 
 def _stamped_version(claim: NodeClaim) -> int:

@@ -49,6 +49,7 @@ from gpu_autoscaler.domain.drift import (
     POOL_HASH_VERSION_ATTRIBUTE,
     expected_image,
     pool_hash,
+    restamp,
 )
 from gpu_autoscaler.domain.initialization import (
     INITIALIZED_ATTRIBUTE,
@@ -145,6 +146,8 @@ class ReconcileService:
         busy = {p.node_name for p in pods if p.node_name and movable(p)}
         for claim in claims:
             node = by_instance.get(claim.instance_id) if claim.instance_id else None
+            if claim.state is ClaimState.REGISTERED:
+                claim = self._restamp(claim)
             if claim.state is ClaimState.LAUNCHED and node is not None:
                 self._register(claim, node, now, outcome)
             elif claim.state is ClaimState.REGISTERED and node is not None and (
@@ -154,6 +157,7 @@ class ReconcileService:
                 self._maybe_time_out(claim, now, outcome)
             elif claim.state is ClaimState.DRAINING and self.drains is not None:
                 self._resume_drain(claim, self.drains, now, outcome)
+
         moved = {*outcome.registered, *outcome.timed_out}
         self._give_back_orphaned([c for c in claims if c.id not in moved], nodes, pods, now, outcome)
         if self.collector is not None:
@@ -161,6 +165,22 @@ class ReconcileService:
         outcome.demand = self._demand(nodes, pods, claims)
         record_demand(self.store, self.config, outcome.demand, now)
         return outcome
+
+    def _restamp(self, claim: NodeClaim) -> NodeClaim:
+        """The claim stamped again if it was stamped under an older hash version (`drift.restamp`: once, after an
+        upgrade), as stored; else as read."""
+        try:
+            pool = self.config.pool(claim.pool)
+        except KeyError:
+            return claim
+        changes = restamp(claim, pool, self.config.overhead)
+        if changes is None:
+            return claim
+        try:
+            return self.store.update_claim(claim, attributes={**claim.attributes, **changes})
+        except StaleClaim:
+            logger.info("claim %s changed before its pool hash was stamped again; next tick", claim.id)
+            return claim
 
     def _resume_drain(self, claim: NodeClaim, drains: DrainQueue, now: datetime, outcome: ReconcileOutcome) -> None:
         """A Draining claim no drain has stamped for `DRAIN_STALLED_AFTER` lost its drain (dead-lettered, or never
