@@ -1,7 +1,7 @@
 """Keeps the nodes launched for a gang for the gang, from the moment they join until the gang is bound.
 
 A gang's nodes register with the taint `gpu-autoscaler/gang=<gang>:NoSchedule` (their user data says so, see
-`gpu_autoscaler.domain.user_data.gang_taint`). Without it, kube-scheduler fills the first gang node to join
+`gpu_autoscaler.models.taints.gang_taint`). Without it, kube-scheduler fills the first gang node to join
 with whatever small pods are pending, and the gang — which binds whole or not at all — waits another
 scheduling round and another node boot. Here the agent:
 
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpu_autoscaler.domain.user_data import GANG_LABEL, gang_taint, label_value
+from gpu_autoscaler.models.labels import GANG_LABEL, label_value
+from gpu_autoscaler.models.taints import gang_taint
 from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error
 
 if TYPE_CHECKING:

@@ -15,9 +15,10 @@ import pytest
 from kubernetes import client
 
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.user_data import GANG_LABEL, gang_taint
 from gpu_autoscaler.emulator.kubelet import SimulatedInstance
+from gpu_autoscaler.models.labels import GANG_LABEL
 from gpu_autoscaler.models.resources import Resources
+from gpu_autoscaler.models.taints import gang_taint
 from gpu_autoscaler_agent.agent import Agent
 from gpu_autoscaler_agent.health import Metrics
 from gpu_autoscaler_agent.settings import AgentSettings

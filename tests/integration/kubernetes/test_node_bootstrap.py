@@ -20,7 +20,7 @@ from moto import mock_aws
 from gpu_autoscaler.clock import FixedClock
 from gpu_autoscaler.config import NodePool, Overhead, parse_config
 from gpu_autoscaler.domain.packing.fit import allocatable
-from gpu_autoscaler.domain.user_data import ClusterBootstrap, gang_taint, node_setup, render_user_data
+from gpu_autoscaler.domain.user_data import ClusterBootstrap, node_setup, render_user_data
 from gpu_autoscaler.emulator.device_plugin import OperandTolerations, shipped_config_map
 from gpu_autoscaler.emulator.efa_device_plugin import chart_tolerations
 from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NODES, PODS
@@ -31,7 +31,7 @@ from gpu_autoscaler.emulator.machines import Gpu, Machine
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType
 from gpu_autoscaler.models.resources import Resources
-from gpu_autoscaler.models.taints import Taint
+from gpu_autoscaler.models.taints import Taint, gang_taint
 from tests import kube_reads
 from tests.conftest import example_config_data
 

@@ -12,19 +12,18 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.config import ConfigError, GpuSharing
 from gpu_autoscaler.domain.user_data import (
-    GANG_LABEL,
     GPU_SHARING_LABEL,
     MIG_CONFIG_LABEL,
     ClusterBootstrap,
     cluster_dns_ip,
     device_plugin_config,
-    gang_taint,
     kubelet_may_set,
-    label_value,
     node_setup,
     render_user_data,
 )
 from gpu_autoscaler.models import labels as L
+from gpu_autoscaler.models.labels import GANG_LABEL, label_value
+from gpu_autoscaler.models.taints import gang_taint
 from tests.conftest import ROOT
 from tests.unit.fleet.builders import CA, TYPES, make_config
 

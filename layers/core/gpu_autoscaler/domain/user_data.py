@@ -40,8 +40,8 @@ from gpu_autoscaler.domain.packing.reserved import KubeletReservations, kubelet_
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType, name_labels
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
-from gpu_autoscaler.models.labels import kubelet_may_set
-from gpu_autoscaler.models.taints import Taint
+from gpu_autoscaler.models.labels import GANG_LABEL, kubelet_may_set, label_value
+from gpu_autoscaler.models.taints import Taint, gang_taint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_PLUGIN_CONFIG_LABEL",
-    "GANG_LABEL",
     "GPU_SHARING_LABEL",
     "MIG_CONFIG_LABEL",
     "MIME_BOUNDARY",
@@ -60,9 +59,7 @@ __all__ = [
     "bottlerocket_user_data",
     "cluster_dns_ip",
     "device_plugin_config",
-    "gang_taint",
     "kubelet_may_set",
-    "label_value",
     "node_labels",
     "node_setup",
     "pre_pull_script",
@@ -70,7 +67,6 @@ __all__ = [
     "reservation_settings",
 ]
 
-GANG_LABEL = "gpu-autoscaler/gang"
 GPU_SHARING_LABEL = "gpu-autoscaler/gpu-sharing"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 """The NVIDIA GPU Operator's MIG manager partitions a node's GPUs as the entry of mig-parted's config named here
@@ -82,7 +78,6 @@ MIME_BOUNDARY = "==GPUAUTOSCALER=="
 
 _SET_BY_KUBELET = frozenset({L.INSTANCE_TYPE, L.ARCH, L.ZONE})
 """The kubelet and the cloud provider set these themselves, from the instance."""
-_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -137,12 +132,6 @@ class NodeSetup:
     """What the kubelet holds back (None for a type known by name only: the AMI's defaults apply)."""
 
 
-def label_value(text: str) -> str:
-    """A valid label value (≤ 63 characters of `[A-Za-z0-9_.-]`, alphanumeric at both ends) for any id."""
-    value = _LABEL_VALUE.sub(".", text)[:63]
-    return value.strip("_.-")
-
-
 def node_labels(
     pool: NodePool,
     capacity_type: CapacityType,
@@ -182,13 +171,6 @@ def device_plugin_config(sharing: GpuSharing) -> str | None:
     if sharing.mode == "mig":
         return f"mig-{sharing.mig_strategy}"
     return None
-
-
-def gang_taint(gang: str) -> Taint:
-    """Keeps a gang's nodes for the gang until it is bound: registered by the kubelet with the node, tolerated
-    by the gang's pods (the agent adds the toleration to them), removed by the agent once no member is pending,
-    so no other pod takes the room first and leaves the gang waiting for another node."""
-    return Taint(key=GANG_LABEL, value=label_value(gang), effect="NoSchedule")
 
 
 def node_setup(

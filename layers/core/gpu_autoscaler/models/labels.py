@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "ARCH",
     "CAPACITY_TYPE",
@@ -24,7 +26,9 @@ __all__ = [
     "WELL_KNOWN",
     "ZONE",
     "kubelet_may_set",
+    "label_value",
     "CLAIM_LABEL",
+    "GANG_LABEL",
     "DO_NOT_DISRUPT",
     "TAG_CLAIM",
     "TAG_CLUSTER",
@@ -71,6 +75,8 @@ NODE_LABEL_KEYS = TYPE_LABEL_KEYS | {ZONE, CAPACITY_TYPE, OS, NODE_POOL}
 sets more of its own (`instance-hypervisor`, `instance-local-nvme`…); this project does not."""
 
 CLAIM_LABEL = "gpu-autoscaler/claim"
+GANG_LABEL = "gpu-autoscaler/gang"
+"""On the nodes launched for a gang (and the key of their taint, `taints.gang_taint`): the gang, as `label_value`."""
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 TAG_CLUSTER = "gpu-autoscaler/cluster"
@@ -78,6 +84,8 @@ TAG_NODE_POOL = "gpu-autoscaler/node-pool"
 TAG_CLAIM = "gpu-autoscaler/claim"
 TAG_SNAPSHOT_BUILDER = "gpu-autoscaler/snapshot-builder"
 """On the instance `gpu-autoscaler snapshot` builds a data volume on: ours, but no node (the collector skips it)."""
+
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 _KUBELET_ALLOWED = frozenset({
     "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
@@ -98,3 +106,9 @@ def kubelet_may_set(key: str) -> bool:
     return key in _KUBELET_ALLOWED or any(
         prefix == ns or prefix.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
     )
+
+
+def label_value(text: str) -> str:
+    """A valid label value (≤ 63 characters of `[A-Za-z0-9_.-]`, alphanumeric at both ends) for any id."""
+    value = _LABEL_VALUE.sub(".", text)[:63]
+    return value.strip("_.-")

@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpu_autoscaler.models.labels import GANG_LABEL, label_value
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["Taint", "Toleration", "tolerates_all"]
+__all__ = ["Taint", "Toleration", "gang_taint", "tolerates_all"]
 
 Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -48,3 +50,10 @@ def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) ->
     return all(
         taint.effect == "PreferNoSchedule" or any(t.tolerates(taint) for t in tols) for taint in taints
     )
+
+
+def gang_taint(gang: str) -> Taint:
+    """Keeps a gang's nodes for the gang until it is bound: registered by the kubelet with the node, tolerated
+    by the gang's pods (the agent adds the toleration to them), removed by the agent once no member is pending,
+    so no other pod takes the room first and leaves the gang waiting for another node."""
+    return Taint(key=GANG_LABEL, value=label_value(gang), effect="NoSchedule")
