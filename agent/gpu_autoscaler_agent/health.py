@@ -3,11 +3,18 @@
 /healthz answers whether the agent's loops are alive and turning (liveness: restart it if not);
 /readyz whether the first list of pods is done (it has a complete view to report from);
 /metrics the counters in Prometheus' text exposition format.
+
+The server listens on every address of the pod, IPv6 and IPv4 alike: on an EKS IPv6 cluster the pod has only an
+IPv6 address (EKS User Guide, IPv6 networking: "Pods and services are only assigned an IPv6 address"; the host-local
+IPv4 address is for egress and "is not reported to the Kubernetes control plane"), and the kubelet's probes connect
+to the pod IP (HTTPGetAction.host: "defaults to the pod IP"). A server bound to 0.0.0.0 alone was never reached
+there, and its startup probe restarted the agent over and over.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
@@ -92,6 +99,28 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class _DualStackServer(ThreadingHTTPServer):
+    """An IPv6 socket that also takes IPv4 connections (as IPv4-mapped addresses), as the standard library's
+    `python -m http.server` does (its DualStackServer): IPV6_V6ONLY off, whatever the host's default
+    (net.ipv6.bindv6only)."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _listen(port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """On every address of the pod ("::", dual-stack), or on IPv4 alone where IPv6 is unavailable (a kernel booted
+    with `ipv6.disable=1` refuses IPv6 sockets). A port in use fails on IPv4 too, with the same error."""
+    try:
+        return _DualStackServer(("::", port), handler)
+    except OSError as error:
+        log.warning("health: cannot listen on IPv6 (%s); listening on IPv4 only", error)
+        return ThreadingHTTPServer(("0.0.0.0", port), handler)  # noqa: S104 - the kubelet probes the pod IP
+
+
 class HealthServer:
     """Serves the probes and metrics on its own thread until stopped."""
 
@@ -101,7 +130,6 @@ class HealthServer:
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
         port: int = 8080,
-        host: str = "0.0.0.0",  # noqa: S104 - probes come from the kubelet, on the pod IP
     ) -> None:
         routes: dict[str, Callable[[], tuple[int, str, str]]] = {
             "/healthz": lambda: _probe(healthy()),
@@ -123,7 +151,7 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base signature
                 log.debug("health: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _listen(port, Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="agent-health", daemon=True)
 
