@@ -21,10 +21,10 @@ from gpu_autoscaler.domain.user_data import (
     node_setup,
     render_user_data,
 )
+from gpu_autoscaler.emulator.device_plugin import shipped_config_map
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.labels import GANG_LABEL, label_value
 from gpu_autoscaler.models.taints import gang_taint
-from tests.conftest import ROOT
 from tests.unit.fleet.builders import CA, TYPES, make_config
 
 CONFIG = make_config()
@@ -137,7 +137,7 @@ def test_every_replicas_count_the_configuration_accepts_has_its_entry_in_the_shi
             return False
         return True
 
-    shipped = yaml.safe_load((ROOT / "agent/deploy/gpu-operator/nvidia-device-plugin-config.yaml").read_text())
+    shipped = shipped_config_map()
     entries = {key: yaml.safe_load(text) for key, text in shipped["data"].items() if key.startswith("time-slicing-")}
     wanted = {device_plugin_config(GpuSharing(mode="time-slicing", replicas=n)): n for n in range(1, 257)
               if accepted(n)}

@@ -82,6 +82,7 @@ __all__ = [
     "mig_layout",
     "shipped_config_map",
     "shipped_operator_values",
+    "shipped_plugin_manifests",
 ]
 
 log = logging.getLogger(__name__)
@@ -109,20 +110,27 @@ _MIG_PARTED: dict[tuple[str, int], dict[str, int]] = {
 }
 
 
-def _shipped(name: str) -> dict[str, Any]:
+def _shipped(name: str) -> list[dict[str, Any]]:
     path = Path(gpu_autoscaler.__file__).resolve().parents[3] / "agent" / "deploy" / "gpu-operator" / name
-    document: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
-    return document
+    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+
+
+def shipped_plugin_manifests() -> list[dict[str, Any]]:
+    """What the project ships for its users to apply before the operator (`agent/deploy/gpu-operator/
+    nvidia-device-plugin-config.yaml`): the operator's Namespace, then the plugin ConfigMap, in the order
+    `kubectl apply -f` creates them."""
+    return _shipped("nvidia-device-plugin-config.yaml")
 
 
 def shipped_config_map() -> dict[str, Any]:
     """The plugin ConfigMap the project ships for its users (`agent/deploy/gpu-operator/`), as they apply it."""
-    return _shipped("nvidia-device-plugin-config.yaml")
+    return next(d for d in shipped_plugin_manifests() if d["kind"] == "ConfigMap")
 
 
 def shipped_operator_values() -> dict[str, Any]:
     """The GPU Operator Helm values the project ships for its users (`agent/deploy/gpu-operator/values.yaml`)."""
-    return _shipped("values.yaml")
+    [values] = _shipped("values.yaml")
+    return values
 
 
 _CHART_OPERAND_TOLERATIONS: tuple[dict[str, str], ...] = (

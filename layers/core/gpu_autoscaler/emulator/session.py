@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.adapters.aws.catalog import Ec2CatalogSource
 from gpu_autoscaler.emulator.aws import TEST_CREDENTIALS, EmbeddedAws
 from gpu_autoscaler.emulator.cloud_controller import CLOUD_CONTROLLER_DELAY_SECONDS
-from gpu_autoscaler.emulator.device_plugin import DEVICE_PLUGIN_DELAY_SECONDS, shipped_config_map
+from gpu_autoscaler.emulator.device_plugin import DEVICE_PLUGIN_DELAY_SECONDS, shipped_plugin_manifests
 from gpu_autoscaler.emulator.instances import BOOT_DELAY_SECONDS
-from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS
+from gpu_autoscaler.emulator.kube_objects import CONFIGMAPS, NAMESPACES
 from gpu_autoscaler.emulator.kubelet import NODE_READY_DELAY_SECONDS
 from gpu_autoscaler.emulator.kubernetes_api import NODE_MONITOR_GRACE, KubeletNodeSide, LocalKubernetes
 from gpu_autoscaler.emulator.runtime import PipelineRuntime
@@ -101,8 +101,9 @@ class EmulatorSession:
         began = time.monotonic()
         try:
             self.kube.start()
-            config_map = shipped_config_map()  # applied by the cluster's operator, as the README says
-            self.kube.api.create(CONFIGMAPS, config_map["metadata"]["namespace"], config_map)
+            for document in shipped_plugin_manifests():  # applied by the cluster's operator, as the README says
+                resource = {"Namespace": NAMESPACES, "ConfigMap": CONFIGMAPS}[document["kind"]]
+                self.kube.api.create(resource, document["metadata"].get("namespace", ""), document)
             access = self.user_config.kubernetes.model_copy(update={"endpoint": self.kube.url,
                                                                     "certificate_authority": None})
             self.config = self.user_config.model_copy(update={"kubernetes": access})
