@@ -118,8 +118,22 @@ def test_the_agent_waits_rather_than_take_a_gpu_node_gpu_autoscaler_launched_or_
     assert _place(kube, SHIPPED[shipped](), node()) is None
 
 
+def _karpenter_system_node() -> SimulatedInstance:
+    """A node of a Karpenter NodePool of the cluster's own (EKS Auto Mode's `system` pool is one): labelled
+    `karpenter.sh/nodepool` as Karpenter labels its nodes, tainted CriticalAddonsOnly as Auto Mode's are."""
+    return _instance(SYSTEM_NODE, cpu="2", memory="8Gi", labels={L.NODE_POOL: "system"},
+                     taints=(Taint(key="CriticalAddonsOnly", value="true", effect="NoSchedule"),))
+
+
+@pytest.mark.parametrize("shipped", SHIPPED)
+def test_the_agent_runs_on_a_karpenter_system_node(kube: LocalKubernetes, shipped: str) -> None:
+    """Only the nodes gpu-autoscaler launched are refused (their label `gpu-autoscaler/node-pool`, which every one
+    carries), not every node a Karpenter NodePool made: on a cluster whose system nodes are Karpenter's (EKS Auto
+    Mode) the agent refused them all (`karpenter.sh/nodepool DoesNotExist`) and stayed Pending."""
+    assert _place(kube, SHIPPED[shipped](), _our_gpu_node(), _karpenter_system_node()) == SYSTEM_NODE
+
+
 def test_the_charts_placement_is_the_users_to_change(kube: LocalKubernetes) -> None:
-    """The default affinity keeps the agent off every node of a Karpenter NodePool too (they carry the same label):
-    a cluster whose only system nodes are Karpenter's sets `affinity` (here: none)."""
+    """A cluster that wants the agent elsewhere sets `affinity` (here: none, and it may take our GPU node)."""
     spec = _chart_pod_spec(affinity={})
     assert _place(kube, spec, _our_gpu_node()) == GPU_NODE

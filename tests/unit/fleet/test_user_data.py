@@ -65,7 +65,7 @@ def test_al2023_node_config_joins_the_cluster_with_labels_and_taints() -> None:
     labels = dict(pair.split("=", 1) for pair in flags["node-labels"].split(","))
     assert labels == {
         "workload": "training",
-        L.NODE_POOL: "gpu-reserved",
+        L.NODE_POOL: "gpu-reserved", L.NODE_POOL_LABEL: "gpu-reserved",
         L.CAPACITY_TYPE: "reserved",
         L.CLAIM_LABEL: "gpu-reserved-7k2qx",
         L.INSTANCE_CATEGORY: "p", L.INSTANCE_FAMILY: "p5", L.INSTANCE_GENERATION: "5", L.INSTANCE_SIZE: "48xlarge",

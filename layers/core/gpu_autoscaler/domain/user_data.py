@@ -146,6 +146,7 @@ def node_labels(
     wanted: dict[str, str] = {k: v for k, v in type_labels.items() if k not in _SET_BY_KUBELET}
     wanted.update(pool.labels)
     wanted[L.NODE_POOL] = pool.name
+    wanted[L.NODE_POOL_LABEL] = pool.name
     wanted[L.CAPACITY_TYPE] = capacity_type
     sharing = pool.gpu_sharing
     if sharing.mode != "none":

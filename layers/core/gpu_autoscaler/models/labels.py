@@ -28,6 +28,7 @@ __all__ = [
     "kubelet_may_set",
     "label_value",
     "CLAIM_LABEL",
+    "NODE_POOL_LABEL",
     "GANG_LABEL",
     "DO_NOT_DISRUPT",
     "TAG_CLAIM",
@@ -75,6 +76,10 @@ NODE_LABEL_KEYS = TYPE_LABEL_KEYS | {ZONE, CAPACITY_TYPE, OS, NODE_POOL}
 sets more of its own (`instance-hypervisor`, `instance-local-nvme`…); this project does not."""
 
 CLAIM_LABEL = "gpu-autoscaler/claim"
+NODE_POOL_LABEL = "gpu-autoscaler/node-pool"
+"""On every node gpu-autoscaler launches: its pool. `karpenter.sh/nodepool` (`NODE_POOL`) says the same, for pods
+that select on it as on Karpenter's nodes, but Karpenter's own nodes carry that one too; this one is ours alone (the
+agent's pod stays off the nodes that carry it)."""
 GANG_LABEL = "gpu-autoscaler/gang"
 """On the nodes launched for a gang (and the key of their taint, `taints.gang_taint`): the gang, as `label_value`."""
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
