@@ -231,7 +231,9 @@ class Ec2Permissions:
                 sid="PassNodeRole",
                 actions=["iam:PassRole"],
                 resources=[self.config.node_role],
-                conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+                # EC2's service principal is ec2.amazonaws.com.cn in the China partition (AWS's managed
+                # AWSEC2FleetServiceRolePolicy and Karpenter's controller policy list both).
+                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
             ),
             *self._spot_service_linked_role(),
             iam.PolicyStatement(
@@ -265,16 +267,19 @@ class Ec2Permissions:
         followed = self._followed_images()
         if followed:
             # EC2 resolves `resolve:ssm:` image ids with the caller's permissions (EC2 User Guide, "Use a
-            # Systems Manager parameter instead of an AMI ID").
+            # Systems Manager parameter instead of an AMI ID"). AWS's public parameters (`/aws/service/...`) have
+            # no account in their ARN; one the account owns has its own (Service Authorization Reference, Systems
+            # Manager, resource type `parameter`).
             statements.append(iam.PolicyStatement(
                 sid="ResolveLatestImages", actions=["ssm:GetParameters"],
-                resources=[self.stack.format_arn(service="ssm", resource="parameter", account="",
-                                                 resource_name=name.lstrip("/")) for name in followed],
+                resources=[self.stack.format_arn(
+                    service="ssm", resource="parameter", resource_name=name.lstrip("/"),
+                    account="" if name.startswith("/aws/service/") else self.stack.account) for name in followed],
             ))
             wildcards.append(Wildcard(
                 r"/^Resource::arn:<AWS::Partition>:ec2:.*::image\/\*$/g",
                 "A pool follows the latest AMI (version 'latest', resolve:ssm: image ids): its image id is only "
-                "known when EC2 resolves the public parameter at launch.",
+                "known when EC2 resolves the parameter at launch.",
             ))
         return PolicyGrant(statements, wildcards)
 

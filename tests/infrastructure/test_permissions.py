@@ -209,7 +209,10 @@ def test_pass_role_only_for_the_node_role_to_ec2(synthesized: Synthesized) -> No
     assert holders == ["fleet"]
     [statement] = allowed(synthesized, "fleet", "iam:PassRole")
     assert statement["Resource"] == synthesized.config.node_role
-    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    # EC2's service principal is ec2.amazonaws.com.cn in the China partition: AWS's own EC2 Fleet and Spot service
+    # role policies and Karpenter's controller policy allow both.
+    assert statement["Condition"] == {
+        "StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}}
 
 
 def test_queue_sends_follow_each_function_s_job(synthesized: Synthesized) -> None:
@@ -324,3 +327,23 @@ def test_efa_placement_groups_and_latest_images_are_allowed_to_launch() -> None:
     resolve = statements["ResolveLatestImages"]
     assert resolve["Action"] == "ssm:GetParameters"
     assert flat(resolve["Resource"]) == f"arn:aws:ssm:us-east-1::parameter{parameter}"
+
+
+def test_an_image_parameter_of_the_account_is_granted_by_its_own_arn() -> None:
+    """Only AWS's public parameters (`/aws/service/...`) have an ARN without an account; one the account owns (a
+    golden-AMI pipeline's, EC2 Image Builder's `ssmParameterConfigurations`) carries it (Service Authorization
+    Reference, Systems Manager, resource type `parameter`), and CreateFleet resolves it with the caller's
+    permissions: granted on the public form, every launch of its pool was refused."""
+    import aws_cdk as cdk
+
+    from gpu_autoscaler.config import parse_config
+    from infra.permissions import Ec2Permissions
+    from tests.infrastructure.conftest import infrastructure_config_data
+
+    data = infrastructure_config_data()
+    data["ami"] = {"family": "AL2023", "version": "latest", "x86_64": "resolve:ssm:/golden/eks-gpu/x86_64"}
+    stack = cdk.Stack(cdk.App(), "P", env=cdk.Environment(account=ACCOUNT, region="us-east-1"))
+    grant = Ec2Permissions(stack, parse_config(data), launch_template_ids=["lt-1"]).launch()
+    statements = {s["Sid"]: s for s in (stack.resolve(x.to_statement_json()) for x in grant.statements)}
+    assert flat(statements["ResolveLatestImages"]["Resource"]) == \
+        f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/golden/eks-gpu/x86_64"
