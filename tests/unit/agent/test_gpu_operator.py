@@ -42,3 +42,11 @@ def test_the_documented_helm_install_creates_its_namespace(path: Path) -> None:
 def test_the_emulator_applies_the_file_as_a_user_does() -> None:
     assert [d["kind"] for d in shipped_plugin_manifests()] == ["Namespace", "ConfigMap"]
     assert shipped_config_map()["metadata"] == {"name": "nvidia-device-plugin-config", "namespace": "gpu-operator"}
+
+
+@pytest.mark.parametrize("path", [README, OPERATOR / "values.yaml"], ids=lambda p: p.name)
+def test_the_nvidia_chart_repository_is_added_before_the_install(path: Path) -> None:
+    """`nvidia/gpu-operator` names a chart of the repository `nvidia`, which helm knows only once added (NVIDIA's
+    install guide: `helm repo add nvidia https://helm.ngc.nvidia.com/nvidia && helm repo update`)."""
+    text = path.read_text()
+    assert "helm repo add nvidia https://helm.ngc.nvidia.com/nvidia" in text[:text.index("helm install gpu-operator")]
