@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from gpu_autoscaler.adapters.aws.state_store import DynamoStateStore
 from gpu_autoscaler.errors import ClaimExists, StaleClaim, StateStoreError
@@ -352,3 +353,63 @@ def test_keys_left_unprocessed_are_read_again_after_a_growing_pause_and_not_for_
     with pytest.raises(StateStoreError, match="8 read"):
         DynamoStateStore(stuck, aws.table_name, cluster).get_claims(wanted)
     assert stuck.calls == 6 and slept == [0.05, 0.1, 0.2, 0.4, 0.8]
+
+
+class _ThrottledTransactions:
+    """The DynamoDB client, but TransactWriteItems is cancelled for throughput its first `throttled` times, every
+    action's reason `reason` (one per action, in order, as DynamoDB sends them). DynamoDB API reference,
+    TransactionCanceledException: "ThrottlingError … Throughput exceeds the current capacity of your table or index.
+    DynamoDB is automatically scaling your table or index so please try again shortly … returned when writes get
+    throttled on an On-Demand table"; `ProvisionedThroughputExceeded` on a provisioned one. botocore's retries do
+    not retry a TransactionCanceledException, and neither moto nor the emulator ever throttles."""
+
+    def __init__(self, db: Any, *, throttled: int, reason: str = "ThrottlingError") -> None:
+        self._db, self.throttled, self.reason, self.calls = db, throttled, reason, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def transact_write_items(self, TransactItems: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.calls += 1
+        if self.calls <= self.throttled:
+            raise ClientError({"Error": {"Code": "TransactionCanceledException",
+                                         "Message": "Transaction cancelled, please refer cancellation reasons"},
+                               "CancellationReasons": [{"Code": self.reason, "Message": "Throughput exceeds the "
+                                                        "current capacity of your table or index."}
+                                                       for _ in TransactItems]},
+                              "TransactWriteItems")
+        answer: dict[str, Any] = self._db.transact_write_items(TransactItems=TransactItems)
+        return answer
+
+
+@pytest.mark.parametrize("reason", ["ThrottlingError", "ProvisionedThroughputExceeded"])
+def test_a_transaction_cancelled_for_throughput_is_sent_again_after_a_growing_pause_and_not_for_ever(
+        aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
+    """A document's `assign_many` puts hundreds of pods under the cluster's one partition key in seconds: a
+    throttled transaction failed its record (or a consolidate tick) at once, and a throttled claim write was taken
+    for another writer's (StaleClaim). Now each is sent again as BatchGetItem's unprocessed keys are."""
+    from gpu_autoscaler.adapters.aws import state_store as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", slept.append)
+    db = aws.clients.client("dynamodb")
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    throttled = _ThrottledTransactions(db, throttled=2, reason=reason)
+    store = DynamoStateStore(throttled, aws.table_name, cluster)
+    uids = [f"pod-{n}" for n in range(150)]  # two transactions
+    assert sorted(store.assign_many({"nc-1": uids}, TTL)["nc-1"]) == sorted(uids)
+    assert throttled.calls == 4 and slept == [0.05, 0.1]
+    slept.clear()
+    throttled.calls, throttled.throttled = 0, 1
+    store.create_claim(claim("nc-1"))
+    assert throttled.calls == 2 and slept == [0.05]
+    slept.clear()
+    throttled.calls = 0
+    launched = store.transition(claim("nc-1"), ClaimState.LAUNCHED, instance_id="i-1")
+    assert throttled.calls == 2 and slept == [0.05]
+    assert store.get_claim("nc-1") == launched
+    slept.clear()
+    throttled.calls, throttled.throttled = 0, 100
+    with pytest.raises(StateStoreError, match="throttled"):
+        store.assign_many({"nc-1": ["pod-x"]}, TTL)
+    assert throttled.calls == 6 and slept == [0.05, 0.1, 0.2, 0.4, 0.8]

@@ -52,8 +52,8 @@ _BATCH_WRITE = 25
 _R = TypeVar("_R")
 _UNPROCESSED_RETRIES = 5
 """BatchGetItem and BatchWriteItem may leave keys or requests unprocessed (a throttled partition, more than 1 MB
-asked of one): they are sent again after 50 ms, doubling each time (1.55 s in all), then given up
-(`_until_processed`)."""
+asked of one), and DynamoDB may cancel a transaction for throughput (`_THROTTLED_CODES`): they are sent again
+after 50 ms, doubling each time (1.55 s in all), then given up (`_until_processed`)."""
 _LIVE = "CLAIM#"
 _ENDED = "ENDED#"
 TRANSACT_ITEMS = 100
@@ -62,6 +62,13 @@ TransactWriteItems). A claim is ~2 KB and a pod assignment ~100 bytes, so the co
 _CONFLICT_RETRIES = 5
 """A transaction cancelled only because another one held its items (`TransactionConflict`) is sent again."""
 _RETRIED_CODES = frozenset({"None", "ConditionalCheckFailed", "TransactionConflict"})
+_THROTTLED_CODES = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+"""Cancellation reasons of a transaction refused for throughput, not for its items (DynamoDB API reference,
+TransactionCanceledException: `ThrottlingError` "Throughput exceeds the current capacity of your table or index.
+DynamoDB is automatically scaling your table or index so please try again shortly", on an on-demand table;
+`ProvisionedThroughputExceeded` on a provisioned one). botocore's retries leave a TransactionCanceledException
+alone (`botocore/retries/standard.py`, not a throttling code), so `_transact` sends it again itself: every item is
+under the cluster's one partition key, and a document's hundreds of pod puts can go past a partition's limit."""
 _FREE = "attribute_not_exists(#sk) OR #exp <= :now"
 
 
@@ -186,12 +193,10 @@ class DynamoStateStore:
         writes: list[dict[str, Any]] = self._claim_writes(claim, read)
         if claim.instance_id:
             writes.append({"Put": {"TableName": self.table, "Item": self._instance_item(claim)}})
-        try:
-            self._db.transact_write_items(TransactItems=writes)
-        except ClientError as error:
-            if _code(error) == "TransactionCanceledException":
-                raise StaleClaim(f"claim {claim.id} changed since version {read.version} while we wrote it") from error
-            raise
+        reasons = self._transact(writes)
+        if reasons is not None:
+            codes = ", ".join(str(r.get("Code") or "None") for r in reasons)
+            raise StaleClaim(f"claim {claim.id} changed since version {read.version} while we wrote it ({codes})")
 
     def _claim_item(self, claim: NodeClaim) -> dict[str, Any]:
         prefix = _ENDED if claim.state is ClaimState.TERMINATED else _LIVE
@@ -262,7 +267,8 @@ class DynamoStateStore:
         """Apply `(key, action)` writes, each on its own condition, in transactions of up to `TRANSACT_ITEMS`;
         returns `(key, item as it was)` for each refused on its condition (`{}` where there was none). A refusal
         cancels the rest of its transaction, which is sent again without it; one cancelled by a concurrent
-        transaction on the same items (`TransactionConflict`) is sent again, a few times, after a short pause."""
+        transaction on the same items (`TransactionConflict`) is sent again, a few times, after a short pause (one
+        cancelled for throughput already was, in `_transact`)."""
         refused: list[tuple[str, dict[str, Any]]] = []
         for batch in _batches(writes):
             conflicts = 0
@@ -291,14 +297,26 @@ class DynamoStateStore:
         return refused
 
     def _transact(self, actions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """None when written; the cancellation reasons (one per action, in order) when cancelled."""
-        try:
-            self._db.transact_write_items(TransactItems=actions)
-        except ClientError as error:
-            if _code(error) != "TransactionCanceledException":
-                raise
-            return [dict(r) for r in error.response.get("CancellationReasons") or []]
-        return None
+        """None when written; the cancellation reasons (one per action, in order) when cancelled. One cancelled for
+        throughput (a reason in `_THROTTLED_CODES`) is sent again as unprocessed batch items are
+        (`_until_processed`): all or nothing, nothing of it was written."""
+        reasons: list[dict[str, Any]] | None = None
+
+        def send(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            nonlocal reasons
+            reasons = None
+            try:
+                self._db.transact_write_items(TransactItems=actions)
+            except ClientError as error:
+                if _code(error) != "TransactionCanceledException":
+                    raise
+                reasons = [dict(r) for r in error.response.get("CancellationReasons") or []]
+                if any(str(r.get("Code")) in _THROTTLED_CODES for r in reasons):
+                    return actions
+            return []
+
+        _until_processed(send, actions, lambda left: f"a transaction of {len(left)} action(s) throttled and")
+        return reasons
 
     def assignments(self, pod_uids: Sequence[str]) -> dict[str, str]:
         now = _epoch(self.clock.now())["N"]
