@@ -20,6 +20,12 @@ The wire, as the API documents it (https://kubernetes.io/docs/reference/using-ap
   HTTP status: 404 gone, 409 conflict, 410 expired, 429 too many requests (an eviction a
   PodDisruptionBudget refuses: the drain tries again on its own schedule, whatever `Retry-After` the server
   suggests), 5xx the server's own failure.
+- A GET answered 429 is asked again, once or twice, after its `Retry-After` (at most `_MAX_PAUSE`): API
+  Priority and Fairness rejects a request its priority level has no room for with 429 and `Retry-After: 1`
+  (https://kubernetes.io/docs/concepts/cluster-administration/flow-control/: APF "is designed to work well with
+  standard controllers, which use informers and react to failures of API requests with exponential back-off";
+  the value: kubernetes/kubernetes#117734). A GET changes nothing, so asking again is safe; the page of a long
+  list is asked again, not the whole list.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import binascii
 import email.utils
 import json
 import ssl
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -67,7 +74,13 @@ _READ_RETRIES = 1
 _RETRIES = urllib3.Retry(total=3, connect=_CONNECT_RETRIES, read=_READ_RETRIES, status=0, redirect=0, other=0,
                          allowed_methods={"GET"}, raise_on_status=False)
 """A refused or reset connection is tried again (a read error only on a GET, which is safe to repeat); an HTTP
-status never is: the caller decides what a 409 or a 429 means."""
+status never is here: the caller decides what a 409 or a 429 means (a GET's 429: `KubernetesRest.request`)."""
+_TOO_MANY = 429
+_THROTTLED_RETRIES = 2
+"""A GET answered 429 is sent again at most this many times."""
+_MAX_PAUSE = 2.0
+"""Seconds waited before a 429'd GET is sent again, at most, whatever `Retry-After` says (1 s when it says
+nothing readable, what APF sends)."""
 DEFAULT_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for the commands and the agent's host."""
 FUNCTION_TIMEOUT = (3.0, 10.0)
@@ -76,8 +89,13 @@ FUNCTION_TIMEOUT = (3.0, 10.0)
 
 
 def worst_request_seconds(timeout: tuple[float, float]) -> float:
-    """The longest one request can take when the API server stalls: three connections tried, a read retried once
-    (`_RETRIES`)."""
+    """The longest one request can take: an attempt the API server stalls (three connections tried, a read retried
+    once, `_RETRIES`), and a GET's pauses after 429s; a 429 is asked again only while a stalled attempt still fits
+    after the pause (`KubernetesRest.request`)."""
+    return _stalled_seconds(timeout) + _THROTTLED_RETRIES * _MAX_PAUSE
+
+
+def _stalled_seconds(timeout: tuple[float, float]) -> float:
     connect, read = timeout
     return (1 + _CONNECT_RETRIES) * connect + (1 + _READ_RETRIES) * read
 
@@ -130,6 +148,8 @@ class KubernetesRest:
         self.host = host.rstrip("/")
         self._authorization = authorization
         self._timeout = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        self._stalled = _stalled_seconds(timeout)
+        self._worst = worst_request_seconds(timeout)
         tls = _tls_context(ca_pem, ca_file, client_cert, verify) if self.host.startswith("https://") else None
         self._pool = urllib3.PoolManager(num_pools=2, maxsize=8, retries=_RETRIES, ssl_context=tls)
         self.server_date: datetime | None = None
@@ -201,7 +221,9 @@ class KubernetesRest:
     def request(self, method: str, target: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str = _JSON) -> dict[str, Any]:
         """The response's JSON object; `KubernetesHttpError` for an error status, `KubernetesApiError` (no
-        status) when the server cannot be reached."""
+        status) when the server cannot be reached. A GET answered 429 is sent again up to `_THROTTLED_RETRIES`
+        times after min(`Retry-After`, `_MAX_PAUSE`), while the request stays within `worst_request_seconds`; any
+        other method's 429 (an eviction a PodDisruptionBudget refuses) is the caller's at once."""
         url = self.host + target
         params = {k: v for k, v in (query or {}).items() if v is not None and v != ""}
         if params:
@@ -214,17 +236,38 @@ class KubernetesRest:
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
-        try:
-            response = self._pool.request(method, url, body=data, headers=headers, timeout=self._timeout,
-                                          preload_content=True)
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubernetesApiError(f"Kubernetes API unreachable: {method} {target}: {error}") from error
+        started = time.monotonic()
+        for retry in range(_THROTTLED_RETRIES + 1):
+            try:
+                response = self._pool.request(method, url, body=data, headers=headers, timeout=self._timeout,
+                                              preload_content=True)
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                raise KubernetesApiError(f"Kubernetes API unreachable: {method} {target}: {error}") from error
+            if response.status != _TOO_MANY or method != "GET" or retry == _THROTTLED_RETRIES:
+                break
+            pause = min(_retry_after(response.headers.get("Retry-After")), _MAX_PAUSE)
+            if time.monotonic() - started + pause + self._stalled > self._worst:
+                break
+            time.sleep(pause)
         self.server_date = _date(response.headers.get("Date"))
         decoded = _json(response.data)
         if response.status >= 400:
             raise KubernetesHttpError(method, target, response.status, response.reason or "",
                                       decoded if decoded.get("kind") == "Status" else None)
         return decoded
+
+
+def _retry_after(header: str | None) -> float:
+    """`Retry-After`'s seconds (RFC 9110 §10.2.3: a number of seconds or an HTTP date); 1 s when absent or
+    unreadable."""
+    if header and header.strip().isdigit():
+        return float(header.strip())
+    when = _date(header)
+    if when is None:
+        return 1.0
+    if when.tzinfo is None:  # "-0000": UTC, its zone not given (RFC 5322)
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _date(header: str | None) -> datetime | None:
