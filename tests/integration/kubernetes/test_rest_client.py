@@ -35,9 +35,13 @@ def rest(kube: LocalKubernetes) -> Iterator[KubernetesRest]:
         yield small
 
 
+def _raw(item: dict[str, Any]) -> dict[str, Any]:
+    return item
+
+
 def _node(rest: KubernetesRest, kube: LocalKubernetes) -> str:
     kube.add_instance(make_instance())
-    [node] = wait_for(lambda: rest.list_items(NODES), what="node")
+    [node] = wait_for(lambda: rest.list_items(NODES, _raw), what="node")
     name: str = node["metadata"]["name"]
     return name
 
@@ -64,11 +68,11 @@ def test_lists_are_paged_and_selected_by_the_server(rest: KubernetesRest, kube: 
     rest.post(PODS, make_pod("elsewhere", labels={"app": "batch"}, node_name="node-x"))
     first = rest.get(path("api", "v1", "pods"), {"limit": 2})
     assert len(first["items"]) == 2 and first["metadata"]["continue"]
-    everything = rest.list_items(path("api", "v1", "pods"), page_size=1)
+    everything = rest.list_items(path("api", "v1", "pods"), _raw, page_size=1)
     assert sorted(p["metadata"]["name"] for p in everything) == ["bound-0", "bound-1", "bound-2", "elsewhere"]
-    on_node = rest.list_items(path("api", "v1", "pods"), field_selector=f"spec.nodeName={node}", page_size=2)
+    on_node = rest.list_items(path("api", "v1", "pods"), _raw, field_selector=f"spec.nodeName={node}", page_size=2)
     assert sorted(p["metadata"]["name"] for p in on_node) == ["bound-0", "bound-1", "bound-2"]
-    batch = rest.list_items(PODS, label_selector="app in (batch)")
+    batch = rest.list_items(PODS, _raw, label_selector="app in (batch)")
     assert [p["metadata"]["name"] for p in batch] == ["elsewhere"]
 
 

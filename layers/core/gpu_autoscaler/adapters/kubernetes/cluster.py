@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -45,7 +45,7 @@ from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.adapters.kubernetes.rest import ApiClientLike
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["MIRROR_ANNOTATION", "KubernetesCluster", "node_from_json", "pod_from_json"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 404, 409, 429, 500
@@ -96,8 +97,7 @@ class KubernetesCluster:
     # Reading
 
     def list_nodes(self) -> list[ClusterNode]:
-        items, offset = self._list_timed(_NODES)
-        nodes = [node_from_json(n) for n in items]
+        nodes, offset = self._list_timed(_NODES, node_from_json)
         if offset is None:
             return nodes
         return [n.model_copy(update=_shifted(n, ("created_at", "ready_since"), offset)) for n in nodes]
@@ -105,19 +105,18 @@ class KubernetesCluster:
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
         """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else None
-        items, offset = self._list_timed(_PODS, selector)
-        pods = [pod_from_json(p) for p in items]
+        pods, offset = self._list_timed(_PODS, pod_from_json, selector)
         if offset is None:
             return pods
         fields = ("created_at", "started_at", "deletion_timestamp")
         return [p.model_copy(update=_shifted(p, fields, offset)) for p in pods]
 
-    def _list_timed(self, resource: tuple[str, ...], field_selector: str | None = None,
-                    ) -> tuple[list[dict[str, Any]], timedelta | None]:
+    def _list_timed(self, resource: tuple[str, ...], parse: Callable[[dict[str, Any]], T],
+                    field_selector: str | None = None) -> tuple[list[T], timedelta | None]:
         """The list, and how far the API server's clock is ahead of ours when that is more than
         `CLOCK_TOLERANCE` (else None: nothing to correct). Read from the `Date` header of the last page's answer
         (what a server's clock says, to the second) against our clock when it arrived."""
-        items = self._list(resource, field_selector)
+        items = self._list(resource, parse, field_selector)
         date, received = self._rest.server_date, self._clock.now()
         if date is None:
             return items, None
@@ -134,13 +133,10 @@ class KubernetesCluster:
         """The node's VolumeAttachments, each with the claim of its PersistentVolume (one GET per attachment: a
         drain asks only once its node is empty, and nodes hold a handful)."""
         out = []
-        for attachment in self._list(_VOLUME_ATTACHMENTS):
-            spec = attachment.get("spec") or {}
-            if spec.get("nodeName") != node_name:
-                continue
-            volume = (spec.get("source") or {}).get("persistentVolumeName") or None
-            out.append(VolumeAttachment(name=attachment["metadata"]["name"], node_name=node_name,
-                                        persistent_volume=volume, claim=self._claim_of(volume) if volume else None))
+        for name, on_node, volume in self._list(_VOLUME_ATTACHMENTS, _attachment):
+            if on_node == node_name:
+                out.append(VolumeAttachment(name=name, node_name=node_name, persistent_volume=volume,
+                                            claim=self._claim_of(volume) if volume else None))
         return out
 
     def _claim_of(self, volume: str) -> str | None:
@@ -153,8 +149,10 @@ class KubernetesCluster:
         ref = (pv.get("spec") or {}).get("claimRef") or {}
         return f"{ref['namespace']}/{ref['name']}" if ref.get("name") and ref.get("namespace") else None
 
-    def _list(self, resource: tuple[str, ...], field_selector: str | None = None) -> list[dict[str, Any]]:
-        return self._rest.list_items(path(*resource), field_selector=field_selector, page_size=self._page_size)
+    def _list(self, resource: tuple[str, ...], parse: Callable[[dict[str, Any]], T],
+              field_selector: str | None = None) -> list[T]:
+        return self._rest.list_items(path(*resource), parse, field_selector=field_selector,
+                                     page_size=self._page_size)
 
     # Writing
 
@@ -345,3 +343,10 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
 def _shifted(model: Any, fields: tuple[str, ...], offset: timedelta) -> dict[str, datetime]:
     """The model's timestamps (the API server's clock) on ours: `offset` earlier."""
     return {name: value - offset for name in fields if (value := getattr(model, name)) is not None}
+
+
+def _attachment(attachment: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """A VolumeAttachment's name, node and PersistentVolume (None for an inline volume)."""
+    spec = attachment.get("spec") or {}
+    volume = (spec.get("source") or {}).get("persistentVolumeName") or None
+    return attachment["metadata"]["name"], spec.get("nodeName"), volume

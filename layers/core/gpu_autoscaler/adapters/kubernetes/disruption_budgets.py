@@ -91,4 +91,5 @@ class KubernetesDisruptionBudgets:
 
     def _budgets(self) -> list[dict[str, Any]]:
         """Every budget of the cluster (an error status or an unreachable server: `KubernetesApiError`)."""
-        return self._rest.list_items(path("apis", "policy", "v1", "poddisruptionbudgets"), page_size=_PAGE)
+        return self._rest.list_items(path("apis", "policy", "v1", "poddisruptionbudgets"), lambda budget: budget,
+                                     page_size=_PAGE)

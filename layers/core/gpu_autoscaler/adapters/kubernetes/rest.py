@@ -37,7 +37,7 @@ import json
 import ssl
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -68,6 +68,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _JSON = "application/json"
 _GONE = 410
 _LIST_ATTEMPTS = 3
+T = TypeVar("T")
 
 _CONNECT_RETRIES = 2
 _READ_RETRIES = 1
@@ -199,24 +200,35 @@ class KubernetesRest:
         """`body`: DeleteOptions (preconditions, grace period), as the API reads them from a DELETE's body."""
         return self.request("DELETE", target, body=body)
 
-    def list_items(self, target: str, *, field_selector: str | None = None, label_selector: str | None = None,
-                   page_size: int = 500) -> list[dict[str, Any]]:
-        """Every item of a list, page by page; an expired continue token (410) starts the list again."""
+    def list_items(self, target: str, parse: Callable[[dict[str, Any]], T], *, field_selector: str | None = None,
+                   label_selector: str | None = None, page_size: int = 500) -> list[T]:
+        """Every item of a list, page by page, each page's items turned by `parse` before the next page is asked
+        for: only one page's raw JSON is held at a time, which is what paging is for ("Retrieving large results
+        sets in chunks" limits the client's memory too), and a cluster's 20,000 raw pods (~0.7 GB as Python
+        objects) never are. An expired continue token (410) starts the list again, from nothing."""
         for attempt in range(_LIST_ATTEMPTS):
-            items: list[dict[str, Any]] = []
+            items: list[T] = []
             token: str | None = None
             try:
                 while True:
-                    page = self.get(target, {"fieldSelector": field_selector, "labelSelector": label_selector,
-                                             "limit": page_size, "continue": token})
-                    items.extend(page.get("items") or ())
-                    token = (page.get("metadata") or {}).get("continue")
+                    parsed, token = self._page(target, parse, {
+                        "fieldSelector": field_selector, "labelSelector": label_selector, "limit": page_size,
+                        "continue": token})
+                    items.extend(parsed)
                     if not token:
                         return items
             except KubernetesHttpError as error:
                 if error.status != _GONE or attempt == _LIST_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
+
+    def _page(self, target: str, parse: Callable[[dict[str, Any]], T], query: Mapping[str, Any],
+              ) -> tuple[list[T], str | None]:
+        """One page's items parsed, and its continue token (None on the last page). The raw page lives only
+        here, so it is freed before the next one arrives."""
+        page = self.get(target, query)
+        token: str | None = (page.get("metadata") or {}).get("continue") or None
+        return [parse(item) for item in page.get("items") or ()], token
 
     def request(self, method: str, target: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str = _JSON) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""How the Kubernetes adapter lists: each page parsed before the next is asked for (only one page's raw JSON held
+at a time, however large the cluster), and an expired continue token (410 Gone) starting the list again from
+nothing."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import pytest
+
+from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError, KubernetesRest
+
+
+class _Raw(dict[str, Any]):
+    """A decoded pod whose lifetime a weak reference can watch (a plain dict cannot be weakly referenced)."""
+
+
+def _pod(i: int) -> _Raw:
+    return _Raw(metadata={"uid": f"uid-{i}", "name": f"p-{i}", "namespace": "default",
+                          "creationTimestamp": "2026-11-29T10:00:00Z"},
+                spec={"nodeName": f"n-{i % 7}", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                status={"phase": "Running"})
+
+
+class _PagedRest(KubernetesRest):
+    """Serves `pages` pages of `per_page` pods, the continue token being the next page's index; `gone_at`: the
+    request (by count) answered 410 Gone, as the API server answers a continue token past compaction."""
+
+    def __init__(self, pages: int, per_page: int, gone_at: int | None = None) -> None:
+        self.server_date = None
+        self.pages, self.per_page, self.gone_at = pages, per_page, gone_at
+        self.refs: list[weakref.ref[_Raw]] = []
+        self.alive_at_request: list[int] = []
+        self.queries: list[dict[str, Any]] = []
+
+    def get(self, target: str, query: Any = None) -> dict[str, Any]:
+        self.queries.append(dict(query or {}))
+        if len(self.queries) == self.gone_at:
+            raise KubernetesHttpError("GET", target, 410, "Gone", None)
+        gc.collect()
+        self.alive_at_request.append(sum(r() is not None for r in self.refs))
+        index = int((query or {}).get("continue") or 0)
+        items = [_pod(index * self.per_page + i) for i in range(self.per_page)]
+        self.refs += [weakref.ref(p) for p in items]
+        more = index + 1 < self.pages
+        return {"metadata": {"continue": str(index + 1)} if more else {}, "items": items}
+
+
+def test_raw_pages_are_released_as_the_list_goes_on() -> None:
+    """Parsing each page before the next is fetched keeps one page of raw JSON at a time, not the whole cluster
+    (the API serves lists in chunks so that clients need not hold them whole: kubernetes.io api-concepts,
+    "Retrieving large results sets in chunks")."""
+    rest = _PagedRest(pages=5, per_page=50)
+    pods = KubernetesCluster(rest, page_size=50).list_pods()
+    assert len(pods) == 250
+    assert max(rest.alive_at_request) == 0, f"raw pods of earlier pages still held: {rest.alive_at_request}"
+
+
+def test_an_expired_continue_token_lists_again_from_nothing() -> None:
+    """The third page's token expired (410): the list starts again without its first pages' pods twice."""
+    rest = _PagedRest(pages=3, per_page=4, gone_at=3)
+    pods = KubernetesCluster(rest, page_size=4).list_pods()
+    assert sorted(p.uid for p in pods) == sorted(f"uid-{i}" for i in range(12))
+    assert [q.get("continue") for q in rest.queries] == [None, "1", "2", None, "1", "2"]
+
+
+def test_a_list_whose_tokens_keep_expiring_fails_with_the_410() -> None:
+    class _Gone(_PagedRest):
+        def get(self, target: str, query: Any = None) -> dict[str, Any]:
+            if (query or {}).get("continue"):
+                raise KubernetesHttpError("GET", target, 410, "Gone", None)
+            return super().get(target, query)
+
+    with pytest.raises(KubernetesHttpError) as raised:
+        KubernetesCluster(_Gone(pages=2, per_page=1)).list_pods()
+    assert raised.value.status == 410
+
