@@ -50,7 +50,9 @@ class ClusterAPI(Protocol):
 
     def list_nodes(self) -> list[ClusterNode]: ...
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]: ...
+    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+        """Every pod not finished (Succeeded, Failed), or every pod bound to `node_name`, finished ones too."""
+        ...
 
     def cordon(self, node_name: str, taint: Taint) -> None:
         """`spec.unschedulable` and `taint`, idempotently."""

@@ -76,6 +76,19 @@ def test_lists_are_paged_and_selected_by_the_server(rest: KubernetesRest, kube: 
     assert [p["metadata"]["name"] for p in batch] == ["elsewhere"]
 
 
+def test_the_cluster_wide_pod_list_leaves_finished_pods_out_and_a_nodes_list_keeps_them(
+        rest: KubernetesRest) -> None:
+    """The API server selects by `status.phase` (its status written through the status subresource, as the
+    kubelet writes it); a pod bound to a node nothing runs keeps the phase given."""
+    for name, phase in (("done", "Succeeded"), ("crashed", "Failed"), ("serving", None)):
+        rest.post(PODS, make_pod(name, node_name="node-x"))
+        if phase:
+            rest.patch(f"{PODS}/{name}/status", {"status": {"phase": phase}}, MERGE_PATCH)
+    cluster = KubernetesCluster(rest, page_size=1)
+    assert [p.name for p in cluster.list_pods()] == ["serving"]
+    assert sorted(p.name for p in cluster.list_pods("node-x")) == ["crashed", "done", "serving"]
+
+
 def test_each_patch_type_is_sent_as_the_api_reads_it(rest: KubernetesRest, kube: LocalKubernetes) -> None:
     node = _node(rest, kube)
     target = f"{NODES}/{node}"

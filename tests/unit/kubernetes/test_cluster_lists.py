@@ -1,6 +1,6 @@
 """How the Kubernetes adapter lists: each page parsed before the next is asked for (only one page's raw JSON held
-at a time, however large the cluster), and an expired continue token (410 Gone) starting the list again from
-nothing."""
+at a time, however large the cluster), an expired continue token (410 Gone) starting the list again from nothing,
+and the cluster-wide pod list leaving finished pods on the server."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
+from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster, node_from_json, pod_from_json
 from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError, KubernetesRest
+from gpu_autoscaler.adapters.memory.cluster import MemoryCluster
 
 
 class _Raw(dict[str, Any]):
@@ -78,3 +79,25 @@ def test_a_list_whose_tokens_keep_expiring_fails_with_the_410() -> None:
         KubernetesCluster(_Gone(pages=2, per_page=1)).list_pods()
     assert raised.value.status == 410
 
+
+def test_the_cluster_wide_pod_list_leaves_finished_pods_on_the_server() -> None:
+    """Succeeded and Failed pods hold nothing on a node (`ClusterPod.finished`) and nothing that reads the
+    cluster-wide list counts them; `status.phase` is a field selector pods support (kubernetes.io "Field
+    Selectors"), so the API server leaves them out. A node's own list (a drain's) still has them."""
+    rest = _PagedRest(pages=1, per_page=1)
+    cluster = KubernetesCluster(rest)
+    cluster.list_pods()
+    cluster.list_pods("n-1")
+    assert rest.queries[0]["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert rest.queries[1]["fieldSelector"] == "spec.nodeName=n-1"
+
+
+def test_the_memory_cluster_lists_pods_as_the_api_server_is_asked_to() -> None:
+    """The tests' `MemoryCluster` keeps the port's contract: finished pods out of the cluster-wide list, in a
+    node's."""
+    pods = [pod_from_json({**_pod(i), "status": {"phase": phase}})
+            for i, phase in enumerate(("Succeeded", "Failed", "Running", "Pending"))]
+    node = node_from_json({"metadata": {"name": "n-1"}, "spec": {}, "status": {}})
+    cluster = MemoryCluster([node], [p.model_copy(update={"node_name": "n-1"}) for p in pods])
+    assert [p.phase for p in cluster.list_pods()] == ["Running", "Pending"]
+    assert len(cluster.list_pods("n-1")) == 4

@@ -65,6 +65,7 @@ _MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 _CORDON_ATTEMPTS = 5
 _NODES = ("api", "v1", "nodes")
 _PODS = ("api", "v1", "pods")
+_UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 _VOLUME_ATTACHMENTS = ("apis", "storage.k8s.io", "v1", "volumeattachments")
 CLOCK_TOLERANCE = timedelta(seconds=5)
 """A `Date` header is to the second and a round trip takes some: within this, the clocks are taken to agree
@@ -103,8 +104,13 @@ class KubernetesCluster:
         return [n.model_copy(update=_shifted(n, ("created_at", "ready_since"), offset)) for n in nodes]
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
-        """Every pod, or the pods bound to one node (a field selector on `spec.nodeName`, served by the API)."""
-        selector = f"spec.nodeName={node_name}" if node_name is not None else None
+        """Every pod not finished, or every pod bound to one node, finished too (a drain's list). Both selected by
+        the API server: `spec.nodeName` and `status.phase` are fields pods can be selected by (kubernetes.io
+        "Field Selectors", supported fields). Succeeded and Failed pods hold nothing on a node and nothing that
+        reads the cluster-wide list counts them (`ClusterPod.finished`), while a cluster keeps Jobs' finished
+        pods until a TTL or the pod garbage collector's threshold removes them: the consolidate tick lists that
+        every minute, so they stay on the server."""
+        selector = f"spec.nodeName={node_name}" if node_name is not None else _UNFINISHED
         pods, offset = self._list_timed(_PODS, pod_from_json, selector)
         if offset is None:
             return pods

@@ -173,7 +173,9 @@ class MemoryCluster:
 
     def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
         self._maybe_fail("list_pods")
-        return [p for p in self._pods.values() if node_name is None or p.node_name == node_name]
+        if node_name is None:
+            return [p for p in self._pods.values() if not p.finished]
+        return [p for p in self._pods.values() if p.node_name == node_name]
 
     def cordon(self, node_name: str, taint: Taint) -> None:
         """Idempotent, like a strategic-merge patch that only adds our taint if it is missing."""
