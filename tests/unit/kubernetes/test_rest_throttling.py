@@ -67,8 +67,8 @@ def _rest(pool: _Pool) -> KubernetesRest:
 
 def test_a_page_rejected_by_priority_and_fairness_is_asked_again_after_retry_after(slept: list[float]) -> None:
     pool = _Pool(None, "1", "30")  # the second page rejected twice, the second time asking for 30 s
-    items = _rest(pool).list_items("/api/v1/pods", page_size=1)
-    assert [i["metadata"]["name"] for i in items] == ["p1", "p2", "p3"]
+    names = _rest(pool).list_items("/api/v1/pods", lambda item: str(item["metadata"]["name"]), page_size=1)
+    assert names == ["p1", "p2", "p3"]
     assert len(pool.sent) == 5 and pool.sent[1] == pool.sent[2] == pool.sent[3]  # the same page, not the list
     assert slept == [1.0, 2.0]  # Retry-After, at most 2 s
 
