@@ -94,6 +94,5 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    response = process_partial_response(event=event, record_handler=record_handler, processor=processor,
-                                        context=context)
-    return report_failures(metrics, event, response)
+    process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return report_failures(metrics, event, processor)

@@ -1,4 +1,5 @@
-"""A queue-fed handler's failed records: counted, and delivered again after `RETRY_AFTER`, not the queue's timeout."""
+"""A queue-fed handler's failed records: counted, and delivered again after `RETRY_AFTER`, not the queue's timeout; a
+record that did no work (not started, or skipped behind a failure in its FIFO group) goes back at once."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    SqsFifoPartialProcessor,
+    process_partial_response,
+)
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.adapters.aws.clients import worst_call_seconds
@@ -47,37 +54,84 @@ class RecordingSqs:
         self.changes.append((QueueUrl, ReceiptHandle, VisibilityTimeout))
 
 
-def record(message_id: str, delivered: int) -> dict[str, Any]:
+def record(message_id: str, delivered: int, group: str | None = None) -> dict[str, Any]:
+    attributes = {"ApproximateReceiveCount": str(delivered)}
+    if group is not None:
+        attributes["MessageGroupId"] = group
     return {"messageId": message_id, "receiptHandle": f"handle-{message_id}", "body": "{}",
-            "attributes": {"ApproximateReceiveCount": str(delivered)}, "eventSourceARN": ARN}
+            "attributes": attributes, "eventSourceARN": ARN}
 
 
-def failures(*message_ids: str) -> Any:
-    return {"batchItemFailures": [{"itemIdentifier": m} for m in message_ids]}
+def processed(event: dict[str, Any], fail: frozenset[str] = frozenset(), not_started: frozenset[str] = frozenset(),
+              processor: BatchProcessor | None = None) -> BatchProcessor:
+    """`processor` (a standard queue's by default) after a handler's batch: the records named in `fail` raise a
+    failure, those in `not_started` `NotStarted`, the others succeed."""
+    processor = processor or BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    processor.raise_on_entire_batch_failure = False
+
+    def handle(record: Any) -> None:
+        if record.message_id in not_started:
+            raise NotStarted("not started")
+        if record.message_id in fail:
+            raise RuntimeError("failed")
+
+    process_partial_response(event=event, record_handler=handle, processor=processor)
+    return processor
 
 
 def test_each_failed_record_comes_back_by_how_often_it_was_delivered() -> None:
     sqs = RecordingSqs()
     event = {"Records": [record("ok", 1), record("first", 1), record("third", 3), record("fourth", 4)]}
-    response = failures("first", "third", "fourth")
-    assert report_failures(Metrics(namespace="Test"), event, response, lambda: sqs) is response
+    processor = processed(event, fail=frozenset({"first", "third", "fourth"}))
+    response = report_failures(Metrics(namespace="Test"), event, processor, lambda: sqs)
+    assert response == {"batchItemFailures": [{"itemIdentifier": m} for m in ("first", "third", "fourth")]}
     url = "https://sqs.us-east-1.amazonaws.com/123456789012/ml-prod-interruption"
     assert sqs.changes == [(url, "handle-first", RETRY_AFTER[0]), (url, "handle-third", RETRY_AFTER[2])]
     assert sqs.urls == [("ml-prod-interruption", "123456789012")]  # once per queue
+
+
+def test_a_record_not_started_goes_back_at_once_whatever_its_deliveries_and_a_failed_one_keeps_the_backoff() -> None:
+    """Before, a record the handler never started (too little of the invocation left) waited 10, 40, 160 s like a
+    failed one, though it did no work, and every delivery counts toward maxReceiveCount."""
+    sqs = RecordingSqs()
+    event = {"Records": [record("failed", 3), record("late", 3), record("later", 5)]}
+    processor = processed(event, fail=frozenset({"failed"}), not_started=frozenset({"late", "later"}))
+    report_failures(Metrics(namespace="Test"), event, processor, lambda: sqs)
+    assert [(handle, seconds) for _, handle, seconds in sqs.changes] == [
+        ("handle-failed", RETRY_AFTER[2]), ("handle-late", 0), ("handle-later", 0)]
+
+
+def test_fifo_records_skipped_behind_one_go_back_at_once_and_only_the_failed_record_waits() -> None:
+    """A FIFO group's records after its first failure are skipped (never started): they go back at once, and SQS
+    still hands them out only after the one in flight before them ("If you receive a message with a specific message
+    group ID, no more messages for the same message group ID are returned unless you delete the message or it
+    becomes visible", SQS developer guide, FIFO queue delivery logic)."""
+    sqs = RecordingSqs()
+    event = {"Records": [record("done", 3, "a"), record("late", 3, "a"), record("behind-late", 3, "a"),
+                         record("failed", 2, "b"), record("behind-failed", 2, "b")]}
+    processor = processed(event, fail=frozenset({"failed"}), not_started=frozenset({"late"}),
+                          processor=SqsFifoPartialProcessor(skip_group_on_error=True))
+    response = report_failures(Metrics(namespace="Test"), event, processor, lambda: sqs)
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [
+        "late", "behind-late", "failed", "behind-failed"]
+    assert [(handle, seconds) for _, handle, seconds in sqs.changes] == [
+        ("handle-late", 0), ("handle-behind-late", 0), ("handle-failed", RETRY_AFTER[1]), ("handle-behind-failed", 0)]
 
 
 def test_no_client_is_made_when_nothing_failed() -> None:
     def never() -> Any:
         raise AssertionError("an SQS client was made for a batch without failures")
 
-    response = failures()
-    assert report_failures(Metrics(namespace="Test"), {"Records": [record("ok", 1)]}, response, never) is response
+    event = {"Records": [record("ok", 1)]}
+    response = report_failures(Metrics(namespace="Test"), event, processed(event), never)
+    assert response == {"batchItemFailures": []}
 
 
 def test_a_record_whose_visibility_cannot_be_changed_keeps_the_queues_and_the_others_go_on() -> None:
     sqs = RecordingSqs(refuse=frozenset({"handle-stale"}))
     event = {"Records": [record("stale", 1), record("next", 2)]}
-    report_failures(Metrics(namespace="Test"), event, failures("stale", "next"), lambda: sqs)
+    report_failures(Metrics(namespace="Test"), event, processed(event, fail=frozenset({"stale", "next"})),
+                    lambda: sqs)
     assert [(handle, seconds) for _, handle, seconds in sqs.changes] == [("handle-next", RETRY_AFTER[1])]
 
 
@@ -85,7 +139,8 @@ def test_a_queue_with_a_shorter_visibility_timeout_keeps_it() -> None:
     """Never later than the queue itself would have it back (the emulator's chaos runs shorten it to seconds)."""
     sqs = RecordingSqs(visibility=15)
     event = {"Records": [record("first", 1), record("second", 2)]}
-    report_failures(Metrics(namespace="Test"), event, failures("first", "second"), lambda: sqs)
+    report_failures(Metrics(namespace="Test"), event, processed(event, fail=frozenset({"first", "second"})),
+                    lambda: sqs)
     assert [seconds for *_, seconds in sqs.changes] == [min(RETRY_AFTER[0], 15), 15]
 
 

@@ -139,7 +139,7 @@ def test_a_record_is_not_started_when_a_stalled_call_would_outlast_the_invocatio
     """When Lambda stops an invocation at its timeout, every record of the batch goes back to the queue and comes
     again only after its visibility timeout: six minutes for the interruption function, whose Spot warnings give
     two. So a record is started only while one stalled call still fits; the others are handed back at once, and
-    come again within seconds (`batch_failures.RETRY_AFTER`)."""
+    are visible again at once (`batch_failures.report_failures`)."""
     timeout = FUNCTION_WIRING[function].timeout_seconds
     step = timeout - RECORD_RESERVE_SECONDS + 1  # after the first record, less than the reserve is left
     out = subprocess.run(
@@ -149,3 +149,75 @@ def test_a_record_is_not_started_when_a_stalled_call_would_outlast_the_invocatio
     )
     assert "CALLS 1" in out.stdout.splitlines() and "FAILED 3" in out.stdout.splitlines(), out.stdout[-3000:]
     assert "not started" in out.stdout
+
+
+NOT_STARTED = textwrap.dedent("""
+    import copy, importlib.util, json, os, sys
+    os.environ.update(TABLE_NAME="t", CONFIG_PARAMETER="/p", AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_TRACE_DISABLED="true", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                      POWERTOOLS_METRICS_NAMESPACE="GpuAutoscaler/ml-prod")
+    from gpu_autoscaler.lambda_context import local_context
+    first_fails, step = sys.argv[1] == "fails", float(sys.argv[2])
+    spec = importlib.util.spec_from_file_location("handler", "functions/packer/handler.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    now = [0.0]
+
+    class Outcome:
+        pods, created, unschedulable, price_per_hour, events_refused = 500, (), (), 0.0, 0
+        def summary(self):
+            return {}
+
+    class Service:
+        def handle(self, document, source=""):
+            now[0] += step  # one large document of a burst: `step` seconds of the invocation
+            if first_fails:
+                raise KeyError("the service failed after a slow call")
+            return Outcome()
+
+    module.service = lambda: Service()
+
+    class Sqs:
+        changes = []
+        def get_queue_url(self, QueueName, QueueOwnerAWSAccountId):
+            return {"QueueUrl": "https://sqs/q"}
+        def get_queue_attributes(self, QueueUrl, AttributeNames):
+            return {"Attributes": {"VisibilityTimeout": "360"}}
+        def change_message_visibility(self, QueueUrl, ReceiptHandle, VisibilityTimeout):
+            self.changes.append((ReceiptHandle, VisibilityTimeout))
+    sqs = Sqs()
+    original = module.report_failures  # with this SQS client: the handler's third argument as it is
+    module.report_failures = lambda metrics, event, outcome: original(metrics, event, outcome, lambda: sqs)
+    event = json.load(open("events/packer-pending-pods.json"))
+    first = event["Records"][0]
+    event["Records"] = [dict(copy.deepcopy(first), messageId=f"m-{i}", receiptHandle=f"h-{i}") for i in range(3)]
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = "3"
+    context = local_context("packer", timeout_seconds=60, monotonic=lambda: now[0])
+    response = module.handler(event, context)
+    print("FAILED", json.dumps(sorted(f["itemIdentifier"] for f in response["batchItemFailures"])))
+    print("CHANGES", json.dumps(dict(sqs.changes), sort_keys=True))
+""")
+
+
+@pytest.mark.parametrize("first, failed, changes", [
+    # The first document took more than the invocation can spare: the second is not started, the third is skipped
+    # behind it in the cluster's FIFO group. Neither did any work: both go back at once, whatever their deliveries.
+    ("packed", ["m-1", "m-2"], {"h-1": 0, "h-2": 0}),
+    # The first document failed: it waits RETRY_AFTER (its third delivery), the two skipped behind it go back at
+    # once and SQS holds them behind it in their group.
+    ("fails", ["m-0", "m-1", "m-2"], {"h-0": 160, "h-1": 0, "h-2": 0}),
+])
+def test_a_packer_record_never_started_goes_back_to_its_queue_at_once(first: str, failed: list[str],
+                                                                        changes: dict[str, int]) -> None:
+    """Before, records that did no work were handed the failure backoff: in a burst of large documents the
+    cluster's whole report group waited 40 s, 160 s, then the queue's 360 s, each delivery counting toward
+    maxReceiveCount (r15 finding 2: `{'h-1': 160, 'h-2': 160}`)."""
+    step = FUNCTION_WIRING["packer"].timeout_seconds - RECORD_RESERVE_SECONDS + 1
+    out = subprocess.run(
+        [sys.executable, "-c", NOT_STARTED, first, str(step)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
+    lines = out.stdout.splitlines()
+    assert f"FAILED {json.dumps(failed)}" in lines, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"CHANGES {json.dumps(changes, sort_keys=True)}" in lines, out.stdout[-3000:]

@@ -20,8 +20,18 @@ Started only with time left: when Lambda stops an invocation at its timeout, the
 record of the batch, those already acted on too, is in flight until the queue's visibility timeout ends ("If the
 invocation fails or times out, every message in the batch will be returned to the queue", same guide). So a record
 is started only while one stalled call (to AWS or to the Kubernetes API, every attempt timing out) still fits in
-what is left (`RECORD_RESERVE_SECONDS`); the records after it are reported failed without being started, and come
-back by `RETRY_AFTER`.
+what is left (`RECORD_RESERVE_SECONDS`); the records after it are reported failed without being started.
+
+Back at once when not started: a record that did no work, not started for want of time (`NotStarted`) or skipped
+behind an earlier record of its FIFO message group (Powertools' circuit breaker), is made visible again at once
+(visibility 0, "The minimum is 0 seconds", SQS API reference, ChangeMessageVisibility), whatever its deliveries. The
+backoff is for records that failed: every delivery counts toward the queue's maxReceiveCount ("When the ReceiveCount
+for a message exceeds the maxReceiveCount for a queue, Amazon SQS moves the message to the dead-letter queue", SQS
+API reference, SetQueueAttributes RedrivePolicy), so a backoff for a record that never ran only delays it: the
+packer's documents are one FIFO group per cluster, and a burst's later documents waited 40 s, 160 s, then the
+queue's 360 s behind the first ones. A skipped FIFO record still comes after the one before it: "If you receive a
+message with a specific message group ID, no more messages for the same message group ID are returned unless you
+delete the message or it becomes visible" (SQS developer guide, FIFO queue delivery logic).
 """
 
 from __future__ import annotations
@@ -32,6 +42,10 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch.exceptions import (
+    SQSFifoCircuitBreakerError,
+    SQSFifoMessageGroupCircuitBreakerError,
+)
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients, worst_call_seconds
@@ -42,6 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from aws_lambda_powertools import Metrics
+    from aws_lambda_powertools.utilities.batch import BatchProcessor
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 
 __all__ = ["RECORD_RESERVE_SECONDS", "RETRY_AFTER", "NotStarted", "report_failures", "time_for_a_record"]
@@ -78,6 +93,11 @@ class NotStarted(Exception):
     """A record not started: too little of the invocation is left; it goes back to its queue at once."""
 
 
+_DID_NO_WORK = (NotStarted, SQSFifoCircuitBreakerError, SQSFifoMessageGroupCircuitBreakerError)
+"""What a record that was never started failed with: its own `NotStarted`, or a FIFO processor's skip of the records
+after a group's (or the batch's) first failure (Powertools `SqsFifoPartialProcessor`)."""
+
+
 def time_for_a_record(lambda_context: InvocationContext | None) -> None:
     """Raise `NotStarted` when less of the invocation is left than one stalled call may take. The first record of an
     invocation is always started."""
@@ -100,23 +120,32 @@ def _sqs() -> Any:
     return AwsClients(settings.region, settings.endpoint_url).client("sqs")
 
 
-def report_failures(metrics: Metrics, event: Mapping[str, Any], response: PartialItemFailureResponse,
+def report_failures(metrics: Metrics, event: Mapping[str, Any], processor: BatchProcessor,
                     sqs: Callable[[], Any] = _sqs) -> PartialItemFailureResponse:
-    """`response` (a batch processor's), after counting its failures in `metrics` and setting the visibility of each
-    failed record of `event` by `RETRY_AFTER`. `sqs` makes the SQS client, called only when a record failed."""
-    failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
-    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(failed))
-    if failed:
-        _retry_soon([r for r in event.get("Records", []) if r.get("messageId") in failed], sqs())
+    """The response of `processor`, which has just handled `event`, after counting its failed records in `metrics`
+    and setting their visibility: at once for a record never started, by `RETRY_AFTER` for one that failed. `sqs`
+    makes the SQS client, called only when a record failed."""
+    response = processor.response()
+    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(response["batchItemFailures"]))
+    if response["batchItemFailures"]:
+        # The processor lists a failed record's exception in the order it lists the record in its response.
+        idle = {str(item["itemIdentifier"]) for item, (kind, *_) in zip(response["batchItemFailures"],
+                                                                        processor.exceptions, strict=True)
+                if kind is not None and issubclass(kind, _DID_NO_WORK)}
+        failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
+        _retry_soon([r for r in event.get("Records", []) if r.get("messageId") in failed], idle, sqs())
     return response
 
 
-def _retry_soon(records: list[Mapping[str, Any]], sqs: Any) -> None:
+def _retry_soon(records: list[Mapping[str, Any]], idle: set[str], sqs: Any) -> None:
+    """Each of `records` visible again after `RETRY_AFTER` by its deliveries, or at once if its message id is in
+    `idle`; from its fourth delivery on, a failed record keeps the queue's visibility timeout."""
     queues: dict[str, tuple[str, int]] = {}
     """By queue ARN: its URL and visibility timeout."""
     for record in records:
         delivered = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
-        if delivered > len(RETRY_AFTER):
+        not_started = record.get("messageId") in idle
+        if delivered > len(RETRY_AFTER) and not not_started:
             continue
         arn = record["eventSourceARN"]
         try:
@@ -126,8 +155,9 @@ def _retry_soon(records: list[Mapping[str, Any]], sqs: Any) -> None:
                 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])
                 queues[arn] = (url, int(attributes["Attributes"]["VisibilityTimeout"]))
             url, visibility = queues[arn]
+            seconds = 0 if not_started else min(RETRY_AFTER[delivered - 1], visibility)
             sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"],
-                                          VisibilityTimeout=min(RETRY_AFTER[delivered - 1], visibility))
+                                          VisibilityTimeout=seconds)
         except (BotoCoreError, ClientError) as error:
             log.warning("a failed record keeps its queue's visibility timeout: %s", error,
                         extra={"messageId": record.get("messageId")})
