@@ -163,3 +163,17 @@ def test_the_first_record_of_an_invocation_is_always_started_and_a_short_one_kee
     with pytest.raises(NotStarted, match="not started: 4 s of the invocation left"):
         time_for_a_record(context)
     time_for_a_record(local_context("interruption", timeout_seconds=6, monotonic=lambda: now[0]))  # a new invocation
+
+
+def test_failures_the_processor_does_not_pair_with_their_exceptions_all_keep_the_backoff() -> None:
+    """The pairing of a response's failures with the processor's exceptions rests on Powertools listing both in the
+    same order; should a version list them otherwise (their counts differ), every failed record keeps the backoff,
+    as before records that did no work were told apart, and the batch's answer is not lost to an exception."""
+    sqs = RecordingSqs()
+    event = {"Records": [record("failed", 1), record("late", 1)]}
+    processor = processed(event, fail=frozenset({"failed"}), not_started=frozenset({"late"}))
+    processor.exceptions.pop()
+    response = report_failures(Metrics(namespace="Test"), event, processor, lambda: sqs)
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == ["failed", "late"]
+    assert [(handle, seconds) for _, handle, seconds in sqs.changes] == [
+        ("handle-failed", RETRY_AFTER[0]), ("handle-late", RETRY_AFTER[0])]

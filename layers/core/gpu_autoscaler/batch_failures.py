@@ -128,13 +128,23 @@ def report_failures(metrics: Metrics, event: Mapping[str, Any], processor: Batch
     response = processor.response()
     metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(response["batchItemFailures"]))
     if response["batchItemFailures"]:
-        # The processor lists a failed record's exception in the order it lists the record in its response.
-        idle = {str(item["itemIdentifier"]) for item, (kind, *_) in zip(response["batchItemFailures"],
-                                                                        processor.exceptions, strict=True)
-                if kind is not None and issubclass(kind, _DID_NO_WORK)}
         failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
-        _retry_soon([r for r in event.get("Records", []) if r.get("messageId") in failed], idle, sqs())
+        _retry_soon([r for r in event.get("Records", []) if r.get("messageId") in failed],
+                    _did_no_work(response, processor), sqs())
     return response
+
+
+def _did_no_work(response: PartialItemFailureResponse, processor: BatchProcessor) -> set[str]:
+    """The failed records that were never started. The processor lists a failed record's exception in the order it
+    lists the record in its response (Powertools 3.x `BasePartialBatchProcessor`); should the two lists differ in
+    length, none is told apart, and every failed record keeps the backoff."""
+    failures, exceptions = response["batchItemFailures"], processor.exceptions
+    if len(failures) != len(exceptions):
+        log.warning("the batch processor listed %d failed records and %d exceptions: every failed record is backed "
+                    "off", len(failures), len(exceptions))
+        return set()
+    return {str(item["itemIdentifier"]) for item, (kind, *_) in zip(failures, exceptions, strict=True)
+            if kind is not None and issubclass(kind, _DID_NO_WORK)}
 
 
 def _retry_soon(records: list[Mapping[str, Any]], idle: set[str], sqs: Any) -> None:
