@@ -1,4 +1,5 @@
-"""The agent's image (agent/Dockerfile) holds every third-party distribution the agent imports.
+"""The agent's image (agent/Dockerfile) holds every third-party distribution the agent imports, within the project's
+own ranges, and its build context (the repository root, trimmed by .dockerignore) keeps what it copies.
 
 The image installs a few named distributions, then the project with `--no-deps`: anything else the agent imports,
 directly or through `gpu_autoscaler`, is missing there, and the container dies at import (ModuleNotFoundError)
@@ -36,12 +37,16 @@ print(json.dumps(sorted(name for name in new if getattr(sys.modules.get(name), "
 finder loaded (`cython_runtime`, which a Cython extension module creates in memory)."""
 
 
-def _installed_by_dockerfile() -> set[str]:
-    """The distributions the Dockerfile's `pip install` lines name (quoted requirement specifiers)."""
+def _dockerfile_requirements() -> list[Requirement]:
+    """The requirements the Dockerfile's `pip install` lines name (quoted requirement specifiers)."""
     text = DOCKERFILE.read_text().replace("\\\n", " ")
-    return {canonicalize_name(Requirement(spec).name)
-            for command in re.findall(r"pip install ([^&\n]*)", text)
-            for spec in re.findall(r'"([^"]+)"', command)}
+    return [Requirement(spec) for command in re.findall(r"pip install ([^&\n]*)", text)
+            for spec in re.findall(r'"([^"]+)"', command)]
+
+
+def _installed_by_dockerfile() -> set[str]:
+    """The distributions the Dockerfile's `pip install` lines name."""
+    return {canonicalize_name(requirement.name) for requirement in _dockerfile_requirements()}
 
 
 def _with_dependencies(names: set[str]) -> set[str]:
@@ -80,3 +85,31 @@ def test_every_distribution_the_agent_imports_is_installed_by_its_dockerfile() -
         if not distributions & provided:
             missing[module] = sorted(distributions)
     assert not missing, f"imported by the agent but not installed by agent/Dockerfile: {missing}"
+
+
+def test_the_image_installs_the_agents_dependencies_within_the_projects_own_ranges() -> None:
+    """`pip install --no-deps .` skips pyproject's ranges, so the Dockerfile states them again: the same, or the image
+    runs a boto3 the project no longer supports (it pinned >=1.35 while pyproject asks >=1.44)."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ranges = {canonicalize_name(r.name): r.specifier for r in map(Requirement, declared)}
+    installed = _dockerfile_requirements()
+    assert installed
+    for requirement in installed:
+        assert ranges.get(canonicalize_name(requirement.name)) == requirement.specifier, (
+            str(requirement), str(ranges.get(canonicalize_name(requirement.name))))
+
+
+def test_the_build_context_keeps_what_the_dockerfile_copies_and_nothing_else() -> None:
+    """Without a .dockerignore the context was the whole checkout, its virtual environment (~1.4 GB) and git history
+    included, sent to the builder on every build; with one, a path the Dockerfile copies must not be left out."""
+    copied: set[str] = set()
+    for line in DOCKERFILE.read_text().splitlines():
+        if match := re.match(r"COPY (?!--from)(.+)", line):
+            copied.update(match.group(1).split()[:-1])
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    kept = {line[1:] for line in lines if line.startswith("!")}
+    ignored = [line for line in lines if line and line[0] not in "#!"]
+    assert ignored[0] == "**"
+    assert copied == kept

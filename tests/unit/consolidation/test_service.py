@@ -13,7 +13,7 @@ from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.domain.consolidation import EMPTY_SINCE_ATTRIBUTE, POD_SET_ATTRIBUTE, PODS_CHANGED_AT_ATTRIBUTE
 from gpu_autoscaler.domain.disruption_marks import DISRUPTION_ATTRIBUTE
-from gpu_autoscaler.domain.drain import DRAIN_TAINT
+from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.domain.drift import (
     IMAGE_ATTRIBUTE,
     POOL_HASH_ATTRIBUTE,
@@ -491,8 +491,6 @@ def test_an_outage_of_any_kind_ends_the_tick_normally(error: tuple[str, int | No
 
 
 def _drained_by_us(rig: Rig, name: str) -> bool:
-    from gpu_autoscaler.domain.drain import is_drained_by_us
-
     return is_drained_by_us(next(n for n in rig.kube.list_nodes() if n.name == name))
 
 
@@ -500,8 +498,6 @@ def test_a_rejected_proposal_leaves_the_taint_of_a_drain_that_took_the_node_over
     """A Spot warning for a node consolidation proposed: the interruption function cordons it with the same taint
     and its claim goes Draining, so validation rejects the proposal; the taint is the drain's now and stays, as
     `_untaint_lapsed` leaves the taint of any claim no longer Registered."""
-    from gpu_autoscaler.domain.drain import DRAIN_TAINT
-
     scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     empty = scene.node(empty_for=None)
     rig = Rig(scene)
@@ -519,8 +515,6 @@ def test_a_rejected_proposal_leaves_the_taint_of_a_drain_that_took_the_node_over
 def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_taint() -> None:
     """The same race a moment later: the claim goes Draining after the validating tick read it, so its mark is
     refused and the decision dropped; the claim is read again before any taint comes off."""
-    from gpu_autoscaler.domain.drain import DRAIN_TAINT
-
     scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
     empty = scene.node(empty_for=None)
     rig = Rig(scene)
@@ -544,7 +538,6 @@ def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_ta
 def _draining(scene: Cluster, *, deadline: timedelta, involuntary: bool, seen: timedelta | None) -> str:
     """A node cordoned for a drain, its claim Draining for a minute; a drain last seen working on it `seen` ago
     (None: never stamped, as a claim made Draining before drains stamped their progress)."""
-    from gpu_autoscaler.domain.drain import DRAIN_TAINT
     from gpu_autoscaler.domain.drain_progress import progress_attributes
     from gpu_autoscaler.models.messages import DrainRequest
 
