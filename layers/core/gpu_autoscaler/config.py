@@ -321,7 +321,7 @@ class Disruption(_Model):
     `--scale-down-gpu-utilization-threshold` and `--scale-down-utilization-threshold`, 0.5 both. Moving the pods
     of a half-used GPU node onto others' free room saves its price only until the next pods arrive, which then
     wait for a node to boot: replaying three Alibaba traces with the search every minute, weighing every node
-    launched 1.4–1.7 times the nodes and ran fewer pods on each (README, the simulator's eighth round). None:
+    launched 1.4–1.7 times the nodes and ran fewer pods on each (docs/economics-rounds.md, the eighth round). None:
     every node with pods is weighed, as Karpenter does."""
     into_sunk_room: bool = True
     """Whether a node at or over `underutilizedBelow` is still deleted when its pods all fit in sunk room: free room on

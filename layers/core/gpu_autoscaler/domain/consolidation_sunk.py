@@ -7,7 +7,7 @@ itself) whose own pods no cheaper new nodes would hold is paid for as long as th
 p3dn.24xlarge held by one V100 pod, the only type with V100s, has seven such GPUs. Karpenter, which weighs every node,
 fills that room by deleting the small nodes whose pods fit there; here a busy node goes when every pod of it fits in
 sunk room (`Disruption.into_sunk_room`), within its pool's budget, so nothing is launched for it. On three Alibaba
-traces this made ours 5–13 % cheaper and run more pods (README, the simulator's eleventh round).
+traces this made ours 5–13 % cheaper and run more pods (docs/economics-rounds.md, the eleventh round).
 """
 
 from __future__ import annotations

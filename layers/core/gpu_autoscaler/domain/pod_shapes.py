@@ -132,8 +132,8 @@ def whole_pods(forecasts: Mapping[str, float], pool: NodePool) -> dict[str, floa
     forecast's blend (`Forecaster.weekday_share`) of one pod pending at this time on a past same weekday with
     too few on all past days to reach the quantile. Rounded to the nearest, 379 of the 617 warm nodes `ours`
     bought on the default Alibaba trace came from exactly 0.75 of a pod, and 247 of those never held a pod;
-    rounded down, the replays cost 2.3 % less with 10 % fewer launches (three traces, seeds 0-2; README, "What
-    the seventh round found"), at 0.3 % of the pods run."""
+    rounded down, the replays cost 2.3 % less with 10 % fewer launches (three traces, seeds 0-2;
+    docs/economics-rounds.md, "What the seventh round found"), at 0.3 % of the pods run."""
     out: dict[str, float] = {}
     for cls, gpus in forecasts.items():
         size = gpu_equivalent({GPU: class_devices(cls)}, pool)
