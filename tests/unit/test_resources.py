@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement, terms_match
-from gpu_autoscaler.models.resources import Resources, mig_profile, mig_resource, parse_quantity
+from gpu_autoscaler.models.resources import QUANTITY_CEILING, Resources, mig_profile, mig_resource, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -51,6 +51,13 @@ def test_canonical_units_and_fit() -> None:
     assert not (pod * 2).fits_in(node)
     assert (pod * 2).shortfall(node) == ["nvidia.com/gpu"]
     assert (node - pod)["cpu"] == 3750
+
+
+def test_a_quantity_no_node_could_hold_is_held_at_the_ceiling() -> None:
+    """kube-apiserver accepts `memory: 10E` (bounded only from below): held, it fits the packer's int64 arrays."""
+    absurd = Resources.from_quantities({"cpu": "10P", "memory": "10E", "nvidia.com/gpu": "1"})
+    assert absurd == {"cpu": QUANTITY_CEILING, "memory": QUANTITY_CEILING, "nvidia.com/gpu": 1}
+    assert Resources.from_quantities({"memory": "32Ti"})["memory"] == 32 * 2**40  # the largest EC2 memory: as is
 
 
 @pytest.mark.parametrize(

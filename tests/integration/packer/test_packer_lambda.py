@@ -196,6 +196,27 @@ def test_a_redelivered_message_provisions_nothing_more(aws: EmbeddedAws, packer:
                                              ReceiptHandle=messages[0]["ReceiptHandle"])
 
 
+def test_a_document_with_a_pod_asking_for_more_than_any_node_holds_is_packed(aws: EmbeddedAws, packer: ModuleType,
+                                                                               store: DynamoStateStore) -> None:
+    """`memory: 10E` is a valid request (kube-apiserver bounds it only from below) and the agent passes it on: the
+    record succeeds, the absurd pod gets no claim, and the pods beside it are not held behind it in the FIFO group."""
+    absurd = {"uid": "uid-absurd", "namespace": "team-x", "name": "typo-0",
+              "requests": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "10E"},
+              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    document = json.loads(DOCUMENT)
+    pending = {p["uid"] for p in document["pods"]}
+    for pod in document["pods"]:  # pods no claim covers yet: this module's first test packed the sample's
+        pod["uid"] += "-again"
+    document["pods"].append(absurd)
+    send(aws, json.dumps(document), "absurd-1")
+    messages = receive(aws)
+    assert len(messages) == 1
+    assert invoke(aws, packer, messages) == {"batchItemFailures": []}
+    placed = {u for c in store.list_claims() for u in c.pods}
+    assert {uid + "-again" for uid in pending} <= placed and "uid-absurd" not in placed
+    launch_requests(aws)
+
+
 def test_the_poison_message_lands_in_the_dead_letter_queue_with_its_reason(aws: EmbeddedAws) -> None:
     assert receive(aws) == []  # nothing of the first batch was left behind
     dead = aws.clients.client("sqs").receive_message(

@@ -182,6 +182,18 @@ def test_each_tick_counts_the_gpu_pods_the_agent_must_have_been_reporting_for_mi
     assert Rig(scene).service.run().gpu_pods_unschedulable == 1
 
 
+def test_a_running_pod_asking_for_more_than_any_node_holds_stops_neither_the_tick_nor_the_other_nodes() -> None:
+    """kube-scheduler reads an int64-overflowing request as 0 (apimachinery `Quantity.Value`), so a pod asking for
+    `memory: 10E` is bound and runs: its node stays (no node could take the pod), the others are consolidated."""
+    scene = Cluster(pool_config())
+    big = scene.node("g5.48xlarge")
+    scene.pod(big, gpus=4, cpu="16", memory="64Gi")
+    absurd = scene.node("g5.48xlarge")
+    scene.pod(absurd, gpus=1, cpu="1", memory="10E")
+    [decision] = Rig(scene).decide().acted
+    assert decision.nodes == (big,)
+
+
 def test_a_node_being_consolidated_is_not_decided_on_again() -> None:
     scene = Cluster(pool_config())
     big = scene.node("g5.48xlarge")

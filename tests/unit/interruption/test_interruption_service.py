@@ -103,6 +103,20 @@ def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involunta
     assert sorted(drain.replacements) == ids
 
 
+def test_a_spot_warning_drains_a_node_whose_pod_asks_for_more_than_any_node_holds() -> None:
+    """A pod asking for `memory: 10E` runs (kube-scheduler reads an overflowing request as 0): it gets no
+    replacement, and the node's other pods still get theirs and the drain."""
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    h.cluster.add_pod(ClusterPod(
+        uid="uid-absurd", namespace="team-x", name="typo-0", node_name=h.node, owner_kind="ReplicaSet",
+        phase="Running", requests=Resources.from_quantities({"nvidia.com/gpu": "1", "memory": "10E"}),
+        tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)))
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert sorted(u for c in h.new_claims() for u in c.pods) == ["uid-0", "uid-1"]
+    (drain,) = h.drains.receive()
+    assert drain.involuntary and drain.claim_id == "nc-old" and sorted(drain.replacements) == outcome.replacements
+
+
 def test_a_spot_warning_before_the_node_is_listed_asks_for_a_drain_by_instance_not_by_a_guessed_name() -> None:
     """The Node is not listed yet and the claim names none: the request says only what is known (the instance),
     not the instance id as a node name, which on EKS (node named by its private DNS name) names nothing."""

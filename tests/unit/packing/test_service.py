@@ -213,6 +213,18 @@ def test_unschedulable_pods_are_reported(h: Harness) -> None:
     assert outcome.summary()["unschedulable"][0]["reason"].startswith("no offering in pool gpu has 16 GPUs")
 
 
+def test_a_pod_asking_for_more_than_any_node_holds_is_reported_and_the_rest_of_the_document_packed(
+        h: Harness) -> None:
+    """The API server bounds a request only from below, so any pod may ask for `memory: 10E`, beyond an int64: it
+    is reported with its quantity, and the pods pending beside it (the same document, the cluster's FIFO group)
+    are packed."""
+    absurd = make_pod(memory="10E")
+    outcome = h.service.handle(h.document([make_pod(), absurd, make_pod(cpu="10P")]), source="m-1")
+    assert len(outcome.created) == 1
+    reasons = {u["pod"]: u["reason"] for u in outcome.summary()["unschedulable"]}
+    assert len(reasons) == 2 and reasons[absurd.uid] == "it asks for more than any node holds: memory 10E"
+
+
 def test_quotas_come_from_the_quota_source() -> None:
     h = Harness()
     service = PackerService(h.config, h.store, make_catalog(), h.launches, clock=h.clock,

@@ -9,12 +9,12 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
-from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, Resources
+from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
 __all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "PodAntiAffinity", "TopologySpread",
@@ -91,6 +91,23 @@ class PendingPod(_Wire, CachedModel):
     def _quantities(cls, requests: dict[str, str]) -> dict[str, str]:
         _parsed(requests)  # raises with the offending quantity named
         return requests
+
+    @model_validator(mode="before")
+    @classmethod
+    def _beyond_any_node(cls, data: Any) -> Any:
+        """A request no node could hold (`QUANTITY_CEILING`: the API server accepts `memory: 10E`) makes the pod
+        unplannable, named with its quantities, so the packer reports it and packs the rest of the document."""
+        if type(data) is not dict or data.get("unplannable") or type(requests := data.get("requests")) is not dict:
+            return data
+        try:
+            resources = _parsed(requests)
+        except (TypeError, ValueError):
+            return data  # the field's validator names what is wrong
+        beyond = sorted(name for name, value in resources.items() if value >= QUANTITY_CEILING)
+        if not beyond:
+            return data
+        asks = ", ".join(f"{name} {requests[name]}" for name in beyond)
+        return {**data, "unplannable": f"it asks for more than any node holds: {asks}"}
 
     @field_validator("tolerations", mode="wrap")
     @classmethod

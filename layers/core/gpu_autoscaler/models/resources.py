@@ -24,6 +24,7 @@ __all__ = [
     "HUGEPAGES_2MI",
     "MEMORY",
     "PODS",
+    "QUANTITY_CEILING",
     "Resources",
     "is_gpu_resource",
     "mig_profile",
@@ -111,11 +112,18 @@ def mig_profile(name: str) -> str | None:
     return f"{attributed[1]}+{attributed[2]}" if attributed else text
 
 
+QUANTITY_CEILING = 2**46
+"""Where a canonical quantity is held: no node holds as much of anything (64 TiB of memory or storage, 2^46
+millicores; the largest EC2 instance has 32 TiB of memory and an EBS volume at most 64 TiB). kube-apiserver bounds a
+request only from below (pkg/apis/core/validation `ValidateResourceQuantityValue`: non-negative, whole for integer
+resources), so any pod may ask for `memory: 10E`, beyond the int64 the packer's arrays hold. Held here, such a request
+fits no offering, marks its pending pod unplannable (`PendingPod`), and a hundred thousand of them still sum within
+an int64."""
+
+
 def _canonical(name: str, value: Decimal) -> int:
-    """Millicores for cpu, whole units (rounded up) for everything else."""
-    if name == CPU:
-        return math.ceil(value * 1000)
-    return math.ceil(value)
+    """Millicores for cpu, whole units (rounded up) for everything else; at most `QUANTITY_CEILING`."""
+    return min(math.ceil(value * 1000) if name == CPU else math.ceil(value), QUANTITY_CEILING)
 
 
 _PARSED: dict[tuple[str, str], int] = {}
