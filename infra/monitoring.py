@@ -53,10 +53,10 @@ def alarm_email(scope: Construct) -> str | None:
 class Monitoring(Construct):
     """Any message in a DLQ, and any function error, is an alarm: both mean a decision did not happen. So is what a
     function counts that fails nothing yet needs an operator: pod Events the API server refuses, launches EC2
-    refuses, nodes that never join; urgent work that waits in its queue; and GPU pods waiting while the agent sends
-    nothing. Each alarm publishes to one topic when
-    it fires and when it clears; the topic takes TLS only (aws:SecureTransport), and the context's alarm address, if
-    given, is subscribed (SNS e-mails it a confirmation link first)."""
+    refuses, nodes that never join, a Kubernetes API the ticks cannot reach; urgent work that waits in its queue;
+    and GPU pods waiting while the agent sends nothing. Each alarm publishes to one topic when it fires and when it
+    clears; the topic takes TLS only (aws:SecureTransport), and the context's alarm address, if given, is subscribed
+    (SNS e-mails it a confirmation link first)."""
 
     def __init__(
         self,
@@ -122,6 +122,18 @@ class Monitoring(Construct):
                               "role access entry, user data, security groups, GPU Operator?); the consolidate log "
                               "names the claim.",
             metric=own("RegistrationTimeouts", "consolidate"),
+        )
+        # A tick the Kubernetes API fails (unreachable, timing out, 5xx) ends normally: the next tick is the retry.
+        # Five minutes running is no passing outage but an endpoint the function cannot reach (private only, or
+        # publicAccessCidrs that leave Lambda's addresses out): nothing registers, consolidates or is collected.
+        self.alarms["kubernetes-unreachable"] = self._above(
+            "ConsolidateKubernetesUnreachable",
+            alarm_name=names.alarm("kubernetes-unreachable"),
+            alarm_description="The consolidate tick could not use the Kubernetes API five minutes running: no node "
+                              "registers, is consolidated or collected (the endpoint's public access and its "
+                              "publicAccessCidrs: gpu-autoscaler doctor); the consolidate log names the error.",
+            metric=own("KubernetesUnreachable", "consolidate"),
+            periods=5,
         )
         # Messages no invocation takes (the function throttled, its event source mapping disabled or refused the
         # queue) or that wait behind a failing one in a FIFO group only age: their queue's metric says so long before

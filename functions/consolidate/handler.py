@@ -5,7 +5,8 @@ problem (Scheduler retries, then dead-letters it). One call into the service, un
 (`services.tick_lease`): reconcile (registrations, registration timeouts, demand history), then consolidation
 (replacements launched, drains requested). The response is its summary; each decision is logged with the USD/h it
 saves, and counted per reason; the GPU pods the agent must have reported by now are counted too
-(`GpuPodsUnschedulable`, `domain.agent_witness`). A tick that finds another holding the lease does nothing and
+(`GpuPodsUnschedulable`, `domain.agent_witness`), and a tick the Kubernetes API failed (`KubernetesUnreachable`). A
+tick that finds another holding the lease does nothing and
 answers `{"skipped": true, "leaseHolder", "leaseExpiresAt"}`, counted as `TicksSkipped`.
 """
 
@@ -70,6 +71,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ConsolidationsRejected", unit=MetricUnit.Count, value=len(outcome.rejected))
     # Weighed against what reached the pending-pods queue: GPU pods waiting while the agent sends nothing.
     metrics.add_metric(name="GpuPodsUnschedulable", unit=MetricUnit.Count, value=outcome.gpu_pods_unschedulable)
+    # A tick the Kubernetes API failed ends normally (the next one is the retry): counted, so that an endpoint the
+    # function never reaches is an alarm after minutes, not a WARNING each minute.
+    metrics.add_metric(name="KubernetesUnreachable", unit=MetricUnit.Count, value=int(outcome.api_failure is not None))
     dimensions = {**metrics.default_dimensions, "service": "consolidate"}
     for reason, (count, saving) in outcome.by_reason().items():
         # One EMF document per reason: a dimension of its own, which the handler-wide metrics cannot carry.

@@ -282,7 +282,7 @@ def test_a_node_that_never_joins_alarms(
     capsys.readouterr()
     outcome = SimpleNamespace(
         reconcile=SimpleNamespace(registered=[], timed_out=["claim-1"]), saving=0.0, proposed=[], rejected=[],
-        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]}, gpu_pods_unschedulable=0)
+        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]}, gpu_pods_unschedulable=0, api_failure=None)
     monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
     consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
                         local_context("ml-prod-gpu-autoscaler-consolidate"))
@@ -292,6 +292,41 @@ def test_a_node_that_never_joins_alarms(
     alarm = _custom_alarms(synthesized)[(alarmed.name, alarmed.dimensions)]
     assert alarm["Statistic"] == "Sum"
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
+def test_ticks_that_cannot_reach_the_kubernetes_api_five_minutes_running_alarm(
+        synthesized: Synthesized, handler_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A tick that cannot reach the Kubernetes API ends normally (the next tick is the retry), so neither the Errors
+    alarm nor any count sees it; an endpoint the functions never reach (private only, or `publicAccessCidrs` that
+    leave Lambda's addresses out) looks the same for ever: no registration, consolidation or garbage collection,
+    every GPU node billed after its work ends. The tick counts `KubernetesUnreachable`, alarmed five minutes
+    running, so a short outage still only skips."""
+    from types import SimpleNamespace
+
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationResult
+    from gpu_autoscaler.lambda_context import local_context
+    from gpu_autoscaler.services.consolidate import ConsolidateOutcome
+    from gpu_autoscaler.services.reconcile import ReconcileOutcome
+
+    consolidate = handler_module("consolidate")
+    for failure in (None, "Kubernetes API unreachable: GET /api/v1/nodes: ConnectTimeoutError"):
+        capsys.readouterr()
+        outcome = ConsolidateOutcome(ReconcileOutcome(), ConsolidationResult(), api_failure=failure)
+        lease = SimpleNamespace(run_invocation=lambda context, run, result=outcome: result)
+        monkeypatch.setattr(consolidate, "lease", lambda lease=lease: lease)
+        consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
+                            local_context("ml-prod-gpu-autoscaler-consolidate"))
+        alarmed = _alarmed(synthesized, emitted(capsys.readouterr().out))
+        if failure is None:
+            assert alarmed == []
+    [unreachable] = alarmed
+    assert (unreachable.name, dict(unreachable.dimensions), unreachable.value) == (
+        "KubernetesUnreachable", {"service": "consolidate"}, 1)
+    alarm = _custom_alarms(synthesized)[(unreachable.name, unreachable.dimensions)]
+    assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("Sum", 60, 0)
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_the_interruption_and_pending_pods_queues_alarm_on_their_oldest_message(synthesized: Synthesized) -> None:
@@ -347,7 +382,7 @@ def test_gpu_pods_waiting_while_the_agent_sends_nothing_alarm(
     capsys.readouterr()
     outcome = SimpleNamespace(
         reconcile=SimpleNamespace(registered=[], timed_out=[]), saving=0.0, proposed=[], rejected=[],
-        by_reason=dict, summary=dict, gpu_pods_unschedulable=2)
+        by_reason=dict, summary=dict, gpu_pods_unschedulable=2, api_failure=None)
     monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
     consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
                         local_context("ml-prod-gpu-autoscaler-consolidate"))
