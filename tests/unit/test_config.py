@@ -159,6 +159,19 @@ def test_invalid_configuration_names_field_and_reason(config_data: dict[str, Any
     assert str(caught.value).startswith("invalid gpu-autoscaler configuration: ")
 
 
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:8443", "http://localhost:6443", "http://[::1]:6443"])
+def test_plain_http_is_for_an_api_server_on_this_machine_only(config_data: dict[str, Any], endpoint: str) -> None:
+    """The functions send their EKS bearer token on every request, a presigned sts:GetCallerIdentity anyone who reads
+    it may replay for 15 minutes (aws-iam-authenticator pkg/token/token.go): over plain HTTP only to the emulator."""
+    config_data["kubernetes"]["endpoint"] = endpoint
+    assert parse_config(config_data).kubernetes.endpoint == endpoint
+    config_data["kubernetes"]["endpoint"] = "http://api.ml-prod.internal.example.com"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_data)
+    assert ("kubernetes.endpoint: 'http://api.ml-prod.internal.example.com': plain http:// would send the cluster "
+            "token in clear; use https://") in str(caught.value)
+
+
 def test_missing_file_says_what_to_do(tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="give --config FILE"):
         load_config(tmp_path / "cdk.json")

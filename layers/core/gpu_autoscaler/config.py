@@ -14,6 +14,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -98,6 +99,17 @@ class KubernetesAccess(_Model):
     grant-k8s-access.adoc); false for a cluster still on `CONFIG_MAP`, or a self-managed one, whose owner maps the
     roles in aws-auth and associates the agent's role (or uses IRSA) instead (README, Deploy)."""
 
+    @field_validator("endpoint")
+    @classmethod
+    def _https_unless_loopback(cls, endpoint: str) -> str:
+        """The functions send their EKS bearer token on every request, a presigned sts:GetCallerIdentity anyone who
+        reads it may replay for 15 minutes (aws-iam-authenticator pkg/token/token.go): plain HTTP only to an API
+        server on this machine, the emulator's (which serves http://127.0.0.1)."""
+        if endpoint.startswith("http://") and not _loopback(urlsplit(endpoint).hostname or ""):
+            raise ValueError(f"'{endpoint}': plain http:// would send the cluster token in clear; use https:// "
+                             f"(http:// is for a local API server: localhost, 127.0.0.1, ::1)")
+        return endpoint
+
     @field_validator("service_cidr")
     @classmethod
     def _cidr(cls, value: str | None) -> str | None:
@@ -107,6 +119,15 @@ class KubernetesAccess(_Model):
             except ValueError:
                 raise ValueError(f"'{value}' is not a CIDR such as '10.100.0.0/16'") from None
         return value
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Network(_Model):
