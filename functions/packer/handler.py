@@ -4,10 +4,11 @@ The queue is FIFO (group = cluster), so records are handled in order and the bat
 (Powertools `SqsFifoPartialProcessor`): the failed record and every later one of its group are reported in
 `batchItemFailures` and come back in order, as AWS Lambda's SQS guide asks of FIFO consumers ("stop processing
 messages after the first failure and return all failed and unprocessed messages"). A record that is not a
-valid pending-pods document can never succeed: it is sent to the dead-letter queue at once with its validation
-error as the `reason` attribute (and logged), then acknowledged, so it does not hold its group back for
-`maxReceiveCount` deliveries nor drag the documents behind it to the DLQ. Without `PENDING_PODS_DLQ_URL` it
-fails like any other record and SQS redrives it.
+valid pending-pods document, or is one for another cluster (an agent sent to the wrong queue), can never succeed:
+it is sent to the dead-letter queue at once with its reason (the validation error, or the cluster named) as the
+`reason` attribute (and logged), then acknowledged, so it does not hold its group back for `maxReceiveCount`
+deliveries nor drag the documents behind it to the DLQ. Without `PENDING_PODS_DLQ_URL` it fails like any other
+record and SQS redrives it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import log_service
-from gpu_autoscaler.services.packer import PackerService, aws_packer_service
+from gpu_autoscaler.services.packer import PackerService, WrongCluster, aws_packer_service
 from gpu_autoscaler.settings import load_settings
 
 if TYPE_CHECKING:
@@ -72,15 +73,12 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     except ValidationError as error:
         errors = error.errors(include_url=False, include_context=False)
         logger.error("not a pending-pods document", extra={"messageId": record.message_id, "errors": errors})
-        dlq = dead_letters()
-        if dlq is None:
-            raise
-        reason = "; ".join(describe_validation(error))
-        dlq.send(record.body, f"not a pending-pods document: {reason}", message_id=record.message_id,
-                 group_id=record.attributes.message_group_id)
-        metrics.add_metric(name="DocumentsDeadLettered", unit=MetricUnit.Count, value=1)
-        return {"deadLettered": record.message_id, "reason": reason}
-    outcome = service().handle(document, source=record.message_id)
+        return _dead_letter(record, f"not a pending-pods document: {'; '.join(describe_validation(error))}", error)
+    try:
+        outcome = service().handle(document, source=record.message_id)
+    except WrongCluster as error:
+        logger.error("a document for another cluster", extra={"messageId": record.message_id, "error": str(error)})
+        return _dead_letter(record, str(error), error)
     metrics.add_metric(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods)
     metrics.add_metric(name="ClaimsCreated", unit=MetricUnit.Count, value=len(outcome.created))
     metrics.add_metric(name="PodsUnschedulable", unit=MetricUnit.Count, value=len(outcome.unschedulable))
@@ -88,6 +86,17 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     metrics.add_metric(name="PodEventsRefused", unit=MetricUnit.Count, value=outcome.events_refused)
     logger.info("document packed", extra=outcome.summary())
     return outcome.summary()
+
+
+def _dead_letter(record: SQSRecord, reason: str, error: Exception) -> dict[str, Any]:
+    """A record that can never succeed, sent to the dead-letter queue with its reason and acknowledged: retried, it
+    would hold its cluster's FIFO group for maxReceiveCount deliveries. Without the queue's URL it fails."""
+    dlq = dead_letters()
+    if dlq is None:
+        raise error
+    dlq.send(record.body, reason, message_id=record.message_id, group_id=record.attributes.message_group_id)
+    metrics.add_metric(name="DocumentsDeadLettered", unit=MetricUnit.Count, value=1)
+    return {"deadLettered": record.message_id, "reason": reason}
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 DOCUMENT = (ROOT / "events" / "pending-pods-document.json").read_text()
+ELSEWHERE = json.dumps({**json.loads(DOCUMENT), "cluster": "ml-dev"})
+"""Valid, but another cluster's: an agent pointed at the wrong queue."""
 POISON = json.dumps({"schemaVersion": 1, "cluster": "ml-prod", "pods": [{"uid": "x", "requests": {"cpu": "lots"}}]})
 
 
@@ -143,21 +145,31 @@ def test_a_batch_with_a_poison_message(aws: EmbeddedAws, packer: ModuleType, sto
     assert {r.get("gang") for r in requests} == {None, "training/train-42"}
 
 
-def test_a_fifo_batch_stops_at_its_first_failure_and_returns_the_rest(aws: EmbeddedAws, packer: ModuleType,
-                                                                      store: DynamoStateStore,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fifo_batch_stops_at_its_first_failure_and_returns_the_rest(
+        aws: EmbeddedAws, packer: ModuleType, store: DynamoStateStore, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The queue is FIFO: a document after a failed one in its group must not be packed ahead of it (AWS Lambda's
     SQS guide and Powertools' `SqsFifoPartialProcessor`); both go back, in order."""
     before = {c.id for c in store.list_claims()}
-    elsewhere = json.dumps({**json.loads(DOCUMENT), "cluster": "ml-dev"})  # valid, but not this cluster's: fails
+    packing = packer.service()
+
+    class Failing:
+        """The packer failing its first record (DynamoDB throttled, say): that one may succeed when retried."""
+
+        def handle(self, document: PendingPodsDocument, *, source: str) -> Any:
+            if source == "m-first":
+                raise RuntimeError("ProvisionedThroughputExceededException")
+            return packing.handle(document, source=source)
+
+    monkeypatch.setattr(packer, "service", Failing)
     messages = [{**m, "Attributes": {**m.get("Attributes", {}), "MessageGroupId": "ml-prod"}} for m in (
-        _fake_message("m-other", elsewhere), _fake_message("m-doc", DOCUMENT))]
+        _fake_message("m-first", DOCUMENT), _fake_message("m-doc", DOCUMENT))]
     event = sqs_event(messages, aws.resources.queue_arns["pending-pods"])
     capsys.readouterr()
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="No application metrics")
         response = packer.handler(event, local_context("packer"))
-    assert response == {"batchItemFailures": [{"itemIdentifier": "m-other"}, {"itemIdentifier": "m-doc"}]}
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-first"}, {"itemIdentifier": "m-doc"}]}
     assert {c.id for c in store.list_claims()} == before
     # Records going back to the queue are counted: a partial batch failure is no Lambda error, so no other
     # metric or alarm shows them until they reach the dead-letter queue.
@@ -217,13 +229,24 @@ def test_a_document_with_a_pod_asking_for_more_than_any_node_holds_is_packed(aws
     launch_requests(aws)
 
 
+def test_a_document_for_another_cluster_goes_to_the_dead_letter_queue_at_once(aws: EmbeddedAws,
+                                                                              packer: ModuleType) -> None:
+    """An agent pointed at the wrong queue: its documents can never succeed here, like one that is no document, so
+    each goes to the dead-letter queue with its reason instead of holding the group for maxReceiveCount deliveries."""
+    send(aws, ELSEWHERE, "elsewhere-1")
+    messages = receive(aws)
+    assert [m["Body"] for m in messages] == [ELSEWHERE]
+    assert invoke(aws, packer, messages) == {"batchItemFailures": []}
+
+
 def test_the_poison_message_lands_in_the_dead_letter_queue_with_its_reason(aws: EmbeddedAws) -> None:
     assert receive(aws) == []  # nothing of the first batch was left behind
     dead = aws.clients.client("sqs").receive_message(
         QueueUrl=aws.queue_url("pending-pods-dlq"), MaxNumberOfMessages=10, WaitTimeSeconds=0,
         MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"])["Messages"]
-    assert [m["Body"] for m in dead] == [POISON]
-    attributes = dead[0]["MessageAttributes"]
-    assert "sentAt" in attributes["reason"]["StringValue"]  # a field the document lacks, named
-    assert attributes["sourceMessageId"]["StringValue"]
-    assert dead[0]["Attributes"]["MessageGroupId"] == "ml-prod"
+    assert [m["Body"] for m in dead] == [POISON, ELSEWHERE]
+    poison, elsewhere = (m["MessageAttributes"] for m in dead)
+    assert "sentAt" in poison["reason"]["StringValue"]  # a field the document lacks, named
+    assert elsewhere["reason"]["StringValue"] == "document for cluster 'ml-dev' reached the packer of 'ml-prod'"
+    assert poison["sourceMessageId"]["StringValue"] and elsewhere["sourceMessageId"]["StringValue"]
+    assert {m["Attributes"]["MessageGroupId"] for m in dead} == {"ml-prod"}
