@@ -9,7 +9,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
 from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
@@ -92,23 +92,6 @@ class PendingPod(_Wire, CachedModel):
         _parsed(requests)  # raises with the offending quantity named
         return requests
 
-    @model_validator(mode="before")
-    @classmethod
-    def _beyond_any_node(cls, data: Any) -> Any:
-        """A request no node could hold (`QUANTITY_CEILING`: the API server accepts `memory: 10E`) makes the pod
-        unplannable, named with its quantities, so the packer reports it and packs the rest of the document."""
-        if type(data) is not dict or data.get("unplannable") or type(requests := data.get("requests")) is not dict:
-            return data
-        try:
-            resources = _parsed(requests)
-        except (TypeError, ValueError):
-            return data  # the field's validator names what is wrong
-        beyond = sorted(name for name, value in resources.items() if value >= QUANTITY_CEILING)
-        if not beyond:
-            return data
-        asks = ", ".join(f"{name} {requests[name]}" for name in beyond)
-        return {**data, "unplannable": f"it asks for more than any node holds: {asks}"}
-
     @field_validator("tolerations", mode="wrap")
     @classmethod
     def _shared_tolerations(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> tuple[Toleration, ...]:
@@ -138,6 +121,17 @@ class PendingPod(_Wire, CachedModel):
     @cached_property
     def resources(self) -> Resources:
         return _parsed(self.requests)
+
+    @cached_property
+    def beyond_any_node(self) -> str | None:
+        """Why no node could hold the pod, when it asks for `QUANTITY_CEILING` of something (the API server accepts
+        `memory: 10E`): read by the packer, which reports it and plans the rest of the document; None otherwise.
+        Read there (kept: consolidation asks it of the same pods every pass), not checked while parsing, which a
+        burst of ten thousand pods would pay for each."""
+        beyond = sorted(name for name, value in self.resources.items() if value >= QUANTITY_CEILING)
+        if not beyond:
+            return None
+        return "it asks for more than any node holds: " + ", ".join(f"{n} {self.requests[n]}" for n in beyond)
 
     @cached_property
     def footprint(self) -> Resources:

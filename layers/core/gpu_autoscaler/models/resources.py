@@ -117,8 +117,8 @@ QUANTITY_CEILING = 2**46
 millicores; the largest EC2 instance has 32 TiB of memory and an EBS volume at most 64 TiB). kube-apiserver bounds a
 request only from below (pkg/apis/core/validation `ValidateResourceQuantityValue`: non-negative, whole for integer
 resources), so any pod may ask for `memory: 10E`, beyond the int64 the packer's arrays hold. Held here, such a request
-fits no offering, marks its pending pod unplannable (`PendingPod`), and a hundred thousand of them still sum within
-an int64."""
+fits no offering, its pending pod is reported with it (`PendingPod.beyond_any_node`), and a hundred thousand of them
+still sum within an int64."""
 
 
 def _canonical(name: str, value: Decimal) -> int:

@@ -124,14 +124,14 @@ class SolvePass:
 
     def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
         """Pods pinned to their volumes' zones, asking for their DRA devices and one-per-node room as for
-        resources; those the agent, their node affinity or their volumes rule out are unschedulable, and affinity
-        terms no node not launched yet can satisfy (empty, or by field) are left out. One pass over the pods (a
-        burst's ten thousand)."""
+        resources; those the agent, their requests (`beyond_any_node`), their node affinity or their volumes rule out
+        are unschedulable, and affinity terms no node not launched yet can satisfy (empty, or by field) are left out.
+        One pass over the pods (a burst's ten thousand)."""
         out = []
         zoned = False
         for pod in pods:
-            if pod.unplannable:
-                self.unschedulable.append(Unschedulable(pod.uid, pod.key, pod.unplannable))
+            if refused := pod.unplannable or pod.beyond_any_node:
+                self.unschedulable.append(Unschedulable(pod.uid, pod.key, refused))
             elif pod.required_node_affinity and (affinity := unplannable_terms(pod.required_node_affinity)):
                 self.unschedulable.append(Unschedulable(pod.uid, pod.key, affinity))
             elif pod.volume_zones is not None and not pod.volume_zones:
