@@ -189,6 +189,53 @@ def test_pool_labels_the_kubelet_would_refuse_or_that_restate_well_known_labels_
                                                                "example.com/team": "a"}}).labels
 
 
+_KUBELET_REFUSES = [
+    ({"labels": {"workload": "training job"}}, "label workload=training job: the value", "alphanumeric"),
+    ({"labels": {"workload": "a" * 64}}, "label workload=a", "at most 63 characters"),
+    ({"labels": {"team": "ml/vision"}}, "label team=ml/vision: the value", "alphanumeric"),
+    ({"labels": {"team/a/b": "x"}}, "label team/a/b=x: the key", "an optional DNS subdomain prefix"),
+    ({"labels": {"Example.com/team": "x"}}, "label Example.com/team=x: the key's prefix", "lowercase"),
+    ({"labels": {"-team": "x"}}, "label -team=x: the key's name", "alphanumeric"),
+    ({"taints": [{"key": "bad key", "value": "v", "effect": "NoSchedule"}]}, "taint bad key=v:NoSchedule: the key",
+     "alphanumeric"),
+    ({"taints": [{"key": "dedicated", "value": "gpu/a100", "effect": "NoSchedule"}]},
+     "taint dedicated=gpu/a100:NoSchedule: the value", "alphanumeric"),
+    ({"taints": [{"key": "dedicated", "value": "a" * 64, "effect": "NoSchedule"}]}, "taint dedicated=a",
+     "at most 63 characters"),
+    ({"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                 {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+     "taints nvidia.com/gpu:NoSchedule", "one taint per key and effect"),
+]
+
+
+@pytest.mark.parametrize(("change", "names", "rule"), _KUBELET_REFUSES)
+def test_pool_labels_and_taints_a_kubelet_would_refuse_are_refused_naming_pool_item_and_rule(
+        config_data: dict[str, Any], change: dict[str, Any], names: str, rule: str) -> None:
+    """r21 finding 1: they reach the node only through the kubelet's `--node-labels` / `--register-with-taints`
+    (Bottlerocket's node-labels / node-taints), and a kubelet refuses to start on one that is not Kubernetes syntax
+    (`ValidateKubeletFlags`: IsQualifiedName / IsValidLabelValue; `ParseTaints`, with one taint per key and
+    effect): every instance of the pool would boot, never join, and be billed until the registration timeout."""
+    config_data["nodePools"][1].update(change)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_data)
+    [problem] = caught.value.problems
+    assert problem.startswith("nodePools[1]: node pool 'gpu-burst': " + names), problem
+    assert rule in problem, problem
+
+
+def test_pool_labels_and_taints_of_kubernetes_syntax_are_kept(config_data: dict[str, Any]) -> None:
+    """The edges of the syntax a kubelet accepts: an empty value, 63 characters, a 253-character DNS prefix, the
+    same key with two effects, and (the functions' reading of the SSM parameter) a key of a newer version beside."""
+    prefix = ".".join(["a" * 63] * 3 + ["b" * 61])
+    labels = {"empty": "", "team": "ML_vision-1.2", "x" * 63: "y" * 63, f"{prefix}/n": "v", "node.kubernetes.io/a": "b"}
+    taints = [{"key": "dedicated", "effect": "NoSchedule"}, {"key": "dedicated", "value": "a.b", "effect": "NoExecute"}]
+    config_data["nodePools"][1].update(labels=labels, taints=taints, nextKnob=1)
+    config = parse_config(config_data, unknown_keys="ignore")
+    assert len(prefix) == 253
+    assert config.node_pools[1].labels == labels
+    assert [t.effect for t in config.node_pools[1].taints] == ["NoSchedule", "NoExecute"]
+
+
 @pytest.mark.parametrize("requirement", [
     {"key": "karpenter.k8s.aws/instance-hypervisor", "operator": "In", "values": ["nitro"]},
     {"key": "karpenter.k8s.aws/instance-local-nvme", "operator": "Gt", "values": ["100"]},

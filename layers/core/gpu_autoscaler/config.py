@@ -32,7 +32,14 @@ from pydantic.alias_generators import to_camel
 
 from gpu_autoscaler.models.durations import Duration
 from gpu_autoscaler.models.images import parse_image_reference
-from gpu_autoscaler.models.labels import CLAIM_LABEL, NODE_LABEL_KEYS, WELL_KNOWN, kubelet_may_set
+from gpu_autoscaler.models.labels import (
+    CLAIM_LABEL,
+    NODE_LABEL_KEYS,
+    WELL_KNOWN,
+    kubelet_may_set,
+    label_key_problem,
+    label_value_problem,
+)
 from gpu_autoscaler.models.requirements import Requirement
 from gpu_autoscaler.models.resources import parse_quantity
 from gpu_autoscaler.models.taints import Taint
@@ -469,6 +476,25 @@ class NodePool(_Model):
     drift, rebalance) of one of the pool's nodes may be held by PodDisruptionBudgets and do-not-disrupt pods,
     counted from its cordon; then the pods are deleted (each early enough to get its own grace period) and the
     node goes. Unset: a voluntary drain waits for them however long it takes."""
+
+    @model_validator(mode="after")
+    def _labels_and_taints_a_kubelet_accepts(self) -> NodePool:
+        """The kubelet checks `--node-labels` and `--register-with-taints` (Bottlerocket's node-labels / node-taints)
+        before it starts (kubernetes `ValidateKubeletFlags`: IsQualifiedName keys, IsValidLabelValue values;
+        `pkg/util/taints.ParseTaints`: the same for taints, one per key and effect) and exits on a bad one: every
+        instance of the pool would boot, never join, and be billed until the registration timeout. Karpenter refuses
+        the same in a NodePool at admission."""
+        problems = [f"label {key}={value}: {problem}" for key, value in self.labels.items()
+                    for problem in (label_key_problem(key), label_value_problem(value)) if problem]
+        problems += [f"taint {taint.key}={taint.value}:{taint.effect}: {problem}" for taint in self.taints
+                     for problem in (label_key_problem(taint.key), label_value_problem(taint.value)) if problem]
+        seen = [(taint.key, taint.effect) for taint in self.taints]
+        problems += [f"taints {key}:{effect}: one taint per key and effect (the kubelet refuses duplicates)"
+                     for key, effect in sorted(set(seen)) if seen.count((key, effect)) > 1]
+        if problems:
+            raise ValueError(f"node pool '{self.name}': " + "; ".join(problems)
+                             + " (a kubelet refuses to start on it: the pool's nodes would never join)")
+        return self
 
     @model_validator(mode="after")
     def _requirements_a_node_can_meet(self) -> NodePool:

@@ -8,6 +8,7 @@ test compares what the node ends up advertising with what the packer planned for
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -162,6 +163,27 @@ def test_a_label_the_kubelet_may_not_set_keeps_the_node_from_joining(kube: Local
     refused = render_user_data(AL2023, node_setup(NodePool(name="gpu-burst"), "on-demand", instance_type=G5_12X))
     refused = refused.replace("--node-labels=", "--node-labels=node-role.kubernetes.io/gpu=true,")
     with pytest.raises(BootstrapError, match="node-role.kubernetes.io/gpu"):
+        SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a", refused)
+
+
+@pytest.mark.parametrize("bootstrap", [AL2023, BOTTLEROCKET], ids=["AL2023", "Bottlerocket"])
+@pytest.mark.parametrize(("labels", "taints", "refusal"), [
+    ({"workload": "training job"}, (), "invalid node labels: 'workload'"),
+    ({"workload": "a" * 64}, (), "invalid node labels: 'workload'"),
+    ({"team/a/b": "x"}, (), "invalid node labels: 'team/a/b'"),
+    ({}, (Taint(key="dedicated", value="gpu/a100"),), "invalid taint value: gpu/a100"),
+    ({}, (Taint(key="bad key", value="v"),), "invalid taint key: bad key"),
+    ({}, (Taint(key="nvidia.com/gpu", value="true"), Taint(key="nvidia.com/gpu", value="present")),
+     "duplicated taints with the same key and effect"),
+], ids=["space", "64-characters", "two-slashes", "taint-value", "taint-key", "duplicate-taint"])
+def test_labels_and_taints_outside_kubernetes_syntax_keep_the_node_from_joining(
+        bootstrap: ClusterBootstrap, labels: dict[str, str], taints: tuple[Taint, ...], refusal: str) -> None:
+    """r21 finding 1: the real kubelet exits on them (ValidateKubeletFlags, ParseTaints), so no Node appears; the
+    configuration refuses them, so the user data is edited here as a newer or hand-made one could be."""
+    setup = node_setup(NodePool(name="gpu-burst"), "on-demand", instance_type=G5_12X)
+    refused = render_user_data(bootstrap, replace(setup, labels={**setup.labels, **labels},
+                                                  taints=setup.taints + taints))
+    with pytest.raises(BootstrapError, match=re.escape(refusal)):
         SimulatedInstance.from_user_data("i-0aaa", G5_12X_MACHINE, "us-east-1a", refused)
 
 

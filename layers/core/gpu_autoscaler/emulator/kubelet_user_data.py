@@ -16,13 +16,19 @@ Written from the two formats' documentation, not from the code that renders them
 The kubelet registers the Node with what it reads, and refuses to start with labels the NodeRestriction
 admission plugin forbids it (kubernetes.io docs, "Using Node Authorization" / "NodeRestriction", and the
 kubelet's `--node-labels` help): in the `kubernetes.io` and `k8s.io` namespaces only the `kubelet.kubernetes.io`
-and `node.kubernetes.io` prefixes and the listed well-known labels.
+and `node.kubernetes.io` prefixes and the listed well-known labels. It refuses as well labels and taints that are
+not Kubernetes syntax (kubernetes `cmd/kubelet/app/options/options.go` `ValidateKubeletFlags`: "invalid node
+labels"; `pkg/util/taints` `ParseTaints` behind `--register-with-taints`: "invalid taint key/value", "duplicated
+taints with the same key and effect"), with apimachinery's `IsQualifiedName` and `IsValidLabelValue`
+(`k8s.io/apimachinery/pkg/util/validation/validation.go`). Bottlerocket's settings model refuses the same
+(`KubernetesLabelKey`, `KubernetesLabelValue`), and the API server would refuse such a Node at registration.
 """
 
 from __future__ import annotations
 
 import email
 import email.policy
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +47,9 @@ _WELL_KNOWN_ALLOWED = frozenset({
 """The kubelet's `--node-labels` help: the only `kubernetes.io`/`k8s.io` keys it may set outside its own prefixes."""
 _ALLOWED_PREFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+"""apimachinery `qualifiedNameFmt`; a label value is the same, or empty (`labelValueFmt`)."""
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class BootstrapError(ValueError):
@@ -103,7 +112,59 @@ def read_user_data(user_data: str) -> KubeletSettings:
             f"unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {refused}; "
             "--node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix "
             f"({', '.join(_ALLOWED_PREFIXES)}) or be in the specifically allowed set")
+    invalid = [f"'{k}' - {', '.join(errors)}" for k, v in settings.labels.items()
+               if (errors := _qualified_name_errors(k) + _label_value_errors(v))]
+    if invalid:
+        raise BootstrapError(f"invalid node labels: {'; '.join(invalid)}")
+    _check_taints(settings.taints)
     return settings
+
+
+def _qualified_name_errors(name: str) -> list[str]:
+    """apimachinery `validation.IsQualifiedName`: `[prefix/]name`, prefix a DNS-1123 subdomain (≤ 253)."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        prefix, short = "", parts[0]
+    elif len(parts) == 2:
+        prefix, short = parts
+        if not prefix:
+            return ["prefix part must be non-empty"]
+        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+            return ["prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                    "'-' or '.', and must start and end with an alphanumeric character"]
+    else:
+        return ["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                "with an alphanumeric character with an optional DNS subdomain prefix and '/'"]
+    if not short:
+        return ["name part must be non-empty"]
+    errors = ["name part must be no more than 63 characters"] if len(short) > 63 else []
+    if not _QUALIFIED_NAME_PART.match(short):
+        errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                      "with an alphanumeric character")
+    return errors
+
+
+def _label_value_errors(value: str) -> list[str]:
+    """apimachinery `validation.IsValidLabelValue`."""
+    errors = ["must be no more than 63 characters"] if len(value) > 63 else []
+    if value and not _QUALIFIED_NAME_PART.match(value):
+        errors.append("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                      "and must start and end with an alphanumeric character")
+    return errors
+
+
+def _check_taints(taints: tuple[dict[str, str], ...]) -> None:
+    """kubernetes `pkg/util/taints` `ParseTaints`/`parseTaint`, as `--register-with-taints` runs them."""
+    seen: set[tuple[str, str]] = set()
+    for taint in taints:
+        key, value, effect = taint["key"], taint.get("value", ""), taint["effect"]
+        if errors := _qualified_name_errors(key):
+            raise BootstrapError(f"invalid taint key: {key}, {'; '.join(errors)}")
+        if value and (errors := _label_value_errors(value)):
+            raise BootstrapError(f"invalid taint value: {value}, {'; '.join(errors)}")
+        if (key, effect) in seen:
+            raise BootstrapError(f"duplicated taints with the same key and effect: {key}={value}:{effect}")
+        seen.add((key, effect))
 
 
 # AL2023: nodeadm

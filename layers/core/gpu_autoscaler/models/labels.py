@@ -26,7 +26,9 @@ __all__ = [
     "WELL_KNOWN",
     "ZONE",
     "kubelet_may_set",
+    "label_key_problem",
     "label_value",
+    "label_value_problem",
     "CLAIM_LABEL",
     "NODE_POOL_LABEL",
     "GANG_LABEL",
@@ -111,6 +113,30 @@ def kubelet_may_set(key: str) -> bool:
     return key in _KUBELET_ALLOWED or any(
         prefix == ns or prefix.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
     )
+
+
+_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def label_key_problem(key: str) -> str | None:
+    """What makes `key` no label or taint key (apimachinery `validation.IsQualifiedName`, which the kubelet applies
+    to `--node-labels` and `--register-with-taints` before it starts), or None."""
+    parts = key.split("/")
+    if len(parts) > 2 or not all(parts):
+        return "the key must be a name with an optional DNS subdomain prefix and '/' (e.g. 'example.com/team')"
+    if len(parts) == 2 and (len(parts[0]) > 253 or not _DNS_SUBDOMAIN.fullmatch(parts[0])):
+        return "the key's prefix must be a lowercase DNS subdomain of at most 253 characters (e.g. 'example.com')"
+    if len(parts[-1]) > 63 or not _NAME.fullmatch(parts[-1]):
+        return "the key's name must be at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """What makes `value` no label or taint value (apimachinery `validation.IsValidLabelValue`), or None."""
+    if value and (len(value) > 63 or not _NAME.fullmatch(value)):
+        return "the value must be empty or at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends"
+    return None
 
 
 def label_value(text: str) -> str:
