@@ -547,6 +547,31 @@ def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_ta
     assert _drained_by_us(rig, empty) and rig.sent("drain") == []
 
 
+def test_a_node_gone_between_the_list_and_its_proposal_drops_that_decision_alone() -> None:
+    """r21 finding 4: a Spot node reclaimed and its Node deleted while the tick computes; its taint's read answers
+    404 (`NodeNotFound`). Karpenter ignores a NotFound candidate (statenode.go `RequireNoScheduleTaint`,
+    `client.IgnoreNotFound`): its decision is dropped and its mark undone, the tick goes on with the others.
+    Before: NodeNotFound escaped `run` (a Lambda error, the tick's other proposals and actions lost)."""
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    gone, kept = scene.node(empty_for=None), scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.service.run()
+    rig.clock.advance(timedelta(minutes=6))
+    listed = rig.kube.list_nodes
+
+    def reclaimed_after_the_list() -> list[ClusterNode]:
+        nodes = listed()
+        rig.kube.delete_node(gone)
+        return nodes
+
+    rig.kube.list_nodes = reclaimed_after_the_list  # type: ignore[method-assign]
+    outcome = rig.service.run()
+    assert [d.nodes for d in outcome.proposed] == [(kept,)]
+    assert [text for text in outcome.dropped if gone in text] == [f"{gone}: node {gone} is gone"]
+    assert DISRUPTION_ATTRIBUTE not in rig.claim(gone).attributes
+    assert DISRUPTION_ATTRIBUTE in rig.claim(kept).attributes
+
+
 def _draining(scene: Cluster, *, deadline: timedelta, involuntary: bool, seen: timedelta | None) -> str:
     """A node cordoned for a drain, its claim Draining for a minute; a drain last seen working on it `seen` ago
     (None: never stamped, as a claim made Draining before drains stamped their progress)."""

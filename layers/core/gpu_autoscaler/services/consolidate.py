@@ -64,7 +64,7 @@ from gpu_autoscaler.domain.disruption_marks import (
 )
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, is_drained_by_us
 from gpu_autoscaler.domain.packing.quotas import vcpu_budget
-from gpu_autoscaler.errors import ClaimExists, KubernetesAccessRefused, KubernetesApiError, StaleClaim
+from gpu_autoscaler.errors import ClaimExists, KubernetesAccessRefused, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState, NodeClaim, instant_attribute
 from gpu_autoscaler.models.messages import DrainRequest, LaunchRequest
 from gpu_autoscaler.services.claim_writes import withdraw_beyond_limits
@@ -308,14 +308,23 @@ class ConsolidateService:
     def _propose(self, decision: Decision, current: dict[str, NodeClaim], now: datetime,
                  outcome: ConsolidateOutcome) -> None:
         """Mark and taint; a later tick validates. The marks come first: a taint without a live mark is taken
-        off by the next tick, a mark without a taint only keeps other decisions away until it lapses."""
+        off by the next tick, a mark without a taint only keeps other decisions away until it lapses. A node gone
+        since the tick listed it (a Spot reclaim, its Node deleted) drops the decision as a claim that moved on
+        does, marks undone (a taint already put on another of its nodes is then one without a live mark): Karpenter
+        ignores a NotFound candidate (`RequireNoScheduleTaint`)."""
         mark = proposal_mark(decision.reason, decision.action, decision.claims, now, len(decision.replacements),
                              decision.price_after, self.config.timeouts.consolidation_validation)
         marked = self._mark(decision, current, mark, outcome)
         if marked is None:
             return
         for name in decision.nodes:
-            self.cluster.taint(name, DRAIN_TAINT)
+            try:
+                self.cluster.taint(name, DRAIN_TAINT)
+            except NodeNotFound:
+                self._unmark(marked)
+                outcome.dropped.append(f"{', '.join(decision.nodes)}: node {name} is gone")
+                logger.info("consolidation of %s dropped: node %s is gone", ", ".join(decision.nodes), name)
+                return
         outcome.proposed.append(decision)
 
     def _mark(self, decision: Decision, current: dict[str, NodeClaim], mark: str,
