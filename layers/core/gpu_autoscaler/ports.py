@@ -62,8 +62,10 @@ class ClusterAPI(Protocol):
         """Add `taint` (once); the node stays schedulable for pods tolerating it."""
         ...
 
-    def untaint(self, node_name: str, taint: Taint) -> None:
-        """Remove `taint` (key and effect) if present; a node already gone is not an error."""
+    def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
+        """Remove `taint` (key and effect) if present; a node already gone is not an error. `unless_cordoned`:
+        not from a node `spec.unschedulable` on the read the removal is made against (a drain's, which owns
+        the taint then). False when the taint was left so, else True."""
         ...
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome: ...

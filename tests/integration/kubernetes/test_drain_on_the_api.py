@@ -109,3 +109,21 @@ def test_consolidations_taint_keeps_new_pods_off_and_comes_off_again(
     cluster.untaint(node, DRAIN_TAINT)
     cluster.untaint("gone-node", DRAIN_TAINT)  # a node already gone is no error
     assert DRAIN_TAINT not in next(n for n in cluster.list_nodes() if n.name == node).taints
+
+
+def test_consolidations_untaint_leaves_the_taint_of_a_node_cordoned_on_its_fresh_read(
+        core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster) -> None:
+    """r21 finding 3: consolidation decides from a list read seconds before; a drain cordoning meanwhile owns the
+    taint (`is_drained_by_us`), so `unless_cordoned` reads the node again and leaves it (Karpenter's
+    RequireNoScheduleTaint leaves a node the termination controller owns). The patch carries the read's
+    resourceVersion: a cordon between the read and the write is a 409, read again."""
+    kube.add_instance(make_instance())
+    node = wait_for(lambda: node_names(core), what="node")[0]
+    cluster.taint(node, DRAIN_TAINT)
+    cluster.cordon(node, DRAIN_TAINT)
+    cluster.untaint(node, DRAIN_TAINT, unless_cordoned=True)
+    seen = next(n for n in cluster.list_nodes() if n.name == node)
+    assert seen.unschedulable and DRAIN_TAINT in seen.taints
+    core.patch_node(node, {"spec": {"unschedulable": False}})
+    cluster.untaint(node, DRAIN_TAINT, unless_cordoned=True)
+    assert DRAIN_TAINT not in next(n for n in cluster.list_nodes() if n.name == node).taints

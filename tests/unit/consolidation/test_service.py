@@ -524,6 +524,31 @@ def test_a_rejected_proposal_leaves_the_taint_of_a_drain_that_took_the_node_over
     assert _drained_by_us(rig, empty)
 
 
+def test_a_lapsed_marks_taint_stays_on_a_node_a_drain_cordoned_after_the_tick_listed_it() -> None:
+    """r21 finding 3: the tick decides from nodes listed seconds earlier; a drain (a rebalance's, once its
+    replacement is ready) that cordons meanwhile owns the taint, and taking it off would leave the node cordoned
+    for good (its next pass reads an unschedulable node without our taint as a drain not started). The untaint
+    leaves the taint on a node cordoned on its own fresh read, as Karpenter leaves a node the termination
+    controller owns (statenode.go `RequireNoScheduleTaint`). Before: the taint came off."""
+    scene = Cluster(pool_config(consolidateAfter="5m", emptyKeepLeadTimes=0))
+    node = scene.node(empty_for=None)
+    rig = Rig(scene)
+    rig.kube.taint(node, DRAIN_TAINT)  # a proposal's taint whose mark is gone
+    listed = rig.kube.list_nodes
+
+    def cordoned_after_the_list() -> list[ClusterNode]:
+        nodes = listed()
+        rig.kube.cordon(node, DRAIN_TAINT)
+        return nodes
+
+    rig.kube.list_nodes = cordoned_after_the_list  # type: ignore[method-assign]
+    outcome = rig.service.run()
+    rig.kube.list_nodes = listed  # type: ignore[method-assign]
+    assert outcome.untainted == [] and _drained_by_us(rig, node)
+    rig.kube.update_node(node, unschedulable=False)  # the drain done or undone by hand: the mark's taint goes
+    assert rig.service.run().untainted == [node]
+
+
 def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_taint() -> None:
     """The same race a moment later: the claim goes Draining after the validating tick read it, so its mark is
     refused and the decision dropped; the claim is read again before any taint comes off."""

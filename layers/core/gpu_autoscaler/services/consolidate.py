@@ -282,8 +282,7 @@ class ConsolidateService:
             if not any(t.key == DRAIN_TAINT.key and t.effect == DRAIN_TAINT.effect for t in node.taints):
                 continue
             until = disruption_until(claim)
-            if until is None or now >= until:
-                self.cluster.untaint(node.name, DRAIN_TAINT)
+            if (until is None or now >= until) and self.cluster.untaint(node.name, DRAIN_TAINT, unless_cordoned=True):
                 outcome.untainted.append(node.name)
 
     def _untaint_registered(self, nodes: Sequence[str], claim_ids: Sequence[str], outcome: ConsolidateOutcome,
@@ -295,8 +294,7 @@ class ConsolidateService:
         fresh = self.store.get_claims(claim_ids)
         registered = {c.node_name for c in fresh.values() if c.state is ClaimState.REGISTERED}
         for name in nodes:
-            if name in registered:
-                self.cluster.untaint(name, DRAIN_TAINT)
+            if name in registered and self.cluster.untaint(name, DRAIN_TAINT, unless_cordoned=True):
                 outcome.untainted.append(name)
 
     def _reject(self, rejection: Rejection, current: dict[str, NodeClaim], outcome: ConsolidateOutcome) -> None:

@@ -281,12 +281,15 @@ class SimulatedCluster:
             node._view = None
             node.version += 1
 
-    def untaint(self, node_name: str, taint: Taint) -> None:
+    def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
         node = self.nodes.get(node_name)
+        if node is not None and unless_cordoned and node.cordoned:
+            return False
         if node is not None and taint in node.taints:
             node.taints = tuple(t for t in node.taints if t != taint)
             node._view = None
             node.version += 1
+        return True
 
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         """Trace pods use no persistent volumes."""

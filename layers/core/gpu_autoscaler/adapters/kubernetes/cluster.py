@@ -170,22 +170,30 @@ class KubernetesCluster:
         """Our taint only (the node stays schedulable for pods that tolerate it): added once."""
         self._patch_taints(node_name, taint, add=True)
 
-    def untaint(self, node_name: str, taint: Taint) -> None:
-        """Our taint (key and effect) removed, if there; a node already gone is not an error."""
+    def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
+        """Our taint (key and effect) removed, if there; a node already gone is not an error. `unless_cordoned`
+        leaves it on a node unschedulable on the read the patch is made against (its resourceVersion in the
+        patch: a cordon after the read is a 409, read again), as Karpenter's disruption controller leaves the
+        taint of a node its termination controller owns (kubernetes-sigs/karpenter
+        pkg/controllers/state/statenode.go `RequireNoScheduleTaint`)."""
         try:
-            self._patch_taints(node_name, taint, add=False)
+            return self._patch_taints(node_name, taint, add=False, unless_cordoned=unless_cordoned)
         except NodeNotFound:
-            return
+            return True
 
-    def _patch_taints(self, node_name: str, taint: Taint, *, add: bool, unschedulable: bool = False) -> None:
+    def _patch_taints(self, node_name: str, taint: Taint, *, add: bool, unschedulable: bool = False,
+                      unless_cordoned: bool = False) -> bool:
+        """False when `unless_cordoned` left the node as it was; True once it is as wanted."""
         for _ in range(_CORDON_ATTEMPTS):
             node = self._read_node(node_name)
             spec = node.get("spec") or {}
+            if unless_cordoned and spec.get("unschedulable"):
+                return False
             taints = list(spec.get("taints") or ())
             wanted = taint.model_dump()
             present = any(_same_taint(t, wanted) for t in taints)
             if present is add and (not unschedulable or spec.get("unschedulable")):
-                return
+                return True
             taints = [t for t in taints if not (t.get("key") == taint.key and t.get("effect") == taint.effect)]
             if add:
                 taints.append(wanted)
@@ -195,7 +203,7 @@ class KubernetesCluster:
             patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": body}
             try:
                 self._rest.patch(path(*_NODES, node_name), patch, STRATEGIC_MERGE_PATCH)
-                return
+                return True
             except KubernetesHttpError as error:
                 if error.status == _NOT_FOUND:
                     raise NodeNotFound(f"node {node_name} not found") from error

@@ -50,8 +50,8 @@ class LazyCluster:
     def taint(self, node_name: str, taint: Taint) -> None:
         self._api().taint(node_name, taint)
 
-    def untaint(self, node_name: str, taint: Taint) -> None:
-        self._api().untaint(node_name, taint)
+    def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
+        return self._api().untaint(node_name, taint, unless_cordoned=unless_cordoned)
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome:
         return self._api().evict(pod)

@@ -192,14 +192,17 @@ class MemoryCluster:
             self._nodes[node_name] = node.model_copy(update={"taints": (*node.taints, taint)})
         self.calls.tainted.append(node_name)
 
-    def untaint(self, node_name: str, taint: Taint) -> None:
+    def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
         self._maybe_fail("untaint")
         node = self._nodes.get(node_name)
         if node is None:
-            return
+            return True
+        if unless_cordoned and node.unschedulable:
+            return False
         kept = tuple(t for t in node.taints if not (t.key == taint.key and t.effect == taint.effect))
         self._nodes[node_name] = node.model_copy(update={"taints": kept})
         self.calls.untainted.append(node_name)
+        return True
 
     def volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
         self._maybe_fail("volume_attachments")
