@@ -59,3 +59,44 @@ def test_another_error_status_skips_only_its_event() -> None:
     api = _Answering(422, "Unprocessable Entity")
     recorded = KubernetesEventRecorder(lambda: api).record(_burst(3))
     assert len(api.asked) == 3 and (recorded.written, recorded.refused) == (0, 0)
+
+
+class _Terminating(KubernetesRest):
+    """Creates in namespace team-a are refused as the NamespaceLifecycle admission plugin refuses them while the
+    namespace terminates (kubernetes plugin/pkg/admission/namespace/lifecycle/admission.go: 403 Forbidden, a cause
+    of type `NamespaceTerminating`, k8s.io/api/core/v1 NamespaceTerminatingCause; `StatusCause.Type` is `reason` on
+    the wire); others succeed."""
+
+    def __init__(self) -> None:
+        super().__init__("https://kubernetes.invalid")
+        self.asked: list[tuple[str, str]] = []
+
+    def request(self, method: str, target: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json") -> dict[str, Any]:
+        self.asked.append((method, target))
+        if "/namespaces/team-a/" in target:
+            raise KubernetesHttpError(method, target, 403, "Forbidden", {
+                "kind": "Status", "code": 403, "reason": "Forbidden",
+                "message": f'events "{target.rsplit("/", 1)[-1]}" is forbidden: unable to create new content in '
+                           "namespace team-a because it is being terminated",
+                "details": {"kind": "events", "causes": [{
+                    "reason": "NamespaceTerminating", "field": "metadata.namespace",
+                    "message": "namespace team-a is being terminated"}]}})
+        return {"kind": "Event"}
+
+
+def test_an_event_refused_as_its_namespace_terminates_skips_only_its_event_and_is_no_refused_access(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """r21 finding 2: a namespace deleted while its pods are reported (per-experiment namespaces, CI) refuses the
+    Event's create with 403; that is no missing RBAC. Before: the batch ended at it, team-b's Events were never
+    tried, and all four counted as refused (the PodEventsRefused alarm: 'functions-rbac.yaml not applied')."""
+    api = _Terminating()
+    events = [*_burst(1), *[PodEvent(f"uid-b{i}", "team-b", f"serve-{i}", "GpuCapacityPlanned", "planned")
+                            for i in range(3)]]
+    with caplog.at_level(logging.WARNING, logger="gpu_autoscaler.adapters.kubernetes.events"):
+        recorded = KubernetesEventRecorder(lambda: api).record(events)
+    assert [target for _, target in api.asked] == ["/api/v1/namespaces/team-a/events",
+                                                   *["/api/v1/namespaces/team-b/events"] * 3]
+    assert (recorded.written, recorded.refused) == (3, 0)
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "being terminated" in caplog.records[0].getMessage()

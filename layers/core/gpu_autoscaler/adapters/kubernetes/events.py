@@ -7,7 +7,9 @@ the pod's uid, the reason and the message. Creating an Event that exists (409) m
 raised, unless it was last raised under `min_interval` ago (the rate limit: a pod reported every resync does not
 rewrite its Event every time). Failures are logged and skipped: an Event is never worth failing a decision. Refused
 access (401, 403: the functions' RBAC missing) ends the batch at its first Event, logged once as an error that names
-the fix and counted (`Recorded.refused`), since every other Event would be refused alike.
+the fix and counted (`Recorded.refused`), since every other Event would be refused alike; a 403 because the pod's
+namespace is being deleted (`KubernetesHttpError.namespace_terminating`) is no refused access: only its Event is
+skipped.
 
 The Lambda's execution environment is kept warm between documents, and the agent reports every pending pod again
 and again while its capacity launches: the recorder remembers the Events it wrote or found up to date, and skips

@@ -67,6 +67,8 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _JSON = "application/json"
 _GONE = 410
+_FORBIDDEN = 403
+_NAMESPACE_TERMINATING = "NamespaceTerminating"
 _LIST_ATTEMPTS = 3
 T = TypeVar("T")
 
@@ -116,6 +118,20 @@ class KubernetesHttpError(KubernetesApiError):
         causes = (self.status_body.get("details") or {}).get("causes") or ()
         parts = [self.status_body.get("message") or ""] + [c.get("message") or "" for c in causes]
         return ": ".join(p for p in parts if p) or self.reason
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """A create refused because its namespace is being deleted: the NamespaceLifecycle admission plugin's 403
+        with a `NamespaceTerminating` cause (kubernetes plugin/pkg/admission/namespace/lifecycle/admission.go;
+        k8s.io/api/core/v1 `NamespaceTerminatingCause`, in `details.causes[].reason` on the wire). It passes with
+        the namespace, and says nothing of this identity's access."""
+        causes = (self.status_body.get("details") or {}).get("causes") or ()
+        return self.status == _FORBIDDEN and any(c.get("reason") == _NAMESPACE_TERMINATING for c in causes)
+
+    @property
+    def is_access_refused(self) -> bool:
+        """As `KubernetesApiError`'s, but a namespace being deleted is no refused access."""
+        return super().is_access_refused and not self.namespace_terminating
 
 
 class ApiClientLike(Protocol):
