@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.adapters.aws.dead_letters import SqsDeadLetters
-from gpu_autoscaler.batch_failures import report_failures, time_for_a_record
+from gpu_autoscaler.batch_failures import invocation_time_left, report_failures, time_for_a_record
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.models.validation import describe_validation
 from gpu_autoscaler.naming import log_service
@@ -75,7 +75,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         logger.error("not a pending-pods document", extra={"messageId": record.message_id, "errors": errors})
         return _dead_letter(record, f"not a pending-pods document: {'; '.join(describe_validation(error))}", error)
     try:
-        outcome = service().handle(document, source=record.message_id)
+        outcome = service().handle(document, source=record.message_id, time_left=invocation_time_left(lambda_context))
     except WrongCluster as error:
         logger.error("a document for another cluster", extra={"messageId": record.message_id, "error": str(error)})
         return _dead_letter(record, str(error), error)

@@ -21,6 +21,7 @@ from gpu_autoscaler.batch_failures import (
     RESERVE_SHARE,
     RETRY_AFTER,
     NotStarted,
+    invocation_time_left,
     report_failures,
     time_for_a_record,
 )
@@ -163,6 +164,16 @@ def test_the_first_record_of_an_invocation_is_always_started_and_a_short_one_kee
     with pytest.raises(NotStarted, match="not started: 4 s of the invocation left"):
         time_for_a_record(context)
     time_for_a_record(local_context("interruption", timeout_seconds=6, monotonic=lambda: now[0]))  # a new invocation
+
+
+def test_the_invocations_time_left_is_read_when_asked() -> None:
+    """What bounds the packer's pod Events (r21): the time left when each is started, not when the record was."""
+    now = [0.0]
+    left = invocation_time_left(local_context("packer", timeout_seconds=60, monotonic=lambda: now[0]))
+    assert left is not None and left() == pytest.approx(60)
+    now[0] = 25.0
+    assert left() == pytest.approx(35)
+    assert invocation_time_left(None) is None
 
 
 def test_failures_the_processor_does_not_pair_with_their_exceptions_all_keep_the_backoff() -> None:

@@ -169,7 +169,7 @@ NOT_STARTED = textwrap.dedent("""
             return {}
 
     class Service:
-        def handle(self, document, source=""):
+        def handle(self, document, source="", time_left=None):
             now[0] += step  # one large document of a burst: `step` seconds of the invocation
             if first_fails:
                 raise KeyError("the service failed after a slow call")

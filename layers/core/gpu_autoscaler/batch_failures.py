@@ -59,7 +59,14 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch import BatchProcessor
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 
-__all__ = ["RECORD_RESERVE_SECONDS", "RETRY_AFTER", "NotStarted", "report_failures", "time_for_a_record"]
+__all__ = [
+    "RECORD_RESERVE_SECONDS",
+    "RETRY_AFTER",
+    "NotStarted",
+    "invocation_time_left",
+    "report_failures",
+    "time_for_a_record",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +119,15 @@ def time_for_a_record(lambda_context: InvocationContext | None) -> None:
     if left < reserve:
         raise NotStarted(f"not started: {left:.0f} s of the invocation left, one stalled call may take "
                          f"{reserve:.0f} s; the record goes back to its queue")
+
+
+def invocation_time_left(lambda_context: InvocationContext | None) -> Callable[[], float] | None:
+    """The seconds left in the invocation, read when called, for work a record may cut short (the packer's pod
+    Events); None without a context."""
+    if lambda_context is None:
+        return None
+    context = lambda_context
+    return lambda: context.get_remaining_time_in_millis() / 1000
 
 
 def _sqs() -> Any:

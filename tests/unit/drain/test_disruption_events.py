@@ -16,7 +16,7 @@ from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make
 from tests.unit.drain.fakes import RecordingFleet
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from gpu_autoscaler.domain.pod_events import PodEvent
 
@@ -42,7 +42,7 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
 class _Refused:
     """A recorder whose every Event the API server refuses (the functions' RBAC lacks Events)."""
 
-    def record(self, events: Sequence[PodEvent]) -> Recorded:
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
         return Recorded(written=0, refused=len(events))
 
 

@@ -5,12 +5,18 @@ rest of the batch is not tried (each would be refused alike: 200 requests a repo
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpu_autoscaler.adapters.kubernetes.events import KubernetesEventRecorder
-from gpu_autoscaler.adapters.kubernetes.rest import KubernetesHttpError, KubernetesRest
+from gpu_autoscaler.adapters.kubernetes.rest import (
+    FUNCTION_TIMEOUT,
+    KubernetesHttpError,
+    KubernetesRest,
+    worst_request_seconds,
+)
 from gpu_autoscaler.domain.pod_events import PodEvent
 
 if TYPE_CHECKING:
@@ -100,3 +106,33 @@ def test_an_event_refused_as_its_namespace_terminates_skips_only_its_event_and_i
     assert (recorded.written, recorded.refused) == (3, 0)
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "being terminated" in caplog.records[0].getMessage()
+
+
+class _Accepting(KubernetesRest):
+    """Every Event created at once; each request takes `seconds` of the invocation."""
+
+    def __init__(self, left: list[float], seconds: float) -> None:
+        super().__init__("https://kubernetes.invalid")
+        self.left, self.seconds = left, seconds
+        self.started_with: list[float] = []
+
+    def request(self, method: str, target: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json") -> dict[str, Any]:
+        self.started_with.append(self.left[0])
+        self.left[0] -= self.seconds
+        return {"kind": "Event"}
+
+
+def test_events_are_tried_only_while_a_stalled_request_still_fits_in_the_invocation() -> None:
+    """r21's measured risk: a re-reported 200-pod document costs 600 sequential requests, which at ~50 ms each
+    (an API server queueing a large submission) would take the packer's record past its 60 s timeout, holding the
+    cluster's FIFO group. Each Event is started only while one stalled request (the recorder stops at the first)
+    still fits in what is left; the rest wait for the next report. Before: all 200 were tried, the last started
+    with 30 s left."""
+    left = [40.0]
+    api = _Accepting(left, seconds=0.15)
+    recorded = KubernetesEventRecorder(lambda: api).record(_burst(200), time_left=lambda: left[0])
+    worst = worst_request_seconds(FUNCTION_TIMEOUT)
+    assert min(api.started_with) >= worst
+    assert recorded.written == len(api.started_with) == math.ceil((40.0 - worst) / 0.15)
+    assert KubernetesEventRecorder(lambda: api).record(_burst(3)).written == 3  # no invocation: no bound

@@ -14,7 +14,7 @@ from tests.unit.packing.builders import NOW, make_catalog, make_config, make_pod
 from tests.unit.packing.fakes import FakeStateStore, RecordingLaunchQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from gpu_autoscaler.domain.pod_events import PodEvent
 
@@ -54,7 +54,7 @@ def test_each_pod_hears_of_its_claim_as_it_is_planned_launched_and_registered() 
 class _Refused:
     """A recorder whose every Event the API server refuses (the functions' RBAC missing)."""
 
-    def record(self, events: Sequence[PodEvent]) -> Recorded:
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
         return Recorded(written=0, refused=len(events))
 
 
@@ -68,3 +68,26 @@ def test_a_report_whose_events_are_refused_is_packed_and_says_how_many_were_not_
     outcome = service.handle(_document([make_pod(), make_pod()]), source="m-1")
     assert outcome.created and outcome.events_refused == 2
     assert outcome.summary()["eventsRefused"] == 2
+
+
+class _Timed:
+    """A recorder that reads the invocation's time left as it starts."""
+
+    def __init__(self) -> None:
+        self.left: list[float | None] = []
+
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
+        self.left.append(time_left() if time_left is not None else None)
+        return Recorded(written=len(events))
+
+
+def test_the_pods_events_are_bounded_by_the_invocations_time_left() -> None:
+    """r21: Events are the report's last work; the recorder is given the invocation's time so that they never
+    push the record past the function's timeout (`KubernetesEventRecorder.record`)."""
+    clock = FixedClock(NOW)
+    events = _Timed()
+    service = PackerService(make_config(make_pool()), FakeStateStore(clock), make_catalog(), RecordingLaunchQueue(),
+                            clock=clock, events=events)
+    service.handle(_document([make_pod()]), source="m-1", time_left=lambda: 21.5)
+    service.handle(_document([make_pod()]), source="m-2")
+    assert events.left == [21.5, None]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from gpu_autoscaler.models.claims import ClaimState
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.models.claims import NodeClaim
@@ -54,8 +54,8 @@ class Recorded:
 class EventRecorder(Protocol):
     """Posts events on pods; best effort (an event that cannot be posted is logged, never raised)."""
 
-    def record(self, events: Sequence[PodEvent]) -> Recorded:
-        """Post what is new or due."""
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
+        """Post what is new or due; given `time_left` (seconds of the invocation), no more than fits in it."""
         ...
 
 

@@ -54,7 +54,7 @@ from gpu_autoscaler.services.claim_writes import withdraw_beyond_limits, write_f
 from gpu_autoscaler.services.demand import pool_gpus, record_demand, shape_gpus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from gpu_autoscaler.adapters.aws.clients import AwsClients
     from gpu_autoscaler.clock import Clock
@@ -247,9 +247,11 @@ class PackerService:
         return [uid for uid, claim_id in covered.items() if claim_id in released]
 
     def handle(self, document: PendingPodsDocument, source: str = "", *,
-               running: Mapping[str, datetime | None] | None = None) -> PackOutcome:
+               running: Mapping[str, datetime | None] | None = None,
+               time_left: Callable[[], float] | None = None) -> PackOutcome:
         """Plan and act. `source` is the message id: it keys claim ids, so a redelivery finds its own claims;
-        `running` as for `plan` (the interruption function's replacements)."""
+        `running` as for `plan` (the interruption function's replacements); `time_left`, the seconds left in the
+        invocation, bounds the pods' Events (the last thing done: the record is finished by then)."""
         live, covered = self._read(document, holding=running is not None)
         displaced = self._displaced(live, covered)
         if displaced:
@@ -278,7 +280,7 @@ class PackerService:
         refused = 0
         if self.events is not None:
             named = {**{c.id: c for c in plan.claims}, **by_id, **{c.id: c for c in created}}
-            refused = self.events.record(events_for_plan(document.pods, plan, named)).refused
+            refused = self.events.record(events_for_plan(document.pods, plan, named), time_left=time_left).refused
         return PackOutcome(
             cluster=self.config.cluster_name,
             pods=len(document.pods),

@@ -17,6 +17,11 @@ those under `min_interval` without asking the API server (each would cost a crea
 re-reported 1,000-pod document was 2,000 requests). At most `max_per_call` Events are tried per call, written or
 found up to date, so a burst of thousands of pods does not flood the API server; pods left over are tried on the
 next report, the ones done meanwhile being skipped from memory.
+
+Within the invocation's time: given `time_left`, an Event is started only while one stalled request still fits in
+what is left (`worst_request_seconds`; the first stalled one ends the batch), so Events never hold a record past the
+function's timeout. A re-reported 200-pod document is up to 600 sequential requests (create refused 409, read,
+patch): 30 s at 50 ms a request, an API server queueing a large submission, the moment hundreds of GPU pods pend.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gpu_autoscaler.adapters.kubernetes.rest import (
     KubernetesRest,
     parse_time,
     path,
+    worst_request_seconds,
 )
 from gpu_autoscaler.clock import SystemClock
 from gpu_autoscaler.domain.pod_events import Recorded
@@ -86,16 +92,21 @@ class KubernetesEventRecorder:
             self._rest = KubernetesRest.of(self._connect(), _TIMEOUT)
         return self._rest
 
-    def record(self, events: Sequence[PodEvent]) -> Recorded:
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
         now = self.clock.now()
         self._forget(now)
         written = tried = 0
+        reserve = worst_request_seconds(_TIMEOUT)
         for index, event in enumerate(events):
             name = event_name(event)
             if not self._due(name, now):
                 continue
             if tried >= self.max_per_call:
                 log.info("event budget of %d spent: the rest are tried on the next report", self.max_per_call)
+                break
+            if time_left is not None and (left := time_left()) < reserve:
+                log.info("%.0f s of the invocation left, one stalled request may take %.0f s: the rest of the "
+                         "events are tried on the next report", left, reserve)
                 break
             tried += 1
             try:

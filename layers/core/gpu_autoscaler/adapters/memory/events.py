@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from gpu_autoscaler.domain.pod_events import Recorded
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from gpu_autoscaler.domain.pod_events import PodEvent
 
@@ -18,6 +18,6 @@ class MemoryEventRecorder:
     def __init__(self) -> None:
         self.posted: list[PodEvent] = []
 
-    def record(self, events: Sequence[PodEvent]) -> Recorded:
+    def record(self, events: Sequence[PodEvent], *, time_left: Callable[[], float] | None = None) -> Recorded:
         self.posted += events
         return Recorded(written=len(events))
