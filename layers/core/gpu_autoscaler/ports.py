@@ -55,7 +55,8 @@ class ClusterAPI(Protocol):
         ...
 
     def cordon(self, node_name: str, taint: Taint) -> None:
-        """`spec.unschedulable` and `taint`, idempotently."""
+        """`spec.unschedulable`, `taint` and the load-balancer exclusion label (`domain.drain.LOAD_BALANCER_EXCLUSION`,
+        unless the node has that label already), idempotently."""
         ...
 
     def taint(self, node_name: str, taint: Taint) -> None:
@@ -63,9 +64,10 @@ class ClusterAPI(Protocol):
         ...
 
     def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
-        """Remove `taint` (key and effect) if present; a node already gone is not an error. `unless_cordoned`:
-        not from a node `spec.unschedulable` on the read the removal is made against (a drain's, which owns
-        the taint then). False when the taint was left so, else True."""
+        """Remove `taint` (key and effect) if present, and the load-balancer exclusion label if its value is ours; a
+        node already gone is not an error. `unless_cordoned`: not from a node `spec.unschedulable` on the read the
+        removal is made against (a drain's, which owns the taint then). False when the taint was left so, else
+        True."""
         ...
 
     def evict(self, pod: ClusterPod) -> EvictionOutcome: ...

@@ -219,6 +219,28 @@ def test_cordon_sets_unschedulable_and_adds_the_taint_once(
     assert listed.unschedulable and ours in listed.taints and listed.ready
 
 
+def test_cordon_takes_the_node_out_of_external_load_balancers_and_untaint_puts_back_only_ours(
+    core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster,
+) -> None:
+    """The service controller and the AWS Load Balancer Controller drop a node for this label, not for
+    `spec.unschedulable` or our taint (kubernetes/cloud-provider controllers/service/controller.go
+    `nodeIncludedPredicate`); Karpenter's terminator sets it with its taint (terminator.go)."""
+    from gpu_autoscaler.domain.drain import DRAIN_TAINT, LOAD_BALANCER_EXCLUSION
+
+    key, ours = LOAD_BALANCER_EXCLUSION
+    kube.add_instance(make_instance())
+    name = wait_for(lambda: node_names(core), what="node")[0]
+    cluster.cordon(name, DRAIN_TAINT)
+    assert (kube_reads.metadata(core.read_node(name)).labels or {}).get(key) == ours
+    cluster.untaint(name, DRAIN_TAINT)
+    assert key not in (kube_reads.metadata(core.read_node(name)).labels or {})
+    core.patch_node(name, {"metadata": {"labels": {key: "true"}}})  # the operator's own, before ours
+    cluster.cordon(name, DRAIN_TAINT)
+    cluster.untaint(name, DRAIN_TAINT)
+    labels = kube_reads.metadata(core.read_node(name)).labels or {}
+    assert labels.get(key) == "true"  # not ours to remove (NTH's removeLabelIfValueMatches)
+
+
 def test_a_restart_drops_connections_and_keeps_objects(core: client.CoreV1Api, kube: LocalKubernetes) -> None:
     core.create_namespaced_pod("default", client.V1Pod.model_validate(make_pod("kept")))
     port = kube.port

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKOFF_BASE",
     "DRAIN_TAINT",
+    "LOAD_BALANCER_EXCLUSION",
     "MAX_BACKOFF",
     "MAX_DELAY",
     "REPLACEMENT_POLL",
@@ -78,6 +79,13 @@ DRAIN_TAINT = Taint(key="gpu-autoscaler/disrupted", value="", effect="NoSchedule
 """Ours, like Karpenter's `karpenter.sh/disrupted:NoSchedule`: put on a node when consolidation chooses it (so no
 new pod lands there while it is re-validated and its replacements boot) and kept by its drain, which also sets
 `spec.unschedulable`. Pods that tolerate it are left on the node."""
+
+LOAD_BALANCER_EXCLUSION = ("node.kubernetes.io/exclude-from-external-load-balancers", "gpu-autoscaler")
+"""The label (key, our value) a cordon sets in the same patch as the taint: neither `spec.unschedulable` nor a
+taint of ours takes a node out of a LoadBalancer Service's targets, this label does (kubernetes/cloud-provider
+controllers/service/controller.go `nodeIncludedPredicate`; aws-load-balancer-controller's traffic-proxy node
+selector). Karpenter's terminator sets it for that reason (terminator.go: no 500s from a node draining); like
+NTH (`removeLabelIfValueMatches`), a label already there is left as it is and only ours is taken off again."""
 
 BACKOFF_BASE = timedelta(seconds=5)
 MAX_BACKOFF = timedelta(seconds=60)

@@ -5,14 +5,14 @@ never build the `kubernetes` client's models). The JSON is turned into the domai
 `ClusterPod` with the same formulas the agent uses (`models.pod_spec`), so a pod's requests here are what the
 packer planned with.
 
-Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable` and the node's taints,
-conditional on the resourceVersion read (retried on conflict) — tainting and untainting alone patch the same
-way; eviction is a policy/v1 Eviction with the
-pod's uid as precondition — 429 means a PodDisruptionBudget refused it (retry later), 404 (or a uid
-mismatch: the name now belongs to a new pod) means the pod is gone. VolumeAttachments (storage.k8s.io/v1) are
-listed and filtered by `spec.nodeName` here (the API offers no field selector for it), each resolved to the
-claim its PersistentVolume is bound to. Anything else is a
-`KubernetesApiError`, so the caller's message is retried whole.
+Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable`, the node's taints and the
+label that takes it out of external load balancers (as Karpenter's terminator), conditional on the
+resourceVersion read (retried on conflict) — tainting and untainting alone patch the same way; eviction is a
+policy/v1 Eviction with the pod's uid as precondition — 429 means a PodDisruptionBudget refused it (retry
+later), 404 (or a uid mismatch: the name now belongs to a new pod) means the pod is gone. VolumeAttachments
+(storage.k8s.io/v1) are listed and filtered by `spec.nodeName` here (the API offers no field selector for it),
+each resolved to the claim its PersistentVolume is bound to. Anything else is a `KubernetesApiError`, so the
+caller's message is retried whole.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from gpu_autoscaler.adapters.kubernetes.rest import (
     path,
 )
 from gpu_autoscaler.clock import SystemClock
+from gpu_autoscaler.domain.drain import LOAD_BALANCER_EXCLUSION
 from gpu_autoscaler.errors import KubernetesApiError, NodeNotFound
 from gpu_autoscaler.models.cluster import (
     DEFAULT_GRACE_SECONDS,
@@ -163,7 +164,9 @@ class KubernetesCluster:
     # Writing
 
     def cordon(self, node_name: str, taint: Taint) -> None:
-        """`spec.unschedulable` and our taint (added once, replacing one with the same key and effect)."""
+        """`spec.unschedulable`, our taint (added once, replacing one with the same key and effect) and, in the same
+        patch, the label that takes the node out of external load balancers (`LOAD_BALANCER_EXCLUSION`; one
+        already there is kept as it is)."""
         self._patch_taints(node_name, taint, add=True, unschedulable=True)
 
     def taint(self, node_name: str, taint: Taint) -> None:
@@ -171,11 +174,11 @@ class KubernetesCluster:
         self._patch_taints(node_name, taint, add=True)
 
     def untaint(self, node_name: str, taint: Taint, *, unless_cordoned: bool = False) -> bool:
-        """Our taint (key and effect) removed, if there; a node already gone is not an error. `unless_cordoned`
-        leaves it on a node unschedulable on the read the patch is made against (its resourceVersion in the
-        patch: a cordon after the read is a 409, read again), as Karpenter's disruption controller leaves the
-        taint of a node its termination controller owns (kubernetes-sigs/karpenter
-        pkg/controllers/state/statenode.go `RequireNoScheduleTaint`)."""
+        """Our taint (key and effect) removed, if there, and the load-balancer label if its value is ours; a node
+        already gone is not an error. `unless_cordoned` leaves both on a node unschedulable on the read the patch is
+        made against (its resourceVersion in the patch: a cordon after the read is a 409, read again), as
+        Karpenter's disruption controller leaves the taint of a node its termination controller owns
+        (kubernetes-sigs/karpenter pkg/controllers/state/statenode.go `RequireNoScheduleTaint`)."""
         try:
             return self._patch_taints(node_name, taint, add=False, unless_cordoned=unless_cordoned)
         except NodeNotFound:
@@ -184,15 +187,20 @@ class KubernetesCluster:
     def _patch_taints(self, node_name: str, taint: Taint, *, add: bool, unschedulable: bool = False,
                       unless_cordoned: bool = False) -> bool:
         """False when `unless_cordoned` left the node as it was; True once it is as wanted."""
+        label, ours = LOAD_BALANCER_EXCLUSION
         for _ in range(_CORDON_ATTEMPTS):
             node = self._read_node(node_name)
             spec = node.get("spec") or {}
             if unless_cordoned and spec.get("unschedulable"):
                 return False
+            labels = node["metadata"].get("labels") or {}
             taints = list(spec.get("taints") or ())
             wanted = taint.model_dump()
             present = any(_same_taint(t, wanted) for t in taints)
-            if present is add and (not unschedulable or spec.get("unschedulable")):
+            # Cordoning adds the label if missing; untainting removes it if ours; tainting alone leaves it.
+            relabel = ({label: ours} if unschedulable and label not in labels
+                       else {label: None} if not add and labels.get(label) == ours else {})
+            if present is add and (not unschedulable or spec.get("unschedulable")) and not relabel:
                 return True
             taints = [t for t in taints if not (t.get("key") == taint.key and t.get("effect") == taint.effect)]
             if add:
@@ -200,9 +208,11 @@ class KubernetesCluster:
             body: dict[str, Any] = {"taints": taints}
             if unschedulable:
                 body["unschedulable"] = True
-            patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": body}
+            metadata: dict[str, Any] = {"resourceVersion": node["metadata"]["resourceVersion"]}
+            if relabel:
+                metadata["labels"] = relabel
             try:
-                self._rest.patch(path(*_NODES, node_name), patch, STRATEGIC_MERGE_PATCH)
+                self._rest.patch(path(*_NODES, node_name), {"metadata": metadata, "spec": body}, STRATEGIC_MERGE_PATCH)
                 return True
             except KubernetesHttpError as error:
                 if error.status == _NOT_FOUND:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpu_autoscaler.domain.drain import LOAD_BALANCER_EXCLUSION
 from gpu_autoscaler.errors import NodeNotFound
 from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod, EvictionOutcome, VolumeAttachment
 
@@ -182,7 +183,9 @@ class MemoryCluster:
         self._maybe_fail("cordon")
         node = self._node(node_name)
         taints = node.taints if taint in node.taints else (*node.taints, taint)
-        self._nodes[node_name] = node.model_copy(update={"unschedulable": True, "taints": taints})
+        label, ours = LOAD_BALANCER_EXCLUSION
+        labels = node.labels if label in node.labels else {**node.labels, label: ours}
+        self._nodes[node_name] = node.model_copy(update={"unschedulable": True, "taints": taints, "labels": labels})
         self.calls.cordoned.append(node_name)
 
     def taint(self, node_name: str, taint: Taint) -> None:
@@ -200,7 +203,9 @@ class MemoryCluster:
         if unless_cordoned and node.unschedulable:
             return False
         kept = tuple(t for t in node.taints if not (t.key == taint.key and t.effect == taint.effect))
-        self._nodes[node_name] = node.model_copy(update={"taints": kept})
+        label, ours = LOAD_BALANCER_EXCLUSION
+        labels = {k: v for k, v in node.labels.items() if (k, v) != (label, ours)}
+        self._nodes[node_name] = node.model_copy(update={"taints": kept, "labels": labels})
         self.calls.untainted.append(node_name)
         return True
 
