@@ -55,7 +55,7 @@ class RecordingCompute:
         return list(instance_ids)
 
     def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
-        return {i: "terminated" for i in instance_ids if i in self.terminated}
+        return {i: "terminated" if i in self.terminated else "running" for i in instance_ids}
 
 
 class Journal:
@@ -381,6 +381,56 @@ def test_claims_whose_node_never_joined_are_ended_and_their_pods_released() -> N
     assert rig.claim(fresh).state is ClaimState.LAUNCHED
     assert rig.compute.terminated == [scene.claims[late].instance_id]
     assert rig.store.assignments([waiting.uid]) == {}
+
+
+def test_an_instance_whose_node_an_operator_deleted_is_ended_once_its_node_stays_gone() -> None:
+    """`kubectl delete node` (Karpenter's documented manual removal): no finalizer of ours holds the Node, it goes
+    at once with its pods, and the kubelet does not register it again (kubernetes#71398), while the instance runs
+    and is paid for. A Registered claim whose Node has been missing for `NODE_MISSING_GRACE` is ended through the
+    fleet; within it, nothing happens (a kubelet registering its Node again, kubernetes#123535)."""
+    from gpu_autoscaler.services.reconcile import NODE_MISSING_GRACE
+
+    scene = Cluster(pool_config())
+    node = scene.node("g6.xlarge")
+    scene.node("g6.xlarge")  # another node stays: the list is not empty
+    rig = Rig(scene)
+    claim = rig.claim(node)
+    rig.kube.delete_node(node)
+    rig.service.run()
+    rig.clock.advance(NODE_MISSING_GRACE - timedelta(seconds=1))
+    rig.service.run()
+    assert rig.claim(node).state is ClaimState.REGISTERED and rig.compute.terminated == []
+    rig.clock.advance(timedelta(seconds=1))
+    outcome = rig.service.run()
+    ended = rig.claim(node)
+    assert ended.state is ClaimState.TERMINATED and rig.compute.terminated == [claim.instance_id]
+    assert outcome.reconcile.node_missing == [claim.id] and "deleted" in ended.reason
+
+
+def test_a_node_back_within_the_grace_keeps_its_claim_and_an_empty_node_list_counts_none_missing() -> None:
+    """A Node registered again (or one the list failed to show) is not a missing one; a list of no Node at all (the
+    agent's own node is always there) is not believed."""
+    from gpu_autoscaler.services.reconcile import NODE_MISSING_ATTRIBUTE, NODE_MISSING_GRACE
+
+    scene = Cluster(pool_config())
+    node = scene.node("g6.xlarge")
+    other = scene.node("g6.xlarge")
+    rig = Rig(scene)
+    kept = rig.kube.get_node(node)
+    assert kept is not None
+    rig.kube.delete_node(node)
+    rig.service.run()
+    assert NODE_MISSING_ATTRIBUTE in rig.claim(node).attributes
+    rig.clock.advance(NODE_MISSING_GRACE / 2)
+    rig.kube.add_node(kept)  # registered again
+    rig.service.run()
+    assert NODE_MISSING_ATTRIBUTE not in rig.claim(node).attributes
+    rig.kube.delete_node(node)
+    rig.kube.delete_node(other)
+    for _ in range(3):  # a list of nothing: not believed
+        rig.clock.advance(NODE_MISSING_GRACE)
+        rig.service.run()
+    assert rig.claim(node).state is ClaimState.REGISTERED and rig.compute.terminated == []
 
 
 def test_reconcile_records_pending_and_running_gpus_per_pool() -> None:

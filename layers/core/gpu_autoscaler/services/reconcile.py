@@ -26,7 +26,12 @@
    no live claim accounts for are terminated, claims whose instance is gone are closed.
 6. Stalled drains (`domain.drain_progress`, where the service is given the drain queue): a Draining claim no drain
    has worked on for `DRAIN_STALLED_AFTER` is sent its drain again, or, past its node's termination time, ended.
-7. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
+7. Nodes deleted through the API (`kubectl delete node`): no finalizer of ours holds a Node, so it goes at once
+   (PodGC deletes its pods) and its kubelet does not register it again, while the instance runs and is paid for.
+   A Registered or Draining claim that had a Node, whose Node has been missing from the list for
+   `NODE_MISSING_GRACE` (first seen missing: `NODE_MISSING_ATTRIBUTE`), is ended through the fleet unless EC2
+   shows its instance gone already (garbage collection closes those). A list of no Node at all is not believed.
+8. Demand: per pool, the GPUs of the pods running on its nodes plus the pending pods assigned to its claims,
    in the current 5-minute bucket (`services.demand`, shared with the packer).
 
 Every step is safe to repeat: the lifecycle writes are conditional and the fleet's termination idempotent.
@@ -62,7 +67,13 @@ from gpu_autoscaler.domain.orphaned_claims import orphaned_claims
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, claim_requests, requests_attribute
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models import labels as L
-from gpu_autoscaler.models.claims import CLAIMED_STATES, IN_FLIGHT_STATES, ClaimState, launched_at
+from gpu_autoscaler.models.claims import (
+    CLAIMED_STATES,
+    IN_FLIGHT_STATES,
+    ClaimState,
+    instant_attribute,
+    launched_at,
+)
 from gpu_autoscaler.services.demand import pool_gpus, record_demand
 from gpu_autoscaler.wiring import visibility_timeout
 
@@ -84,6 +95,14 @@ __all__ = ["DRAIN_STALLED_AFTER", "ReconcileOutcome", "ReconcileService"]
 
 logger = logging.getLogger(__name__)
 
+NODE_MISSING_ATTRIBUTE = "nodeMissingSince"
+"""NodeClaim attribute: when a tick first found the claim's Node missing (ISO 8601); dropped when it is back."""
+NODE_MISSING_GRACE = timedelta(minutes=5)
+"""How long a joined claim's Node may be missing before the claim is ended. A kubelet whose Node was deleted
+registers it again, where it does (kubernetes#123535), at its next status sync (10 s); one restarting registers as
+it starts; a reboot, a stop or a NotReady node keeps its Node object. Five ticks ride all of those out, and five
+minutes of a GPU instance are little against one running, unused, until someone notices."""
+
 DRAIN_STALLED_AFTER = stalled_after(timedelta(seconds=visibility_timeout("drain")))
 """A Draining claim no drain has stamped for this long has lost its drain (`domain.drain_progress.stalled_after`:
 the drain queue's visibility timeout, 30 minutes, after the longest continuation delay, 15, and a minute's
@@ -104,6 +123,8 @@ class ReconcileOutcome:
     freed: list[str] = field(default_factory=list)
     """Claim ids in flight whose room was given back: none of their pods waits for them any more."""
 
+    node_missing: list[str] = field(default_factory=list)
+    """Claim ids ended because their Node stayed missing (deleted through the API) while the instance ran."""
     drains_resent: list[str] = field(default_factory=list)
     """Claim ids Draining with no drain working on them whose drain was sent again."""
     drains_ended: list[str] = field(default_factory=list)
@@ -113,7 +134,8 @@ class ReconcileOutcome:
 
     def summary(self) -> dict[str, Any]:
         return {"registered": self.registered, "initialized": self.initialized, "timedOut": self.timed_out,
-                "freed": self.freed, "drainsResent": self.drains_resent, "drainsEnded": self.drains_ended,
+                "freed": self.freed, "nodeMissing": self.node_missing, "drainsResent": self.drains_resent,
+                "drainsEnded": self.drains_ended,
                 "boots": [{"claim": b.claim_id, "instanceType": b.instance_type,
                            "readySeconds": b.to_ready.total_seconds(), "gpusSeconds": b.to_gpus.total_seconds()}
                           for b in self.boots],
@@ -146,6 +168,11 @@ class ReconcileService:
         busy = {p.node_name for p in pods if p.node_name and movable(p)}
         for claim in claims:
             node = by_instance.get(claim.instance_id) if claim.instance_id else None
+            if nodes and _joined(claim):
+                watched = self._watch_node(claim, node, nodes, now, outcome)
+                if watched is None:
+                    continue
+                claim = watched
             if claim.state is ClaimState.REGISTERED:
                 claim = self._restamp(claim)
             if claim.state is ClaimState.LAUNCHED and node is not None:
@@ -181,6 +208,36 @@ class ReconcileService:
         except StaleClaim:
             logger.info("claim %s changed before its pool hash was stamped again; next tick", claim.id)
             return claim
+
+    def _watch_node(self, claim: NodeClaim, node: ClusterNode | None, nodes: Sequence[ClusterNode], now: datetime,
+                    outcome: ReconcileOutcome) -> NodeClaim | None:
+        """Step 7 for a claim that had a Node: the claim as it stands, or None once ended. A Node not yet given its
+        providerID (a kubelet registering again, before the cloud controller manager sets it) counts by name."""
+        present = node is not None or any(n.name == claim.node_name and n.instance_id is None for n in nodes)
+        since = instant_attribute(claim, NODE_MISSING_ATTRIBUTE)
+        if present or since is None:
+            change = {k: v for k, v in claim.attributes.items() if k != NODE_MISSING_ATTRIBUTE} if present else {
+                **claim.attributes, NODE_MISSING_ATTRIBUTE: now.isoformat()}
+            if change == claim.attributes:
+                return claim
+            try:
+                return self.store.update_claim(claim, attributes=change)
+            except StaleClaim:
+                logger.info("claim %s changed before its Node's absence was recorded; next tick", claim.id)
+                return claim
+        if now - since < NODE_MISSING_GRACE or self.fleet.instance_gone(claim):
+            return claim  # an instance already gone: garbage collection closes its claim
+        reason = (f"node {claim.node_name} deleted (missing since {since.isoformat()}) while instance "
+                  f"{claim.instance_id} still ran")
+        try:
+            self.fleet.terminate(claim, reason)
+        except StaleClaim:
+            logger.info("claim %s changed while it was ended; looked at again next tick", claim.id)
+            return claim
+        outcome.node_missing.append(claim.id)
+        logger.warning("claim %s ended: %s (kubectl delete node is no graceful removal here: drain the node "
+                       "first)", claim.id, reason)
+        return None
 
     def _resume_drain(self, claim: NodeClaim, drains: DrainQueue, now: datetime, outcome: ReconcileOutcome) -> None:
         """A Draining claim no drain has stamped for `DRAIN_STALLED_AFTER` lost its drain (dead-lettered, or never
@@ -383,3 +440,9 @@ class ReconcileService:
         demand = dict.fromkeys((p.name for p in self.config.node_pools), 0.0)
         demand.update(pool_gpus(self.config, pairs))
         return demand
+
+
+def _joined(claim: NodeClaim) -> bool:
+    """Registered, or Draining after it was: the claim had a Node (one Draining from Launched never did)."""
+    return claim.state is ClaimState.REGISTERED or (claim.state is ClaimState.DRAINING and any(
+        t.state is ClaimState.REGISTERED for t in claim.history))
