@@ -197,3 +197,30 @@ def test_a_pod_under_two_budgets_is_refused_as_blocked_not_failed(
     outcome = cluster.evict(_pod(cluster, "web-0"))
     assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)
     assert "more than one PodDisruptionBudget" in outcome.message
+
+
+def test_an_eviction_in_a_terminating_namespace_is_refused_for_that_cause_and_taken_as_blocked(
+    core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster,
+) -> None:
+    """The NamespaceLifecycle admission plugin refuses every create in a namespace being deleted, an Eviction
+    included: 403 Forbidden with the cause `NamespaceTerminating` (k8s.io/apiserver
+    pkg/admission/plugin/namespace/lifecycle/admission.go). kubectl's drain retries such a pod until the namespace
+    controller has deleted it (k8s.io/kubectl pkg/drain/drain.go, `evictPods`): a blocked eviction, not refused
+    access."""
+    kube.add_instance(make_instance(gpus=4))
+    core.create_namespace(client.V1Namespace.model_validate(
+        {"metadata": {"name": "team-a", "finalizers": ["example.com/hold"]}}))  # held: it stays terminating
+    core.create_namespaced_pod("team-a", client.V1Pod.model_validate(make_pod("infer-0")))
+    wait_for(lambda: kube_reads.pod_status(core.read_namespaced_pod("infer-0", "team-a")).phase == "Running",
+             what="infer-0 running")
+    core.delete_namespace("team-a")
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("team-a", client.V1Pod.model_validate(make_pod("late")))
+    status = kube_reads.refusal(refused.value)
+    assert refused.value.status == 403 and status["reason"] == "Forbidden"
+    assert [c["type"] for c in status["details"]["causes"]] == ["NamespaceTerminating"]
+    assert "because it is being terminated" in status["message"]
+    outcome = cluster.evict(_pod(cluster, "infer-0"))
+    assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)
+    assert "being terminated" in outcome.message
+

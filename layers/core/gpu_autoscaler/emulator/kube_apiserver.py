@@ -16,6 +16,7 @@ may only shorten the grace period. An unscheduled or finished pod goes at once. 
 Pods are defaulted and checked as the API server does (`kube_pod_rules`): requests from limits, extended
 resources whole and never overcommitted, and an update changing only what a pod's update may.
 
+Admission: the NamespaceLifecycle plugin's refusal of creates in a namespace being deleted (`_admit_create`).
 What is not: admission beyond that, validation beyond what a client would trip over.
 """
 
@@ -68,6 +69,7 @@ class ApiServer:
                 raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
                                            "sent on the request")
             metadata["namespace"] = namespace
+            self._admit_create(resource, namespace, metadata.get("name") or metadata.get("generateName") or "")
         else:
             metadata.pop("namespace", None)
         if not metadata.get("name"):
@@ -147,7 +149,8 @@ class ApiServer:
         return min(max(grace, 0), current) if current is not None else max(grace, 0)
 
     def _mark_deleted(self, resource: ResourceType, namespace: str, name: str, grace: int) -> dict[str, Any]:
-        """Start a graceful deletion, or shorten one: the object stays, terminating."""
+        """Start a graceful deletion, or shorten one: the object stays, terminating (a namespace's phase says so,
+        as the namespace registry's `Delete` sets it)."""
         now = self.store.clock.now()
 
         def change(obj: dict[str, Any]) -> dict[str, Any]:
@@ -156,12 +159,32 @@ class ApiServer:
                 return obj
             metadata["deletionTimestamp"] = format_time(now + timedelta(seconds=grace))
             metadata["deletionGracePeriodSeconds"] = grace
+            if resource is NAMESPACES:
+                obj.setdefault("status", {})["phase"] = "Terminating"
             return obj
 
         updated = self.store.update(resource, namespace, name, change)
         if grace == 0 and not updated["metadata"].get("finalizers"):
             return self._remove(resource, namespace, name)
         return updated
+
+    def _admit_create(self, resource: ResourceType, namespace: str, name: str) -> None:
+        """The NamespaceLifecycle admission plugin: no create in a namespace being deleted, 403 Forbidden with
+        the cause `NamespaceTerminating` (k8s.io/apiserver pkg/admission/plugin/namespace/lifecycle/admission.go,
+        `Admit`: "unable to create new content in namespace %s because it is being terminated"; the Status as
+        `admission.NewForbidden` renders it)."""
+        try:
+            space = self.store.get(NAMESPACES, "", namespace)
+        except ApiError:
+            return  # no such namespace: not modelled here (the real plugin refuses with 404)
+        if (space.get("status") or {}).get("phase") != "Terminating":
+            return
+        raise ApiError(403, "Forbidden",
+                       f'{resource.plural} "{name}" is forbidden: unable to create new content in namespace '
+                       f"{namespace} because it is being terminated",
+                       {"name": name, "kind": resource.plural, "causes": [
+                           {"type": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace"}]})
 
     def _remove(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         gone = self.store.delete(resource, namespace, name)
@@ -234,6 +257,7 @@ class ApiServer:
         options = (body or {}).get("deleteOptions") or {}
         with self.store.lock:
             pod = self.store.get(PODS, namespace, name)
+            self._admit_create(PODS, namespace, name)  # an Eviction is a create (of the subresource)
             preconditions = options.get("preconditions") or {}
             if preconditions.get("uid") and preconditions["uid"] != pod["metadata"].get("uid"):
                 raise ApiError.conflict(PODS, name, "Precondition failed: UID in precondition: "

@@ -8,11 +8,11 @@ packer planned with.
 Writes follow kubectl's: cordon is a strategic-merge patch of `spec.unschedulable`, the node's taints and the
 label that takes it out of external load balancers (as Karpenter's terminator), conditional on the
 resourceVersion read (retried on conflict) — tainting and untainting alone patch the same way; eviction is a
-policy/v1 Eviction with the pod's uid as precondition — 429 means a PodDisruptionBudget refused it (retry
-later), 404 (or a uid mismatch: the name now belongs to a new pod) means the pod is gone. VolumeAttachments
-(storage.k8s.io/v1) are listed and filtered by `spec.nodeName` here (the API offers no field selector for it),
-each resolved to the claim its PersistentVolume is bound to. Anything else is a `KubernetesApiError`, so the
-caller's message is retried whole.
+policy/v1 Eviction with the pod's uid as precondition — 429 means a PodDisruptionBudget refused it, a 403 for
+a namespace being deleted that its controller will delete the pod (both: retry later), 404 (or a uid mismatch:
+the name now belongs to a new pod) means the pod is gone. VolumeAttachments (storage.k8s.io/v1) are listed and
+filtered by `spec.nodeName` here (the API offers no field selector for it), each resolved to the claim its
+PersistentVolume is bound to. Anything else is a `KubernetesApiError`, so the caller's message is retried whole.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-_NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 404, 409, 429, 500
+_FORBIDDEN, _NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 403, 404, 409, 429, 500
 _MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 """In the API server's 500 for an eviction of a pod several budgets select (registry/core/pod/storage/eviction.go:
 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")."""
@@ -229,9 +229,11 @@ class KubernetesCluster:
         try:
             self._rest.post(path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"), body)
         except KubernetesHttpError as error:
-            if error.status == _TOO_MANY or (error.status == _INTERNAL and _MULTIPLE_BUDGETS in error.message):
+            if (error.status == _TOO_MANY or (error.status == _INTERNAL and _MULTIPLE_BUDGETS in error.message)
+                    or _namespace_terminating(error)):
                 # A budget refuses it now (429), or several select it (500, which lasts while they do): Karpenter's
-                # eviction queue retries both alike, and so does the drain.
+                # eviction queue retries both alike, and so does the drain. A namespace being deleted refuses it
+                # until its controller has deleted the pod: kubectl's drain retries that too (`evictPods`).
                 return EvictionOutcome(pod=pod.key, evicted=False, blocked=True, message=error.message)
             if error.status in (_NOT_FOUND, _CONFLICT):
                 return EvictionOutcome(pod=pod.key, evicted=False, gone=True, message=error.message)
@@ -267,6 +269,13 @@ class KubernetesCluster:
             if error.status == _NOT_FOUND:
                 raise NodeNotFound(f"node {node_name} not found") from error
             raise
+
+
+def _namespace_terminating(error: KubernetesHttpError) -> bool:
+    """The NamespaceLifecycle admission plugin's refusal: 403 with the cause `NamespaceTerminating`
+    (k8s.io/apiserver pkg/admission/plugin/namespace/lifecycle/admission.go), not a refusal of our access."""
+    causes = (error.status_body.get("details") or {}).get("causes") or ()
+    return error.status == _FORBIDDEN and any(c.get("type") == "NamespaceTerminating" for c in causes)
 
 
 def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
