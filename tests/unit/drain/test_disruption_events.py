@@ -10,7 +10,7 @@ from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.pod_events import DISRUPTING, Recorded
+from gpu_autoscaler.domain.pod_events import DELETED, DISRUPTING, Recorded
 from gpu_autoscaler.services.drain import DrainService
 from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
 from tests.unit.drain.fakes import RecordingFleet
@@ -37,6 +37,31 @@ def test_each_evicted_pod_hears_the_drain_reason() -> None:
     assert sorted(e.name for e in events.posted) == ["ds-0", "web-0", "web-1"]
     assert {e.reason for e in events.posted} == {DISRUPTING}
     assert all(request.reason in e.message and request.node in e.message for e in events.posted)
+
+
+def test_a_pod_deleted_at_the_termination_time_hears_that_its_budget_and_do_not_disrupt_were_bypassed() -> None:
+    """Karpenter publishes `Disrupted` on each pod it force-deletes at its node's termination time ("This bypasses
+    the PDB of the pod and the do-not-disrupt annotation": kubernetes-sigs/karpenter
+    pkg/controllers/node/termination/terminator/events/events.go); a log line in the drain function's log group
+    is nothing a workload owner sees."""
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    store.create_claim(make_claim())
+    protected = make_pod("train-0", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster = MemoryCluster([make_node()], [protected])
+    queue = MemoryDrainQueue(clock)
+    service = DrainService("ml-prod", store, cluster, RecordingFleet(store), queue, clock=clock,
+                           sleep=lambda seconds: clock.advance(timedelta(seconds=seconds)))
+    service.events = events = MemoryEventRecorder()
+    request = make_request(involuntary=True, deadline=NOW + timedelta(seconds=90), reason="spot interruption")
+    outcomes = [service.drain(request, timedelta(seconds=60))]
+    while (visible := queue.next_visible()) is not None and len(outcomes) < 50:
+        clock.set(max(visible, clock.now()))
+        outcomes.extend(service.drain(message, timedelta(seconds=60)) for message in queue.receive())
+    assert [k for o in outcomes for k in o.deleted] == ["team-a/train-0"]  # at the deadline − its 30 s grace
+    (told,) = [e for e in events.posted if e.name == "train-0"]
+    assert told.reason == DELETED and told.type == "Warning"
+    assert "spot interruption" in told.message and "30 s" in told.message and "do-not-disrupt" in told.message
 
 
 class _Refused:

@@ -16,19 +16,21 @@ from gpu_autoscaler.models.claims import ClaimState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime
 
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterPod
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EventRecorder", "PodEvent", "Recorded", "disruption_events", "events_for_plan"]
+__all__ = ["EventRecorder", "PodEvent", "Recorded", "deletion_events", "disruption_events", "events_for_plan"]
 
 PLANNED = "GpuCapacityPlanned"
 LAUNCHED = "GpuCapacityLaunched"
 REGISTERED = "GpuNodeRegistered"
 UNSCHEDULABLE = "GpuCapacityUnavailable"
 DISRUPTING = "GpuNodeDisrupting"
+DELETED = "GpuPodDeleted"
 
 
 @dataclass(frozen=True)
@@ -109,3 +111,17 @@ def disruption_events(pods: Sequence[ClusterPod], node: str, claim: NodeClaim, r
     what = f"{claim.instance_type or _types(claim)} {claim.capacity_type}"
     return [PodEvent(p.uid, p.namespace, p.name, DISRUPTING, f"evicted: node {node} ({what}, claim {claim.id}) is "
                      f"being drained: {reason}") for p in pods]
+
+
+def deletion_events(pods: Sequence[ClusterPod], node: str, claim: NodeClaim, reason: str, grace: int | None,
+                    node_time: datetime | None) -> list[PodEvent]:
+    """Pods deleted because their node's termination time comes hear it, and that their PodDisruptionBudget and
+    `karpenter.sh/do-not-disrupt` were bypassed, as Karpenter's `Disrupted` event tells them
+    (kubernetes-sigs/karpenter pkg/controllers/node/termination/terminator/events/events.go)."""
+    what = f"{claim.instance_type or _types(claim)} {claim.capacity_type}"
+    when = f" at {node_time.isoformat()}" if node_time is not None else ""
+    granted = f"{grace} s" if grace is not None else "its own"
+    return [PodEvent(p.uid, p.namespace, p.name, DELETED,
+                     f"deleted with {granted} grace period (of its {p.termination_grace_period_seconds} s): node "
+                     f"{node} ({what}, claim {claim.id}) goes{when}: {reason}; this bypasses the pod's "
+                     "PodDisruptionBudget and karpenter.sh/do-not-disrupt", "Warning") for p in pods]

@@ -58,7 +58,7 @@ from gpu_autoscaler.domain.drain import (
 from gpu_autoscaler.domain.drain_progress import progress_attributes, stamp_due
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
-from gpu_autoscaler.domain.pod_events import disruption_events
+from gpu_autoscaler.domain.pod_events import deletion_events, disruption_events
 from gpu_autoscaler.errors import (
     GpuAutoscalerError,
     KubernetesAccessRefused,
@@ -134,7 +134,7 @@ class DrainOutcome:
     duration: timedelta | None = None
     """Since the drain's first attempt, once it finished."""
     events_refused: int = 0
-    """Events on the evicted pods the API server refused to take (`Recorded.refused`), over all passes."""
+    """Events on the evicted or deleted pods the API server refused to take (`Recorded.refused`), over all passes."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -192,7 +192,7 @@ def node_of(nodes: Sequence[ClusterNode], claim: NodeClaim, name: str | None = N
 
 class DrainService:
     events: EventRecorder | None = None
-    """Where evicted pods are told why their node goes (Kubernetes Events); set by `aws_drain_service`."""
+    """Where evicted and deleted pods are told why their node goes (Kubernetes Events); set by `aws_drain_service`."""
 
     def __init__(
         self,
@@ -265,7 +265,7 @@ class DrainService:
         if step.cordon and node is not None:
             claim = self._start(node, claim, request)
         self._free_room(request, claim, (*step.delete, *step.evict))
-        self._delete(request, step, outcome)
+        self._delete(request, claim, node.name if node is not None else request.node, step, outcome)
         if step.action is DrainAction.FINISH:
             held = hold_termination(request, pods, self.cluster.volume_attachments(node.name), now) if node else None
             if held is None:
@@ -390,14 +390,21 @@ class DrainService:
                 logger.info("eviction of %s refused: %s", pod.key, result.message)
         return results
 
-    def _delete(self, request: DrainRequest, step: DrainStep, outcome: DrainOutcome) -> None:
-        """Pods whose deletion time has come: deleted with what is left of the node's time as grace period."""
+    def _delete(self, request: DrainRequest, claim: NodeClaim, node_name: str, step: DrainStep,
+                outcome: DrainOutcome) -> None:
+        """Pods whose deletion time has come: deleted with what is left of the node's time as grace period, and
+        each told so (an Event: it went past its budget and do-not-disrupt, which its owner should see)."""
         for pod in step.delete:
             self.cluster.delete_pod(pod, step.delete_grace)
             outcome.deleted.append(pod.key)
-        if step.delete:
-            logger.warning("drain of %s deleted %s (grace %ss): their node's termination time comes", request.node,
-                           ", ".join(p.key for p in step.delete), step.delete_grace)
+        if not step.delete:
+            return
+        logger.warning("drain of %s deleted %s (grace %ss): their node's termination time comes", request.node,
+                       ", ".join(p.key for p in step.delete), step.delete_grace)
+        if self.events is not None:
+            told = deletion_events(step.delete, node_name, claim, request.reason, step.delete_grace,
+                                   termination_time(request))
+            outcome.events_refused += self.events.record(told).refused
 
     def _finish(self, request: DrainRequest, claim: NodeClaim, node: ClusterNode | None, step: DrainStep,
                 outcome: DrainOutcome) -> Continuation | None:
