@@ -218,7 +218,7 @@ def test_an_eviction_in_a_terminating_namespace_is_refused_for_that_cause_and_ta
         core.create_namespaced_pod("team-a", client.V1Pod.model_validate(make_pod("late")))
     status = kube_reads.refusal(refused.value)
     assert refused.value.status == 403 and status["reason"] == "Forbidden"
-    assert [c["type"] for c in status["details"]["causes"]] == ["NamespaceTerminating"]
+    assert [c["reason"] for c in status["details"]["causes"]] == ["NamespaceTerminating"]
     assert "because it is being terminated" in status["message"]
     outcome = cluster.evict(_pod(cluster, "infer-0"))
     assert (outcome.evicted, outcome.blocked, outcome.gone) == (False, True, False)

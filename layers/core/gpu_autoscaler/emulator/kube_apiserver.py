@@ -182,8 +182,9 @@ class ApiServer:
         raise ApiError(403, "Forbidden",
                        f'{resource.plural} "{name}" is forbidden: unable to create new content in namespace '
                        f"{namespace} because it is being terminated",
+                       # StatusCause.Type is `reason` on the wire (apimachinery meta/v1 types.go: json:"reason").
                        {"name": name, "kind": resource.plural, "causes": [
-                           {"type": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                           {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
                             "field": "metadata.namespace"}]})
 
     def _remove(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-_FORBIDDEN, _NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 403, 404, 409, 429, 500
+_NOT_FOUND, _CONFLICT, _TOO_MANY, _INTERNAL = 404, 409, 429, 500
 _MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 """In the API server's 500 for an eviction of a pod several budgets select (registry/core/pod/storage/eviction.go:
 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")."""
@@ -230,7 +230,7 @@ class KubernetesCluster:
             self._rest.post(path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"), body)
         except KubernetesHttpError as error:
             if (error.status == _TOO_MANY or (error.status == _INTERNAL and _MULTIPLE_BUDGETS in error.message)
-                    or _namespace_terminating(error)):
+                    or error.namespace_terminating):
                 # A budget refuses it now (429), or several select it (500, which lasts while they do): Karpenter's
                 # eviction queue retries both alike, and so does the drain. A namespace being deleted refuses it
                 # until its controller has deleted the pod: kubectl's drain retries that too (`evictPods`).
@@ -269,13 +269,6 @@ class KubernetesCluster:
             if error.status == _NOT_FOUND:
                 raise NodeNotFound(f"node {node_name} not found") from error
             raise
-
-
-def _namespace_terminating(error: KubernetesHttpError) -> bool:
-    """The NamespaceLifecycle admission plugin's refusal: 403 with the cause `NamespaceTerminating`
-    (k8s.io/apiserver pkg/admission/plugin/namespace/lifecycle/admission.go), not a refusal of our access."""
-    causes = (error.status_body.get("details") or {}).get("causes") or ()
-    return error.status == _FORBIDDEN and any(c.get("type") == "NamespaceTerminating" for c in causes)
 
 
 def _same_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
