@@ -578,6 +578,21 @@ def test_pods_keep_their_constraints_when_the_packer_places_them() -> None:
     assert all(name.startswith("g5.") for name in replacement.instance_types)  # not the cheaper L4 of g6
 
 
+def test_a_pod_is_not_moved_away_from_the_zone_its_volumes_attach_in() -> None:
+    """A pod whose EBS volume lives in us-east-1a, alone on a node there, and a young node with room in
+    us-east-1b: kube-scheduler's VolumeBinding filter refuses every 1b node for it, so the move would leave it
+    Pending. Karpenter's consolidation simulates scheduling through the provisioner, which carries the pods'
+    volume topology (`VolumeTopology.Inject`, pkg/controllers/provisioning/scheduling/volumetopology.go)."""
+    cluster = Cluster(pool_config())
+    lonely = cluster.node("g5.12xlarge", zone="us-east-1a")
+    roomy = cluster.node("g5.48xlarge", zone="us-east-1b", age=timedelta(minutes=5))
+    cluster.pods_on(roomy, 3, labels={"app": "other"})
+    cluster.pod(lonely, volume_claims=("data-notebook-0",), volume_zones=("us-east-1a",), owner_kind="StatefulSet")
+    result = cluster.consolidate()
+    assert not any(roomy in d.destinations for d in result.decisions), result.decisions
+    assert all(c.zones == ("us-east-1a",) for d in result.decisions for c in d.replacements), result.decisions
+
+
 def _family(*families: str) -> tuple[NodeSelectorTerm, ...]:
     return (NodeSelectorTerm(match_expressions=(
         Requirement(key="karpenter.k8s.aws/instance-family", operator="In", values=families),)),)

@@ -143,6 +143,32 @@ def test_replacement_pods_keep_requests_and_placement_and_skip_daemonsets() -> N
     assert pending.tolerations == pod.tolerations and pending.priority == 7 and pending.do_not_disrupt
 
 
+def test_a_replacement_is_planned_only_where_the_pods_volumes_can_attach() -> None:
+    """A StatefulSet pod whose EBS volume lives in us-east-1a, on a Spot node there that gets its warning: the
+    recreated pod can only run where the volume attaches (kube-scheduler's VolumeBinding filter), so its
+    replacement must not list offerings in another zone, even with the interrupted 1a offering unavailable.
+    Karpenter plans disrupted pods through the provisioner, which pins them to their volumes' zones
+    (`getVolumeTopologyRequirements`, pkg/controllers/provisioning/provisioner.go)."""
+    from gpu_autoscaler.clock import FixedClock
+    from gpu_autoscaler.domain.interruption import replacement_pods
+    from gpu_autoscaler.domain.packing import Solver
+    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.resources import Resources
+    from gpu_autoscaler.models.taints import Toleration
+    from tests.unit.packing import builders
+
+    pod = ClusterPod(uid="u-1", namespace="ml", name="notebook-0", node_name="n", phase="Running",
+                     requests=Resources.from_quantities({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}),
+                     tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),), owner_kind="StatefulSet",
+                     volume_claims=("home-notebook-0",), volume_zones=("us-east-1a",))
+    (pending,) = replacement_pods([pod])
+    assert pending.volume_zones == ("us-east-1a",)
+    config = builders.make_config(builders.make_pool(capacityTypes=["spot", "on-demand"]))
+    result = Solver(config, builders.make_catalog(), FixedClock(builders.NOW)).solve(
+        [pending], unavailable=[("g6.xlarge", "us-east-1a", "spot")])
+    assert result.claims and {z for c in result.claims for z in c.zones} == {"us-east-1a"}
+
+
 @pytest.mark.parametrize("detail_type", ["Capacity Block Reservation Expiration Warning",
                                          "Capacity Block Expiration Warning"])
 def test_a_capacity_block_warning_names_the_reservation_and_ec2_acts_30_minutes_before_its_end(

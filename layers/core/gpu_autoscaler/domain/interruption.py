@@ -192,7 +192,8 @@ def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
     """The pods of a node about to go, as pending pods the solver plans a replacement for.
 
     DaemonSet, mirror and finished pods need no room elsewhere. Requests go back to quantity strings in the
-    canonical units the cluster adapter read them in (millicores for cpu, plain units for the rest).
+    canonical units the cluster adapter read them in (millicores for cpu, plain units for the rest). The zones of
+    their volumes go along: the recreated pod keeps its claims, so it can run only where they attach.
     """
     return [
         PendingPod(
@@ -200,6 +201,7 @@ def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
             requests={name: f"{value}m" if name == CPU else str(value) for name, value in pod.requests.items()},
             node_selector=pod.node_selector, required_node_affinity=pod.required_node_affinity,
             tolerations=pod.tolerations, priority=pod.priority, annotations=pod.annotations,
+            volume_zones=pod.volume_zones,
         )
         for pod in pods
         if movable(pod)

@@ -88,6 +88,11 @@ class ClusterPod(BaseModel):
     termination_grace_period_seconds: int = DEFAULT_GRACE_SECONDS
     volume_claims: tuple[str, ...] = ()
     """Names of the PersistentVolumeClaims its volumes use (same namespace)."""
+    volume_zones: tuple[str, ...] | None = None
+    """Zones every one of those claims' bound PersistentVolumes can be attached in (their node affinity: an EBS
+    volume lives in one zone); None when they allow any, or were not read. The pod recreated elsewhere keeps its
+    claims, so kube-scheduler's VolumeBinding filter holds it to these zones: a replacement or a consolidation
+    move is planned within them, as `PendingPod.volume_zones`. Empty: no zone holds them all."""
 
     @property
     def key(self) -> str:
