@@ -6,6 +6,7 @@
   `WaitForFirstConsumer` class will be provisioned where the pod lands, within the class's `allowedTopologies`.
   kube-scheduler's VolumeBinding filter requires the node to satisfy all of them, so the zones are intersected.
   (https://kubernetes.io/docs/concepts/storage/storage-classes/#volume-binding-mode, #allowed-topologies)
+  Both are read by `gpu_autoscaler.models.volumes`, as the functions' cluster adapter reads bound pods' volumes.
   A claim kube-scheduler places on no node — missing (an ephemeral volume's before its controller makes it),
   being deleted, Lost, bound to a volume that does not exist, unbound without a class, or unbound of an
   `Immediate` class — makes the pod unplannable, with the reason, as Karpenter's `ValidatePersistentVolumeClaims`
@@ -36,19 +37,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_autoscaler.models.volumes import ZONE_KEYS, persistent_volume_zones, zones_of_terms
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
     from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
+__all__ = ["KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
            "selects", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
-ZONE_KEYS = frozenset({"topology.kubernetes.io/zone", "topology.ebs.csi.aws.com/zone",
-                       "failure-domain.beta.kubernetes.io/zone"})
 _NOT_FOUND = 404
 
 
@@ -135,21 +136,6 @@ def label_selector_text(selector: Mapping[str, Any] | None) -> str | None:
     return ",".join(parts) or None
 
 
-def _zones_of_terms(terms: Iterable[Mapping[str, Any]], expressions: str) -> set[str] | None:
-    """Union over ORed terms of the zones each allows; None when one of them allows any zone."""
-    zones: set[str] = set()
-    for term in terms:
-        allowed: set[str] | None = None
-        for e in term.get(expressions) or ():
-            if e.get("key") in ZONE_KEYS and e.get("operator", "In") == "In":
-                values = set(e.get("values") or ())
-                allowed = values if allowed is None else allowed & values
-        if allowed is None:
-            return None
-        zones |= allowed
-    return zones
-
-
 class KubernetesPlacement:
     def __init__(self, api_client: client.ApiClient, clock: Clock, ttl: timedelta = timedelta(seconds=10), *,
                  core_api: client.CoreV1Api | None = None, storage_api: client.StorageV1Api | None = None) -> None:
@@ -219,10 +205,7 @@ class KubernetesPlacement:
             if pv is None:
                 return _ClaimPlace(None, f"the PersistentVolume {volume} of its PersistentVolumeClaim {name} does "
                                          "not exist")
-            terms = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get(
-                "nodeSelectorTerms") or ()
-            zones = _zones_of_terms(terms, "matchExpressions") if terms else None
-            return _ClaimPlace(frozenset(zones) if zones is not None else None)
+            return _ClaimPlace(persistent_volume_zones(pv))
         class_name = spec.get("storageClassName")
         if not class_name:
             return _ClaimPlace(None, f"its PersistentVolumeClaim {name} is not bound and names no StorageClass to "
@@ -236,7 +219,7 @@ class KubernetesPlacement:
                                      f"{class_name}, with immediate volume binding mode, must be bound before the "
                                      "pod can be scheduled")
         topologies = storage_class.get("allowedTopologies") or ()
-        zones = _zones_of_terms(topologies, "matchLabelExpressions") if topologies else None
+        zones = zones_of_terms(topologies, "matchLabelExpressions") if topologies else None
         return _ClaimPlace(frozenset(zones) if zones is not None else None)
 
     # Spread

@@ -23,12 +23,15 @@ from tests.integration.kubernetes.conftest import functions_client, make_instanc
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 
 
-def _pod_with_volume(core: client.CoreV1Api, node: str) -> None:
-    """An EBS CSI volume, its claim bound to it, and a pod on `node` using the claim."""
+def _pod_with_volume(core: client.CoreV1Api, node: str, zone: str | None = None) -> None:
+    """An EBS CSI volume (in `zone`: the node affinity the driver writes), its claim bound to it, and a pod on
+    `node` using the claim."""
+    affinity = {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": [zone]}]}]}}} if zone else {}
     core.create_persistent_volume(client.V1PersistentVolume.model_validate({"metadata": {"name": "pv-data"}, "spec": {
         "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
         "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0abc"},
-        "claimRef": {"namespace": "default", "name": "data"}}}))
+        "claimRef": {"namespace": "default", "name": "data"}, **affinity}}))
     core.create_namespaced_persistent_volume_claim("default", client.V1PersistentVolumeClaim.model_validate({
         "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-data",
@@ -54,6 +57,18 @@ def test_the_attach_detach_controller_attaches_a_pods_volume_and_detaches_it_onc
         assert len(cluster.volume_attachments(node)) == 1  # still attached while the driver detaches
         clock.advance(DETACH_TIME)
         wait_for(lambda: cluster.volume_attachments(node) == [], what="volume detached")
+
+
+def test_the_functions_read_the_zone_a_bound_pods_volume_attaches_in() -> None:
+    """With the shipped role (it lists claims and volumes), the adapter gives a bound pod the zones its volume
+    attaches in, which its replacement or its move must keep."""
+    with LocalKubernetes(cluster_name="ml-prod", clock=FixedClock(NOW)) as kube, kube.client() as api:
+        core, cluster = client.CoreV1Api(api), KubernetesCluster(functions_client(kube))
+        kube.add_instance(make_instance())
+        node = wait_for(lambda: node_names(core), what="node")[0]
+        _pod_with_volume(core, node, zone="us-east-1a")
+        (pod,) = cluster.list_pods(node)
+        assert pod.volume_claims == ("data",) and pod.volume_zones == ("us-east-1a",)
 
 
 def test_a_drain_terminates_the_instance_only_once_its_volumes_are_detached() -> None:

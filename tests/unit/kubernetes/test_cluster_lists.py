@@ -101,3 +101,62 @@ def test_the_memory_cluster_lists_pods_as_the_api_server_is_asked_to() -> None:
     cluster = MemoryCluster([node], [p.model_copy(update={"node_name": "n-1"}) for p in pods])
     assert [p.phase for p in cluster.list_pods()] == ["Running", "Pending"]
     assert len(cluster.list_pods("n-1")) == 4
+
+
+def _zone_affinity(key: str, *zones: str) -> dict[str, Any]:
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In",
+                                                                       "values": list(zones)}]}]}}
+
+
+class _VolumesRest(KubernetesRest):
+    """Pods on `n-1` with their claims, the claims, and their volumes: the EBS CSI driver's zone key on one,
+    the stable key on another, none on a third (an NFS volume, usable anywhere)."""
+
+    def __init__(self) -> None:
+        self.server_date = None
+        self.targets: list[str] = []
+
+    def get(self, target: str, query: Any = None) -> dict[str, Any]:
+        self.targets.append(target)
+        resource = target.rsplit("/", 1)[-1]
+        claims = [("ml", "home-nb-0", "pv-a"), ("ml", "cache", "pv-b"), ("ml", "shared", "pv-nfs"),
+                  ("other", "home-nb-0", "pv-b")]
+        served: dict[str, list[dict[str, Any]]] = {
+            "pods": [self._pod("nb-0", "home-nb-0", "shared"), self._pod("nb-1", "home-nb-0", "cache"),
+                     self._pod("plain")],
+            "persistentvolumeclaims": [{"metadata": {"namespace": ns, "name": n}, "spec": {"volumeName": pv}}
+                                       for ns, n, pv in claims],
+            "persistentvolumes": [
+                {"metadata": {"name": "pv-a"},
+                 "spec": {"nodeAffinity": _zone_affinity("topology.ebs.csi.aws.com/zone", "us-east-1a")}},
+                {"metadata": {"name": "pv-b"},
+                 "spec": {"nodeAffinity": _zone_affinity("topology.kubernetes.io/zone", "us-east-1b")}},
+                {"metadata": {"name": "pv-nfs"}, "spec": {}}],
+        }
+        return {"metadata": {}, "items": served[resource]}
+
+    @staticmethod
+    def _pod(name: str, *claims: str) -> dict[str, Any]:
+        return {"metadata": {"uid": name, "name": name, "namespace": "ml"},
+                "spec": {"nodeName": "n-1", "containers": [{"name": "c"}],
+                         "volumes": [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims]},
+                "status": {"phase": "Running"}}
+
+
+def test_bound_pods_carry_the_zones_their_volumes_attach_in_from_one_list_of_claims_and_one_of_volumes() -> None:
+    """A pod recreated elsewhere keeps its claims, and kube-scheduler's VolumeBinding filter holds it to the zones
+    its bound PersistentVolumes' node affinity allows (an EBS volume's zone): what a replacement or a move must
+    keep. Read with one list of claims and one of volumes, however many pods have claims."""
+    rest = _VolumesRest()
+    pods = {p.name: p for p in KubernetesCluster(rest).list_pods("n-1")}
+    assert pods["nb-0"].volume_zones == ("us-east-1a",)  # its NFS volume allows any zone
+    assert pods["nb-1"].volume_zones == ()  # volumes in two zones: no node can attach both
+    assert pods["plain"].volume_zones is None
+    assert sorted(t.rsplit("/", 1)[-1] for t in rest.targets) == ["persistentvolumeclaims", "persistentvolumes",
+                                                                  "pods"]
+
+
+def test_pods_without_claims_cost_no_volume_list() -> None:
+    rest = _PagedRest(pages=1, per_page=3)
+    assert all(p.volume_zones is None for p in KubernetesCluster(rest).list_pods())
+    assert len(rest.queries) == 1

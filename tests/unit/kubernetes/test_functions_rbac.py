@@ -33,6 +33,8 @@ REQUESTS = {
     ("policy", "poddisruptionbudgets", "list"): "disruption_budgets.py",
     ("storage.k8s.io", "volumeattachments", "list"): "cluster.py volume_attachments",
     ("", "persistentvolumes", "get"): "cluster.py _claim_of",
+    ("", "persistentvolumes", "list"): "cluster.py list_pods, the zones of bound pods' volumes",
+    ("", "persistentvolumeclaims", "list"): "cluster.py list_pods, the volumes of bound pods' claims",
     ("", "events", "create"): "events.py",
     ("", "events", "get"): "events.py, after a 409",
     ("", "events", "patch"): "events.py, a repeat",

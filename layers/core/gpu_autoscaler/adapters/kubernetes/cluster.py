@@ -12,7 +12,9 @@ policy/v1 Eviction with the pod's uid as precondition — 429 means a PodDisrupt
 a namespace being deleted that its controller will delete the pod (both: retry later), 404 (or a uid mismatch:
 the name now belongs to a new pod) means the pod is gone. VolumeAttachments (storage.k8s.io/v1) are listed and
 filtered by `spec.nodeName` here (the API offers no field selector for it), each resolved to the claim its
-PersistentVolume is bound to. Anything else is a `KubernetesApiError`, so the caller's message is retried whole.
+PersistentVolume is bound to. Bound pods carry the zones their claims' volumes attach in (one list of claims and
+one of volumes per pod list that has claims). Anything else is a `KubernetesApiError`, so the caller's message is
+retried whole.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gpu_autoscaler.models.pod_spec import effective_requests, required_node_aff
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
+from gpu_autoscaler.models.volumes import persistent_volume_zones
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -68,6 +71,8 @@ _NODES = ("api", "v1", "nodes")
 _PODS = ("api", "v1", "pods")
 _UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 _VOLUME_ATTACHMENTS = ("apis", "storage.k8s.io", "v1", "volumeattachments")
+_CLAIMS = ("api", "v1", "persistentvolumeclaims")
+_VOLUMES = ("api", "v1", "persistentvolumes")
 CLOCK_TOLERANCE = timedelta(seconds=5)
 """A `Date` header is to the second and a round trip takes some: within this, the clocks are taken to agree
 and timestamps are left exactly as the API server wrote them."""
@@ -113,10 +118,32 @@ class KubernetesCluster:
         every minute, so they stay on the server."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else _UNFINISHED
         pods, offset = self._list_timed(_PODS, pod_from_json, selector)
+        pods = self._with_volume_zones(pods)
         if offset is None:
             return pods
         fields = ("created_at", "started_at", "deletion_timestamp")
         return [p.model_copy(update=_shifted(p, fields, offset)) for p in pods]
+
+    def _with_volume_zones(self, pods: list[ClusterPod]) -> list[ClusterPod]:
+        """The pods with the zones their claims' bound PersistentVolumes can be attached in (`volume_zones`): a
+        pod recreated elsewhere keeps its claims, so its replacement or its move must stay there. One list of
+        claims and one of volumes, only when some pod has a claim (each item reduced as its page is read). A claim
+        not bound, or gone, restricts nothing: a running pod's claims are bound, and one the pod's owner will
+        make again is provisioned where the new pod lands."""
+        if not any(p.volume_claims for p in pods):
+            return pods
+        volume_of = dict(self._list(_CLAIMS, _claim_volume))
+        zones_of = dict(self._list(_VOLUMES, _volume_zones))
+        out = []
+        for pod in pods:
+            zones: frozenset[str] | None = None
+            for claim in pod.volume_claims:
+                volume = volume_of.get(f"{pod.namespace}/{claim}")
+                allowed = zones_of.get(volume) if volume else None
+                if allowed is not None:
+                    zones = allowed if zones is None else zones & allowed
+            out.append(pod if zones is None else pod.model_copy(update={"volume_zones": tuple(sorted(zones))}))
+        return out
 
     def _list_timed(self, resource: tuple[str, ...], parse: Callable[[dict[str, Any]], T],
                     field_selector: str | None = None) -> tuple[list[T], timedelta | None]:
@@ -369,6 +396,16 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
 def _shifted(model: Any, fields: tuple[str, ...], offset: timedelta) -> dict[str, datetime]:
     """The model's timestamps (the API server's clock) on ours: `offset` earlier."""
     return {name: value - offset for name in fields if (value := getattr(model, name)) is not None}
+
+
+def _claim_volume(claim: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A PersistentVolumeClaim's `namespace/name` and the volume it is bound to (None while unbound)."""
+    metadata = claim.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}", (claim.get("spec") or {}).get("volumeName") or None
+
+
+def _volume_zones(volume: Mapping[str, Any]) -> tuple[str, frozenset[str] | None]:
+    return volume["metadata"]["name"], persistent_volume_zones(volume)
 
 
 def _attachment(attachment: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
