@@ -190,6 +190,49 @@ def test_pods_may_select_pool_labels() -> None:
     assert {(c.pool, len(c.pods)) for c in plan.claims} == {("team", 1), ("cheap", 1)}
 
 
+def test_selectors_on_the_beta_and_region_labels_every_node_carries_are_planned() -> None:
+    """The kubelet registers `beta.kubernetes.io/arch|os`, the cloud node controller the beta zone, region and
+    instance type beside the stable keys, and `topology.kubernetes.io/region` (kubernetes pkg/kubelet
+    kubelet_node_status.go; k8s.io/cloud-provider controllers/node). Karpenter reads a pod's beta keys as the
+    stable ones (`NormalizedLabels`, kubernetes-sigs/karpenter pkg/apis/v1/labels.go) and knows the region."""
+    pool = make_pool(capacityTypes=["on-demand"])
+    selectors = [{"beta.kubernetes.io/arch": "amd64"}, {"beta.kubernetes.io/os": "linux"},
+                 {"failure-domain.beta.kubernetes.io/zone": "us-east-1b"},
+                 {"failure-domain.beta.kubernetes.io/region": "us-east-1"},
+                 {"topology.kubernetes.io/region": "us-east-1"}, {"beta.kubernetes.io/instance-type": "g5.12xlarge"}]
+    for selector in selectors:
+        plan = solve([make_pod(nodeSelector=selector)], pool)
+        assert plan.claims, f"{selector}: {reason(plan)}"
+    zoned = solve([make_pod(requiredNodeAffinity=[{"matchExpressions": [
+        {"key": "failure-domain.beta.kubernetes.io/zone", "operator": "In", "values": ["us-east-1b"]}]}])], pool)
+    assert zoned.claims[0].zones == ("us-east-1b",)
+    typed = solve([make_pod(nodeSelector={"beta.kubernetes.io/instance-type": "g5.12xlarge"})], pool)
+    assert typed.claims[0].instance_types == ("g5.12xlarge",)
+    elsewhere = solve([make_pod(nodeSelector={"topology.kubernetes.io/region": "eu-west-1"})], pool)
+    assert not elsewhere.claims
+    # A node carries both keys with one value: a pod asking two values of them can never run.
+    torn = solve([make_pod(nodeSelector={"beta.kubernetes.io/arch": "arm64", "kubernetes.io/arch": "amd64"})], pool)
+    assert not torn.claims
+
+
+@pytest.mark.parametrize("sharing", [{"mode": "none"}, {"mode": "time-slicing", "replicas": 4}])
+def test_selectors_on_every_label_our_nodes_register_with_are_planned(sharing: dict[str, Any]) -> None:
+    """Every node we launch registers the labels `node_labels` gives its kubelet (our pool label, the sharing
+    mode, the device plugin's configuration…): a pod selecting any of them is planned, as the node would take
+    it."""
+    from gpu_autoscaler.domain.user_data import node_labels
+
+    config = make_config(make_pool(capacityTypes=["on-demand"], gpuSharing=sharing, labels={"team": "ml"}))
+    pool = config.node_pools[0]
+    labels, _ = node_labels(pool, "on-demand", instance_type=make_catalog().instance_type("g5.xlarge"))
+    for key, value in labels.items():
+        pod = make_pod(nodeSelector={key: value, "node.kubernetes.io/instance-type": "g5.xlarge"})
+        plan = Solver(config, make_catalog(), make_solver().clock).solve([pod])
+        assert plan.claims, f"{key}={value}: {reason(plan)}"
+    other = make_pod(nodeSelector={"gpu-autoscaler/node-pool": "another"})
+    assert not Solver(config, make_catalog(), make_solver().clock).solve([other]).claims
+
+
 # Pools: weight, capacity order, limits
 
 

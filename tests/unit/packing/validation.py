@@ -16,6 +16,7 @@ import numpy as np
 
 from gpu_autoscaler.domain.packing.fit import allocatable, fits, pod_requests
 from gpu_autoscaler.domain.packing.results import claim_requests
+from gpu_autoscaler.domain.user_data import node_labels as registered_labels
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.resources import Resources
@@ -34,11 +35,17 @@ if TYPE_CHECKING:
 
 def node_labels(catalog: Catalog, config: Config, pool_name: str, instance_type: str, zone: str,
                 capacity_type: str) -> dict[str, str]:
+    """What the node would carry: the labels its kubelet is started with (`user_data.node_labels`), and those
+    the kubelet and the cloud node controller add from the instance, stable and deprecated keys alike (kubernetes
+    pkg/kubelet/kubelet_node_status.go; k8s.io/cloud-provider controllers/node)."""
     pool = config.pool(pool_name)
-    labels = dict(catalog.instance_type(instance_type).labels)
-    labels.update({L.ZONE: zone, L.CAPACITY_TYPE: capacity_type, "kubernetes.io/os": "linux", L.NODE_POOL: pool.name,
-                   **pool.labels})
-    return labels
+    kind = catalog.instance_type(instance_type)
+    labels, _ = registered_labels(pool, capacity_type, instance_type=kind)  # type: ignore[arg-type]
+    arch = kind.labels[L.ARCH]
+    return {**labels, L.ZONE: zone, L.REGION: config.region, L.OS: "linux", L.ARCH: arch,
+            L.INSTANCE_TYPE: instance_type, "failure-domain.beta.kubernetes.io/zone": zone,
+            "failure-domain.beta.kubernetes.io/region": config.region, "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": arch, "beta.kubernetes.io/instance-type": instance_type}
 
 
 def pod_matches(pod: PendingPod, labels: dict[str, str]) -> bool:

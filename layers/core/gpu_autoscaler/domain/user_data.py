@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING, Literal
 from gpu_autoscaler.config import Overhead
 from gpu_autoscaler.domain.packing.mig import mig_gpu
 from gpu_autoscaler.domain.packing.reserved import KubeletReservations, kubelet_reservations
+from gpu_autoscaler.domain.pool_labels import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_SHARING_LABEL,
+    MIG_CONFIG_LABEL,
+    device_plugin_config,
+    pool_labels,
+)
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.catalog import InstanceType, name_labels
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
@@ -67,13 +74,6 @@ __all__ = [
     "reservation_settings",
 ]
 
-GPU_SHARING_LABEL = "gpu-autoscaler/gpu-sharing"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-"""The NVIDIA GPU Operator's MIG manager partitions a node's GPUs as the entry of mig-parted's config named here
-(`all-1g.10gb`; a media-engine profile `1g.10gb+me` is `all-1g.10gb.me`)."""
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-"""The NVIDIA device plugin reads its config from the entry of its ConfigMap named here (k8s-device-plugin README,
-per-node configuration); the entries are shipped in `agent/deploy/gpu-operator/nvidia-device-plugin-config.yaml`."""
 MIME_BOUNDARY = "==GPUAUTOSCALER=="
 
 _SET_BY_KUBELET = frozenset({L.INSTANCE_TYPE, L.ARCH, L.ZONE})
@@ -144,34 +144,14 @@ def node_labels(
     name alone gives the labels its name says (family, size…), not its vCPUs and memory."""
     type_labels = instance_type.labels if isinstance(instance_type, InstanceType) else name_labels(instance_type)
     wanted: dict[str, str] = {k: v for k, v in type_labels.items() if k not in _SET_BY_KUBELET}
-    wanted.update(pool.labels)
-    wanted[L.NODE_POOL] = pool.name
-    wanted[L.NODE_POOL_LABEL] = pool.name
+    wanted.update(pool_labels(pool))
     wanted[L.CAPACITY_TYPE] = capacity_type
-    sharing = pool.gpu_sharing
-    if sharing.mode != "none":
-        wanted[GPU_SHARING_LABEL] = sharing.mode
-    plugin_config = device_plugin_config(sharing)
-    if plugin_config:
-        wanted[DEVICE_PLUGIN_CONFIG_LABEL] = plugin_config
-    if sharing.mode == "mig" and sharing.mig_profile:
-        wanted[MIG_CONFIG_LABEL] = "all-" + sharing.mig_profile.replace("+", ".")
     if claim_id:
         wanted[L.CLAIM_LABEL] = label_value(claim_id)
     if gang:
         wanted[GANG_LABEL] = label_value(gang)
     kept = {k: v for k, v in sorted(wanted.items()) if kubelet_may_set(k)}
     return kept, tuple(sorted(set(wanted) - set(kept)))
-
-
-def device_plugin_config(sharing: GpuSharing) -> str | None:
-    """The device plugin config entry a node of this sharing mode needs; None: the plugin's default. A time-slicing
-    pool has at least two replicas (the configuration says so), as Bottlerocket's settings state them too."""
-    if sharing.mode == "time-slicing":
-        return f"time-slicing-{sharing.replicas}"
-    if sharing.mode == "mig":
-        return f"mig-{sharing.mig_strategy}"
-    return None
 
 
 def node_setup(

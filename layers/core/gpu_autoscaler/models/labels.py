@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "ARCH",
@@ -21,7 +25,9 @@ __all__ = [
     "INSTANCE_TYPE",
     "NODE_LABEL_KEYS",
     "NODE_POOL",
+    "NORMALIZED",
     "OS",
+    "REGION",
     "TYPE_LABEL_KEYS",
     "WELL_KNOWN",
     "ZONE",
@@ -29,6 +35,7 @@ __all__ = [
     "label_key_problem",
     "label_value",
     "label_value_problem",
+    "normalized_selector",
     "CLAIM_LABEL",
     "NODE_POOL_LABEL",
     "GANG_LABEL",
@@ -56,9 +63,23 @@ INSTANCE_GPU_FRACTION = "gpu-autoscaler/gpu-fraction"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
+"""Every node carries its region (the cloud node controller sets it; k8s.io/cloud-provider controllers/node)."""
 ARCH = "kubernetes.io/arch"
 OS = "kubernetes.io/os"
 NODE_POOL = "karpenter.sh/nodepool"
+NORMALIZED = {
+    "failure-domain.beta.kubernetes.io/zone": ZONE,
+    "beta.kubernetes.io/arch": ARCH,
+    "beta.kubernetes.io/os": OS,
+    "beta.kubernetes.io/instance-type": INSTANCE_TYPE,
+    "failure-domain.beta.kubernetes.io/region": REGION,
+}
+"""Deprecated keys every node still carries beside the stable ones, with the same value: the kubelet registers
+`beta.kubernetes.io/arch|os` (kubernetes pkg/kubelet/kubelet_node_status.go), the cloud node controller the beta
+zone, region and instance type. A pod's selector on them is read as on the stable key, as Karpenter reads it
+(`NormalizedLabels`, kubernetes-sigs/karpenter pkg/apis/v1/labels.go: "Pod requirements are translated for
+compatibility")."""
 
 WELL_KNOWN = frozenset({
     INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION, INSTANCE_SIZE, INSTANCE_CPU, INSTANCE_MEMORY,
@@ -137,6 +158,17 @@ def label_value_problem(value: str) -> str | None:
     if value and (len(value) > 63 or not _NAME.fullmatch(value)):
         return "the value must be empty or at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends"
     return None
+
+
+def normalized_selector(selector: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A node selector's pairs, sorted, with deprecated keys read as their stable ones (`NORMALIZED`). A deprecated
+    key whose stable key the selector also names with another value is kept as written: no node carries both
+    values, and no offering has the deprecated key, so the pod is refused as kube-scheduler would leave it."""
+    out = dict(selector)
+    for old, new in NORMALIZED.items():
+        if old in out and out.get(new, out[old]) == out[old]:
+            out[new] = out.pop(old)
+    return tuple(sorted(out.items()))
 
 
 def label_value(text: str) -> str:

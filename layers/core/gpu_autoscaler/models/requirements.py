@@ -6,10 +6,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from gpu_autoscaler.models.labels import NORMALIZED
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "Requirement", "terms_match", "unplannable_terms"]
+__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "Requirement", "normalized_terms", "terms_match",
+           "unplannable_terms"]
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 NODE_NAME_FIELD = "metadata.name"
@@ -89,6 +92,17 @@ def terms_match(terms: tuple[NodeSelectorTerm, ...] | list[NodeSelectorTerm], la
     """Terms are ORed, as in `requiredDuringSchedulingIgnoredDuringExecution`; none means any node. `name`: the
     node's, None for a node not launched yet."""
     return not terms or any(t.matches(labels, name) for t in terms)
+
+
+def normalized_terms(terms: tuple[NodeSelectorTerm, ...]) -> tuple[NodeSelectorTerm, ...]:
+    """The terms with deprecated label keys read as their stable ones (`labels.NORMALIZED`: every node carries both
+    with one value, so an expression means the same on either; Karpenter translates pods' requirements alike). The
+    same tuple when no expression names one."""
+    if not any(r.key in NORMALIZED for t in terms for r in t.match_expressions):
+        return terms
+    return tuple(t.model_copy(update={"match_expressions": tuple(
+        r.model_copy(update={"key": NORMALIZED[r.key]}) if r.key in NORMALIZED else r for r in t.match_expressions)})
+        for t in terms)
 
 
 def unplannable_terms(terms: tuple[NodeSelectorTerm, ...]) -> str | None:

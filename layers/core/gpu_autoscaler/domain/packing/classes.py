@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.per_object import PerObject
+from gpu_autoscaler.models.labels import normalized_selector
+from gpu_autoscaler.models.requirements import normalized_terms
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,6 +37,8 @@ class PodClass:
     """Canonical requests, including the one `pods` slot."""
     node_selector: tuple[tuple[str, str], ...]
     affinity: tuple[NodeSelectorTerm, ...]
+    """Both as the pods wrote them but for deprecated label keys, read as their stable ones
+    (`labels.normalized_selector`, `requirements.normalized_terms`)."""
     tolerations: tuple[Toleration, ...]
     priority: int
     gang: str | None
@@ -96,8 +100,9 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
         found = by_raw.get(raw)
         if found is None:
             requests = pod_requests(pod)
-            selector = tuple(sorted(pod.node_selector.items()))
-            constraint = (selector, plain_of(pod.required_node_affinity), plain_of(pod.tolerations))
+            selector = normalized_selector(pod.node_selector)
+            affinity = normalized_terms(pod.required_node_affinity)
+            constraint = (selector, plain_of(affinity), plain_of(pod.tolerations))
             canonical = (requests, constraint, pod.priority, pod.gang, spread)
             found = by_canonical.get(canonical)
             if found is None:
@@ -105,7 +110,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
                     index=len(classes),
                     requests=requests,
                     node_selector=selector,
-                    affinity=pod.required_node_affinity,
+                    affinity=affinity,
                     tolerations=pod.tolerations,
                     priority=pod.priority,
                     gang=pod.gang,

@@ -13,6 +13,7 @@ import numpy as np
 
 from gpu_autoscaler.config import CAPACITY_ORDER
 from gpu_autoscaler.domain.catalog import ANY, unavailable_key
+from gpu_autoscaler.domain.pool_labels import pool_labels
 from gpu_autoscaler.models import labels as L
 
 if TYPE_CHECKING:
@@ -33,8 +34,9 @@ _MISSING = -1
 def requirement_labels(instance_type: InstanceType, pool: NodePool, zone: str | None = None,
                        capacity_type: str | None = None) -> dict[str, str]:
     """The labels a node of this type in this pool carries, which the pool's requirements are read against: its
-    type's, its zone and capacity type (when given), its OS (every image here is Linux), and the pool's own labels
-    and name, which win as the kubelet registers them. Karpenter's example NodePool asks for `kubernetes.io/os In
+    type's, its zone and capacity type (when given), its OS (every image here is Linux), and the labels every node
+    of the pool registers with (`pool_labels`: its own, its name, its sharing mode), which win as the kubelet
+    registers them. Karpenter's example NodePool asks for `kubernetes.io/os In
     linux` beside the architecture and capacity type; read on the type's labels alone, no node would meet it."""
     labels = dict(instance_type.labels)
     if zone is not None:
@@ -42,8 +44,7 @@ def requirement_labels(instance_type: InstanceType, pool: NodePool, zone: str | 
     if capacity_type is not None:
         labels[L.CAPACITY_TYPE] = capacity_type
     labels[L.OS] = "linux"
-    labels.update(pool.labels)
-    labels[L.NODE_POOL] = pool.name
+    labels.update(pool_labels(pool))
     return labels
 
 

@@ -38,6 +38,7 @@ from gpu_autoscaler.domain.packing.nodes import PoolView
 from gpu_autoscaler.domain.packing.quotas import LimitLedger
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
 from gpu_autoscaler.domain.packing.zones import ONE_PER_NODE_PREFIX
+from gpu_autoscaler.domain.pool_labels import pool_labels
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
 
@@ -88,6 +89,8 @@ class Solver:
         self.fractional = FractionalTypes(self.index.types)
         self.partitioned = np.array([t.partitioned for t in self.index.types], bool)[self.index.type_of]
         """[O] offerings of fractional-GPU types: only for pods or pools that ask (see `fractional`)."""
+        self._cluster_labels = {L.REGION: config.region}
+        """What every node of the cluster carries whatever its pool: the region (the cloud node controller's)."""
         ordered = sorted(config.node_pools, key=lambda p: (-p.weight, p.name))
         self.pools = [self._view(pool, i) for i, pool in enumerate(ordered)]
         self._pool_by_name = {v.pool.name: v for v in self.pools}
@@ -104,7 +107,7 @@ class Solver:
 
     def _view(self, pool: NodePool, position: int) -> PoolView:
         idx = self.index
-        fixed = {**pool.labels, L.NODE_POOL: pool.name}
+        fixed = {**pool_labels(pool), **self._cluster_labels}
         allowed = tuple(c for c in CAPACITY_ORDER if c in pool.capacity_types)
         reservations = frozenset(r.id for r in pool.capacity_reservations)
         base = np.isin(idx.capacity_of, [idx.capacity_code(c) for c in allowed])
@@ -265,7 +268,7 @@ class Solver:
         return found
 
     def labels_of(self, view: PoolView, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
-        return requirement_labels(instance_type, view.pool, zone, capacity_type)
+        return {**requirement_labels(instance_type, view.pool, zone, capacity_type), **self._cluster_labels}
 
     def pack(self, demand: np.ndarray, req: np.ndarray, kinds: Kinds) -> list[Opened]:
         """`packer(demand, req, kinds)`, each distinct question packed once (`packs`): consolidation weighs the
