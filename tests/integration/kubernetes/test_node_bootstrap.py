@@ -106,6 +106,10 @@ def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_
     served = kube.api.get(NODES, "", instance.name)
     assert served["spec"]["providerID"] == "aws:///us-east-1b/i-0aaa"  # nodeadm sets it: the cloud provider is external
     assert not {L.INSTANCE_TYPE, L.ZONE, "topology.kubernetes.io/region"} & set(labels)
+    # The kubelet registers the deprecated arch and os keys beside the stable ones (kubelet_node_status.go
+    # `initialNode`: kubeletapis.LabelOS, LabelArch), which pods of older charts still select.
+    assert (labels["beta.kubernetes.io/arch"], labels["beta.kubernetes.io/os"]) == (
+        labels[L.ARCH], labels["kubernetes.io/os"]) == ("amd64", "linux")
     assert [(t.key, t.value, t.effect) for t in kube_reads.taints(node)] == [
         ("nvidia.com/gpu", "true", "NoSchedule"), ("node.cloudprovider.kubernetes.io/uninitialized", "true",
                                                    "NoSchedule"), ("node.kubernetes.io/not-ready", None, "NoSchedule")]
@@ -118,6 +122,10 @@ def test_the_kubelet_registers_what_the_user_data_says_and_gpus_come_later_from_
     labels = initialized["metadata"]["labels"]
     assert (labels[L.INSTANCE_TYPE], labels[L.ZONE], labels["topology.kubernetes.io/region"]) == (
         "g5.12xlarge", "us-east-1b", "us-east-1")
+    # and the deprecated keys beside them (k8s.io/cloud-provider controllers/node: "Adding node label from cloud
+    # provider" for the beta instance type, zone and region).
+    assert (labels["beta.kubernetes.io/instance-type"], labels["failure-domain.beta.kubernetes.io/zone"],
+            labels["failure-domain.beta.kubernetes.io/region"]) == ("g5.12xlarge", "us-east-1b", "us-east-1")
     assert [t["key"] for t in initialized["spec"]["taints"]] == ["nvidia.com/gpu", "node.kubernetes.io/not-ready"]
 
     clock.advance(timedelta(seconds=3))

@@ -6,8 +6,9 @@ cloud knows. The cloud controller manager's node controller (k8s.io/cloud-provid
 EKS by the control plane's AWS cloud controller manager, kubernetes/cloud-provider-aws) initializes each such
 node: it looks the instance up by its providerID (`aws:///<zone>/<instance-id>`; DescribeInstances), labels the
 Node with what EC2 says of it — `node.kubernetes.io/instance-type`, `topology.kubernetes.io/zone`,
-`topology.kubernetes.io/region` (kubernetes.io, "Well-Known Labels, Annotations and Taints") — and then removes
-the uninitialized taint (`TaintExternalCloudProvider`: "until a controller from the cloud-controller-manager
+`topology.kubernetes.io/region` (kubernetes.io, "Well-Known Labels, Annotations and Taints"), and the deprecated
+`beta.kubernetes.io/instance-type` and `failure-domain.beta.kubernetes.io/zone|region` beside them — and then
+removes the uninitialized taint (`TaintExternalCloudProvider`: "until a controller from the cloud-controller-manager
 intitializes this node, and then removes the taint"). Until then kube-scheduler places no pod there that does not
 tolerate the taint, and DaemonSet pods (the GPU Operator's device plugin among them) neither: the DaemonSet
 controller adds no toleration for it (kubernetes.io, "DaemonSet", "Taints and tolerations").

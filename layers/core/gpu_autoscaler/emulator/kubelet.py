@@ -82,6 +82,15 @@ OS = "kubernetes.io/os"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
+BETA_ARCH = "beta.kubernetes.io/arch"
+BETA_OS = "beta.kubernetes.io/os"
+"""Deprecated, and still registered by every kubelet beside the stable keys (kubernetes pkg/kubelet/
+kubelet_node_status.go `initialNode`: `kubeletapis.LabelOS`, `kubeletapis.LabelArch`)."""
+BETA_INSTANCE_TYPE = "beta.kubernetes.io/instance-type"
+BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+"""Deprecated, and still set by the cloud node controller beside the stable keys (k8s.io/cloud-provider
+controllers/node/node_controller.go: "Adding node label from cloud provider" for both of each)."""
 EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
 """The EBS CSI driver's topology key: its node plugin reports the zone under it in NodeGetInfo, and the kubelet
 labels the Node with the topology its CSI drivers report (Kubernetes CSI docs, "CSI Topology Feature";
@@ -105,8 +114,11 @@ def region_of(zone: str) -> str:
 
 def cloud_labels(instance_type: str, zone: str) -> dict[str, str]:
     """The labels the cloud controller manager's node controller sets when it initializes a node, from the cloud's
-    description of its instance: instance type, zone and region (k8s.io/cloud-provider, node controller)."""
-    return {INSTANCE_TYPE: instance_type, ZONE: zone, REGION: region_of(zone)}
+    description of its instance: instance type, zone and region, each under its stable and its deprecated key
+    (k8s.io/cloud-provider, node controller)."""
+    region = region_of(zone)
+    return {INSTANCE_TYPE: instance_type, ZONE: zone, REGION: region,
+            BETA_INSTANCE_TYPE: instance_type, BETA_ZONE: zone, BETA_REGION: region}
 
 
 def provider_id(zone: str, instance_id: str) -> str:
@@ -193,7 +205,8 @@ class SimulatedInstance:
         controller manager initialized it."""
         stamp = format_time(now)
         # What the kubelet sets itself (hostname, os, arch), then what the user data's --node-labels say.
-        labels = {ARCH: self.architecture, OS: "linux", HOSTNAME: self.name}
+        labels = {ARCH: self.architecture, OS: "linux", BETA_ARCH: self.architecture, BETA_OS: "linux",
+                  HOSTNAME: self.name}
         if ready:
             labels.update(self.ready_labels())
         if initialized:
