@@ -18,6 +18,9 @@
   values), so new nodes even them out.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
 
+- Spread on the node (`kubernetes.io/hostname`, `DoNotSchedule`) that counts the pod itself is copied with the
+  selector it counts by: a new node holds none of the group, so it may take `maxSkew` of them.
+
 - Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
   pod itself are copied: no two such pods may share a node, so the packer gives each its own.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_autoscaler.models.labels import HOSTNAME
 from gpu_autoscaler.models.volumes import ZONE_KEYS, persistent_volume_zones, zones_of_terms
 
 if TYPE_CHECKING:
@@ -45,8 +49,8 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
-           "selects", "spread_selector", "zone_spread"]
+__all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
+           "node_spread", "selects", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,22 @@ def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod's zone spread constraints kube-scheduler enforces, as written."""
     return [dict(c) for c in spec.get("topologySpreadConstraints") or ()
             if c.get("topologyKey") in ZONE_KEYS and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+
+
+def node_spread(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod's `DoNotSchedule` spread constraints on the node (`kubernetes.io/hostname`) whose pods it is one of,
+    each with the selector it counts by: a new node may take `maxSkew` of them (a constraint the pod is not in
+    counts none of the new pods, so it caps nothing there)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    out = []
+    for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or ():
+        if c.get("topologyKey") != HOSTNAME or c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+            continue
+        selector = spread_selector(c, labels)
+        if selects(selector, labels):
+            out.append({"maxSkew": c.get("maxSkew", 1), "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": selector})
+    return out
 
 
 def spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
@@ -108,7 +128,7 @@ def node_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
     out = []
     for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
-        if term.get("topologyKey") != "kubernetes.io/hostname" or term.get("namespaceSelector"):
+        if term.get("topologyKey") != HOSTNAME or term.get("namespaceSelector"):
             continue
         namespaces = term.get("namespaces") or ()
         if namespaces and (metadata.get("namespace") or "default") not in namespaces:

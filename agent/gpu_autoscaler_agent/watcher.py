@@ -27,7 +27,13 @@ from gpu_autoscaler_agent.api_errors import CALL_FAILURES, describe_error, statu
 from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
-from gpu_autoscaler_agent.placement import VolumesUnplannable, node_anti_affinity, spread_selector, zone_spread
+from gpu_autoscaler_agent.placement import (
+    VolumesUnplannable,
+    node_anti_affinity,
+    node_spread,
+    spread_selector,
+    zone_spread,
+)
 from gpu_autoscaler_agent.selection import group_ref, resolve_group
 from gpu_autoscaler_agent.sender import Backoff
 
@@ -290,6 +296,8 @@ class PodWatcher:
                       for c in zone_spread(spec)]
             if spread:
                 context["topologySpreadConstraints"] = spread
+        if per_node := node_spread(pod):
+            context["topologySpreadConstraints"] = [*context.get("topologySpreadConstraints", ()), *per_node]
         if apart := node_anti_affinity(pod):
             context["podAntiAffinity"] = apart
         if self._claims is not None and has_claims(pod):

@@ -238,3 +238,24 @@ def test_a_pod_goes_only_where_its_bound_volume_can_attach_like_volume_binding(
     assert kube_reads.pod_spec(core.read_namespaced_pod("orphan", "default")).node_name is None
     condition = pod_condition(core, "orphan")
     assert condition is not None and condition["message"] == 'persistentvolumeclaim "gone" not found'
+
+
+def test_a_spread_on_the_node_counts_every_eligible_node_like_pod_topology_spread(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    # The CPU node b holds no replica and counts (no node selector: every node is a domain; its taints would not
+    # matter either, nodeTaintsPolicy Ignore): the global minimum is 0, so the GPU node a takes maxSkew = 1.
+    stepped.add_instance(make_instance("i-0aaa", gpus=4), timedelta(0))
+    stepped.add_instance(make_instance("i-0bbb", gpus=0, taints=()), timedelta(0))
+    stepped.reconcile()
+    spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    for name in ("llm-0", "llm-1"):
+        pod = make_pod(name, labels={"app": "llm"})
+        pod["spec"]["topologySpreadConstraints"] = spread
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
+    result = stepped.reconcile()
+    assert result.bound == {"default/llm-0": make_instance("i-0aaa").name}
+    assert result.unschedulable["default/llm-1"].startswith(
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match pod topology spread "
+        "constraints.")

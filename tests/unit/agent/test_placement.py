@@ -244,3 +244,25 @@ def test_a_pod_asking_for_no_gpu_is_not_reported_whatever_its_volumes() -> None:
                        placement=KubernetesPlacement(None, CLOCK, core_api=core, storage_api=core),  # type: ignore[arg-type]
                        claims=KubernetesClaims(None, CLOCK, custom_api=NicClaims()))  # type: ignore[arg-type]
     assert found.report(pod) is None
+
+
+def test_a_spread_on_the_node_is_sent_with_its_group_when_the_pod_is_in_it() -> None:
+    """kube-scheduler caps a new node (0 matching pods: the global minimum) at `maxSkew` of the pods a hostname
+    spread counts, when the pod is one of them ("skew = number of matching pods in the domain + 1 if the incoming
+    pod matches − global minimum"; kubernetes.io, Pod Topology Spread Constraints)."""
+    pod = make_pod(labels={"app": "x", "pod-template-hash": "abc"})
+    node = {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "x"}}, "matchLabelKeys": ["pod-template-hash"]}
+    pod["spec"]["topologySpreadConstraints"] = [
+        node, {**node, "labelSelector": {"matchLabels": {"app": "other"}}},  # counts others only: no cap
+        {**node, "whenUnsatisfiable": "ScheduleAnyway"}]  # scored, not enforced
+    core = CountingSpread()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=object())  # type: ignore[arg-type]
+    sink = RecordingSink()
+    report = PodWatcher(None, sink, PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                        Metrics(), core_api=core, placement=placement).report(pod)  # type: ignore[arg-type]
+    assert report is not None
+    assert report.entry["topologySpreadConstraints"] == [{
+        "maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "x"}, "matchExpressions": [
+            {"key": "pod-template-hash", "operator": "In", "values": ["abc"]}]}}]

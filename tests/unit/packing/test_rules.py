@@ -457,6 +457,26 @@ def test_pods_that_repel_each_other_on_a_node_get_a_node_each() -> None:
     assert sorted(len(c.pods) for c in plan.claims) == [1, 1, 1, 1]
 
 
+def test_hostname_spread_caps_each_new_node_at_max_skew() -> None:
+    """kube-scheduler's PodTopologySpread on `kubernetes.io/hostname`: a new node holds 0 matching pods, so the
+    global minimum is 0 and a node takes at most `maxSkew` of the group (Karpenter: "we assume the global minimum
+    is always zero", topologygroup.go)."""
+    def spread(skew: int) -> list[dict[str, Any]]:
+        return [{"maxSkew": skew, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    pool = make_pool(capacityTypes=["on-demand"])
+    together = solve(make_pods(8, gpus=1, cpu="14", memory="60Gi"), pool)
+    assert [len(c.pods) for c in together.claims] == [8]  # one g5.48xlarge, without the rule
+    one = solve(make_pods(8, gpus=1, cpu="14", memory="60Gi", topologySpreadConstraints=spread(1)), pool)
+    assert [len(c.pods) for c in one.claims] == [1] * 8
+    three = solve(make_pods(8, gpus=1, cpu="14", memory="60Gi", topologySpreadConstraints=spread(3)), pool)
+    assert max(len(c.pods) for c in three.claims) <= 3 and sum(len(c.pods) for c in three.claims) == 8
+    apart = [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    both = solve(make_pods(4, gpus=1, cpu="14", memory="60Gi", topologySpreadConstraints=spread(3),
+                           podAntiAffinity=apart), pool)
+    assert [len(c.pods) for c in both.claims] == [1] * 4  # one group's stricter rule holds
+
+
 # Dynamic Resource Allocation claims
 
 

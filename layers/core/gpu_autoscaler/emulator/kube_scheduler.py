@@ -15,6 +15,13 @@ Packing"; the pod request rules from "Resource Management for Pods", "Init Conta
   must exist (else `persistentvolumeclaim "<name>" not found`), and the required node affinity of the
   volume it is bound to must select the node (else `node(s) had volume node affinity conflict`). A claim
   not yet bound (WaitForFirstConsumer) is bound where the pod lands, so it constrains nothing here.
+  PodTopologySpread ("Pod Topology Spread Constraints"; `whenUnsatisfiable: DoNotSchedule` constraints): a node
+  without every constraint's `topologyKey` is refused ("missing required label"); the domains are the key's values
+  on eligible nodes (those with every key that pass the pod's nodeSelector and required node affinity,
+  `nodeAffinityPolicy: Honor`; taints count only under `nodeTaintsPolicy: Honor`), each counting the bound, not
+  terminating pods of the pod's namespace its `labelSelector` (with `matchLabelKeys` ANDed in) selects, 0 included;
+  "skew = number of matching pods in the domain + 1 if the incoming pod matches − global minimum" must stay within
+  `maxSkew`, the global minimum being 0 while fewer eligible domains than `minDomains` exist.
 - Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
   `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
   default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
@@ -39,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.emulator.kube_objects import NODES, PODGROUPS, PODS, PVCS, PVS, ApiError, format_time
+from gpu_autoscaler.emulator.kube_selectors import labels_match, selector_from_object
 from gpu_autoscaler.models.resources import Resources
 
 if TYPE_CHECKING:
@@ -158,10 +166,13 @@ class _Node:
     allocatable: dict[str, int]
     used: dict[str, int]
     """Plain dicts: a pass reads them nodes × pods times."""
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    """The pods bound to it and not finished, for the filters that look at other pods."""
 
-    def take(self, need: Mapping[str, int]) -> None:
+    def take(self, need: Mapping[str, int], raw: dict[str, Any]) -> None:
         for resource, value in need.items():
             self.used[resource] = self.used.get(resource, 0) + value
+        self.pods.append(raw)
 
 
 @dataclass
@@ -203,14 +214,71 @@ def _refuse(pod: _Pod, node: _Node) -> str | None:
     for taint in node.taints:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(tolerations, taint):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
-    selector = pod.spec.get("nodeSelector") or {}
-    required = (pod.node_affinity().get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms")
-    if any(node.labels.get(k) != v for k, v in selector.items()) or (
-            required is not None and not any(_term(t, node.labels, node.name) for t in required)):
+    if not _affinity_holds(pod, node):
         return "node(s) didn't match Pod's node affinity/selector"
     if any(not any(_term(t, node.labels, node.name) for t in terms) for terms in pod.volume_terms):
         return "node(s) had volume node affinity conflict"
+    return None
+
+
+def _affinity_holds(pod: _Pod, node: _Node) -> bool:
+    """The pod's `nodeSelector` and required node affinity select the node."""
+    selector = pod.spec.get("nodeSelector") or {}
+    required = (pod.node_affinity().get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms")
+    return all(node.labels.get(k) == v for k, v in selector.items()) and (
+        required is None or any(_term(t, node.labels, node.name) for t in required))
+
+
+def _spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
+    """The constraint's `labelSelector` with the pod's values of its `matchLabelKeys` ANDed in (a key the pod lacks
+    is ignored)."""
+    selector = constraint.get("labelSelector")
+    if selector is None:
+        return None
+    extra = [{"key": k, "operator": "In", "values": [labels[k]]} for k in constraint.get("matchLabelKeys") or ()
+             if k in labels]
+    return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
+
+
+def _refuse_beside(pod: _Pod, node: _Node, nodes: list[_Node]) -> str | None:
+    """Why a filter that looks at the pods already bound rejects the node (kube-scheduler's wording), or None."""
+    constraints = [c for c in pod.spec.get("topologySpreadConstraints") or ()
+                   if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+    if constraints:
+        return _spread_refusal(pod, node, nodes, constraints)
+    return None
+
+
+def _spread_refusal(pod: _Pod, node: _Node, nodes: list[_Node], constraints: list[Mapping[str, Any]]) -> str | None:
+    keys = [c.get("topologyKey", "") for c in constraints]
+    if any(k not in node.labels for k in keys):
+        return "node(s) didn't match pod topology spread constraints (missing required label)"
+    metadata = pod.raw["metadata"]
+    namespace, labels = metadata.get("namespace"), metadata.get("labels") or {}
+    tolerations = pod.spec.get("tolerations") or ()
+    for constraint, key in zip(constraints, keys, strict=True):
+        selector = selector_from_object(_spread_selector(constraint, labels))
+        counts: dict[str, int] = {}
+        for other in nodes:
+            if any(k not in other.labels for k in keys):
+                continue
+            if constraint.get("nodeAffinityPolicy", "Honor") == "Honor" and not _affinity_holds(pod, other):
+                continue
+            if constraint.get("nodeTaintsPolicy", "Ignore") == "Honor" and any(
+                    t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(tolerations, t)
+                    for t in other.taints):
+                continue
+            domain = other.labels[key]
+            counts[domain] = counts.get(domain, 0) + sum(
+                1 for p in other.pods if p["metadata"].get("namespace") == namespace
+                and not p["metadata"].get("deletionTimestamp")
+                and labels_match(selector, p["metadata"].get("labels") or {}))
+        least = min(counts.values(), default=0)
+        if len(counts) < int(constraint.get("minDomains") or 1):
+            least = 0
+        if counts.get(node.labels[key], 0) + labels_match(selector, labels) - least > int(constraint.get("maxSkew", 1)):
+            return "node(s) didn't match pod topology spread constraints"
     return None
 
 
@@ -274,7 +342,7 @@ class _Cycle:
         reasons = Counter(refusals)
         feasible = []
         for node in candidates:
-            short = _shortfall(pod, node)
+            short = _refuse_beside(pod, node, self.nodes) or _shortfall(pod, node)
             if short is None:
                 feasible.append(node)
             else:
@@ -282,7 +350,7 @@ class _Cycle:
         if not feasible:
             return None, _message(reasons, len(self.nodes))
         node = _choose(pod, feasible)
-        node.take(pod.need)
+        node.take(pod.need, pod.raw)
         return node, ""
 
     def _filter(self, pod: _Pod) -> tuple[list[_Node], Counter[str]]:
@@ -365,7 +433,7 @@ class Scheduler:
             and (p.get("spec") or {}).get("nodeName")
             and (p.get("status") or {}).get("phase") not in _TERMINAL
         )
-        saved = [(n, dict(n.used)) for n in cycle.nodes]
+        saved = [(n, dict(n.used), list(n.pods)) for n in cycle.nodes]
         placed: list[tuple[dict[str, Any], _Node]] = []
         last_message = ""
         for raw in members:
@@ -381,8 +449,8 @@ class Scheduler:
                 if all(raw is not p for p, _ in placed):
                     self._mark(raw, "Unschedulable", last_message, result)
             return
-        for node, used in saved:
-            node.used = used
+        for node, used, pods in saved:
+            node.used, node.pods = used, pods
         message = (f"{last_message} pod group {group} needs {min_member} pods, and only "
                    f"{running + len(placed)} can be scheduled.").strip()
         for raw in members:
@@ -423,9 +491,11 @@ class Scheduler:
     def _nodes(self) -> list[_Node]:
         store = self._api.store
         used: dict[str, dict[str, int]] = {}
+        bound: dict[str, list[dict[str, Any]]] = {}
         for pod in store.objects(PODS):
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                bound.setdefault(node_name, []).append(pod)
                 totals = used.setdefault(node_name, {})
                 for resource, value in self._requests_of(pod).items():
                     totals[resource] = totals.get(resource, 0) + value
@@ -437,7 +507,7 @@ class Scheduler:
             out.append(_Node(
                 name=name, labels=dict(node["metadata"].get("labels") or {}),
                 taints=[dict(t) for t in spec.get("taints") or ()], unschedulable=bool(spec.get("unschedulable")),
-                allocatable=_allocatable(node).as_dict(), used=used.get(name, {}),
+                allocatable=_allocatable(node).as_dict(), used=used.get(name, {}), pods=bound.get(name, []),
             ))
         return sorted(out, key=lambda n: n.name)
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ARCH",
     "CAPACITY_TYPE",
+    "HOSTNAME",
     "INSTANCE_CATEGORY",
     "INSTANCE_CPU",
     "INSTANCE_FAMILY",
@@ -63,6 +64,7 @@ INSTANCE_GPU_FRACTION = "gpu-autoscaler/gpu-fraction"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
 REGION = "topology.kubernetes.io/region"
 """Every node carries its region (the cloud node controller sets it; k8s.io/cloud-provider controllers/node)."""
 ARCH = "kubernetes.io/arch"

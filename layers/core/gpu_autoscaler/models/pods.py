@@ -33,8 +33,10 @@ class PodGroup(_Wire):
 
 
 class TopologySpread(_Wire):
-    """A `topologySpreadConstraints` entry over zones that kube-scheduler enforces (`DoNotSchedule`): new
-    nodes for the pods that share it are spread over zones, so the scheduler can place them all."""
+    """A `topologySpreadConstraints` entry kube-scheduler enforces (`DoNotSchedule`), keyed on the zone (new nodes
+    for the pods that share it are spread over zones, so the scheduler can place them all) or on the node
+    (`kubernetes.io/hostname`, sent when the pod matches its selector: a new node takes at most `maxSkew` of
+    them)."""
 
     max_skew: int = Field(alias="maxSkew", ge=1)
     topology_key: str = Field(alias="topologyKey", min_length=1)
@@ -42,6 +44,8 @@ class TopologySpread(_Wire):
         default="DoNotSchedule", alias="whenUnsatisfiable")
     zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
     """Matching pods already running per zone, when the agent knows them (absent zones count 0)."""
+    label_selector: dict[str, object] | None = Field(default=None, alias="labelSelector")
+    """The pods it counts (`matchLabelKeys` ANDed in): the group a node-keyed constraint caps per node."""
 
 
 class DeviceRequest(_Wire):
@@ -77,7 +81,7 @@ class PendingPod(_Wire, CachedModel):
     """Zones every one of the pod's persistent volumes can be used in (bound volumes' node affinity, or the
     allowed topologies of a WaitForFirstConsumer class); absent when they allow any. Empty: no common zone."""
     topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
-    """The pod's zone spread constraints (only those keyed on the zone)."""
+    """The pod's spread constraints keyed on the zone or on the node."""
     pod_anti_affinity: tuple[PodAntiAffinity, ...] = Field(default=(), alias="podAntiAffinity")
     device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
     """What the pod's Dynamic Resource Allocation claims ask for, per device class."""
@@ -173,7 +177,7 @@ def _parsed(requests: dict[str, str]) -> Resources:
 
 def with_requests(pod: PendingPod, extra: dict[str, int]) -> PendingPod:
     """The pod asking for more (a new model, so `resources` is computed afresh): the packer sizes nodes for
-    what is not a resource request in the Pod (DRA devices, one-per-node) as for any other resource."""
+    what is not a resource request in the Pod (DRA devices, per-node caps) as for any other resource."""
     if not extra:
         return pod
     data = pod.model_dump(by_alias=True)

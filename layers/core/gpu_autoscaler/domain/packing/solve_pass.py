@@ -38,7 +38,7 @@ from gpu_autoscaler.domain.packing.results import (
 )
 from gpu_autoscaler.domain.packing.room import roomier_node
 from gpu_autoscaler.domain.packing.zones import (
-    one_per_node,
+    per_node,
     spread_over_zones,
     spreads,
     with_volume_zones,
@@ -123,7 +123,7 @@ class SolvePass:
     # Setup
 
     def _placeable(self, pods: list[PendingPod]) -> list[PendingPod]:
-        """Pods pinned to their volumes' zones, asking for their DRA devices and one-per-node room as for
+        """Pods pinned to their volumes' zones, asking for their DRA devices and per-node room as for
         resources; those the agent, their requests (`beyond_any_node`), their node affinity or their volumes rule out
         are unschedulable, and affinity terms no node not launched yet can satisfy (empty, or by field) are left out.
         One pass over the pods (a burst's ten thousand)."""
@@ -141,8 +141,8 @@ class SolvePass:
                 terms = pod.required_node_affinity
                 if terms and not all(t.plannable for t in terms):  # planned on its other terms
                     pod = pod.model_copy(update={"required_node_affinity": tuple(t for t in terms if t.plannable)})
-                if pod.device_requests or pod.pod_anti_affinity:
-                    pod = with_requests(pod, {**device_totals(pod), **one_per_node(pod)})
+                if pod.device_requests or pod.pod_anti_affinity or pod.topology_spread:
+                    pod = with_requests(pod, {**device_totals(pod), **per_node(pod)})
                 zoned = zoned or bool(pod.volume_zones)
                 out.append(pod)
         return with_volume_zones(out) if zoned else out

@@ -37,7 +37,7 @@ from gpu_autoscaler.domain.packing.memo import PackMemo
 from gpu_autoscaler.domain.packing.nodes import PoolView
 from gpu_autoscaler.domain.packing.quotas import LimitLedger
 from gpu_autoscaler.domain.packing.solve_pass import SolvePass
-from gpu_autoscaler.domain.packing.zones import ONE_PER_NODE_PREFIX
+from gpu_autoscaler.domain.packing.zones import PER_NODE_PREFIX, PER_NODE_UNITS
 from gpu_autoscaler.domain.pool_labels import pool_labels
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.requirements import Requirement
@@ -145,8 +145,8 @@ class Solver:
         found = self._matrices.get(key)
         if found is None:
             view = self._pool_by_name[pool]
-            # Every node has room for one pod of each one-per-node group (pod anti-affinity on the node).
-            found = np.array([[a.get(n, 1 if n.startswith(ONE_PER_NODE_PREFIX) else 0) for n in names]
+            # Every node has the same room for each per-node group (`zones.per_node`).
+            found = np.array([[a.get(n, PER_NODE_UNITS if n.startswith(PER_NODE_PREFIX) else 0) for n in names]
                               for a in view.allocatable], np.int64).reshape(
                 len(view.allocatable), len(names)
             )
@@ -164,7 +164,7 @@ class Solver:
         positions = [p for n in names if (p := self.index.type_position.get(n)) is not None]
         if view is None or not positions:
             return False
-        return all(value <= view.allocatable[p].get(name, 1 if name.startswith(ONE_PER_NODE_PREFIX) else 0)
+        return all(value <= view.allocatable[p].get(name, PER_NODE_UNITS if name.startswith(PER_NODE_PREFIX) else 0)
                    for p in positions for name, value in requests.items() if value > 0)
 
     def claim_types(self, claim: NodeClaim) -> list[InstanceType]:

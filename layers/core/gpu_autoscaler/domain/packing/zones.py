@@ -9,8 +9,13 @@ candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if t
   them, each pod pinned to one, levelling from the counts the agent reported (water-filling keeps the skew
   at most one, within any `maxSkew`). Gang members are not spread: a gang is placed whole in one zone.
 
-Required pod anti-affinity on the node (`kubernetes.io/hostname`) among pods the term matches becomes a request
-of one unit of a resource every node has one of (`one_per_node`), so no plan puts two of them on one node.
+Rules that cap how many pods of a group one node takes become a resource every node has `PER_NODE_UNITS` of, a
+pod capped at m per node asking `PER_NODE_UNITS // m` of it (`per_node`): required pod anti-affinity on the node
+(`kubernetes.io/hostname`) among pods the term matches (1 per node), and a `DoNotSchedule` spread on the node
+(`maxSkew` per node: a new node holds none of the group, so kube-scheduler's global minimum is 0 there; Karpenter
+assumes the same, "Because Karpenter can always create a new domain for hostname, we assume the global minimum is
+always zero", pkg/controllers/provisioning/scheduling/topologygroup.go). A group is its namespace and selector; a pod
+under two rules of one group asks the larger share, so the stricter cap holds.
 """
 
 from __future__ import annotations
@@ -28,21 +33,33 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["ONE_PER_NODE_PREFIX", "SPREAD_KEYS", "one_per_node", "pin_to_zones", "spread_over_zones", "spreads",
-           "with_volume_zones"]
+__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "per_node", "pin_to_zones", "spread_over_zones",
+           "spreads", "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
-HOSTNAME = "kubernetes.io/hostname"
-ONE_PER_NODE_PREFIX = "gpu-autoscaler/one-per-node-"
+PER_NODE_PREFIX = "gpu-autoscaler/per-node-"
+PER_NODE_UNITS = 720_720
+"""What every node has of each per-node resource: divisible by 1 to 16, so a cap of m per node is exact there, and
+`PER_NODE_UNITS // (PER_NODE_UNITS // m)` is still m up to `MAX_PER_NODE`."""
+MAX_PER_NODE = 800
+"""Caps above it are taken as it: no node holds that many pods (kubelet's `maxPods` stays within a few hundred)."""
 
 
-def one_per_node(pod: PendingPod) -> dict[str, int]:
-    """One unit of the pod's anti-affinity group (namespace and selector) per hostname-keyed term."""
-    out = {}
+def per_node(pod: PendingPod) -> dict[str, int]:
+    """The pod's share of each per-node resource its rules cap (see the module's docstring)."""
+    out: dict[str, int] = {}
+
+    def cap(group: object, most: int) -> None:
+        name = PER_NODE_PREFIX + hashlib.sha256(json.dumps(group, sort_keys=True).encode()).hexdigest()[:12]
+        out[name] = max(out.get(name, 0), PER_NODE_UNITS // min(most, MAX_PER_NODE))
+
     for term in pod.pod_anti_affinity:
-        if term.topology_key == HOSTNAME:
-            text = json.dumps([pod.namespace, term.label_selector], sort_keys=True)
-            out[ONE_PER_NODE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:12]] = 1
+        if term.topology_key == L.HOSTNAME:
+            cap([pod.namespace, term.label_selector], 1)
+    for spread in pod.topology_spread:
+        if spread.topology_key == L.HOSTNAME and spread.when_unsatisfiable == "DoNotSchedule" \
+                and spread.label_selector is not None:
+            cap([pod.namespace, spread.label_selector], spread.max_skew)
     return out
 
 
