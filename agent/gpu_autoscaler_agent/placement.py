@@ -21,6 +21,9 @@
 - Spread on the node (`kubernetes.io/hostname`, `DoNotSchedule`) that counts the pod itself is copied with the
   selector it counts by: a new node holds none of the group, so it may take `maxSkew` of them.
 
+- Host ports (a container's `hostPort`; every container port of a `hostNetwork` pod): one pod per port, protocol
+  and address on a node (kube-scheduler's NodePorts filter).
+
 - Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
   pod itself are copied: no two such pods may share a node, so the packer gives each its own.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
@@ -49,8 +52,8 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.clock import Clock
 
-__all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "label_selector_text", "node_anti_affinity",
-           "node_spread", "selects", "spread_selector", "zone_spread"]
+__all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "host_ports", "label_selector_text",
+           "node_anti_affinity", "node_spread", "selects", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,22 @@ def node_spread(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
         if selects(selector, labels):
             out.append({"maxSkew": c.get("maxSkew", 1), "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
                         "labelSelector": selector})
+    return out
+
+
+def host_ports(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ports the pod holds on its node, as kube-scheduler's NodePorts filter counts them (`GetHostPorts`,
+    kubernetes pkg/scheduler/util): the `hostPort` of its app containers and sidecars (restartable init containers);
+    under `hostNetwork` every container port, which the API server defaults the host port to."""
+    containers = [*(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"),
+                  *(spec.get("containers") or ())]
+    out = []
+    for container in containers:
+        for port in container.get("ports") or ():
+            number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
+            if number:
+                out.append({"hostPort": int(number), "protocol": port.get("protocol") or "TCP",
+                            "hostIP": port.get("hostIP") or ""})
     return out
 
 

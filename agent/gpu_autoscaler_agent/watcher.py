@@ -29,6 +29,7 @@ from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has
 from gpu_autoscaler_agent.document import pending_pod
 from gpu_autoscaler_agent.placement import (
     VolumesUnplannable,
+    host_ports,
     node_anti_affinity,
     node_spread,
     spread_selector,
@@ -300,6 +301,8 @@ class PodWatcher:
             context["topologySpreadConstraints"] = [*context.get("topologySpreadConstraints", ()), *per_node]
         if apart := node_anti_affinity(pod):
             context["podAntiAffinity"] = apart
+        if ports := host_ports(spec):
+            context["hostPorts"] = ports
         if self._claims is not None and has_claims(pod):
             requests: list[dict[str, Any]] = []
             refused: str | None = None

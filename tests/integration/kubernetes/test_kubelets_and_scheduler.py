@@ -259,3 +259,20 @@ def test_a_spread_on_the_node_counts_every_eligible_node_like_pod_topology_sprea
     assert result.unschedulable["default/llm-1"].startswith(
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match pod topology spread "
         "constraints.")
+
+
+def test_two_pods_on_one_host_port_never_share_a_node_like_node_ports(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    stepped.add_instance(make_instance("i-0aaa", gpus=4), timedelta(0))
+    stepped.reconcile()
+    for name, ports in (("web-0", [{"containerPort": 8000, "hostPort": 8000}]),
+                        ("web-1", [{"containerPort": 8000, "hostPort": 8000, "hostIP": "10.0.0.1"}]),
+                        ("dns", [{"containerPort": 8000, "hostPort": 8000, "protocol": "UDP"}])):
+        pod = make_pod(name)
+        pod["spec"]["containers"][0]["ports"] = ports
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
+    result = stepped.reconcile()
+    assert sorted(result.bound) == ["default/dns", "default/web-0"]
+    assert result.unschedulable["default/web-1"].startswith(
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.")

@@ -266,3 +266,29 @@ def test_a_spread_on_the_node_is_sent_with_its_group_when_the_pod_is_in_it() -> 
         "maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "x"}, "matchExpressions": [
             {"key": "pod-template-hash", "operator": "In", "values": ["abc"]}]}}]
+
+
+def test_host_ports_are_sent_as_kube_scheduler_counts_them() -> None:
+    """NodePorts counts the `hostPort` of app containers and of sidecars (restartable init containers), not of init
+    containers that finish (`GetHostPorts`, kubernetes pkg/scheduler/util); a `hostNetwork` pod's container ports
+    are host ports ("If HostNetwork is specified, this must match ContainerPort", core/v1 ContainerPort)."""
+    pod = make_pod()
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8000, "hostPort": 8000},
+                                             {"containerPort": 9090, "protocol": "UDP", "hostIP": "10.0.0.1",
+                                              "hostPort": 9090},
+                                             {"containerPort": 8080}]
+    pod["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "ports": [{"containerPort": 15001, "hostPort": 15001}]},
+        {"name": "setup", "ports": [{"containerPort": 7000, "hostPort": 7000}]}]
+    watcher = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                         Metrics(), core_api=CountingSpread())  # type: ignore[arg-type]
+    report = watcher.report(pod)
+    assert report is not None
+    assert report.entry["hostPorts"] == [
+        {"hostPort": 15001, "protocol": "TCP", "hostIP": ""}, {"hostPort": 8000, "protocol": "TCP", "hostIP": ""},
+        {"hostPort": 9090, "protocol": "UDP", "hostIP": "10.0.0.1"}]
+    pod["spec"]["hostNetwork"] = True
+    del pod["spec"]["initContainers"]
+    report = watcher.report(pod)
+    assert report is not None
+    assert [p["hostPort"] for p in report.entry["hostPorts"]] == [8000, 9090, 8080]

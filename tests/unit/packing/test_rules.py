@@ -477,6 +477,22 @@ def test_hostname_spread_caps_each_new_node_at_max_skew() -> None:
     assert [len(c.pods) for c in both.claims] == [1] * 4  # one group's stricter rule holds
 
 
+def test_pods_on_one_host_port_get_a_node_each() -> None:
+    """kube-scheduler's NodePorts filter: a node takes one pod per host port and protocol, a pod on every address
+    (0.0.0.0) conflicting with one on a single address (Karpenter: pkg/scheduling/hostportusage.go)."""
+    pool = make_pool(capacityTypes=["on-demand"])
+
+    def on(*ports: dict[str, Any]) -> list[PendingPod]:
+        return [make_pod(gpus=1, cpu="14", memory="60Gi", hostPorts=[p]) for p in ports]
+
+    any_ip = {"hostPort": 8000, "protocol": "TCP"}
+    assert [len(c.pods) for c in solve(on(any_ip, any_ip, any_ip), pool).claims] == [1, 1, 1]
+    apart = on({**any_ip, "hostIP": "10.0.0.1"}, {**any_ip, "hostIP": "10.0.0.2"}, {**any_ip, "protocol": "UDP"},
+               {"hostPort": 9000, "protocol": "TCP"})
+    assert max(len(c.pods) for c in solve(apart, pool).claims) > 1  # another address, protocol or port: shared
+    assert sorted(len(c.pods) for c in solve(on({**any_ip, "hostIP": "10.0.0.1"}, any_ip), pool).claims) == [1, 1]
+
+
 # Dynamic Resource Allocation claims
 
 

@@ -22,6 +22,10 @@ Packing"; the pod request rules from "Resource Management for Pods", "Init Conta
   terminating pods of the pod's namespace its `labelSelector` (with `matchLabelKeys` ANDed in) selects, 0 included;
   "skew = number of matching pods in the domain + 1 if the incoming pod matches − global minimum" must stay within
   `maxSkew`, the global minimum being 0 while fewer eligible domains than `minDomains` exist.
+  NodePorts: a node where a bound pod holds one of the pod's host ports (same port and protocol, and the same
+  `hostIP` or either on 0.0.0.0, the default) is refused. A pod's host ports are its containers' and sidecars'
+  (restartable init containers') `hostPort`s, and under `hostNetwork` their container ports ("If HostNetwork is
+  specified, this must match ContainerPort", core/v1 ContainerPort.hostPort, which the API server defaults to it).
 - Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
   `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
   default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
@@ -185,8 +189,11 @@ class _Pod:
     need: dict[str, int] = field(init=False)
     """The requests and the pod's slot, as NodeResourcesFit checks them."""
 
+    host_ports: list[tuple[str, str, int]] = field(init=False)
+
     def __post_init__(self) -> None:
         self.need = (self.requests + {POD_SLOTS: 1}).as_dict()
+        self.host_ports = _host_ports(self.spec)
 
     @property
     def key(self) -> str:
@@ -241,8 +248,24 @@ def _spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) -
     return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
 
 
+def _host_ports(spec: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(address, protocol, port) the pod holds on its node."""
+    containers = [*(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"),
+                  *(spec.get("containers") or ())]
+    return [(p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", int(number))
+            for c in containers for p in c.get("ports") or ()
+            if (number := p.get("hostPort") or (p.get("containerPort") if spec.get("hostNetwork") else 0))]
+
+
+def _ports_clash(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
+    return a[1:] == b[1:] and (a[0] == b[0] or "0.0.0.0" in (a[0], b[0]))
+
+
 def _refuse_beside(pod: _Pod, node: _Node, nodes: list[_Node]) -> str | None:
     """Why a filter that looks at the pods already bound rejects the node (kube-scheduler's wording), or None."""
+    if pod.host_ports and any(_ports_clash(mine, theirs) for other in node.pods
+                              for theirs in _host_ports(other.get("spec") or {}) for mine in pod.host_ports):
+        return "node(s) didn't have free ports for the requested pod ports"
     constraints = [c for c in pod.spec.get("topologySpreadConstraints") or ()
                    if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
     if constraints:

@@ -17,8 +17,8 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["DeviceRequest", "PendingPod", "PendingPodsDocument", "PodGroup", "PodAntiAffinity", "TopologySpread",
-           "device_totals", "with_requests"]
+__all__ = ["DeviceRequest", "HostPort", "PendingPod", "PendingPodsDocument", "PodAntiAffinity", "PodGroup",
+           "TopologySpread", "device_totals", "with_requests"]
 
 
 class _Wire(BaseModel):
@@ -65,6 +65,16 @@ class PodAntiAffinity(_Wire):
     label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
 
 
+class HostPort(_Wire):
+    """A port the pod holds on its node's addresses: a container's `hostPort` (a `hostNetwork` pod's container ports
+    are host ports too). kube-scheduler's NodePorts filter keeps two pods holding one on a node apart."""
+
+    port: int = Field(alias="hostPort", ge=1, le=65535)
+    protocol: str = "TCP"
+    host_ip: str = Field(default="", alias="hostIP")
+    """Empty or 0.0.0.0: every address of the node."""
+
+
 class PendingPod(_Wire, CachedModel):
     uid: str = Field(min_length=1)
     namespace: str = "default"
@@ -83,6 +93,7 @@ class PendingPod(_Wire, CachedModel):
     topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
     """The pod's spread constraints keyed on the zone or on the node."""
     pod_anti_affinity: tuple[PodAntiAffinity, ...] = Field(default=(), alias="podAntiAffinity")
+    host_ports: tuple[HostPort, ...] = Field(default=(), alias="hostPorts")
     device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
     """What the pod's Dynamic Resource Allocation claims ask for, per device class."""
     unplannable: str | None = None

@@ -141,7 +141,7 @@ class SolvePass:
                 terms = pod.required_node_affinity
                 if terms and not all(t.plannable for t in terms):  # planned on its other terms
                     pod = pod.model_copy(update={"required_node_affinity": tuple(t for t in terms if t.plannable)})
-                if pod.device_requests or pod.pod_anti_affinity or pod.topology_spread:
+                if pod.device_requests or pod.pod_anti_affinity or pod.topology_spread or pod.host_ports:
                     pod = with_requests(pod, {**device_totals(pod), **per_node(pod)})
                 zoned = zoned or bool(pod.volume_zones)
                 out.append(pod)

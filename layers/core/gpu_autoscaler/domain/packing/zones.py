@@ -16,6 +16,11 @@ pod capped at m per node asking `PER_NODE_UNITS // m` of it (`per_node`): requir
 assumes the same, "Because Karpenter can always create a new domain for hostname, we assume the global minimum is
 always zero", pkg/controllers/provisioning/scheduling/topologygroup.go). A group is its namespace and selector; a pod
 under two rules of one group asks the larger share, so the stricter cap holds.
+
+Host ports are such groups too (kube-scheduler's NodePorts filter; Karpenter's pkg/scheduling/hostportusage.go): one
+pod per port and protocol on every address (0.0.0.0), while pods on distinct single addresses may share a node. A pod
+on every address asks all of its (port, protocol) group; one on a single address asks 1 unit of it and all of its
+(port, protocol, address) group: two on one address, or one on it and one on every address, never fit together.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ def per_node(pod: PendingPod) -> dict[str, int]:
     out: dict[str, int] = {}
 
     def cap(group: object, most: int) -> None:
-        name = PER_NODE_PREFIX + hashlib.sha256(json.dumps(group, sort_keys=True).encode()).hexdigest()[:12]
+        name = _name(group)
         out[name] = max(out.get(name, 0), PER_NODE_UNITS // min(most, MAX_PER_NODE))
 
     for term in pod.pod_anti_affinity:
@@ -60,7 +65,18 @@ def per_node(pod: PendingPod) -> dict[str, int]:
         if spread.topology_key == L.HOSTNAME and spread.when_unsatisfiable == "DoNotSchedule" \
                 and spread.label_selector is not None:
             cap([pod.namespace, spread.label_selector], spread.max_skew)
+    for port in pod.host_ports:
+        group = ["host-port", port.port, port.protocol]
+        if port.host_ip in ("", "0.0.0.0"):
+            cap(group, 1)
+        else:
+            out[_name(group)] = max(out.get(_name(group), 0), 1)
+            cap([*group, port.host_ip], 1)
     return out
+
+
+def _name(group: object) -> str:
+    return PER_NODE_PREFIX + hashlib.sha256(json.dumps(group, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def pin_to_zones(pod: PendingPod, zones: Iterable[str]) -> PendingPod:
