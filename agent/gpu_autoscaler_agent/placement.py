@@ -24,8 +24,9 @@
 - Host ports (a container's `hostPort`; every container port of a `hostNetwork` pod): one pod per port, protocol
   and address on a node (kube-scheduler's NodePorts filter).
 
-- Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) that match the
-  pod itself are copied: no two such pods may share a node, so the packer gives each its own.
+- Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) or the zone that
+  match the pod itself are copied: no two such pods may share a node (a zone), so the packer gives each its own;
+  a zone term with how many matching pods already run in each zone, where none may go.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
 
 Reads are cached for a few seconds: a Deployment's replicas share their claims' class and their selector.
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
 
 __all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "host_ports", "label_selector_text",
-           "node_anti_affinity", "node_spread", "selects", "spread_selector", "zone_spread"]
+           "node_spread", "pod_anti_affinity", "selects", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -140,20 +141,30 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
-def node_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Required anti-affinity terms on the node that the pod's own labels match (same namespace)."""
+def pod_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Required anti-affinity terms on the node or the zone that the pod's own labels match, in the namespaces they
+    count: the pod's own, those they name, or every one (`namespaceSelector: {}`, "An empty selector ({}) matches
+    all namespaces", core/v1 PodAffinityTerm). A term with any other namespace selector is left out: which namespaces
+    it selects depends on their labels."""
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
+    own = metadata.get("namespace") or "default"
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
     out = []
     for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
-        if term.get("topologyKey") != HOSTNAME or term.get("namespaceSelector"):
+        key, every = term.get("topologyKey"), term.get("namespaceSelector")
+        if (key != HOSTNAME and key not in ZONE_KEYS) or every:
             continue
-        namespaces = term.get("namespaces") or ()
-        if namespaces and (metadata.get("namespace") or "default") not in namespaces:
+        namespaces = list(term.get("namespaces") or ())
+        if every is None and namespaces and own not in namespaces:
             continue
         if selects(term.get("labelSelector"), labels):
-            out.append({"topologyKey": term["topologyKey"], "labelSelector": term.get("labelSelector") or {}})
+            entry: dict[str, Any] = {"topologyKey": key, "labelSelector": term.get("labelSelector") or {}}
+            if every is not None:
+                entry["namespaceSelector"] = {}
+            elif namespaces:
+                entry["namespaces"] = namespaces
+            out.append(entry)
     return out
 
 
@@ -263,17 +274,30 @@ class KubernetesPlacement:
 
     # Spread
 
-    def zone_counts(self, namespace: str, selector: Mapping[str, Any] | None) -> dict[str, int]:
-        """Running pods the selector matches, per zone of their nodes."""
+    def zone_counts(self, namespace: str | None, selector: Mapping[str, Any] | None) -> dict[str, int]:
+        """Running pods the selector matches in the namespace (None: in every one), per zone of their nodes."""
         text = label_selector_text(selector)
         if text is None:
             return {}
-        return dict(self._cached(("spread", namespace, text), lambda: self._count(namespace, text)))
+        return dict(self._cached(("spread", namespace or "", text), lambda: self._count(namespace, text)))
 
-    def _count(self, namespace: str, selector: str) -> dict[str, int]:
+    def anti_affinity_counts(self, term: Mapping[str, Any], namespace: str) -> dict[str, int]:
+        """Running pods an anti-affinity term (as `pod_anti_affinity` sends it) matches, per zone of their nodes."""
+        selector = term.get("labelSelector")
+        if "namespaceSelector" in term:
+            return self.zone_counts(None, selector)
+        counts: Counter[str] = Counter()
+        for space in term.get("namespaces") or (namespace,):
+            counts.update(self.zone_counts(space, selector))
+        return dict(counts)
+
+    def _count(self, namespace: str | None, selector: str) -> dict[str, int]:
         """Bound pods that are neither finished nor terminating: those kube-scheduler counts (Karpenter's
         `IgnoredForTopology` skips the others too)."""
-        response: Any = self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+        response: Any = (
+            self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+            if namespace is not None else
+            self._core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False))
         nodes = [(p.get("spec") or {}).get("nodeName") for p in json.loads(response.data).get("items") or ()
                  if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                  and not (p.get("metadata") or {}).get("deletionTimestamp")]

@@ -28,10 +28,11 @@ from gpu_autoscaler_agent.batcher import Report
 from gpu_autoscaler_agent.claims import ClaimsUnplannable, KubernetesClaims, has_claims, is_gpu_class
 from gpu_autoscaler_agent.document import pending_pod
 from gpu_autoscaler_agent.placement import (
+    ZONE_KEYS,
     VolumesUnplannable,
     host_ports,
-    node_anti_affinity,
     node_spread,
+    pod_anti_affinity,
     spread_selector,
     zone_spread,
 )
@@ -299,7 +300,11 @@ class PodWatcher:
                 context["topologySpreadConstraints"] = spread
         if per_node := node_spread(pod):
             context["topologySpreadConstraints"] = [*context.get("topologySpreadConstraints", ()), *per_node]
-        if apart := node_anti_affinity(pod):
+        if apart := pod_anti_affinity(pod):
+            if self._placement is not None:
+                for term in apart:
+                    if term["topologyKey"] in ZONE_KEYS:
+                        term["zoneCounts"] = self._placement.anti_affinity_counts(term, namespace)
             context["podAntiAffinity"] = apart
         if ports := host_ports(spec):
             context["hostPorts"] = ports

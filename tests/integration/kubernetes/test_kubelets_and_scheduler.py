@@ -276,3 +276,23 @@ def test_two_pods_on_one_host_port_never_share_a_node_like_node_ports(
     assert sorted(result.bound) == ["default/dns", "default/web-0"]
     assert result.unschedulable["default/web-1"].startswith(
         "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.")
+
+
+def test_anti_affinity_keeps_a_zone_to_one_pod_of_the_group_like_inter_pod_affinity(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    for instance, zone in (("i-0aaa", "us-east-1a"), ("i-0bbb", "us-east-1a"), ("i-0ccc", "us-east-1b")):
+        stepped.add_instance(make_instance(instance, zone=zone, gpus=4), timedelta(0))
+    stepped.reconcile()
+    apart = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": L.ZONE, "labelSelector": {"matchLabels": {"app": "llm"}}, "namespaceSelector": {}}]}}
+    core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": "team-b"}}))
+    for name, namespace in (("llm-0", "default"), ("llm-1", "team-b"), ("llm-2", "default")):
+        pod = make_pod(name, labels={"app": "llm"})
+        pod["spec"]["affinity"] = apart
+        core.create_namespaced_pod(namespace, client.V1Pod.model_validate(pod))
+    result = stepped.reconcile()
+    zones = sorted(kube_reads.labels(core.read_node(node))[L.ZONE] for node in result.bound.values())
+    assert zones == ["us-east-1a", "us-east-1b"]
+    [(late, message)] = result.unschedulable.items()
+    assert message.startswith("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."), late

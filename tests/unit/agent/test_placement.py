@@ -292,3 +292,45 @@ def test_host_ports_are_sent_as_kube_scheduler_counts_them() -> None:
     report = watcher.report(pod)
     assert report is not None
     assert [p["hostPort"] for p in report.entry["hostPorts"]] == [8000, 9090, 8080]
+
+
+class AllNamespaces(Spread):
+    """`app=x` pods: one in team-a on n1 (us-east-1a), one in team-b on n2 (us-east-1b)."""
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        return Raw({"items": [p for p in self._all() if p["metadata"]["namespace"] == namespace]})
+
+    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+        return Raw({"items": self._all()})
+
+    @staticmethod
+    def _all() -> list[dict[str, Any]]:
+        return [{"metadata": {"name": n, "namespace": ns, "labels": {"app": "x"}}, "spec": {"nodeName": node},
+                 "status": {"phase": "Running"}} for n, ns, node in (("a", "team-a", "n1"), ("b", "team-b", "n2"))]
+
+
+def test_anti_affinity_on_the_zone_is_sent_with_where_its_group_runs() -> None:
+    """InterPodAffinity refuses a node whose domain, for any `topologyKey`, holds a pod the term matches, in the
+    term's namespaces: the pod's own, those it names, or every one for `namespaceSelector: {}` ("An empty selector
+    ({}) matches all namespaces", core/v1 PodAffinityTerm)."""
+    selector = {"matchLabels": {"app": "x"}}
+    pod = make_pod(labels={"app": "x"})
+    pod["metadata"]["namespace"] = "team-a"
+    pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector},
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "namespaceSelector": {}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-a", "team-b"]},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-b"]},  # not itself
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector,
+         "namespaceSelector": {"matchLabels": {"team": "a"}}},  # which namespaces: unknown to the agent
+        {"topologyKey": "example.com/rack", "labelSelector": selector}]}}  # no key of ours
+    core = AllNamespaces()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=object())  # type: ignore[arg-type]
+    report = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                        Metrics(), core_api=core, placement=placement).report(pod)  # type: ignore[arg-type]
+    assert report is not None
+    assert report.entry["podAntiAffinity"] == [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "zoneCounts": {"us-east-1a": 1}},
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "namespaceSelector": {},
+         "zoneCounts": {"us-east-1a": 1, "us-east-1b": 1}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-a", "team-b"]}]

@@ -493,6 +493,30 @@ def test_pods_on_one_host_port_get_a_node_each() -> None:
     assert sorted(len(c.pods) for c in solve(on({**any_ip, "hostIP": "10.0.0.1"}, any_ip), pool).claims) == [1, 1]
 
 
+def test_pods_that_repel_each_other_in_a_zone_get_a_zone_each() -> None:
+    """Required anti-affinity on the zone among pods the term matches: kube-scheduler's InterPodAffinity refuses a
+    node whose zone holds one of them, so one per zone, none where one runs; the rest can run nowhere."""
+    apart = [{"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "llm"}}}]
+    pool = make_pool(capacityTypes=["on-demand"])
+    plan = solve(make_pods(3, gpus=2, cpu="4", memory="16Gi", podAntiAffinity=apart), pool)
+    assert sorted(c.zones for c in plan.claims) == [("us-east-1a",), ("us-east-1b",)]
+    assert [u.reason for u in plan.unschedulable] == [
+        "zone anti-affinity: one pod of its group per zone, and every zone it may use (us-east-1a, us-east-1b) "
+        "has one"]
+    running = [{**apart[0], "zoneCounts": {"us-east-1a": 1}}]
+    plan = solve(make_pods(2, gpus=2, cpu="4", memory="16Gi", podAntiAffinity=running), pool)
+    assert [c.zones for c in plan.claims] == [("us-east-1b",)] and len(plan.unschedulable) == 1
+
+
+def test_anti_affinity_over_every_namespace_groups_pods_of_every_namespace() -> None:
+    apart = [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "llm"}},
+              "namespaceSelector": {}}]
+    pods = [make_pod(gpus=2, cpu="4", memory="16Gi", podAntiAffinity=apart, namespace=ns)
+            for ns in ("team-a", "team-b", "team-a", "team-b")]
+    plan = solve(pods, make_pool(capacityTypes=["on-demand"]))
+    assert sorted(len(c.pods) for c in plan.claims) == [1, 1, 1, 1]
+
+
 # Dynamic Resource Allocation claims
 
 

@@ -26,6 +26,12 @@ Packing"; the pod request rules from "Resource Management for Pods", "Init Conta
   `hostIP` or either on 0.0.0.0, the default) is refused. A pod's host ports are its containers' and sidecars'
   (restartable init containers') `hostPort`s, and under `hostNetwork` their container ports ("If HostNetwork is
   specified, this must match ContainerPort", core/v1 ContainerPort.hostPort, which the API server defaults to it).
+  InterPodAffinity's required anti-affinity ("Assigning Pods to Nodes", Inter-pod affinity and anti-affinity): a
+  node is refused when a bound pod in its domain (the nodes sharing its value of the term's `topologyKey`) matches a
+  term of the incoming pod ("didn't match pod anti-affinity rules"), or the incoming pod matches a term of a bound
+  pod there ("didn't satisfy existing pods anti-affinity rules"). A term counts the pods of its `namespaces` and of
+  the namespaces its `namespaceSelector` selects ("An empty selector ({}) matches all namespaces"); with neither,
+  those of the pod's own namespace (core/v1 PodAffinityTerm). A node without the key is no domain: nothing repels.
 - Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
   `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
   default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
@@ -49,7 +55,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.emulator.kube_objects import NODES, PODGROUPS, PODS, PVCS, PVS, ApiError, format_time
+from gpu_autoscaler.emulator.kube_objects import (
+    NAMESPACES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PVCS,
+    PVS,
+    ApiError,
+    format_time,
+)
 from gpu_autoscaler.emulator.kube_selectors import labels_match, selector_from_object
 from gpu_autoscaler.models.resources import Resources
 
@@ -261,15 +276,57 @@ def _ports_clash(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
     return a[1:] == b[1:] and (a[0] == b[0] or "0.0.0.0" in (a[0], b[0]))
 
 
-def _refuse_beside(pod: _Pod, node: _Node, nodes: list[_Node]) -> str | None:
+def _anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list((((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or ())
+
+
+def _term_counts(term: Mapping[str, Any], owner: Mapping[str, Any], other: Mapping[str, Any],
+                 namespaces: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether the pod-affinity term of pod `owner` matches pod `other`."""
+    space = other["metadata"].get("namespace") or "default"
+    listed = term.get("namespaces") or ()
+    selector = term.get("namespaceSelector")
+    if not listed and selector is None:
+        in_scope = space == (owner["metadata"].get("namespace") or "default")
+    else:
+        in_scope = space in listed or (selector is not None and labels_match(
+            selector_from_object(selector), namespaces.get(space, {"kubernetes.io/metadata.name": space})))
+    return in_scope and labels_match(selector_from_object(term.get("labelSelector")),
+                                     other["metadata"].get("labels") or {})
+
+
+def _refuse_beside(pod: _Pod, node: _Node, cycle: _Cycle) -> str | None:
     """Why a filter that looks at the pods already bound rejects the node (kube-scheduler's wording), or None."""
     if pod.host_ports and any(_ports_clash(mine, theirs) for other in node.pods
                               for theirs in _host_ports(other.get("spec") or {}) for mine in pod.host_ports):
         return "node(s) didn't have free ports for the requested pod ports"
+    if why := _anti_affinity_refusal(pod, node, cycle):
+        return why
     constraints = [c for c in pod.spec.get("topologySpreadConstraints") or ()
                    if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
     if constraints:
-        return _spread_refusal(pod, node, nodes, constraints)
+        return _spread_refusal(pod, node, cycle.nodes, constraints)
+    return None
+
+
+def _anti_affinity_refusal(pod: _Pod, node: _Node, cycle: _Cycle) -> str | None:
+    terms = _anti_affinity(pod.raw)
+    if not terms and not cycle.repelling:
+        return None
+    for other in cycle.nodes:
+        for bound in other.pods:
+            for term in terms:
+                key = term.get("topologyKey", "")
+                if key in node.labels and other.labels.get(key) == node.labels[key] and _term_counts(
+                        term, pod.raw, bound, cycle.namespaces):
+                    return "node(s) didn't match pod anti-affinity rules"
+            if bound["metadata"].get("uid") in cycle.repelling:
+                for term in _anti_affinity(bound):
+                    key = term.get("topologyKey", "")
+                    if key in node.labels and other.labels.get(key) == node.labels[key] and _term_counts(
+                            term, bound, pod.raw, cycle.namespaces):
+                        return "node(s) didn't satisfy existing pods anti-affinity rules"
     return None
 
 
@@ -354,8 +411,12 @@ def _choose(pod: _Pod, nodes: list[_Node]) -> _Node:
 class _Cycle:
     """One pass: the nodes with what is bound to them, and the filter answers per pod constraints."""
 
-    def __init__(self, nodes: list[_Node]) -> None:
+    def __init__(self, nodes: list[_Node], namespaces: dict[str, dict[str, str]]) -> None:
         self.nodes = nodes
+        self.namespaces = namespaces
+        """Namespace → its labels, for anti-affinity terms' namespace selectors."""
+        self.repelling = {p["metadata"].get("uid") for n in nodes for p in n.pods if _anti_affinity(p)}
+        """Bound pods with required anti-affinity (uids): the incoming pod must not be in their way."""
         self._filtered: dict[str, tuple[list[_Node], Counter[str]]] = {}
 
     def place(self, pod: _Pod) -> tuple[_Node | None, str]:
@@ -365,7 +426,7 @@ class _Cycle:
         reasons = Counter(refusals)
         feasible = []
         for node in candidates:
-            short = _refuse_beside(pod, node, self.nodes) or _shortfall(pod, node)
+            short = _refuse_beside(pod, node, self) or _shortfall(pod, node)
             if short is None:
                 feasible.append(node)
             else:
@@ -374,6 +435,8 @@ class _Cycle:
             return None, _message(reasons, len(self.nodes))
         node = _choose(pod, feasible)
         node.take(pod.need, pod.raw)
+        if _anti_affinity(pod.raw):
+            self.repelling.add(pod.raw["metadata"].get("uid"))
         return node, ""
 
     def _filter(self, pod: _Pod) -> tuple[list[_Node], Counter[str]]:
@@ -417,7 +480,8 @@ class Scheduler:
         store = self._api.store
         result = ScheduleResult()
         with store.lock:
-            cycle = _Cycle(self._nodes())
+            cycle = _Cycle(self._nodes(), {n["metadata"]["name"]: dict(n["metadata"].get("labels") or {})
+                                           for n in store.objects(NAMESPACES)})
             pending = sorted(
                 (p for p in store.objects(PODS) if self._pending(p)),
                 key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),

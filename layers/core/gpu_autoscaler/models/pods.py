@@ -59,10 +59,17 @@ class DeviceRequest(_Wire):
 
 class PodAntiAffinity(_Wire):
     """A required pod anti-affinity term the pod matches itself (so no two such pods share a topology domain);
-    the agent sends those keyed on the node (`kubernetes.io/hostname`): one such pod per new node."""
+    the agent sends those keyed on the node (`kubernetes.io/hostname`: one such pod per new node) or on the zone
+    (one per zone, none in a zone where one runs)."""
 
     topology_key: str = Field(alias="topologyKey", min_length=1)
     label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
+    namespaces: tuple[str, ...] = ()
+    """The namespaces whose pods it counts, when it names them (else the pod's own)."""
+    namespace_selector: dict[str, object] | None = Field(default=None, alias="namespaceSelector")
+    """`{}`: it counts the pods of every namespace (the agent sends no other selector)."""
+    zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
+    """For a term on the zone: matching pods already running per zone."""
 
 
 class HostPort(_Wire):

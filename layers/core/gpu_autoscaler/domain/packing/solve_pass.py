@@ -39,7 +39,8 @@ from gpu_autoscaler.domain.packing.results import (
 from gpu_autoscaler.domain.packing.room import roomier_node
 from gpu_autoscaler.domain.packing.zones import (
     per_node,
-    spread_over_zones,
+    place_over_zones,
+    repels_in_zones,
     spreads,
     with_volume_zones,
 )
@@ -103,12 +104,15 @@ class SolvePass:
         self._available_key: bytes | None = None
         self.available = ~self.idx.excluded(unavailable) if unavailable else np.ones(len(self.idx), bool)
         self.all_available = not unavailable
-        self._classify(self._placeable(fresh))
-        if any(spreads(c.example) for c in self.classes):
+        placeable = self._placeable(fresh)
+        self._classify(placeable)
+        if any(spreads(c.example) for c in self.classes) or any(repels_in_zones(p) for p in placeable):
             of_class = {p.uid: c.index for c in self.classes for p in c.pods}
             zones = [self._class_zones(c) for c in range(len(self.classes))]
-            self._classify(spread_over_zones([p for c in self.classes for p in c.pods],
-                                             lambda pod: zones[of_class[pod.uid]]))
+            placed, refused = place_over_zones([p for c in self.classes for p in c.pods],
+                                               lambda pod: zones[of_class[pod.uid]])
+            self.unschedulable.extend(Unschedulable(p.uid, p.key, why) for p, why in refused)
+            self._classify(placed)
         self.limits = [LimitLedger(v.pool) for v in solver.pools]
         self.vcpus = VcpuLedger(solver.quotas if quotas is None else quotas, outside)
         self.reserved_left = np.where(self.idx.available >= 0, self.idx.available, 0)

@@ -1,13 +1,15 @@
 """Where a pod may go beyond its node selector: its volumes' zones, its zone spread, its anti-affinity.
 
-Both become plain zone requirements on the pod (a copy, same uid), so everything downstream — offering masks,
+These become plain zone requirements on the pod (a copy, same uid), so everything downstream — offering masks,
 candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if the pod had selected the zone:
 
 - `volumeZones` (the zones its persistent volumes can be attached in: an EBS volume lives in one) is ANDed into
   every node affinity term, as kube-scheduler's VolumeBinding filter requires of the node;
 - a `DoNotSchedule` zone spread constraint shares the pods that carry it out over the zones that can hold
   them, each pod pinned to one, levelling from the counts the agent reported (water-filling keeps the skew
-  at most one, within any `maxSkew`). Gang members are not spread: a gang is placed whole in one zone.
+  at most one, within any `maxSkew`). Gang members are not spread: a gang is placed whole in one zone;
+- required pod anti-affinity on the zone among pods the term matches gives each pod a zone of its own where none
+  of its group runs; a pod for which no such zone is left is unschedulable, with the reason.
 
 Rules that cap how many pods of a group one node takes become a resource every node has `PER_NODE_UNITS` of, a
 pod capped at m per node asking `PER_NODE_UNITS // m` of it (`per_node`): required pod anti-affinity on the node
@@ -36,10 +38,10 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from gpu_autoscaler.models.pods import PendingPod
+    from gpu_autoscaler.models.pods import PendingPod, PodAntiAffinity
 
-__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "per_node", "pin_to_zones", "spread_over_zones",
-           "spreads", "with_volume_zones"]
+__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "apart_over_zones", "per_node", "pin_to_zones",
+           "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads", "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
 PER_NODE_PREFIX = "gpu-autoscaler/per-node-"
@@ -60,11 +62,11 @@ def per_node(pod: PendingPod) -> dict[str, int]:
 
     for term in pod.pod_anti_affinity:
         if term.topology_key == L.HOSTNAME:
-            cap([pod.namespace, term.label_selector], 1)
+            cap(_group(pod, term), 1)
     for spread in pod.topology_spread:
         if spread.topology_key == L.HOSTNAME and spread.when_unsatisfiable == "DoNotSchedule" \
                 and spread.label_selector is not None:
-            cap([pod.namespace, spread.label_selector], spread.max_skew)
+            cap([[pod.namespace], spread.label_selector], spread.max_skew)
     for port in pod.host_ports:
         group = ["host-port", port.port, port.protocol]
         if port.host_ip in ("", "0.0.0.0"):
@@ -73,6 +75,12 @@ def per_node(pod: PendingPod) -> dict[str, int]:
             out[_name(group)] = max(out.get(_name(group), 0), 1)
             cap([*group, port.host_ip], 1)
     return out
+
+
+def _group(pod: PendingPod, term: PodAntiAffinity) -> list[object]:
+    """The pods an anti-affinity term counts: its namespaces (every one: "*") and its selector."""
+    spaces = ["*"] if term.namespace_selector is not None else sorted(set(term.namespaces)) or [pod.namespace]
+    return [spaces, term.label_selector]
 
 
 def _name(group: object) -> str:
@@ -95,6 +103,55 @@ def with_volume_zones(pods: Sequence[PendingPod]) -> list[PendingPod]:
 def spreads(pod: PendingPod) -> bool:
     return pod.pod_group is None and any(
         s.topology_key in SPREAD_KEYS and s.when_unsatisfiable == "DoNotSchedule" for s in pod.topology_spread)
+
+
+def repels_in_zones(pod: PendingPod) -> bool:
+    return pod.pod_group is None and any(t.topology_key in SPREAD_KEYS for t in pod.pod_anti_affinity)
+
+
+Refused = list[tuple["PendingPod", str]]
+"""Pods no zone can take, each with the reason."""
+
+
+def place_over_zones(pods: Sequence[PendingPod],
+                     zones_for: Callable[[PendingPod], Sequence[str]]) -> tuple[list[PendingPod], Refused]:
+    """Pods repelling their group in a zone each given a zone of their own (`apart_over_zones`), then spreading pods
+    levelled over zones (`spread_over_zones`); those no zone can take, with the reason."""
+    apart, refused = apart_over_zones(pods, zones_for)
+    return spread_over_zones(apart, zones_for), refused
+
+
+def apart_over_zones(pods: Sequence[PendingPod],
+                     zones_for: Callable[[PendingPod], Sequence[str]]) -> tuple[list[PendingPod], Refused]:
+    """Each pod with required anti-affinity on the zone pinned to a zone where no pod of its group runs (the agent's
+    counts) or is pinned: kube-scheduler's InterPodAffinity refuses a node whose zone holds one (Karpenter:
+    `nextDomainAntiAffinity`, scheduling/topologygroup.go). A pod every zone of which is taken can run nowhere."""
+    taken: dict[str, set[str]] = {}
+    out: list[PendingPod] = []
+    refused: Refused = []
+    for pod in pods:
+        if not repels_in_zones(pod):
+            out.append(pod)
+            continue
+        zones = sorted(zones_for(pod))
+        if not zones:
+            out.append(pod)  # nowhere to go: left as is, and the reason says why
+            continue
+        groups = []
+        for term in pod.pod_anti_affinity:
+            if term.topology_key in SPREAD_KEYS:
+                group = json.dumps(_group(pod, term), sort_keys=True)
+                taken.setdefault(group, {z for z, n in term.zone_counts.items() if n > 0})
+                groups.append(group)
+        free = [z for z in zones if all(z not in taken[g] for g in groups)]
+        if not free:
+            refused.append((pod, "zone anti-affinity: one pod of its group per zone, and every zone it may use "
+                                 f"({', '.join(zones)}) has one"))
+            continue
+        for group in groups:
+            taken[group].add(free[0])
+        out.append(pin_to_zones(pod, (free[0],)))
+    return out, refused
 
 
 def spread_over_zones(pods: Sequence[PendingPod], zones_for: Callable[[PendingPod], Sequence[str]]) -> list[PendingPod]:
