@@ -13,9 +13,10 @@
   refuses it (pkg/controllers/provisioning/scheduling/volumetopology.go). A read the agent is not allowed
   (403) is an error, never taken for "no restriction".
 - Spread: `topologySpreadConstraints` keyed on the zone with `whenUnsatisfiable: DoNotSchedule` are copied
-  with how many matching pods already run in each zone (their nodes' zone label; terminating and finished pods
-  are not counted, as kube-scheduler does not count them; `matchLabelKeys` narrow the selector to the pod's own
-  values), so new nodes even them out.
+  with their `minDomains` and how many matching pods already run in each zone kube-scheduler counts, 0 included:
+  the zones of the nodes its inclusion policies keep (`spread_nodes`), counting the pods on those nodes
+  (terminating and finished pods are not counted, as kube-scheduler does not count them; `matchLabelKeys` narrow
+  the selector to the pod's own values), so new nodes even them out within `maxSkew` of the least.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/)
 
 - Spread on the node (`kubernetes.io/hostname`, `DoNotSchedule`) that counts the pod itself is copied with the
@@ -45,6 +46,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.models.labels import HOSTNAME
+from gpu_autoscaler.models.pod_spec import required_node_affinity
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, terms_match
+from gpu_autoscaler.models.taints import Taint, Toleration, tolerates_all
 from gpu_autoscaler.models.volumes import ZONE_KEYS, persistent_volume_zones, zones_of_terms
 
 if TYPE_CHECKING:
@@ -54,7 +58,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
 
 __all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "host_ports", "label_selector_text",
-           "node_spread", "pod_anti_affinity", "selects", "spread_selector", "zone_spread"]
+           "node_spread", "pod_anti_affinity", "selects", "spread_nodes", "spread_selector", "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,33 @@ def zone_spread(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod's zone spread constraints kube-scheduler enforces, as written."""
     return [dict(c) for c in spec.get("topologySpreadConstraints") or ()
             if c.get("topologyKey") in ZONE_KEYS and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+
+
+def spread_nodes(spec: Mapping[str, Any], constraint: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """Which nodes (`labels`, `taints`, `name`) a spread constraint of the pod counts domains on, as kube-scheduler
+    does: nodes with the key of every one of its DoNotSchedule constraints that pass the pod's nodeSelector and
+    required node affinity (`nodeAffinityPolicy: Honor`, the default) and, under `nodeTaintsPolicy: Honor` only, whose
+    taints it tolerates (default Ignore: "If this value is nil, the behavior is equivalent to the Ignore policy",
+    core/v1 TopologySpreadConstraint)."""
+    keys = [c.get("topologyKey") for c in spec.get("topologySpreadConstraints") or ()
+            if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
+    selector = dict(spec.get("nodeSelector") or {}) if constraint.get("nodeAffinityPolicy", "Honor") == "Honor" else {}
+    terms = [NodeSelectorTerm.model_validate(t) for t in required_node_affinity(spec)] \
+        if constraint.get("nodeAffinityPolicy", "Honor") == "Honor" else []
+    tolerations = [Toleration.model_validate(t) for t in spec.get("tolerations") or ()] \
+        if constraint.get("nodeTaintsPolicy", "Ignore") == "Honor" else None
+
+    def eligible(node: Mapping[str, Any]) -> bool:
+        labels = node["labels"]
+        if any(k not in labels for k in keys) or any(labels.get(k) != v for k, v in selector.items()):
+            return False
+        if terms and not terms_match(terms, labels, node.get("name")):
+            return False
+        return tolerations is None or tolerates_all(tolerations, [
+            Taint(key=t["key"], value=t.get("value") or "", effect=t.get("effect") or "NoSchedule")
+            for t in node.get("taints") or ()])
+
+    return eligible
 
 
 def node_spread(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -274,12 +305,29 @@ class KubernetesPlacement:
 
     # Spread
 
-    def zone_counts(self, namespace: str | None, selector: Mapping[str, Any] | None) -> dict[str, int]:
-        """Running pods the selector matches in the namespace (None: in every one), per zone of their nodes."""
+    def zone_counts(self, namespace: str | None, selector: Mapping[str, Any] | None,
+                    eligible: Callable[[Mapping[str, Any]], bool] | None = None,
+                    key: str | None = None) -> dict[str, int]:
+        """Running pods the selector matches in the namespace (None: in every one), per zone of their nodes. With
+        `eligible` (a node test), only pods on such nodes count, and every zone (`key`'s value) of such a node is
+        there, 0 included."""
         text = label_selector_text(selector)
-        if text is None:
-            return {}
-        return dict(self._cached(("spread", namespace or "", text), lambda: self._count(namespace, text)))
+        nodes = self._cached(("nodes",), self._nodes)
+        if eligible is None:
+            if text is None:
+                return {}
+            per_node = self._cached(("spread", namespace or "", text), lambda: self._count(namespace, text))
+            zone_of = {n: z for n, (labels, _) in nodes.items() if (z := _zone(labels))}
+            return dict(Counter(zone_of[n] for n in per_node.elements() if n in zone_of))
+        zone_of = {n: labels[key] for n, (labels, taints) in nodes.items()
+                   if key in labels and eligible({"name": n, "labels": labels, "taints": taints})}
+        counts = dict.fromkeys(sorted(set(zone_of.values())), 0)
+        if text is not None:
+            per_node = self._cached(("spread", namespace or "", text), lambda: self._count(namespace, text))
+            for node in per_node.elements():
+                if node in zone_of:
+                    counts[zone_of[node]] += 1
+        return counts
 
     def anti_affinity_counts(self, term: Mapping[str, Any], namespace: str) -> dict[str, int]:
         """Running pods an anti-affinity term (as `pod_anti_affinity` sends it) matches, per zone of their nodes."""
@@ -291,25 +339,25 @@ class KubernetesPlacement:
             counts.update(self.zone_counts(space, selector))
         return dict(counts)
 
-    def _count(self, namespace: str | None, selector: str) -> dict[str, int]:
-        """Bound pods that are neither finished nor terminating: those kube-scheduler counts (Karpenter's
+    def _count(self, namespace: str | None, selector: str) -> Counter[str]:
+        """Bound pods that are neither finished nor terminating per node: those kube-scheduler counts (Karpenter's
         `IgnoredForTopology` skips the others too)."""
         response: Any = (
             self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
             if namespace is not None else
             self._core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False))
-        nodes = [(p.get("spec") or {}).get("nodeName") for p in json.loads(response.data).get("items") or ()
-                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                 and not (p.get("metadata") or {}).get("deletionTimestamp")]
-        zone_of = self._cached(("nodes",), self._node_zones)
-        return dict(Counter(zone_of[n] for n in nodes if n and n in zone_of))
+        return Counter(node for p in json.loads(response.data).get("items") or ()
+                       if (node := (p.get("spec") or {}).get("nodeName"))
+                       and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                       and not (p.get("metadata") or {}).get("deletionTimestamp"))
 
-    def _node_zones(self) -> dict[str, str]:
+    def _nodes(self) -> dict[str, tuple[dict[str, str], list[dict[str, Any]]]]:
+        """Every node's labels and taints."""
         response: Any = self._core.list_node(_preload_content=False)
-        out = {}
-        for node in json.loads(response.data).get("items") or ():
-            labels = (node.get("metadata") or {}).get("labels") or {}
-            zone = next((labels[k] for k in sorted(ZONE_KEYS) if k in labels), None)
-            if zone:
-                out[node["metadata"]["name"]] = zone
-        return out
+        return {node["metadata"]["name"]: (dict((node.get("metadata") or {}).get("labels") or {}),
+                                           list((node.get("spec") or {}).get("taints") or ()))
+                for node in json.loads(response.data).get("items") or ()}
+
+
+def _zone(labels: Mapping[str, str]) -> str | None:
+    return next((labels[k] for k in sorted(ZONE_KEYS) if k in labels), None)

@@ -33,6 +33,7 @@ from gpu_autoscaler_agent.placement import (
     host_ports,
     node_spread,
     pod_anti_affinity,
+    spread_nodes,
     spread_selector,
     zone_spread,
 )
@@ -294,7 +295,9 @@ class PodWatcher:
                 context["unplannable"] = f"its volumes cannot be used on any node: {error}"
             spread = [{"maxSkew": c.get("maxSkew", 1), "topologyKey": c["topologyKey"],
                        "whenUnsatisfiable": "DoNotSchedule",
-                       "zoneCounts": self._placement.zone_counts(namespace, spread_selector(c, labels))}
+                       "zoneCounts": self._placement.zone_counts(namespace, spread_selector(c, labels),
+                                                                 spread_nodes(spec, c), c["topologyKey"]),
+                       **({"minDomains": c["minDomains"]} if c.get("minDomains") else {})}
                       for c in zone_spread(spec)]
             if spread:
                 context["topologySpreadConstraints"] = spread

@@ -296,3 +296,28 @@ def test_anti_affinity_keeps_a_zone_to_one_pod_of_the_group_like_inter_pod_affin
     assert zones == ["us-east-1a", "us-east-1b"]
     [(late, message)] = result.unschedulable.items()
     assert message.startswith("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."), late
+
+
+@pytest.mark.parametrize(("cpu_zone", "min_domains"), [("us-east-1c", None), (None, 3)])
+def test_a_zone_spread_counts_zones_without_the_pod_and_min_domains_like_pod_topology_spread(
+    stepped: LocalKubernetes, core: client.CoreV1Api, cpu_zone: str | None, min_domains: int | None,
+) -> None:
+    # Two GPU nodes in 1a and 1b: the least count is 0 in 1c (a CPU node, eligible: no selector) or below minDomains.
+    for instance, zone in (("i-0aaa", "us-east-1a"), ("i-0bbb", "us-east-1b")):
+        stepped.add_instance(make_instance(instance, zone=zone, gpus=4), timedelta(0))
+    if cpu_zone:
+        stepped.add_instance(make_instance("i-0ccc", zone=cpu_zone, gpus=0, taints=()), timedelta(0))
+    stepped.reconcile()
+    spread = {"maxSkew": 1, "topologyKey": L.ZONE, "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"app": "llm"}}}
+    if min_domains:
+        spread["minDomains"] = min_domains
+    for name in ("llm-0", "llm-1", "llm-2"):
+        pod = make_pod(name, labels={"app": "llm"})
+        pod["spec"]["topologySpreadConstraints"] = [spread]
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
+    result = stepped.reconcile()
+    zones = sorted(kube_reads.labels(core.read_node(node))[L.ZONE] for node in result.bound.values())
+    assert zones == ["us-east-1a", "us-east-1b"]
+    [message] = result.unschedulable.values()
+    assert "2 node(s) didn't match pod topology spread constraints" in message

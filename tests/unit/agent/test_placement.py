@@ -334,3 +334,47 @@ def test_anti_affinity_on_the_zone_is_sent_with_where_its_group_runs() -> None:
         {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "namespaceSelector": {},
          "zoneCounts": {"us-east-1a": 1, "us-east-1b": 1}},
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-a", "team-b"]}]
+
+
+class Eligible(Spread):
+    """`app=x` pods on n1 (us-east-1a, pool gpu) and n2 (us-east-1b, no pool label); n3 (us-east-1c, pool gpu,
+    tainted) runs none."""
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        return Raw({"items": [{"metadata": {"name": n, "labels": {"app": "x"}}, "spec": {"nodeName": node},
+                               "status": {"phase": "Running"}} for n, node in (("a", "n1"), ("b", "n2"))]})
+
+    def list_node(self, **kwargs: Any) -> Any:
+        def node(name: str, zone: str, labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, Any]:
+            return {"metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone, **labels}},
+                    "spec": {"taints": taints}}
+
+        tainted = [{"key": "dedicated", "effect": "NoSchedule"}]
+        return Raw({"items": [node("n1", "us-east-1a", {"pool": "gpu"}, []), node("n2", "us-east-1b", {}, []),
+                              node("n3", "us-east-1c", {"pool": "gpu"}, tainted)]})
+
+
+@pytest.mark.parametrize(("spread", "node_selector", "counts"), [
+    ({}, None, {"us-east-1a": 1, "us-east-1b": 1, "us-east-1c": 0}),  # every node: tainted ones too
+    ({}, {"pool": "gpu"}, {"us-east-1a": 1, "us-east-1c": 0}),  # nodeAffinityPolicy Honor: the pod's selector
+    ({"nodeAffinityPolicy": "Ignore"}, {"pool": "gpu"}, {"us-east-1a": 1, "us-east-1b": 1, "us-east-1c": 0}),
+    ({"nodeTaintsPolicy": "Honor", "minDomains": 3}, None, {"us-east-1a": 1, "us-east-1b": 1}),
+])
+def test_a_zone_spread_is_sent_with_every_eligible_zone_and_its_min_domains(
+        spread: dict[str, Any], node_selector: dict[str, str] | None, counts: dict[str, int]) -> None:
+    """kube-scheduler counts a domain for every node with the key that passes the inclusion policies
+    (nodeAffinityPolicy Honor and nodeTaintsPolicy Ignore by default, core/v1 TopologySpreadConstraint), 0 pods
+    included, and only the pods on such nodes."""
+    pod = make_pod(labels={"app": "x"})
+    if node_selector:
+        pod["spec"]["nodeSelector"] = node_selector
+    pod["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "x"}}, **spread}]
+    core = Eligible()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=object())  # type: ignore[arg-type]
+    report = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                        Metrics(), core_api=core, placement=placement).report(pod)  # type: ignore[arg-type]
+    assert report is not None
+    [sent] = report.entry["topologySpreadConstraints"]
+    assert sent["zoneCounts"] == counts and sent.get("minDomains") == spread.get("minDomains")

@@ -517,6 +517,27 @@ def test_anti_affinity_over_every_namespace_groups_pods_of_every_namespace() -> 
     assert sorted(len(c.pods) for c in plan.claims) == [1, 1, 1, 1]
 
 
+def test_zone_spread_caps_each_zone_at_the_least_eligible_zone_plus_max_skew() -> None:
+    """kube-scheduler's global minimum is over every eligible zone, one no pool can launch in included (us-east-1c,
+    where only CPU nodes run, counts 0), and is 0 below `minDomains` ("When the number of eligible domains with
+    matching topology keys is less than minDomains, Pod Topology Spread treats 'global minimum' as 0", core/v1
+    TopologySpreadConstraint): each zone takes at most the minimum + maxSkew, the rest can run nowhere."""
+    spread = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+              "zoneCounts": {"us-east-1a": 0, "us-east-1b": 0, "us-east-1c": 0}}
+    pool = make_pool(capacityTypes=["on-demand"])
+    plan = solve(make_pods(4, gpus=2, cpu="4", memory="16Gi", topologySpreadConstraints=[spread]), pool)
+    assert sorted(c.zones for c in plan.claims for _ in c.pods) == [("us-east-1a",), ("us-east-1b",)]
+    assert [u.reason for u in plan.unschedulable] == [
+        "zone spread: us-east-1c holds 0 of its group and no pool can launch there for it, so a zone may hold 1 "
+        "(maxSkew 1), as us-east-1a and us-east-1b do"] * 2
+    few = {**spread, "zoneCounts": {"us-east-1a": 0, "us-east-1b": 0}, "minDomains": 3, "maxSkew": 2}
+    plan = solve(make_pods(6, gpus=2, cpu="4", memory="16Gi", topologySpreadConstraints=[few]), pool)
+    assert sum(len(c.pods) for c in plan.claims) == 4
+    assert plan.unschedulable[0].reason == (
+        "zone spread: 2 zones, fewer than its minDomains 3, so a zone may hold 2 (maxSkew 2), as us-east-1a and "
+        "us-east-1b do")
+
+
 # Dynamic Resource Allocation claims
 
 

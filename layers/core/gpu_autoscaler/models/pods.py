@@ -43,7 +43,10 @@ class TopologySpread(_Wire):
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = Field(
         default="DoNotSchedule", alias="whenUnsatisfiable")
     zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
-    """Matching pods already running per zone, when the agent knows them (absent zones count 0)."""
+    """Matching pods already running per zone kube-scheduler counts (the zones of the nodes its inclusion policies
+    keep, 0 included), when the agent knows them; the zones new nodes may open count 0 when absent."""
+    min_domains: int | None = Field(default=None, alias="minDomains", ge=1)
+    """Below this many zones, kube-scheduler takes the least count as 0."""
     label_selector: dict[str, object] | None = Field(default=None, alias="labelSelector")
     """The pods it counts (`matchLabelKeys` ANDed in): the group a node-keyed constraint caps per node."""
 

@@ -118,7 +118,8 @@ def place_over_zones(pods: Sequence[PendingPod],
     """Pods repelling their group in a zone each given a zone of their own (`apart_over_zones`), then spreading pods
     levelled over zones (`spread_over_zones`); those no zone can take, with the reason."""
     apart, refused = apart_over_zones(pods, zones_for)
-    return spread_over_zones(apart, zones_for), refused
+    spread, beyond = spread_over_zones(apart, zones_for)
+    return spread, refused + beyond
 
 
 def apart_over_zones(pods: Sequence[PendingPod],
@@ -154,11 +155,18 @@ def apart_over_zones(pods: Sequence[PendingPod],
     return out, refused
 
 
-def spread_over_zones(pods: Sequence[PendingPod], zones_for: Callable[[PendingPod], Sequence[str]]) -> list[PendingPod]:
+def spread_over_zones(pods: Sequence[PendingPod],
+                      zones_for: Callable[[PendingPod], Sequence[str]]) -> tuple[list[PendingPod], Refused]:
     """Each spreading pod pinned to one zone, in turn to the zone with fewest (reported + already pinned) pods
-    of its group; a group is the pods that share the constraints and the zones they may use."""
+    of its group; a group is the pods that share the constraints and the zones they may use.
+
+    A zone takes a pod only while its count stays within `maxSkew` of the least count over every zone
+    kube-scheduler counts: those the agent reported (0 included, where no pool may launch for it too) and those the
+    pod may use; the least is 0 while they are fewer than `minDomains` (kubernetes.io, Pod Topology Spread
+    Constraints; Karpenter's `domainMinCount`, scheduling/topologygroup.go). A pod no zone takes is refused."""
     counts: dict[tuple[object, ...], dict[str, int]] = defaultdict(dict)
-    out = []
+    out: list[PendingPod] = []
+    refused: Refused = []
     for pod in pods:
         if not spreads(pod):
             out.append(pod)
@@ -168,12 +176,31 @@ def spread_over_zones(pods: Sequence[PendingPod], zones_for: Callable[[PendingPo
             out.append(pod)  # nowhere to go: left as is, and the reason says why
             continue
         group = (pod.namespace, tuple((s.topology_key, s.max_skew) for s in pod.topology_spread), tuple(zones))
+        enforced = [s for s in pod.topology_spread if s.topology_key in SPREAD_KEYS
+                    and s.when_unsatisfiable == "DoNotSchedule"]
         seen = counts[group]
         if not seen:
-            reported = [s.zone_counts for s in pod.topology_spread if s.topology_key in SPREAD_KEYS]
-            for zone in zones:
-                seen[zone] = max((c.get(zone, 0) for c in reported), default=0)
+            for zone in {*zones, *(z for s in enforced for z in s.zone_counts)}:
+                seen[zone] = max((s.zone_counts.get(zone, 0) for s in enforced), default=0)
         zone = min(zones, key=lambda z: (seen[z], z))
+        skew = min(s.max_skew for s in enforced)
+        least = min(seen.values())
+        fewer = max(s.min_domains or 1 for s in enforced)
+        if len(seen) < fewer:
+            least = 0
+        if seen[zone] + 1 - least > skew:
+            refused.append((pod, _spread_reason(seen, zones, least, skew, fewer)))
+            continue
         seen[zone] += 1
         out.append(pin_to_zones(pod, (zone,)))
-    return out
+    return out, refused
+
+
+def _spread_reason(seen: dict[str, int], zones: list[str], least: int, skew: int, fewer: int) -> str:
+    if len(seen) < fewer:
+        why = f"{len(seen)} zones, fewer than its minDomains {fewer}"
+    else:
+        low = sorted(z for z, n in seen.items() if n == least)
+        why = f"{' and '.join(low)} {'holds' if len(low) == 1 else 'hold'} {least} of its group and no pool can " \
+              f"launch there for it"
+    return f"zone spread: {why}, so a zone may hold {least + skew} (maxSkew {skew}), as {' and '.join(zones)} do"
