@@ -28,6 +28,9 @@
 - Anti-affinity: required pod anti-affinity terms keyed on the node (`kubernetes.io/hostname`) or the zone that
   match the pod itself are copied: no two such pods may share a node (a zone), so the packer gives each its own;
   a zone term with how many matching pods already run in each zone, where none may go.
+- Affinity: required pod affinity terms keyed on the node or the zone are copied, each saying whether it selects
+  the pod itself, with where the pods it selects run (per zone, or their nodes): kube-scheduler places the pod
+  only beside them, or anywhere for the first of a group that selects itself when none runs.
   (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity)
 
 Reads are cached for a few seconds: a Deployment's replicas share their claims' class and their selector.
@@ -58,7 +61,8 @@ if TYPE_CHECKING:
     from gpu_autoscaler.clock import Clock
 
 __all__ = ["ZONE_KEYS", "KubernetesPlacement", "VolumesUnplannable", "host_ports", "label_selector_text",
-           "node_spread", "pod_anti_affinity", "selects", "spread_nodes", "spread_selector", "zone_spread"]
+           "node_spread", "pod_affinity", "pod_anti_affinity", "selects", "spread_nodes", "spread_selector",
+           "zone_spread"]
 
 log = logging.getLogger(__name__)
 
@@ -172,31 +176,39 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
-def pod_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Required anti-affinity terms on the node or the zone that the pod's own labels match, in the namespaces they
-    count: the pod's own, those they name, or every one (`namespaceSelector: {}`, "An empty selector ({}) matches
-    all namespaces", core/v1 PodAffinityTerm). A term with any other namespace selector is left out: which namespaces
-    it selects depends on their labels."""
+def _terms(pod: Mapping[str, Any], kind: str) -> list[tuple[dict[str, Any], bool]]:
+    """Each required `kind` (`podAffinity`, `podAntiAffinity`) term on the node or the zone, as sent, and whether the
+    pod is among the pods it counts: in its namespaces (the pod's own, those it names, or every one for
+    `namespaceSelector: {}`, "An empty selector ({}) matches all namespaces", core/v1 PodAffinityTerm) and selected.
+    A term with any other namespace selector is left out: which namespaces it selects depends on their labels."""
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     own = metadata.get("namespace") or "default"
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
     out = []
     for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
         key, every = term.get("topologyKey"), term.get("namespaceSelector")
         if (key != HOSTNAME and key not in ZONE_KEYS) or every:
             continue
         namespaces = list(term.get("namespaces") or ())
-        if every is None and namespaces and own not in namespaces:
-            continue
-        if selects(term.get("labelSelector"), labels):
-            entry: dict[str, Any] = {"topologyKey": key, "labelSelector": term.get("labelSelector") or {}}
-            if every is not None:
-                entry["namespaceSelector"] = {}
-            elif namespaces:
-                entry["namespaces"] = namespaces
-            out.append(entry)
+        entry: dict[str, Any] = {"topologyKey": key, "labelSelector": term.get("labelSelector") or {}}
+        if every is not None:
+            entry["namespaceSelector"] = {}
+        elif namespaces:
+            entry["namespaces"] = namespaces
+        in_scope = every is not None or not namespaces or own in namespaces
+        out.append((entry, in_scope and selects(term.get("labelSelector"), labels)))
     return out
+
+
+def pod_anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Required anti-affinity terms on the node or the zone that count the pod itself (`_terms`)."""
+    return [entry for entry, mine in _terms(pod, "podAntiAffinity") if mine]
+
+
+def pod_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Required affinity terms on the node or the zone (`_terms`), each saying whether it counts the pod itself."""
+    return [{**entry, "selfMatch": mine} for entry, mine in _terms(pod, "podAffinity")]
 
 
 def label_selector_text(selector: Mapping[str, Any] | None) -> str | None:
@@ -329,15 +341,20 @@ class KubernetesPlacement:
                     counts[zone_of[node]] += 1
         return counts
 
-    def anti_affinity_counts(self, term: Mapping[str, Any], namespace: str) -> dict[str, int]:
-        """Running pods an anti-affinity term (as `pod_anti_affinity` sends it) matches, per zone of their nodes."""
-        selector = term.get("labelSelector")
-        if "namespaceSelector" in term:
-            return self.zone_counts(None, selector)
+    def term_counts(self, term: Mapping[str, Any], namespace: str) -> dict[str, int]:
+        """Running pods a pod (anti-)affinity term (as `_terms` sends it) matches, per zone of their nodes."""
         counts: Counter[str] = Counter()
-        for space in term.get("namespaces") or (namespace,):
-            counts.update(self.zone_counts(space, selector))
+        for space in _term_namespaces(term, namespace):
+            counts.update(self.zone_counts(space, term.get("labelSelector")))
         return dict(counts)
+
+    def term_nodes(self, term: Mapping[str, Any], namespace: str) -> list[str]:
+        """The nodes running pods a pod affinity term (as `_terms` sends it) matches."""
+        text = label_selector_text(term.get("labelSelector"))
+        if text is None:
+            return []
+        return sorted({node for space in _term_namespaces(term, namespace)
+                       for node in self._cached(("spread", space or "", text), partial(self._count, space, text))})
 
     def _count(self, namespace: str | None, selector: str) -> Counter[str]:
         """Bound pods that are neither finished nor terminating per node: those kube-scheduler counts (Karpenter's
@@ -357,6 +374,11 @@ class KubernetesPlacement:
         return {node["metadata"]["name"]: (dict((node.get("metadata") or {}).get("labels") or {}),
                                            list((node.get("spec") or {}).get("taints") or ()))
                 for node in json.loads(response.data).get("items") or ()}
+
+
+def _term_namespaces(term: Mapping[str, Any], namespace: str) -> tuple[str | None, ...]:
+    """The namespaces a term as sent counts (None: every one)."""
+    return (None,) if "namespaceSelector" in term else tuple(term.get("namespaces") or (namespace,))
 
 
 def _zone(labels: Mapping[str, str]) -> str | None:

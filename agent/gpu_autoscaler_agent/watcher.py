@@ -32,6 +32,7 @@ from gpu_autoscaler_agent.placement import (
     VolumesUnplannable,
     host_ports,
     node_spread,
+    pod_affinity,
     pod_anti_affinity,
     spread_nodes,
     spread_selector,
@@ -281,6 +282,26 @@ class PodWatcher:
             return None
         return Report.of(entry, str(metadata.get("resourceVersion") or ""))
 
+    def _pod_terms(self, pod: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Its required pod anti-affinity and affinity terms, with where the pods they select run (zone terms: per
+        zone; affinity terms on the node: their nodes) when the agent may read it."""
+        out: dict[str, Any] = {}
+        if apart := pod_anti_affinity(pod):
+            if self._placement is not None:
+                for term in apart:
+                    if term["topologyKey"] in ZONE_KEYS:
+                        term["zoneCounts"] = self._placement.term_counts(term, namespace)
+            out["podAntiAffinity"] = apart
+        if beside := pod_affinity(pod):
+            if self._placement is not None:
+                for term in beside:
+                    if term["topologyKey"] in ZONE_KEYS:
+                        term["zoneCounts"] = self._placement.term_counts(term, namespace)
+                    else:
+                        term["nodes"] = self._placement.term_nodes(term, namespace)
+            out["podAffinity"] = beside
+        return out
+
     def _context(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """What other objects say about where the pod may go; None when its DRA claims ask for no GPU and
         nothing else makes it a GPU pod (it was a candidate for its claims alone)."""
@@ -303,12 +324,7 @@ class PodWatcher:
                 context["topologySpreadConstraints"] = spread
         if per_node := node_spread(pod):
             context["topologySpreadConstraints"] = [*context.get("topologySpreadConstraints", ()), *per_node]
-        if apart := pod_anti_affinity(pod):
-            if self._placement is not None:
-                for term in apart:
-                    if term["topologyKey"] in ZONE_KEYS:
-                        term["zoneCounts"] = self._placement.anti_affinity_counts(term, namespace)
-            context["podAntiAffinity"] = apart
+        context.update(self._pod_terms(pod, namespace))
         if ports := host_ports(spec):
             context["hostPorts"] = ports
         if self._claims is not None and has_claims(pod):

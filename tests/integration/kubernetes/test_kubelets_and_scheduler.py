@@ -321,3 +321,31 @@ def test_a_zone_spread_counts_zones_without_the_pod_and_min_domains_like_pod_top
     assert zones == ["us-east-1a", "us-east-1b"]
     [message] = result.unschedulable.values()
     assert "2 node(s) didn't match pod topology spread constraints" in message
+
+
+def test_pod_affinity_binds_only_beside_the_pods_it_selects_like_inter_pod_affinity(
+    stepped: LocalKubernetes, core: client.CoreV1Api,
+) -> None:
+    for instance, zone in (("i-0aaa", "us-east-1a"), ("i-0bbb", "us-east-1b")):
+        stepped.add_instance(make_instance(instance, zone=zone, gpus=4, cpu="32", memory="128Gi"), timedelta(0))
+    stepped.reconcile()
+    core.create_namespaced_pod("default", client.V1Pod.model_validate(
+        make_pod("cache", gpus=None, labels={"app": "cache"}, node_selector={L.ZONE: "us-east-1b"})))
+    stepped.reconcile()
+
+    def beside(name: str, key: str, app: str, labels: dict[str, str] | None = None) -> None:
+        pod = make_pod(name, labels=labels)
+        pod["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": key, "labelSelector": {"matchLabels": {"app": app}}}]}}
+        core.create_namespaced_pod("default", client.V1Pod.model_validate(pod))
+
+    beside("worker", "kubernetes.io/hostname", "cache")
+    beside("orphan", L.ZONE, "absent")
+    for name in ("job-0", "job-1", "job-2"):
+        beside(name, L.ZONE, "job", labels={"app": "job"})
+    result = stepped.reconcile()
+    zone_of = {pod: kube_reads.labels(core.read_node(node))[L.ZONE] for pod, node in result.bound.items()}
+    assert zone_of["default/worker"] == "us-east-1b"
+    assert len({zone_of[f"default/job-{i}"] for i in range(3)}) == 1  # the first anywhere, the others follow it
+    assert result.unschedulable["default/orphan"].startswith(
+        "0/2 nodes are available: 2 node(s) didn't match pod affinity rules.")

@@ -378,3 +378,24 @@ def test_a_zone_spread_is_sent_with_every_eligible_zone_and_its_min_domains(
     assert report is not None
     [sent] = report.entry["topologySpreadConstraints"]
     assert sent["zoneCounts"] == counts and sent.get("minDomains") == spread.get("minDomains")
+
+
+def test_pod_affinity_is_sent_with_where_the_pods_it_selects_run() -> None:
+    """InterPodAffinity passes a node only if its domain holds a pod each required term selects, or, when none runs
+    anywhere, if the pod selects itself (kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go)."""
+    selector = {"matchLabels": {"app": "x"}}
+    pod = make_pod(labels={"app": "x"})
+    pod["metadata"]["namespace"] = "team-a"
+    pod["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "namespaceSelector": {}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-b"]}]}}
+    core = AllNamespaces()
+    placement = KubernetesPlacement(None, CLOCK, core_api=core, storage_api=object())  # type: ignore[arg-type]
+    report = PodWatcher(None, RecordingSink(), PodSelector(["nvidia.com/gpu"]), NoGroups(),  # type: ignore[arg-type]
+                        Metrics(), core_api=core, placement=placement).report(pod)  # type: ignore[arg-type]
+    assert report is not None
+    assert report.entry["podAffinity"] == [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector, "namespaceSelector": {},
+         "selfMatch": True, "zoneCounts": {"us-east-1a": 1, "us-east-1b": 1}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, "namespaces": ["team-b"],
+         "selfMatch": False, "nodes": ["n2"]}]  # not in team-b: not itself

@@ -167,7 +167,7 @@ _POD_VALUES: dict[str, Any] = {
     "node_selector": {"a": "b"}, "required_node_affinity": None, "tolerations": (Toleration(key="k"),),
     "priority": 1, "pod_group": PodGroup(name="g", min_member=2), "annotations": {"a": "b"},
     "volume_zones": ("us-east-1a",), "topology_spread": None, "pod_anti_affinity": None, "device_requests": None,
-    "host_ports": None, "unplannable": "no",
+    "host_ports": None, "pod_affinity": None, "unplannable": "no",
 }
 
 
@@ -190,6 +190,7 @@ def _nested(field: str) -> Any:
         "podAntiAffinity": [{"topologyKey": "kubernetes.io/hostname"}],
         "deviceRequests": [{"deviceClassName": "gpu.nvidia.com", "count": 1}],
         "hostPorts": [{"hostPort": 8000}],
+        "podAffinity": [{"topologyKey": "kubernetes.io/hostname"}],
     })
     return getattr(pod, field)
 

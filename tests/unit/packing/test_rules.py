@@ -538,6 +538,32 @@ def test_zone_spread_caps_each_zone_at_the_least_eligible_zone_plus_max_skew() -
         "us-east-1b do")
 
 
+def test_required_pod_affinity_goes_where_its_pods_run_or_nowhere_new() -> None:
+    """kube-scheduler's InterPodAffinity passes a node only if its domain already holds a pod each required term
+    selects, or, for the first of a group that selects itself, if none runs anywhere (Karpenter:
+    `nextDomainAffinity`, scheduling/topologygroup.go)."""
+    pool = make_pool(capacityTypes=["on-demand"])
+    zone = {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}
+    plan = solve(make_pods(2, gpus=2, cpu="4", memory="16Gi", podAffinity=[
+        {**zone, "zoneCounts": {"us-east-1b": 1, "us-east-1c": 0}}]), pool)
+    assert {c.zones for c in plan.claims} == {("us-east-1b",)} and not plan.unschedulable
+    plan = solve([make_pod(podAffinity=[zone])], pool)
+    assert not plan.claims and reason(plan) == "pod affinity: no pod it must share a zone with runs yet"
+    node = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "cache"}},
+            "nodes": ["ip-10-0-1-5"]}
+    plan = solve([make_pod(podAffinity=[node])], pool)
+    assert not plan.claims and reason(plan) == (
+        "pod affinity: it must run on a node where a pod it selects runs (ip-10-0-1-5); no new node can take it")
+    job = make_pods(3, gpus=4, cpu="4", memory="16Gi", podAffinity=[{**zone, "selfMatch": True}])
+    plan = solve(job, pool)
+    assert len(plan.claims) == 3 and len({c.zones for c in plan.claims}) == 1
+    assert len(next(iter({c.zones for c in plan.claims}))) == 1  # all in one zone, whichever the fleet picks
+    pair = make_pods(2, gpus=2, cpu="4", memory="16Gi", podAffinity=[{**node, "nodes": [], "selfMatch": True}])
+    plan = solve(pair, pool)
+    assert [len(c.pods) for c in plan.claims] == [1] and reason(plan) == (
+        "pod affinity on the node: it joins the first pod of its group, planned now, once that one runs")
+
+
 # Dynamic Resource Allocation claims
 
 

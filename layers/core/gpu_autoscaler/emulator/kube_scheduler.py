@@ -32,6 +32,10 @@ Packing"; the pod request rules from "Resource Management for Pods", "Init Conta
   pod there ("didn't satisfy existing pods anti-affinity rules"). A term counts the pods of its `namespaces` and of
   the namespaces its `namespaceSelector` selects ("An empty selector ({}) matches all namespaces"); with neither,
   those of the pod's own namespace (core/v1 PodAffinityTerm). A node without the key is no domain: nothing repels.
+  Its required affinity: every term's key must be on the node, and the node's domain must hold, for each term, a
+  bound pod that matches all the terms ("didn't match pod affinity rules"), unless no bound pod matches them all
+  and the pod matches its own terms: the first of a group that selects itself goes anywhere (`satisfyPodAffinity`,
+  kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go).
 - Score, each plugin normalized to 0–100 and weighted as the default profile does: NodeResourcesFit with the
   `LeastAllocated` strategy over cpu and memory (weight 1: the emptiest node wins — kube-scheduler spreads by
   default; GPUs are not scored), NodeResourcesBalancedAllocation (weight 1: cpu and memory used in
@@ -276,9 +280,29 @@ def _ports_clash(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
     return a[1:] == b[1:] and (a[0] == b[0] or "0.0.0.0" in (a[0], b[0]))
 
 
-def _anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list((((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
+def _required(pod: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
+    return list((((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or ())
+
+
+def _anti_affinity(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return _required(pod, "podAntiAffinity")
+
+
+def _affinity_refusal(pod: _Pod, node: _Node, cycle: _Cycle) -> str | None:
+    terms = _required(pod.raw, "podAffinity")
+    if not terms:
+        return None
+    if any(t.get("topologyKey", "") not in node.labels for t in terms):
+        return "node(s) didn't match pod affinity rules"
+    matching = [(other, bound) for other in cycle.nodes for bound in other.pods
+                if all(_term_counts(t, pod.raw, bound, cycle.namespaces) for t in terms)]
+    if all(any(other.labels.get(t["topologyKey"]) == node.labels[t["topologyKey"]] for other, _ in matching)
+           for t in terms):
+        return None
+    if not matching and all(_term_counts(t, pod.raw, pod.raw, cycle.namespaces) for t in terms):
+        return None
+    return "node(s) didn't match pod affinity rules"
 
 
 def _term_counts(term: Mapping[str, Any], owner: Mapping[str, Any], other: Mapping[str, Any],
@@ -301,7 +325,7 @@ def _refuse_beside(pod: _Pod, node: _Node, cycle: _Cycle) -> str | None:
     if pod.host_ports and any(_ports_clash(mine, theirs) for other in node.pods
                               for theirs in _host_ports(other.get("spec") or {}) for mine in pod.host_ports):
         return "node(s) didn't have free ports for the requested pod ports"
-    if why := _anti_affinity_refusal(pod, node, cycle):
+    if why := _anti_affinity_refusal(pod, node, cycle) or _affinity_refusal(pod, node, cycle):
         return why
     constraints = [c for c in pod.spec.get("topologySpreadConstraints") or ()
                    if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]

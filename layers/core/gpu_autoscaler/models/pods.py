@@ -17,8 +17,8 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
-__all__ = ["DeviceRequest", "HostPort", "PendingPod", "PendingPodsDocument", "PodAntiAffinity", "PodGroup",
-           "TopologySpread", "device_totals", "with_requests"]
+__all__ = ["DeviceRequest", "HostPort", "PendingPod", "PendingPodsDocument", "PodAffinity", "PodAntiAffinity",
+           "PodGroup", "TopologySpread", "device_totals", "with_requests"]
 
 
 class _Wire(BaseModel):
@@ -75,6 +75,22 @@ class PodAntiAffinity(_Wire):
     """For a term on the zone: matching pods already running per zone."""
 
 
+class PodAffinity(_Wire):
+    """A required pod affinity term on the node (`kubernetes.io/hostname`) or the zone: the pod may run only in a
+    domain that holds a pod it selects, or anywhere if it is the first of a group that selects itself."""
+
+    topology_key: str = Field(alias="topologyKey", min_length=1)
+    label_selector: dict[str, object] = Field(default_factory=dict, alias="labelSelector")
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: dict[str, object] | None = Field(default=None, alias="namespaceSelector")
+    self_match: bool = Field(default=False, alias="selfMatch")
+    """The pod's own labels match it (in its namespace)."""
+    zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
+    """For a term on the zone: matching pods already running per zone."""
+    nodes: tuple[str, ...] = ()
+    """For a term on the node: the nodes matching pods run on."""
+
+
 class HostPort(_Wire):
     """A port the pod holds on its node's addresses: a container's `hostPort` (a `hostNetwork` pod's container ports
     are host ports too). kube-scheduler's NodePorts filter keeps two pods holding one on a node apart."""
@@ -103,6 +119,7 @@ class PendingPod(_Wire, CachedModel):
     topology_spread: tuple[TopologySpread, ...] = Field(default=(), alias="topologySpreadConstraints")
     """The pod's spread constraints keyed on the zone or on the node."""
     pod_anti_affinity: tuple[PodAntiAffinity, ...] = Field(default=(), alias="podAntiAffinity")
+    pod_affinity: tuple[PodAffinity, ...] = Field(default=(), alias="podAffinity")
     host_ports: tuple[HostPort, ...] = Field(default=(), alias="hostPorts")
     device_requests: tuple[DeviceRequest, ...] = Field(default=(), alias="deviceRequests")
     """What the pod's Dynamic Resource Allocation claims ask for, per device class."""

@@ -106,7 +106,8 @@ class SolvePass:
         self.all_available = not unavailable
         placeable = self._placeable(fresh)
         self._classify(placeable)
-        if any(spreads(c.example) for c in self.classes) or any(repels_in_zones(p) for p in placeable):
+        if any(spreads(c.example) for c in self.classes) or any(repels_in_zones(p) or p.pod_affinity
+                                                                        for p in placeable):
             of_class = {p.uid: c.index for c in self.classes for p in c.pods}
             zones = [self._class_zones(c) for c in range(len(self.classes))]
             placed, refused = place_over_zones([p for c in self.classes for p in c.pods],

@@ -9,7 +9,8 @@ candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if t
   them, each pod pinned to one, levelling from the counts the agent reported (water-filling keeps the skew
   at most one, within any `maxSkew`). Gang members are not spread: a gang is placed whole in one zone;
 - required pod anti-affinity on the zone among pods the term matches gives each pod a zone of its own where none
-  of its group runs; a pod for which no such zone is left is unschedulable, with the reason.
+  of its group runs; a pod for which no such zone is left is unschedulable, with the reason;
+- required pod affinity keeps a pod to the zones where the pods it selects run (`affine_over_zones`).
 
 Rules that cap how many pods of a group one node takes become a resource every node has `PER_NODE_UNITS` of, a
 pod capped at m per node asking `PER_NODE_UNITS // m` of it (`per_node`): required pod anti-affinity on the node
@@ -38,9 +39,10 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from gpu_autoscaler.models.pods import PendingPod, PodAntiAffinity
+    from gpu_autoscaler.models.pods import PendingPod, PodAffinity, PodAntiAffinity
 
-__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "apart_over_zones", "per_node", "pin_to_zones",
+__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "affine_over_zones", "apart_over_zones", "per_node",
+           "pin_to_zones",
            "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads", "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
@@ -77,8 +79,8 @@ def per_node(pod: PendingPod) -> dict[str, int]:
     return out
 
 
-def _group(pod: PendingPod, term: PodAntiAffinity) -> list[object]:
-    """The pods an anti-affinity term counts: its namespaces (every one: "*") and its selector."""
+def _group(pod: PendingPod, term: PodAntiAffinity | PodAffinity) -> list[object]:
+    """The pods a pod (anti-)affinity term counts: its namespaces (every one: "*") and its selector."""
     spaces = ["*"] if term.namespace_selector is not None else sorted(set(term.namespaces)) or [pod.namespace]
     return [spaces, term.label_selector]
 
@@ -117,9 +119,74 @@ def place_over_zones(pods: Sequence[PendingPod],
                      zones_for: Callable[[PendingPod], Sequence[str]]) -> tuple[list[PendingPod], Refused]:
     """Pods repelling their group in a zone each given a zone of their own (`apart_over_zones`), then spreading pods
     levelled over zones (`spread_over_zones`); those no zone can take, with the reason."""
-    apart, refused = apart_over_zones(pods, zones_for)
+    beside, unmet = affine_over_zones(pods, zones_for)
+    apart, refused = apart_over_zones(beside, zones_for)
     spread, beyond = spread_over_zones(apart, zones_for)
-    return spread, refused + beyond
+    return spread, unmet + refused + beyond
+
+
+def affine_over_zones(pods: Sequence[PendingPod],
+                      zones_for: Callable[[PendingPod], Sequence[str]]) -> tuple[list[PendingPod], Refused]:
+    """Pods with required pod affinity where kube-scheduler's InterPodAffinity will let them run (Karpenter:
+    `nextDomainAffinity`, scheduling/topologygroup.go): on the zone, pinned to the zones where a pod the term
+    selects runs, or, for a group that selects itself and runs nowhere yet, all to one zone; on the node, nowhere new
+    when such a pod runs (its node is not ours to buy), else the first of a group that selects itself alone (the
+    others join its node once it runs). A term that selects only pods that do not run yet cannot be met now."""
+    chosen: dict[str, str] = {}
+    first: set[str] = set()
+    out: list[PendingPod] = []
+    refused: Refused = []
+    for pod in pods:
+        if not pod.pod_affinity or not zones_for(pod):
+            out.append(pod)  # no rule, or nowhere to go: left as is, and the reason says why
+            continue
+        allowed = set(zones_for(pod))
+        why: str | None = None
+        leads: list[str] = []
+        pins: list[str] = []
+        for term in pod.pod_affinity:
+            group = json.dumps(_group(pod, term), sort_keys=True)
+            why = _unmet(term, group, first)
+            if why is not None:
+                break
+            running = {z for z, n in term.zone_counts.items() if n > 0}
+            if term.topology_key == L.HOSTNAME:
+                leads.append(group)
+            elif running:
+                allowed &= running
+            elif pod.pod_group is None:
+                pins.append(group)
+        if why is None and pins:
+            zone = next((chosen[g] for g in pins if g in chosen), None) or min(allowed, default=None)
+            if zone is None or zone not in allowed:
+                why = "pod affinity: the first pod of its group is planned in another zone, where it cannot go"
+            else:
+                allowed = {zone}
+                chosen.update(dict.fromkeys(pins, zone))
+        if why is None and not allowed:
+            why = "pod affinity: no zone it may use holds a pod it must share a zone with"
+        if why is not None:
+            refused.append((pod, why))
+            continue
+        first.update(leads)
+        out.append(pin_to_zones(pod, allowed) if allowed != set(zones_for(pod)) else pod)
+    return out, refused
+
+
+def _unmet(term: PodAffinity, group: str, first: set[str]) -> str | None:
+    """Why no node we launch now meets a pod affinity term (`first`: node groups whose first pod is planned)."""
+    if term.topology_key == L.HOSTNAME:
+        if term.nodes:
+            return (f"pod affinity: it must run on a node where a pod it selects runs ({', '.join(term.nodes)}); no "
+                    "new node can take it")
+        if not term.self_match:
+            return "pod affinity: no pod it must run beside runs yet"
+        if group in first:
+            return "pod affinity on the node: it joins the first pod of its group, planned now, once that one runs"
+        return None
+    if not any(n > 0 for n in term.zone_counts.values()) and not term.self_match:
+        return "pod affinity: no pod it must share a zone with runs yet"
+    return None
 
 
 def apart_over_zones(pods: Sequence[PendingPod],
