@@ -1,4 +1,5 @@
-"""Where a pending pod may go, beyond its node selector: the zones of its volumes, and its zone spread.
+"""Where a pending pod may go, beyond its node selector: its volumes' zones, its spread, its pod (anti-)affinity and
+its host ports.
 
 - Volumes: a pod's persistent volume claims (and generic ephemeral volumes, whose claim is `<pod>-<volume>`).
   A bound claim's PersistentVolume says where it can be attached in its `spec.nodeAffinity` (the EBS CSI driver
@@ -324,13 +325,15 @@ class KubernetesPlacement:
         `eligible` (a node test), only pods on such nodes count, and every zone (`key`'s value) of such a node is
         there, 0 included."""
         text = label_selector_text(selector)
-        nodes = self._cached(("nodes",), self._nodes)
         if eligible is None:
             if text is None:
                 return {}
-            per_node = self._cached(("spread", namespace or "", text), lambda: self._count(namespace, text))
-            zone_of = {n: z for n, (labels, _) in nodes.items() if (z := _zone(labels))}
+            found = text
+            per_node = self._cached(("spread", namespace or "", found), lambda: self._count(namespace, found))
+            zone_of = {n: z for n, (labels, _) in self._cached(("nodes",), self._nodes).items()
+                       if (z := _zone(labels))}
             return dict(Counter(zone_of[n] for n in per_node.elements() if n in zone_of))
+        nodes = self._cached(("nodes",), self._nodes)
         zone_of = {n: labels[key] for n, (labels, taints) in nodes.items()
                    if key in labels and eligible({"name": n, "labels": labels, "taints": taints})}
         counts = dict.fromkeys(sorted(set(zone_of.values())), 0)

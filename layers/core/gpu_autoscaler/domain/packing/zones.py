@@ -1,4 +1,5 @@
-"""Where a pod may go beyond its node selector: its volumes' zones, its zone spread, its anti-affinity.
+"""Where a pod may go beyond its node selector: its volumes' zones, its spread, its pod (anti-)affinity, its host
+ports.
 
 These become plain zone requirements on the pod (a copy, same uid), so everything downstream — offering masks,
 candidates, claims' zones, reasons ("… in us-east-1a") — treats them as if the pod had selected the zone:
@@ -17,8 +18,8 @@ pod capped at m per node asking `PER_NODE_UNITS // m` of it (`per_node`): requir
 (`kubernetes.io/hostname`) among pods the term matches (1 per node), and a `DoNotSchedule` spread on the node
 (`maxSkew` per node: a new node holds none of the group, so kube-scheduler's global minimum is 0 there; Karpenter
 assumes the same, "Because Karpenter can always create a new domain for hostname, we assume the global minimum is
-always zero", pkg/controllers/provisioning/scheduling/topologygroup.go). A group is its namespace and selector; a pod
-under two rules of one group asks the larger share, so the stricter cap holds.
+always zero", pkg/controllers/provisioning/scheduling/topologygroup.go). A group is its namespaces and selector; a
+pod under two rules of one group asks the larger share, so the stricter cap holds.
 
 Host ports are such groups too (kube-scheduler's NodePorts filter; Karpenter's pkg/scheduling/hostportusage.go): one
 pod per port and protocol on every address (0.0.0.0), while pods on distinct single addresses may share a node. A pod
@@ -42,8 +43,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.models.pods import PendingPod, PodAffinity, PodAntiAffinity
 
 __all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "affine_over_zones", "apart_over_zones", "per_node",
-           "pin_to_zones",
-           "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads", "with_volume_zones"]
+           "pin_to_zones", "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads", "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
 PER_NODE_PREFIX = "gpu-autoscaler/per-node-"
