@@ -154,9 +154,10 @@ class Functions(Construct):
         table: dynamodb.ITable,
         parameter: ssm.IStringParameter,
         launch_template_id: str,
-        launch_templates: dict[str, str] | None = None,
+        launch_templates: dict[str, dict[str, str]],
         placement_groups: dict[str, str] | None = None,
     ) -> None:
+        """`launch_templates`: template key → `{"id", "version"}` (`NodeLaunchTemplate.launch_templates`)."""
         super().__init__(scope, construct_id)
         self._names = names
         self._layer = layer
@@ -165,9 +166,10 @@ class Functions(Construct):
         self._parameter = parameter
         self._config_digest = config_digest(config.to_json())
         self._launch_template_id = launch_template_id
-        self._launch_templates = launch_templates or {"on-demand": launch_template_id}
+        self._launch_templates = launch_templates
         self._placement_groups = placement_groups or {}
-        self._ec2 = Ec2Permissions(Stack.of(self), config, launch_template_ids=list(self._launch_templates.values()),
+        self._ec2 = Ec2Permissions(Stack.of(self), config,
+                                   launch_template_ids=[t["id"] for t in self._launch_templates.values()],
                                    placement_groups=list(self._placement_groups.values()))
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

@@ -95,9 +95,18 @@ class NodeLaunchTemplate(Construct):
         return self.templates["on-demand"].ref
 
     @property
-    def launch_template_ids(self) -> dict[str, str]:
-        """Template key (capacity type, `/efaN`) → template id: the fleet function's `LAUNCH_TEMPLATES`."""
-        return {key: template.ref for key, template in self.templates.items()}
+    def launch_templates(self) -> dict[str, dict[str, str]]:
+        """Template key (capacity type, `/efaN`) → `{"id", "version"}`: the fleet function's `LAUNCH_TEMPLATES`.
+
+        The version is the template's `LatestVersionNumber`, not `$Default`: a change of `LaunchTemplateData` keeps the
+        template (its name is fixed) and adds a version, while "The default version of a launch template cannot be
+        specified in AWS CloudFormation" (CloudFormation Template Reference, AWS::EC2::LaunchTemplate,
+        `DefaultVersionNumber`) — it stays at 1, and CreateFleet's `$Default` would launch the first deploy's image,
+        groups and metadata options for ever. A number, not `$Latest`, so a replayed request (same ClientToken)
+        stays the same request, and a new version updates the function's environment with it: warm functions
+        launch the new version from the update on."""
+        return {key: {"id": template.ref, "version": template.attr_latest_version_number}
+                for key, template in self.templates.items()}
 
     @property
     def placement_group_names(self) -> dict[str, str]:

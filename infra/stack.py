@@ -77,7 +77,7 @@ class GpuAutoscalerStack(Stack):
             table=self.table,
             parameter=self.parameter,
             launch_template_id=self.nodes.launch_template_id,
-            launch_templates=self.nodes.launch_template_ids,
+            launch_templates=self.nodes.launch_templates,
             placement_groups=self.nodes.placement_group_names,
         )
         self.access_entries = FunctionAccessEntries(

@@ -89,6 +89,24 @@ def test_environment_is_the_settings_contract(synthesized: Synthesized) -> None:
         assert set(env) - LIBRARY_ENV <= settings_names
 
 
+def _joined_json(value: dict[str, Any]) -> Any:
+    """A `Stack.to_json_string` value as JSON, each intrinsic written `Ref:<logical>` or `GetAtt:<logical>.<attr>`."""
+    parts = value["Fn::Join"][1]
+    return json.loads("".join(
+        p if isinstance(p, str) else f"Ref:{p['Ref']}" if "Ref" in p else "GetAtt:" + ".".join(p["Fn::GetAtt"])
+        for p in parts))
+
+
+def test_the_fleet_launches_the_version_each_template_last_got(synthesized: Synthesized) -> None:
+    """CloudFormation adds a version on a template data change and leaves the default at 1 (infra/nodes.py): the
+    fleet function is given each template's latest version number, so a change of it updates the function too."""
+    env = _function(synthesized, "fleet")["Environment"]["Variables"]
+    templates = {key: synthesized.logical_id(t) for key, t in synthesized.stack.nodes.templates.items()}
+    assert _joined_json(env["LAUNCH_TEMPLATES"]) == {
+        key: {"id": f"Ref:{logical}", "version": f"GetAtt:{logical}.LatestVersionNumber"}
+        for key, logical in templates.items()}
+
+
 def test_each_function_has_its_own_role_and_a_log_group_with_retention(synthesized: Synthesized) -> None:
     roles = {_function(synthesized, name)["Role"]["Fn::GetAtt"][0] for name in FUNCTIONS}
     assert len(roles) == 6

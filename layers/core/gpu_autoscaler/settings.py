@@ -7,7 +7,18 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["FunctionSettings", "load_settings"]
+__all__ = ["FunctionSettings", "LaunchTemplateVersion", "load_settings"]
+
+
+class LaunchTemplateVersion(BaseModel):
+    """A launch template and the version launches ask: its `LatestVersionNumber` as the stack last wrote it (a
+    number in a string, as CloudFormation's `Fn::GetAtt` gives it), never `$Default`, which a stack update does not
+    move (infra/nodes.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    version: str
 
 
 class FunctionSettings(BaseModel):
@@ -22,8 +33,8 @@ class FunctionSettings(BaseModel):
     drain_queue_url: str | None = Field(default=None, alias="DRAIN_QUEUE_URL")
     launch_template_id: str | None = Field(default=None, alias="LAUNCH_TEMPLATE_ID")
     """The stack's On-Demand node launch template (pinned AMI, IMDSv2, encrypted EBS); given to the fleet function."""
-    launch_templates: dict[str, str] = Field(default_factory=dict, alias="LAUNCH_TEMPLATES")
-    """Capacity type → launch template id, as JSON (`domain.launch_templates`: one per capacity type);
+    launch_templates: dict[str, LaunchTemplateVersion] = Field(default_factory=dict, alias="LAUNCH_TEMPLATES")
+    """Template key → `{"id", "version"}`, as JSON (`domain.launch_templates`: one per capacity type and EFA count);
     a capacity type missing here launches from `LAUNCH_TEMPLATE_ID`."""
     pending_pods_dlq_url: str | None = Field(default=None, alias="PENDING_PODS_DLQ_URL")
     """Given to the packer: a document that can never parse goes there at once (`adapters.aws.dead_letters`)."""

@@ -8,7 +8,7 @@ from typing import Any
 from gpu_autoscaler.adapters.aws.fleet import efa_security_group_problem, render_create_fleet
 from gpu_autoscaler.domain.fleet import LaunchContext, build_request, first_attempt
 from gpu_autoscaler.domain.launch_templates import efa_template_key, launch_template_data
-from tests.unit.fleet.builders import TEMPLATE, TYPES, make_config, make_gang
+from tests.unit.fleet.builders import TEMPLATE, TYPES, make_claim, make_config, make_gang
 
 CONFIG = make_config(pool_gpu_reserved={"efa": True})
 TEMPLATES = {"on-demand": "lt-od", "on-demand/efa32": "lt-od-efa32", "on-demand/efa4": "lt-od-efa4",
@@ -45,6 +45,22 @@ def test_an_efa_gang_launches_each_type_from_its_efa_template_in_the_zones_place
             zone = "us-east-1a" if override["SubnetId"] == "subnet-0aaa" else "us-east-1b"
             assert override["Placement"] == {"GroupName": GROUPS[f"gpu-reserved/{zone}"]}
     assert by_template == {"lt-od-efa32": {"p5.48xlarge"}, "lt-od-efa4": {"p4d.24xlarge"}}
+
+
+def test_each_template_launches_the_version_the_stack_last_wrote() -> None:
+    """Not `$Default`, which a stack update leaves at 1 (infra/nodes.py): an EFA entry its own template's version."""
+    versions = {"lt-od": "3", "lt-od-efa32": "2", "lt-od-efa4": "5", "lt-spot": "4"}
+    context = LaunchContext.from_config(CONFIG, TEMPLATE, instance_types=TYPES.values(), launch_templates=TEMPLATES,
+                                        template_versions=versions, placement_groups=GROUPS)
+    launched: dict[str, str] = {}
+    for claims in (make_gang(2), [make_claim(capacity_type="on-demand")], [make_claim()]):
+        pool = CONFIG.pool(claims[0].pool)
+        attempt = first_attempt(claims, pool, set(), context)
+        assert attempt is not None
+        for config in render_create_fleet(build_request(claims, pool, attempt, context))["LaunchTemplateConfigs"]:
+            spec = config["LaunchTemplateSpecification"]
+            launched[spec["LaunchTemplateId"]] = spec["Version"]
+    assert launched == versions
 
 
 def _group(group_id: str, ingress: list[dict[str, Any]], egress: list[dict[str, Any]]) -> dict[str, Any]:

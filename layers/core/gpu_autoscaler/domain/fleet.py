@@ -144,9 +144,12 @@ class LaunchContext:
     bootstrap: ClusterBootstrap
     instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
     """What is known of the candidate types (architecture, GPUs, max pods); names alone work too."""
-    launch_template_version: str = "$Default"
     launch_templates: Mapping[str, str] = field(default_factory=dict)
     """Capacity type → launch template (`domain.launch_templates`); absent ones use `launch_template_id`."""
+    template_versions: Mapping[str, str] = field(default_factory=dict)
+    """Launch template id → the version launches ask: the one the stack last wrote (its `LatestVersionNumber`). Not
+    `$Default`: a stack update adds a version and leaves the default at 1 (infra/nodes.py), so a new image or
+    security group would never reach a node. Absent (templates no deployment named: hand-built contexts), `$Default`."""
     ami: Ami | None = None
     """The global image (its family decides the default volumes); absent, launches carry no volumes."""
 
@@ -156,6 +159,9 @@ class LaunchContext:
     def template_for(self, capacity_type: CapacityType, efa_interfaces: int = 0) -> str:
         return self.launch_templates.get(efa_template_key(capacity_type, efa_interfaces),
                                          self.launch_templates.get(capacity_type, self.launch_template_id))
+
+    def version_of(self, template_id: str) -> str:
+        return self.template_versions.get(template_id, "$Default")
 
     def images_for(self, pool: NodePool) -> Mapping[str, str]:
         """Architecture → AMI for a pool's nodes: its own image where it sets one, else the global one."""
@@ -183,6 +189,7 @@ class LaunchContext:
         instance_types: Iterable[InstanceType] = (),
         bootstrap: ClusterBootstrap | None = None,
         launch_templates: Mapping[str, str] | None = None,
+        template_versions: Mapping[str, str] | None = None,
         placement_groups: Mapping[str, str] | None = None,
     ) -> LaunchContext:
         """`subnet_ids` maps the configuration's subnet ids to the endpoint's (identity where absent)."""
@@ -195,6 +202,7 @@ class LaunchContext:
             bootstrap=bootstrap or ClusterBootstrap.from_config(config),
             instance_types={t.name: t for t in instance_types},
             launch_templates=dict(launch_templates or {}),
+            template_versions=dict(template_versions or {}),
             ami=config.ami,
             placement_groups=dict(placement_groups or {}),
             overhead=config.overhead,
@@ -453,8 +461,9 @@ def build_request(
         single_availability_zone=all_or_nothing,
         single_instance_type=all_or_nothing and pool.efa,
         launch_template_id=context.template_for(attempt.capacity_type),
-        launch_template_version=context.launch_template_version,
-        launch_configs=tuple(LaunchConfig(user_data=ud, launch_template_id=template, overrides=tuple(o))
+        launch_template_version=context.version_of(context.template_for(attempt.capacity_type)),
+        launch_configs=tuple(LaunchConfig(user_data=ud, launch_template_id=template, overrides=tuple(o),
+                                          launch_template_version=context.version_of(template) if template else None)
                              for (ud, template), o in configs.items()),
         client_token=token,
         tags=fleet_tags(context.cluster, pool.name, claims, gang, token),

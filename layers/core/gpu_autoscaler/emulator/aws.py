@@ -23,7 +23,7 @@ import botocore.session
 
 from gpu_autoscaler.adapters.aws.clients import AwsClients
 from gpu_autoscaler.emulator import moto_fixes
-from gpu_autoscaler.emulator.resources import discover, provision
+from gpu_autoscaler.emulator.resources import discover, provision, update_launch_templates
 from gpu_autoscaler.naming import ResourceNames
 
 if TYPE_CHECKING:
@@ -121,6 +121,19 @@ class EmbeddedAws:
             self.stop()
             raise
         return self
+
+    def update(self, config: Config) -> StackResources:
+        """A `cdk deploy` of a changed configuration over this stack, as CloudFormation applies it: the new images
+        resolve, the parameter holds the new configuration, and each launch template whose data changed gets a new
+        version (`update_launch_templates`: its default stays at 1). The resources are found again, as the
+        functions' environment then names them."""
+        _register_images(config, self.clients)
+        update_launch_templates(self.clients, config, self.resources)
+        self.clients.client("ssm").put_parameter(Name=self.resources.config_parameter, Value=config.to_json(),
+                                                 Type="String", Tier="Advanced", Overwrite=True)
+        self.config = config
+        self._resources = discover(self.clients, config)
+        return self._resources
 
     def stop(self) -> None:
         global _live

@@ -47,6 +47,7 @@ __all__ = [
     "discover",
     "provision",
     "queue_specs",
+    "update_launch_templates",
 ]
 
 DLQ_SUFFIX = "-dlq"
@@ -112,6 +113,9 @@ class StackResources:
     launch_template_name: str | None = None
     launch_templates: dict[str, str] = field(default_factory=dict)
     """Template key (`domain.launch_templates`) → launch template id (`launch_template_id` is the On-Demand one)."""
+    launch_template_versions: dict[str, str] = field(default_factory=dict)
+    """Launch template id → its `LatestVersionNumber`: the version the stack hands the fleet function to launch
+    (infra/nodes.py says why not `$Default`)."""
     placement_groups: dict[str, str] = field(default_factory=dict)
     """`pool/zone` → an EFA pool's cluster placement group."""
     vpc_id: str | None = None
@@ -150,7 +154,9 @@ class StackResources:
         if self.launch_template_id:
             env["LAUNCH_TEMPLATE_ID"] = self.launch_template_id
         if self.launch_templates:
-            env["LAUNCH_TEMPLATES"] = json.dumps(self.launch_templates, sort_keys=True)
+            env["LAUNCH_TEMPLATES"] = json.dumps(
+                {key: {"id": template, "version": self.launch_template_versions[template]}
+                 for key, template in self.launch_templates.items()}, sort_keys=True)
         if function in (None, "packer"):
             env["PENDING_PODS_DLQ_URL"] = self.queue_urls["pending-pods-dlq"]
         if self.placement_groups:
@@ -184,8 +190,10 @@ def provision(clients: AwsClients, config: Config, *, visibility_timeout: int | 
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
-        launch_template_id=templates["on-demand"], launch_template_name=names.launch_template,
-        launch_templates=templates, placement_groups=placement_groups, vpc_id=vpc_id, subnet_ids=subnet_ids,
+        launch_template_id=templates["on-demand"][0], launch_template_name=names.launch_template,
+        launch_templates={key: template for key, (template, _) in templates.items()},
+        launch_template_versions=dict(templates.values()), placement_groups=placement_groups, vpc_id=vpc_id,
+        subnet_ids=subnet_ids,
         zone_subnets=zone_subnets, security_group_ids=security_groups,
         node_role_arn=role_arn, instance_profile_arn=profile_arn, image_ids=_image_ids(config),
         function_roles=function_roles,
@@ -204,15 +212,17 @@ def discover(clients: AwsClients, config: Config) -> StackResources:
     _require(clients.client("ssm").get_parameter, "SSM parameter", names.config_parameter, Name=names.config_parameter)
     ec2 = clients.client("ec2")
     vpc_id, subnet_ids, security_groups = _find_network(ec2, config)
-    templates: dict[str, str] = {key: found for key in template_variants(config)
-                 if (found := _find_launch_template(ec2, names.capacity_launch_template(key.replace("/", "-"))))}
+    found = {key: template for key in template_variants(config)
+             if (template := _find_launch_template(ec2, names.capacity_launch_template(key.replace("/", "-"))))}
+    templates = {key: template for key, (template, _) in found.items()}
     template_id = templates.get("on-demand")
     role_arn, profile_arn = _find_node_identity(clients.client("iam"), names, config.region)
     return StackResources(
         cluster=config.cluster_name, region=config.region, table_name=names.table,
         config_parameter=names.config_parameter, queue_urls=urls, queue_arns=arns,
         launch_template_id=template_id, launch_template_name=names.launch_template if template_id else None,
-        launch_templates=templates, placement_groups=_find_placement_groups(ec2, config),
+        launch_templates=templates, launch_template_versions=dict(found.values()),
+        placement_groups=_find_placement_groups(ec2, config),
         vpc_id=vpc_id, subnet_ids=subnet_ids,
         zone_subnets={zone: subnet_ids[subnet] for zone, subnet in config.network.subnets.items()},
         security_group_ids=security_groups, node_role_arn=role_arn, instance_profile_arn=profile_arn,
@@ -346,23 +356,43 @@ def _create_function_roles(iam: Any, names: ResourceNames, tags: dict[str, str])
 def _create_launch_templates(
     ec2: Any, config: Config, names: ResourceNames, security_groups: list[str], profile_arn: str,
     tags: dict[str, str],
-) -> dict[str, str]:
+) -> dict[str, tuple[str, str]]:
     """The templates CreateFleet names, one per capacity type (and EFA count, for EFA pools), as the stack
-    writes them (infra/nodes.py and `domain.launch_templates`, which says why). Template key → id.
+    writes them (infra/nodes.py and `domain.launch_templates`, which says why). Template key → (id, version).
 
     Instance type, subnet, volumes and the image come from each fleet request's overrides, so these
     templates serve every pool.
     """
-    ids: dict[str, str] = {}
+    ids: dict[str, tuple[str, str]] = {}
     for key, (capacity_type, efa) in template_variants(config).items():
         data = launch_template_data(config, capacity_type, security_groups=security_groups,
                                     instance_profile_arn=profile_arn, efa_interfaces=efa)
-        ids[key] = str(ec2.create_launch_template(
+        created = ec2.create_launch_template(
             LaunchTemplateName=names.capacity_launch_template(key.replace("/", "-")), LaunchTemplateData=data,
             VersionDescription=f"{config.ami.family} {config.ami.version} {key}",
             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
-        )["LaunchTemplate"]["LaunchTemplateId"])
+        )["LaunchTemplate"]
+        ids[key] = (str(created["LaunchTemplateId"]), str(created["LatestVersionNumber"]))
     return ids
+
+
+def update_launch_templates(clients: AwsClients, config: Config, resources: StackResources) -> None:
+    """What a stack update does to the templates: each one whose data changed gets a new version, and its default
+    version stays where it was — "The default version of a launch template cannot be specified in AWS
+    CloudFormation" (CloudFormation Template Reference, AWS::EC2::LaunchTemplate, `DefaultVersionNumber`; users
+    see "a new version 2, but the default was still set to 1", aws-cloudformation/cloudformation-coverage-roadmap
+    #1518). Security groups and the instance profile are the deployed ones (the emulator's stand-ins)."""
+    ec2 = clients.client("ec2")
+    groups = [resources.security_group_ids[group] for group in config.network.security_groups]
+    for key, (capacity_type, efa) in template_variants(config).items():
+        template = resources.launch_templates[key]
+        data = launch_template_data(config, capacity_type, security_groups=groups,
+                                    instance_profile_arn=resources.instance_profile_arn or "", efa_interfaces=efa)
+        [latest] = ec2.describe_launch_template_versions(LaunchTemplateId=template, Versions=["$Latest"])[
+            "LaunchTemplateVersions"]
+        if latest["LaunchTemplateData"] != data:
+            ec2.create_launch_template_version(LaunchTemplateId=template, LaunchTemplateData=data,
+                                               VersionDescription=f"{config.ami.family} {config.ami.version} {key}")
 
 
 def _create_placement_groups(ec2: Any, config: Config, names: ResourceNames, tags: dict[str, str]) -> dict[str, str]:
@@ -509,10 +539,11 @@ def _optional(call: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _find_launch_template(ec2: Any, name: str) -> str | None:
+def _find_launch_template(ec2: Any, name: str) -> tuple[str, str] | None:
+    """(id, `LatestVersionNumber`) of the template named so, as CloudFormation's `Fn::GetAtt` gives them."""
     found = _optional(ec2.describe_launch_templates, LaunchTemplateNames=[name])
     templates = found["LaunchTemplates"] if found else []
-    return str(templates[0]["LaunchTemplateId"]) if templates else None
+    return (str(templates[0]["LaunchTemplateId"]), str(templates[0]["LatestVersionNumber"])) if templates else None
 
 
 def _find_function_roles(iam: Any, names: ResourceNames) -> dict[str, str]:

@@ -133,12 +133,16 @@ class LaunchConfig(_Frozen):
     """Raw (not base64) user data; the adapter encodes it. ≤ 16 KB raw, EC2's limit."""
     launch_template_id: str | None = None
     """This entry's template when it differs from the request's (an EFA template)."""
+    launch_template_version: str | None = None
+    """The version of `launch_template_id` to launch (with it, and only with it)."""
     overrides: tuple[FleetOverride, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _user_data_size(self) -> LaunchConfig:
         if len(self.user_data.encode()) > 16 * 1024:
             raise ValueError("user data exceeds EC2's 16 KB")
+        if (self.launch_template_id is None) != (self.launch_template_version is None):
+            raise ValueError("an entry's own launch template comes with its version")
         return self
 
 
@@ -177,6 +181,7 @@ class FleetRequest(_Frozen):
     single_instance_type: bool = False
     launch_template_id: str
     launch_template_version: str = "$Default"
+    """A version number (`LaunchContext.template_versions`), so the same request replays the same launch."""
     launch_configs: tuple[LaunchConfig, ...] = Field(min_length=1, max_length=MAX_LAUNCH_CONFIGS)
     client_token: str = Field(min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
     tags: dict[str, str] = Field(default_factory=dict)

@@ -190,6 +190,7 @@ class FleetService:
         clock: Clock,
         launch_template_id: str | None = None,
         launch_templates: Mapping[str, str] | None = None,
+        template_versions: Mapping[str, str] | None = None,
         placement_groups: Mapping[str, str] | None = None,
         efa_check: Callable[[], str | None] | None = None,
         subnet_ids: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
@@ -203,7 +204,8 @@ class FleetService:
         launch; `bootstrap`: the cluster's coordinates for the user data (default: the configuration's), or
         a function giving them on first launch, which may raise to fail the launch (and is asked again by
         the next one); `launch_templates`: template key (`domain.launch_templates`) → template, where one differs
-        from `launch_template_id`; `placement_groups`: `pool/zone` → an EFA pool's cluster placement group;
+        from `launch_template_id`; `template_versions`: template id → the version to launch
+        (`LaunchContext.template_versions`); `placement_groups`: `pool/zone` → an EFA pool's cluster placement group;
         `efa_check`: why EFA traffic would not flow (the security group), asked before an EFA pool's first launch.
         Without `launch_template_id` the service only terminates (drain, consolidation)."""
         self.config = config
@@ -212,6 +214,7 @@ class FleetService:
         self.clock = clock
         self._launch_template_id = launch_template_id
         self._launch_templates = dict(launch_templates or {})
+        self._template_versions = dict(template_versions or {})
         self._placement_groups = dict(placement_groups or {})
         self._efa_check = efa_check
         self._efa_problem: tuple[str | None] | None = None
@@ -238,7 +241,7 @@ class FleetService:
             self._context = LaunchContext.from_config(
                 self.config, self._launch_template_id, subnet_ids=subnets, instance_types=types,
                 bootstrap=bootstrap, launch_templates=self._launch_templates,
-                placement_groups=self._placement_groups,
+                template_versions=self._template_versions, placement_groups=self._placement_groups,
             )
             missing = bootstrap.missing()
             if missing and not self._warned_bootstrap:
@@ -572,7 +575,8 @@ def aws_fleet_service(settings: FunctionSettings, clock: Clock | None = None) ->
         Ec2Compute(ec2, config.cluster_name),
         clock=env.clock,
         launch_template_id=settings.launch_template_id,
-        launch_templates=settings.launch_templates,
+        launch_templates={key: template.id for key, template in settings.launch_templates.items()},
+        template_versions={template.id: template.version for template in settings.launch_templates.values()},
         placement_groups=settings.placement_groups,
         efa_check=lambda: efa_security_group_problem(
             ec2, list(resolve_security_groups(ec2, config).values())),

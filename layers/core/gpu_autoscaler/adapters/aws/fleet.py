@@ -114,7 +114,7 @@ def render_create_fleet(request: FleetRequest) -> dict[str, Any]:
     for config in request.launch_configs:
         spec: dict[str, Any] = {
             "LaunchTemplateId": config.launch_template_id or request.launch_template_id,
-            "Version": request.launch_template_version,
+            "Version": config.launch_template_version or request.launch_template_version,
         }
         if config.user_data:
             spec["LaunchTemplateSpecificationUserData"] = base64.b64encode(config.user_data.encode()).decode()
