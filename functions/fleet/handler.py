@@ -2,11 +2,11 @@
 
 Each record is handled on its own (Powertools `BatchProcessor`, partial batch failure): a record that is not
 a valid `LaunchRequest` fails alone, its validation error logged, and SQS redrives it to the dead-letter queue
-after `maxReceiveCount`; so does one whose CreateFleet stays throttled (the claims are still Pending, so the
-redelivery simply tries again), and so does one that finds the cluster's certificate authority or service CIDR
-neither configured nor readable from EKS DescribeCluster (nodes launched without them could never join). The
-rest of the batch goes on. A request only names claims: the service acts on their stored state, so a
-redelivered record launches nothing twice.
+after `maxReceiveCount`; so does one whose CreateFleet stays throttled or failing on EC2's side (a 5xx; the
+claims are still Pending, so the redelivery simply tries again), and so does one that finds the cluster's
+certificate authority or service CIDR neither configured nor readable from EKS DescribeCluster (nodes launched
+without them could never join). The rest of the batch goes on. A request only names claims: the service acts on
+their stored state, so a redelivered record launches nothing twice.
 
 Metrics: claims launched, launch failures by reason, launches refused (claims EC2 refused for a reason no retry
 mends, `FailedClaim.refused`: they fail nothing, so the stack alarms on this count), time from claim to instance,
@@ -73,7 +73,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     try:
         outcome = service().launch(request)
     except RequestThrottled:
-        logger.warning("CreateFleet stays throttled; the request goes back to the queue",
+        logger.warning("CreateFleet stays throttled or unavailable; the request goes back to the queue",
                        extra={"messageId": record.message_id, "claims": request.claim_ids})
         raise
     except ClusterBootstrapUnavailable as error:

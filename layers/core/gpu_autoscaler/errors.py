@@ -52,7 +52,8 @@ class QuotaExceeded(GpuAutoscalerError):
 
 
 class RequestThrottled(GpuAutoscalerError):
-    """The EC2 API asked us to slow down (RequestLimitExceeded); retry with backoff and jitter."""
+    """The EC2 API asked us to slow down (RequestLimitExceeded) or failed on its side (a 5xx: InternalError,
+    Unavailable); retry with backoff and jitter, then the message goes back to its queue (same ClientToken)."""
 
 
 class NotOwned(GpuAutoscalerError):

@@ -141,6 +141,25 @@ def test_persistent_throttling_leaves_the_claim_pending_for_the_redelivery(
     assert store.assignments(list(claim.pods)) == {claim.pods[0]: claim.id}
 
 
+@pytest.mark.parametrize(("code", "status"), [("InternalError", 500), ("Unavailable", 503),
+                                            ("ServiceUnavailable", 503), ("BadGateway", 502)])
+def test_a_server_error_leaves_the_claim_pending_for_the_redelivery(
+        ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore, code: str, status: int) -> None:
+    """EC2's server errors are transient ("InternalError ... Retry your request"; "Unavailable — The server is
+    overloaded", EC2 API Reference, "Error codes for the Amazon EC2 API"): retried as throttling is, never a refusal
+    that ends the claim (Karpenter requeues any create error but insufficient capacity)."""
+    _, stubber = ec2
+    claim = new_claim(store, f"stub-{code.lower()}", zones=("us-east-1b",), instance_types=("g6.xlarge",))
+    for _ in range(4):
+        stubber.add_client_error("create_fleet", service_error_code=code, http_status_code=status,
+                                 service_message="The server is overloaded and can't handle the request.")
+    with pytest.raises(RequestThrottled, match=code):
+        launch(service, claim.id)
+    stored = store.get_claim(claim.id)
+    assert stored is not None and stored.state is ClaimState.PENDING
+    assert store.assignments(list(claim.pods)) == {claim.pods[0]: claim.id}
+
+
 def test_an_invalid_request_ends_the_claim_and_releases_its_pods(
         ec2: tuple[Any, Stubber], service: FleetService, store: DynamoStateStore) -> None:
     _, stubber = ec2

@@ -35,6 +35,8 @@ def test_capacity_errors_make_the_offering_unavailable(code: str) -> None:
 
 
 @pytest.mark.parametrize(("code", "kind"), [("RequestLimitExceeded", ErrorKind.THROTTLED),
+                                            ("InternalError", ErrorKind.THROTTLED),
+                                            ("Unavailable", ErrorKind.THROTTLED),
                                             ("IdempotentParameterMismatch", ErrorKind.CONFLICT),
                                             ("InvalidParameterValue", ErrorKind.FATAL),
                                             ("UnauthorizedOperation", ErrorKind.FATAL),

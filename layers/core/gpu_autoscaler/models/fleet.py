@@ -36,6 +36,7 @@ __all__ = [
     "OwnedInstance",
     "ReservationOptions",
     "ReservationType",
+    "SERVER_ERROR_CODES",
     "classify_error",
 ]
 
@@ -80,6 +81,12 @@ PARAM_VALIDATION_ERROR = "ParamValidationError"
 """botocore refused to send the request (a member its service model lacks: an SDK older than the code). Not EC2's
 answer, and no retry or other capacity type helps: the claim ends with the SDK named."""
 THROTTLING_ERROR_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+SERVER_ERROR_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
+"""EC2 failed the call on its side: "InternalError — An internal error has occurred. Retry your request",
+"Unavailable — The server is overloaded and can't handle the request" (EC2 API Reference, "Error codes for the
+Amazon EC2 API", server errors). Transient, so retried as throttling is (the adapter treats any HTTP 5xx alike);
+never a refusal: Karpenter requeues every create error but insufficient capacity (kubernetes-sigs/karpenter,
+nodeclaim/lifecycle/launch.go)."""
 CONFLICT_ERROR_CODES = frozenset({"IdempotentParameterMismatch"})
 """The client token was used before with other parameters: that attempt is spent, the next one has its own."""
 
@@ -88,7 +95,8 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"
     """This offering cannot be had now: mark it unavailable, go on with the others."""
     THROTTLED = "throttled"
-    """The API asked us to slow down: back off with jitter and ask again."""
+    """The API asked us to slow down, or failed on its side (`SERVER_ERROR_CODES`): back off with jitter and ask
+    again."""
     CONFLICT = "conflict"
     """The attempt's token is spent: try again under the next attempt's token."""
     FATAL = "fatal"
@@ -99,7 +107,7 @@ class ErrorKind(StrEnum):
 def classify_error(code: str) -> ErrorKind:
     if code in CAPACITY_ERROR_CODES or code in CONFIGURATION_ERROR_CODES:
         return ErrorKind.UNAVAILABLE
-    if code in THROTTLING_ERROR_CODES:
+    if code in THROTTLING_ERROR_CODES or code in SERVER_ERROR_CODES:
         return ErrorKind.THROTTLED
     if code in CONFLICT_ERROR_CODES:
         return ErrorKind.CONFLICT

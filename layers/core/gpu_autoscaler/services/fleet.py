@@ -415,7 +415,7 @@ class FleetService:
     def _backoff(self, retry: int, outcome: LaunchOutcome) -> None:
         outcome.throttled += 1
         delay = backoff_delay(retry, self._rng)
-        logger.info("EC2 throttled CreateFleet; waiting %.2f s", delay)
+        logger.info("CreateFleet throttled or unavailable; waiting %.2f s", delay)
         self._sleep(delay)
 
     def _record_launches(self, claims: Sequence[NodeClaim], launched: Sequence[LaunchedInstance],

@@ -4,9 +4,10 @@ A `FleetRequest` is rendered as it is, nothing decided here: one `LaunchTemplate
 user data (base64, `LaunchTemplateSpecificationUserData`), the overrides as given, the DESIGN tags on the
 fleet, the instances and their volumes. The answer's `Instances` and `Errors` become a `FleetResult` (with
 DescribeInstances' word where the answer leaves an instance's zone, or a reserved one's reservation, unknown); a
-throttled call raises `RequestThrottled` (the caller backs off), any other refusal of the whole call comes
-back as a request-level error, for the domain to classify like the per-override ones. The instances of a request
-for several claims are then tagged with their claims (`_tag_claims`), one not known yet asked again with backoff.
+throttled call, or one EC2 failed on its side (a 5xx), raises `RequestThrottled` (the caller backs off), any other
+refusal of the whole call comes back as a request-level error, for the domain to classify like the per-override
+ones. The instances of a request for several claims are then tagged with their claims (`_tag_claims`), one not
+known yet asked again with backoff.
 
 Termination calls TerminateInstances directly, without describing first: EC2 is eventually consistent, so a
 just-launched instance may be missing from DescribeInstances (EC2 API reference, "Eventual consistency in the Amazon
@@ -179,6 +180,11 @@ def _message(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Message", ""))
 
 
+def _server_error(error: ClientError) -> bool:
+    """An HTTP 5xx: EC2 failed on its side, whatever the code (`models.fleet.SERVER_ERROR_CODES`)."""
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) >= 500
+
+
 class Ec2Compute:
     """`Compute` for one cluster, over an EC2 client (AWS or moto)."""
 
@@ -204,8 +210,8 @@ class Ec2Compute:
                                                   capacity_type=request.capacity_type),))
         except ClientError as error:
             code = _code(error)
-            if classify_error(code) is ErrorKind.THROTTLED:
-                raise RequestThrottled(f"CreateFleet throttled: {_message(error)}") from error
+            if classify_error(code) is ErrorKind.THROTTLED or _server_error(error):
+                raise RequestThrottled(f"CreateFleet throttled or unavailable: {code} {_message(error)}") from error
             if code in CONFIGURATION_ERROR_CODES:
                 logger.error("CreateFleet refused for a configuration of the account, not capacity: %s %s — %s",
                              code, _message(error), _CONFIGURATION_HINTS.get(code, ""))
