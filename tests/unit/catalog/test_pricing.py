@@ -278,6 +278,22 @@ def test_without_history_spot_is_estimated_from_the_advisor() -> None:
     assert quote.price_per_hour == pytest.approx(0.8048 * (1 - 0.49))
 
 
+def test_a_zone_without_history_where_other_zones_have_it_has_no_spot_offering(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """DescribeSpotPriceHistory "returns the last price change before the start time" (EC2 API Reference), so
+    every Spot pool has an entry: a zone missing from an answer that priced the type elsewhere has no Spot pool of it,
+    and EC2 would refuse the override ("not supported in your requested Availability Zone", karpenter-provider-aws
+    #2243). Karpenter likewise offers no Spot where live prices lack one (pricing.go `SpotPrice`)."""
+    ec2 = FakeClient(describe_spot_price_history=[{"SpotPriceHistory": [
+        spot_entry("g6.xlarge", zone, "0.3712") for zone in ("us-east-1a", "us-east-1b")]}])
+    spot = SpotPrices("us-east-1", ec2, make_snapshot(), FixedClock(NOW))
+    with caplog.at_level(logging.WARNING):
+        quotes = spot.quotes([("g6.xlarge", z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")],
+                             {"g6.xlarge": 0.8048})
+    assert sorted(quotes) == [("g6.xlarge", "us-east-1a"), ("g6.xlarge", "us-east-1b")]
+    assert any("us-east-1c" in r.getMessage() and "g6.xlarge" in r.getMessage() for r in caplog.records)
+
+
 def test_placeholder_spot_prices_are_discarded(caplog: pytest.LogCaptureFixture) -> None:
     # moto answers every type and zone with $0.00001.
     ec2 = FakeClient(describe_spot_price_history=[{"SpotPriceHistory": [

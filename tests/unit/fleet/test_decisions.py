@@ -100,6 +100,24 @@ def test_a_subnet_out_of_addresses_marks_every_offering_of_its_zone() -> None:
     assert {o for o, _ in whole.unavailable} == set(request.offerings)
 
 
+def test_a_type_ec2_does_not_offer_in_a_zone_marks_that_offering_not_a_refusal() -> None:
+    """EC2 refuses an override of a type the zone does not offer (as Spot) with `InvalidFleetConfiguration` (aws/
+    karpenter-provider-aws#2243, #6483): an offering missing there, like `Unsupported`, not an operator's problem."""
+    request, _ = spot_request()
+    message = "Your requested instance type (g6.xlarge) is not supported in your requested Availability Zone " \
+              "(us-east-1b). Please retry your request by not specifying an Availability Zone or choosing us-east-1a."
+    error = FleetError(code="InvalidFleetConfiguration", instance_type="g6.xlarge", zone="us-east-1b",
+                       capacity_type="spot", message=message)
+    reading = read_result(request, FleetResult(errors=(error,)))
+    assert not error.refusal
+    assert dict(reading.unavailable) == {("g6.xlarge", "us-east-1b", "spot"): "InvalidFleetConfiguration"}
+    assert not reading.dropped and reading.fatal is None
+    # Any other invalid fleet configuration is still the operator's to fix.
+    other = FleetError(code="InvalidFleetConfiguration", instance_type="g6.xlarge", zone="us-east-1b",
+                       capacity_type="spot", message="The fleet configuration is not valid.")
+    assert other.refusal
+
+
 def test_fatal_throttled_and_conflict_answers() -> None:
     request, _ = spot_request()
     fatal = read_result(request, FleetResult(errors=(FleetError(code="InvalidParameterValue", message="bad"),)))

@@ -69,6 +69,11 @@ CAPACITY_ERROR_CODES = frozenset({
 subnet, not offered there): the offering is marked unavailable for a while and the claim goes on with what is
 left. A request-level one (no instance type named) marks every offering the request asked; a full subnet
 (`SUBNET_FULL_ERROR`) every offering of its zone."""
+NOT_OFFERED_ERROR = "InvalidFleetConfiguration"
+NOT_OFFERED_MESSAGE = "not supported in your requested availability zone"
+"""How EC2 refuses an override of a type its zone does not offer (as Spot): "Your requested instance type (X) is not
+supported in your requested Availability Zone (Y)" (aws/karpenter-provider-aws#2243, #6483). That override's offering
+is missing, as with `Unsupported` (`FleetError.kind`); any other `InvalidFleetConfiguration` stays fatal."""
 SPOT_ROLE_ERROR = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
 """The account may not launch Spot at all (EC2 User Guide, "Service-linked role for Spot Instance requests": the
 first Spot launch creates `AWSServiceRoleForEC2Spot`, which needs `iam:CreateServiceLinkedRole`)."""
@@ -254,6 +259,8 @@ class FleetError(_Frozen):
 
     @property
     def kind(self) -> ErrorKind:
+        if self.code == NOT_OFFERED_ERROR and self.offering and NOT_OFFERED_MESSAGE in self.message.lower():
+            return ErrorKind.UNAVAILABLE
         return classify_error(self.code)
 
     @property

@@ -395,16 +395,28 @@ class SpotPrices:
     def quotes(
         self, offered: Collection[tuple[str, str]], on_demand: Mapping[str, float]
     ) -> dict[tuple[str, str], SpotQuote]:
-        """A quote for each offered (type, zone) that has a price; those without one are left out (logged once)."""
+        """A quote for each offered (type, zone) that has a price; those without one are left out (logged once).
+
+        The advisor estimates a type's price only where the history has none of it in any zone (the call failed,
+        no client, or no answer for the type). A zone missing from an answer that priced the type elsewhere has no
+        Spot pool of it: DescribeSpotPriceHistory "returns the last price change before the start time" (EC2 API
+        Reference), so every pool has an entry, and EC2 refuses such an override ("Your requested instance type (X)
+        is not supported in your requested Availability Zone (Y)", aws/karpenter-provider-aws#2243); Karpenter
+        offers no Spot there either (karpenter-provider-aws pricing.go `SpotPrice`, offering `hasPrice`)."""
         advice = self._snapshot.spot_advice(self.region)
         history = self._history(sorted({name for name, _ in offered}))
+        answered = {name for name, _ in history}
         quotes: dict[tuple[str, str], SpotQuote] = {}
         implausible: set[str] = set()
         unpriced: set[str] = set()
+        no_pool: set[tuple[str, str]] = set()
         for name, zone in offered:
             advised = advice.get(name)
             band = advised.interruption_band if advised else None
             observed = history.get((name, zone))
+            if observed is None and name in answered:
+                no_pool.add((name, zone))
+                continue
             reference = on_demand.get(name)
             if observed is not None and reference is not None and observed < reference * MIN_SPOT_FRACTION:
                 implausible.add(name)
@@ -423,6 +435,12 @@ class SpotPrices:
                 "estimated from the Spot Advisor snapshot dated %s instead",
                 int(MIN_SPOT_FRACTION * 100), len(implausible), self.region, min(implausible),
                 self._snapshot.advice_date,
+            )
+        if no_pool:
+            self._warn(
+                "spot-no-pool:" + ",".join(f"{name}/{zone}" for name, zone in sorted(no_pool)),
+                "no spot price history for %s in %s while other zones have it: no spot offerings there",
+                ", ".join(f"{name} in {zone}" for name, zone in sorted(no_pool)), self.region,
             )
         if unpriced:
             self._warn(
