@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.domain.launch_templates import block_device_mappings
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLUSTER, cluster_tags
 from gpu_autoscaler.naming import ResourceNames
 from infra.nodes import role_name
 from tests.infrastructure.conftest import infrastructure_config_data
@@ -44,13 +44,14 @@ def test_only_the_spot_template_tags_spot_requests(synthesized: Synthesized) -> 
     names = ResourceNames(synthesized.config.cluster_name)
     templates = _templates(synthesized)
     owner = [{"Key": TAG_CLUSTER, "Value": synthesized.config.cluster_name}]
+    launched = [{"Key": k, "Value": v} for k, v in cluster_tags(synthesized.config.cluster_name).items()]
     common = {"instance", "volume", "network-interface"}
     for capacity_type, kinds in (("spot", common | {"spot-instances-request"}), ("on-demand", common),
                                  ("reserved", common)):
         properties = templates[names.capacity_launch_template(capacity_type)]
         specs = properties["LaunchTemplateData"]["TagSpecifications"]
         assert {s["ResourceType"] for s in specs} == kinds, capacity_type
-        assert all(s["Tags"] == owner for s in specs)
+        assert all(s["Tags"] == launched for s in specs)
         assert properties["TagSpecifications"] == [{"ResourceType": "launch-template", "Tags": owner}]
 
 

@@ -13,7 +13,7 @@ from gpu_autoscaler.config import parse_config
 from gpu_autoscaler.emulator.aws import EmbeddedAws, EmulatorError
 from gpu_autoscaler.emulator.resources import MAX_RECEIVE_COUNT, ResourcesNotFound, discover, queue_specs
 from gpu_autoscaler.emulator.sqs_events import RECEIVE_ARGUMENTS, sqs_event
-from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, cluster_tags
 from gpu_autoscaler.naming import ResourceNames
 from gpu_autoscaler.settings import load_settings
 from tests.conftest import example_config_data
@@ -153,7 +153,7 @@ def test_create_fleet_instant_launches_from_the_template_into_the_override_subne
         assert instance["SubnetId"] == aws.zone_subnets[zone]
         assert instance["Placement"]["AvailabilityZone"] == zone
         assert instance["ImageId"] == example_config.ami.x86_64
-        assert _tags(instance) == tags
+        assert _tags(instance) == {**cluster_tags("ml-prod"), **tags}  # the template's with the request's
 
 
 @pytest.mark.parametrize("logical", ["pending-pods", "launch"])

@@ -79,7 +79,7 @@ def test_a_launch_request_creates_a_tagged_instance_and_records_it(
     assert store.claim_for_instance(claim.instance_id or "") == claim
     [instance] = instances_of(aws, "gpu-burst-spot1")
     assert instance["InstanceId"] == claim.instance_id
-    assert tags(instance) == {L.TAG_CLUSTER: "ml-prod", L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-spot1",
+    assert tags(instance) == {**L.cluster_tags("ml-prod"), L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-spot1",
                               "Name": "ml-prod/gpu-burst-spot1"}
     assert instance["SubnetId"] == aws.zone_subnets["us-east-1b"]
     # The network drift compares with the configuration is the one the instance runs in (the emulator's stand-ins).

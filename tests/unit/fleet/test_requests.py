@@ -17,6 +17,7 @@ from gpu_autoscaler.domain.fleet import (
     first_attempt,
     launch_groups,
 )
+from gpu_autoscaler.domain.launch_templates import CAPACITY_TYPES, launch_template_data
 from gpu_autoscaler.models import labels as L
 from gpu_autoscaler.models.fleet import MAX_LAUNCH_CONFIGS, MAX_OVERRIDES, FleetRequest
 from tests.unit.fleet.builders import TEMPLATE, make_claim, make_config, make_context, make_gang
@@ -144,12 +145,31 @@ def test_identical_claims_share_a_request_and_different_ones_do_not() -> None:
 
 def test_tags_of_design_on_instances_volumes_and_the_fleet() -> None:
     request = request_for([make_claim()])
-    assert request.tags == {L.TAG_CLUSTER: "ml-prod", L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-a1b2c",
+    assert request.tags == {**L.cluster_tags("ml-prod"), L.TAG_NODE_POOL: "gpu-burst", L.TAG_CLAIM: "gpu-burst-a1b2c",
                             "Name": "ml-prod/gpu-burst-a1b2c"}
     specs = render_create_fleet(request)["TagSpecifications"]
     assert {s["ResourceType"] for s in specs} == {"fleet", "instance", "volume"}
     for spec in specs:
         assert {t["Key"]: t["Value"] for t in spec["Tags"]} == request.tags
+
+
+def test_every_launched_resource_carries_the_cluster_tags_of_eks_and_karpenter() -> None:
+    """Finding r16-1. EKS User Guide, "Self-managed nodes" (nodes/worker.adoc): nodes launched by hand carry
+    `kubernetes.io/cluster/<cluster>` = `owned`; cloud-provider-aws keeps only instances with it when it looks for
+    a LoadBalancer Service's backends (pkg/providers/v1/aws.go `describeInstances` -> `hasClusterTag`); Karpenter
+    puts it and `eks:eks-cluster-name` on everything it launches (karpenter-provider-aws pkg/utils/utils.go
+    `GetTags`). Ours stays the ownership tag IAM and the code act on."""
+    cluster = {L.TAG_CLUSTER: "ml-prod", "kubernetes.io/cluster/ml-prod": "owned", "eks:eks-cluster-name": "ml-prod"}
+    for claims in ([make_claim()], [make_claim(id="a"), make_claim(id="b")]):
+        for spec in render_create_fleet(request_for(claims))["TagSpecifications"]:
+            tags = {t["Key"]: t["Value"] for t in spec["Tags"]}
+            assert cluster.items() <= tags.items(), spec["ResourceType"]
+    for capacity_type in CAPACITY_TYPES:
+        for efa in (0, 4):
+            data = launch_template_data(CONFIG, capacity_type, security_groups=["sg-1"], instance_profile_arn="arn:p",
+                                        efa_interfaces=efa)
+            for spec in data["TagSpecifications"]:
+                assert {t["Key"]: t["Value"] for t in spec["Tags"]} == cluster, (capacity_type, spec["ResourceType"])
 
 
 def test_client_token_is_deterministic_per_claims_and_attempt() -> None:

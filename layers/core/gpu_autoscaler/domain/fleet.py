@@ -365,7 +365,7 @@ def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str |
                token: str | None = None) -> dict[str, str]:
     """DESIGN's tags. A request for several claims names none of them: each instance gets its claim's tags
     once it is known which instance is whose (`assign_claims`); until then it carries the request's `token`."""
-    tags = {L.TAG_CLUSTER: cluster, L.TAG_NODE_POOL: pool}
+    tags = {**L.cluster_tags(cluster), L.TAG_NODE_POOL: pool}
     if len(claims) == 1:
         tags[L.TAG_CLAIM] = claims[0].id
         tags["Name"] = f"{cluster}/{claims[0].id}"

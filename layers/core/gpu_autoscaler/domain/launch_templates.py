@@ -38,7 +38,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gpu_autoscaler.config import GIB, BlockDeviceMapping, EbsVolume
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import cluster_tags
 from gpu_autoscaler.models.resources import parse_quantity
 
 if TYPE_CHECKING:
@@ -172,9 +172,9 @@ def launch_template_data(
 ) -> dict[str, Any]:
     """The `LaunchTemplateData` of one capacity type's template: pinned AMI (x86_64; arm64 types override
     it), the instance profile, IMDSv2 only with one hop (pods do not borrow the node's credentials), no tags in
-    instance metadata (see the module's docstring), encrypted gp3, detailed monitoring, the ownership tag on
-    everything the launch creates."""
-    owner = [{"Key": TAG_CLUSTER, "Value": config.cluster_name}]
+    instance metadata (see the module's docstring), encrypted gp3, detailed monitoring, the cluster's tags
+    (`labels.cluster_tags`: ours, for ownership, and EKS's) on everything the launch creates."""
+    owner = [{"Key": key, "Value": value} for key, value in cluster_tags(config.cluster_name).items()]
     data: dict[str, Any] = {
         "ImageId": config.ami.x86_64,
         "IamInstanceProfile": {"Arn": instance_profile_arn},

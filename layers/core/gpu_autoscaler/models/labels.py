@@ -43,6 +43,8 @@ __all__ = [
     "DO_NOT_DISRUPT",
     "TAG_CLAIM",
     "TAG_CLUSTER",
+    "TAG_EKS_CLUSTER_NAME",
+    "cluster_tags",
     "TAG_NODE_POOL",
 ]
 
@@ -110,10 +112,24 @@ GANG_LABEL = "gpu-autoscaler/gang"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 TAG_CLUSTER = "gpu-autoscaler/cluster"
+TAG_EKS_CLUSTER_NAME = "eks:eks-cluster-name"
 TAG_NODE_POOL = "gpu-autoscaler/node-pool"
 TAG_CLAIM = "gpu-autoscaler/claim"
 TAG_SNAPSHOT_BUILDER = "gpu-autoscaler/snapshot-builder"
 """On the instance `gpu-autoscaler snapshot` builds a data volume on: ours, but no node (the collector skips it)."""
+
+
+
+def cluster_tags(cluster: str) -> dict[str, str]:
+    """The tags of every instance we launch, and of its volumes and network interfaces: `gpu-autoscaler/cluster`,
+    the ownership tag IAM and the code act on, and the two by which the rest of AWS tells a cluster's instances
+    apart. EKS User Guide, "Self-managed nodes" (nodes/worker.adoc): nodes launched by hand carry
+    `kubernetes.io/cluster/<cluster>` = `owned`; cloud-provider-aws keeps only instances carrying it when it looks
+    for the backends of a `type: LoadBalancer` Service (pkg/providers/v1/aws.go `describeInstances`,
+    `hasClusterTag`). Karpenter puts both on everything it launches (karpenter-provider-aws pkg/utils/utils.go
+    `GetTags`), and never acts on an instance without its own `karpenter.sh/nodepool` too."""
+    return {TAG_CLUSTER: cluster, f"kubernetes.io/cluster/{cluster}": "owned", TAG_EKS_CLUSTER_NAME: cluster}
+
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 

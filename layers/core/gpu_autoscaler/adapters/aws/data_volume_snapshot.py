@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from gpu_autoscaler.models.images import ecr_region, parse_image_reference
-from gpu_autoscaler.models.labels import TAG_CLUSTER, TAG_SNAPSHOT_BUILDER
+from gpu_autoscaler.models.labels import TAG_SNAPSHOT_BUILDER, cluster_tags
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -173,8 +173,8 @@ class _Builder:
 
     def launch(self) -> str:
         r = self.request
-        tags = [{"Key": TAG_CLUSTER, "Value": r.cluster}, {"Key": BUILDER_TAG, "Value": r.cluster},
-                {"Key": "Name", "Value": f"{r.cluster}/snapshot-builder"}]
+        tags = [{"Key": key, "Value": value} for key, value in cluster_tags(r.cluster).items()]
+        tags += [{"Key": BUILDER_TAG, "Value": r.cluster}, {"Key": "Name", "Value": f"{r.cluster}/snapshot-builder"}]
         kwargs: dict[str, Any] = {
             "ImageId": r.ami, "InstanceType": r.instance_type, "MinCount": 1, "MaxCount": 1,
             "SubnetId": r.subnet_id, "SecurityGroupIds": list(r.security_group_ids),
