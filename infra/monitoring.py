@@ -135,6 +135,17 @@ class Monitoring(Construct):
             metric=own("KubernetesUnreachable", "consolidate"),
             periods=5,
         )
+        # A live claim's instance that EC2 still has without our ownership tag (re-tagged or untagged by someone) is
+        # left alone by the garbage collector, and this cluster's roles can no longer end it (IAM's ResourceTag
+        # condition): it runs and bills until the tag is put back (`domain.garbage_collection`).
+        self.alarms["ownership-tag-lost"] = self._above(
+            "ConsolidateOwnershipTagLost",
+            alarm_name=names.alarm("ownership-tag-lost"),
+            alarm_description="A live claim's instance no longer carries gpu-autoscaler/cluster=<cluster> (changed or "
+                              "removed in EC2): its claim and node are left alone and this cluster cannot end it; "
+                              "the consolidate log names the instance: put the tag back.",
+            metric=own("OwnershipTagLost", "consolidate"),
+        )
         # Messages no invocation takes (the function throttled, its event source mapping disabled or refused the
         # queue) or that wait behind a failing one in a FIFO group only age: their queue's metric says so long before
         # maxReceiveCount takes one to its DLQ. The metric is published every minute while the queue is active, and

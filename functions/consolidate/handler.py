@@ -66,6 +66,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return outcome.summary()
     metrics.add_metric(name="ClaimsRegistered", unit=MetricUnit.Count, value=len(outcome.reconcile.registered))
     metrics.add_metric(name="RegistrationTimeouts", unit=MetricUnit.Count, value=len(outcome.reconcile.timed_out))
+    # Instances of live claims EC2 still has without our ownership tag: left alone, and no longer ours to end.
+    collected = outcome.reconcile.collected
+    metrics.add_metric(name="OwnershipTagLost", unit=MetricUnit.Count,
+                       value=len(collected.ownership_lost) if collected is not None else 0)
     metrics.add_metric(name="ConsolidationSavingPerHour", unit=MetricUnit.NoUnit, value=outcome.saving)
     metrics.add_metric(name="ConsolidationsProposed", unit=MetricUnit.Count, value=len(outcome.proposed))
     metrics.add_metric(name="ConsolidationsRejected", unit=MetricUnit.Count, value=len(outcome.rejected))

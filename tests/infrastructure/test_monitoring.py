@@ -281,8 +281,9 @@ def test_a_node_that_never_joins_alarms(
     consolidate = handler_module("consolidate")
     capsys.readouterr()
     outcome = SimpleNamespace(
-        reconcile=SimpleNamespace(registered=[], timed_out=["claim-1"]), saving=0.0, proposed=[], rejected=[],
-        by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]}, gpu_pods_unschedulable=0, api_failure=None)
+        reconcile=SimpleNamespace(registered=[], timed_out=["claim-1"], collected=None), saving=0.0, proposed=[],
+        rejected=[], by_reason=dict, summary=lambda: {"timedOut": ["claim-1"]}, gpu_pods_unschedulable=0,
+        api_failure=None)
     monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
     consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
                         local_context("ml-prod-gpu-autoscaler-consolidate"))
@@ -327,6 +328,34 @@ def test_ticks_that_cannot_reach_the_kubernetes_api_five_minutes_running_alarm(
     assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == ("Sum", 60, 0)
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
     assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_an_instance_that_lost_our_ownership_tag_alarms(
+        synthesized: Synthesized, handler_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding r16-3. A live claim's instance that EC2 still has without `gpu-autoscaler/cluster=<cluster>`
+    (re-tagged or untagged by someone) is left alone by the garbage collector, and nothing of this cluster can end
+    it any more (IAM's ResourceTag condition): it runs and bills until someone puts the tag back. The consolidate
+    handler counts it as `OwnershipTagLost`, and an alarm watches that."""
+    from types import SimpleNamespace
+
+    from gpu_autoscaler.lambda_context import local_context
+    from gpu_autoscaler.services.garbage_collection import CollectionOutcome
+
+    consolidate = handler_module("consolidate")
+    capsys.readouterr()
+    collected = CollectionOutcome(ownership_lost=["i-0123456789abcdef0"])
+    outcome = SimpleNamespace(
+        reconcile=SimpleNamespace(registered=[], timed_out=[], collected=collected), saving=0.0, proposed=[],
+        rejected=[], by_reason=dict, summary=lambda: {}, gpu_pods_unschedulable=0, api_failure=None)
+    monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
+    consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},
+                        local_context("ml-prod-gpu-autoscaler-consolidate"))
+    [alarmed] = _alarmed(synthesized, emitted(capsys.readouterr().out))
+    assert (alarmed.name, dict(alarmed.dimensions), alarmed.value) == (
+        "OwnershipTagLost", {"service": "consolidate"}, 1)
+    alarm = _custom_alarms(synthesized)[(alarmed.name, alarmed.dimensions)]
+    assert (alarm["Statistic"], alarm["Threshold"], alarm["ComparisonOperator"]) == ("Sum", 0, "GreaterThanThreshold")
 
 
 def test_the_interruption_and_pending_pods_queues_alarm_on_their_oldest_message(synthesized: Synthesized) -> None:
@@ -381,7 +410,7 @@ def test_gpu_pods_waiting_while_the_agent_sends_nothing_alarm(
     consolidate = handler_module("consolidate")
     capsys.readouterr()
     outcome = SimpleNamespace(
-        reconcile=SimpleNamespace(registered=[], timed_out=[]), saving=0.0, proposed=[], rejected=[],
+        reconcile=SimpleNamespace(registered=[], timed_out=[], collected=None), saving=0.0, proposed=[], rejected=[],
         by_reason=dict, summary=dict, gpu_pods_unschedulable=2, api_failure=None)
     monkeypatch.setattr(consolidate, "lease", lambda: SimpleNamespace(run_invocation=lambda context, run: outcome))
     consolidate.handler({"trigger": "rate", "scheduledTime": "2026-11-29T15:00:00Z"},

@@ -84,7 +84,8 @@ def test_the_collector_terminates_leaks_and_closes_claims_through_the_fleet() ->
     # node-lost's instance EC2 no longer knows: gone. node-leak's was running when listed: it stays until EC2
     # shows it terminated (the next tick).
     assert sorted(n.name for n in cluster.list_nodes()) == ["node-leak", "node-mine"]
-    assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": []}
+    assert collector.run(cluster.list_nodes()).summary() == {"terminatedInstances": [], "closedClaims": [],
+                                                              "ownershipLost": []}
     assert sorted(n.name for n in cluster.list_nodes()) == ["node-mine"]
     # c-lost's instance was launched hours ago: EC2 not knowing it means gone, not yet visible (no waiting).
     assert compute.terminations == [["i-leak"], ["i-lost"]] and compute.unknown_is_gone == [False, True]
@@ -174,3 +175,44 @@ def test_a_claim_whose_instance_stopped_is_closed_as_its_state_change_would_have
     claims = [make_claim(id="c-1", instance_id="i-stopped")]
     decision = collect([owned("i-stopped", timedelta(hours=1), state=state)], claims, NOW, GRACE)
     assert [c.id for c in decision.gone] == ["c-1"] and decision.leaked == []
+
+
+@pytest.mark.parametrize("state", ["pending", "running", "stopping", "stopped"])
+def test_a_claim_whose_instance_lost_our_tag_but_still_exists_is_left_alone_and_counted(state: str) -> None:
+    """Finding r16-3. The listing is filtered by our tag, which anyone with ec2:CreateTags or ec2:DeleteTags can
+    change. Karpenter's NodeClaim garbage collection (kubernetes-sigs/karpenter pkg/controllers/nodeclaim/
+    garbagecollection/controller.go) leaves a claim alone whose Node is Ready although the cloud provider's list
+    misses its instance ("we know that the kubelet process is still running if the Node Ready condition is
+    true"). Ours asks EC2 for the instance by id first: one that still exists is not gone, so its claim stays, its
+    Node stays (its pods with it), and it is counted as `OwnershipTagLost`; closing it would have left it running
+    and billing, owned by nobody (TerminateInstances is refused by the IAM ResourceTag condition)."""
+    config = parse_config(example_config_data())  # cluster ml-prod
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    compute = MemoryCompute("ml-prod", clock)
+    compute.instances["i-retagged"] = MemoryInstance("i-retagged", "g6.xlarge", "us-east-1a", "spot",
+                                                     {TAG_CLUSTER: "ml-staging"}, state=state,
+                                                     launched_at=NOW - timedelta(hours=2))
+    store.create_claim(make_claim(id="c-mine", instance_id="i-retagged", node_name="node-mine"))
+    store.create_claim(make_claim(id="c-lost", instance_id="i-lost", node_name="node-lost"))  # EC2 knows it not
+    cluster = MemoryCluster([make_node("node-mine", "i-retagged"), make_node("node-lost", "i-lost")])  # both Ready
+    collector = GarbageCollector(config, store, compute, compute, FleetService(config, store, compute, clock=clock),
+                                 cluster, clock=clock)
+    outcome = collector.run(cluster.list_nodes())
+    claim = store.get_claim("c-mine")
+    assert claim is not None and claim.state is not ClaimState.TERMINATED, f"claim closed: {claim and claim.reason}"
+    assert compute.instances["i-retagged"].state == state
+    assert [n.name for n in cluster.list_nodes()] == ["node-mine"], "a node of an existing instance was deleted"
+    assert outcome.closed == ["c-lost"] and outcome.ownership_lost == ["i-retagged"]
+    assert compute.described == [["i-lost", "i-retagged"]]  # one DescribeInstances, for the claims that look gone
+
+
+def test_a_claim_whose_unlisted_instance_shuts_down_is_closed_and_its_node_waits() -> None:
+    """An instance missing from the listing that EC2 shows shutting down is gone (its claim closed), but its Node
+    waits for `terminated`, as for a listed one (module docstring: Karpenter's `awaitInstanceTermination`)."""
+    claims = [make_claim(id="c-1", instance_id="i-ending"), make_claim(id="c-2", instance_id="i-ended")]
+    decision = collect([], claims, NOW, GRACE)
+    assert decision.unlisted == ["i-ended", "i-ending"] and decision.ended == []
+    settled = decision.settled({"i-ending": "shutting-down"})
+    assert [c.id for c in settled.gone] == ["c-1", "c-2"] and settled.ended == ["i-ended"]
+    assert settled.ownership_lost == []

@@ -6,7 +6,8 @@ One DescribeInstances listing of the cluster's owned instances (tag `gpu-autosca
 - a leaked instance (no live claim, older than `timeouts.garbageCollectionGrace`) is terminated (IAM lets this
   function terminate only what carries the ownership tag);
 - a live claim whose instance is gone is closed through the fleet's one termination path (claim Terminated, its
-  pods released for the packer);
+  pods released for the packer); one the listing misses is first looked up by id (one DescribeInstances for all),
+  and left alone, logged and counted (`OwnershipTagLost`), if EC2 still has it without our tag;
 - the Node of an instance that no longer exists (terminated, by whoever) is deleted (`domain.garbage_collection`
   says why only then).
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_autoscaler.domain.garbage_collection import collect
 from gpu_autoscaler.errors import StaleClaim
 from gpu_autoscaler.models.claims import CLAIMED_STATES
+from gpu_autoscaler.models.labels import TAG_CLUSTER
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,9 +45,12 @@ class CollectionOutcome:
     """Leaked instance ids terminated."""
     closed: list[str] = field(default_factory=list)
     """Claim ids closed because their instance is gone."""
+    ownership_lost: list[str] = field(default_factory=list)
+    """Instances of live claims that still exist without our ownership tag: left alone (`OwnershipTagLost`)."""
 
     def summary(self) -> dict[str, Any]:
-        return {"terminatedInstances": self.terminated, "closedClaims": self.closed}
+        return {"terminatedInstances": self.terminated, "closedClaims": self.closed,
+                "ownershipLost": self.ownership_lost}
 
 
 class GarbageCollector:
@@ -63,7 +68,13 @@ class GarbageCollector:
         instances = self.inventory.owned_instances()  # the cloud first, then the claims (see the domain module)
         claims = self.store.list_claims(CLAIMED_STATES)  # ended claims (kept 30 days) decide nothing here
         decision = collect(instances, claims, self.clock.now(), self.config.timeouts.garbage_collection_grace)
-        outcome = CollectionOutcome()
+        if decision.unlisted:  # not gone on the tag-filtered listing's word alone (see the domain module)
+            decision = decision.settled(self.compute.instance_states(decision.unlisted))
+        outcome = CollectionOutcome(ownership_lost=decision.ownership_lost)
+        for instance_id in decision.ownership_lost:
+            logger.error("instance %s of a live claim still exists but no longer carries %s=%s (re-tagged or "
+                         "untagged in EC2): its claim and Node are left alone, and this cluster can no longer end it; "
+                         "put the tag back", instance_id, TAG_CLUSTER, self.config.cluster_name)
         node_of = {n.instance_id: n for n in nodes if n.instance_id}
         if decision.leaked:
             ids = [i.instance_id for i in decision.leaked]

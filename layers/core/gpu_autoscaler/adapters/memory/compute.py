@@ -58,6 +58,8 @@ class MemoryCompute:
     terminations: list[list[str]] = field(default_factory=list)
     unknown_is_gone: list[bool] = field(default_factory=list)
     """Each termination's `unknown_is_gone`, in order."""
+    described: list[list[str]] = field(default_factory=list)
+    """The ids of each `instance_states` call (one DescribeInstances), in order."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def create_fleet(self, request: FleetRequest) -> FleetResult:
@@ -135,6 +137,7 @@ class MemoryCompute:
         return done
 
     def instance_states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        self.described.append(list(instance_ids))
         return {i: self.instances[i].state for i in instance_ids if i in self.instances}
 
     def owned_instances(self) -> list[OwnedInstance]:
