@@ -109,7 +109,7 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec(
         FUNCTION_WIRING["fleet"],
         capabilities=frozenset({Capability.SEND_LAUNCH, Capability.READ_PRICES, Capability.LAUNCH,
-                                Capability.OWNED_INSTANCES}),
+                                Capability.OWNED_INSTANCES, Capability.TAG_CLAIMS}),
         description="Launch NodeClaims with EC2 CreateFleet (instant) and terminate owned instances",
     ),
     FunctionSpec(

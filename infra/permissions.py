@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from aws_cdk import aws_iam as iam
 
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import POST_LAUNCH_TAG_KEYS, TAG_CLUSTER
 
 if TYPE_CHECKING:
     from aws_cdk import Stack
@@ -52,7 +52,10 @@ class Capability(StrEnum):
     eks:DescribeCluster on this cluster for what the nodes' user data needs and the configuration leaves out
     (certificate authority, service CIDR)."""
     OWNED_INSTANCES = "owned-instances"
-    """Terminate and re-tag instances that carry this cluster's ownership tag, and no others."""
+    """Terminate instances that carry this cluster's ownership tag, and no others."""
+    TAG_CLAIMS = "tag-claims"
+    """Tag this cluster's instances with their claim and Name after launch (`_tag_claims`, after a request for
+    several claims), with those two keys only."""
     KUBERNETES = "kubernetes"
     """eks:DescribeCluster for the endpoint and CA; the bearer token is a presigned sts:GetCallerIdentity."""
 
@@ -88,6 +91,7 @@ class Ec2Permissions:
             Capability.READ_PRICES: self.read_prices,
             Capability.LAUNCH: self.launch,
             Capability.OWNED_INSTANCES: self.owned_instances,
+            Capability.TAG_CLAIMS: self.tag_claims,
             Capability.KUBERNETES: self.kubernetes,
         }
         return builders[capability]()
@@ -143,28 +147,44 @@ class Ec2Permissions:
             iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[self._cluster_arn()])
         ])
 
+    def _owned_instances_wildcard(self) -> Wildcard:
+        return Wildcard(
+            r"/^Resource::arn:<AWS::Partition>:ec2:.*:instance\/\*$/g",
+            "Instance ids are not known in advance; the statement only applies to instances tagged "
+            f"{TAG_CLUSTER}={self.config.cluster_name} (aws:ResourceTag condition).",
+        )
+
     def owned_instances(self) -> PolicyGrant:
         statement = iam.PolicyStatement(
-            sid="ActOnOwnedInstances",
-            actions=["ec2:TerminateInstances", "ec2:CreateTags"],
+            sid="TerminateOwnedInstances",
+            actions=["ec2:TerminateInstances"],
             resources=[self._ec2_arn("instance", "*")],
             conditions={"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": self.config.cluster_name}},
         )
-        return PolicyGrant(
-            [statement],
-            [
-                Wildcard(
-                    r"/^Resource::arn:<AWS::Partition>:ec2:.*:instance\/\*$/g",
-                    "Instance ids are not known in advance; the statement only applies to instances tagged "
-                    f"{TAG_CLUSTER}={self.config.cluster_name} (aws:ResourceTag condition).",
-                )
-            ],
+        return PolicyGrant([statement], [self._owned_instances_wildcard()])
+
+    def tag_claims(self) -> PolicyGrant:
+        """CreateTags after launch, on this cluster's instances and with the keys the fleet then writes only
+        (`adapters.aws.fleet._tag_claims`). Without `aws:TagKeys` it could rewrite the very tag `aws:ResourceTag`
+        authorizes on, handing an instance to another cluster's garbage collector (or, with Karpenter's tags, to
+        Karpenter). ForAllValues: every key of the request is one of these (IAM User Guide, "Controlling access
+        during AWS requests" and "Single-valued vs. multivalued condition keys"); Karpenter's
+        AllowScopedResourceTagging holds its own post-launch tagging to its keys the same way (karpenter-provider-aws
+        website/.../getting-started-with-karpenter/cloudformation.yaml). Tagging at launch is `launch`'s
+        `TagOnLaunch` (ec2:CreateAction)."""
+        statement = iam.PolicyStatement(
+            sid="TagOwnedInstancesWithTheirClaim",
+            actions=["ec2:CreateTags"],
+            resources=[self._ec2_arn("instance", "*")],
+            conditions={"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": self.config.cluster_name},
+                        "ForAllValues:StringEquals": {"aws:TagKeys": list(POST_LAUNCH_TAG_KEYS)}},
         )
+        return PolicyGrant([statement], [self._owned_instances_wildcard()])
 
     def teardown(self) -> PolicyGrant:
         """The deletion hook's (`infra.teardown`): list this cluster's instances, terminate only those carrying its
-        ownership tag (the same condition as `owned_instances`, without CreateTags), and read this stack's status,
-        the stack named by its own id."""
+        ownership tag (`owned_instances`), and read this stack's status, the stack named by its own id."""
+        owned = self.owned_instances()
         return PolicyGrant(
             [
                 iam.PolicyStatement(
@@ -173,17 +193,12 @@ class Ec2Permissions:
                     resources=["*"],
                     conditions={"StringEquals": {"aws:RequestedRegion": self.config.region}},
                 ),
-                iam.PolicyStatement(
-                    sid="TerminateOwnedInstances",
-                    actions=["ec2:TerminateInstances"],
-                    resources=[self._ec2_arn("instance", "*")],
-                    conditions={"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": self.config.cluster_name}},
-                ),
+                *owned.statements,
                 iam.PolicyStatement(
                     sid="ReadOwnStack", actions=["cloudformation:DescribeStacks"], resources=[self.stack.stack_id]
                 ),
             ],
-            self.owned_instances().wildcards,
+            owned.wildcards,
         )
 
     def launch(self) -> PolicyGrant:

@@ -11,7 +11,7 @@ import pytest
 from botocore import xform_name
 
 import gpu_autoscaler
-from gpu_autoscaler.models.labels import TAG_CLUSTER
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER
 from gpu_autoscaler.naming import FUNCTIONS
 from infra.queues import WorkQueue
 from tests.infrastructure.conftest import KUBERNETES_CLIENTS
@@ -101,16 +101,21 @@ def test_terminate_only_instances_tagged_with_this_cluster(synthesized: Synthesi
 
 
 def test_create_tags_needs_the_tag_on_the_instance_or_the_launch(synthesized: Synthesized) -> None:
+    """Finding r16-4. Only the fleet tags (at launch, and `_tag_claims` after a request for several claims); after
+    launch only with the keys it writes then, `gpu-autoscaler/claim` and `Name` (`aws:TagKeys` with ForAllValues:
+    IAM User Guide, "Controlling access during AWS requests", and Karpenter's AllowScopedResourceTagging in
+    karpenter-provider-aws's getting-started cloudformation.yaml). Without it, CreateTags may rewrite the very tag
+    `aws:ResourceTag` authorizes on: hand an instance to another cluster's garbage collector, or to Karpenter."""
     cluster = synthesized.config.cluster_name
-    for name in FUNCTIONS:
-        for statement in allowed(synthesized, name, "ec2:CreateTags"):
-            condition = statement["Condition"]["StringEquals"]
-            if f"aws:ResourceTag/{TAG_CLUSTER}" in condition:
-                assert condition == {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}
-            else:
-                assert condition == {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
-                                     f"aws:RequestTag/{TAG_CLUSTER}": cluster}  # fmt: skip
-                assert name == "fleet"
+    holders = [name for name in (*FUNCTIONS, TEARDOWN) if allowed(synthesized, name, "ec2:CreateTags")]
+    assert holders == ["fleet"]
+    conditions = sorted((s["Condition"] for s in allowed(synthesized, "fleet", "ec2:CreateTags")), key=len)
+    assert conditions == [
+        {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                          f"aws:RequestTag/{TAG_CLUSTER}": cluster}},
+        {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster},
+         "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_CLAIM, "Name"]}},
+    ]  # fmt: skip
 
 
 def test_launches_must_carry_the_ownership_tag(synthesized: Synthesized) -> None:

@@ -367,8 +367,7 @@ def fleet_tags(cluster: str, pool: str, claims: Sequence[NodeClaim], gang: str |
     once it is known which instance is whose (`assign_claims`); until then it carries the request's `token`."""
     tags = {**L.cluster_tags(cluster), L.TAG_NODE_POOL: pool}
     if len(claims) == 1:
-        tags[L.TAG_CLAIM] = claims[0].id
-        tags["Name"] = f"{cluster}/{claims[0].id}"
+        tags.update(L.claim_tags(cluster, claims[0].id))
     else:
         tags["Name"] = f"{cluster}/{pool}/{gang or 'batch'}"
         if token:

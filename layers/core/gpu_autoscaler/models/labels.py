@@ -44,6 +44,8 @@ __all__ = [
     "TAG_CLAIM",
     "TAG_CLUSTER",
     "TAG_EKS_CLUSTER_NAME",
+    "POST_LAUNCH_TAG_KEYS",
+    "claim_tags",
     "cluster_tags",
     "TAG_NODE_POOL",
 ]
@@ -129,6 +131,16 @@ def cluster_tags(cluster: str) -> dict[str, str]:
     `hasClusterTag`). Karpenter puts both on everything it launches (karpenter-provider-aws pkg/utils/utils.go
     `GetTags`), and never acts on an instance without its own `karpenter.sh/nodepool` too."""
     return {TAG_CLUSTER: cluster, f"kubernetes.io/cluster/{cluster}": "owned", TAG_EKS_CLUSTER_NAME: cluster}
+
+
+POST_LAUNCH_TAG_KEYS = (TAG_CLAIM, "Name")
+"""The only keys put on an instance after its launch (`claim_tags`), and the only ones IAM lets the fleet write then
+(`aws:TagKeys`, infra/permissions.py `tag_claims`)."""
+
+
+def claim_tags(cluster: str, claim_id: str) -> dict[str, str]:
+    """What names an instance's claim: at launch for a single claim, after it for a request for several."""
+    return {TAG_CLAIM: claim_id, "Name": f"{cluster}/{claim_id}"}
 
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")

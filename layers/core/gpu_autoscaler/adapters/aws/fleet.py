@@ -48,7 +48,7 @@ from gpu_autoscaler.models.fleet import (
     OwnedInstance,
     classify_error,
 )
-from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, TAG_SNAPSHOT_BUILDER
+from gpu_autoscaler.models.labels import TAG_CLAIM, TAG_CLUSTER, TAG_SNAPSHOT_BUILDER, claim_tags
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -286,7 +286,7 @@ class Ec2Compute:
         for instance in instances:
             if instance.claim_id is None:
                 continue
-            tags = _tags({TAG_CLAIM: instance.claim_id, "Name": f"{self.cluster}/{instance.claim_id}"})
+            tags = _tags(claim_tags(self.cluster, instance.claim_id))  # IAM allows these keys only (aws:TagKeys)
             if self._once_known(functools.partial(self._tag, instance.instance_id, tags), NOT_FOUND_RETRIES) is None:
                 logger.warning("instance %s, launched for claim %s, still unknown to EC2 after %d tries: not tagged "
                                "with its claim (its launch tag keeps it from the garbage collector until the claim "
