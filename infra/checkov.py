@@ -44,7 +44,8 @@ ACCEPTED: dict[str, dict[str, str]] = {
         "CloudFormation.",
         "CKV_AWS_117": "The functions call AWS APIs and the cluster's Kubernetes API endpoint; none reaches a "
         "private resource. A VPC would need the user's subnets with NAT or VPC endpoints. A cluster whose API "
-        "endpoint is private only is not supported yet (README, Deploy).",
+        "endpoint is private only is served by `network.functions`, which places the functions that call it in the "
+        "cluster's VPC (README, Deploy); accepted only for a function outside a VPC.",
         "CKV_AWS_173": "The environment holds resource names and URLs only (table, queues, parameter, launch "
         "template) and the configuration's digest, no secret; Lambda encrypts it at rest with its AWS managed key.",
     },
@@ -69,6 +70,8 @@ class CheckovSkips:
         skips = dict(ACCEPTED.get(node.cfn_resource_type, {}))
         if isinstance(node, lambda_.CfnFunction) and node.reserved_concurrent_executions is None:
             skips["CKV_AWS_115"] = _UNRESERVED
+        if isinstance(node, lambda_.CfnFunction) and node.vpc_config is not None:
+            del skips["CKV_AWS_117"]  # in a VPC: nothing to accept
         if not skips:
             return
         existing: Any = node.get_metadata("checkov") or {}

@@ -1,7 +1,8 @@
 """The six Lambda functions, made in one loop from a small table of what differs between them.
 
 Each gets its own role holding only the capabilities its spec lists, its own log group with a retention,
-active tracing, the shared layer and the same environment contract (`gpu_autoscaler.settings`).
+active tracing, the shared layer and the same environment contract (`gpu_autoscaler.settings`). With
+`network.functions`, the Kubernetes API's clients run in the cluster's VPC (`FunctionPlacement`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from aws_cdk import aws_dynamodb as dynamodb
     from aws_cdk import aws_ssm as ssm
 
-    from gpu_autoscaler.config import Config
+    from gpu_autoscaler.config import Config, FunctionNetwork
     from gpu_autoscaler.naming import ResourceNames
     from gpu_autoscaler.wiring import FunctionWiring
     from infra.queues import WorkQueues
@@ -40,6 +42,7 @@ __all__ = [
     "HANDLER",
     "LOG_RETENTION",
     "RUNTIME",
+    "FunctionPlacement",
     "FunctionSpec",
     "Functions",
 ]
@@ -141,6 +144,37 @@ if tuple(spec.name for spec in FUNCTION_SPECS) != FUNCTIONS:
     raise RuntimeError("FUNCTION_SPECS must list exactly gpu_autoscaler.naming.FUNCTIONS, in order")
 
 
+class FunctionPlacement(Construct):
+    """The configured VPC, subnets and security groups, imported by id, for the functions that call the Kubernetes
+    API: a private-only endpoint is reached from within the cluster's VPC (EKS User Guide, cluster-endpoint.adoc:
+    "All traffic to your cluster API server must come from within your cluster's VPC or a connected network").
+
+    The groups are imported immutable: they are the user's, and the stack adds no rule to them. Each role placed
+    gets the network interface actions Lambda creates and deletes the function's interfaces with (Lambda Developer
+    Guide, configuration-vpc.html, "Required IAM permissions"): the roles are the stack's own, so CDK attaches no
+    AWSLambdaVPCAccessExecutionRole, and an inline statement keeps every role free of managed policies."""
+
+    ENI_ACTIONS = ("ec2:AssignPrivateIpAddresses", "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
+                   "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets", "ec2:UnassignPrivateIpAddresses")
+
+    def __init__(self, scope: Construct, construct_id: str, *, network: FunctionNetwork) -> None:
+        super().__init__(scope, construct_id)
+        # Only the id is read: the subnets are selected by id below, so the zones (which CDK wants non-empty) are
+        # the stack's unresolved ones, used by nothing.
+        self.vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=network.vpc_id,
+                                               availability_zones=Stack.of(self).availability_zones)
+        self.subnets = ec2.SubnetSelection(
+            subnets=[ec2.Subnet.from_subnet_id(self, f"Subnet{i}", subnet) for i, subnet in enumerate(network.subnets)])
+        self.security_groups = [ec2.SecurityGroup.from_security_group_id(self, f"SecurityGroup{i}", group,
+                                                                         mutable=False)
+                                for i, group in enumerate(network.security_groups)]
+
+    def statement(self) -> iam.PolicyStatement:
+        """On `*`: the Describe actions have no resource-level permission, and the guide warns that a function whose
+        role names no resource for DeleteNetworkInterface "may not be able to access the VPC"."""
+        return iam.PolicyStatement(sid="LambdaVpcNetworkInterfaces", actions=list(self.ENI_ACTIONS), resources=["*"])
+
+
 class Functions(Construct):
     def __init__(
         self,
@@ -171,6 +205,8 @@ class Functions(Construct):
         self._ec2 = Ec2Permissions(Stack.of(self), config,
                                    launch_template_ids=[t["id"] for t in self._launch_templates.values()],
                                    placement_groups=list(self._placement_groups.values()))
+        network = config.network.functions
+        self.placement = FunctionPlacement(self, "Placement", network=network) if network is not None else None
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in FUNCTION_SPECS:
@@ -236,6 +272,9 @@ class Functions(Construct):
         self._table.grant_read_write_data(role)
         self._parameter.grant_read(role)
         tick = spec.wiring.tick_retry
+        placement = self.placement if Capability.KUBERNETES in spec.capabilities else None
+        if placement is not None:
+            role.add_to_policy(placement.statement())
         function = lambda_.Function(
             self,
             construct,
@@ -263,6 +302,9 @@ class Functions(Construct):
             on_failure=destinations.SqsDestination(self._queues.scheduler_dlq) if tick else None,
             retry_attempts=tick.retry_attempts if tick else None,
             max_event_age=Duration.seconds(tick.max_event_age_seconds) if tick else None,
+            vpc=placement.vpc if placement else None,
+            vpc_subnets=placement.subnets if placement else None,
+            security_groups=placement.security_groups if placement else None,
         )
         if spec.trigger is WorkQueue.PENDING_PODS:
             self._queues.dead_letter_queues[WorkQueue.PENDING_PODS].grant_send_messages(role)
@@ -288,14 +330,17 @@ class Functions(Construct):
                 for statement in grant.statements:
                     role.add_to_policy(statement)
                 wildcards.extend(grant.wildcards)
-        self._suppress(role, spec, wildcards)
+        self._suppress(role, spec, wildcards, placed=placement is not None)
         self.functions[spec.name] = function
         self.roles[spec.name] = role
 
     @staticmethod
-    def _suppress(role: iam.Role, spec: FunctionSpec, wildcards: list[Wildcard]) -> None:
+    def _suppress(role: iam.Role, spec: FunctionSpec, wildcards: list[Wildcard], *, placed: bool) -> None:
         star = ["xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing)"]
         star.append("the EC2 Describe* calls, restricted to the configured region by aws:RequestedRegion")
+        if placed:
+            star.append("the network interface actions Lambda manages a VPC function's interfaces with (Lambda "
+                        "Developer Guide, configuration-vpc.html, Required IAM permissions)")
         if Capability.READ_PRICES in spec.capabilities:
             star.append("pricing:GetProducts, servicequotas:GetAWSDefaultServiceQuota and cloudwatch:GetMetricData")
         suppressions: list[dict[str, Any]] = [

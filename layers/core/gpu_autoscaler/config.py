@@ -13,11 +13,12 @@ import logging
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -55,6 +56,7 @@ __all__ = [
     "ConfigError",
     "Disruption",
     "EbsVolume",
+    "FunctionNetwork",
     "GpuSharing",
     "MeasuredLeadTime",
     "NodePool",
@@ -137,10 +139,32 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _aws_id(prefix: str, kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not re.fullmatch(rf"{prefix}-[0-9a-f]+", value):
+            raise ValueError(f"'{value}' is not a {kind} id ({prefix}-…)")
+        return value
+    return AfterValidator(check)
+
+
+class FunctionNetwork(_Model):
+    """Where the functions that call the Kubernetes API run: in the cluster's VPC, so a cluster whose API endpoint
+    is private only (Security Hub EKS.1, Control Tower CT.EKS.PR.1) is reachable. The subnets are private ones with
+    a route to AWS's APIs, by NAT or VPC endpoints (README, Deploy, "A private API endpoint"); the security groups
+    must be admitted by the cluster's on 443. At most 16 subnets and 5 groups: Lambda's `VpcConfig` limits."""
+
+    vpc_id: Annotated[str, _aws_id("vpc", "VPC")]
+    subnets: list[Annotated[str, _aws_id("subnet", "subnet")]] = Field(min_length=1, max_length=16)
+    security_groups: list[Annotated[str, _aws_id("sg", "security group")]] = Field(min_length=1, max_length=5)
+
+
 class Network(_Model):
     subnets: dict[str, str] = Field(min_length=1)
     """Availability zone → subnet id: one subnet per zone we may launch in."""
     security_groups: list[str] = Field(min_length=1)
+    functions: FunctionNetwork | None = None
+    """The VPC placement of packer, interruption, drain and consolidate; absent, every function runs outside any
+    VPC and reaches the cluster over its public endpoint."""
 
     @field_validator("subnets")
     @classmethod
