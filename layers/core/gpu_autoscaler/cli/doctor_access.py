@@ -4,12 +4,15 @@ Kubernetes group, the cluster's API endpoint and authentication mode."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpu_autoscaler.cli.doctor_context import Check, DoctorContext, error_code
 from gpu_autoscaler.naming import FUNCTIONS, FUNCTIONS_KUBERNETES_GROUP, ResourceNames
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.config import FunctionNetwork
 
 __all__ = ["FUNCTIONS_RBAC", "check_access_entries", "check_cluster_access", "check_function_access",
            "check_node_identity"]
@@ -26,6 +29,8 @@ create-node-role.adoc: the kubelet's EC2 reads and ECR pulls "before you can lau
 the VPC CNI's unless aws-node has a role of its own; Karpenter's getting-started cloudformation.yaml attaches these
 three and AmazonSSMManagedInstanceCore)."""
 CNI_POLICY = NODE_ROLE_POLICIES[2][0]
+HTTPS = 443
+"""The port of the cluster's API endpoint."""
 OPEN_TO_ALL = "0.0.0.0/0"
 """publicAccessCidrs that admit every address (and EKS's default: VpcConfigRequest)."""
 
@@ -246,12 +251,12 @@ def check_access_entries(ctx: DoctorContext) -> list[Check]:
 
 
 def check_cluster_access(ctx: DoctorContext) -> list[Check]:
-    """The functions reach the cluster's API: they run outside any VPC, so only over the public endpoint, from
-    addresses no fixed list holds (EKS User Guide, cluster-endpoint.adoc: with public access off, "All traffic to
-    your cluster API server must come from within your cluster's VPC or a connected network"; with CIDR blocks,
-    "the public API server endpoint will only receive requests from the listed blocks"). And the authentication
-    mode takes the stack's access entries (`kubernetes.eksAccess`; grant-k8s-access.adoc: access entries need API
-    or API_AND_CONFIG_MAP)."""
+    """The functions reach the cluster's API. Outside any VPC, only over the public endpoint, from addresses no
+    fixed list holds (EKS User Guide, cluster-endpoint.adoc: with public access off, "All traffic to your cluster
+    API server must come from within your cluster's VPC or a connected network"; with CIDR blocks, "the public API
+    server endpoint will only receive requests from the listed blocks"). In the cluster's VPC (`network.functions`),
+    over the private endpoint, through the cluster's security groups. And the authentication mode takes the stack's
+    access entries (`kubernetes.eksAccess`; grant-k8s-access.adoc: access entries need API or API_AND_CONFIG_MAP)."""
     cluster = ctx.config.cluster_name
     try:
         described = _describe_cluster(ctx)
@@ -261,8 +266,12 @@ def check_cluster_access(ctx: DoctorContext) -> list[Check]:
                           "set clusterName and region to the cluster's")]
         return [Check("cluster endpoint", "warn", f"cannot describe cluster {cluster} ({error_code(error)})",
                       "allow eks:DescribeCluster")]
-    return [_endpoint(cluster, described.get("resourcesVpcConfig", {})),
-            _authentication(ctx, described.get("accessConfig", {}).get("authenticationMode"))]
+    vpc = described.get("resourcesVpcConfig", {})
+    placed = ctx.config.network.functions
+    checks = [_endpoint(cluster, vpc) if placed is None else _private_endpoint(cluster, vpc, placed)]
+    if placed is not None:
+        checks.append(_functions_admitted(ctx, vpc, placed))
+    return [*checks, _authentication(ctx, described.get("accessConfig", {}).get("authenticationMode"))]
 
 
 def _endpoint(cluster: str, vpc: dict[str, Any]) -> Check:
@@ -274,14 +283,69 @@ def _endpoint(cluster: str, vpc: dict[str, Any]) -> Check:
     if not public:
         return Check("cluster endpoint", "fail", "the API endpoint is private only: the functions run outside any "
                      "VPC and reach it over its public endpoint, so every Kubernetes request of theirs would time out",
+                     "place the functions in the cluster's VPC with network.functions (README, Deploy), or "
                      f"{update} endpointPublicAccess=true,endpointPrivateAccess=true (the nodes keep the private one)")
     if cidrs != [OPEN_TO_ALL]:
         return Check("cluster endpoint", "warn", f"the public API endpoint admits {', '.join(cidrs) or 'no'} "
                      "addresses only: the functions, outside any VPC, connect from Lambda's shared addresses in the "
                      "region, which no fixed list covers, so their requests may time out",
-                     f"{update} publicAccessCidrs={OPEN_TO_ALL} (with endpointPrivateAccess=true for the nodes)")
+                     f"{update} publicAccessCidrs={OPEN_TO_ALL} (with endpointPrivateAccess=true for the nodes), or "
+                     "place the functions in the cluster's VPC with network.functions (README, Deploy)")
     private = "; private access on" if vpc.get("endpointPrivateAccess") else ""
     return Check("cluster endpoint", "pass", f"public, open to {OPEN_TO_ALL}{private}")
+
+
+def _private_endpoint(cluster: str, vpc: dict[str, Any], placed: FunctionNetwork) -> Check:
+    """The functions in a VPC reach the private endpoint from the cluster's own VPC: its name resolves to the
+    private addresses there (cluster-endpoint.adoc, private access needs the VPC's DNS support and hostnames), and
+    without private access they reach the public one only through a NAT gateway's addresses."""
+    cluster_vpc = vpc.get("vpcId")
+    if cluster_vpc and cluster_vpc != placed.vpc_id:
+        return Check("cluster endpoint", "warn", f"network.functions places the functions in {placed.vpc_id}, the "
+                     f"cluster is in {cluster_vpc}: its private endpoint answers only there or on a connected "
+                     "network that resolves its name (cluster-endpoint.adoc)",
+                     f"set network.functions to subnets of {cluster_vpc}")
+    if not vpc.get("endpointPrivateAccess"):
+        return Check("cluster endpoint", "warn", f"private access is off: the functions in {placed.vpc_id} reach "
+                     "the public endpoint only through a NAT gateway, whose addresses publicAccessCidrs must admit",
+                     f"aws eks update-cluster-config --name {cluster} --resources-vpc-config "
+                     "endpointPrivateAccess=true")
+    public = "public access on too" if vpc.get("endpointPublicAccess") else "private only"
+    return Check("cluster endpoint", "pass", f"private access on ({public}); the functions run in {placed.vpc_id}")
+
+
+def _admits_https(rule: dict[str, Any]) -> bool:
+    if rule.get("IpProtocol") == "-1":
+        return True
+    return rule.get("IpProtocol") == "tcp" and rule.get("FromPort", 0) <= HTTPS <= rule.get("ToPort", -1)
+
+
+def _functions_admitted(ctx: DoctorContext, vpc: dict[str, Any], placed: FunctionNetwork) -> Check:
+    """The endpoint's security groups admit a function security group on 443. Rules by address (the functions'
+    subnets' CIDRs) and prefix list are not read: a warning, not a failure, when none admits by group."""
+    name = "functions to endpoint"
+    cluster_groups = [g for g in [vpc.get("clusterSecurityGroupId"), *vpc.get("securityGroupIds", [])] if g]
+    functions = {ctx.security_group(g): g for g in placed.security_groups}
+    if not cluster_groups:
+        return Check(name, "warn", "DescribeCluster names no security group of the endpoint",
+                     "see the cluster's Networking tab in the EKS console")
+    try:
+        groups = ctx.clients.client("ec2").describe_security_groups(GroupIds=cluster_groups)["SecurityGroups"]
+    except (ClientError, BotoCoreError) as error:
+        return Check(name, "warn", f"cannot read the cluster's security groups ({error_code(error)})",
+                     "allow ec2:DescribeSecurityGroups")
+    for group in groups:
+        for rule in group.get("IpPermissions", []):
+            admitted = [functions[pair["GroupId"]] for pair in rule.get("UserIdGroupPairs", [])
+                        if pair.get("GroupId") in functions]
+            if admitted and _admits_https(rule):
+                return Check(name, "pass", f"{group['GroupId']} admits {admitted[0]} on {HTTPS}")
+    listed = ", ".join(cluster_groups)
+    return Check(name, "warn", f"no rule of the endpoint's security groups ({listed}) admits the functions' "
+                 f"({', '.join(placed.security_groups)}) on {HTTPS}: unless one admits their subnets' addresses, "
+                 "every Kubernetes request of theirs times out",
+                 f"aws ec2 authorize-security-group-ingress --group-id {cluster_groups[0]} --protocol tcp --port "
+                 f"{HTTPS} --source-group {placed.security_groups[0]}")
 
 
 def _authentication(ctx: DoctorContext, mode: str | None) -> Check:
