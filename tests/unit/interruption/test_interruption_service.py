@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -25,9 +25,6 @@ from gpu_autoscaler.services.packer import PackerService
 from tests.conftest import ROOT
 from tests.unit.drain.fakes import RecordingFleet
 from tests.unit.packing.builders import make_catalog, make_config, make_pool
-
-if TYPE_CHECKING:
-    from gpu_autoscaler.models.messages import DrainRequest
 
 SPOT = "i-0f3a9c1e5b7d24680"
 REBALANCE = "i-0b5d7f9a1c3e58024"
@@ -105,26 +102,6 @@ def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involunta
     assert drain.deadline == at("2026-11-22T10:26:30Z") and drain.wait_until == h.clock.now()
     assert drain.replacements == []  # sent before they were planned; the pods' assignments name them
     assert set(h.store.assignments(["uid-0", "uid-1"]).values()) <= set(ids)
-
-
-def test_a_spot_warning_plans_replacements_for_the_pods_its_drain_evicts_at_once() -> None:
-    """The drain is sent before the replacements are planned, and the drain function, another invocation, may evict
-    the node's pods within the second (the chaos suite's Spot storm saw it): the pods planned are the ones on the
-    node when the notice came, not those still listed after the drain has begun."""
-    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
-    send = h.drains.send
-
-    def evicting(request: DrainRequest, delay: timedelta | None = None) -> None:
-        send(request, delay)
-        for pod in h.cluster.list_pods(h.node):
-            if pod.owner_kind != "DaemonSet":
-                h.cluster.evict(pod)
-
-    h.drains.send = evicting  # type: ignore[method-assign]
-    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
-    assert {p.owner_kind for p in h.cluster.list_pods(h.node)} == {"DaemonSet"}  # the drain evicted the rest
-    assert sorted(u for c in h.new_claims() for u in c.pods) == ["uid-0", "uid-1"]
-    assert outcome.replacements == sorted(c.id for c in h.new_claims())
 
 
 def test_a_spot_warning_drains_a_node_whose_pod_asks_for_more_than_any_node_holds() -> None:

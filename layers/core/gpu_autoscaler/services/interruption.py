@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import Config
     from gpu_autoscaler.domain.interruption import Notice, Response
     from gpu_autoscaler.models.claims import NodeClaim
-    from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
+    from gpu_autoscaler.models.cluster import ClusterNode
     from gpu_autoscaler.ports import ClusterAPI, DrainQueue, OwnedInstances, StateStore
     from gpu_autoscaler.services.drain import FleetTermination
     from gpu_autoscaler.services.packer import PackerService
@@ -190,8 +190,6 @@ class InterruptionService:
             outcome.cordoned = self._cordon(node)
         if response.mark_unavailable:
             self._mark_unavailable(claim, response.reason)
-        # The pods to replace are those on the node now: the drain sent next may evict them within the second.
-        pods = [p for p in self.cluster.list_pods(node.name) if movable(p)] if response.replace and node else []
         if response.involuntary:
             # The instance goes at its time whatever the planning does: the drain goes first, so a packer that
             # fails (the record is redelivered, the replacement planned again) delays no eviction. It names no
@@ -201,8 +199,8 @@ class InterruptionService:
                 outcome.drain = drain
                 self.drains.send(drain)
             claim = self._draining(claim, drain)
-        if pods:
-            self._replace(notice, claim, pods, outcome)
+        if response.replace:
+            self._replace(notice, claim, node, outcome)
         if response.drain and not response.involuntary:
             outcome.drain = self._drain_request(claim, node, response, outcome.replacements)
             self.drains.send(outcome.drain)
@@ -263,10 +261,13 @@ class InterruptionService:
                 claim = self.store.get_claim(claim.id) or claim
         return claim
 
-    def _replace(self, notice: Notice, claim: NodeClaim, pods: list[ClusterPod],
+    def _replace(self, notice: Notice, claim: NodeClaim, node: ClusterNode | None,
                  outcome: InterruptionOutcome) -> None:
         """Plan the node's pods as pending pods (the packer's path: in-flight claims first, the offering just
         lost unavailable), store the claims, request their launch; record which claims now cover them."""
+        pods = [p for p in self.cluster.list_pods(node.name) if movable(p)] if node is not None else []
+        if not pods:
+            return
         uids = [p.uid for p in pods]
         self.store.release_pods(uids)
         document = PendingPodsDocument(schema_version=1, cluster=self.config.cluster_name, sent_at=self.clock.now(),
