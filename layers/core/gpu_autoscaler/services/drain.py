@@ -72,7 +72,6 @@ from gpu_autoscaler.services.claim_writes import write_fresh
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from datetime import datetime
 
     from gpu_autoscaler.clock import Clock
     from gpu_autoscaler.domain.pod_events import EventRecorder
@@ -253,7 +252,7 @@ class DrainService:
                 self._free_room(request, claim, self.cluster.list_pods(node.name))
             return self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
         pods = self.cluster.list_pods(node.name) if node is not None else []
-        replacements = self._replacements(request, claim, pods, now) if node is not None else Replacements.READY
+        replacements = self._replacements(request) if node is not None else Replacements.READY
         step = plan_drain(request, node, pods, now, replacements=replacements)
         if step.action is DrainAction.ABANDON:
             outcome.status, outcome.reason = "abandoned", step.reason
@@ -434,54 +433,35 @@ class DrainService:
         outcome.next_attempt, outcome.delay = after.request.attempt, after.delay
         return outcome
 
-    def _replacements(self, request: DrainRequest, claim: NodeClaim, pods: Sequence[ClusterPod],
-                      now: datetime) -> Replacements:
+    def _replacements(self, request: DrainRequest) -> Replacements:
         """READY once every replacement is Registered with an initialized node; FAILED if one ended (or vanished)
         without ever registering; WAITING otherwise."""
         # Imported here: the packing package loads numpy and the solver, which the interruption function's
         # import of this module (for its helpers) must not pay before its cordon (issue 17).
         from gpu_autoscaler.domain.packing.results import claim_requests
 
-        ids = request.replacements
-        if not ids and request.involuntary and request.wait_until is not None and now < request.wait_until:
-            planned = self._planned_for(claim, pods)
-            if planned is None:
-                return Replacements.WAITING
-            ids = planned
         nodes: list[ClusterNode] | None = None
         waiting = False
-        for claim_id in ids:
-            replacement = self.store.get_claim(claim_id)
-            if replacement is None:
+        for claim_id in request.replacements:
+            claim = self.store.get_claim(claim_id)
+            if claim is None:
                 return Replacements.FAILED
-            registered = replacement.state is ClaimState.REGISTERED or any(
-                t.state is ClaimState.REGISTERED for t in replacement.history)
-            if replacement.state in (ClaimState.DRAINING, ClaimState.TERMINATED):
+            registered = claim.state is ClaimState.REGISTERED or any(
+                t.state is ClaimState.REGISTERED for t in claim.history)
+            if claim.state in (ClaimState.DRAINING, ClaimState.TERMINATED):
                 if not registered:
                     return Replacements.FAILED
                 continue
-            if replacement.state is not ClaimState.REGISTERED:
+            if claim.state is not ClaimState.REGISTERED:
                 waiting = True
                 continue
             nodes = self.cluster.list_nodes() if nodes is None else nodes
-            node = node_of(nodes, replacement, replacement.node_name)
-            why = not_initialized(node, claim_requests(replacement)) if node is not None else "its Node is gone"
+            node = node_of(nodes, claim, claim.node_name)
+            why = not_initialized(node, claim_requests(claim)) if node is not None else "its Node is gone"
             if why is not None:
-                logger.info("drain of %s waits for replacement %s: %s", request.node, replacement.id, why)
+                logger.info("drain of %s waits for replacement %s: %s", request.node, claim.id, why)
                 waiting = True
         return Replacements.WAITING if waiting else Replacements.READY
-
-    def _planned_for(self, claim: NodeClaim, pods: Sequence[ClusterPod]) -> list[str] | None:
-        """The replacements of an involuntary drain that names none, one that may still wait for them: the
-        interruption function sends it before it plans them (`services.interruption`), so they are the claims its
-        pods' assignments name — what `free_replaced_room` reads too. None while a pod that needs room elsewhere
-        has none: its planning is not done yet, or found it nowhere to go; either way nothing to move it to before
-        the request's `wait_until`."""
-        moving = [p.uid for p in pods if movable(p)]
-        owners = self.store.assignments(moving)
-        if any(owners.get(uid) in (None, claim.id) for uid in moving):
-            return None
-        return sorted(set(owners.values()))
 
 
 def aws_drain_service(settings: FunctionSettings, clock: Clock | None = None) -> DrainService:

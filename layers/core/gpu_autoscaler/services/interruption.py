@@ -8,13 +8,13 @@
   pending) on `terminated` only, whoever ended the claim: until then the instance may still be running its
   containers' graceful shutdown (`domain.garbage_collection` says why; it deletes the Node if this event is missed).
 - Spot warning, capacity reservation warning, Capacity Block expiration: cordon and taint at once; the offering
-  is marked unavailable; an involuntary drain is requested with the warning's deadline and the claim becomes
-  Draining (its pods are no longer covered by it); only then is a replacement planned for the node's pods through
-  the packer (claims stored, launch requested), so its failure cannot hold up the evictions.
-- Rebalance (unless the pool ignores it), AWS Health scheduled change: a drain that waits for the replacement to
-  be initialized (or `rebalanceDrainAfter`, or shortly before the scheduled start). A rebalance drain is voluntary
-  (it forces nothing unless the pool has a `terminationGracePeriod`) and is sent after the replacement is planned,
-  naming it; a scheduled change is involuntary, sent first as above: the instance goes at its start.
+  is marked unavailable; the claim becomes Draining (its pods are no longer covered by it); a replacement is
+  planned for the node's pods through the packer (claims stored, launch requested) and an involuntary drain is
+  requested with the warning's deadline.
+- Rebalance (unless the pool ignores it), AWS Health scheduled change: replacement first, then a drain that
+  waits for it to be initialized (or `rebalanceDrainAfter`, or shortly before the scheduled start). A
+  rebalance drain is voluntary (it forces nothing unless the pool has a `terminationGracePeriod`); a scheduled
+  change is involuntary: the instance goes at its start.
 - A Spot warning's drain does not terminate the instance before the warning's `instance-action-time`.
 
 A Capacity Block's expiration warning names the reservation, not instances: its instances are the live reserved
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gpu_autoscaler.domain.catalog import unavailable_key
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
-from gpu_autoscaler.domain.drain_progress import drain_progress, progress_attributes
+from gpu_autoscaler.domain.drain_progress import progress_attributes
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
 from gpu_autoscaler.errors import KubernetesAccessRefused, KubernetesApiError, NodeNotFound, StaleClaim
 from gpu_autoscaler.models.claims import ClaimState
@@ -191,17 +191,10 @@ class InterruptionService:
         if response.mark_unavailable:
             self._mark_unavailable(claim, response.reason)
         if response.involuntary:
-            # The instance goes at its time whatever the planning does: the drain goes first, so a packer that
-            # fails (the record is redelivered, the replacement planned again) delays no eviction. It names no
-            # replacement: it finds them through its pods' assignments (`services.drain`).
-            drain = self._drain_request(claim, node, response, [])
-            if not _sent_already(claim, drain):
-                outcome.drain = drain
-                self.drains.send(drain)
-            claim = self._draining(claim, drain)
+            claim = self._draining(claim, self._drain_request(claim, node, response, []))
         if response.replace:
             self._replace(notice, claim, node, outcome)
-        if response.drain and not response.involuntary:
+        if response.drain:
             outcome.drain = self._drain_request(claim, node, response, outcome.replacements)
             self.drains.send(outcome.drain)
         outcome.action = "replace-and-drain" if response.replace else "drain"
@@ -247,9 +240,9 @@ class InterruptionService:
             self.store.mark_unavailable(offering, self.config.timeouts.unavailable_offering_ttl, reason)
 
     def _draining(self, claim: NodeClaim, drain: DrainRequest) -> NodeClaim:
-        """The node is doomed: its claim stops covering pods, so the replacement can take them. The drain it was
-        sent is recorded in the same write (`domain.drain_progress`): should that message be lost, the consolidate
-        tick sends it again (or, past its deadline, ends the claim), and a redelivered notice sends no second one."""
+        """The node is doomed: its claim stops covering pods, so the replacement can take them. The drain it is
+        to get is recorded in the same write (`domain.drain_progress`): should this invocation fail before
+        sending it, every time, the consolidate tick sends it (or, past its deadline, ends the claim)."""
         for _ in range(3):
             if claim.state not in (ClaimState.LAUNCHED, ClaimState.REGISTERED):
                 return claim
@@ -298,14 +291,6 @@ class InterruptionService:
             terminate_after=response.terminate_after,
             termination_grace_period=response.termination_grace_period,
         )
-
-
-def _sent_already(claim: NodeClaim, drain: DrainRequest) -> bool:
-    """An involuntary drain at least as urgent is recorded on the claim: this notice's, sent by an earlier delivery
-    of its record (sent before the claim went Draining, so recorded only once sent), or an earlier notice's. Another
-    would only run beside it, doubling every look and eviction; a voluntary one (consolidation's) is superseded."""
-    progress = drain_progress(claim)
-    return progress is not None and progress.request.involuntary and progress.request.deadline <= drain.deadline
 
 
 def aws_interruption_service(settings: FunctionSettings, clock: Clock | None = None, *,
