@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +23,9 @@ from gpu_autoscaler.services.drain import DrainService
 from gpu_autoscaler.services.interruption import InterruptionService
 from gpu_autoscaler.services.packer import PackerService
 from tests.conftest import ROOT
+
+if TYPE_CHECKING:
+    from gpu_autoscaler.models.messages import DrainRequest
 from tests.unit.drain.fakes import RecordingFleet
 from tests.unit.packing.builders import make_catalog, make_config, make_pool
 
@@ -101,6 +104,26 @@ def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involunta
     assert drain.involuntary and drain.claim_id == "nc-old" and drain.node_name == h.node
     assert drain.deadline == at("2026-11-22T10:26:30Z") and drain.wait_until == h.clock.now()
     assert sorted(drain.replacements) == ids
+
+
+def test_a_spot_warning_plans_replacements_for_the_pods_its_drain_evicts_at_once() -> None:
+    """The drain function, another invocation, may evict the node's pods within the second of its request (the chaos
+    suite's Spot storm saw it when the drain was sent before the planning): the pods planned are those on the node
+    when the notice came."""
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    send = h.drains.send
+
+    def evicting(request: DrainRequest, delay: timedelta | None = None) -> None:
+        send(request, delay)
+        for pod in h.cluster.list_pods(h.node):
+            if pod.owner_kind != "DaemonSet":
+                h.cluster.evict(pod)
+
+    h.drains.send = evicting  # type: ignore[method-assign]
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert {p.owner_kind for p in h.cluster.list_pods(h.node)} == {"DaemonSet"}  # the drain evicted the rest
+    assert sorted(u for c in h.new_claims() for u in c.pods) == ["uid-0", "uid-1"]
+    assert outcome.replacements == sorted(c.id for c in h.new_claims())
 
 
 def test_a_spot_warning_drains_a_node_whose_pod_asks_for_more_than_any_node_holds() -> None:
