@@ -333,7 +333,7 @@ def test_ticks_that_cannot_reach_the_kubernetes_api_five_minutes_running_alarm(
 def test_an_instance_that_lost_our_ownership_tag_alarms(
         synthesized: Synthesized, handler_module: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Finding r16-3. A live claim's instance that EC2 still has without `gpu-autoscaler/cluster=<cluster>`
+    """A live claim's instance that EC2 still has without `gpu-autoscaler/cluster=<cluster>`
     (re-tagged or untagged by someone) is left alone by the garbage collector, and nothing of this cluster can end
     it any more (IAM's ResourceTag condition): it runs and bills until someone puts the tag back. The consolidate
     handler counts it as `OwnershipTagLost`, and an alarm watches that."""

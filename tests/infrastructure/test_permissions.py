@@ -101,7 +101,7 @@ def test_terminate_only_instances_tagged_with_this_cluster(synthesized: Synthesi
 
 
 def test_create_tags_needs_the_tag_on_the_instance_or_the_launch(synthesized: Synthesized) -> None:
-    """Finding r16-4. Only the fleet tags (at launch, and `_tag_claims` after a request for several claims); after
+    """Only the fleet tags (at launch, and `_tag_claims` after a request for several claims); after
     launch only with the keys it writes then, `gpu-autoscaler/claim` and `Name` (`aws:TagKeys` with ForAllValues:
     IAM User Guide, "Controlling access during AWS requests", and Karpenter's AllowScopedResourceTagging in
     karpenter-provider-aws's getting-started cloudformation.yaml). Without it, CreateTags may rewrite the very tag

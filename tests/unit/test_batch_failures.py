@@ -167,7 +167,7 @@ def test_the_first_record_of_an_invocation_is_always_started_and_a_short_one_kee
 
 
 def test_the_invocations_time_left_is_read_when_asked() -> None:
-    """What bounds the packer's pod Events (r21): the time left when each is started, not when the record was."""
+    """What bounds the packer's pod Events: the time left when each is started, not when the record was."""
     now = [0.0]
     left = invocation_time_left(local_context("packer", timeout_seconds=60, monotonic=lambda: now[0]))
     assert left is not None and left() == pytest.approx(60)

@@ -211,7 +211,7 @@ _KUBELET_REFUSES = [
 @pytest.mark.parametrize(("change", "names", "rule"), _KUBELET_REFUSES)
 def test_pool_labels_and_taints_a_kubelet_would_refuse_are_refused_naming_pool_item_and_rule(
         config_data: dict[str, Any], change: dict[str, Any], names: str, rule: str) -> None:
-    """r21 finding 1: they reach the node only through the kubelet's `--node-labels` / `--register-with-taints`
+    """They reach the node only through the kubelet's `--node-labels` / `--register-with-taints`
     (Bottlerocket's node-labels / node-taints), and a kubelet refuses to start on one that is not Kubernetes syntax
     (`ValidateKubeletFlags`: IsQualifiedName / IsValidLabelValue; `ParseTaints`, with one taint per key and
     effect): every instance of the pool would boot, never join, and be billed until the registration timeout."""

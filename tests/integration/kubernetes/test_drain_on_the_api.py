@@ -128,7 +128,7 @@ def test_consolidations_taint_keeps_new_pods_off_and_comes_off_again(
 
 def test_consolidations_untaint_leaves_the_taint_of_a_node_cordoned_on_its_fresh_read(
         core: client.CoreV1Api, kube: LocalKubernetes, cluster: KubernetesCluster) -> None:
-    """r21 finding 3: consolidation decides from a list read seconds before; a drain cordoning meanwhile owns the
+    """Consolidation decides from a list read seconds before; a drain cordoning meanwhile owns the
     taint (`is_drained_by_us`), so `unless_cordoned` reads the node again and leaves it (Karpenter's
     RequireNoScheduleTaint leaves a node the termination controller owns). The patch carries the read's
     resourceVersion: a cordon between the read and the write is a 409, read again."""

@@ -186,7 +186,7 @@ def test_a_label_the_kubelet_may_not_set_keeps_the_node_from_joining(kube: Local
 ], ids=["space", "64-characters", "two-slashes", "taint-value", "taint-key", "duplicate-taint"])
 def test_labels_and_taints_outside_kubernetes_syntax_keep_the_node_from_joining(
         bootstrap: ClusterBootstrap, labels: dict[str, str], taints: tuple[Taint, ...], refusal: str) -> None:
-    """r21 finding 1: the real kubelet exits on them (ValidateKubeletFlags, ParseTaints), so no Node appears; the
+    """The real kubelet exits on them (ValidateKubeletFlags, ParseTaints), so no Node appears; the
     configuration refuses them, so the user data is edited here as a newer or hand-made one could be."""
     setup = node_setup(NodePool(name="gpu-burst"), "on-demand", instance_type=G5_12X)
     refused = render_user_data(bootstrap, replace(setup, labels={**setup.labels, **labels},

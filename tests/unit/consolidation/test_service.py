@@ -575,7 +575,7 @@ def test_a_rejected_proposal_leaves_the_taint_of_a_drain_that_took_the_node_over
 
 
 def test_a_lapsed_marks_taint_stays_on_a_node_a_drain_cordoned_after_the_tick_listed_it() -> None:
-    """r21 finding 3: the tick decides from nodes listed seconds earlier; a drain (a rebalance's, once its
+    """The tick decides from nodes listed seconds earlier; a drain (a rebalance's, once its
     replacement is ready) that cordons meanwhile owns the taint, and taking it off would leave the node cordoned
     for good (its next pass reads an unschedulable node without our taint as a drain not started). The untaint
     leaves the taint on a node cordoned on its own fresh read, as Karpenter leaves a node the termination
@@ -623,7 +623,7 @@ def test_a_decision_dropped_as_a_drain_takes_its_node_over_leaves_that_drains_ta
 
 
 def test_a_node_gone_between_the_list_and_its_proposal_drops_that_decision_alone() -> None:
-    """r21 finding 4: a Spot node reclaimed and its Node deleted while the tick computes; its taint's read answers
+    """A Spot node reclaimed and its Node deleted while the tick computes; its taint's read answers
     404 (`NodeNotFound`). Karpenter ignores a NotFound candidate (statenode.go `RequireNoScheduleTaint`,
     `client.IgnoreNotFound`): its decision is dropped and its mark undone, the tick goes on with the others.
     Before: NodeNotFound escaped `run` (a Lambda error, the tick's other proposals and actions lost)."""

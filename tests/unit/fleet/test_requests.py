@@ -154,7 +154,7 @@ def test_tags_of_design_on_instances_volumes_and_the_fleet() -> None:
 
 
 def test_every_launched_resource_carries_the_cluster_tags_of_eks_and_karpenter() -> None:
-    """Finding r16-1. EKS User Guide, "Self-managed nodes" (nodes/worker.adoc): nodes launched by hand carry
+    """EKS User Guide, "Self-managed nodes" (nodes/worker.adoc): nodes launched by hand carry
     `kubernetes.io/cluster/<cluster>` = `owned`; cloud-provider-aws keeps only instances with it when it looks for
     a LoadBalancer Service's backends (pkg/providers/v1/aws.go `describeInstances` -> `hasClusterTag`); Karpenter
     puts it and `eks:eks-cluster-name` on everything it launches (karpenter-provider-aws pkg/utils/utils.go

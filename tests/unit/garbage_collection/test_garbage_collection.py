@@ -179,7 +179,7 @@ def test_a_claim_whose_instance_stopped_is_closed_as_its_state_change_would_have
 
 @pytest.mark.parametrize("state", ["pending", "running", "stopping", "stopped"])
 def test_a_claim_whose_instance_lost_our_tag_but_still_exists_is_left_alone_and_counted(state: str) -> None:
-    """Finding r16-3. The listing is filtered by our tag, which anyone with ec2:CreateTags or ec2:DeleteTags can
+    """The listing is filtered by our tag, which anyone with ec2:CreateTags or ec2:DeleteTags can
     change. Karpenter's NodeClaim garbage collection (kubernetes-sigs/karpenter pkg/controllers/nodeclaim/
     garbagecollection/controller.go) leaves a claim alone whose Node is Ready although the cloud provider's list
     misses its instance ("we know that the kubelet process is still running if the Node Ready condition is

@@ -93,7 +93,7 @@ class _Terminating(KubernetesRest):
 
 def test_an_event_refused_as_its_namespace_terminates_skips_only_its_event_and_is_no_refused_access(
         caplog: pytest.LogCaptureFixture) -> None:
-    """r21 finding 2: a namespace deleted while its pods are reported (per-experiment namespaces, CI) refuses the
+    """A namespace deleted while its pods are reported (per-experiment namespaces, CI) refuses the
     Event's create with 403; that is no missing RBAC. Before: the batch ended at it, team-b's Events were never
     tried, and all four counted as refused (the PodEventsRefused alarm: 'functions-rbac.yaml not applied')."""
     api = _Terminating()
@@ -124,7 +124,7 @@ class _Accepting(KubernetesRest):
 
 
 def test_events_are_tried_only_while_a_stalled_request_still_fits_in_the_invocation() -> None:
-    """r21's measured risk: a re-reported 200-pod document costs 600 sequential requests, which at ~50 ms each
+    """A re-reported 200-pod document costs 600 sequential requests, which at ~50 ms each
     (an API server queueing a large submission) would take the packer's record past its 60 s timeout, holding the
     cluster's FIFO group. Each Event is started only while one stalled request (the recorder stops at the first)
     still fits in what is left; the rest wait for the next report. Before: all 200 were tried, the last started

@@ -82,7 +82,7 @@ class _Timed:
 
 
 def test_the_pods_events_are_bounded_by_the_invocations_time_left() -> None:
-    """r21: Events are the report's last work; the recorder is given the invocation's time so that they never
+    """Events are the report's last work; the recorder is given the invocation's time so that they never
     push the record past the function's timeout (`KubernetesEventRecorder.record`)."""
     clock = FixedClock(NOW)
     events = _Timed()
