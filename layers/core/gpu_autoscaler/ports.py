@@ -50,8 +50,10 @@ class ClusterAPI(Protocol):
 
     def list_nodes(self) -> list[ClusterNode]: ...
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
-        """Every pod not finished (Succeeded, Failed), or every pod bound to `node_name`, finished ones too."""
+    def list_pods(self, node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
+        """Every pod not finished (Succeeded, Failed), or every pod bound to `node_name`, finished ones too. Without
+        `volume_zones`, pods with claims carry no `volume_zones` (reading them costs two lists): for a caller that
+        re-plans no pod, the drain."""
         ...
 
     def cordon(self, node_name: str, taint: Taint) -> None:

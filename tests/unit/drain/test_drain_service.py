@@ -20,6 +20,7 @@ from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make
 from tests.unit.drain.fakes import RecordingFleet
 
 if TYPE_CHECKING:
+    from gpu_autoscaler.models.cluster import ClusterPod
     from gpu_autoscaler.models.messages import DrainRequest
 
 NODE = "ip-10-0-1-5.ec2.internal"
@@ -70,6 +71,22 @@ def test_a_simple_drain_finishes_in_one_invocation() -> None:
     states = [t.state for t in h.store.get_claim("c-1").history]  # type: ignore[union-attr]
     assert states == [ClaimState.DRAINING, ClaimState.TERMINATED]
     assert h.queue.messages == []
+
+
+def test_the_drains_pod_lists_ask_for_no_volume_zones() -> None:
+    """The drain lists its node's pods on every pass and re-plans none of them: it never asks for the zones of their
+    volumes, which the Kubernetes adapter reads with two cluster-wide lists."""
+    h = Harness("web-0", "web-1")
+    asked: list[bool] = []
+    listed = h.cluster.list_pods
+
+    def recording(node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
+        asked.append(volume_zones)
+        return listed(node_name, volume_zones=volume_zones)
+
+    h.cluster.list_pods = recording  # type: ignore[method-assign]
+    assert h.drain(make_request()).status == "finished"
+    assert asked and not any(asked)
 
 
 def test_a_pdb_blocked_drain_resumes_across_invocations_and_finishes() -> None:

@@ -160,3 +160,12 @@ def test_pods_without_claims_cost_no_volume_list() -> None:
     rest = _PagedRest(pages=1, per_page=3)
     assert all(p.volume_zones is None for p in KubernetesCluster(rest).list_pods())
     assert len(rest.queries) == 1
+
+
+def test_a_list_that_does_not_need_volume_zones_reads_no_claims_or_volumes() -> None:
+    """The drain lists its node's pods on every pass (every few seconds while evicting) and never reads their
+    volumes' zones: its list costs the pods alone, however many of them have claims."""
+    rest = _VolumesRest()
+    pods = KubernetesCluster(rest).list_pods("n-1", volume_zones=False)
+    assert {p.name for p in pods} >= {"nb-0", "nb-1", "plain"} and all(p.volume_zones is None for p in pods)
+    assert [t.rsplit("/", 1)[-1] for t in rest.targets] == ["pods"]

@@ -249,9 +249,10 @@ class DrainService:
             outcome.node = node.name
         if claim.state is ClaimState.TERMINATED:
             if node is not None:  # its pods go with the Node object this finish deletes
-                self._free_room(request, claim, self.cluster.list_pods(node.name))
+                self._free_room(request, claim, self.cluster.list_pods(node.name, volume_zones=False))
             return self._finish(request, claim, node, DrainStep(DrainAction.FINISH, "claim already ended"), outcome)
-        pods = self.cluster.list_pods(node.name) if node is not None else []
+        # Every pass (every few seconds while evicting): the pods alone, no claims or volumes (nothing re-planned).
+        pods = self.cluster.list_pods(node.name, volume_zones=False) if node is not None else []
         replacements = self._replacements(request) if node is not None else Replacements.READY
         step = plan_drain(request, node, pods, now, replacements=replacements)
         if step.action is DrainAction.ABANDON:

@@ -258,7 +258,7 @@ class SimulatedCluster:
     def list_nodes(self) -> list[ClusterNode]:
         return [self.view(n) for n in self.nodes.values()]
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+    def list_pods(self, node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
         if node_name is not None:
             node = self.nodes.get(node_name)
             return [self.pod_view(p) for p in node.pods.values()] if node is not None else []

@@ -109,7 +109,7 @@ class KubernetesCluster:
             return nodes
         return [n.model_copy(update=_shifted(n, ("created_at", "ready_since"), offset)) for n in nodes]
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+    def list_pods(self, node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
         """Every pod not finished, or every pod bound to one node, finished too (a drain's list). Both selected by
         the API server: `spec.nodeName` and `status.phase` are fields pods can be selected by (kubernetes.io
         "Field Selectors", supported fields). Succeeded and Failed pods hold nothing on a node and nothing that
@@ -118,7 +118,8 @@ class KubernetesCluster:
         every minute, so they stay on the server."""
         selector = f"spec.nodeName={node_name}" if node_name is not None else _UNFINISHED
         pods, offset = self._list_timed(_PODS, pod_from_json, selector)
-        pods = self._with_volume_zones(pods)
+        if volume_zones:
+            pods = self._with_volume_zones(pods)
         if offset is None:
             return pods
         fields = ("created_at", "started_at", "deletion_timestamp")

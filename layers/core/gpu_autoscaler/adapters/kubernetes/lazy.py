@@ -41,8 +41,8 @@ class LazyCluster:
     def list_nodes(self) -> list[ClusterNode]:
         return self._api().list_nodes()
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
-        return self._api().list_pods(node_name)
+    def list_pods(self, node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
+        return self._api().list_pods(node_name, volume_zones=volume_zones)
 
     def cordon(self, node_name: str, taint: Taint) -> None:
         self._api().cordon(node_name, taint)

@@ -172,7 +172,7 @@ class MemoryCluster:
         self._maybe_fail("list_nodes")
         return list(self._nodes.values())
 
-    def list_pods(self, node_name: str | None = None) -> list[ClusterPod]:
+    def list_pods(self, node_name: str | None = None, *, volume_zones: bool = True) -> list[ClusterPod]:
         self._maybe_fail("list_pods")
         if node_name is None:
             return [p for p in self._pods.values() if not p.finished]
