@@ -7,7 +7,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests import kube_reads
 from tests.chaos.faults import CrashAt, CrashPlan
@@ -331,6 +331,8 @@ class WarningStormResult:
     held_back: dict[str, list[str]]
     """Warned instance → its pods the interruption function could not place at once (reported unschedulable with
     the reason: the pool's limit counts the warned nodes until they are gone); they are placed once they are."""
+    notices: dict[str, list[dict[str, Any]]]
+    """Warned instance → the interruption function's reports of its warning (what a failed assertion shows)."""
     peak_gpus: int
     """Most GPUs the pool's live claims (the warned ones still draining included) held at once."""
     limit_gpus: int | None
@@ -435,13 +437,15 @@ def spot_warning_storm(rig: ChaosRig, *, nodes: int = 20, seconds: float = 12.0,
     launched = [i for i in rig.instances() if i["InstanceId"] not in before]
     planned: dict[str, list[str]] = {}
     held_back: dict[str, list[str]] = {}
+    notices: dict[str, list[dict[str, Any]]] = {}
     for record in rig.log_records():  # the interruption function's report of each notice it acted on
         if record.get("kind") == "spot-interruption" and record.get("instanceId") in victims:
+            notices.setdefault(record["instanceId"], []).append(record)
             planned.setdefault(record["instanceId"], []).extend(record.get("replacements") or [])
             if record.get("unschedulable"):
                 held_back.setdefault(record["instanceId"], []).extend(record["unschedulable"])
     rig.delete_pods()
     rig.wait(lambda: not rig.instances("pending", "running"), STEP_TIMEOUT + 2 * nodes, "the capacity to be given back")
     _settle(rig, result, timeout=SETTLE_TIMEOUT + 5 * nodes)
-    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, held_back, peak.peak,
-                              limit, done - began, done - last)
+    return WarningStormResult(result.report, len(used), len(victims), len(launched), planned, held_back, notices,
+                              peak.peak, limit, done - began, done - last)
