@@ -106,6 +106,18 @@ def test_spot_warning_cordons_replaces_without_the_offering_and_drains_involunta
     assert sorted(drain.replacements) == ids
 
 
+def test_the_outcome_names_the_pods_a_replacement_was_planned_for_and_says_when_there_were_none() -> None:
+    """The log of a notice says which pods it moved: a notice acted on after something else emptied the node (its
+    pods gone) reads differently from one whose pods found no replacement."""
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    (outcome,) = h.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert outcome.summary()["pods"] == ["ml/infer-0", "ml/infer-1"]  # never the DaemonSet pod
+    empty = Harness(SPOT, at("2026-11-22T10:25:00Z"), pods=0)
+    (nothing,) = empty.service.handle(parse_notice(event("spot-interruption-warning")))
+    assert nothing.action == "replace-and-drain" and nothing.summary()["pods"] == [] and not nothing.replacements
+
+
+
 def test_a_spot_warning_plans_replacements_for_the_pods_its_drain_evicts_at_once() -> None:
     """The drain function, another invocation, may evict the node's pods within the second of its request (the chaos
     suite's Spot storm saw it when the drain was sent before the planning): the pods planned are those on the node
@@ -289,6 +301,28 @@ def test_the_same_notice_twice_plans_one_replacement() -> None:
     claims = h.new_claims()
     second = h.service.handle(notice)[0]
     assert h.new_claims() == claims and first.replacements == second.replacements == sorted(c.id for c in claims)
+
+
+def test_a_notice_acted_on_again_after_its_drain_took_the_pods_names_the_replacement_planned_before() -> None:
+    """An attempt that sent its drain and then failed (or a redelivery racing a slow first attempt) is acted on
+    again: the drain has evicted the pods by then, so the node holds none. The replacement the first attempt
+    planned is still on its way; the second outcome (the log, the ReplacementClaims metric) and the drain it sends
+    must name it, not report a node replaced by nothing."""
+    h = Harness(SPOT, at("2026-11-22T10:25:00Z"))
+    notice = parse_notice(event("spot-interruption-warning"))
+    first = h.service.handle(notice)[0]
+    planned = sorted(c.id for c in h.new_claims())
+    assert first.replacements == planned and planned
+    h.drains.receive()
+    for pod in h.cluster.list_pods(h.node):
+        if pod.owner_kind != "DaemonSet":
+            h.cluster.delete_pod(pod)
+    again = h.service.handle(notice)[0]
+    assert again.replacements == planned, f"the retry reports {again.replacements}, not {planned}"
+    assert again.pods == []
+    (drain,) = h.drains.receive()
+    assert sorted(drain.replacements) == planned
+    assert h.new_claims() == [c for c in h.new_claims() if c.id in planned]  # nothing planned twice
 
 
 def test_a_rebalance_then_a_spot_warning_reuses_the_replacement() -> None:

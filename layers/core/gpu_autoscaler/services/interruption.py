@@ -37,8 +37,9 @@ from gpu_autoscaler.domain.catalog import unavailable_key
 from gpu_autoscaler.domain.drain import DRAIN_TAINT, movable, protected_pods, voluntary_refusal
 from gpu_autoscaler.domain.drain_progress import progress_attributes
 from gpu_autoscaler.domain.interruption import decide, replacement_pods
+from gpu_autoscaler.domain.packing.results import SOURCE_ATTRIBUTE
 from gpu_autoscaler.errors import KubernetesAccessRefused, KubernetesApiError, NodeNotFound, StaleClaim
-from gpu_autoscaler.models.claims import ClaimState
+from gpu_autoscaler.models.claims import CLAIMED_STATES, ClaimState
 from gpu_autoscaler.models.messages import DrainRequest
 from gpu_autoscaler.models.pods import PendingPodsDocument
 from gpu_autoscaler.services.drain import free_replaced_room, node_of
@@ -72,6 +73,9 @@ class InterruptionOutcome:
     claim_id: str | None = None
     node: str | None = None
     cordoned: bool = False
+    pods: list[str] = field(default_factory=list)
+    """The node's pods a replacement was planned for (namespace/name): none when the node held no pod that moves
+    by the time the notice was acted on."""
     replacements: list[str] = field(default_factory=list)
     unschedulable: list[str] = field(default_factory=list)
     drain: DrainRequest | None = None
@@ -86,6 +90,7 @@ class InterruptionOutcome:
             "claimId": self.claim_id,
             "node": self.node,
             "cordoned": self.cordoned,
+            "pods": self.pods,
             "replacements": self.replacements,
             "unschedulable": self.unschedulable,
             "drain": self.drain.model_dump(mode="json", by_alias=True) if self.drain else None,
@@ -258,20 +263,34 @@ class InterruptionService:
                  outcome: InterruptionOutcome) -> None:
         """Plan the node's pods as pending pods (the packer's path: in-flight claims first, the offering just
         lost unavailable), store the claims, request their launch; record which claims now cover them."""
+        source = f"{notice.kind}#{claim.instance_id}"
         pods = [p for p in self.cluster.list_pods(node.name) if movable(p)] if node is not None else []
         if not pods:
+            outcome.replacements = self._planned_before(source)
             return
+        outcome.pods = [p.key for p in pods]
         uids = [p.uid for p in pods]
         self.store.release_pods(uids)
         document = PendingPodsDocument(schema_version=1, cluster=self.config.cluster_name, sent_at=self.clock.now(),
                                        pods=replacement_pods(pods))
-        packed = self.packer.handle(document, source=f"{notice.kind}#{claim.instance_id}",
-                                    running={p.uid: p.started_at for p in pods})
+        packed = self.packer.handle(document, source=source, running={p.uid: p.started_at for p in pods})
         covering = self.store.assignments(uids)
         outcome.replacements = sorted({cid for cid in covering.values() if cid != claim.id})
         outcome.unschedulable = [u.name for u in packed.unschedulable]
         if outcome.unschedulable:
             logger.warning("no replacement for %s: %s", claim.id, ", ".join(outcome.unschedulable))
+
+    def _planned_before(self, source: str) -> list[str]:
+        """The replacements an earlier attempt at this notice planned, still live: the node holds no pod that moves
+        any more because that attempt's drain took them (it sent the drain, then failed; or this is a redelivery
+        racing it). Found by the claims' source (`SOURCE_ATTRIBUTE`: the packer's claims keep the document they
+        were planned for), so this outcome and the drain it sends name them, not a node replaced by nothing."""
+        planned = sorted(c.id for c in self.store.list_claims(CLAIMED_STATES)
+                         if c.live and c.attributes.get(SOURCE_ATTRIBUTE) == source)
+        if planned:
+            logger.info("no pod left to move on the node of %s: the replacements planned before are %s",
+                        source, ", ".join(planned))
+        return planned
 
     def _drain_request(self, claim: NodeClaim, node: ClusterNode | None, response: Response,
                        replacements: list[str]) -> DrainRequest:
