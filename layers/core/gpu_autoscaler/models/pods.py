@@ -6,12 +6,11 @@ Kubernetes shapes and quantity strings, so the agent copies fields straight from
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
-from gpu_autoscaler.models.cached import CachedModel
+from gpu_autoscaler.models.cached import CachedModel, unlocked_cached_property
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
 from gpu_autoscaler.models.requirements import NodeSelectorTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
@@ -126,7 +125,8 @@ class PendingPod(_Wire, CachedModel):
     unplannable: str | None = None
     """Why the agent knows no node we launch can run the pod (a DRA claim it cannot read, say)."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, ignored_types=(cached_property,))
+    model_config = ConfigDict(
+        populate_by_name=True, extra="ignore", frozen=True, ignored_types=(unlocked_cached_property,))
 
     @field_validator("requests")
     @classmethod
@@ -160,22 +160,19 @@ class PendingPod(_Wire, CachedModel):
                 _TOLERATIONS[key] = found
         return found
 
-    @cached_property
+    @unlocked_cached_property
     def resources(self) -> Resources:
-        return _parsed(self.requests)
+        return _parsed(self.requests)[0]
 
-    @cached_property
+    @unlocked_cached_property
     def beyond_any_node(self) -> str | None:
         """Why no node could hold the pod, when it asks for `QUANTITY_CEILING` of something (the API server accepts
         `memory: 10E`): read by the packer, which reports it and plans the rest of the document; None otherwise.
-        Read there (kept: consolidation asks it of the same pods every pass), not checked while parsing, which a
-        burst of ten thousand pods would pay for each."""
-        beyond = sorted(name for name, value in self.resources.items() if value >= QUANTITY_CEILING)
-        if not beyond:
-            return None
-        return "it asks for more than any node holds: " + ", ".join(f"{n} {self.requests[n]}" for n in beyond)
+        Read there (kept: consolidation asks it of the same pods every pass), not refused while parsing; found once
+        per distinct request map (`_parsed`), as a burst's ten thousand pods ask for a few dozen."""
+        return _parsed(self.requests)[1]
 
-    @cached_property
+    @unlocked_cached_property
     def footprint(self) -> Resources:
         """What the pod takes on a node: its requests and the one `pods` slot (`fit.pod_requests`). Kept: the
         consolidation search asks it of the same pods every pass."""
@@ -195,19 +192,23 @@ class PendingPod(_Wire, CachedModel):
         return f"{self.namespace}/{self.pod_group.name}" if self.pod_group else None
 
 
-_PARSED: dict[tuple[tuple[str, str], ...], Resources] = {}
+_PARSED: dict[tuple[tuple[str, str], ...], tuple[Resources, str | None]] = {}
 _TOLERATIONS: dict[tuple[tuple[tuple[str, str | None], ...], ...], tuple[Toleration, ...]] = {}
 _SHARED_LIMIT = 4096
 
 
-def _parsed(requests: dict[str, str]) -> Resources:
-    """`Resources.from_quantities`, once per distinct request map: a burst is mostly replicas asking for the
-    same, and validating a pod and then reading its `resources` would otherwise parse its map twice
-    (`Resources` is immutable, so pods may share one)."""
+def _parsed(requests: dict[str, str]) -> tuple[Resources, str | None]:
+    """`Resources.from_quantities` and `PendingPod.beyond_any_node`, once per distinct request map: a burst is
+    mostly replicas asking for the same, and validating a pod and then reading its `resources` would otherwise
+    parse its map twice (`Resources` is immutable, so pods may share one); the packer reads whether each of ten
+    thousand pods asks for more than any node holds, which depends on the map alone."""
     key = tuple(requests.items())
     found = _PARSED.get(key)
     if found is None:
-        found = Resources.from_quantities(requests)
+        resources = Resources.from_quantities(requests)
+        beyond = sorted(name for name, value in resources.items() if value >= QUANTITY_CEILING)
+        found = (resources, "it asks for more than any node holds: " + ", ".join(f"{n} {requests[n]}" for n in beyond)
+                 if beyond else None)
         if len(_PARSED) < _SHARED_LIMIT:
             _PARSED[key] = found
     return found
