@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpu_autoscaler.models.pod_spec import effective_requests, required_node_affinity
+from gpu_autoscaler.models.pod_spec import effective_requests, preferred_node_affinity, required_node_affinity
 from gpu_autoscaler.models.pods import PendingPod
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ def pending_pod(pod: Pod, group: PodGroup | None = None, context: Mapping[str, A
         entry["nodeSelector"] = dict(node_selector)
     if terms := required_node_affinity(spec):
         entry["requiredNodeAffinity"] = terms
+    if preferred := preferred_node_affinity(spec):
+        entry["preferredNodeAffinity"] = preferred
     if tolerations := spec.get("tolerations"):
         entry["tolerations"] = list(tolerations)
     entry["priority"] = int(spec.get("priority") or 0)

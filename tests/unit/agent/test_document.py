@@ -106,3 +106,32 @@ def test_the_document_validates_and_matches_the_sample_event() -> None:
 def test_timestamps_have_one_width() -> None:
     assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000Z"
     assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, 987654, tzinfo=UTC)) == "2026-01-02T03:04:05.987Z"
+
+
+PREFER_ON_DEMAND = {"weight": 100, "preference": {"matchExpressions": [
+    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}}
+
+
+def test_preferred_node_affinity_travels_as_written() -> None:
+    """Karpenter plans a pod's preferred node affinity as required first and relaxes it only when nothing fits
+    (preferences.go): the packer can do so only if the agent sends it."""
+    prefer_zone = {"weight": 10, "preference": {"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1b"]}]}}
+    pod = make_pod()
+    pod["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        prefer_zone, PREFER_ON_DEMAND]}}
+    entry = pending_pod(pod)
+    assert entry["preferredNodeAffinity"] == [prefer_zone, PREFER_ON_DEMAND]
+    parsed = PendingPodsDocument.model_validate(
+        envelope("ml-prod", datetime(2026, 11, 22, tzinfo=UTC), [entry])).pods[0]
+    assert [(t.weight, t.preference.match_expressions[0].key) for t in parsed.preferred_node_affinity] == [
+        (10, "topology.kubernetes.io/zone"), (100, "karpenter.sh/capacity-type")]
+
+
+def test_a_preferred_term_the_api_server_would_refuse_is_refused() -> None:
+    """The API server takes weights 1 to 100 (validation.go `validatePreferredSchedulingTerms`)."""
+    pod = make_pod()
+    pod["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {**PREFER_ON_DEMAND, "weight": 0}]}}
+    with pytest.raises(ValidationError):
+        pending_pod(pod)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from decimal import Decimal
 
-__all__ = ["effective_requests", "required_node_affinity"]
+__all__ = ["effective_requests", "preferred_node_affinity", "required_node_affinity"]
 
 
 class _Amount:
@@ -125,3 +125,9 @@ def required_node_affinity(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     return list(required.get("nodeSelectorTerms") or ())
+
+
+def preferred_node_affinity(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """`preferredDuringSchedulingIgnoredDuringExecution`, as written (weighted terms)."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ())

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler,
 
 from gpu_autoscaler.models.cached import CachedModel, unlocked_cached_property
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.models.requirements import NodeSelectorTerm
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
@@ -108,6 +108,8 @@ class PendingPod(_Wire, CachedModel):
     requests: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     required_node_affinity: tuple[NodeSelectorTerm, ...] = Field(default=(), alias="requiredNodeAffinity")
+    preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = Field(default=(), alias="preferredNodeAffinity")
+    """As written: the packer takes them as required, heaviest first, while an offering fits (`packing.preferences`)."""
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
     pod_group: PodGroup | None = Field(default=None, alias="podGroup")

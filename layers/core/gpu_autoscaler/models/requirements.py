@@ -11,8 +11,8 @@ from gpu_autoscaler.models.labels import NORMALIZED
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "Requirement", "normalized_terms", "terms_match",
-           "unplannable_terms"]
+__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "PreferredSchedulingTerm", "Requirement",
+           "normalized_terms", "terms_match", "unplannable_terms"]
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 NODE_NAME_FIELD = "metadata.name"
@@ -85,6 +85,16 @@ class NodeSelectorTerm(BaseModel):
     def plannable(self) -> bool:
         """Whether a node not launched yet may satisfy it: it selects on labels alone, and on some."""
         return bool(self.match_expressions) and not self.match_fields
+
+
+class PreferredSchedulingTerm(BaseModel):
+    """A `preferredDuringSchedulingIgnoredDuringExecution` entry: a term the pod would rather run on, of weight 1 to
+    100 (the API server refuses others, validation.go `validatePreferredSchedulingTerms`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    weight: int = Field(ge=1, le=100)
+    preference: NodeSelectorTerm
 
 
 def terms_match(terms: tuple[NodeSelectorTerm, ...] | list[NodeSelectorTerm], labels: Mapping[str, str],
