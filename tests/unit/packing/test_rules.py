@@ -165,6 +165,62 @@ def test_a_term_selecting_by_field_leaves_the_other_terms_to_plan_on() -> None:
     assert set(plan.claims[0].instance_types) <= {"g5.xlarge", "g5.2xlarge"}
 
 
+def _prefer(weight: int, key: str, *values: str) -> dict[str, Any]:
+    expression = {"key": key, "operator": "In", "values": list(values)}
+    return {"weight": weight, "preference": {"matchExpressions": [expression]}}
+
+
+ON_DEMAND = ("karpenter.sh/capacity-type", "on-demand")
+GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def test_preferred_on_demand_is_tried_before_spot() -> None:
+    """Karpenter takes the heaviest preferred node affinity term as required (`NewPodRequirements`) and relaxes it
+    only when the pod cannot be scheduled (preferences.go `Relax`): a pod that prefers On-Demand gets it in a pool
+    that tries Spot first."""
+    plan = solve([make_pod(gpus=1, preferredNodeAffinity=[_prefer(100, *ON_DEMAND)])], make_pool())
+    assert [c.capacity_type for c in plan.claims] == ["on-demand"]
+
+
+def test_preferred_terms_are_tried_heaviest_first_and_relaxed_one_at_a_time() -> None:
+    """The heaviest term no offering fits (a GPU the catalog lacks) is dropped, then the next heaviest holds
+    (`removePreferredNodeAffinityTerm` sorts by weight, descending, and drops the first); lighter ones are not
+    ANDed in (only one preferred term is a requirement at a time)."""
+    terms = [_prefer(10, ZONE, "us-east-1b"), _prefer(100, GPU_NAME, "b200"), _prefer(50, GPU_NAME, "h100")]
+    plan = solve([make_pod(gpus=1, preferredNodeAffinity=terms)], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["p5.4xlarge"]
+    assert plan.claims[0].zones == ("us-east-1a", "us-east-1b")
+
+
+def test_terms_of_equal_weight_are_tried_in_the_order_written() -> None:
+    terms = [_prefer(5, GPU_NAME, "a100"), _prefer(5, GPU_NAME, "h100")]
+    plan = solve([make_pod(gpus=8, cpu="8", preferredNodeAffinity=terms)], make_pool(capacityTypes=["on-demand"]))
+    assert first_types(plan) == ["p4d.24xlarge"]
+
+
+def test_a_preferred_term_is_anded_with_the_required_terms() -> None:
+    required = [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1b"]}]}]
+    pod = make_pod(gpus=1, requiredNodeAffinity=required, preferredNodeAffinity=[_prefer(1, *ON_DEMAND)])
+    plan = solve([pod], make_pool())
+    assert [(c.capacity_type, c.zones) for c in plan.claims] == [("on-demand", ("us-east-1b",))]
+
+
+def test_a_preference_no_offering_fits_is_planned_as_if_absent() -> None:
+    """Every preferred term relaxed: the pod is planned on its requirements alone (here Spot, the pool's first)."""
+    pod = make_pod(gpus=1, preferredNodeAffinity=[_prefer(100, GPU_NAME, "b200"), _prefer(1, ZONE, "us-west-2a")])
+    plan = solve([pod], make_pool())
+    assert [(c.capacity_type, c.instance_types[0]) for c in plan.claims] == [("spot", "g6.xlarge")]
+
+
+def test_pods_that_differ_only_in_preference_are_not_one_class() -> None:
+    """Two pods alike but for a preference: each planned for its own (one class would plan both alike)."""
+    pods = [make_pod(gpus=1), make_pod(gpus=1, preferredNodeAffinity=[_prefer(100, *ON_DEMAND)]), make_pod(gpus=1)]
+    plan = solve(pods, make_pool())
+    by_pod = {uid: c.capacity_type for c in plan.claims for uid in c.pods}
+    assert [by_pod[p.uid] for p in pods] == ["spot", "on-demand", "spot"]
+
+
 def test_exists_on_an_unknown_label_leaves_the_pod_unschedulable_with_a_reason() -> None:
     pod = make_pod(requiredNodeAffinity=[{"matchExpressions": [{"key": "example.com/x", "operator": "Exists"}]}])
     plan = solve([pod], make_pool(capacityTypes=["on-demand"]))

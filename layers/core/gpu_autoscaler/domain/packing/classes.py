@@ -30,7 +30,8 @@ __all__ = ["PodClass", "classify"]
 
 @dataclass(eq=False)
 class PodClass:
-    """Pods with identical requests, node selector, affinity, tolerations, priority and gang."""
+    """Pods with identical requests, node selector, affinity, tolerations, priority, gang, spread and preferred node
+    affinity (which `SolvePass` turns into required affinity, per class, before it plans)."""
 
     index: int
     requests: Resources
@@ -96,6 +97,8 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
             pod.priority,
             (pod.namespace, group.name) if group else None,
             spread,
+            tuple([(t.weight, tuple([(r.key, r.operator, r.values) for r in t.preference.match_expressions]))
+                   for t in pod.preferred_node_affinity]) if pod.preferred_node_affinity else (),
         )
         found = by_raw.get(raw)
         if found is None:
@@ -103,7 +106,7 @@ def classify(pods: Iterable[PendingPod]) -> list[PodClass]:
             selector = normalized_selector(pod.node_selector)
             affinity = normalized_terms(pod.required_node_affinity)
             constraint = (selector, plain_of(affinity), plain_of(pod.tolerations))
-            canonical = (requests, constraint, pod.priority, pod.gang, spread)
+            canonical = (requests, constraint, pod.priority, pod.gang, spread, plain_of(pod.preferred_node_affinity))
             found = by_canonical.get(canonical)
             if found is None:
                 found = PodClass(

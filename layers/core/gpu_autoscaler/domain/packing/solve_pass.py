@@ -9,13 +9,14 @@ vCPU quotas; finally the claims are written out and every pod left gets its reas
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpu_autoscaler.domain.packing.binpack import Kinds
-from gpu_autoscaler.domain.packing.classes import PodClass, classify
+from gpu_autoscaler.domain.packing.classes import PodClass, classify, plain_of
 from gpu_autoscaler.domain.packing.explain import explain_unplaced, leave_unplaced
 from gpu_autoscaler.domain.packing.fit import BASE_RESOURCES
 from gpu_autoscaler.domain.packing.gangs import gangs_to_place, place_gang
@@ -27,6 +28,7 @@ from gpu_autoscaler.domain.packing.nodes import (
     PoolView,
     TierArrays,
 )
+from gpu_autoscaler.domain.packing.preferences import preference_order, with_preference
 from gpu_autoscaler.domain.packing.quotas import LimitLedger, VcpuLedger
 from gpu_autoscaler.domain.packing.results import (
     REQUESTS_ATTRIBUTE,
@@ -106,6 +108,8 @@ class SolvePass:
         self.all_available = not unavailable
         placeable = self._placeable(fresh)
         self._classify(placeable)
+        if any(c.example.preferred_node_affinity for c in self.classes):
+            self._classify(self._preferred())
         if any(spreads(c.example) for c in self.classes) or any(repels_in_zones(p) or p.pod_affinity
                                                                         for p in placeable):
             of_class = {p.uid: c.index for c in self.classes for p in c.pods}
@@ -167,6 +171,27 @@ class SolvePass:
         self.matrices = [solver.matrix(v.pool.name, self.names) for v in solver.pools]
         self._ok: list[np.ndarray] | None = None
 
+    def _preferred(self) -> list[PendingPod]:
+        """The pods with their preferred node affinity planned as Karpenter plans it (`preferences`): each class's
+        heaviest preferred term that some offering of some pool may hold a pod of it under is ANDed into its
+        required terms, the heavier ones relaxed; with none, the pod is planned on its requirements alone. The
+        pods come back without preferences, so they are classed by what they now require."""
+        pods: list[PendingPod] = []
+        for c, cls in enumerate(self.classes):
+            if not cls.example.preferred_node_affinity:
+                pods.extend(cls.pods)
+                continue
+            update: dict[str, object] = {"preferred_node_affinity": ()}
+            for term in preference_order(cls.example.preferred_node_affinity):
+                affinity = with_preference(cls.affinity, term)
+                trial = replace(cls, affinity=affinity, constraint_key=(
+                    cls.node_selector, plain_of(affinity), *cls.constraint_key[2:]))
+                if any(self._row(view, trial, c).any() for view in self.s.pools):
+                    update["required_node_affinity"] = affinity
+                    break
+            pods.extend(p.model_copy(update=update) for p in cls.pods)
+        return pods
+
     @property
     def ok(self) -> list[np.ndarray]:
         """Per pool, [C, O]: offerings that may hold one pod of each class (taints, selectors, fit, base). Made when
@@ -189,13 +214,14 @@ class SolvePass:
         n_classes = len(self.classes)
         if n_classes == 0:
             return np.zeros((0, len(self.idx)), bool)
+        return np.stack([self._row(view, cls, c) for c, cls in enumerate(self.classes)])
+
+    def _row(self, view: PoolView, cls: PodClass, c: int) -> np.ndarray:
+        """`_class_row` of `cls` with the requests of class `c`, kept by the solver (`Solver.class_row`)."""
         if self._available_key is None:
             self._available_key = self.available.tobytes()
-        out = []
-        for c, cls in enumerate(self.classes):
-            key = (view.position, self.names, self.req[c].tobytes(), cls.constraint_key, self._available_key)
-            out.append(self.s.class_row(key, partial(self._class_row, view, cls, self.req[c])))
-        return np.stack(out)
+        key = (view.position, self.names, self.req[c].tobytes(), cls.constraint_key, self._available_key)
+        return self.s.class_row(key, partial(self._class_row, view, cls, self.req[c]))
 
     def _class_row(self, view: PoolView, cls: PodClass, req: np.ndarray) -> np.ndarray:
         """[O] offerings of the pool that may hold one pod of the class: its selector and affinity, its requests

@@ -6,6 +6,8 @@ is the order of the rules:
 
 1. Pods already covered by a live claim are left alone (idempotency: the agent reports a pod until it
    runs, and each report must not buy another node).
+   A pod's preferred node affinity counts as required, its heaviest term first, while an offering of some
+   pool may hold the pod under it (`preferences`, as Karpenter relaxes preferences).
 2. Pods go onto live claims with room first (claims not yet registered: their node is on its way).
 3. Node pools from the heaviest; within a pool its capacity types in order reserved → spot → on-demand.
    A pod class goes to the first (pool, capacity type) with an offering that may hold it; there, gangs
