@@ -25,7 +25,7 @@ from gpu_autoscaler.domain.prewarm import FORECAST_HOLD, WARM_UNTIL_ATTRIBUTE
 from gpu_autoscaler.models.catalog import InstanceType, Offering
 from gpu_autoscaler.models.claims import ClaimState
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.models.requirements import NodeSelectorTerm, Requirement
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm, Requirement
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint
 from tests.unit.consolidation.builders import NOW, Cluster, make_config, make_pool, pool_config, wide_spot_catalog
@@ -591,6 +591,24 @@ def test_a_pod_is_not_moved_away_from_the_zone_its_volumes_attach_in() -> None:
     result = cluster.consolidate()
     assert not any(roomy in d.destinations for d in result.decisions), result.decisions
     assert all(c.zones == ("us-east-1a",) for d in result.decisions for c in d.replacements), result.decisions
+
+
+def test_a_pod_preferring_on_demand_is_moved_onto_on_demand_only() -> None:
+    """Karpenter's consolidation simulates the moved pods through the provisioning scheduler, preferences taken as
+    required first (disruption helpers.go `SimulateScheduling`; preferences.go `Relax` only when nothing fits): a
+    pod that prefers On-Demand on a half-empty On-Demand node is replaced onto a cheaper On-Demand node, not onto
+    the pool's Spot, and is not moved onto a Spot node's room."""
+    cluster = Cluster(pool_config())
+    big = cluster.node("g5.48xlarge")
+    roomy = cluster.node("g5.48xlarge", capacity_type="spot", age=timedelta(minutes=5))
+    cluster.pods_on(roomy, 4, gpus=1, labels={"app": "other"})
+    prefer = PreferredSchedulingTerm.model_validate({"weight": 1, "preference": {"matchExpressions": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}})
+    pod = cluster.pod(big, gpus=4, cpu="16", memory="64Gi", preferred_node_affinity=(prefer,))
+    result = cluster.consolidate()
+    decision = next(d for d in result.decisions if big in d.nodes)
+    assert roomy not in decision.destinations, decision
+    assert [(c.capacity_type, c.pods) for c in decision.replacements] == [("on-demand", (pod.uid,))]
 
 
 def _family(*families: str) -> tuple[NodeSelectorTerm, ...]:

@@ -167,7 +167,7 @@ _POD_VALUES: dict[str, Any] = {
     "node_selector": {"a": "b"}, "required_node_affinity": None, "tolerations": (Toleration(key="k"),),
     "priority": 1, "pod_group": PodGroup(name="g", min_member=2), "annotations": {"a": "b"},
     "volume_zones": ("us-east-1a",), "topology_spread": None, "pod_anti_affinity": None, "device_requests": None,
-    "host_ports": None, "pod_affinity": None, "unplannable": "no",
+    "host_ports": None, "pod_affinity": None, "unplannable": "no", "preferred_node_affinity": None,
 }
 
 
@@ -191,6 +191,8 @@ def _nested(field: str) -> Any:
         "deviceRequests": [{"deviceClassName": "gpu.nvidia.com", "count": 1}],
         "hostPorts": [{"hostPort": 8000}],
         "podAffinity": [{"topologyKey": "kubernetes.io/hostname"}],
+        "preferredNodeAffinity": [{"weight": 1, "preference": {"matchExpressions": [
+            {"key": "k", "operator": "Exists"}]}}],
     })
     return getattr(pod, field)
 

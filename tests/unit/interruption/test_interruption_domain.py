@@ -169,6 +169,33 @@ def test_a_replacement_is_planned_only_where_the_pods_volumes_can_attach() -> No
     assert result.claims and {z for c in result.claims for z in c.zones} == {"us-east-1a"}
 
 
+def test_a_replacement_honours_the_pods_preferred_node_affinity() -> None:
+    """Karpenter lets an interrupted node's pods go Pending and provisions for them with their preferences taken as
+    required first (preferences.go `Relax`): a pod that prefers On-Demand, on a Spot node that gets its warning, is
+    given an On-Demand node. A Spot replacement would take it for good: once it joins, kube-scheduler binds the
+    evicted pod to the only node with room, preference or not."""
+    from gpu_autoscaler.clock import FixedClock
+    from gpu_autoscaler.domain.interruption import replacement_pods
+    from gpu_autoscaler.domain.packing import Solver
+    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.requirements import PreferredSchedulingTerm
+    from gpu_autoscaler.models.resources import Resources
+    from gpu_autoscaler.models.taints import Toleration
+    from tests.unit.packing import builders
+
+    prefer = PreferredSchedulingTerm.model_validate({"weight": 100, "preference": {"matchExpressions": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}})
+    pod = ClusterPod(uid="u-1", namespace="ml", name="llm-0", node_name="n", phase="Running",
+                     requests=Resources.from_quantities({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}),
+                     tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),), owner_kind="ReplicaSet",
+                     preferred_node_affinity=(prefer,))
+    (pending,) = replacement_pods([pod])
+    assert pending.preferred_node_affinity == (prefer,)
+    config = builders.make_config(builders.make_pool(capacityTypes=["spot", "on-demand"]))
+    result = Solver(config, builders.make_catalog(), FixedClock(builders.NOW)).solve([pending])
+    assert [c.capacity_type for c in result.claims] == ["on-demand"]
+
+
 @pytest.mark.parametrize("detail_type", ["Capacity Block Reservation Expiration Warning",
                                          "Capacity Block Expiration Warning"])
 def test_a_capacity_block_warning_names_the_reservation_and_ec2_acts_30_minutes_before_its_end(

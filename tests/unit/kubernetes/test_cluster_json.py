@@ -74,3 +74,16 @@ def test_a_pod_the_scheduler_found_no_node_for_reads_as_unschedulable() -> None:
     assert pod_from_json(pod(scheduled("Unschedulable"))).unschedulable
     assert not pod_from_json(pod(scheduled("SchedulingGated"))).unschedulable
     assert not pod_from_json(pod()).unschedulable
+
+
+def test_a_bound_pod_reads_with_its_preferred_node_affinity() -> None:
+    """Replacements and consolidation plan a bound pod through the packer, which honours its preferences as
+    Karpenter's scheduler does for the pods it simulates moving (see `packing.preferences`)."""
+    prefer = {"weight": 60, "preference": {"matchExpressions": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}}
+    pod = pod_from_json({"metadata": {"uid": "u", "name": "llm-0"},
+                         "spec": {"nodeName": "n1", "affinity": {"nodeAffinity": {
+                             "preferredDuringSchedulingIgnoredDuringExecution": [prefer]}}},
+                         "status": {"phase": "Running"}})
+    [term] = pod.preferred_node_affinity
+    assert term.weight == 60 and term.preference.match_expressions[0].values == ("on-demand",)

@@ -468,7 +468,8 @@ _SPOT_ONLY = "spot-to-spot: Spot nodes are replaced by Spot only, and only capac
 def _pod_shape(pod: PendingPod) -> str:
     return json.dumps(
         [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
-         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority],
+         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority,
+         [t.model_dump(mode="json") for t in pod.preferred_node_affinity]],
         sort_keys=True, separators=(",", ":"),
     )
 

@@ -200,8 +200,8 @@ def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
             uid=pod.uid, namespace=pod.namespace, name=pod.name, created_at=pod.created_at,
             requests={name: f"{value}m" if name == CPU else str(value) for name, value in pod.requests.items()},
             node_selector=pod.node_selector, required_node_affinity=pod.required_node_affinity,
-            tolerations=pod.tolerations, priority=pod.priority, annotations=pod.annotations,
-            volume_zones=pod.volume_zones,
+            preferred_node_affinity=pod.preferred_node_affinity, tolerations=pod.tolerations, priority=pod.priority,
+            annotations=pod.annotations, volume_zones=pod.volume_zones,
         )
         for pod in pods
         if movable(pod)

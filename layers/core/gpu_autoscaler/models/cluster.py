@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.durations import parse_duration
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.models.requirements import NodeSelectorTerm
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
 
@@ -76,6 +76,9 @@ class ClusterPod(BaseModel):
     # from these, by the same solver that plans pending pods.
     node_selector: dict[str, str] = Field(default_factory=dict)
     required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
+    """As written: a replacement or a consolidation move honours it as a pending pod's (`PendingPod`), as Karpenter's
+    scheduler does for the pods its disruption simulates moving."""
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
     created_at: datetime | None = None

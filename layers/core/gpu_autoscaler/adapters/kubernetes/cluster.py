@@ -42,8 +42,8 @@ from gpu_autoscaler.models.cluster import (
     EvictionOutcome,
     VolumeAttachment,
 )
-from gpu_autoscaler.models.pod_spec import effective_requests, required_node_affinity
-from gpu_autoscaler.models.requirements import NodeSelectorTerm
+from gpu_autoscaler.models.pod_spec import effective_requests, preferred_node_affinity, required_node_affinity
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
 from gpu_autoscaler.models.volumes import persistent_volume_zones
@@ -387,6 +387,8 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
             **base,
             node_selector=dict(spec.get("nodeSelector") or {}),
             required_node_affinity=tuple(NodeSelectorTerm.model_validate(t) for t in required_node_affinity(spec)),
+            preferred_node_affinity=tuple(PreferredSchedulingTerm.model_validate(t)
+                                          for t in preferred_node_affinity(spec)),
             tolerations=tuple(Toleration.model_validate(t) for t in spec.get("tolerations") or ()),
         )
     except ValidationError as error:
