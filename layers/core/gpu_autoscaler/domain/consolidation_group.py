@@ -466,10 +466,12 @@ _SPOT_ONLY = "spot-to-spot: Spot nodes are replaced by Spot only, and only capac
 
 
 def _pod_shape(pod: PendingPod) -> str:
+    """Priority stays last: pods sort by this string and one number may be a prefix of another (1, 10), so only with it
+    last does the `[]` every pod without preferences carries keep their order as before preferences were added."""
     return json.dumps(
         [pod.requests, pod.node_selector, [t.model_dump(mode="json") for t in pod.required_node_affinity],
-         [t.model_dump(mode="json") for t in pod.tolerations], pod.priority,
-         [t.model_dump(mode="json") for t in pod.preferred_node_affinity]],
+         [t.model_dump(mode="json") for t in pod.tolerations],
+         [t.model_dump(mode="json") for t in pod.preferred_node_affinity], pod.priority],
         sort_keys=True, separators=(",", ":"),
     )
 
