@@ -50,7 +50,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.models.labels import HOSTNAME
-from gpu_autoscaler.models.pod_spec import required_node_affinity
+from gpu_autoscaler.models.pod_spec import required_node_affinity, required_pod_terms
+from gpu_autoscaler.models.pods import selects
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, terms_match
 from gpu_autoscaler.models.taints import Taint, Toleration, tolerates_all
 from gpu_autoscaler.models.volumes import ZONE_KEYS, persistent_volume_zones, zones_of_terms
@@ -162,21 +163,6 @@ def spread_selector(constraint: Mapping[str, Any], labels: Mapping[str, str]) ->
     return {**selector, "matchExpressions": [*(selector.get("matchExpressions") or ()), *extra]}
 
 
-def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing)."""
-    if selector is None:
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or ():
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
-        present = key in labels
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
-                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
-            return False
-    return True
-
-
 def _terms(pod: Mapping[str, Any], kind: str) -> list[tuple[dict[str, Any], bool]]:
     """Each required `kind` (`podAffinity`, `podAntiAffinity`) term on the node or the zone, as sent, and whether the
     pod is among the pods it counts: in its namespaces (the pod's own, those it names, or every one for
@@ -185,9 +171,8 @@ def _terms(pod: Mapping[str, Any], kind: str) -> list[tuple[dict[str, Any], bool
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     own = metadata.get("namespace") or "default"
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
     out = []
-    for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+    for term in required_pod_terms(pod.get("spec") or {}, kind):
         key, every = term.get("topologyKey"), term.get("namespaceSelector")
         if (key != HOSTNAME and key not in ZONE_KEYS) or every:
             continue

@@ -221,3 +221,21 @@ def test_the_interruptible_reservation_warning_is_read_in_both_spellings() -> No
                  "detail": {"instance-id": "i-0abc", "instance-action": "terminate",
                             "instance-termination-time": "2026-11-22T10:02:00Z", "azId": "use1-az1"}}
         assert parse_notice(event).kind is NoticeKind.RESERVATION_INTERRUPTION
+
+
+def test_replacement_pods_keep_the_anti_affinity_on_the_node_that_counts_themselves() -> None:
+    """Replicas that repel each other on the node, recreated elsewhere, each need a node of their own: the packer
+    gives them one (`PendingPod.pod_anti_affinity`, the terms the agent sends of pending pods). A term that counts
+    other pods only is not one the packer reads (consolidation weighs it against the nodes' pods)."""
+    from gpu_autoscaler.domain.interruption import replacement_pods
+    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.pods import PodAntiAffinity
+
+    mine = PodAntiAffinity.model_validate({"topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": {"app": "web"}}})
+    theirs = PodAntiAffinity.model_validate({"topologyKey": "kubernetes.io/hostname",
+                                             "labelSelector": {"matchLabels": {"app": "db"}}})
+    pod = ClusterPod(uid="u-1", namespace="ml", name="web-0", node_name="n", phase="Running", labels={"app": "web"},
+                     pod_anti_affinity=(mine, theirs))
+    (pending,) = replacement_pods([pod])
+    assert pending.pod_anti_affinity == (mine,)

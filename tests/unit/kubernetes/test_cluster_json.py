@@ -87,3 +87,19 @@ def test_a_bound_pod_reads_with_its_preferred_node_affinity() -> None:
                          "status": {"phase": "Running"}})
     [term] = pod.preferred_node_affinity
     assert term.weight == 60 and term.preference.match_expressions[0].values == ("on-demand",)
+
+
+def test_a_bound_pod_reads_with_its_required_anti_affinity_on_the_node() -> None:
+    """Consolidation keeps a moved pod off nodes kube-scheduler's InterPodAffinity refuses it; terms on other keys,
+    and terms without a label selector (they select no pod), are not read."""
+    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}},
+             "namespaces": ["a", "b"]}
+    pod = pod_from_json({"metadata": {"uid": "u", "name": "web-0", "namespace": "a", "labels": {"app": "web"}},
+                         "spec": {"nodeName": "n1", "affinity": {"podAntiAffinity": {
+                             "requiredDuringSchedulingIgnoredDuringExecution": [
+                                 apart, {"topologyKey": "kubernetes.io/hostname"},
+                                 {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}}]}}},
+                         "status": {"phase": "Running"}})
+    [term] = pod.pod_anti_affinity
+    assert term.label_selector == {"matchLabels": {"app": "web"}} and term.namespaces == ("a", "b")
+    assert term.counts("a", "b", {"app": "web"}) and not term.counts("a", "c", {"app": "web"})

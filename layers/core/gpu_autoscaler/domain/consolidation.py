@@ -89,6 +89,7 @@ from gpu_autoscaler.domain.consolidation_group import (
     GroupJudge,
     GroupNode,
     candidate_order,
+    node_labels,
     node_shape,
 )
 from gpu_autoscaler.domain.consolidation_models import (
@@ -208,6 +209,7 @@ class _Pass(GroupJudge):
             n.usable = self._usable(n)
         self.uninitialized = {n.name: n.not_initialized for n in self.nodes
                               if n.usable and n.not_initialized is not None}
+        self.repelling = any(entry.repels for n in self.nodes for entry in n.item.pods)
         self.by_claim = {n.claim.id: n for n in self.nodes if n.item.claim is not None}
         on_nodes = set(self.by_claim)
         self.others = [c for c in claims if c.id not in on_nodes and c.state is not ClaimState.TERMINATED]
@@ -411,11 +413,12 @@ class _Pass(GroupJudge):
             node = next(n for n in self.nodes if n.name == name)
             node.removed = True
             self.skipped.pop(name, None)
-        moved = {entry.pod.uid: entry.pod for n in self.nodes if n.name in decision.nodes for entry in n.item.pods}
+        moved = {entry.pod.uid: entry for n in self.nodes if n.name in decision.nodes for entry in n.item.pods}
         for name, uids in decision.destinations.items():
             target = next(n for n in self.nodes if n.name == name)
             for uid in uids:
-                target.take(pod_requests(moved[uid]))
+                target.take(pod_requests(moved[uid].pod))
+                target.arrived.append(moved[uid])
             target.locked = True
 
     # Phases
@@ -634,7 +637,7 @@ class _Pass(GroupJudge):
             if self.allowance(n.pool, "Underutilized") == 0:
                 self.skip(n, f"budget: pool {n.pool.name} allows no more Underutilized disruption now")
                 continue
-            shape = node_shape(n)
+            shape = (node_shape(n), node_labels(n.item)) if self.repelling else node_shape(n)
             if shape in failed:
                 self.skip(n, failed[shape])
                 continue

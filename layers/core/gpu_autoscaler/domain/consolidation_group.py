@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from typing import TYPE_CHECKING
@@ -23,6 +23,7 @@ from gpu_autoscaler.domain.consolidation_models import REPLACES_ATTRIBUTE, Decis
 from gpu_autoscaler.domain.fleet import CAPACITY_TYPE_PINNED_ATTRIBUTE
 from gpu_autoscaler.domain.packing.fit import pod_requests
 from gpu_autoscaler.domain.packing.results import REQUESTS_ATTRIBUTE, requests_attribute
+from gpu_autoscaler.domain.packing.zones import apart_groups
 from gpu_autoscaler.domain.per_object import PER_OBJECT_LIMIT, PerObject
 from gpu_autoscaler.models.claims import IN_FLIGHT_STATES, ClaimState, NodeClaim
 from gpu_autoscaler.models.resources import CPU, GPU, MEMORY, MIG_PREFIX, PODS, Resources
@@ -32,13 +33,13 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.config import Config, DisruptionReason, NodePool
     from gpu_autoscaler.domain.catalog import Catalog, OfferingKey
-    from gpu_autoscaler.domain.consolidation_models import ConsolidationNode
+    from gpu_autoscaler.domain.consolidation_models import ConsolidationNode, NodePod
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.domain.packing.solver import Solver
     from gpu_autoscaler.models.pods import PendingPod
 
 __all__ = ["EPS", "GROUP_FLOOR_MAX", "SPOT_TO_SPOT_MIN_TYPES", "GroupJudge", "GroupNode", "candidate_order",
-           "node_shape", "pod_shape"]
+           "node_labels", "node_shape", "pod_shape"]
 
 SPOT_TO_SPOT_MIN_TYPES = 15
 EPS = 1e-9
@@ -69,6 +70,8 @@ class GroupNode:
     """Took pods in this pass: it stays."""
     usable: bool = False
     """May take pods: Registered, Ready, schedulable, not being disrupted, its allocatable known."""
+    arrived: list[NodePod] = field(default_factory=list)
+    """Pods moved onto it by decisions of this pass: beside its own, what moved pods' anti-affinity weighs."""
     _view: NodeClaim | None = None
     _free: dict[str, int] | None = None
     _shown: tuple[object, ...] | None = None
@@ -165,12 +168,16 @@ class GroupJudge:
     """Group (its nodes' names) → its floor (`_priced_out`), emptied with `free_rooms`: the multi-node search
     prices single nodes as parts of its pairs, and the single-node phase asks the same nodes again, on the same
     free room unless a decision came in between."""
+    repelling: bool
+    """Whether a pod of the picture has required pod anti-affinity on the node: without any, nothing below weighs
+    labels (`_repelled`, `_kept_apart`)."""
 
     def _destination_claims(self, exclude: set[str], pods: Sequence[PendingPod], into: Collection[str] | None = None,
-                            ) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
-        """The solver's claims: every node that stays (of `into`, when given) and has room for one of `pods`
-        (`fit.fits`, compared as `FreeRooms` rows), as a claim in flight (the node here: `as_in_flight` makes it);
-        the claims that only count against limits and quotas, as they are. Returns (claims, claim id → node name)."""
+                            repelled: Collection[str] = ()) -> tuple[list[GroupNode | NodeClaim], dict[str, str]]:
+        """The solver's claims: every node that stays (of `into`, when given; not `repelled`) and has room for one of
+        `pods` (`fit.fits`, compared as `FreeRooms` rows), as a claim in flight (the node here: `as_in_flight` makes
+        it); the claims that only count against limits and quotas, as they are. Returns (claims, claim id → node
+        name)."""
         out: list[GroupNode | NodeClaim] = []
         names: dict[str, str] = {}
         rooms = self._free_rooms()
@@ -180,8 +187,8 @@ class GroupJudge:
                 continue
             if n.removed or n.name in exclude:
                 out.append(n.claim)  # still running (and paid for) until drained
-            elif (n.usable and (into is None or n.name in into) and (row := rooms.row(n)) is not None
-                  and with_room >> row & 1):
+            elif (n.usable and (into is None or n.name in into) and n.name not in repelled
+                  and (row := rooms.row(n)) is not None and with_room >> row & 1):
                 out.append(n)
                 names[n.claim.id] = n.name
             elif self.charged:
@@ -195,7 +202,7 @@ class GroupJudge:
         (`consolidation_memo`: the key is everything the solve reads). `new_nodes` False: onto the nodes that stay
         only (`Solver.solve`), for a group that may only be deleted; `into`: onto those of these names only."""
         pods = [entry.pod for n in group for entry in n.item.pods]
-        shown, names = self._destination_claims({n.name for n in group}, pods, into)
+        shown, names = self._destination_claims({n.name for n in group}, pods, into, self._repelled(group))
         source = "consolidate:" + "+".join(sorted(n.claim.id for n in group))
         memo = solve_memo(self.solver)
         key = question(pods, [c.shown() if isinstance(c, GroupNode) else ("full", claim_print(c)) for c in shown],
@@ -222,6 +229,9 @@ class GroupJudge:
             floor = self._priced_out(group)
             if floor is not None:
                 return floor
+        apart = self._kept_apart(group)
+        if apart is not None:
+            return apart
         while True:
             plan, names = self.simulate(group, new_nodes=not _solved_without_new_nodes(group, reason))
             if len(group) < 2 or reason == "Drifted":
@@ -245,11 +255,51 @@ class GroupJudge:
 
     def deletion_into(self, n: GroupNode, into: Sequence[GroupNode]) -> Decision | None:
         """The node deleted, its pods moved onto the free room of `into` only; None when they do not all fit there."""
+        if self._kept_apart([n]) is not None:
+            return None
         plan, names = self.simulate([n], new_nodes=False, into={d.name for d in into})
         found = self._decide([n], "Underutilized", plan, names)  # a pod left unschedulable: a reason, not a decision
         if isinstance(found, str):
             return None
         return replace(found, detail=f"its pods fit in the sunk room of {len(found.destinations)} other nodes")
+
+    def _repelled(self, group: Sequence[GroupNode]) -> frozenset[str]:
+        """The nodes that stay onto which one of the group's pods may not move: a required anti-affinity term on the
+        node of the moving pod counts one of its pods (or of those moved there this pass), or one of theirs counts
+        the moving pod — kube-scheduler's InterPodAffinity filter checks both. They are left out of the group's
+        destinations whole (its other pods too): the simplest plan that is never refused. Karpenter's
+        `SimulateScheduling` checks the same through its scheduler's `Topology` (kubernetes-sigs/karpenter
+        pkg/controllers/provisioning/scheduling/topology.go)."""
+        if not self.repelling:
+            return frozenset()
+        names = {n.name for n in group}
+        moving = [entry for n in group for entry in n.item.pods]
+        terms = [m for m in moving if m.repels]
+        out = set()
+        for d in self.nodes:
+            if d.removed or not d.usable or d.name in names or d.capacity is None:
+                continue
+            residents = (*d.item.pods, *d.arrived)
+            if any(_counts(m, r) for m in terms for r in residents) or any(
+                    _counts(r, m) for r in residents if r.repels for m in moving):
+                out.add(d.name)
+        return frozenset(out)
+
+    def _kept_apart(self, group: Sequence[GroupNode]) -> str | None:
+        """Why the group's pods cannot be planned together: two of them repel each other on the node and the
+        packer's per-node groups would not keep them apart (`packing.zones.per_node`: only terms that count the pod
+        itself, shared by the other, make one); None when they would, or none repel."""
+        if not self.repelling:
+            return None
+        moving = [entry for n in group for entry in n.item.pods]
+        for a in moving:
+            if not a.repels:
+                continue
+            for b in moving:
+                if b is not a and _counts(a, b) and not _apart_groups(a.pod) & _apart_groups(b.pod):
+                    return (f"anti-affinity: pods {a.pod.key} and {b.pod.key} repel each other on the node, and the "
+                            "plan could put them together")
+        return None
 
     def _free_rooms(self) -> FreeRooms:
         """The usable nodes' free room, made once per pass until a decision changes it."""
@@ -479,6 +529,22 @@ def _pod_shape(pod: PendingPod) -> str:
 pod_shape: PerObject[PendingPod, str] = PerObject(_pod_shape)
 """Everything about a pod that decides where it may go, as canonical JSON: equal for pods the packer cannot tell
 apart, and a string, so a node's pods sort whatever their constraints (each pod's computed once)."""
+
+
+def _counts(a: NodePod, b: NodePod) -> bool:
+    """Whether a required anti-affinity term of `a` on the node counts `b`."""
+    return any(t.counts(a.pod.namespace, b.pod.namespace, b.labels) for t in a.repels)
+
+
+_apart_groups: PerObject[PendingPod, frozenset[str]] = PerObject(apart_groups)
+"""`packing.zones.apart_groups`, kept per pod: `_kept_apart` asks it of every pair of a group's repelling pods."""
+
+
+node_labels: PerObject[ConsolidationNode, tuple[str, ...]] = PerObject(lambda item: tuple(sorted(
+    json.dumps([e.pod.namespace, e.labels, [t.model_dump(mode="json") for t in e.repels]], sort_keys=True)
+    for e in item.pods)))
+"""What anti-affinity reads of a node's pods (namespace, labels, terms), sorted, kept per node object: beside
+`node_shape`, two nodes alike in it are alike for `GroupJudge._repelled` too."""
 
 
 def candidate_order(n: GroupNode) -> tuple[float, float, str]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpu_autoscaler.config import DisruptionReason, NodePool
     from gpu_autoscaler.models.claims import NodeClaim
     from gpu_autoscaler.models.cluster import ClusterNode, ClusterPod
-    from gpu_autoscaler.models.pods import PendingPod
+    from gpu_autoscaler.models.pods import PendingPod, PodAntiAffinity
 
 __all__ = [
     "EMPTY_SINCE_ATTRIBUTE",
@@ -71,6 +71,10 @@ class NodePod:
     """Its PodDisruptionBudgets allow an eviction now."""
     protected: bool = False
     """`karpenter.sh/do-not-disrupt` is active on it now (`"true"`, or a duration not yet run out)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Its labels: what other pods' anti-affinity terms select."""
+    repels: tuple[PodAntiAffinity, ...] = ()
+    """Its required pod anti-affinity terms on the node (`ClusterPod.pod_anti_affinity`)."""
 
 
 @dataclass(frozen=True)
@@ -209,10 +213,13 @@ def node_pods(node: ClusterNode, pods: Iterable[ClusterPod], blocked: Collection
     out = []
     on_node = [p for p in pods if p.node_name == node.name]
     protected = {p.uid for p in on_node if _blocks(p, now)}
+    by_uid = {p.uid: p for p in on_node}
     for pod in replacement_pods(on_node):
         missing = tuple(t for t in tolerate if t not in pod.tolerations)
         moved = pod.model_copy(update={"tolerations": (*pod.tolerations, *missing)}) if missing else pod
-        out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected))
+        source = by_uid[pod.uid]
+        out.append(NodePod(moved, evictable=pod.uid not in blocked, protected=pod.uid in protected,
+                           labels=source.labels, repels=source.pod_anti_affinity))
     return tuple(out)
 
 

@@ -193,7 +193,9 @@ def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
 
     DaemonSet, mirror and finished pods need no room elsewhere. Requests go back to quantity strings in the
     canonical units the cluster adapter read them in (millicores for cpu, plain units for the rest). The zones of
-    their volumes go along: the recreated pod keeps its claims, so it can run only where they attach.
+    their volumes go along: the recreated pod keeps its claims, so it can run only where they attach. So do its
+    anti-affinity terms on the node that count the pod itself (`PendingPod.pod_anti_affinity`): the packer gives
+    such pods a new node each.
     """
     return [
         PendingPod(
@@ -202,6 +204,8 @@ def replacement_pods(pods: Iterable[ClusterPod]) -> list[PendingPod]:
             node_selector=pod.node_selector, required_node_affinity=pod.required_node_affinity,
             preferred_node_affinity=pod.preferred_node_affinity, tolerations=pod.tolerations, priority=pod.priority,
             annotations=pod.annotations, volume_zones=pod.volume_zones,
+            pod_anti_affinity=tuple(t for t in pod.pod_anti_affinity if t.counts(pod.namespace, pod.namespace,
+                                                                                 pod.labels)),
         )
         for pod in pods
         if movable(pod)

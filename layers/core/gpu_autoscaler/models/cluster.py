@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpu_autoscaler.models.cached import CachedModel
 from gpu_autoscaler.models.durations import parse_duration
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
+from gpu_autoscaler.models.pods import PodAntiAffinity
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
@@ -80,6 +81,10 @@ class ClusterPod(BaseModel):
     """As written: a replacement or a consolidation move honours it as a pending pod's (`PendingPod`), as Karpenter's
     scheduler does for the pods its disruption simulates moving."""
     tolerations: tuple[Toleration, ...] = ()
+    pod_anti_affinity: tuple[PodAntiAffinity, ...] = ()
+    """Its required pod anti-affinity terms on the node (`kubernetes.io/hostname`) that select pods, as written:
+    kube-scheduler puts the pod recreated elsewhere on no node holding a pod one of them counts, nor any pod beside
+    it whose own terms count it (InterPodAffinity), so a consolidation move is planned the same way."""
     priority: int = 0
     created_at: datetime | None = None
     priority_class_name: str | None = None

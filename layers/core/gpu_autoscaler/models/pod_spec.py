@@ -131,3 +131,10 @@ def preferred_node_affinity(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """`preferredDuringSchedulingIgnoredDuringExecution`, as written (weighted terms)."""
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     return list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
+
+
+def required_pod_terms(spec: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    """`kind`'s (`podAffinity`, `podAntiAffinity`) `requiredDuringSchedulingIgnoredDuringExecution` terms, as
+    written: the agent reads pending pods' terms through it, the cluster adapter bound pods'."""
+    affinity = (spec.get("affinity") or {}).get(kind) or {}
+    return list(affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ())

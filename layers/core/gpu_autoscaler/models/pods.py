@@ -6,7 +6,7 @@ Kubernetes shapes and quantity strings, so the agent copies fields straight from
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
@@ -16,8 +16,26 @@ from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedu
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = ["DeviceRequest", "HostPort", "PendingPod", "PendingPodsDocument", "PodAffinity", "PodAntiAffinity",
-           "PodGroup", "TopologySpread", "device_totals", "with_requests"]
+           "PodGroup", "TopologySpread", "device_totals", "selects", "with_requests"]
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or ():
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
+        present = key in labels
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
+                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+            return False
+    return True
 
 
 class _Wire(BaseModel):
@@ -72,6 +90,16 @@ class PodAntiAffinity(_Wire):
     """`{}`: it counts the pods of every namespace (the agent sends no other selector)."""
     zone_counts: dict[str, int] = Field(default_factory=dict, alias="zoneCounts")
     """For a term on the zone: matching pods already running per zone."""
+
+    def counts(self, owner: str, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether the term, of a pod in namespace `owner`, counts a pod of `namespace` with `labels`: its label
+        selector matches, in the namespaces it names (else the owner's). Any `namespaceSelector` counts every
+        namespace: `{}` does ("An empty selector ({}) matches all namespaces", core/v1 PodAffinityTerm), and which
+        namespaces another selects depends on their labels, which are not read — taken as all, so a pod it might
+        repel is kept apart (the packer's per-node groups read it so too, `packing.zones`)."""
+        if self.namespace_selector is None and namespace not in (self.namespaces or (owner,)):
+            return False
+        return selects(self.label_selector, labels)
 
 
 class PodAffinity(_Wire):

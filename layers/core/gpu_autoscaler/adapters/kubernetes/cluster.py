@@ -42,7 +42,14 @@ from gpu_autoscaler.models.cluster import (
     EvictionOutcome,
     VolumeAttachment,
 )
-from gpu_autoscaler.models.pod_spec import effective_requests, preferred_node_affinity, required_node_affinity
+from gpu_autoscaler.models.labels import HOSTNAME
+from gpu_autoscaler.models.pod_spec import (
+    effective_requests,
+    preferred_node_affinity,
+    required_node_affinity,
+    required_pod_terms,
+)
+from gpu_autoscaler.models.pods import PodAntiAffinity
 from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
 from gpu_autoscaler.models.resources import Resources
 from gpu_autoscaler.models.taints import Taint, Toleration
@@ -390,6 +397,9 @@ def pod_from_json(pod: Mapping[str, Any]) -> ClusterPod:
             preferred_node_affinity=tuple(PreferredSchedulingTerm.model_validate(t)
                                           for t in preferred_node_affinity(spec)),
             tolerations=tuple(Toleration.model_validate(t) for t in spec.get("tolerations") or ()),
+            pod_anti_affinity=tuple(PodAntiAffinity.model_validate(t)
+                                    for t in required_pod_terms(spec, "podAntiAffinity")
+                                    if t.get("topologyKey") == HOSTNAME and t.get("labelSelector") is not None),
         )
     except ValidationError as error:
         log.warning("pod %s: unreadable placement constraints (%s); keeping it without them", key, error)

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.models.pods import PendingPod, PodAffinity, PodAntiAffinity
 
-__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "affine_over_zones", "apart_over_zones", "per_node",
-           "pin_to_zones", "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads", "with_volume_zones"]
+__all__ = ["PER_NODE_PREFIX", "PER_NODE_UNITS", "SPREAD_KEYS", "affine_over_zones", "apart_groups", "apart_over_zones",
+           "per_node", "pin_to_zones", "place_over_zones", "repels_in_zones", "spread_over_zones", "spreads",
+           "with_volume_zones"]
 
 SPREAD_KEYS = frozenset({L.ZONE, "topology.ebs.csi.aws.com/zone"})
 PER_NODE_PREFIX = "gpu-autoscaler/per-node-"
@@ -77,6 +78,11 @@ def per_node(pod: PendingPod) -> dict[str, int]:
             out[_name(group)] = max(out.get(_name(group), 0), 1)
             cap([*group, port.host_ip], 1)
     return out
+
+
+def apart_groups(pod: PendingPod) -> frozenset[str]:
+    """The per-node resources of its anti-affinity terms on the node: two pods that share one never share a node."""
+    return frozenset(_name(_group(pod, t)) for t in pod.pod_anti_affinity if t.topology_key == L.HOSTNAME)
 
 
 def _group(pod: PendingPod, term: PodAntiAffinity | PodAffinity) -> list[object]:
