@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from decimal import Decimal
 
-__all__ = ["effective_requests", "preferred_node_affinity", "required_node_affinity"]
+__all__ = ["effective_requests", "preferred_node_affinity", "required_node_affinity", "required_pod_terms"]
 
 
 class _Amount:
