@@ -10,8 +10,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_autoscaler.adapters.kubernetes.cluster import KubernetesCluster
-from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets, selector_matches
+from gpu_autoscaler.adapters.kubernetes.disruption_budgets import KubernetesDisruptionBudgets
 from gpu_autoscaler.emulator.kubernetes_api import LocalKubernetes
+from gpu_autoscaler.models.pods import selects
 from tests import kube_reads
 from tests.integration.kubernetes.conftest import functions_client, make_budget, make_instance, make_pod, wait_for
 
@@ -46,13 +47,13 @@ def test_pods_of_a_spent_budget_are_blocked_and_no_others(kube: LocalKubernetes)
 
 def test_label_selectors_follow_kubernetes() -> None:
     labels = {"app": "db", "tier": "gold"}
-    assert selector_matches({}, labels)  # empty: every pod of the namespace
-    assert not selector_matches(None, labels)  # missing: none
-    assert selector_matches({"matchLabels": {"app": "db"}}, labels)
-    assert not selector_matches({"matchLabels": {"app": "web"}}, labels)
-    assert selector_matches({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"},
-                                                  {"key": "tier", "operator": "NotIn", "values": ["bronze"]}]}, labels)
-    assert not selector_matches({"matchExpressions": [{"key": "tier", "operator": "Exists", "values": ["x"]}]}, labels)
+    assert selects({}, labels)  # empty: every pod of the namespace
+    assert not selects(None, labels)  # missing: none
+    assert selects({"matchLabels": {"app": "db"}}, labels)
+    assert not selects({"matchLabels": {"app": "web"}}, labels)
+    assert selects({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"},
+                                         {"key": "tier", "operator": "NotIn", "values": ["bronze"]}]}, labels)
+    assert not selects({"matchExpressions": [{"key": "tier", "operator": "Exists", "values": ["x"]}]}, labels)
 
 
 def _unready(core: client.CoreV1Api, name: str) -> None:

@@ -23,14 +23,23 @@ __all__ = ["DeviceRequest", "HostPort", "PendingPod", "PendingPodsDocument", "Po
            "PodGroup", "TopologySpread", "device_totals", "selects", "with_requests"]
 
 
+_SELECTOR_OPERATORS = {"In": True, "NotIn": True, "Exists": False, "DoesNotExist": False}
+"""A LabelSelector's operators (metav1.LabelSelectorRequirement), and whether each takes values: `In` and `NotIn`
+need some, `Exists` and `DoesNotExist` none."""
+
+
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing)."""
+    """Whether a LabelSelector matches these labels (an empty selector matches everything; none, nothing). One the
+    API server would have refused (an expression without a key, an operator it does not know, values where it takes
+    none or none where it needs some) selects nothing."""
     if selector is None:
         return False
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
     for e in selector.get("matchExpressions") or ():
         key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
+        if not key or op not in _SELECTOR_OPERATORS or bool(values) != _SELECTOR_OPERATORS[op]:
+            return False
         present = key in labels
         if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
                 or (op == "Exists" and not present) or (op == "DoesNotExist" and present):

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from gpu_autoscaler.adapters.kubernetes.rest import KubernetesRest, path
-from gpu_autoscaler.models.requirements import Requirement
+from gpu_autoscaler.models.pods import selects
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -32,26 +30,9 @@ if TYPE_CHECKING:
     from gpu_autoscaler.adapters.kubernetes.rest import ApiClientLike
     from gpu_autoscaler.models.cluster import ClusterPod
 
-__all__ = ["KubernetesDisruptionBudgets", "selector_matches"]
+__all__ = ["KubernetesDisruptionBudgets"]
 
 _PAGE = 500
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A `metav1.LabelSelector` against a pod's labels (None: selects nothing)."""
-    if selector is None:
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or ():
-        try:
-            requirement = Requirement(key=expression["key"], operator=expression["operator"],
-                                      values=tuple(expression.get("values") or ()))
-        except (KeyError, ValidationError):
-            return False  # a selector the API server would have rejected: treat it as selecting nothing
-        if not requirement.matches(labels):
-            return False
-    return True
 
 
 def _may_evict(pod: ClusterPod, budget: Mapping[str, Any]) -> bool:
@@ -84,7 +65,7 @@ class KubernetesDisruptionBudgets:
             if pod.phase != "Running":
                 continue
             covering = [b for b in by_namespace.get(pod.namespace, ())
-                        if selector_matches((b.get("spec") or {}).get("selector"), pod.labels)]
+                        if selects((b.get("spec") or {}).get("selector"), pod.labels)]
             if len(covering) > 1 or (covering and not _may_evict(pod, covering[0])):
                 out.add(pod.uid)
         return out
