@@ -115,7 +115,18 @@ FUNCTION_WIRING: dict[str, FunctionWiring] = {
         # A full vCPU (Lambda allocates CPU in proportion to memory, one vCPU at 1,769 MB): the Spot warning →
         # cordon path with a cold start is CPU-bound, ~3.6 CPU-seconds (`python -m benchmarks itn-cordon`),
         # more than the 5 s budget on 512 MB's third of a vCPU.
-        FunctionWiring("interruption", timeout_seconds=60, memory_mb=FULL_VCPU_MB, queue="interruption"),
+        # One notice an invocation, up to ten at once. A handler acts on its batch's records one after another,
+        # so with ten a batch the tenth Spot warning waited for nine acts, and a record not started within the
+        # first 18 s (`batch_failures.RECORD_RESERVE_SECONDS`) went back unstarted, each time counting toward
+        # maxReceiveCount: in a storm of slow acts a notice was dead-lettered, its node neither replaced nor
+        # drained. Karpenter acts on a receive's messages in parallel, ten at a time (karpenter-provider-aws
+        # `pkg/controllers/interruption/controller.go`, `workqueue.ParallelizeUntil(ctx, 10, …)`); here Lambda's
+        # concurrent invocations do, capped at ten so a storm's cold starts do not all load the catalog from the
+        # EC2 and Pricing APIs at once. At the cap the event source mapping stops reading until an invocation ends,
+        # so no delivery is spent (AWS Compute Blog, "Introducing maximum concurrency of AWS Lambda functions when
+        # using Amazon SQS as an event source"), where a reserved concurrency would throttle and return messages.
+        FunctionWiring("interruption", timeout_seconds=60, memory_mb=FULL_VCPU_MB, queue="interruption",
+                       batch_size=1, max_concurrency=10),
         FunctionWiring("drain", timeout_seconds=300, memory_mb=512, queue="drain", batch_size=1, max_concurrency=10,
                        recursive=True),
         # Scheduler-invoked, so nothing but their lease in the state table keeps two ticks from running at once
