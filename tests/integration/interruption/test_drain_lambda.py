@@ -86,6 +86,12 @@ def test_a_pdb_blocked_drain_resumes_across_invocations_and_finishes(
     assert draining is not None and draining.state is ClaimState.DRAINING
     assert deliver(aws, drain, timeout_seconds=SHORT, wait=3) is not None  # still refused: backing off
     assert sorted(p.name for p in cluster.list_pods(claim.node_name)) == ["api-0", "api-1"]
+    # What `kubectl describe node` shows meanwhile: the budget's refusal, as Karpenter's FailedDraining says it.
+    told = [e for e in core.list_namespaced_event("default").items
+            if e.involved_object.kind == "Node" and e.involved_object.name == claim.node_name]
+    assert {(e.reason, e.type) for e in told} == {("FailedDraining", "Warning")}
+    assert any("default/api-0" in (e.message or "") and "disruption budget" in (e.message or "") for e in told)
+    assert all((e.count or 0) >= 1 for e in told)
 
     policy.delete_namespaced_pod_disruption_budget("api", "default")  # the budget lets go
     invocations = 2

@@ -86,3 +86,18 @@ def test_pods_reported_again_cost_the_api_server_nothing_within_the_rate_limit(
     requests.clear()
     assert recorder.record(burst).written == 0
     assert requests == []
+
+
+def test_an_event_on_a_node_is_kept_where_kubectl_describe_node_looks(functions_api: client.ApiClient,
+                                                                       core: client.CoreV1Api) -> None:
+    """A Node has no namespace: its Events go to `default`, as client-go's recorder puts an event on a
+    cluster-scoped object (`tools/record`, `metav1.NamespaceDefault`), and name the node as its uid too, as the
+    kubelet's do; `kubectl describe node` looks for both the node's uid and its name."""
+    told = PodEvent("ip-10-0-1-5.ec2.internal", "default", "ip-10-0-1-5.ec2.internal", "FailedDraining",
+                    "failed to drain node: eviction of pod team-a/web-0 refused: budget", "Warning", kind="Node")
+    assert KubernetesEventRecorder(lambda: functions_api).record([told]).written == 1
+    stored = core.read_namespaced_event(event_name(told), "default")
+    assert (stored.involved_object.kind, stored.involved_object.name, stored.involved_object.uid) == (
+        "Node", "ip-10-0-1-5.ec2.internal", "ip-10-0-1-5.ec2.internal")
+    assert stored.involved_object.namespace is None and stored.involved_object.api_version == "v1"
+    assert (stored.reason, stored.type) == ("FailedDraining", "Warning")

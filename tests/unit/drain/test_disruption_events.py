@@ -10,7 +10,7 @@ from gpu_autoscaler.adapters.memory.events import MemoryEventRecorder
 from gpu_autoscaler.adapters.memory.queues import MemoryDrainQueue
 from gpu_autoscaler.adapters.memory.state_store import MemoryStateStore
 from gpu_autoscaler.clock import FixedClock
-from gpu_autoscaler.domain.pod_events import DELETED, DISRUPTING, Recorded
+from gpu_autoscaler.domain.pod_events import DELETED, DISRUPTING, FAILED_DRAINING, Recorded
 from gpu_autoscaler.services.drain import DrainService
 from tests.unit.drain.builders import NOW, make_claim, make_node, make_pod, make_request
 from tests.unit.drain.fakes import RecordingFleet
@@ -82,3 +82,27 @@ def test_a_drain_whose_events_are_refused_drains_all_the_same_and_counts_them() 
     outcome = service.drain(make_request(), timedelta(seconds=60))
     assert sorted(outcome.evicted) == ["team-a/web-0", "team-a/web-1"]
     assert outcome.events_refused == 2 and outcome.summary()["eventsRefused"] == 2
+
+
+def test_a_drain_a_budget_holds_up_tells_the_node_why_as_karpenter_does() -> None:
+    """Karpenter publishes `FailedDraining` (Warning) on the Node when an eviction is refused for a budget
+    (kubernetes-sigs/karpenter pkg/controllers/node/termination/terminator/eviction.go, `NodeFailedToDrain` in
+    .../terminator/events/events.go). Before, a drain a budget held up said so only in the drain function's log:
+    `kubectl describe node` and `kubectl get events` showed nothing while the node stayed cordoned."""
+    clock = FixedClock(NOW)
+    store = MemoryStateStore("ml-prod", clock)
+    store.create_claim(make_claim())
+    cluster = MemoryCluster([make_node()], [make_pod("web-0"), make_pod("web-1")])
+    cluster.add_blocker(lambda pod: "PDB web allows 0 disruptions" if pod.name == "web-0" else None)
+    service = DrainService("ml-prod", store, cluster, RecordingFleet(store), MemoryDrainQueue(clock), clock=clock,
+                           sleep=lambda seconds: clock.advance(timedelta(seconds=seconds)))
+    service.events = events = MemoryEventRecorder()
+    request = make_request()
+    outcome = service.drain(request, timedelta(seconds=60))
+    assert outcome.blocked and outcome.evicted == ["team-a/web-1"]
+    on_node = [e for e in events.posted if e.kind == "Node"]
+    assert {(e.name, e.namespace, e.uid, e.reason, e.type) for e in on_node} == {
+        (request.node, "default", request.node, FAILED_DRAINING, "Warning")}
+    assert {e.message for e in on_node} == {"failed to drain node: eviction of pod team-a/web-0 refused: PDB web "
+                                            "allows 0 disruptions"}
+    assert {e.name for e in events.posted if e.kind == "Pod"} == {"web-1"}  # the evicted pod hears why, as before

@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 
     from gpu_autoscaler.domain.packing.results import Plan
     from gpu_autoscaler.models.claims import NodeClaim
-    from gpu_autoscaler.models.cluster import ClusterPod
+    from gpu_autoscaler.models.cluster import ClusterPod, EvictionOutcome
     from gpu_autoscaler.models.pods import PendingPod
 
-__all__ = ["EventRecorder", "PodEvent", "Recorded", "deletion_events", "disruption_events", "events_for_plan"]
+__all__ = ["EventRecorder", "PodEvent", "Recorded", "deletion_events", "disruption_events", "events_for_plan",
+           "failed_draining_events"]
 
 PLANNED = "GpuCapacityPlanned"
 LAUNCHED = "GpuCapacityLaunched"
@@ -31,6 +32,12 @@ REGISTERED = "GpuNodeRegistered"
 UNSCHEDULABLE = "GpuCapacityUnavailable"
 DISRUPTING = "GpuNodeDisrupting"
 DELETED = "GpuPodDeleted"
+FAILED_DRAINING = "FailedDraining"
+"""Karpenter's reason for the Warning on a Node whose drain a budget holds up (kubernetes-sigs/karpenter
+pkg/events, `FailedDraining`): tools that watch Karpenter's Events match it."""
+NODE_EVENTS_NAMESPACE = "default"
+"""Where an Event on a Node (no namespace of its own) is kept, as client-go's recorder keeps one on a cluster-scoped
+object (`tools/record`: `metav1.NamespaceDefault`)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,9 @@ class PodEvent:
     reason: str
     message: str
     type: Literal["Normal", "Warning"] = "Normal"
+    kind: Literal["Pod", "Node"] = "Pod"
+    """The object it is about. A Node's Event has `namespace` `NODE_EVENTS_NAMESPACE` and the node's name as `uid`,
+    as the kubelet's have: `kubectl describe node` looks for Events under the node's uid and under its name."""
 
 
 @dataclass(frozen=True)
@@ -125,3 +135,13 @@ def deletion_events(pods: Sequence[ClusterPod], node: str, claim: NodeClaim, rea
                      f"deleted with {granted} grace period (of its {p.termination_grace_period_seconds} s): node "
                      f"{node} ({what}, claim {claim.id}) goes{when}: {reason}; this bypasses the pod's "
                      "PodDisruptionBudget and karpenter.sh/do-not-disrupt", "Warning") for p in pods]
+
+
+def failed_draining_events(node: str, refused: Sequence[EvictionOutcome]) -> list[PodEvent]:
+    """A Warning on the node for each pod whose eviction was refused, with the API server's reason, as Karpenter's
+    `NodeFailedToDrain` says "Failed to drain node, Pod ns/name: evicting pod violates a PDB"
+    (pkg/controllers/node/termination/terminator/eviction.go). The same refusal names the same Event, so a drain
+    held up pass after pass raises its count."""
+    return [PodEvent(node, NODE_EVENTS_NAMESPACE, node, FAILED_DRAINING,
+                     f"failed to drain node: eviction of pod {r.pod} refused: {r.message}", "Warning", kind="Node")
+            for r in refused]

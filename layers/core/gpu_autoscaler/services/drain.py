@@ -58,7 +58,7 @@ from gpu_autoscaler.domain.drain import (
 from gpu_autoscaler.domain.drain_progress import progress_attributes, stamp_due
 from gpu_autoscaler.domain.initialization import not_initialized
 from gpu_autoscaler.domain.interruption import replacement_pods
-from gpu_autoscaler.domain.pod_events import deletion_events, disruption_events
+from gpu_autoscaler.domain.pod_events import deletion_events, disruption_events, failed_draining_events
 from gpu_autoscaler.errors import (
     GpuAutoscalerError,
     KubernetesAccessRefused,
@@ -133,7 +133,8 @@ class DrainOutcome:
     duration: timedelta | None = None
     """Since the drain's first attempt, once it finished."""
     events_refused: int = 0
-    """Events on the evicted or deleted pods the API server refused to take (`Recorded.refused`), over all passes."""
+    """Events on the evicted or deleted pods, and on the node for refused evictions, that the API server refused to
+    take (`Recorded.refused`), over all passes."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -372,11 +373,13 @@ class DrainService:
 
     def _tell_evicted(self, request: DrainRequest, claim: NodeClaim, node_name: str, pods: Sequence[ClusterPod],
                       outcomes: Sequence[EvictionOutcome], outcome: DrainOutcome) -> None:
+        """Each evicted pod hears why its node goes; the node, which evictions a budget refused."""
         if self.events is None:
             return
         evicted = [pod for pod, result in zip(pods, outcomes, strict=False) if result.evicted]
-        outcome.events_refused += self.events.record(disruption_events(evicted, node_name, claim,
-                                                                       request.reason)).refused
+        told = disruption_events(evicted, node_name, claim, request.reason)
+        told += failed_draining_events(node_name, [result for result in outcomes if result.blocked])
+        outcome.events_refused += self.events.record(told).refused
 
     def _evict(self, step: DrainStep, outcome: DrainOutcome) -> list[EvictionOutcome]:
         results = []

@@ -1,4 +1,5 @@
-"""`domain.pod_events.EventRecorder` over the Kubernetes API: core/v1 Events on pods, deduplicated, rate-limited.
+"""`domain.pod_events.EventRecorder` over the Kubernetes API: core/v1 Events on pods and nodes, deduplicated,
+rate-limited.
 
 Kubernetes' own recorder (client-go `tools/record`, the EventCorrelator) keeps one Event per (object, reason,
 message) and raises its `count` and `lastTimestamp` when the same thing happens again, and rate-limits per
@@ -115,14 +116,14 @@ class KubernetesEventRecorder:
                 if error.is_access_refused:
                     # Every other Event would be refused alike: said once, counted, and the report goes on.
                     refused = 1 + sum(self._due(event_name(e), now) for e in events[index + 1:])
-                    log.error("%d event(s) on pods not posted: %s", refused, KubernetesAccessRefused(error))
+                    log.error("%d event(s) not posted: %s", refused, KubernetesAccessRefused(error))
                     return Recorded(written, refused)
                 if not isinstance(error, KubernetesHttpError):
                     # The API server is not reachable: the rest would fail the same way, each after its retries.
                     log.warning("Kubernetes API not reachable, event(s) not posted: %s", error)
                     break
-                log.warning("event %s on pod %s/%s not posted: %s %s", event.reason, event.namespace, event.name,
-                            error.status, error.message)
+                log.warning("event %s on %s %s/%s not posted: %s %s", event.reason, event.kind.lower(),
+                            event.namespace, event.name, error.status, error.message)
                 continue
             self._done[name] = now
         return Recorded(written)
@@ -160,8 +161,8 @@ class KubernetesEventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": event.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": event.namespace, "name": event.name,
-                               "uid": event.uid},
+            "involvedObject": {"apiVersion": "v1", "kind": event.kind, "name": event.name, "uid": event.uid,
+                               **({"namespace": event.namespace} if event.kind == "Pod" else {})},
             "reason": event.reason,
             "message": event.message[:1024],
             "type": event.type,
