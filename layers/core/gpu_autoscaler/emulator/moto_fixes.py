@@ -33,6 +33,8 @@ def apply() -> None:
     _items_written_as_json()
     _queries_read_their_partition()
     _serialize_ec2()
+    _serialize_sqs_receives()
+    _retention_read_from_the_queue()
     _transactions_without_table_copies()
     _instance_pages_that_survive_changes()
     _node_role_policies()
@@ -278,6 +280,52 @@ def _serialize_ec2() -> None:
             return original(self)
 
     EC2Response.call_action = call_action  # type: ignore[method-assign]
+
+
+def _serialize_sqs_receives() -> None:
+    """SQS hands a message to one receiver at a time until its visibility timeout ends ("Amazon SQS visibility
+    timeout", SQS developer guide) and moves one past its maxReceiveCount to the dead-letter queue once
+    (SetQueueAttributes, RedrivePolicy); moto's `receive_message` walks the queue with no lock, so two receives on
+    two request threads both took the same visible message, or both moved the same one to the dead-letter queue
+    and the second failed with `list.remove(x): x not in list` (HTTP 500 to a Lambda poller; the chaos soak's 100
+    Spot warnings met it). Each pass over the queue is taken one at a time here; a long poll waits between passes
+    outside the lock (moto's own wait, on the queue's condition), so a receiver waiting for messages holds up no
+    other request."""
+    from moto.core.utils import unix_time
+    from moto.sqs.models import SQSBackend
+
+    lock = threading.Lock()
+    original = SQSBackend.receive_message
+
+    def receive_message(self: Any, queue_name: str, count: int, wait_seconds_timeout: int,
+                        visibility_timeout: int, message_attribute_names: list[str] | None = None) -> Any:
+        end = unix_time() + wait_seconds_timeout
+        while True:
+            with lock:
+                found = original(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            left = end - unix_time()
+            if found or left <= 0:
+                return found
+            self.get_queue(queue_name).wait_for_messages(min(1.0, left))
+
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
+
+
+def _retention_read_from_the_queue() -> None:
+    """A receive checks each message it hands out against the queue's MessageRetentionPeriod; moto reads that
+    through `get_queue_attributes`, which works out every attribute of the queue, ApproximateNumberOfMessages
+    among them, by walking all its messages: a receive cost time in the square of the queue's length (350 ms for
+    ten of 300 messages here), and every Lambda poller of the emulator pays it on every receive. The period is
+    read from the queue itself; a message past it is still never handed out."""
+    from moto.core.utils import unix_time
+    from moto.sqs.models import SQSBackend
+
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention + message.sent_timestamp / 1000 > unix_time())
+
+    SQSBackend.is_message_valid_based_on_retention_period = (  # type: ignore[method-assign]
+        is_message_valid_based_on_retention_period)
 
 
 def _transactions_without_table_copies() -> None:
