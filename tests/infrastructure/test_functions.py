@@ -10,7 +10,7 @@ import aws_cdk.aws_lambda as lambda_
 from gpu_autoscaler.config import config_digest
 from gpu_autoscaler.naming import FUNCTIONS, ResourceNames
 from gpu_autoscaler.settings import FunctionSettings
-from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FULL_VCPU_MB
+from gpu_autoscaler.wiring import APPLICATION_LOG_LEVEL, FULL_VCPU_MB, FUNCTION_WIRING
 from infra.functions import FUNCTION_SPECS
 from infra.queues import WorkQueue
 from tests.infrastructure.conftest import infrastructure_config_data, synthesize
@@ -140,7 +140,14 @@ def test_queue_triggers_report_partial_batch_failures(synthesized: Synthesized) 
         mapping = mappings[synthesized.logical_id(stack.functions.functions[name])]
         assert mapping["EventSourceArn"] == {"Fn::GetAtt": [synthesized.logical_id(stack.queues.queues[queue]), "Arn"]}
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        # What the emulator drives the handlers by (`wiring.FUNCTION_WIRING`) is what Lambda is given: one Spot
+        # warning an invocation, ten at once, among them.
+        wiring = FUNCTION_WIRING[name]
+        assert mapping["BatchSize"] == wiring.batch_size, name
+        assert mapping.get("ScalingConfig", {}).get("MaximumConcurrency") == wiring.max_concurrency, name
     assert mappings[synthesized.logical_id(stack.functions.functions["packer"])]["BatchSize"] == 10
+    interruption = mappings[synthesized.logical_id(stack.functions.functions["interruption"])]
+    assert (interruption["BatchSize"], interruption["ScalingConfig"]["MaximumConcurrency"]) == (1, 10)
 
 
 def test_queue_fed_functions_may_bring_a_failed_record_back_soon(synthesized: Synthesized) -> None:
