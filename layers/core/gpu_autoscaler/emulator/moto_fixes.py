@@ -288,17 +288,21 @@ def _serialize_sqs_receives() -> None:
     (SetQueueAttributes, RedrivePolicy); moto's `receive_message` walks the queue with no lock, so two receives on
     two request threads both took the same visible message, or both moved the same one to the dead-letter queue
     and the second failed with `list.remove(x): x not in list` (HTTP 500 to a Lambda poller; the chaos soak's 100
-    Spot warnings met it). Each pass over the queue is taken one at a time here; a long poll waits between passes
-    outside the lock (moto's own wait, on the queue's condition), so a receiver waiting for messages holds up no
-    other request."""
+    Spot warnings met it). Each pass over a queue is taken one at a time here, a lock per queue; a long poll waits
+    between passes outside the lock (moto's own wait, on the queue's condition), so a receiver waiting for messages
+    holds up no other request, and the FIFO queue's poller, which passes again and again while its group is in
+    flight (as moto's own loop does), holds up no other queue's."""
     from moto.core.utils import unix_time
     from moto.sqs.models import SQSBackend
 
-    lock = threading.Lock()
+    locks: dict[tuple[int, str], threading.Lock] = {}
+    making = threading.Lock()
     original = SQSBackend.receive_message
 
     def receive_message(self: Any, queue_name: str, count: int, wait_seconds_timeout: int,
                         visibility_timeout: int, message_attribute_names: list[str] | None = None) -> Any:
+        with making:
+            lock = locks.setdefault((id(self), queue_name), threading.Lock())
         end = unix_time() + wait_seconds_timeout
         while True:
             with lock:
