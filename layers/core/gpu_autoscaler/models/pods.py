@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler,
 
 from gpu_autoscaler.models.cached import CachedModel, unlocked_cached_property
 from gpu_autoscaler.models.labels import DO_NOT_DISRUPT
-from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm
+from gpu_autoscaler.models.requirements import NodeSelectorTerm, PreferredSchedulingTerm, holds
 from gpu_autoscaler.models.resources import DRA_PREFIX, PODS, QUANTITY_CEILING, Resources
 from gpu_autoscaler.models.taints import Toleration
 
@@ -40,9 +40,7 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
         key, op, values = e.get("key"), e.get("operator"), e.get("values") or ()
         if not key or op not in _SELECTOR_OPERATORS or bool(values) != _SELECTOR_OPERATORS[op]:
             return False
-        present = key in labels
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
-                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
+        if not holds(op, labels.get(key), values):
             return False
     return True
 

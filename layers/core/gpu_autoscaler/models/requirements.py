@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from gpu_autoscaler.models.labels import NORMALIZED
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
-__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "PreferredSchedulingTerm", "Requirement",
+__all__ = ["NODE_NAME_FIELD", "NodeSelectorTerm", "Operator", "PreferredSchedulingTerm", "Requirement", "holds",
            "normalized_terms", "terms_match", "unplannable_terms"]
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
@@ -45,21 +45,24 @@ class Requirement(BaseModel):
         return operator
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """Kubernetes semantics: NotIn and DoesNotExist hold when the label is absent."""
-        value = labels.get(self.key)
-        op = self.operator
-        if op == "In":
-            return value is not None and value in self.values
-        if op == "NotIn":
-            return value is None or value not in self.values
-        if op == "Exists":
-            return value is not None
-        if op == "DoesNotExist":
-            return value is None
-        if value is None or not _is_int(value):
-            return False
-        bound = int(self.values[0])
-        return int(value) > bound if op == "Gt" else int(value) < bound
+        return holds(self.operator, labels.get(self.key), self.values)
+
+
+def holds(operator: str, value: str | None, values: Sequence[str]) -> bool:
+    """An operator on a label's value (None: the label is absent), with Kubernetes semantics: NotIn and DoesNotExist
+    hold when the label is absent. Node requirements and label selectors alike (these take no Gt or Lt)."""
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if value is None or not _is_int(value):
+        return False
+    bound = int(values[0])
+    return int(value) > bound if operator == "Gt" else int(value) < bound
 
 
 class NodeSelectorTerm(BaseModel):
